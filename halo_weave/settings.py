@@ -1,0 +1,90 @@
+"""Every number that means something, in one place, with the seeds' defaults.
+
+The core modules take a :class:`Settings` (or the few fields they need); the UI
+persists it with QSettings and the benchmarks override fields on the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Brightness every new token starts with ("fail bright") and the cap of the vote.
+MAX_BRIGHTNESS = 10000
+
+
+@dataclass
+class Settings:
+    """User-tunable behaviour. Defaults follow seed 001 ("Configuration Management")."""
+
+    # Generation
+    temperature: float = 0.7
+    top_p: float = 0.9
+    top_k: int = 40
+    rep_pen: float = 1.1
+    max_new_tokens: int = 200
+    sampler_seed: int = -1
+
+    # Context budget and chunking
+    max_context_tokens: int = 2000  # prune to this after each exchange; 0 = never prune
+    min_chunk_tokens: int = 64
+
+    # Brightness
+    initial_brightness: int = MAX_BRIGHTNESS
+    brightness_cap: int = MAX_BRIGHTNESS
+    decay_per_step: int = 1
+    score_current_turn: bool = True
+    highlight_fraction: float = 0.20  # brightest share of tokens highlighted in the heatmap
+
+    # Semantic resurrection
+    resurrection_brightness: str = "at_deletion"  # or "mean"
+    resurrection_budget_cap: int = 0  # 0 = no cap beyond the universal equation
+    query_max_results: int = 20
+    user_similarity_boost: float = 1.5
+    min_similarity: float = 0.0
+    hybrid_search: bool = False
+    hybrid_weight: float = 0.3
+    embedding_max_tokens: int = 256
+    embed_wait_seconds: float = 2.0
+
+    # Backend
+    server_url: str = "http://127.0.0.1:5001"
+    autostart_server: bool = True
+    attention_format: str = "aggregated"  # or "per_layer"
+    system_prompt: str = "You are a helpful assistant."
+
+    def replace(self, **changes) -> "Settings":
+        """A copy with ``changes`` applied."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+
+def data_dir() -> Path:
+    """Where conversations live: ``$HALO_WEAVE_HOME`` or the platform's user data dir."""
+    env = os.environ.get("HALO_WEAVE_HOME")
+    if env:
+        path = Path(env).expanduser()
+    else:
+        import platformdirs
+
+        path = Path(platformdirs.user_data_dir("halo-weave", appauthor=False))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cache_dir() -> Path:
+    """Where derived, re-creatable files live (e.g. the dequantized model cache)."""
+    env = os.environ.get("HALO_WEAVE_CACHE")
+    if env:
+        path = Path(env).expanduser()
+    else:
+        import platformdirs
+
+        path = Path(platformdirs.user_cache_dir("halo-weave", appauthor=False))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
