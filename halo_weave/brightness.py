@@ -152,17 +152,19 @@ def magnitude_vote(
     *,
     cap: int = MAX_BRIGHTNESS,
     decay: int = 1,
+    mask: np.ndarray | None = None,
 ) -> None:
-    """Apply one step of magnitude voting in place.
+    """Apply one step of magnitude voting to ``brightness`` (int32) in place.
 
-    ``brightness`` (int32) and ``attention`` (float32) are aligned vectors of the scored
-    tokens only.  Above ``threshold``: ``+floor(a / threshold)``, capped at ``cap``;
+    ``attention`` (float32) is aligned with ``brightness``; only rows where ``mask`` is
+    true vote.  Above ``threshold``: ``+floor(a / threshold)``, capped at ``cap``;
     otherwise ``-decay`` with no floor.
     """
-    ratio = attention / np.float32(threshold)
-    gain = np.where(attention > threshold, np.floor(ratio), -decay)
-    # Gains can exceed int32 for near-zero thresholds; clip before casting.
-    np.clip(gain, -decay, cap, out=gain)
-    updated = brightness + gain.astype(np.int32)
+    ratio = attention * np.float32(1.0 / threshold)
+    # Ratios can exceed int32 for near-zero thresholds; clip before casting.
+    gain = np.where(attention > threshold, np.minimum(ratio, np.float32(cap)), np.float32(-decay))
+    if mask is not None:
+        gain = np.where(mask, gain, np.float32(0.0))
+    updated = brightness + gain.astype(np.int32)  # truncation == floor for gains >= 0
     np.minimum(updated, cap, out=updated)
     brightness[:] = updated

@@ -1,0 +1,615 @@
+"""The conversation: turns, chunks and the live token table.
+
+Everything that decides what the model sees lives here, Qt-free and without I/O:
+
+* Turns are added whole (a user message, tokenized once) or streamed token by token (an
+  answer).  Each turn is wrapped in chat-template framing tokens that belong to the turn:
+  they are never scored and never pruned on their own; they are live exactly while some
+  content chunk of their turn is live.  The system prompt is a fixed prefix of the input,
+  never scored and never pruned.
+* Content is cut into chunks at paragraph / code boundaries (see :mod:`chunking`).  A
+  chunk is identified by ``(turn_id, sentence_id, role)``; sentence 0 is the turn's anchor.
+* :meth:`Conversation.apply_attention` runs one magnitude-voting step per generated token.
+* :meth:`Conversation.prune_to_fit` drops the unpinned chunk with the lowest *peak*
+  brightness until the context fits, with seed 001 §9's anchor protection.
+* :meth:`Conversation.resurrect`, :meth:`pin`, :meth:`merge_with_next`,
+  :meth:`delete_chunk` are the user's and the semantic index's levers.
+
+Only live tokens are held in the columnar :class:`TokenTable`; a pruned chunk's tokens
+move to a per-chunk record, and chunks that were already dead when the conversation was
+opened are fetched through ``chunk_loader`` (the store) when they come back.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from . import brightness as bright
+from .chunking import BoundaryDetector
+from .settings import MAX_BRIGHTNESS, Settings
+from .token_table import TokenTable
+
+ROLES = ("system", "user", "assistant")
+
+#: Sentence ids of a turn's framing chunks (chat-template tokens before / after content).
+PREFIX_SENTENCE = -1
+SUFFIX_SENTENCE = -2
+
+
+class ConversationError(ValueError):
+    """An operation that would break the conversation's invariants."""
+
+
+@dataclass
+class Chunk:
+    """A paragraph-sized unit of one turn: the unit of pruning, resurrection and search."""
+
+    id: int
+    turn_id: int
+    sentence_id: int
+    role: str
+    start: int  # absolute position of its first token; positions are contiguous
+    token_count: int = 0
+    live: bool = True
+    pinned: bool = False
+    brightness_at_deletion: int | None = None
+    tool_result: bool = False
+
+    @property
+    def key(self) -> tuple[int, int, str]:
+        """Chunk identity: ``(turn_id, sentence_id, role)``."""
+        return (self.turn_id, self.sentence_id, self.role)
+
+    @property
+    def framing(self) -> bool:
+        return self.sentence_id < 0
+
+    @property
+    def anchor(self) -> bool:
+        return self.sentence_id == 0
+
+    @property
+    def end(self) -> int:
+        return self.start + self.token_count
+
+
+@dataclass
+class Turn:
+    """One message: a role, a time, and its chunks in order (framing included)."""
+
+    turn_id: int
+    role: str
+    created_at: float
+    chunk_ids: list[int] = field(default_factory=list)
+    complete: bool = False
+
+
+@dataclass
+class ChunkTokens:
+    """The tokens of one chunk: ids, texts and brightness, aligned."""
+
+    token_ids: np.ndarray
+    texts: list[str]
+    brightness: np.ndarray
+
+    @property
+    def text(self) -> str:
+        return "".join(self.texts)
+
+
+@dataclass
+class Framing:
+    """Chat-template tokens wrapped around every turn of a role (see :mod:`chat_template`)."""
+
+    prefix: dict[str, tuple[list[int], list[str]]]
+    suffix: dict[str, tuple[list[int], list[str]]]
+
+    @classmethod
+    def none(cls) -> "Framing":
+        empty = {role: ([], []) for role in ROLES}
+        return cls(prefix=dict(empty), suffix=dict(empty))
+
+
+ChunkLoader = Callable[[Sequence[int]], dict[int, ChunkTokens]]
+
+
+class Conversation:
+    """One endless conversation: see the module docstring."""
+
+    def __init__(self, settings: Settings | None = None, framing: Framing | None = None) -> None:
+        self.settings = settings or Settings()
+        self.framing = framing or Framing.none()
+        self.turns: dict[int, Turn] = {}
+        self.chunks: dict[int, Chunk] = {}
+        self.table = TokenTable()
+        self.system_ids = np.zeros(0, np.int32)
+        self.system_texts: list[str] = []
+        self.system_prompt = ""
+        self.next_position = 0
+        self.next_turn_id = 0
+        self.next_chunk_id = 0
+        #: Texts of the live chunks (and of dead chunks pruned in this session).
+        self._texts: dict[int, list[str]] = {}
+        #: Token data of chunks pruned in this session, kept for cheap resurrection.
+        self._dead_tokens: dict[int, ChunkTokens] = {}
+        self.chunk_loader: ChunkLoader | None = None
+        self._open_turn: Turn | None = None
+        self._detector = BoundaryDetector()
+        self._boundary_pending = False
+        self._keys: dict[tuple[int, int, str], int] = {}
+
+    # ------------------------------------------------------------------ building
+    def set_system_prompt(self, text: str, token_ids: Sequence[int], texts: Sequence[str]) -> None:
+        """Set the system prefix (already framed and tokenized by the caller)."""
+        self.system_prompt = text
+        self.system_ids = np.asarray(token_ids, np.int32)
+        self.system_texts = list(texts)
+
+    def add_turn(
+        self,
+        role: str,
+        token_ids: Sequence[int],
+        texts: Sequence[str],
+        created_at: float | None = None,
+    ) -> Turn:
+        """Add a complete message (already tokenized once) with its framing."""
+        turn = self.begin_turn(role, created_at)
+        for token_id, text in zip(token_ids, texts, strict=True):
+            self.append_token(token_id, text)
+        self.end_turn()
+        return turn
+
+    def begin_turn(self, role: str, created_at: float | None = None) -> Turn:
+        """Open a turn (its prefix framing is added); tokens then stream in."""
+        if role not in ("user", "assistant"):
+            raise ConversationError(f"cannot add a {role!r} turn")
+        if self._open_turn is not None:
+            raise ConversationError("the previous turn is still open")
+        turn = Turn(self.next_turn_id, role, created_at if created_at is not None else time.time())
+        self.next_turn_id += 1
+        self.turns[turn.turn_id] = turn
+        self._open_turn = turn
+        self._detector = BoundaryDetector()
+        self._boundary_pending = False
+        ids, texts = self.framing.prefix.get(role, ([], []))
+        self._add_framing(turn, PREFIX_SENTENCE, ids, texts)
+        return turn
+
+    def append_token(self, token_id: int, text: str, *, tool_result: bool = False) -> Chunk:
+        """Append one content token to the open turn; returns the chunk it joined."""
+        turn = self._open_turn
+        if turn is None:
+            raise ConversationError("no open turn to append to")
+        chunk = self._current_content_chunk(turn, tool_result)
+        if chunk is None or self._boundary_pending or chunk.tool_result != tool_result:
+            chunk = self._new_chunk(turn, self._next_sentence_id(turn), tool_result=tool_result)
+            self._boundary_pending = False
+        self._append_row(chunk, token_id, text, framing=False)
+        if self._detector.feed(text) and chunk.token_count >= self.settings.min_chunk_tokens:
+            self._boundary_pending = True
+        return chunk
+
+    def end_turn(self) -> Turn:
+        """Close the open turn (its suffix framing is added)."""
+        turn = self._open_turn
+        if turn is None:
+            raise ConversationError("no open turn to end")
+        ids, texts = self.framing.suffix.get(turn.role, ([], []))
+        self._add_framing(turn, SUFFIX_SENTENCE, ids, texts)
+        turn.complete = True
+        self._open_turn = None
+        return turn
+
+    @property
+    def open_turn(self) -> Turn | None:
+        return self._open_turn
+
+    def _current_content_chunk(self, turn: Turn, tool_result: bool) -> Chunk | None:
+        for chunk_id in reversed(turn.chunk_ids):
+            chunk = self.chunks[chunk_id]
+            if not chunk.framing:
+                return chunk
+        return None
+
+    def _next_sentence_id(self, turn: Turn) -> int:
+        content = [self.chunks[c].sentence_id for c in turn.chunk_ids if not self.chunks[c].framing]
+        return max(content) + 1 if content else 0
+
+    def _new_chunk(self, turn: Turn, sentence_id: int, *, tool_result: bool = False) -> Chunk:
+        chunk = Chunk(
+            id=self.next_chunk_id,
+            turn_id=turn.turn_id,
+            sentence_id=sentence_id,
+            role=turn.role,
+            start=self.next_position,
+            tool_result=tool_result,
+        )
+        self.next_chunk_id += 1
+        self.chunks[chunk.id] = chunk
+        self._keys[chunk.key] = chunk.id
+        self._texts[chunk.id] = []
+        turn.chunk_ids.append(chunk.id)
+        return chunk
+
+    def _add_framing(self, turn: Turn, sentence_id: int, ids: Sequence[int], texts: Sequence[str]) -> None:
+        if not ids:
+            return
+        chunk = self._new_chunk(turn, sentence_id)
+        for token_id, text in zip(ids, texts, strict=True):
+            self._append_row(chunk, token_id, text, framing=True)
+
+    def _append_row(self, chunk: Chunk, token_id: int, text: str, *, framing: bool) -> None:
+        self.table.append_one(
+            self.next_position, token_id, self.settings.initial_brightness,
+            chunk.id, chunk.turn_id, framing,
+        )
+        self._texts[chunk.id].append(text)
+        chunk.token_count += 1
+        self.next_position += 1
+
+    # ------------------------------------------------------------------ reading
+    def live_input_ids(self) -> np.ndarray:
+        """The ids sent to the model: system prefix + live tokens in position order."""
+        return np.concatenate((self.system_ids, self.table.token_id)).astype(np.int32)
+
+    def index_to_position(self) -> np.ndarray:
+        """Absolute position of each live table row (attention index - system length)."""
+        return self.table.position.copy()
+
+    def live_token_count(self) -> int:
+        """Tokens the model sees now, system prompt included."""
+        return len(self.system_ids) + len(self.table)
+
+    def chunk_by_key(self, turn_id: int, sentence_id: int, role: str) -> Chunk | None:
+        chunk_id = self._keys.get((turn_id, sentence_id, role))
+        return self.chunks.get(chunk_id) if chunk_id is not None else None
+
+    def content_chunks(self, turn_id: int) -> list[Chunk]:
+        """The non-framing chunks of a turn, in order."""
+        return [self.chunks[c] for c in self.turns[turn_id].chunk_ids if not self.chunks[c].framing]
+
+    def live_chunks(self) -> list[Chunk]:
+        """Live chunks in position order (framing included)."""
+        ids, _ = self.table.segments()
+        return [self.chunks[int(c)] for c in ids]
+
+    def chunk_rows(self, chunk: Chunk) -> slice:
+        """Rows of a live chunk in the token table."""
+        if not chunk.live:
+            raise ConversationError(f"chunk {chunk.key} is not live")
+        return self.table.rows_of_chunk(chunk.id, chunk.start, chunk.token_count)
+
+    def chunk_texts(self, chunk_id: int) -> list[str]:
+        """Token texts of a chunk (loading a long-dead chunk through the store)."""
+        if chunk_id not in self._texts:
+            self._texts[chunk_id] = self._load_dead([chunk_id])[chunk_id].texts
+        return self._texts[chunk_id]
+
+    def chunk_text(self, chunk_id: int) -> str:
+        return "".join(self.chunk_texts(chunk_id))
+
+    def chunk_tokens(self, chunk_id: int) -> ChunkTokens:
+        """A copy of a chunk's tokens, live or dead."""
+        chunk = self.chunks[chunk_id]
+        if chunk.live:
+            rows = self.chunk_rows(chunk)
+            return ChunkTokens(
+                self.table.token_id[rows].copy(), list(self._texts[chunk_id]),
+                self.table.brightness[rows].copy(),
+            )
+        return self._load_dead([chunk_id])[chunk_id]
+
+    def chunk_peaks(self) -> tuple[np.ndarray, np.ndarray]:
+        """(chunk ids, peak brightness) of the live chunks, in position order."""
+        ids, starts = self.table.segments()
+        if len(ids) == 0:
+            return ids, np.zeros(0, np.int32)
+        return ids, np.maximum.reduceat(self.table.brightness, starts)
+
+    def chunk_peak(self, chunk_id: int) -> int:
+        chunk = self.chunks[chunk_id]
+        if chunk.live:
+            return int(self.table.brightness[self.chunk_rows(chunk)].max())
+        return int(chunk.brightness_at_deletion or 0)
+
+    def scored_mask(self) -> np.ndarray:
+        """Rows that attention votes on: content tokens (and not the open turn, if so set)."""
+        mask = ~self.table.framing
+        if not self.settings.score_current_turn and self._open_turn is not None:
+            mask &= self.table.turn_id != self._open_turn.turn_id
+        return mask
+
+    def mean_brightness(self) -> float:
+        """Mean brightness of the live content tokens (shown; may seed resurrection)."""
+        content = self.table.brightness[~self.table.framing]
+        return float(content.mean()) if content.size else float(self.settings.initial_brightness)
+
+    def graveyard(self) -> list[Chunk]:
+        """Pruned content chunks, newest first."""
+        dead = [c for c in self.chunks.values() if not c.live and not c.framing]
+        dead.sort(key=lambda c: c.start, reverse=True)
+        return dead
+
+    # ------------------------------------------------------------------ brightness
+    def apply_attention(self, attention: np.ndarray) -> None:
+        """One magnitude-voting step from one generated token's attention.
+
+        ``attention`` covers the whole input (system prefix + live tokens) as sent; its
+        length must equal :meth:`live_token_count` at the time the token was produced.
+        """
+        n_system = len(self.system_ids)
+        if attention.shape != (n_system + len(self.table),):
+            raise bright.AttentionError(
+                f"attention has {attention.size} cells, context has {self.live_token_count()}"
+            )
+        threshold = bright.vote_threshold(attention)
+        bright.magnitude_vote(
+            self.table.brightness,
+            attention[n_system:],
+            threshold,
+            cap=self.settings.brightness_cap,
+            decay=self.settings.decay_per_step,
+            mask=self.scored_mask(),
+        )
+
+    # ------------------------------------------------------------------ pruning
+    def anchor_partner(self, chunk: Chunk) -> Chunk | None:
+        """The S0 paired with an S0 anchor: the question's or the answer's opening."""
+        if not chunk.anchor:
+            return None
+        other_turn = chunk.turn_id + 1 if chunk.role == "user" else chunk.turn_id - 1
+        other_role = "assistant" if chunk.role == "user" else "user"
+        return self.chunk_by_key(other_turn, 0, other_role)
+
+    def _live_content_count(self, turn_id: int) -> int:
+        return sum(1 for c in self.content_chunks(turn_id) if c.live)
+
+    def prunable_group(self, chunk: Chunk) -> list[Chunk] | None:
+        """What pruning ``chunk`` takes with it, or None when it is protected.
+
+        Seed 001 §9: an S0 anchor goes only when it is the last live chunk of its turn
+        and its partner anchor is too (or is gone); the two then leave together.
+        """
+        if not chunk.live or chunk.pinned or chunk.framing:
+            return None
+        if not chunk.anchor:
+            return [chunk]
+        if self._live_content_count(chunk.turn_id) != 1:
+            return None
+        partner = self.anchor_partner(chunk)
+        if partner is None or not partner.live:
+            return [chunk]
+        if partner.pinned or self._live_content_count(partner.turn_id) != 1:
+            return None
+        return [chunk, partner]
+
+    def prune_to_fit(self, max_tokens: int | None = None) -> list[Chunk]:
+        """Prune lowest-peak chunks until the context fits ``max_tokens`` (0 = never).
+
+        Returns every chunk pruned (content and the framing that went with it).
+        """
+        limit = self.settings.max_context_tokens if max_tokens is None else max_tokens
+        if limit <= 0 or self.live_token_count() <= limit:
+            return []
+        ids, peaks = self.chunk_peaks()
+        order = np.argsort(peaks, kind="stable")
+        candidates = [self.chunks[int(ids[i])] for i in order]
+        candidates = [c for c in candidates if not c.framing and not c.pinned]
+        excess = self.live_token_count() - limit
+        doomed: list[Chunk] = []
+        progress = True
+        while excess > 0 and progress:
+            progress = False
+            for chunk in candidates:
+                group = self.prunable_group(chunk)
+                if group is None:
+                    continue
+                for member in group:
+                    member.live = False  # provisional, so later checks see it gone
+                    excess -= member.token_count
+                doomed.extend(group)
+                candidates = [c for c in candidates if c.live]
+                progress = True
+                break
+        for chunk in doomed:
+            chunk.live = True
+        return self._kill(doomed) if doomed else []
+
+    def delete_chunk(self, chunk_id: int) -> list[Chunk]:
+        """Prune one chunk by hand (the user's decision overrides anchor protection)."""
+        chunk = self.chunks[chunk_id]
+        if chunk.framing or not chunk.live:
+            raise ConversationError(f"chunk {chunk.key} cannot be deleted")
+        if self._open_turn is not None and chunk.turn_id == self._open_turn.turn_id:
+            raise ConversationError("cannot delete from the turn being generated")
+        chunk.pinned = False
+        return self._kill([chunk])
+
+    def _kill(self, chunks: list[Chunk]) -> list[Chunk]:
+        """Move chunks (and framing of turns left empty) out of the live table."""
+        gone = {c.id for c in chunks}
+        affected_turns = {c.turn_id for c in chunks}
+        for turn_id in affected_turns:
+            turn = self.turns[turn_id]
+            if turn is self._open_turn:
+                continue
+            remaining = [c for c in self.content_chunks(turn_id) if c.live and c.id not in gone]
+            if not remaining:
+                gone.update(c for c in turn.chunk_ids if self.chunks[c].framing and self.chunks[c].live)
+        killed = [self.chunks[c] for c in gone]
+        table = self.table
+        for chunk in killed:
+            rows = self.chunk_rows(chunk)
+            values = table.brightness[rows].copy()
+            self._dead_tokens[chunk.id] = ChunkTokens(
+                table.token_id[rows].copy(), self._texts[chunk.id], values
+            )
+            chunk.brightness_at_deletion = int(values.max()) if values.size else 0
+        mask = ~np.isin(table.chunk_id, np.fromiter(gone, np.int32, len(gone)))
+        table.keep(mask)
+        for chunk in killed:
+            chunk.live = False
+        killed.sort(key=lambda c: c.start)
+        return killed
+
+    # ------------------------------------------------------------------ resurrection
+    def anchors_of(self, chunk: Chunk) -> list[Chunk]:
+        """The anchors a chunk comes back with (seed 001 §8): question S0 and answer S0."""
+        anchors = []
+        if chunk.framing or chunk.role == "system":
+            return anchors
+        own_s0 = self.chunk_by_key(chunk.turn_id, 0, chunk.role)
+        if chunk.role == "assistant":
+            question = self.chunk_by_key(chunk.turn_id - 1, 0, "user")
+            anchors = [question, own_s0]
+        else:
+            answer = self.chunk_by_key(chunk.turn_id + 1, 0, "assistant")
+            anchors = [own_s0, answer]
+        return [a for a in anchors if a is not None and a.id != chunk.id]
+
+    def resurrection_cost(self, chunk: Chunk, with_anchors: bool = True) -> int:
+        """Live tokens that bringing ``chunk`` back (with its anchors) would add."""
+        group = [chunk] + (self.anchors_of(chunk) if with_anchors else [])
+        cost = sum(c.token_count for c in group if not c.live)
+        for turn_id in {c.turn_id for c in group if not c.live}:
+            if not any(c.live for c in self.content_chunks(turn_id)):
+                cost += sum(self.chunks[c].token_count for c in self.turns[turn_id].chunk_ids
+                            if self.chunks[c].framing)
+        return cost
+
+    def resurrect(
+        self,
+        chunk_ids: Iterable[int],
+        *,
+        brightness: str | int = "at_deletion",
+        pin: bool = False,
+        with_anchors: bool = True,
+    ) -> list[Chunk]:
+        """Bring dead chunks back at their original place.
+
+        ``brightness`` is ``"at_deletion"`` (no gifts), ``"mean"`` (mean live
+        brightness) or a number (manual resurrection uses 10000 with ``pin=True``).
+        Returns the chunks that came back (anchors and framing included).
+        """
+        wanted: dict[int, Chunk] = {}
+        for chunk_id in chunk_ids:
+            chunk = self.chunks[chunk_id]
+            for c in [chunk] + (self.anchors_of(chunk) if with_anchors else []):
+                wanted[c.id] = c
+        for c in list(wanted.values()):
+            if not any(x.live for x in self.content_chunks(c.turn_id)):
+                for f in self.turns[c.turn_id].chunk_ids:
+                    if self.chunks[f].framing:
+                        wanted[f] = self.chunks[f]
+        if pin:
+            for chunk_id in chunk_ids:
+                self.chunks[chunk_id].pinned = True
+        revived = sorted((c for c in wanted.values() if not c.live), key=lambda c: c.start)
+        if not revived:
+            return []
+        mean = int(round(self.mean_brightness()))
+        tokens = self._load_dead([c.id for c in revived])
+        for chunk in revived:
+            data = tokens[chunk.id]
+            values = self._resurrected_brightness(chunk, data, brightness, mean)
+            self.table.insert_rows(
+                position=np.arange(chunk.start, chunk.end, dtype=np.int64),
+                token_id=data.token_ids,
+                brightness=values,
+                chunk_id=chunk.id,
+                turn_id=chunk.turn_id,
+                framing=chunk.framing,
+            )
+            self._texts[chunk.id] = list(data.texts)
+            self._dead_tokens.pop(chunk.id, None)
+            chunk.live = True
+        return revived
+
+    def _resurrected_brightness(self, chunk: Chunk, data: ChunkTokens, rule, mean: int) -> np.ndarray:
+        count = chunk.token_count
+        if chunk.framing:
+            return np.full(count, self.settings.initial_brightness, np.int32)
+        if isinstance(rule, (int, np.integer)):
+            return np.full(count, int(rule), np.int32)
+        if rule == "mean":
+            return np.full(count, mean, np.int32)
+        if rule == "at_deletion":
+            # Token-level values as they were when pruned: the earned shape survives.
+            return data.brightness.astype(np.int32)
+        raise ConversationError(f"unknown resurrection brightness rule {rule!r}")
+
+    def _load_dead(self, chunk_ids: Sequence[int]) -> dict[int, ChunkTokens]:
+        found = {c: self._dead_tokens[c] for c in chunk_ids if c in self._dead_tokens}
+        missing = [c for c in chunk_ids if c not in found]
+        if missing:
+            if self.chunk_loader is None:
+                raise ConversationError(f"no tokens for dead chunks {missing}")
+            found.update(self.chunk_loader(missing))
+        return found
+
+    # ------------------------------------------------------------------ user levers
+    def pin(self, chunk_id: int, pinned: bool = True) -> Chunk:
+        """Pin (brightness 10000, never pruned) or unpin a live chunk."""
+        chunk = self.chunks[chunk_id]
+        if chunk.framing:
+            raise ConversationError("framing tokens cannot be pinned")
+        if pinned and not chunk.live:
+            self.resurrect([chunk_id], brightness=MAX_BRIGHTNESS, pin=True)
+            return chunk
+        chunk.pinned = pinned
+        if pinned:
+            self.table.brightness[self.chunk_rows(chunk)] = MAX_BRIGHTNESS
+        return chunk
+
+    def merge_with_next(self, chunk_id: int) -> tuple[Chunk, Chunk]:
+        """Merge a live chunk with the next content chunk of its turn.
+
+        Returns ``(kept, absorbed)``; the absorbed chunk's tokens now belong to the kept
+        one (its identity disappears, so its index entry must be dropped).
+        """
+        chunk = self.chunks[chunk_id]
+        turn = self.turns[chunk.turn_id]
+        content = self.content_chunks(turn.turn_id)
+        index = next(i for i, c in enumerate(content) if c.id == chunk_id)
+        if chunk.framing or index + 1 >= len(content):
+            raise ConversationError("there is no next chunk in this turn to merge with")
+        if turn is self._open_turn:
+            raise ConversationError("cannot merge while the turn is being generated")
+        nxt = content[index + 1]
+        if not (chunk.live and nxt.live) or nxt.start != chunk.end:
+            raise ConversationError("only two adjacent live chunks can be merged")
+        rows = self.chunk_rows(nxt)
+        self.table.chunk_id[rows] = chunk.id
+        self._texts[chunk.id] = self._texts[chunk.id] + self._texts.pop(nxt.id)
+        chunk.token_count += nxt.token_count
+        chunk.pinned = chunk.pinned or nxt.pinned
+        turn.chunk_ids.remove(nxt.id)
+        del self.chunks[nxt.id]
+        del self._keys[nxt.key]
+        return chunk, nxt
+
+    # ------------------------------------------------------------------ restore
+    def restore_chunk(self, chunk: Chunk, tokens: ChunkTokens | None) -> None:
+        """Re-register a chunk read from storage; ``tokens`` are given for live chunks.
+
+        Chunks must be restored in position order.  Used by the store's rehydration.
+        """
+        self.chunks[chunk.id] = chunk
+        self._keys[chunk.key] = chunk.id
+        self.turns[chunk.turn_id].chunk_ids.append(chunk.id)
+        if chunk.live:
+            if tokens is None:
+                raise ConversationError(f"live chunk {chunk.key} has no tokens")
+            self._texts[chunk.id] = list(tokens.texts)
+            self.table.append_rows(
+                position=np.arange(chunk.start, chunk.end, dtype=np.int64),
+                token_id=tokens.token_ids,
+                brightness=tokens.brightness,
+                chunk_id=chunk.id,
+                turn_id=chunk.turn_id,
+                framing=chunk.framing,
+            )
