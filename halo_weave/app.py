@@ -1,0 +1,900 @@
+"""Composition root (``halo-weave``) and the turn controller.
+
+:class:`TurnController` sequences DESIGN.md's turn lifecycle and moves slow work onto
+threads; every decision (what to score, prune, embed, resurrect) stays in the core
+modules.  It uses QtCore only, so tests drive it without widgets.  :func:`main` parses
+the command line, builds the window and starts the controller.
+
+A turn, as the controller runs it::
+
+    send(text)
+      ├─ tokenize once ................................ CallWorker
+      ├─ wait ≤ embed_wait_seconds for pending indexing, then
+      │  search + resurrect within the budget ......... EmbedderWorker (urgent job)
+      ├─ add the user turn, persist, queue indexing, show
+      ├─ open the assistant turn, stream ............. GenerationWorker
+      │    per token: apply attention (context as it was), append, persist every 16
+      └─ end: close turn, persist brightness, queue indexing, prune, persist, graveyard
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from . import settings as settings_mod
+from .brightness import AttentionError
+from .chat_template import build_framing, detect_template, system_text
+from .conversation import Chunk, Conversation, ConversationError, Framing
+from .fallback import prune_oldest_first
+from .settings import MAX_BRIGHTNESS, Settings
+from .ui.workers import CallWorker, EmbedderWorker, GenerationWorker, ServerStartWorker
+
+log = logging.getLogger("halo_weave.app")
+
+DEFAULT_SERVER_URL = Settings().server_url
+
+#: Streamed tokens written to the database per batch (no per-token commit).
+STREAM_SAVE_EVERY = 16
+
+#: Chunks embedded per indexing job, so a user message's search can jump the queue.
+INDEX_BATCH = 8
+
+#: File in the data dir naming the conversation to reopen at start-up.
+LAST_CONVERSATION_FILE = "last_conversation"
+
+#: Seconds the bundled server may take to load its model.
+SERVER_START_TIMEOUT_S = 600.0
+
+
+class TurnController(QObject):
+    """Runs the conversation: connection, turns, the user's levers, files.
+
+    The UI reads :attr:`conv` and the signals below and sends intents back through the
+    public methods.  Between turns the UI equals the database.
+    """
+
+    conversation_changed = Signal()  # structure changed: rebuild the view
+    tokens_streamed = Signal()  # tokens appended to the open answer
+    brightness_changed = Signal()
+    graveyard_changed = Signal()
+    stats_changed = Signal()
+    busy_changed = Signal(bool, str)  # busy, the reason shown next to the input
+    connection_changed = Signal(str, str)  # state, detail (model name, what is happening)
+    attention_changed = Signal(bool)
+    progress = Signal(str, int, int)  # what, done, total (total 0 = indeterminate; done>=total = finished)
+    error = Signal(object, str)  # exception, what we were doing
+    info = Signal(str)
+    turn_finished = Signal(str)  # finish reason ("stop", "length", "aborted", "error")
+    conversation_opened = Signal(str)  # path of the conversation file
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        data_dir: Path | None = None,
+        *,
+        autostart: bool | None = None,
+        embedder_factory: Callable[[], Any] | None = None,
+        parent: QObject | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self.settings = settings or Settings()
+        self.data_dir = Path(data_dir) if data_dir else settings_mod.data_dir()
+        self.autostart = self.settings.autostart_server if autostart is None else autostart
+        self.conv: Conversation | None = None
+        self.store = None
+        self.index = None
+        self.path: Path | None = None
+        self.client = None
+        self.model_info = None
+        self.framing: Framing | None = None
+        self.server = None  # the bundled server we started, if any
+        self.connection_state = "offline"
+        self.attention_available = True
+        self.busy = False
+        self.busy_reason = ""
+        self.tokens_per_s = 0.0
+        self.last_resurrected = 0
+        self.last_finish_reason = ""
+        self._embedder_factory = embedder_factory
+        self._embedder = None
+        self._embedder_failed = False
+        self._embed_worker = EmbedderWorker(self)
+        self._embed_worker.job_done.connect(self._on_embed_done)
+        self._embed_worker.job_failed.connect(self._on_embed_failed)
+        self._embed_worker.progress.connect(self._on_embed_progress)
+        self._embed_worker.idle.connect(self._on_embed_idle)
+        self._embed_callbacks: dict[int, tuple[Callable, Callable | None]] = {}
+        self._calls: set[CallWorker] = set()
+        self._gen: GenerationWorker | None = None
+        self._server_worker: ServerStartWorker | None = None
+        self._connect_generation = 0
+        self._pending_send: Callable[[], None] | None = None
+        self._wait_timer = QTimer(self)
+        self._wait_timer.setSingleShot(True)
+        self._wait_timer.timeout.connect(self._run_pending_send)
+        self._stream_count = 0
+        self._stream_started = 0.0
+        self._attention_seen = False
+        self._attention_errors = 0
+        self._stop_ids: set[int] = set()
+        self._shutting_down = False
+
+    # ------------------------------------------------------------------ start-up
+    def start(self, conversation: Path | None = None) -> None:
+        """Open a conversation (the given one, the last one, or a new one), then connect."""
+        self.open_conversation(conversation or self._last_conversation())
+        self.connect_server()
+
+    def _last_conversation(self) -> Path | None:
+        marker = self.data_dir / LAST_CONVERSATION_FILE
+        try:
+            path = Path(marker.read_text(encoding="utf-8").strip())
+        except OSError:
+            return None
+        return path if path.is_file() else None
+
+    def _remember(self, path: Path) -> None:
+        try:
+            (self.data_dir / LAST_CONVERSATION_FILE).write_text(str(path), encoding="utf-8")
+        except OSError as exc:
+            log.warning("cannot remember the last conversation: %s", exc)
+
+    # ------------------------------------------------------------------ conversations
+    def open_conversation(self, path: Path | None = None) -> bool:
+        """Open ``path`` (a new conversation when None); False when it was refused."""
+        from .store import ConversationStore, new_conversation_path
+
+        if self.busy:
+            self.info.emit("Wait for the answer to finish (or press Esc) before switching.")
+            return False
+        target = Path(path) if path else new_conversation_path(self.data_dir)
+        try:
+            store = ConversationStore.open(target)
+            conv = store.load(self.settings, self.framing or Framing.none())
+        except Exception as exc:  # noqa: BLE001
+            self.error.emit(exc, f"Opening {target.name}")
+            if self.conv is None and path is not None:
+                return self.open_conversation(None)
+            return False
+        self._close_store()
+        self.store, self.conv, self.path = store, conv, target
+        if self.framing is not None:
+            conv.framing = self.framing
+        self.index = self._make_index(store)
+        self._remember(target)
+        self.last_resurrected = 0
+        self.conversation_opened.emit(str(target))
+        self.conversation_changed.emit()
+        self.graveyard_changed.emit()
+        self.stats_changed.emit()
+        if self.model_info is not None:
+            self._sync_system_prompt()
+        self._index_pending()
+        return True
+
+    def new_conversation(self) -> bool:
+        return self.open_conversation(None)
+
+    def _close_store(self) -> None:
+        if self.store is not None:
+            # Jobs queued for the old conversation must not touch the next one.
+            self._embed_worker.wait_idle(30.0)
+            try:
+                self.store.close()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("closing the conversation file failed: %s", exc)
+        self.store = self.index = None
+
+    def _make_index(self, store):
+        try:
+            from .semantic_index import SemanticIndex
+
+            index = SemanticIndex(store.conn, self.settings, self._get_embedder())
+            index.load()
+            return index
+        except Exception as exc:  # noqa: BLE001
+            self.error.emit(exc, "Loading the semantic index")
+            return None
+
+    def _get_embedder(self):
+        if self._embedder is None:
+            if self._embedder_factory is not None:
+                self._embedder = self._embedder_factory()
+            else:
+                from .semantic_index import Embedder
+
+                self._embedder = Embedder()
+        return self._embedder
+
+    def export_json(self, path: Path) -> bool:
+        """Write the open conversation to a JSON file."""
+        from . import transfer
+
+        if self.store is None:
+            return False
+        try:
+            transfer.export_conversation(self.store, Path(path))
+        except Exception as exc:  # noqa: BLE001
+            self.error.emit(exc, "Export")
+            return False
+        self.info.emit(f"Exported to {path}")
+        return True
+
+    def import_json(self, path: Path) -> None:
+        """Import a JSON export as a new conversation (on a thread), open it, re-index."""
+        from . import transfer
+
+        if self.busy:
+            self.info.emit("Wait for the answer to finish before importing.")
+            return
+        self._set_busy(True, "Importing…")
+        self.progress.emit("Importing conversation", 0, 0)
+
+        def done(new_path) -> None:
+            self.progress.emit("Importing conversation", 1, 1)
+            self._set_busy(False)
+            if self.open_conversation(Path(new_path)):
+                self.reindex_all()
+
+        def failed(exc) -> None:
+            self.progress.emit("Importing conversation", 1, 1)
+            self._set_busy(False)
+            self.error.emit(exc, f"Importing {Path(path).name}")
+
+        self._call(transfer.import_conversation, Path(path), self.data_dir, on_ok=done, on_fail=failed)
+
+    def reindex_all(self) -> None:
+        """Re-embed every chunk (after an import or a model change), with progress."""
+        if self.index is None or self.conv is None:
+            return
+        index, conv = self.index, self.conv
+        self.progress.emit("Re-indexing", 0, 0)
+
+        def job(progress):
+            return index.reindex_all(conv, progress=progress)
+
+        self._submit_embed(job, tag="Re-indexing", with_progress=True,
+                           on_ok=lambda _: self.progress.emit("Re-indexing", 1, 1),
+                           on_fail=lambda exc: self.progress.emit("Re-indexing", 1, 1))
+
+    # ------------------------------------------------------------------ connection
+    def connect_server(self, url: str | None = None) -> None:
+        """Ask the server at ``url`` (settings by default) for its model, on a thread."""
+        from .kobold_client import KoboldClient
+
+        url = url or self.settings.server_url
+        self._connect_generation += 1
+        generation = self._connect_generation
+        self._set_connection("connecting", f"Connecting to {url}…")
+        client = KoboldClient(url)
+
+        def probe():
+            info = client.model_info()
+            template = detect_template(getattr(info, "chat_template", None))
+            framing = build_framing(lambda text: client.tokenize(text, add_special_tokens=False), template)
+            return info, framing
+
+        def ok(result) -> None:
+            if generation != self._connect_generation:
+                return
+            self._on_connected(client, *result)
+
+        def fail(exc) -> None:
+            if generation != self._connect_generation:
+                return
+            if self.autostart and self.server is None and _is_default_url(url):
+                self.start_bundled_server()
+                return
+            self._set_connection("offline", f"No model server at {url}")
+            self.error.emit(exc, "Connecting")
+
+        self._call(probe, on_ok=ok, on_fail=fail)
+
+    def start_bundled_server(self) -> None:
+        """Start the bundled reference server on a free loopback port (model loads ~20-60 s)."""
+        if self._server_worker is not None:
+            return
+        self._set_connection("loading", "Starting the built-in model server…")
+        self.progress.emit("Loading the model", 0, 0)
+        worker = ServerStartWorker(SERVER_START_TIMEOUT_S, parent=self)
+        worker.progress.connect(
+            lambda s: self._set_connection("loading", f"Loading the built-in model… {s:.0f} s")
+        )
+
+        def ready(server) -> None:
+            self._server_worker = None
+            self.server = server
+            self.progress.emit("Loading the model", 1, 1)
+            self.connect_server(server.url)
+
+        def failed(exc) -> None:
+            self._server_worker = None
+            self.progress.emit("Loading the model", 1, 1)
+            self._set_connection("offline", "The built-in model server did not start")
+            self.error.emit(exc, "Starting the built-in model server")
+
+        worker.ready.connect(ready)
+        worker.failed.connect(failed)
+        self._server_worker = worker
+        worker.start()
+
+    def _on_connected(self, client, info, framing: Framing) -> None:
+        self.client, self.model_info, self.framing = client, info, framing
+        self._stop_ids = {ids[0] for ids, _ in [framing.suffix.get("assistant", ([], []))] if ids}
+        if self.conv is not None:
+            self.conv.framing = framing
+        supports = bool(getattr(info, "supports_attention", True))
+        self._set_attention(supports)
+        name = getattr(info, "name", "model")
+        self._set_connection("connected", f"{name} · {getattr(info, 'max_context', '?')} ctx")
+        self._sync_system_prompt()
+        self.stats_changed.emit()
+
+    def _set_connection(self, state: str, detail: str) -> None:
+        self.connection_state = state
+        self.connection_changed.emit(state, detail)
+        if not self.busy:
+            self.busy_changed.emit(False, self.input_block_reason())
+
+    def _set_attention(self, available: bool) -> None:
+        if available != self.attention_available:
+            self.attention_available = available
+            if not available:
+                self.info.emit(
+                    "This server sends no attention: chatting works, but brightness cannot "
+                    "be measured, so the oldest chunks are pruned first."
+                )
+        self.attention_changed.emit(available)
+
+    def _sync_system_prompt(self) -> None:
+        """Make the conversation's system prefix match the settings (tokenized on a thread)."""
+        conv, client = self.conv, self.client
+        if conv is None or client is None:
+            return
+        prompt = self.settings.system_prompt
+        if conv.system_prompt == prompt and (len(conv.system_ids) > 0 or not prompt.strip()):
+            return
+        text = system_text(prompt, detect_template(getattr(self.model_info, "chat_template", None)))
+
+        def tokenize():
+            return client.tokenize(text, add_special_tokens=False) if text else []
+
+        def ok(pieces) -> None:
+            if self.conv is not conv:
+                return
+            conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
+            self._guard(lambda: self.store.save_system_prompt(conv), "Saving the system prompt")
+            self.conversation_changed.emit()
+            self.stats_changed.emit()
+
+        self._call(tokenize, on_ok=ok, on_fail=lambda exc: self.error.emit(exc, "System prompt"))
+
+    # ------------------------------------------------------------------ the turn
+    def input_block_reason(self) -> str:
+        """Why the user cannot send now ('' when they can)."""
+        if self.busy:
+            return self.busy_reason
+        if self.connection_state == "loading":
+            return "The model is loading…"
+        if self.connection_state == "connecting":
+            return "Connecting to the model server…"
+        if self.client is None or self.connection_state != "connected":
+            return "No model server — see File → Settings"
+        if self.conv is None:
+            return "No conversation open"
+        return ""
+
+    @property
+    def generating(self) -> bool:
+        """True while an answer streams (Stop applies)."""
+        return self._gen is not None
+
+    def send(self, text: str) -> bool:
+        """Start a turn with the user's message; False when it cannot start now."""
+        text = text.strip()
+        reason = self.input_block_reason()
+        if not text or reason:
+            if reason:
+                self.info.emit(reason)
+            return False
+        self._set_busy(True, "Reading your message…")
+        client = self.client
+        self._call(
+            lambda: client.tokenize(text, add_special_tokens=False),
+            on_ok=lambda pieces: self._after_tokenize(text, pieces),
+            on_fail=lambda exc: self._turn_failed_early(exc, "Tokenizing your message"),
+        )
+        return True
+
+    def _after_tokenize(self, text: str, pieces) -> None:
+        ids = [int(i) for i, _ in pieces]
+        texts = [t for _, t in pieces]
+        self._pending_send = lambda: self._resurrect_then_add(text, ids, texts)
+        if self.index is not None and self._embed_worker.pending > 0:
+            # Let the previous exchange's embeddings land, but not for long.
+            self._set_busy(True, "Finishing memory indexing…")
+            self._wait_timer.start(int(self.settings.embed_wait_seconds * 1000))
+        else:
+            self._run_pending_send()
+
+    def _on_embed_idle(self) -> None:
+        if self._wait_timer.isActive():
+            self._wait_timer.stop()
+            self._run_pending_send()
+
+    def _run_pending_send(self) -> None:
+        action, self._pending_send = self._pending_send, None
+        if action is not None:
+            action()
+
+    def _resurrect_then_add(self, text: str, ids: list[int], texts: list[str]) -> None:
+        index, conv, store = self.index, self.conv, self.store
+        if index is None or not getattr(index, "available", True) or not conv.graveyard():
+            self.last_resurrected = 0
+            self._add_user_turn(ids, texts)
+            return
+        self._set_busy(True, "Searching memory…")
+        max_context = int(getattr(self.model_info, "max_context", 0) or 0)
+
+        def job():
+            return index.resurrect_for(
+                conv, text, len(ids), max_context, self.settings.max_new_tokens, store=store
+            )
+
+        def ok(result) -> None:
+            revived = getattr(result, "resurrected", None) or getattr(result, "chunks", None) or []
+            self.last_resurrected = len(revived)
+            if revived:
+                self.conversation_changed.emit()
+                self.graveyard_changed.emit()
+            self._add_user_turn(ids, texts)
+
+        def fail(exc) -> None:
+            self.error.emit(exc, "Searching memory")
+            self.last_resurrected = 0
+            self._add_user_turn(ids, texts)
+
+        self._submit_embed(job, tag="search", urgent=True, on_ok=ok, on_fail=fail)
+
+    def _add_user_turn(self, ids: list[int], texts: list[str]) -> None:
+        conv = self.conv
+        turn = conv.add_turn("user", ids, texts)
+        try:
+            self.store.save_turn(conv, turn)  # DB-first: persisted before it is shown
+        except Exception as exc:  # noqa: BLE001
+            # Not on disk, so not shown and not answered; the user can send it again.
+            self._turn_failed_early(exc, "Saving your message")
+            return
+        self._queue_indexing([c.id for c in conv.content_chunks(turn.turn_id)])
+        self.conversation_changed.emit()
+        self._start_generation()
+
+    def _start_generation(self) -> None:
+        conv = self.conv
+        conv.begin_turn("assistant")
+        input_ids = conv.live_input_ids()
+        self._stream_count = 0
+        self._stream_started = time.monotonic()
+        self._attention_seen = False
+        self._attention_errors = 0
+        s = self.settings
+        params = dict(
+            max_length=s.max_new_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            rep_pen=s.rep_pen,
+            sampler_seed=s.sampler_seed,
+            stop_sequence=["<|im_end|>", "<|im_start|>"],
+            output_attentions=True,
+            attention_format=s.attention_format,
+            request_id=uuid.uuid4().hex,
+        )
+        worker = GenerationWorker(self.client, input_ids, params, parent=self)
+        worker.token.connect(self._on_token)
+        worker.completed.connect(self._on_stream_completed)
+        worker.failed.connect(self._on_stream_failed)
+        self._gen = worker
+        self._set_busy(True, "The model is answering — Esc stops")
+        self.conversation_changed.emit()
+        worker.start()
+
+    def _on_token(self, token_id: int, text: str, attention) -> None:
+        conv = self.conv
+        if conv is None or conv.open_turn is None:
+            return
+        if token_id in self._stop_ids:
+            return
+        if attention is not None:
+            self._attention_seen = True
+            try:
+                # The vector covers the context as it was when this token was produced,
+                # so brightness moves before the token joins the table.
+                conv.apply_attention(attention)
+            except AttentionError as exc:
+                self._attention_errors += 1
+                if self._attention_errors == 1:
+                    self.error.emit(exc, "Brightness update")
+        conv.append_token(token_id, text)
+        self._stream_count += 1
+        if self._stream_count % STREAM_SAVE_EVERY == 0:
+            self._guard(lambda: self.store.save_stream_progress(conv), "Saving the answer")
+        self.tokens_streamed.emit()
+
+    def stop(self) -> None:
+        """Abort the answer being generated; what arrived so far is kept."""
+        if self._gen is not None:
+            self._set_busy(True, "Stopping…")
+            self._gen.stop()
+
+    def _on_stream_completed(self, done) -> None:
+        reason = getattr(done, "finish_reason", "stop") or "stop"
+        if self._gen is not None and self._gen.stopping:
+            reason = "aborted"
+        rate = getattr(done, "tokens_per_s", None)
+        self._finish_turn(reason, rate)
+
+    def _on_stream_failed(self, exc) -> None:
+        names = {c.__name__ for c in type(exc).__mro__}
+        if "GenerationAborted" in names or (self._gen is not None and self._gen.stopping):
+            self._finish_turn("aborted", None)
+            return
+        self._finish_turn("error", None)
+        self.error.emit(exc, "Generating the answer")
+        if names & {"BackendUnavailable", "StreamInterrupted", "BackendTimeout"}:
+            self._set_connection("offline", "The model server stopped answering")
+            self.client = None
+            self.connect_server_later()
+
+    def connect_server_later(self, delay_ms: int = 3000) -> None:
+        """Try to reconnect after a while (the server may come back)."""
+        QTimer.singleShot(delay_ms, self._reconnect_if_offline)
+
+    def _reconnect_if_offline(self) -> None:
+        if self.connection_state == "offline" and not self._shutting_down:
+            url = self.server.url if self.server is not None else self.settings.server_url
+            self.connect_server(url)
+
+    def _finish_turn(self, reason: str, rate) -> None:
+        worker, self._gen = self._gen, None
+        if worker is not None:
+            worker.wait(5000)
+            worker.deleteLater()
+        conv = self.conv
+        elapsed = max(time.monotonic() - self._stream_started, 1e-6)
+        self.tokens_per_s = float(rate) if rate else self._stream_count / elapsed
+        self.last_finish_reason = reason
+        if conv.open_turn is None:
+            self._set_busy(False)
+            return
+        turn = conv.end_turn()
+        if self._stream_count and not self._attention_seen and self.attention_available:
+            self._set_attention(False)
+        elif self._attention_seen and not self.attention_available:
+            self._set_attention(True)
+        self._guard(lambda: self.store.save_turn(conv, turn), "Saving the answer")
+        self._guard(lambda: self.store.save_brightness(conv), "Saving brightness")
+        self._queue_indexing([c.id for c in conv.content_chunks(turn.turn_id)])
+        self._prune()
+        self._set_busy(False)
+        self.conversation_changed.emit()
+        self.stats_changed.emit()
+        self.turn_finished.emit(reason)
+
+    def _prune(self) -> list[Chunk]:
+        conv = self.conv
+        if self.attention_available:
+            pruned = conv.prune_to_fit()
+        else:
+            pruned = prune_oldest_first(conv)
+        if pruned:
+            self._guard(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")
+            self.graveyard_changed.emit()
+        return pruned
+
+    def _turn_failed_early(self, exc, context: str) -> None:
+        self._set_busy(False)
+        self.error.emit(exc, context)
+        self.turn_finished.emit("error")
+
+    def _set_busy(self, busy: bool, reason: str = "") -> None:
+        self.busy = busy
+        self.busy_reason = reason if busy else ""
+        self.busy_changed.emit(busy, self.busy_reason if busy else self.input_block_reason())
+
+    # ------------------------------------------------------------------ the user's levers
+    def resurrect_chunk(self, chunk_id: int) -> bool:
+        """Graveyard click: bring a chunk back with its anchors, pinned at 10000."""
+        return self._lever(
+            lambda conv: conv.resurrect([chunk_id], brightness=MAX_BRIGHTNESS, pin=True),
+            lambda conv, changed: self.store.save_chunks(conv, changed + [conv.chunks[chunk_id]]),
+            "Resurrecting",
+        )
+
+    def pin(self, chunk_id: int, pinned: bool = True) -> bool:
+        """Pin (brightness 10000, never pruned) or unpin a chunk."""
+        return self._lever(
+            lambda conv: [conv.pin(chunk_id, pinned)],
+            lambda conv, changed: self.store.save_chunks(conv, changed),
+            "Pinning" if pinned else "Unpinning",
+        )
+
+    def merge_with_next(self, chunk_id: int) -> bool:
+        """Merge a chunk with the next chunk of its turn (re-indexed as one)."""
+        def act(conv):
+            kept, absorbed = conv.merge_with_next(chunk_id)
+            self.store.save_merge(conv, kept, absorbed)
+            self._queue_indexing([kept.id])
+            return [kept]
+
+        return self._lever(act, None, "Merging")
+
+    def delete_chunk(self, chunk_id: int) -> bool:
+        """Prune a chunk by hand (it goes to the graveyard)."""
+        return self._lever(
+            lambda conv: conv.delete_chunk(chunk_id),
+            lambda conv, changed: self.store.save_chunks(conv, changed),
+            "Deleting",
+        )
+
+    def _lever(self, act, persist, context: str) -> bool:
+        conv = self.conv
+        if conv is None or self.store is None:
+            return False
+        if self.busy:
+            self.info.emit("Wait for the answer to finish first.")
+            return False
+        try:
+            changed = act(conv)
+            if persist is not None:
+                persist(conv, list(changed))
+            self.store.save_brightness(conv)
+        except Exception as exc:  # noqa: BLE001
+            self.error.emit(exc, context)
+            return False
+        self.conversation_changed.emit()
+        self.graveyard_changed.emit()
+        self.stats_changed.emit()
+        return True
+
+    # ------------------------------------------------------------------ settings
+    def apply_settings(self, new: Settings) -> None:
+        """Adopt changed settings: reconnect on a new URL, re-frame a new system prompt."""
+        old = self.settings
+        self.settings = new
+        for holder in (self.conv, self.index):
+            if holder is not None and hasattr(holder, "settings"):
+                holder.settings = new
+        if new.server_url != old.server_url:
+            self.connect_server(new.server_url)
+        elif new.system_prompt != old.system_prompt:
+            self._sync_system_prompt()
+        self.stats_changed.emit()
+
+    # ------------------------------------------------------------------ indexing
+    def _index_pending(self) -> None:
+        if self.index is None or self.conv is None:
+            return
+        try:
+            pending = list(self.index.pending(self.conv))
+        except Exception as exc:  # noqa: BLE001
+            self.error.emit(exc, "Checking the semantic index")
+            return
+        self._queue_indexing(pending)
+
+    def _queue_indexing(self, chunk_ids: list[int]) -> None:
+        index, conv = self.index, self.conv
+        if index is None or not chunk_ids or not getattr(index, "available", True):
+            return
+        for start in range(0, len(chunk_ids), INDEX_BATCH):
+            batch = list(chunk_ids[start : start + INDEX_BATCH])
+            self._submit_embed(lambda b=batch: index.index_chunks(conv, b), tag="index")
+
+    def _submit_embed(self, fn, *, tag: str, urgent: bool = False, with_progress: bool = False,
+                      on_ok=None, on_fail=None) -> int:
+        job = self._embed_worker.submit(fn, tag=tag, urgent=urgent, with_progress=with_progress)
+        self._embed_callbacks[job] = (on_ok, on_fail)
+        return job
+
+    def _on_embed_done(self, job: int, tag: str, result) -> None:
+        on_ok, _ = self._embed_callbacks.pop(job, (None, None))
+        if on_ok is not None:
+            on_ok(result)
+
+    def _on_embed_failed(self, job: int, tag: str, exc) -> None:
+        _, on_fail = self._embed_callbacks.pop(job, (None, None))
+        names = {c.__name__ for c in type(exc).__mro__}
+        if "EmbedderUnavailable" in names:
+            if not self._embedder_failed:
+                self._embedder_failed = True
+                self.error.emit(exc, "")
+        elif on_fail is None:
+            self.error.emit(exc, "Indexing")
+        if on_fail is not None:
+            on_fail(exc)
+
+    def _on_embed_progress(self, tag: str, done: int, total: int) -> None:
+        self.progress.emit(tag, done, max(total, 1))
+
+    def wait_for_indexing(self, timeout: float = 60.0) -> bool:
+        """Block until queued embedding jobs finish (scripts and tests)."""
+        return self._embed_worker.wait_idle(timeout)
+
+    # ------------------------------------------------------------------ plumbing
+    def _call(self, fn, *args, on_ok=None, on_fail=None) -> CallWorker:
+        worker = CallWorker(fn, *args, parent=self)
+        self._calls.add(worker)
+
+        def finished() -> None:
+            self._calls.discard(worker)
+            worker.deleteLater()
+
+        if on_ok is not None:
+            worker.succeeded.connect(on_ok)
+        if on_fail is not None:
+            worker.failed.connect(on_fail)
+        worker.finished.connect(finished)
+        worker.start()
+        return worker
+
+    def _guard(self, action: Callable[[], Any], context: str) -> bool:
+        try:
+            action()
+        except Exception as exc:  # noqa: BLE001
+            self.error.emit(exc, context)
+            return False
+        return True
+
+    def stats(self) -> dict:
+        """Figures for the stats bar."""
+        conv = self.conv
+        if conv is None:
+            return {}
+        return dict(
+            live_tokens=conv.live_token_count(),
+            max_tokens=self.settings.max_context_tokens
+            or int(getattr(self.model_info, "max_context", 0) or 0),
+            total_tokens=conv.next_position,
+            pruned_chunks=len(conv.graveyard()),
+            mean_brightness=conv.mean_brightness(),
+            tokens_per_s=self.tokens_per_s,
+            last_resurrected=self.last_resurrected,
+        )
+
+    def shutdown(self) -> None:
+        """Stop generation, finish indexing briefly, close the file, stop our server."""
+        if self._shutting_down:
+            return
+        self._shutting_down = True
+        self._connect_generation += 1
+        if self._gen is not None:
+            self._gen.stop()
+            self._gen.wait(5000)
+        if self._server_worker is not None:
+            self._server_worker.cancel()
+            self._server_worker.wait(5000)
+        self._embed_worker.wait_idle(10.0)
+        self._embed_worker.shutdown()
+        for worker in list(self._calls):
+            worker.wait(3000)
+        if self.store is not None:
+            try:
+                if self.conv is not None and self.conv.open_turn is None:
+                    self.store.save_brightness(self.conv)
+                self.store.close()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("closing the conversation file failed: %s", exc)
+            self.store = None
+        if self.server is not None:
+            try:
+                self.server.stop()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("stopping the built-in server failed: %s", exc)
+            self.server = None
+
+
+def _is_default_url(url: str) -> bool:
+    return url.rstrip("/") == DEFAULT_SERVER_URL.rstrip("/")
+
+
+# ---------------------------------------------------------------------- command line
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="halo-weave",
+        description=(
+            "Halo Weave: an endless conversation with your own LLM inside a fixed context "
+            "window. The model's attention decides what stays; pruned chunks wait in the "
+            "graveyard and come back when a later message needs them."
+        ),
+        epilog=(
+            "Without a server at the configured URL the built-in model server starts "
+            "automatically on a free loopback port and stops when the window closes. "
+            "Conversations are SQLite files in the data directory ($HALO_WEAVE_HOME)."
+        ),
+    )
+    parser.add_argument(
+        "--server-url", metavar="URL",
+        help="attention-capable KoboldCPP-compatible server (default: the saved setting, "
+             f"initially {DEFAULT_SERVER_URL}); kept in the settings",
+    )
+    parser.add_argument(
+        "--data-dir", metavar="DIR", type=Path,
+        help="where conversations and settings live (default: $HALO_WEAVE_HOME or the "
+             "platform's user data directory)",
+    )
+    parser.add_argument(
+        "--conversation", metavar="FILE", type=Path,
+        help="open this conversation file instead of the last one",
+    )
+    parser.add_argument(
+        "--no-autostart", action="store_true",
+        help="never start the built-in model server; wait for the configured one",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``halo-weave`` console script."""
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if args.data_dir:
+        os.environ["HALO_WEAVE_HOME"] = str(args.data_dir.expanduser())
+
+    from PySide6.QtWidgets import QApplication
+
+    from .ui.main_window import MainWindow, app_qsettings
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Halo Weave")
+    app.setOrganizationName("halo-weave")
+    try:
+        from .ui.theme import apply_dark_theme
+
+        apply_dark_theme(app)
+    except ImportError:
+        pass
+    data_dir = settings_mod.data_dir()
+    qsettings = app_qsettings(data_dir)
+    settings = _load_settings(qsettings)
+    if args.server_url:
+        settings = settings.replace(server_url=args.server_url)
+        _save_settings(settings, qsettings)
+    controller = TurnController(settings, data_dir, autostart=settings.autostart_server and not args.no_autostart)
+    window = MainWindow(controller, qsettings)
+    window.show()
+    app.processEvents()
+    controller.start(args.conversation)
+    code = app.exec()
+    controller.shutdown()
+    return code
+
+
+def _load_settings(qsettings) -> Settings:
+    try:
+        from .ui.settings_io import load_settings
+    except ImportError:
+        return Settings()
+    return load_settings(qsettings)
+
+
+def _save_settings(settings: Settings, qsettings) -> None:
+    try:
+        from .ui.settings_io import save_settings
+    except ImportError:
+        return
+    save_settings(settings, qsettings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

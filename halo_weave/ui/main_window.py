@@ -1,0 +1,342 @@
+"""The main window: heatmap, input, stats bar, graveyard, menus.
+
+Widgets only display and forward intent; every action goes through the
+:class:`~halo_weave.app.TurnController`.  Streamed tokens repaint at most once per frame.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QFileDialog, QHBoxLayout, QLabel, QMainWindow, QPlainTextEdit, QProgressBar, QPushButton,
+    QSplitter, QVBoxLayout, QWidget,
+)
+
+from .messages import MessageCenter
+
+#: Repaint throttle while streaming (one frame at 60 Hz).
+FRAME_MS = 16
+
+#: Characters of a chunk shown in the graveyard.
+PREVIEW_CHARS = 160
+
+
+def app_qsettings(data_dir: Path) -> QSettings:
+    """The settings file of a data directory (so HALO_WEAVE_HOME isolates everything)."""
+    return QSettings(str(Path(data_dir) / "settings.ini"), QSettings.Format.IniFormat)
+
+
+class MessageInput(QPlainTextEdit):
+    """The message box: Enter sends, Shift+Enter starts a new line, Esc stops."""
+
+    submitted = Signal()
+    stop_requested = Signal()
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt API
+        key = event.key()
+        if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
+            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
+                self.insertPlainText("\n")
+            else:
+                self.submitted.emit()
+            return
+        if key == Qt.Key.Key_Escape:
+            self.stop_requested.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class MainWindow(QMainWindow):
+    """The Halo Weave window around one :class:`TurnController`."""
+
+    def __init__(self, controller, qsettings: QSettings | None = None, parent=None) -> None:
+        super().__init__(parent)
+        from .graveyard import GraveyardPanel
+        from .heatmap import HeatmapView
+        from .stats_bar import StatsBar
+
+        self.controller = controller
+        self.qsettings = qsettings
+        self.setWindowTitle("Halo Weave")
+        self.resize(1180, 780)
+        self.messages = MessageCenter(self)
+
+        self.heatmap = HeatmapView()
+        self.graveyard = GraveyardPanel()
+        self.stats_bar = StatsBar()
+        self.input = MessageInput()
+        self.input.setPlaceholderText("Message — Enter sends, Shift+Enter new line, Esc stops")
+        self.input.setFixedHeight(84)
+        self.send_button = QPushButton("Send")
+        self.send_button.setToolTip("Send (Enter)")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setToolTip("Stop generating (Esc); the partial answer is kept")
+        self.stop_button.setEnabled(False)
+        self.reason = QLabel("")
+        self.reason.setObjectName("inputReason")
+        self.reason.setWordWrap(True)
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setMaximumWidth(220)
+        self.progress_bar.setTextVisible(True)
+        self.progress_bar.hide()
+        self.statusBar().addPermanentWidget(self.progress_bar)
+
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.send_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addStretch(1)
+        row = QHBoxLayout()
+        row.addWidget(self.input, 1)
+        row.addLayout(buttons)
+        left = QWidget()
+        column = QVBoxLayout(left)
+        column.setContentsMargins(6, 6, 6, 6)
+        column.addWidget(self.stats_bar)
+        column.addWidget(self.heatmap, 1)
+        column.addWidget(self.reason)
+        column.addLayout(row)
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(self.graveyard)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setSizes([860, 320])
+        self.setCentralWidget(self.splitter)
+
+        self._build_menus()
+        self._repaint_timer = QTimer(self)
+        self._repaint_timer.setSingleShot(True)
+        self._repaint_timer.setInterval(FRAME_MS)
+        self._repaint_timer.timeout.connect(self._flush_stream)
+        self._closed = False
+        self._wire()
+        self._restore_geometry()
+        self._on_busy(False, controller.input_block_reason())
+
+    # ------------------------------------------------------------------ building
+    def _action(self, menu, text: str, slot, shortcut=None, tip: str = "") -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+            action.setShortcutVisibleInContextMenu(True)
+        if tip:
+            action.setStatusTip(tip)
+        action.triggered.connect(slot)
+        menu.addAction(action)
+        return action
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.new_action = self._action(file_menu, "&New conversation", self.new_conversation,
+                                       QKeySequence.StandardKey.New, "Start a new, empty conversation")
+        self.open_action = self._action(file_menu, "&Open conversation…", self.open_conversation,
+                                        QKeySequence.StandardKey.Open, "Open a conversation from the data folder")
+        file_menu.addSeparator()
+        self.export_action = self._action(file_menu, "&Export JSON…", self.export_json, "Ctrl+E",
+                                          "Save the whole conversation as a JSON file")
+        self.import_action = self._action(file_menu, "&Import JSON…", self.import_json, "Ctrl+I",
+                                          "Open a JSON export as a new conversation")
+        file_menu.addSeparator()
+        self.settings_action = self._action(file_menu, "&Settings…", self.open_settings, "Ctrl+,",
+                                            "Generation, pruning, memory and server settings")
+        file_menu.addSeparator()
+        self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
+
+        chat = self.menuBar().addMenu("&Chat")
+        self.send_action = self._action(chat, "&Send message", self.send, "Return",
+                                        "Send the message (Shift+Enter for a new line)")
+        # Enter belongs to the message box; the menu only shows the key.
+        self.send_action.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
+        self.stop_action = self._action(chat, "S&top generating", self.controller.stop, "Esc",
+                                        "Stop the answer; what arrived so far is kept")
+        self.graveyard_action = self._action(chat, "Show &graveyard", self._toggle_graveyard, "Ctrl+G")
+        self.graveyard_action.setCheckable(True)
+        self.graveyard_action.setChecked(True)
+
+    def _wire(self) -> None:
+        c = self.controller
+        c.conversation_changed.connect(self._on_conversation_changed)
+        c.tokens_streamed.connect(self._on_tokens_streamed)
+        c.brightness_changed.connect(self._schedule_repaint)
+        c.graveyard_changed.connect(self.refresh_graveyard)
+        c.stats_changed.connect(self.refresh_stats)
+        c.busy_changed.connect(self._on_busy)
+        c.connection_changed.connect(self._on_connection)
+        c.attention_changed.connect(self.stats_bar.set_attention_available)
+        c.progress.connect(self._on_progress)
+        c.error.connect(lambda exc, context: self.messages.error(exc, context))
+        c.info.connect(self.messages.info)
+        c.turn_finished.connect(self._on_turn_finished)
+        c.conversation_opened.connect(self._on_opened)
+        self.input.submitted.connect(self.send)
+        self.input.stop_requested.connect(c.stop)
+        self.send_button.clicked.connect(self.send)
+        self.stop_button.clicked.connect(c.stop)
+        self.heatmap.pin_requested.connect(c.pin)
+        self.heatmap.merge_requested.connect(c.merge_with_next)
+        self.heatmap.delete_requested.connect(c.delete_chunk)
+        self.graveyard.resurrect_requested.connect(c.resurrect_chunk)
+        self.stats_bar.graveyard_toggled.connect(self._set_graveyard_visible)
+
+    # ------------------------------------------------------------------ conversation view
+    def _on_opened(self, path: str) -> None:
+        self.setWindowTitle(f"Halo Weave — {Path(path).stem}")
+
+    def _on_conversation_changed(self) -> None:
+        conv = self.controller.conv
+        if conv is None:
+            return
+        self._repaint_timer.stop()
+        if getattr(self.heatmap, "conversation", None) is not conv and getattr(self.heatmap, "conv", None) is not conv:
+            self.heatmap.set_conversation(conv)
+        else:
+            self.heatmap.rebuild()
+        self.refresh_stats()
+
+    def _on_tokens_streamed(self) -> None:
+        self._schedule_repaint()
+
+    def _schedule_repaint(self) -> None:
+        if not self._repaint_timer.isActive():
+            self._repaint_timer.start()
+
+    def _flush_stream(self) -> None:
+        self.heatmap.append_streamed()
+        self.heatmap.refresh_brightness()
+        self.refresh_stats()
+
+    def refresh_graveyard(self) -> None:
+        conv = self.controller.conv
+        if conv is None:
+            return
+        self.graveyard.set_rows(conv.graveyard(), self._preview)
+
+    def _preview(self, chunk) -> str:
+        conv = self.controller.conv
+        chunk_id = chunk if isinstance(chunk, int) else chunk.id
+        try:
+            text = conv.chunk_text(chunk_id)
+        except Exception:  # noqa: BLE001 - a preview is never worth an error dialog
+            return "(text unavailable)"
+        text = " ".join(text.split())
+        return text[:PREVIEW_CHARS] + ("…" if len(text) > PREVIEW_CHARS else "")
+
+    def refresh_stats(self) -> None:
+        stats = self.controller.stats()
+        if stats:
+            self.stats_bar.update_stats(**stats)
+
+    # ------------------------------------------------------------------ input
+    def send(self) -> None:
+        text = self.input.toPlainText()
+        if not text.strip():
+            return
+        if self.controller.send(text):
+            self.input.clear()
+
+    def _on_busy(self, busy: bool, reason: str) -> None:
+        ready = not busy and not reason
+        self.input.setReadOnly(not ready)
+        self.send_button.setEnabled(ready)
+        self.stop_button.setEnabled(self.controller.generating)
+        self.stop_action.setEnabled(self.controller.generating)
+        for action in (self.new_action, self.open_action, self.import_action):
+            action.setEnabled(not busy)
+        self.reason.setText(reason)
+        self.reason.setVisible(bool(reason))
+        self.input.setPlaceholderText(
+            reason or "Message — Enter sends, Shift+Enter new line, Esc stops"
+        )
+        if ready and not self._closed:
+            self.input.setFocus()
+
+    def _on_turn_finished(self, reason: str) -> None:
+        self._flush_stream()
+        if reason == "aborted":
+            self.messages.info("Stopped — the partial answer was kept.")
+        elif reason == "length":
+            self.messages.info("The answer reached the maximum new tokens (see Settings).")
+
+    def _on_connection(self, state: str, detail: str) -> None:
+        self.stats_bar.set_connection(state, detail)
+        if state == "loading":
+            self.statusBar().showMessage(detail)
+        elif state == "connected":
+            self.statusBar().showMessage(f"Connected: {detail}", 5000)
+
+    def _on_progress(self, what: str, done: int, total: int) -> None:
+        if total <= 0:
+            self.progress_bar.setRange(0, 0)
+            self.progress_bar.setFormat(what)
+            self.progress_bar.show()
+        elif done >= total:
+            self.progress_bar.hide()
+        else:
+            self.progress_bar.setRange(0, total)
+            self.progress_bar.setValue(done)
+            self.progress_bar.setFormat(f"{what} %v/%m")
+            self.progress_bar.show()
+
+    # ------------------------------------------------------------------ graveyard
+    def _toggle_graveyard(self) -> None:
+        self._set_graveyard_visible(not self.graveyard.isVisible())
+
+    def _set_graveyard_visible(self, visible: bool) -> None:
+        self.graveyard.setVisible(visible)
+        self.graveyard_action.setChecked(visible)
+
+    # ------------------------------------------------------------------ file menu
+    def new_conversation(self) -> None:
+        self.controller.new_conversation()
+
+    def open_conversation(self) -> None:
+        from .conversation_picker import ConversationPicker
+
+        picker = ConversationPicker(self.controller.data_dir, self.controller.path, self)
+        if picker.exec() and picker.selected_path() is not None:
+            self.controller.open_conversation(picker.selected_path())
+
+    def export_json(self) -> None:
+        start = str(Path.home() / f"{self.controller.path.stem if self.controller.path else 'conversation'}.json")
+        path, _ = QFileDialog.getSaveFileName(self, "Export conversation", start, "JSON (*.json)")
+        if path:
+            self.controller.export_json(Path(path))
+
+    def import_json(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Import conversation", str(Path.home()), "JSON (*.json)")
+        if path:
+            self.controller.import_json(Path(path))
+
+    def open_settings(self) -> None:
+        from .settings_dialog import SettingsDialog
+
+        dialog = SettingsDialog(self.controller.settings, self)
+        if dialog.exec():
+            self.apply_settings(dialog.result_settings())
+
+    def apply_settings(self, new) -> None:
+        """Adopt settings from the dialog: persist them, then let the controller react."""
+        from .settings_io import save_settings
+
+        save_settings(new, self.qsettings)
+        self.controller.apply_settings(new)
+        self.refresh_stats()
+
+    # ------------------------------------------------------------------ lifetime
+    def _restore_geometry(self) -> None:
+        if self.qsettings is None:
+            return
+        geometry = self.qsettings.value("window/geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt API
+        if self.qsettings is not None:
+            self.qsettings.setValue("window/geometry", self.saveGeometry())
+            self.qsettings.sync()
+        self._closed = True
+        self.controller.shutdown()
+        super().closeEvent(event)

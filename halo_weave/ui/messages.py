@@ -1,0 +1,142 @@
+"""The one place where errors become messages a user can read.
+
+Every error the app meets (server down, stream cut, embedder missing, database refused,
+a bad import file) passes through :func:`describe`, which turns it into a
+:class:`UserMessage`: plain words, and whether it is serious enough for a dialog.
+:class:`MessageCenter` shows it: always in the status bar, and in a non-modal dialog for
+serious ones, so the app keeps running and tests never block on a modal box.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from PySide6.QtCore import QObject, Signal
+from PySide6.QtWidgets import QMainWindow, QMessageBox
+
+log = logging.getLogger("halo_weave.ui")
+
+#: How long a status-bar message stays, in milliseconds (0 = until replaced).
+INFO_TIMEOUT_MS = 8000
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    """What the user reads: a title, the words, and whether it deserves a dialog."""
+
+    title: str
+    text: str
+    serious: bool = False
+
+
+def _names(exc: BaseException) -> set[str]:
+    # Matched by class name so this module needs none of the backends imported.
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def describe(exc: BaseException, context: str = "") -> UserMessage:
+    """Turn an exception into words a user understands."""
+    names = _names(exc)
+    detail = str(exc).strip()
+    prefix = f"{context}: " if context else ""
+    if "GenerationAborted" in names:
+        return UserMessage("Stopped", f"{prefix}Generation stopped; the partial answer was kept.")
+    if "StreamInterrupted" in names:
+        return UserMessage(
+            "Answer cut off",
+            f"{prefix}The connection to the model server broke in the middle of the answer. "
+            "What arrived so far was kept. Check that the server is still running, then send again.",
+            serious=True,
+        )
+    if "BackendTimeout" in names:
+        return UserMessage(
+            "Model server not answering",
+            f"{prefix}The model server took too long to answer. It may be overloaded or stuck.",
+            serious=True,
+        )
+    if "BackendUnavailable" in names or "ConnectError" in names or "ConnectionError" in names:
+        return UserMessage(
+            "Model server unreachable",
+            f"{prefix}Cannot reach the model server. Start it, or set its address in "
+            "File → Settings. Your conversation is safe.",
+            serious=True,
+        )
+    if "BackendHTTPError" in names or "ProtocolError" in names:
+        return UserMessage(
+            "Model server error",
+            f"{prefix}The model server answered with an error: {detail}",
+            serious=True,
+        )
+    if "EmbedderUnavailable" in names:
+        return UserMessage(
+            "Semantic memory unavailable",
+            f"{prefix}The embedding model could not be loaded, so pruned chunks will not come "
+            f"back on their own (the graveyard still works). {detail}",
+            serious=True,
+        )
+    if "StoreRefused" in names or "StoreError" in names:
+        return UserMessage("Conversation file problem", f"{prefix}{detail}", serious=True)
+    if "TransferError" in names:
+        return UserMessage("Import/export failed", f"{prefix}{detail}", serious=True)
+    if "ServerStartError" in names or "LauncherError" in names:
+        return UserMessage(
+            "Built-in model server did not start",
+            f"{prefix}{detail}. You can point the app at another server in File → Settings.",
+            serious=True,
+        )
+    if "ConversationError" in names:
+        return UserMessage("Not possible", f"{prefix}{detail}")
+    if "AttentionError" in names:
+        return UserMessage("Attention skipped", f"{prefix}An attention payload was unusable: {detail}")
+    log.exception("unexpected error", exc_info=exc)
+    return UserMessage(
+        "Unexpected error", f"{prefix}{type(exc).__name__}: {detail}", serious=True
+    )
+
+
+class MessageCenter(QObject):
+    """Shows messages in a window's status bar, and serious ones in a dialog."""
+
+    shown = Signal(object)  # UserMessage, for tests and logging
+
+    def __init__(self, window: QMainWindow) -> None:
+        super().__init__(window)
+        self._window = window
+        self._dialog: QMessageBox | None = None
+        self.history: list[UserMessage] = []
+
+    def info(self, text: str, timeout_ms: int = INFO_TIMEOUT_MS) -> None:
+        """A passing note in the status bar."""
+        self._window.statusBar().showMessage(text, timeout_ms)
+        self._record(UserMessage("", text))
+
+    def error(self, exc: BaseException, context: str = "") -> UserMessage:
+        """Show an exception in words; serious ones also open a (non-modal) dialog."""
+        return self.show(describe(exc, context))
+
+    def show(self, message: UserMessage) -> UserMessage:
+        self._window.statusBar().showMessage(message.text, 0 if message.serious else INFO_TIMEOUT_MS)
+        if message.serious:
+            self._open_dialog(message)
+        self._record(message)
+        return message
+
+    def _record(self, message: UserMessage) -> None:
+        self.history.append(message)
+        del self.history[:-50]
+        self.shown.emit(message)
+
+    def _open_dialog(self, message: UserMessage) -> None:
+        if self._dialog is not None:
+            self._dialog.close()
+        box = QMessageBox(QMessageBox.Icon.Warning, message.title, message.text,
+                          QMessageBox.StandardButton.Ok, self._window)
+        box.setModal(False)
+        box.show()
+        self._dialog = box
+
+    @property
+    def dialog(self) -> QMessageBox | None:
+        """The error dialog currently open, if any."""
+        return self._dialog if self._dialog is not None and self._dialog.isVisible() else None

@@ -1,0 +1,229 @@
+"""The threads: everything that would block the UI thread for more than a frame.
+
+* :class:`GenerationWorker` reads one SSE stream with the synchronous client.  The client
+  decodes and aggregates attention on this thread; the worker emits one small event per
+  token (id, text, float32 vector) that the controller applies on the UI thread.
+* :class:`EmbedderWorker` is a long-lived thread that owns the sentence-transformers
+  model (loaded lazily, on this thread) and runs queued jobs (indexing, search, a
+  re-index) one after the other.
+* :class:`CallWorker` runs one blocking call (connect, tokenize, import) and reports.
+* :class:`ServerStartWorker` starts the bundled model server and waits while it loads.
+
+QtCore only, so the controller and its tests need no widgets.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any, Callable
+
+from PySide6.QtCore import QThread, Signal
+
+
+class CallWorker(QThread):
+    """Run ``fn(*args)`` once on a thread; report ``succeeded(result)`` or ``failed(exc)``."""
+
+    succeeded = Signal(object)
+    failed = Signal(object)
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, parent=None) -> None:
+        super().__init__(parent)
+        self._fn, self._args = fn, args
+
+    def run(self) -> None:
+        try:
+            result = self._fn(*self._args)
+        except BaseException as exc:  # noqa: BLE001 - every failure becomes a message
+            self.failed.emit(exc)
+        else:
+            self.succeeded.emit(result)
+
+
+class GenerationWorker(QThread):
+    """Stream one answer; per token emit ``token(token_id, text, attention|None)``.
+
+    Ends with exactly one of ``completed(done_event)`` or ``failed(exc)``.  :meth:`stop`
+    asks the server to abort; the stream then ends (normally or with GenerationAborted)
+    and the partial answer stays with the controller.
+    """
+
+    token = Signal(int, str, object)
+    completed = Signal(object)
+    failed = Signal(object)
+
+    def __init__(self, client, input_ids, params: dict, parent=None) -> None:
+        super().__init__(parent)
+        self._client = client
+        self._input_ids = [int(i) for i in input_ids]
+        self._params = dict(params)
+        self._stream = None
+        self._stopping = threading.Event()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def run(self) -> None:
+        try:
+            stream = self._client.stream(input_ids=self._input_ids, **self._params)
+            self._stream = stream
+            for event in stream:
+                self.token.emit(int(event.token_id), event.text, event.attention)
+            self.completed.emit(getattr(stream, "done", None))
+        except BaseException as exc:  # noqa: BLE001
+            self.failed.emit(exc)
+
+    def stop(self) -> None:
+        """Abort the generation (returns at once; the abort request runs on a thread)."""
+        if self._stopping.is_set():
+            return
+        self._stopping.set()
+        threading.Thread(target=self._abort, daemon=True, name="halo-weave-abort").start()
+
+    def _abort(self) -> None:
+        target = self._stream if hasattr(self._stream, "abort") else self._client
+        try:
+            target.abort()
+        except Exception:  # noqa: BLE001 - the stream's own error reports the outcome
+            pass
+
+
+class EmbedderWorker(QThread):
+    """A queue of embedding jobs run in order on one long-lived thread.
+
+    ``submit(fn, *args, tag=..., urgent=False)`` returns a job number; ``job_done(job,
+    tag, result)`` or ``job_failed(job, tag, exc)`` follows.  Urgent jobs (the search
+    for a user message) jump ahead of queued indexing batches.  ``idle`` fires whenever the queue empties, and
+    :attr:`pending` counts jobs not finished yet.  ``progress(tag, done, total)`` may be
+    emitted by a job through the ``progress`` callable it receives as keyword argument
+    when submitted with ``with_progress=True``.
+    """
+
+    job_done = Signal(int, str, object)
+    job_failed = Signal(int, str, object)
+    progress = Signal(str, int, int)
+    idle = Signal()
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._queue: queue.PriorityQueue = queue.PriorityQueue()
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._next_job = 0
+        self._idle_event = threading.Event()
+        self._idle_event.set()
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return self._pending
+
+    def submit(
+        self, fn: Callable[..., Any], *args: Any, tag: str = "", with_progress: bool = False,
+        urgent: bool = False,
+    ) -> int:
+        with self._lock:
+            job = self._next_job
+            self._next_job += 1
+            self._pending += 1
+            self._idle_event.clear()
+        self._queue.put((0 if urgent else 1, job, (tag, fn, args, with_progress)))
+        if not self.isRunning():
+            self.start()
+        return job
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds for the queue to drain (for scripts and tests)."""
+        return self._idle_event.wait(timeout)
+
+    def shutdown(self, timeout_ms: int = 10000) -> None:
+        """Finish the running job, drop the rest, end the thread."""
+        while True:
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._queue.put((-1, -1, None))
+        if self.isRunning():
+            self.wait(timeout_ms)
+
+    def run(self) -> None:
+        while True:
+            _, job, item = self._queue.get()
+            if item is None:
+                return
+            tag, fn, args, with_progress = item
+            try:
+                if with_progress:
+                    result = fn(*args, progress=lambda done, total: self.progress.emit(tag, done, total))
+                else:
+                    result = fn(*args)
+            except BaseException as exc:  # noqa: BLE001
+                self.job_failed.emit(job, tag, exc)
+            else:
+                self.job_done.emit(job, tag, result)
+            with self._lock:
+                self._pending -= 1
+                empty = self._pending == 0
+                if empty:
+                    self._idle_event.set()
+            if empty:
+                self.idle.emit()
+
+
+class ServerStartWorker(QThread):
+    """Start the bundled model server and wait until it answers.
+
+    Emits ``progress(seconds_elapsed)`` about once a second while the model loads, then
+    ``ready(server_process)`` or ``failed(exc)``.
+    """
+
+    progress = Signal(float)
+    ready = Signal(object)
+    failed = Signal(object)
+
+    def __init__(self, timeout_s: float = 300.0, extra_args=(), parent=None) -> None:
+        super().__init__(parent)
+        self._timeout = timeout_s
+        self._extra_args = tuple(extra_args)
+        self.server = None
+        self._cancel = threading.Event()
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def run(self) -> None:
+        from ..server.launcher import start_server
+
+        started = time.monotonic()
+        try:
+            self.server = start_server(port=0, extra_args=self._extra_args)
+            ready = threading.Event()
+            errors: list[BaseException] = []
+
+            def wait() -> None:
+                try:
+                    self.server.wait_ready(self._timeout)
+                except BaseException as exc:  # noqa: BLE001
+                    errors.append(exc)
+                ready.set()
+
+            threading.Thread(target=wait, daemon=True, name="halo-weave-server-wait").start()
+            while not ready.wait(1.0):
+                if self._cancel.is_set():
+                    raise RuntimeError("start cancelled")
+                self.progress.emit(time.monotonic() - started)
+            if errors:
+                raise errors[0]
+        except BaseException as exc:  # noqa: BLE001
+            if self.server is not None:
+                try:
+                    self.server.stop()
+                except Exception:  # noqa: BLE001
+                    pass
+                self.server = None
+            self.failed.emit(exc)
+        else:
+            self.ready.emit(self.server)
