@@ -113,6 +113,7 @@ class TurnController(QObject):
         self._embed_worker.progress.connect(self._on_embed_progress)
         self._embed_worker.idle.connect(self._on_embed_idle)
         self._embed_callbacks: dict[int, tuple[Callable, Callable | None]] = {}
+        self._in_flight: set[int] = set()  # chunk ids being embedded
         self._calls: set[CallWorker] = set()
         self._gen: GenerationWorker | None = None
         self._server_worker: ServerStartWorker | None = None
@@ -186,8 +187,7 @@ class TurnController(QObject):
 
     def _close_store(self) -> None:
         if self.store is not None:
-            # Jobs queued for the old conversation must not touch the next one.
-            self._embed_worker.wait_idle(30.0)
+            # Jobs still queued for it check `index is self.index` and drop their result.
             try:
                 self.store.close()
             except Exception as exc:  # noqa: BLE001
@@ -210,7 +210,7 @@ class TurnController(QObject):
             if self._embedder_factory is not None:
                 self._embedder = self._embedder_factory()
             else:
-                from .semantic_index import Embedder
+                from .embedder import Embedder
 
                 self._embedder = Embedder()
         return self._embedder
@@ -253,18 +253,19 @@ class TurnController(QObject):
         self._call(transfer.import_conversation, Path(path), self.data_dir, on_ok=done, on_fail=failed)
 
     def reindex_all(self) -> None:
-        """Re-embed every chunk (after an import or a model change), with progress."""
-        if self.index is None or self.conv is None:
-            return
+        """Embed every chunk without a current entry (after an import), with progress."""
         index, conv = self.index, self.conv
-        self.progress.emit("Re-indexing", 0, 0)
-
-        def job(progress):
-            return index.reindex_all(conv, progress=progress)
-
-        self._submit_embed(job, tag="Re-indexing", with_progress=True,
-                           on_ok=lambda _: self.progress.emit("Re-indexing", 1, 1),
-                           on_fail=lambda exc: self.progress.emit("Re-indexing", 1, 1))
+        if index is None or conv is None or not index.available:
+            return
+        try:
+            index.remove(index.orphans(conv))
+            pending = index.pending(conv)
+        except Exception as exc:  # noqa: BLE001
+            self.error.emit(exc, "Re-indexing")
+            return
+        if pending:
+            self.progress.emit("Re-indexing", 0, len(pending))
+            self._queue_indexing(pending, label="Re-indexing")
 
     # ------------------------------------------------------------------ connection
     def connect_server(self, url: str | None = None) -> None:
@@ -437,33 +438,48 @@ class TurnController(QObject):
             action()
 
     def _resurrect_then_add(self, text: str, ids: list[int], texts: list[str]) -> None:
-        index, conv, store = self.index, self.conv, self.store
-        if index is None or not getattr(index, "available", True) or not conv.graveyard():
+        index = self.index
+        if index is None or not index.available or index.entry_count == 0 or not self.conv.graveyard():
             self.last_resurrected = 0
             self._add_user_turn(ids, texts)
             return
         self._set_busy(True, "Searching memory…")
-        max_context = int(getattr(self.model_info, "max_context", 0) or 0)
+        # The query embedding is the slow part: it runs on the embedder thread, ahead of
+        # queued indexing; planning and resurrecting touch the conversation, so they run here.
+        self._submit_embed(
+            lambda: index.search(text), tag="search", urgent=True,
+            on_ok=lambda matches: self._resurrect(index, matches, ids, texts),
+            on_fail=lambda exc: self._resurrect(index, [], ids, texts, exc),
+        )
 
-        def job():
-            return index.resurrect_for(
-                conv, text, len(ids), max_context, self.settings.max_new_tokens, store=store
-            )
+    def _resurrect(self, index, matches, ids, texts, exc: BaseException | None = None) -> None:
+        from .resurrection import apply_plan
 
-        def ok(result) -> None:
-            revived = getattr(result, "resurrected", None) or getattr(result, "chunks", None) or []
-            self.last_resurrected = len(revived)
-            if revived:
-                self.conversation_changed.emit()
-                self.graveyard_changed.emit()
-            self._add_user_turn(ids, texts)
-
-        def fail(exc) -> None:
+        conv = self.conv
+        self.last_resurrected = 0
+        if exc is not None:
             self.error.emit(exc, "Searching memory")
-            self.last_resurrected = 0
-            self._add_user_turn(ids, texts)
+        elif index is self.index and matches:
+            try:
+                plan = index.plan(conv, matches, self.resurrection_budget(len(ids)))
+                result = apply_plan(conv, plan, index.conn, self.settings.resurrection_brightness, self.store)
+            except Exception as err:  # noqa: BLE001
+                self.error.emit(err, "Resurrecting from memory")
+            else:
+                revived = [c for c in result.revived if not c.framing]
+                self.last_resurrected = len(revived)
+                if revived:
+                    self.conversation_changed.emit()
+                    self.graveyard_changed.emit()
+        self._add_user_turn(ids, texts)
 
-        self._submit_embed(job, tag="search", urgent=True, on_ok=ok, on_fail=fail)
+    def resurrection_budget(self, user_tokens: int) -> int:
+        """Seed 001's universal equation: room left after the message and the answer."""
+        max_context = int(getattr(self.model_info, "max_context", 0) or 0)
+        budget = max_context - self.conv.live_token_count() - user_tokens - self.settings.max_new_tokens
+        if self.settings.resurrection_budget_cap > 0:
+            budget = min(budget, self.settings.resurrection_budget_cap)
+        return max(budget, 0)
 
     def _add_user_turn(self, ids: list[int], texts: list[str]) -> None:
         conv = self.conv
@@ -583,7 +599,7 @@ class TurnController(QObject):
             self._set_attention(True)
         self._guard(lambda: self.store.save_turn(conv, turn), "Saving the answer")
         self._guard(lambda: self.store.save_brightness(conv), "Saving brightness")
-        self._queue_indexing([c.id for c in conv.content_chunks(turn.turn_id)])
+        self._index_pending()  # the answer, and the question whose context now has it
         self._prune()
         self._set_busy(False)
         self.conversation_changed.emit()
@@ -633,7 +649,7 @@ class TurnController(QObject):
         def act(conv):
             kept, absorbed = conv.merge_with_next(chunk_id)
             self.store.save_merge(conv, kept, absorbed)
-            self._queue_indexing([kept.id])
+            self._index_pending()  # re-embeds the merged chunk, drops the absorbed entry
             return [kept]
 
         return self._lever(act, None, "Merging")
@@ -682,22 +698,52 @@ class TurnController(QObject):
 
     # ------------------------------------------------------------------ indexing
     def _index_pending(self) -> None:
-        if self.index is None or self.conv is None:
+        """Queue every chunk whose index entry is missing or out of date."""
+        index, conv = self.index, self.conv
+        if index is None or conv is None:
             return
         try:
-            pending = list(self.index.pending(self.conv))
+            index.remove(index.orphans(conv))
+            pending = [c for c in index.pending(conv) if c not in self._in_flight]
         except Exception as exc:  # noqa: BLE001
             self.error.emit(exc, "Checking the semantic index")
             return
         self._queue_indexing(pending)
 
-    def _queue_indexing(self, chunk_ids: list[int]) -> None:
+    def _queue_indexing(self, chunk_ids: list[int], label: str = "") -> None:
+        """Embed chunks in batches: drafts read here, vectors made on the embedder thread,
+        stored here (the conversation and the database stay on this thread)."""
         index, conv = self.index, self.conv
-        if index is None or not chunk_ids or not getattr(index, "available", True):
+        if index is None or not chunk_ids or not index.available:
             return
-        for start in range(0, len(chunk_ids), INDEX_BATCH):
-            batch = list(chunk_ids[start : start + INDEX_BATCH])
-            self._submit_embed(lambda b=batch: index.index_chunks(conv, b), tag="index")
+        total = len(chunk_ids)
+        done = [0]
+        for start in range(0, total, INDEX_BATCH):
+            try:
+                drafts = index.prepare(conv, chunk_ids[start : start + INDEX_BATCH])
+            except Exception as exc:  # noqa: BLE001
+                self.error.emit(exc, "Preparing chunks for the semantic index")
+                return
+            self._in_flight.update(d.chunk_id for d in drafts)
+
+            def embed(drafts=drafts):
+                index.embedder.load()
+                return index.embed(drafts)
+
+            def stored(drafts, n=len(drafts)) -> None:
+                self._in_flight.difference_update(d.chunk_id for d in drafts)
+                if index is self.index:
+                    self._guard(lambda: index.store(drafts), "Saving the semantic index")
+                done[0] += n
+                if label:
+                    self.progress.emit(label, done[0], total)
+
+            def failed(exc, drafts=drafts) -> None:
+                self._in_flight.difference_update(d.chunk_id for d in drafts)
+                if label:
+                    self.progress.emit(label, total, total)
+
+            self._submit_embed(embed, tag="index", on_ok=stored, on_fail=failed)
 
     def _submit_embed(self, fn, *, tag: str, urgent: bool = False, with_progress: bool = False,
                       on_ok=None, on_fail=None) -> int:
@@ -782,7 +828,7 @@ class TurnController(QObject):
         if self._server_worker is not None:
             self._server_worker.cancel()
             self._server_worker.wait(5000)
-        self._embed_worker.wait_idle(10.0)
+        self._embed_worker.wait_idle(5.0)
         self._embed_worker.shutdown()
         for worker in list(self._calls):
             worker.wait(3000)
