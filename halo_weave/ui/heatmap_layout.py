@@ -1,0 +1,218 @@
+"""The heatmap's document plan: its plain text and where every live token sits in it.
+
+Qt-free.  :func:`build_plan` lays out the system prompt and the live context grouped by
+turns (role label, user-turn timestamp, "pruned here" markers) and records, for every
+displayed token, its table row and its ``[start, end)`` character range in the
+document (UTF-16 code units, which is how Qt counts).  :meth:`DocumentPlan.extend`
+appends the tokens streamed since the last call.  Framing tokens (chat-template
+markers) are never shown.
+
+The text is split into *regions* that each start a block: ``system`` (the prompt),
+``header`` (a turn's label), ``body`` (its tokens) and ``gap`` (chunks pruned here).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..conversation import Conversation
+
+SYSTEM_LABEL = "System prompt"
+ROLE_LABELS = {"user": "User", "assistant": "Assistant", "system": "System"}
+
+
+def utf16_len(text: str) -> int:
+    """Length of ``text`` in UTF-16 code units (QTextDocument positions)."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-16-le")) // 2
+
+
+def turn_label(role: str, created_at: float | None, now: float | None = None) -> str:
+    """"User · 14:32" (date added when not today); assistant turns carry no time."""
+    label = ROLE_LABELS.get(role, role.title())
+    if role != "user" or created_at is None:
+        return label
+    when = time.localtime(created_at)
+    today = time.localtime(now if now is not None else time.time())
+    if (when.tm_year, when.tm_yday) == (today.tm_year, today.tm_yday):
+        stamp = time.strftime("%H:%M", when)
+    elif when.tm_year == today.tm_year:
+        stamp = time.strftime("%a %d %b %H:%M", when)
+    else:
+        stamp = time.strftime("%d %b %Y %H:%M", when)
+    return f"{label} · {stamp}"
+
+
+def gap_label(count: int) -> str:
+    return f"⋯ {count} chunk{'s' if count != 1 else ''} pruned here"
+
+
+class _Column:
+    """A growable int64 numpy column."""
+
+    def __init__(self) -> None:
+        self._data = np.zeros(1024, np.int64)
+        self.n = 0
+
+    def extend(self, values: np.ndarray) -> None:
+        need = self.n + len(values)
+        if need > len(self._data):
+            grown = np.zeros(max(need, 2 * len(self._data)), np.int64)
+            grown[: self.n] = self._data[: self.n]
+            self._data = grown
+        self._data[self.n : need] = values
+        self.n = need
+
+    @property
+    def values(self) -> np.ndarray:
+        return self._data[: self.n]
+
+
+@dataclass
+class DocumentPlan:
+    """What the heatmap document holds; see the module docstring.
+
+    ``rows``/``starts``/``ends`` are aligned per displayed token: table row, first and
+    one-past-last document position.  ``region_*`` are aligned per region.
+    """
+
+    length: int = 0
+    ends_with_newline: bool = True
+    rows_seen: int = 0  # table rows consumed, hidden framing included
+    last_position: int = -1
+    last_turn_id: int | None = None
+    region_start: list[int] = field(default_factory=list)
+    region_kind: list[str] = field(default_factory=list)
+    region_role: list[str] = field(default_factory=list)
+    region_turn: list[int] = field(default_factory=list)
+    _rows: _Column = field(default_factory=_Column)
+    _starts: _Column = field(default_factory=_Column)
+    _ends: _Column = field(default_factory=_Column)
+    _parts: list[str] = field(default_factory=list)
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self._rows.values
+
+    @property
+    def starts(self) -> np.ndarray:
+        return self._starts.values
+
+    @property
+    def ends(self) -> np.ndarray:
+        return self._ends.values
+
+    def take_text(self) -> str:
+        """The text added since the last call."""
+        text = "".join(self._parts)
+        self._parts = []
+        return text
+
+    # ------------------------------------------------------------------ emitting
+    def _emit(self, text: str, length: int | None = None) -> None:
+        if not text:
+            return
+        self._parts.append(text)
+        self.length += utf16_len(text) if length is None else length
+        self.ends_with_newline = text[-1] in "\n\r\u2029"
+
+    def _newline(self) -> None:
+        if not self.ends_with_newline:
+            self._emit("\n")
+
+    def _region(self, kind: str, role: str = "", turn_id: int = -1) -> None:
+        self.region_start.append(self.length)
+        self.region_kind.append(kind)
+        self.region_role.append(role)
+        self.region_turn.append(turn_id)
+
+    def _block(self, kind: str, text: str, role: str = "", turn_id: int = -1) -> None:
+        """A region of its own lines (system prompt, header, gap marker)."""
+        self._newline()
+        self._region(kind, role, turn_id)
+        self._emit(text)
+        self._newline()
+
+    def _tokens(self, row0: int, texts: list[str]) -> None:
+        """Emit the texts of consecutive table rows starting at ``row0``."""
+        text = "".join(texts)
+        if text.isascii():
+            lengths = np.fromiter((len(t) for t in texts), np.int64, len(texts))
+        else:
+            lengths = np.fromiter((utf16_len(t) for t in texts), np.int64, len(texts))
+        ends = self.length + np.cumsum(lengths)
+        self._rows.extend(np.arange(row0, row0 + len(texts), dtype=np.int64))
+        self._starts.extend(ends - lengths)
+        self._ends.extend(ends)
+        self._emit(text, int(lengths.sum()))
+
+    # ------------------------------------------------------------------ building
+    def add_system(self, text: str) -> None:
+        if not text:
+            return
+        self._block("system", f"{SYSTEM_LABEL}\n{text.rstrip()}", "system")
+
+    def extend(self, conv: Conversation, dead_starts: np.ndarray | None = None) -> bool:
+        """Lay out table rows from ``rows_seen`` on.  False when the table no longer
+        matches the plan (a prune, resurrection or merge happened): rebuild instead."""
+        table = conv.table
+        n = len(table)
+        if n < self.rows_seen or (
+            self.rows_seen and int(table.position[self.rows_seen - 1]) != self.last_position
+        ):
+            return False
+        if n == self.rows_seen:
+            return True
+        chunk_ids = table.chunk_id
+        positions = table.position
+        row = self.rows_seen
+        while row < n:
+            chunk = conv.chunks[int(chunk_ids[row])]
+            run_end = min(n, row + (chunk.end - int(positions[row])))
+            if chunk.turn_id != self.last_turn_id:
+                if dead_starts is not None:
+                    self._gap_before(chunk.start, dead_starts, "", -1)
+                turn = conv.turns[chunk.turn_id]
+                if self.length:
+                    self._newline()
+                    self._region("blank")
+                    self._emit("\n")
+                self._block("header", turn_label(turn.role, turn.created_at), turn.role, chunk.turn_id)
+                self._region("body", turn.role, chunk.turn_id)
+                self.last_turn_id = chunk.turn_id
+            elif dead_starts is not None and not chunk.framing:
+                self._gap_before(chunk.start, dead_starts, chunk.role, chunk.turn_id)
+            if not chunk.framing:
+                texts = conv.chunk_texts(chunk.id)
+                first = int(positions[row]) - chunk.start
+                self._tokens(row, texts[first : first + (run_end - row)])
+            row = run_end
+            self.last_position = int(positions[run_end - 1])
+        self.rows_seen = n
+        return True
+
+    def _gap_before(self, start: int, dead_starts: np.ndarray, role: str, turn_id: int) -> None:
+        """A marker where pruned chunks lay between the previous live token and ``start``."""
+        if not len(dead_starts):
+            return
+        lo = np.searchsorted(dead_starts, self.last_position, "right") if self.last_position >= 0 else 0
+        hi = np.searchsorted(dead_starts, start, "left")
+        if hi > lo:
+            self._block("gap", gap_label(int(hi - lo)), role, turn_id)
+            if turn_id >= 0:
+                self._region("body", role, turn_id)
+
+
+def build_plan(conv: Conversation) -> tuple[DocumentPlan, str]:
+    """Lay out the whole live context: returns the plan and the document text."""
+    plan = DocumentPlan()
+    plan.add_system(conv.system_prompt or "".join(conv.system_texts))
+    dead = np.array(
+        sorted(c.start for c in conv.chunks.values() if not c.live and not c.framing), np.int64
+    )
+    plan.extend(conv, dead)
+    return plan, plan.take_text()
