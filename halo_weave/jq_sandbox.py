@@ -302,7 +302,8 @@ class JqWorker:
     def _ensure_started(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             return
-        env = {"PATH": os.defpath} if os.name != "nt" else {"SYSTEMROOT": os.environ.get("SYSTEMROOT", "")}
+        # Windows cannot start Python without SYSTEMROOT; POSIX gets nothing at all.
+        env = {"SYSTEMROOT": os.environ.get("SYSTEMROOT", "")} if os.name == "nt" else {}
         self._proc = subprocess.Popen(
             [sys.executable, "-I", os.path.abspath(__file__), "--worker", str(WORKER_MEMORY_BYTES)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

@@ -52,8 +52,8 @@ MAX_NOTES_BYTES = 64 * 1024
 
 TOOL_PROMPT = """\
 You have a private notebook, notes.json, that persists for this whole conversation. \
-Use it with one jq command between <tool> and </tool>; the result appears right after \
-the tag, then continue your answer.
+Use it by writing one jq command inside tool tags; the result appears right after the \
+closing tag, then continue your answer.
 Read:   <tool>jq '.topics' notes.json</tool>
 Set:    <tool>jq '.topics.cats = "likes tuna"' notes.json > output</tool>
 Append: <tool>jq '.reminders += ["call Bob on Friday"]' notes.json > output</tool>
