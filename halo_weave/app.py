@@ -48,8 +48,14 @@ STREAM_SAVE_EVERY = 16
 #: Chunks embedded per indexing job, so a user message's search can jump the queue.
 INDEX_BATCH = 8
 
+#: Milliseconds after opening a conversation before catch-up indexing starts.
+INDEX_CATCH_UP_DELAY_MS = 1500
+
 #: File in the data dir naming the conversation to reopen at start-up.
 LAST_CONVERSATION_FILE = "last_conversation"
+
+#: Milliseconds between quiet reconnection attempts after the server went away.
+RECONNECT_MS = 5000
 
 #: Seconds the bundled server may take to load its model.
 SERVER_START_TIMEOUT_S = 600.0
@@ -179,7 +185,8 @@ class TurnController(QObject):
         self.stats_changed.emit()
         if self.model_info is not None:
             self._sync_system_prompt()
-        self._index_pending()
+        # Catch-up indexing waits until the window has painted the conversation.
+        QTimer.singleShot(INDEX_CATCH_UP_DELAY_MS, lambda: self._index_pending() if self.conv is conv else None)
         return True
 
     def new_conversation(self) -> bool:
@@ -268,8 +275,12 @@ class TurnController(QObject):
             self._queue_indexing(pending, label="Re-indexing")
 
     # ------------------------------------------------------------------ connection
-    def connect_server(self, url: str | None = None) -> None:
-        """Ask the server at ``url`` (settings by default) for its model, on a thread."""
+    def connect_server(self, url: str | None = None, *, quiet: bool = False) -> None:
+        """Ask the server at ``url`` (settings by default) for its model, on a thread.
+
+        ``quiet`` retries (after a lost server) keep trying every few seconds without
+        opening a dialog each time.
+        """
         from .kobold_client import KoboldClient
 
         url = url or self.settings.server_url
@@ -296,7 +307,10 @@ class TurnController(QObject):
                 self.start_bundled_server()
                 return
             self._set_connection("offline", f"No model server at {url}")
-            self.error.emit(exc, "Connecting")
+            if quiet:
+                self.connect_server_later(RECONNECT_MS)
+            else:
+                self.error.emit(exc, "Connecting")
 
         self._call(probe, on_ok=ok, on_fail=fail)
 
@@ -571,14 +585,18 @@ class TurnController(QObject):
             self.client = None
             self.connect_server_later()
 
-    def connect_server_later(self, delay_ms: int = 3000) -> None:
-        """Try to reconnect after a while (the server may come back)."""
-        QTimer.singleShot(delay_ms, self._reconnect_if_offline)
+    def connect_server_later(self, delay_ms: int = 0) -> None:
+        """Try to reconnect quietly after a while (the server may come back)."""
+        generation = self._connect_generation
+        QTimer.singleShot(delay_ms or RECONNECT_MS, lambda: self._reconnect_if_offline(generation))
 
-    def _reconnect_if_offline(self) -> None:
-        if self.connection_state == "offline" and not self._shutting_down:
+    def _reconnect_if_offline(self, generation: int) -> None:
+        # A newer explicit connect (new URL in Settings) supersedes this retry loop.
+        if generation != self._connect_generation or self._shutting_down:
+            return
+        if self.connection_state == "offline":
             url = self.server.url if self.server is not None else self.settings.server_url
-            self.connect_server(url)
+            self.connect_server(url, quiet=True)
 
     def _finish_turn(self, reason: str, rate) -> None:
         worker, self._gen = self._gen, None

@@ -112,6 +112,7 @@ class MainWindow(QMainWindow):
         self._repaint_timer.setInterval(FRAME_MS)
         self._repaint_timer.timeout.connect(self._flush_stream)
         self._closed = False
+        self._shown = None  # the conversation the heatmap shows
         self._wire()
         self._restore_geometry()
         self._on_busy(False, controller.input_block_reason())
@@ -180,6 +181,8 @@ class MainWindow(QMainWindow):
         self.heatmap.delete_requested.connect(c.delete_chunk)
         self.graveyard.resurrect_requested.connect(c.resurrect_chunk)
         self.stats_bar.graveyard_toggled.connect(self._set_graveyard_visible)
+        self.graveyard.close_requested.connect(lambda: self._set_graveyard_visible(False))
+        self.stats_bar.set_graveyard_open(True)
 
     # ------------------------------------------------------------------ conversation view
     def _on_opened(self, path: str) -> None:
@@ -189,14 +192,16 @@ class MainWindow(QMainWindow):
         conv = self.controller.conv
         if conv is None:
             return
-        self._repaint_timer.stop()
-        if getattr(self.heatmap, "conversation", None) is not conv and getattr(self.heatmap, "conv", None) is not conv:
+        if self._shown is not conv:
+            self._shown = conv
             self.heatmap.set_conversation(conv)
         else:
             self.heatmap.rebuild()
         self.refresh_stats()
 
     def _on_tokens_streamed(self) -> None:
+        # The heatmap batches appends and repaints to one per frame itself.
+        self.heatmap.append_streamed()
         self._schedule_repaint()
 
     def _schedule_repaint(self) -> None:
@@ -204,7 +209,6 @@ class MainWindow(QMainWindow):
             self._repaint_timer.start()
 
     def _flush_stream(self) -> None:
-        self.heatmap.append_streamed()
         self.heatmap.refresh_brightness()
         self.refresh_stats()
 
@@ -254,6 +258,7 @@ class MainWindow(QMainWindow):
             self.input.setFocus()
 
     def _on_turn_finished(self, reason: str) -> None:
+        self.heatmap.flush()
         self._flush_stream()
         if reason == "aborted":
             self.messages.info("Stopped — the partial answer was kept.")
@@ -287,6 +292,7 @@ class MainWindow(QMainWindow):
     def _set_graveyard_visible(self, visible: bool) -> None:
         self.graveyard.setVisible(visible)
         self.graveyard_action.setChecked(visible)
+        self.stats_bar.set_graveyard_open(visible)
 
     # ------------------------------------------------------------------ file menu
     def new_conversation(self) -> None:
