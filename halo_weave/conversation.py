@@ -208,6 +208,19 @@ class Conversation:
     def open_turn(self) -> Turn | None:
         return self._open_turn
 
+    def resume_turn(self, turn_id: int) -> Turn:
+        """Reopen the last turn (restored incomplete after a crash) to close or extend it."""
+        if self._open_turn is not None:
+            raise ConversationError("another turn is still open")
+        if turn_id != max(self.turns):
+            raise ConversationError("only the last turn can be resumed")
+        turn = self.turns[turn_id]
+        turn.complete = False
+        self._open_turn = turn
+        self._detector = BoundaryDetector()
+        self._boundary_pending = False
+        return turn
+
     def _current_content_chunk(self, turn: Turn, tool_result: bool) -> Chunk | None:
         for chunk_id in reversed(turn.chunk_ids):
             chunk = self.chunks[chunk_id]
@@ -302,6 +315,13 @@ class Conversation:
                 self.table.brightness[rows].copy(),
             )
         return self._load_dead([chunk_id])[chunk_id]
+
+    def tokens_in_memory(self, chunk_id: int) -> ChunkTokens | None:
+        """A chunk's tokens when held in memory (live, or pruned this session), else None."""
+        chunk = self.chunks[chunk_id]
+        if chunk.live:
+            return self.chunk_tokens(chunk_id)
+        return self._dead_tokens.get(chunk_id)
 
     def chunk_peaks(self) -> tuple[np.ndarray, np.ndarray]:
         """(chunk ids, peak brightness) of the live chunks, in position order."""

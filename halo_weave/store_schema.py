@@ -1,0 +1,143 @@
+"""The conversation file's schema: ordered migrations and the token BLOB codec.
+
+Schema versioning uses sqlite-utils' own :class:`~sqlite_utils.migrations.Migrations`
+(sqlite-utils >= 4 ships it; the separate ``sqlite-migrate`` package is only a
+compatibility shim for it).  Each migration is recorded by name in
+``_sqlite_migrations``; a file that records a migration name this code does not know was
+written by a newer Halo Weave and is refused rather than guessed at.  Never rename or
+edit a released migration: append a new one.
+
+Tokens are stored per chunk, not per row: a chunk's positions are contiguous
+(``start .. start + token_count``), so its token ids and brightness are two little-endian
+int32 BLOBs, and its texts are one UTF-8 string plus an int32 BLOB of per-token lengths
+(in code points).  See :mod:`halo_weave.store` for the measurements behind this.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from sqlite_utils import Database, Migrations
+
+from .conversation import ChunkTokens
+
+MIGRATION_SET = "halo_weave"
+
+migrations = Migrations(MIGRATION_SET)
+
+#: Every migration name this version knows, in order.
+KNOWN_MIGRATIONS: list[str] = []
+
+
+def _migration(fn):
+    KNOWN_MIGRATIONS.append(fn.__name__)
+    return migrations()(fn)
+
+
+@_migration
+def m001_conversation(db: Database) -> None:
+    """Turns, chunks (metadata and tokens apart), meta, tool notes, semantic entries."""
+    db.executescript(
+        """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);  -- JSON values
+        CREATE TABLE turns (
+            turn_id INTEGER PRIMARY KEY,
+            role TEXT NOT NULL,
+            created_at REAL NOT NULL,
+            complete INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE TABLE chunks (
+            id INTEGER PRIMARY KEY,
+            turn_id INTEGER NOT NULL REFERENCES turns(turn_id),
+            sentence_id INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            start INTEGER NOT NULL,
+            token_count INTEGER NOT NULL,
+            live INTEGER NOT NULL,
+            pinned INTEGER NOT NULL DEFAULT 0,
+            brightness_at_deletion INTEGER,
+            tool_result INTEGER NOT NULL DEFAULT 0,
+            UNIQUE (turn_id, sentence_id, role)
+        );
+        CREATE INDEX chunks_start ON chunks (start);
+        -- Kept apart from chunks so that reading every chunk's metadata on open does
+        -- not drag every dead chunk's tokens through the page cache.
+        CREATE TABLE chunk_tokens (
+            chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id),
+            token_ids BLOB NOT NULL,
+            brightness BLOB NOT NULL,
+            text TEXT NOT NULL,
+            text_lengths BLOB NOT NULL
+        );
+        CREATE TABLE tool_data (name TEXT PRIMARY KEY, json TEXT NOT NULL);
+        CREATE TABLE semantic_entries (
+            chunk_id INTEGER PRIMARY KEY,
+            turn_id INTEGER NOT NULL,
+            sentence_id INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            text TEXT NOT NULL,
+            token_count INTEGER NOT NULL,
+            context_hash TEXT NOT NULL,
+            embedding BLOB,
+            model TEXT,
+            dim INTEGER,
+            reference_count INTEGER NOT NULL DEFAULT 0,
+            updated_at REAL NOT NULL
+        );
+        CREATE VIRTUAL TABLE semantic_fts USING fts5(
+            text, content='semantic_entries', content_rowid='chunk_id'
+        );
+        CREATE TRIGGER semantic_entries_ai AFTER INSERT ON semantic_entries BEGIN
+            INSERT INTO semantic_fts(rowid, text) VALUES (new.chunk_id, new.text);
+        END;
+        CREATE TRIGGER semantic_entries_ad AFTER DELETE ON semantic_entries BEGIN
+            INSERT INTO semantic_fts(semantic_fts, rowid, text)
+                VALUES ('delete', old.chunk_id, old.text);
+        END;
+        CREATE TRIGGER semantic_entries_au AFTER UPDATE ON semantic_entries BEGIN
+            INSERT INTO semantic_fts(semantic_fts, rowid, text)
+                VALUES ('delete', old.chunk_id, old.text);
+            INSERT INTO semantic_fts(rowid, text) VALUES (new.chunk_id, new.text);
+        END;
+        """
+    )
+
+
+# ---------------------------------------------------------------------- token codec
+_I4 = np.dtype("<i4")
+
+
+def pack_tokens(
+    token_ids: Sequence[int] | np.ndarray,
+    texts: Sequence[str],
+    brightness: Sequence[int] | np.ndarray,
+) -> tuple[bytes, bytes, str, bytes]:
+    """(token_ids blob, brightness blob, text, text_lengths blob) of one chunk."""
+    lengths = np.fromiter(map(len, texts), _I4, len(texts))
+    return (
+        np.asarray(token_ids, _I4).tobytes(),
+        np.asarray(brightness, _I4).tobytes(),
+        "".join(texts),
+        lengths.tobytes(),
+    )
+
+
+def pack_brightness(brightness: np.ndarray) -> bytes:
+    return np.asarray(brightness, _I4).tobytes()
+
+
+def unpack_tokens(ids_blob: bytes, brightness_blob: bytes, text: str, lengths_blob: bytes) -> ChunkTokens:
+    """The inverse of :func:`pack_tokens` (arrays are writable copies)."""
+    ends = np.cumsum(np.frombuffer(lengths_blob, _I4), dtype=np.int64).tolist()
+    starts = [0, *ends[:-1]]
+    return ChunkTokens(
+        token_ids=np.frombuffer(ids_blob, _I4).astype(np.int32),
+        texts=[text[a:b] for a, b in zip(starts, ends)],
+        brightness=np.frombuffer(brightness_blob, _I4).astype(np.int32),
+    )
+
+
+def unpack_ints(blob: bytes) -> np.ndarray:
+    """An int32 BLOB as a writable array."""
+    return np.frombuffer(blob, _I4).astype(np.int32)

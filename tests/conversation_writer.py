@@ -1,0 +1,185 @@
+"""Test helpers for the store, and the child process of the crash-safety test.
+
+* :func:`tokenize` is a small deterministic tokenizer (words, whitespace runs and
+  ``<|special|>`` tokens); it is the input data of the store tests, not a stand-in for a
+  component under test.
+* :func:`child` (also runnable: ``python conversation_writer.py DB SEED``) chats
+  forever: user turn (saved DB-first), streamed answer (batched progress), brightness,
+  prune and the occasional resurrection, printing ``<role> <turn_id> <count> <sum>`` after
+  each turn's commit returns.  :func:`crash_trials` kills it with SIGKILL at random
+  moments and checks that every reported turn survived.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from halo_weave.chat_template import build_framing, system_text  # noqa: E402
+from halo_weave.conversation import Conversation  # noqa: E402
+from halo_weave.settings import Settings  # noqa: E402
+from halo_weave.store import ConversationStore, StoreError  # noqa: E402
+
+_PIECES = re.compile(r"<\|[a-z_]+\|>|\n|[^\S\n]*[^\s<]+|[^\S\n]+|<")
+WORDS = ("apple river stone maple orbit cedar lantern violet harbor quartz ember willow "
+         "falcon meadow copper saffron glacier thimble walnut comet").split()
+
+
+def tokenize(text: str) -> list[tuple[int, str]]:
+    """Deterministic (token_id, text) pieces; ids depend only on the text."""
+    return [(_token_id(piece), piece) for piece in _PIECES.findall(text)]
+
+
+def _token_id(piece: str) -> int:
+    value = 7
+    for ch in piece:
+        value = (value * 131 + ord(ch)) % 49_999
+    return value + 1
+
+
+FRAMING = build_framing(tokenize)
+
+
+def settings(**changes) -> Settings:
+    return Settings(min_chunk_tokens=16, max_context_tokens=0).replace(**changes)
+
+
+def new_conversation(**changes) -> Conversation:
+    conv = Conversation(settings(**changes), FRAMING)
+    text = system_text("You are a careful assistant.")
+    pieces = tokenize(text)
+    conv.set_system_prompt(text, [i for i, _ in pieces], [t for _, t in pieces])
+    return conv
+
+
+def message(rng: random.Random, paragraphs: int, words: int = 30) -> str:
+    """Random text of a few paragraphs (each long enough to become a chunk)."""
+    return "\n\n".join(
+        " ".join(rng.choice(WORDS) for _ in range(words)) for _ in range(paragraphs)
+    )
+
+
+def add_user(conv: Conversation, text: str):
+    pieces = tokenize(text)
+    return conv.add_turn("user", [i for i, _ in pieces], [t for _, t in pieces])
+
+
+def stream_answer(conv: Conversation, text: str, store: ConversationStore | None = None,
+                  batch: int = 16, rng: random.Random | None = None):
+    """Stream an answer token by token, voting brightness and saving every ``batch``."""
+    noise = np.random.default_rng((rng or random.Random(0)).getrandbits(32))
+    turn = conv.begin_turn("assistant")
+    for n, (token_id, piece) in enumerate(tokenize(text), 1):
+        attention = noise.random(conv.live_token_count(), np.float32) ** 4
+        conv.apply_attention(attention / attention.sum())
+        conv.append_token(token_id, piece)
+        if store is not None and n % batch == 0:
+            store.save_stream_progress(conv)
+    conv.end_turn()
+    return turn
+
+
+def content_signature(conv: Conversation, turn_id: int) -> tuple[int, int]:
+    """(token count, sum of token ids) of a turn's content chunks."""
+    count = total = 0
+    for chunk in conv.content_chunks(turn_id):
+        ids = conv.chunk_tokens(chunk.id).token_ids
+        count += len(ids)
+        total += int(ids.sum())
+    return count, total
+
+
+# ---------------------------------------------------------------------- the child
+def child(db: Path, seed: int, out=sys.stdout) -> None:
+    """Chat forever into ``db``, writing a line to ``out`` after each committed turn."""
+    rng = random.Random(seed)
+    store = ConversationStore.open(db)
+    conv = store.load(settings(max_context_tokens=600), FRAMING)
+    if not conv.system_prompt:
+        fresh = new_conversation()
+        conv.set_system_prompt(fresh.system_prompt, fresh.system_ids, fresh.system_texts)
+        store.save_system_prompt(conv)
+    print("ready", file=out, flush=True)
+    while True:
+        turn = add_user(conv, message(rng, rng.randint(1, 3), rng.randint(8, 30)))
+        store.save_turn(conv, turn)
+        print("user", turn.turn_id, *content_signature(conv, turn.turn_id), file=out, flush=True)
+        turn = stream_answer(conv, message(rng, rng.randint(1, 4)), store, rng=rng)
+        store.save_turn(conv, turn)
+        store.save_brightness(conv)
+        print("assistant", turn.turn_id, *content_signature(conv, turn.turn_id), file=out, flush=True)
+        store.save_chunks(conv, conv.prune_to_fit())
+        dead = conv.graveyard()
+        if dead and rng.random() < 0.3:
+            store.save_chunks(conv, conv.resurrect([rng.choice(dead).id]))
+        if rng.random() < 0.2:
+            store.save_tool_data("notes", {"turn": turn.turn_id})
+
+
+def _start_child(db: Path, seed: int) -> tuple[int, "object"]:
+    """Fork a writer (already-imported modules make this ~1000x cheaper than exec)."""
+    read_fd, write_fd = os.pipe()
+    with warnings.catch_warnings():
+        # numpy's BLAS threads make Python warn about fork; the child never uses BLAS.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # the child: never returns into the caller
+        os.close(read_fd)
+        try:
+            child(db, seed, os.fdopen(write_fd, "w"))
+        finally:
+            os._exit(1)
+    os.close(write_fd)
+    return pid, os.fdopen(read_fd)
+
+
+def crash_trials(db: Path, trials: int = 50, seed: int = 0, max_delay: float = 0.15) -> list[str]:
+    """Kill a writing child ``trials`` times; returns the failures (empty when all passed).
+
+    The child is a forked process killed with SIGKILL at a random moment after it is
+    ready.  After each kill the file must open (integrity check included), rehydrate,
+    and hold every turn the child had reported as committed, with the same content.
+    """
+    rng = random.Random(seed)
+    failures: list[str] = []
+    committed: dict[int, tuple[int, int]] = {}
+    for trial in range(trials):
+        pid, lines = _start_child(db, seed * 1000 + trial)
+        if lines.readline().strip() != "ready":
+            os.waitpid(pid, 0)
+            failures.append(f"trial {trial}: the writer did not start")
+            continue
+        time.sleep(rng.uniform(0.0, max_delay))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        for line in lines.read().splitlines():
+            role, turn_id, count, total = line.split()
+            committed[int(turn_id)] = (int(count), int(total))
+        lines.close()
+        try:
+            with ConversationStore.open(db, create=False) as store:
+                conv = store.load(settings(), FRAMING)
+                for turn_id, signature in committed.items():
+                    if turn_id not in conv.turns or not conv.turns[turn_id].complete:
+                        failures.append(f"trial {trial}: committed turn {turn_id} is missing")
+                    elif content_signature(conv, turn_id) != signature:
+                        failures.append(f"trial {trial}: turn {turn_id} content differs")
+        except StoreError as exc:
+            failures.append(f"trial {trial}: {exc}")
+    return failures
+
+
+if __name__ == "__main__":
+    child(Path(sys.argv[1]), int(sys.argv[2]))
