@@ -254,7 +254,7 @@ class HeatmapView(QPlainTextEdit):
 
     def pinned_marker_chunks(self) -> list[int]:
         """Pinned chunks whose marker is on screen now."""
-        return [chunk_id for chunk_id, _ in self._pin_markers()]
+        return [chunk_id for chunk_id, _, _ in self._pin_markers()]
 
     def gutter_width(self) -> int:
         return int(self.fontMetrics().height() * 1.6)

@@ -1,0 +1,170 @@
+"""Settings persisted with QSettings, and the checks both the dialog and loading use.
+
+Every :class:`Settings` field is stored under the ``settings/`` group by its own name.
+Loading is forgiving: a value of the wrong type, out of range, or not one of the allowed
+choices falls back to that field's default (the rest of the stored values still load),
+so a hand-edited or older settings file never stops the app from starting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from urllib.parse import urlparse
+
+from PySide6.QtCore import QSettings
+
+from ..settings import Settings
+
+ORGANIZATION = "HaloWeave"
+APPLICATION = "Halo Weave"
+GROUP = "settings"
+
+#: Allowed values of the multiple-choice settings.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "resurrection_brightness": ("at_deletion", "mean"),
+    "attention_format": ("aggregated", "per_layer"),
+}
+
+#: Inclusive numeric ranges: field -> (low, high).
+RANGES: dict[str, tuple[float, float]] = {
+    "temperature": (0.0, 5.0),
+    "top_p": (0.0, 1.0),
+    "top_k": (0, 100_000),
+    "rep_pen": (0.1, 10.0),
+    "max_new_tokens": (1, 1_000_000),
+    "sampler_seed": (-1, 2**31 - 1),
+    "max_context_tokens": (0, 10_000_000),
+    "min_chunk_tokens": (1, 100_000),
+    "initial_brightness": (0, 1_000_000),
+    "brightness_cap": (1, 1_000_000),
+    "decay_per_step": (0, 1_000_000),
+    "highlight_fraction": (0.0, 1.0),
+    "resurrection_budget_cap": (0, 10_000_000),
+    "query_max_results": (1, 100_000),
+    "user_similarity_boost": (0.0, 100.0),
+    "min_similarity": (-1.0, 1.0),
+    "hybrid_weight": (0.0, 1.0),
+    "embedding_max_tokens": (8, 100_000),
+    "embed_wait_seconds": (0.0, 3600.0),
+}
+
+
+def default_qsettings() -> QSettings:
+    """The user's settings store (organisation "HaloWeave", application "Halo Weave")."""
+    return QSettings(ORGANIZATION, APPLICATION)
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not a usable server address, or None."""
+    parsed = urlparse(url.strip())
+    if parsed.scheme not in ("http", "https"):
+        return "The server URL must start with http:// or https:// (e.g. http://127.0.0.1:5001)."
+    if not parsed.hostname:
+        return "The server URL needs a host name, e.g. http://127.0.0.1:5001."
+    try:
+        parsed.port  # noqa: B018 - raises on a bad port
+    except ValueError:
+        return "The server URL has an invalid port number."
+    return None
+
+
+def field_problem(name: str, value) -> str | None:
+    """Why a single value is not acceptable for field ``name``, or None."""
+    if name in CHOICES and value not in CHOICES[name]:
+        return f"{name} must be one of {', '.join(CHOICES[name])}."
+    if name in RANGES:
+        low, high = RANGES[name]
+        if not low <= value <= high:
+            return f"{name} must be between {low:g} and {high:g}."
+    if name == "top_p" and value <= 0:
+        return "Top-p must be greater than 0."
+    if name == "server_url":
+        return url_problem(value)
+    return None
+
+
+def settings_problems(settings: Settings) -> list[str]:
+    """Every reason these settings cannot be used together, in words for the user."""
+    problems = [p for f in dataclasses.fields(settings) if (p := field_problem(f.name, getattr(settings, f.name)))]
+    limit = settings.max_context_tokens
+    if limit > 0:
+        if limit <= settings.max_new_tokens:
+            problems.append(
+                f"Max context tokens ({limit:,}) must be larger than max new tokens "
+                f"({settings.max_new_tokens:,}) so an answer fits; use 0 for no pruning."
+            )
+        if settings.min_chunk_tokens >= limit:
+            problems.append(
+                f"Min chunk tokens ({settings.min_chunk_tokens:,}) must be smaller than max "
+                f"context tokens ({limit:,})."
+            )
+    return problems
+
+
+def _convert(raw, default):
+    """``raw`` (as QSettings returns it: often a string) as the type of ``default``."""
+    if isinstance(default, bool):
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("true", "1", "yes", "on"):
+            return True
+        if text in ("false", "0", "no", "off"):
+            return False
+        raise ValueError(f"not a boolean: {raw!r}")
+    if isinstance(default, int):
+        if isinstance(raw, float) and not raw.is_integer():
+            raise ValueError(f"not an integer: {raw!r}")
+        return int(str(raw).strip()) if not isinstance(raw, (int, float)) else int(raw)
+    if isinstance(default, float):
+        value = float(raw)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("not a finite number")
+        return value
+    if isinstance(default, str):
+        if not isinstance(raw, str):
+            raise ValueError(f"not text: {raw!r}")
+        return raw
+    raise ValueError(f"unsupported setting type {type(default).__name__}")
+
+
+def load_settings(qsettings: QSettings | None = None) -> Settings:
+    """Read settings; any missing or bad value falls back to its default."""
+    qs = qsettings if qsettings is not None else default_qsettings()
+    defaults = Settings()
+    values = {}
+    qs.beginGroup(GROUP)
+    try:
+        for f in dataclasses.fields(Settings):
+            if not qs.contains(f.name):
+                continue
+            default = getattr(defaults, f.name)
+            try:
+                value = _convert(qs.value(f.name), default)
+            except (TypeError, ValueError):
+                continue
+            if field_problem(f.name, value) is None:
+                values[f.name] = value
+    finally:
+        qs.endGroup()
+    settings = defaults.replace(**values)
+    if settings_problems(settings):
+        # Individually fine but inconsistent together: keep the budget fields safe.
+        settings = settings.replace(
+            max_context_tokens=defaults.max_context_tokens,
+            max_new_tokens=defaults.max_new_tokens,
+            min_chunk_tokens=defaults.min_chunk_tokens,
+        )
+    return settings
+
+
+def save_settings(settings: Settings, qsettings: QSettings | None = None) -> None:
+    """Write every field and flush to disk."""
+    qs = qsettings if qsettings is not None else default_qsettings()
+    qs.beginGroup(GROUP)
+    try:
+        for f in dataclasses.fields(settings):
+            qs.setValue(f.name, getattr(settings, f.name))
+    finally:
+        qs.endGroup()
+    qs.sync()

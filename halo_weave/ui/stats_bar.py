@@ -1,0 +1,152 @@
+"""The stats bar: context budget, totals, brightness, speed, connection, graveyard toggle."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QPaintEvent
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
+
+from . import colors
+
+#: Connection state -> (light colour, words for the tooltip).
+CONNECTION_STATES: dict[str, tuple[tuple[int, int, int], str]] = {
+    "connecting": ((230, 180, 60), "Connecting"),
+    "loading": ((230, 180, 60), "Loading the model"),
+    "ready": ((90, 200, 110), "Ready"),
+    "connected": ((90, 200, 110), "Ready"),
+    "generating": ((90, 160, 255), "Generating"),
+    "error": ((235, 80, 80), "Error"),
+    "offline": ((130, 130, 135), "Offline"),
+}
+
+NO_ATTENTION_TEXT = "no attention from this server — pruning oldest-first"
+
+
+class ConnectionLight(QWidget):
+    """A small round light in the colour of the connection state."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._color = QColor(*CONNECTION_STATES["offline"][0])
+
+    def set_color(self, color: QColor) -> None:
+        self._color = QColor(color)
+        self.update()
+
+    def color(self) -> QColor:
+        return QColor(self._color)
+
+    def sizeHint(self) -> QSize:
+        side = self.fontMetrics().height()
+        return QSize(side, side)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        side = min(self.width(), self.height()) * 0.6
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(self._color)
+        painter.drawEllipse(self.rect().center().toPointF(), side / 2, side / 2)
+        painter.end()
+
+
+class StatsBar(QWidget):
+    """One line of figures above the heatmap.
+
+    Methods: ``update_stats(live_tokens, max_tokens, total_tokens, pruned_chunks,
+    mean_brightness, tokens_per_s, last_resurrected)`` (``max_tokens`` 0 = no pruning);
+    ``set_connection(state, detail)`` with state one of ``connecting``, ``loading``,
+    ``ready`` (alias ``connected``), ``generating``, ``error``, ``offline``;
+    ``set_attention_available(bool)``; ``set_graveyard_open(bool)`` (syncs the toggle
+    without emitting).  Widgets: ``budget_label``, ``totals_label``, ``brightness_label``,
+    ``speed_label``, ``resurrected_label``, ``connection_light``, ``connection_label``,
+    ``attention_label``, ``graveyard_button``.
+
+    Signal: ``graveyard_toggled(bool)`` when the ⚰️ button is toggled by the user.
+    """
+
+    graveyard_toggled = Signal(bool)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("statsBar")
+        self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
+        self.budget_label = QLabel()
+        self.budget_label.setToolTip("Tokens the model sees now (system prompt included) / the pruning limit")
+        self.totals_label = QLabel()
+        self.totals_label.setToolTip("Tokens ever written in this conversation · chunks in the graveyard")
+        self.brightness_label = QLabel()
+        self.brightness_label.setToolTip("Mean brightness of the live tokens")
+        self.speed_label = QLabel()
+        self.resurrected_label = QLabel()
+        self.resurrected_label.setToolTip("Chunks brought back for the last message")
+        self.attention_label = QLabel(NO_ATTENTION_TEXT)
+        self.attention_label.setObjectName("attentionWarning")
+        self.attention_label.setStyleSheet("color: #e6b450;")
+        self.attention_label.hide()
+        self.connection_light = ConnectionLight()
+        self.connection_label = QLabel()
+        self.connection_label.setObjectName("connectionDetail")
+        self.graveyard_button = QToolButton()
+        self.graveyard_button.setCheckable(True)
+        self.graveyard_button.setText(f"{colors.emoji_or(self.font(), '⚰️', '')} Graveyard".strip())
+        self.graveyard_button.setToolTip("Show or hide the graveyard of pruned chunks")
+        self.graveyard_button.toggled.connect(self.graveyard_toggled)
+
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(6, 2, 6, 2)
+        for widget in (self.budget_label, self.totals_label, self.brightness_label,
+                       self.speed_label, self.resurrected_label):
+            layout.addWidget(widget)
+            layout.addSpacing(self.fontMetrics().horizontalAdvance("  "))
+        layout.addWidget(self.attention_label)
+        layout.addStretch(1)
+        layout.addWidget(self.connection_light)
+        layout.addWidget(self.connection_label)
+        layout.addWidget(self.graveyard_button)
+        self.update_stats(0, 0, 0, 0, 0.0, None, 0)
+        self.set_connection("offline", "")
+
+    def update_stats(
+        self,
+        live_tokens: int,
+        max_tokens: int,
+        total_tokens: int,
+        pruned_chunks: int,
+        mean_brightness: float,
+        tokens_per_s: float | None,
+        last_resurrected: int,
+    ) -> None:
+        """Show the figures (see the class docstring)."""
+        limit = f"{max_tokens:,}" if max_tokens > 0 else "no limit"
+        self.budget_label.setText(f"Live {live_tokens:,} / {limit}")
+        over = max_tokens > 0 and live_tokens > max_tokens
+        self.budget_label.setStyleSheet("color: #e6b450;" if over else "")
+        self.totals_label.setText(f"Total {total_tokens:,} · Pruned {pruned_chunks:,}")
+        self.brightness_label.setText(f"Mean ☀ {mean_brightness:,.0f}")
+        rate = f"{tokens_per_s:.1f} tok/s" if tokens_per_s else "– tok/s"
+        self.speed_label.setText(rate)
+        self.resurrected_label.setText(f"Resurrected {last_resurrected:,}")
+
+    def set_connection(self, state: str, detail: str) -> None:
+        """Light colour by state; ``detail`` (model name or message) next to it."""
+        rgb, words = CONNECTION_STATES.get(state, CONNECTION_STATES["error"])
+        self.connection_light.set_color(QColor(*rgb))
+        self.connection_label.setText(detail or words)
+        tip = f"{words}: {detail}" if detail else words
+        self.connection_light.setToolTip(tip)
+        self.connection_label.setToolTip(tip)
+        self._state = state
+
+    def connection_state(self) -> str:
+        return self._state
+
+    def set_attention_available(self, available: bool) -> None:
+        """Warn when the server sends no attention (pruning falls back to oldest-first)."""
+        self.attention_label.setVisible(not available)
+
+    def set_graveyard_open(self, open_: bool) -> None:
+        """Check or uncheck the ⚰️ toggle without emitting ``graveyard_toggled``."""
+        self.graveyard_button.blockSignals(True)
+        self.graveyard_button.setChecked(open_)
+        self.graveyard_button.blockSignals(False)
