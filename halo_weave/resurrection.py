@@ -1,0 +1,150 @@
+"""Semantic resurrection within a budget (seed 001 §7 "Universal Resurrection Equation", §8).
+
+For each search match, best first, the cost is the tokens that would become live: the
+target and the anchors it comes back with (the question's user S0 and the answer's
+assistant S0), counting only dead chunks, never a chunk already planned (so S0 is paid
+once), plus the framing of turns that come back from fully dead.  A match is taken when
+its cost fits in what is left of the budget and skipped otherwise (a later, cheaper
+match may still fit).  Already-live chunks cost nothing.
+
+The plan is applied with :meth:`Conversation.resurrect` (chunks return at their original
+positions) and persisted — ``store.save_chunks`` and each taken entry's
+``reference_count`` + 1 — in one transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+from .conversation import Chunk, Conversation
+
+
+@dataclass(frozen=True)
+class Match:
+    """One search hit: an index entry and how well it matched."""
+
+    chunk_id: int
+    turn_id: int
+    sentence_id: int
+    role: str
+    text: str
+    token_count: int
+    reference_count: int
+    similarity: float  # raw cosine
+    score: float  # what the ranking used (boosted, blended)
+    bm25: float | None = None  # normalised BM25 when hybrid search is on
+
+    @property
+    def key(self) -> tuple[int, int, str]:
+        return (self.turn_id, self.sentence_id, self.role)
+
+
+@dataclass(frozen=True)
+class PlannedMatch:
+    """A match with the tokens taking it costs (given what was taken before it)."""
+
+    match: Match
+    cost: int
+
+
+@dataclass
+class ResurrectionPlan:
+    """What fits: ``taken`` in score order, ``skipped`` (too expensive), and the budget."""
+
+    budget: int
+    taken: list[PlannedMatch] = field(default_factory=list)
+    skipped: list[PlannedMatch] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return sum(p.cost for p in self.taken)
+
+    @property
+    def chunk_ids(self) -> list[int]:
+        return [p.match.chunk_id for p in self.taken]
+
+
+@dataclass
+class ResurrectionResult:
+    """What the user's message brought back, for the UI to show."""
+
+    budget: int
+    tokens_used: int = 0
+    revived: list[Chunk] = field(default_factory=list)  # every chunk made live (with framing)
+    plan: ResurrectionPlan | None = None
+    reason: str | None = None  # why nothing was tried (index unavailable)
+
+    @property
+    def resurrected(self) -> list[Chunk]:
+        """Revived content chunks, i.e. what left the graveyard (framing left out)."""
+        return [c for c in self.revived if not c.framing]
+
+
+def make_plan(conv: Conversation, matches: Sequence[Match], budget: int) -> ResurrectionPlan:
+    """Take matches in order while their cost fits (see the module docstring)."""
+    plan = ResurrectionPlan(budget)
+    planned: set[int] = set()
+    framed_turns: set[int] = set()  # turns whose framing is live or already paid for
+    left = budget
+    for match in matches:
+        chunk = conv.chunks.get(match.chunk_id)
+        if chunk is None or chunk.framing:
+            continue  # an entry whose chunk is gone (merged away) cannot come back
+        group = [chunk] + conv.anchors_of(chunk)
+        new = [c for c in group if not c.live and c.id not in planned]
+        cost = sum(c.token_count for c in new)
+        turns = {c.turn_id for c in new} - framed_turns
+        dead_turns = {t for t in turns if not any(c.live for c in conv.content_chunks(t))}
+        cost += sum(conv.chunks[f].token_count for t in dead_turns
+                    for f in conv.turns[t].chunk_ids if conv.chunks[f].framing)
+        if cost <= left:
+            plan.taken.append(PlannedMatch(match, cost))
+            planned.update(c.id for c in new)
+            framed_turns.update(turns)
+            left -= cost
+        else:
+            plan.skipped.append(PlannedMatch(match, cost))
+    return plan
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back on error); joins an open transaction."""
+    if conn.in_transaction:
+        yield
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def apply_plan(conv: Conversation, plan: ResurrectionPlan, conn: sqlite3.Connection,
+               brightness: str | int, store=None) -> ResurrectionResult:
+    """Resurrect the plan's chunks and persist it all in one transaction.
+
+    With a ``store`` its transaction is used; it has no public "write chunks inside my
+    transaction" call yet, so its row writer is called directly (one place, here).
+    """
+    before = conv.live_token_count()
+    revived = conv.resurrect(plan.chunk_ids, brightness=brightness) if plan.taken else []
+    counts = [(p.match.chunk_id,) for p in plan.taken]
+    if store is not None:
+        with store.transaction() as db:
+            if revived:
+                store._write_chunks(conv, revived)
+                store._touch()
+            db.executemany(_COUNT_SQL, counts)
+    elif counts:
+        with transaction(conn):
+            conn.executemany(_COUNT_SQL, counts)
+    return ResurrectionResult(plan.budget, conv.live_token_count() - before, revived, plan)
+
+
+_COUNT_SQL = "UPDATE semantic_entries SET reference_count = reference_count + 1 WHERE chunk_id = ?"
