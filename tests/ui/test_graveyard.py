@@ -1,0 +1,143 @@
+"""The graveyard lists pruned chunks, newest first; a click or Enter asks to resurrect one."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest
+from PySide6.QtCore import Qt
+
+from halo_weave.conversation import Conversation
+from halo_weave.settings import Settings
+from halo_weave.ui.graveyard import GraveyardModel, GraveyardPanel
+
+
+def pruned_conversation() -> Conversation:
+    """Three exchanges with distinct words, pruned so only the last fits."""
+    conv = Conversation(Settings(min_chunk_tokens=4))
+    words = ["apple", "banana", "cherry", "damson", "elder", "fig"]
+    for turn, word in enumerate(words):
+        texts = [(" " if i else "") + word for i in range(8)] + ["\n\n"] + [" more"] * 8
+        conv.add_turn("user" if turn % 2 == 0 else "assistant", list(range(len(texts))), texts)
+    conv.table.brightness[:] = conv.table.position  # older = dimmer
+    conv.prune_to_fit(40)
+    return conv
+
+
+@pytest.fixture
+def conv() -> Conversation:
+    return pruned_conversation()
+
+
+@pytest.fixture
+def panel(qtbot, conv):
+    widget = GraveyardPanel()
+    qtbot.addWidget(widget)
+    widget.resize(360, 500)
+    widget.set_rows(conv.graveyard(), conv.chunk_text)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
+
+
+def test_rows_newest_first_with_details(panel, conv):
+    model = panel.model()
+    dead = conv.graveyard()
+    assert model.rowCount() == len(dead) > 2
+    ids = [model.index(i).data(GraveyardModel.ChunkIdRole) for i in range(model.rowCount())]
+    assert ids == [c.id for c in dead]
+    starts = [conv.chunks[i].start for i in ids]
+    assert starts == sorted(starts, reverse=True)
+    first = dead[0]
+    meta = model.index(0).data(Qt.ItemDataRole.DisplayRole)
+    assert f"T{first.turn_id}" in meta and first.role in meta and f"S{first.sentence_id}" in meta
+    assert f"{first.token_count} tok" in meta and f"{first.brightness_at_deletion:,}" in meta
+    assert model.index(0).data(GraveyardModel.PreviewRole) == " ".join(conv.chunk_text(first.id).split())
+    assert f"{len(dead)} chunks" in panel.count_label.text()
+
+
+def test_click_requests_resurrection_of_that_chunk(panel, qtbot, conv):
+    view = panel.list_view()
+    index = panel.model().index(1)
+    expected = index.data(GraveyardModel.ChunkIdRole)
+    rect = view.visualRect(index)
+    with qtbot.wait_signal(panel.resurrect_requested, timeout=1000) as blocker:
+        qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+    assert blocker.args == [expected]
+    assert not conv.chunks[expected].live  # the panel only asks
+
+
+def test_enter_requests_resurrection(panel, qtbot):
+    view = panel.list_view()
+    view.setFocus()
+    index = panel.model().index(2)
+    view.setCurrentIndex(index)
+    with qtbot.wait_signal(panel.resurrect_requested, timeout=1000) as blocker:
+        qtbot.keyClick(view, Qt.Key.Key_Return)
+    assert blocker.args == [index.data(GraveyardModel.ChunkIdRole)]
+
+
+def test_arrow_keys_do_not_resurrect(panel, qtbot):
+    view = panel.list_view()
+    view.setFocus()
+    view.setCurrentIndex(panel.model().index(0))
+    with qtbot.assert_not_emitted(panel.resurrect_requested):
+        qtbot.keyClick(view, Qt.Key.Key_Down)
+
+
+def test_filter_by_preview_text(panel, qtbot, conv):
+    target = next(c for c in conv.graveyard() if "banana" in conv.chunk_text(c.id))
+    qtbot.keyClicks(panel.filter_edit, "banana")
+    qtbot.waitUntil(lambda: panel.model().rowCount() == 1, timeout=2000)
+    assert panel.model().index(0).data(GraveyardModel.ChunkIdRole) == target.id
+    assert "1 shown" in panel.count_label.text()
+    panel.set_filter("")
+    assert panel.model().rowCount() == len(conv.graveyard())
+
+
+def test_filter_by_role_and_turn(panel, conv):
+    panel.set_filter("user")
+    assert panel.model().rowCount() == sum(1 for c in conv.graveyard() if c.role == "user")
+    first = conv.graveyard()[0]
+    panel.set_filter(f"T{first.turn_id} S{first.sentence_id}")
+    ids = [panel.model().index(i).data(GraveyardModel.ChunkIdRole) for i in range(panel.model().rowCount())]
+    assert first.id in ids
+
+
+def test_previews_are_loaded_lazily(qtbot):
+    calls: list[int] = []
+
+    def preview(chunk_id: int) -> str:
+        calls.append(chunk_id)
+        return f"text {chunk_id}"
+
+    from halo_weave.conversation import Chunk
+
+    rows = [Chunk(i, i // 4, i % 4, "user", start=10_000 - i, token_count=64, live=False,
+                  brightness_at_deletion=i) for i in range(10_000)]
+    panel = GraveyardPanel()
+    qtbot.addWidget(panel)
+    panel.resize(360, 400)
+    panel.set_rows(rows, preview)
+    panel.show()
+    qtbot.waitExposed(panel)
+    qtbot.waitUntil(lambda: len(calls) > 0, timeout=2000)
+    assert panel.model().rowCount() == 10_000
+    assert len(set(calls)) < 100  # only rows on screen
+
+
+def test_preview_errors_do_not_break_the_list(qtbot, conv):
+    def broken(chunk_id: int) -> str:
+        raise OSError("database is gone")
+
+    panel = GraveyardPanel()
+    qtbot.addWidget(panel)
+    panel.set_rows(conv.graveyard(), broken)
+    assert panel.model().index(0).data(GraveyardModel.PreviewRole) == "(text unavailable)"
+
+
+def test_collapse_button_asks_to_hide(panel, qtbot):
+    with qtbot.wait_signal(panel.close_requested, timeout=1000):
+        qtbot.mouseClick(panel.close_button, Qt.MouseButton.LeftButton)

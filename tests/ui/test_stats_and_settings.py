@@ -1,0 +1,189 @@
+"""Stats bar figures and connection light; settings dialog, persistence and bad values."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import pytest
+from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtWidgets import QDialog
+
+from halo_weave.settings import Settings
+from halo_weave.ui.settings_dialog import SettingsDialog
+from halo_weave.ui.settings_io import load_settings, save_settings
+from halo_weave.ui.stats_bar import NO_ATTENTION_TEXT, StatsBar
+
+
+@pytest.fixture
+def qsettings(tmp_path) -> QSettings:
+    return QSettings(str(tmp_path / "halo-weave.ini"), QSettings.Format.IniFormat)
+
+
+# ---------------------------------------------------------------- stats bar
+@pytest.fixture
+def bar(qtbot) -> StatsBar:
+    widget = StatsBar()
+    qtbot.addWidget(widget)
+    widget.show()
+    return widget
+
+
+def test_stats_bar_shows_figures(bar):
+    bar.update_stats(1834, 2000, 12345, 23, 4321.4, 11.26, 3)
+    text = " ".join(label.text() for label in (bar.budget_label, bar.totals_label, bar.brightness_label,
+                                               bar.speed_label, bar.resurrected_label))
+    for expected in ("1,834 / 2,000", "12,345", "Pruned 23", "4,321", "11.3 tok/s", "Resurrected 3"):
+        assert expected in text
+
+
+def test_stats_bar_no_limit(bar):
+    bar.update_stats(500, 0, 500, 0, 10000.0, None, 0)
+    assert "no limit" in bar.budget_label.text()
+
+
+@pytest.mark.parametrize(
+    ("state", "hue_check"),
+    [
+        ("ready", lambda c: c.green() > c.red() and c.green() > c.blue()),
+        ("error", lambda c: c.red() > c.green() + 80),
+        ("generating", lambda c: c.blue() > c.red()),
+        ("loading", lambda c: c.red() > c.blue() + 80),
+        ("offline", lambda c: abs(c.red() - c.blue()) < 20),
+    ],
+)
+def test_connection_light_colour_and_detail(bar, state, hue_check):
+    bar.set_connection(state, "SmolLM2-135M-Instruct")
+    assert hue_check(bar.connection_light.color())
+    assert bar.connection_label.text() == "SmolLM2-135M-Instruct"
+    assert bar.connection_state() == state
+
+
+def test_attention_warning(bar):
+    assert bar.attention_label.isHidden()
+    bar.set_attention_available(False)
+    assert not bar.attention_label.isHidden()
+    assert bar.attention_label.text() == NO_ATTENTION_TEXT
+    bar.set_attention_available(True)
+    assert bar.attention_label.isHidden()
+
+
+def test_graveyard_toggle(bar, qtbot):
+    with qtbot.wait_signal(bar.graveyard_toggled, timeout=1000) as blocker:
+        qtbot.mouseClick(bar.graveyard_button, Qt.MouseButton.LeftButton)
+    assert blocker.args == [True]
+    with qtbot.assert_not_emitted(bar.graveyard_toggled):
+        bar.set_graveyard_open(False)
+    assert not bar.graveyard_button.isChecked()
+
+
+# ---------------------------------------------------------------- settings io
+def test_defaults_when_nothing_stored(qsettings):
+    assert load_settings(qsettings) == Settings()
+
+
+def test_round_trip_through_file(qsettings, tmp_path):
+    custom = Settings().replace(
+        temperature=1.25, top_p=0.5, top_k=7, rep_pen=1.3, max_new_tokens=321,
+        max_context_tokens=0, min_chunk_tokens=32, resurrection_budget_cap=800,
+        resurrection_brightness="mean", score_current_turn=False,
+        system_prompt="Line one.\nLine two, with ünïcode.", server_url="http://10.0.0.5:5001",
+        attention_format="per_layer", hybrid_search=True,
+    )
+    save_settings(custom, qsettings)
+    reopened = QSettings(str(tmp_path / "halo-weave.ini"), QSettings.Format.IniFormat)
+    assert load_settings(reopened) == custom
+
+
+def test_bad_stored_values_fall_back_to_defaults(qsettings):
+    good = Settings().replace(top_k=13)
+    save_settings(good, qsettings)
+    qsettings.beginGroup("settings")
+    qsettings.setValue("temperature", "very hot")
+    qsettings.setValue("max_context_tokens", -5)
+    qsettings.setValue("score_current_turn", "perhaps")
+    qsettings.setValue("attention_format", "telepathy")
+    qsettings.setValue("server_url", "ftp://nowhere")
+    qsettings.setValue("min_chunk_tokens", "3.5")
+    qsettings.setValue("not_a_setting", 1)
+    qsettings.endGroup()
+    qsettings.sync()
+    loaded = load_settings(qsettings)
+    defaults = Settings()
+    assert loaded.top_k == 13  # good values survive
+    for name in ("temperature", "max_context_tokens", "score_current_turn", "attention_format",
+                 "server_url", "min_chunk_tokens"):
+        assert getattr(loaded, name) == getattr(defaults, name), name
+
+
+def test_inconsistent_budget_falls_back(qsettings):
+    save_settings(Settings().replace(max_context_tokens=100, max_new_tokens=500), qsettings)
+    loaded = load_settings(qsettings)
+    assert loaded.max_context_tokens > loaded.max_new_tokens
+
+
+# ---------------------------------------------------------------- dialog
+@pytest.fixture
+def dialog(qtbot) -> SettingsDialog:
+    widget = SettingsDialog(Settings())
+    qtbot.addWidget(widget)
+    return widget
+
+
+def test_dialog_shows_seed_defaults(dialog):
+    e = dialog.editors
+    assert e["temperature"].value() == pytest.approx(0.7)
+    assert e["top_p"].value() == pytest.approx(0.9)
+    assert e["max_context_tokens"].value() == 2000
+    assert e["min_chunk_tokens"].value() == 64
+    assert e["resurrection_brightness"].currentData() == "at_deletion"
+    assert e["attention_format"].currentData() == "aggregated"
+    assert e["system_prompt"].toPlainText() == Settings().system_prompt
+    e["max_context_tokens"].setValue(0)
+    assert e["max_context_tokens"].text() == "No pruning"
+
+
+def test_dialog_edit_accept_save_reload(dialog, qsettings):
+    e = dialog.editors
+    e["temperature"].setValue(1.1)
+    e["max_context_tokens"].setValue(4096)
+    e["resurrection_brightness"].setCurrentIndex(e["resurrection_brightness"].findData("mean"))
+    e["score_current_turn"].setChecked(False)
+    e["hybrid_search"].setChecked(True)
+    e["attention_format"].setCurrentIndex(e["attention_format"].findData("per_layer"))
+    e["server_url"].setText("http://192.168.1.20:5001")
+    e["system_prompt"].setPlainText("Be brief.\nBe kind.")
+    QTimer.singleShot(0, dialog.accept)
+    assert dialog.exec() == QDialog.DialogCode.Accepted
+    result = dialog.result_settings()
+    save_settings(result, qsettings)
+    loaded = load_settings(qsettings)
+    assert loaded == result
+    assert (loaded.temperature, loaded.max_context_tokens, loaded.resurrection_brightness) == (1.1, 4096, "mean")
+    assert loaded.score_current_turn is False and loaded.hybrid_search is True
+    assert loaded.attention_format == "per_layer" and loaded.server_url == "http://192.168.1.20:5001"
+    assert loaded.system_prompt == "Be brief.\nBe kind."
+
+
+def test_dialog_refuses_invalid_input_with_a_message(dialog, qtbot):
+    dialog.editors["server_url"].setText("localhost:5001")
+    dialog.editors["max_context_tokens"].setValue(100)
+    dialog.editors["max_new_tokens"].setValue(200)
+    dialog.show()
+    with qtbot.assert_not_emitted(dialog.accepted):
+        dialog.accept()
+    assert dialog.isVisible()
+    message = dialog.error_label.text()
+    assert "http://" in message and "max new tokens" in message.lower()
+    dialog.editors["server_url"].setText("http://localhost:5001")
+    dialog.editors["max_context_tokens"].setValue(0)
+    with qtbot.wait_signal(dialog.accepted, timeout=1000):
+        dialog.accept()
+
+
+def test_cancel_keeps_original(dialog):
+    dialog.editors["temperature"].setValue(1.9)
+    QTimer.singleShot(0, dialog.reject)
+    dialog.exec()
+    assert dialog.result_settings() == Settings()
