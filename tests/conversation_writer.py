@@ -16,6 +16,7 @@ import os
 import random
 import re
 import signal
+import sqlite3
 import sys
 import time
 import warnings
@@ -145,13 +146,17 @@ def _start_child(db: Path, seed: int) -> tuple[int, "object"]:
     return pid, os.fdopen(read_fd)
 
 
-def crash_trials(db: Path, trials: int = 50, seed: int = 0, max_delay: float = 0.15) -> list[str]:
+def crash_trials(db: Path, trials: int = 50, seed: int = 0, max_delay: float = 0.15,
+                 stats: dict | None = None) -> list[str]:
     """Kill a writing child ``trials`` times; returns the failures (empty when all passed).
 
     The child is a forked process killed with SIGKILL at a random moment after it is
     ready.  After each kill the file must open (integrity check included), rehydrate,
     and hold every turn the child had reported as committed, with the same content.
+    ``stats`` (if given) counts the kills that cut an answer mid-stream.
     """
+    stats = stats if stats is not None else {}
+    stats.setdefault("mid_answer", 0)
     rng = random.Random(seed)
     failures: list[str] = []
     committed: dict[int, tuple[int, int]] = {}
@@ -168,6 +173,11 @@ def crash_trials(db: Path, trials: int = 50, seed: int = 0, max_delay: float = 0
             role, turn_id, count, total = line.split()
             committed[int(turn_id)] = (int(count), int(total))
         lines.close()
+        # Read-only peek, so the store below meets the file exactly as the kill left it.
+        peek = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+        last = peek.execute("SELECT complete FROM turns ORDER BY turn_id DESC LIMIT 1").fetchone()
+        peek.close()
+        stats["mid_answer"] += bool(last and not last[0])
         try:
             with ConversationStore.open(db, create=False) as store:
                 conv = store.load(settings(), FRAMING)
