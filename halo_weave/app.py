@@ -34,6 +34,7 @@ from . import settings as settings_mod
 from .brightness import AttentionError
 from .chat_template import build_framing, detect_template, system_text
 from .conversation import Chunk, Conversation, ConversationError, Framing
+from . import tools
 from .fallback import prune_oldest_first
 from .settings import MAX_BRIGHTNESS, Settings
 from .ui.workers import CallWorker, EmbedderWorker, GenerationWorker, ServerStartWorker
@@ -41,6 +42,9 @@ from .ui.workers import CallWorker, EmbedderWorker, GenerationWorker, ServerStar
 log = logging.getLogger("halo_weave.app")
 
 DEFAULT_SERVER_URL = Settings().server_url
+
+#: Where an answer ends (ChatML); the tool tag is added per request.
+STOP_SEQUENCES = ("<|im_end|>", "<|im_start|>")
 
 #: Streamed tokens written to the database per batch (no per-token commit).
 STREAM_SAVE_EVERY = 16
@@ -134,6 +138,7 @@ class TurnController(QObject):
         self._attention_errors = 0
         self._stop_ids: set[int] = set()
         self._shutting_down = False
+        self._tool_runner = None
 
     # ------------------------------------------------------------------ start-up
     def start(self, conversation: Path | None = None) -> None:
@@ -508,14 +513,16 @@ class TurnController(QObject):
         self.conversation_changed.emit()
         self._start_generation()
 
-    def _start_generation(self) -> None:
+    def _start_generation(self, continuation: bool = False) -> None:
+        """Open the answer (or continue it after a tool call) and stream from the server."""
         conv = self.conv
-        conv.begin_turn("assistant")
+        if not continuation:
+            conv.begin_turn("assistant")
+            self._stream_count = 0
+            self._stream_started = time.monotonic()
+            self._attention_seen = False
+            self._attention_errors = 0
         input_ids = conv.live_input_ids()
-        self._stream_count = 0
-        self._stream_started = time.monotonic()
-        self._attention_seen = False
-        self._attention_errors = 0
         s = self.settings
         params = dict(
             max_length=s.max_new_tokens,
@@ -524,7 +531,7 @@ class TurnController(QObject):
             top_k=s.top_k,
             rep_pen=s.rep_pen,
             sampler_seed=s.sampler_seed,
-            stop_sequence=["<|im_end|>", "<|im_start|>"],
+            stop_sequence=[*STOP_SEQUENCES, tools.STOP_SEQUENCE],
             output_attentions=True,
             attention_format=s.attention_format,
             request_id=uuid.uuid4().hex,
@@ -571,7 +578,60 @@ class TurnController(QObject):
         if self._gen is not None and self._gen.stopping:
             reason = "aborted"
         rate = getattr(done, "tokens_per_s", None)
+        if reason != "aborted" and self._answer_has_tool_call():
+            self._run_tools(reason, rate)
+            return
         self._finish_turn(reason, rate)
+
+    # ------------------------------------------------------------------ tools (seed 001 §12)
+    def _answer_text(self) -> str:
+        conv = self.conv
+        return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(conv.open_turn.turn_id))
+
+    def _answer_has_tool_call(self) -> bool:
+        conv = self.conv
+        return conv is not None and conv.open_turn is not None and tools.OPEN_TAG in self._answer_text()
+
+    def _run_tools(self, reason: str, rate) -> None:
+        """Run the answer's tool calls on a thread, append the results, maybe go on."""
+        worker, self._gen = self._gen, None
+        if worker is not None:
+            worker.wait(5000)
+            worker.deleteLater()
+        self._set_busy(True, "Running the model's notebook tool…")
+        text, client, store = self._answer_text(), self.client, self.store
+        if self._tool_runner is None:
+            self._tool_runner = tools.ToolRunner()
+        runner = self._tool_runner
+
+        def job():
+            step = runner.process_answer(text, store.load_tool_data(tools.NOTES_NAME), hit_stop=reason == "stop")
+            prefix = client.tokenize(step.prefix_text, add_special_tokens=False) if step.prefix_text else []
+            result = client.tokenize(step.result_text, add_special_tokens=False) if step.result_text else []
+            return step, prefix, result
+
+        def ok(outcome) -> None:
+            step, prefix, result = outcome
+            conv = self.conv
+            for token_id, piece in prefix:
+                conv.append_token(int(token_id), piece)
+            for token_id, piece in result:
+                conv.append_token(int(token_id), piece, tool_result=True)
+            self._stream_count += len(prefix) + len(result)
+            if step.new_notes is not None:
+                self._guard(lambda: store.save_tool_data(tools.NOTES_NAME, step.new_notes), "Saving notes")
+            self._guard(lambda: store.save_stream_progress(conv), "Saving the answer")
+            self.tokens_streamed.emit()
+            if step.continue_generation and self.client is not None:
+                self._start_generation(continuation=True)
+            else:
+                self._finish_turn(reason, rate)
+
+        def fail(exc) -> None:
+            self.error.emit(exc, "Running a tool call")
+            self._finish_turn(reason, rate)
+
+        self._call(job, on_ok=ok, on_fail=fail)
 
     def _on_stream_failed(self, exc) -> None:
         names = {c.__name__ for c in type(exc).__mro__}
@@ -847,7 +907,8 @@ class TurnController(QObject):
             self._server_worker.cancel()
             self._server_worker.wait(5000)
         self._embed_worker.wait_idle(5.0)
-        self._embed_worker.shutdown()
+        # A job in flight (the embedder loading torch) cannot be interrupted; wait for it.
+        self._embed_worker.shutdown(timeout_ms=60_000)
         for worker in list(self._calls):
             worker.wait(3000)
         if self.store is not None:
@@ -858,6 +919,8 @@ class TurnController(QObject):
             except Exception as exc:  # noqa: BLE001
                 log.warning("closing the conversation file failed: %s", exc)
             self.store = None
+        if self._tool_runner is not None:
+            self._tool_runner.close()
         if self.server is not None:
             try:
                 self.server.stop()

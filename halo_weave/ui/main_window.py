@@ -344,5 +344,6 @@ class MainWindow(QMainWindow):
             self.qsettings.setValue("window/geometry", self.saveGeometry())
             self.qsettings.sync()
         self._closed = True
+        self.hide()  # shutting down may wait for a running embedding job
         self.controller.shutdown()
         super().closeEvent(event)
