@@ -101,7 +101,8 @@ class TurnController(QObject):
         self.autostart = self.settings.autostart_server if autostart is None else autostart
         self.conv: Conversation | None = None
         self.store = None
-        self.index = None
+        self._index = None
+        self._index_tried = False
         self.path: Path | None = None
         self.client = None
         self.model_info = None
@@ -181,7 +182,7 @@ class TurnController(QObject):
         self.store, self.conv, self.path = store, conv, target
         if self.framing is not None:
             conv.framing = self.framing
-        self.index = self._make_index(store)
+        self._index, self._index_tried = None, False  # opened on first use, after the first paint
         self._remember(target)
         self.last_resurrected = 0
         self.conversation_opened.emit(str(target))
@@ -204,7 +205,16 @@ class TurnController(QObject):
                 self.store.close()
             except Exception as exc:  # noqa: BLE001
                 log.warning("closing the conversation file failed: %s", exc)
-        self.store = self.index = None
+        self.store = self._index = None
+        self._index_tried = False
+
+    @property
+    def index(self):
+        """The open conversation's semantic index (loaded on first use; None if unusable)."""
+        if self._index is None and not self._index_tried and self.store is not None:
+            self._index_tried = True
+            self._index = self._make_index(self.store)
+        return self._index
 
     def _make_index(self, store):
         try:
