@@ -21,9 +21,6 @@ plus the rectangle batches.
 
 from __future__ import annotations
 
-import bisect
-from dataclasses import dataclass
-
 import numpy as np
 from PySide6.QtCore import QEvent, QPoint, QPointF, QRect, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
@@ -43,24 +40,13 @@ from PySide6.QtWidgets import QMenu, QPlainTextEdit, QToolTip, QWidget
 
 from ..conversation import Chunk, Conversation
 from . import colors
+from .heatmap_frame import KEY_STRIDE, TOOL_TINT, BlockGeometry, Frame, colour_keys, collect_frame
 from .heatmap_layout import DocumentPlan, build_plan
 
 #: Minimum milliseconds between two repaints (one frame at 60 Hz).
 FRAME_MS = 16
-
-
-@dataclass
-class _BlockGeometry:
-    """Token pieces of one laid-out block, relative to the block's top-left."""
-
-    key: tuple
-    kind: str
-    role: str
-    token: np.ndarray  # index into the plan's per-token arrays
-    x0: np.ndarray
-    x1: np.ndarray
-    y: np.ndarray
-    h: np.ndarray
+#: Beyond this many recoloured pieces a frame repaints the whole viewport at once.
+MAX_DIRTY_PIECES = 200
 
 
 class _Gutter(QWidget):
@@ -107,6 +93,7 @@ class HeatmapView(QPlainTextEdit):
             Qt.TextInteractionFlag.TextSelectableByMouse | Qt.TextInteractionFlag.TextSelectableByKeyboard
         )
         self.setMouseTracking(True)
+        self.setCursorWidth(0)  # selectable by keyboard, but no caret in a read-only view
         palette = self.palette()
         # White text is what the darken layer tints; see the module docstring.
         palette.setColor(QPalette.ColorRole.Text, QColor(255, 255, 255))
@@ -114,12 +101,17 @@ class HeatmapView(QPlainTextEdit):
         self.setPalette(palette)
         self._conv: Conversation | None = None
         self._plan = DocumentPlan()
-        self._geometry: dict[int, _BlockGeometry] = {}
+        self._geometry: dict[int, BlockGeometry] = {}
         self._pending_append = False
-        self._frame = QTimer(self)
-        self._frame.setSingleShot(True)
-        self._frame.setInterval(FRAME_MS)
-        self._frame.timeout.connect(self.flush)
+        self._frame_timer = QTimer(self)
+        self._frame_timer.setSingleShot(True)
+        self._frame_timer.setInterval(FRAME_MS)
+        self._frame_timer.timeout.connect(self.flush)
+        self._frame: Frame | None = None
+        self._keys: np.ndarray | None = None  # colour key per piece of self._frame
+        self._shown = np.zeros(0, np.int64)  # last painted colour key per plan token
+        self._full_update = True
+        self._gutter_signature: tuple = ()
         self._level_brushes = colors.level_colors()
         self._highlight_brushes = colors.highlight_colors()
         self._tool_color = colors.qcolor(colors.TOOL_CYAN)
@@ -149,6 +141,7 @@ class HeatmapView(QPlainTextEdit):
         old_value = bar.value()
         self._geometry.clear()
         self._pending_append = False
+        self._invalidate(full=True)
         if self._conv is None:
             self._plan = DocumentPlan()
             self.setPlainText("")
@@ -165,16 +158,36 @@ class HeatmapView(QPlainTextEdit):
 
     def refresh_brightness(self) -> None:
         """Brightness changed: repaint with the next frame."""
+        self._keys = None
         self._schedule()
 
     def flush(self) -> None:
-        """Do the pending frame now: append streamed text, then request one repaint."""
-        self._frame.stop()
+        """Do the pending frame now: append streamed text, then ask Qt to repaint the
+        pieces whose colour changed (the whole viewport when many did)."""
+        self._frame_timer.stop()
         if self._pending_append:
             self._pending_append = False
             self._append_pending_text()
-        self.viewport().update()
-        self._gutter.update()
+        self._keys = None
+        frame = self._current_frame()
+        if frame is None or self._full_update:
+            self._full_update = False
+            self.viewport().update()
+            self._gutter.update()
+            return
+        keys = self._current_keys(frame)
+        changed = np.flatnonzero(keys != self._shown_keys(frame.token))
+        viewport = self.viewport()
+        if len(changed) > MAX_DIRTY_PIECES:
+            viewport.update()
+        else:
+            for i in changed.tolist():
+                viewport.update(QRectF(frame.x0[i], frame.y[i], frame.x1[i] - frame.x0[i], frame.h[i])
+                                .toAlignedRect().adjusted(-1, 0, 1, 0))
+        signature = (frame.key, tuple(self._pin_markers(frame)))
+        if signature != self._gutter_signature:
+            self._gutter_signature = signature
+            self._gutter.update()
 
     def chunk_at(self, point: QPoint | QPointF) -> int | None:
         """The chunk under a viewport point, or None (system prompt, labels, margins)."""
@@ -246,39 +259,78 @@ class HeatmapView(QPlainTextEdit):
 
     def chunk_rect(self, chunk_id: int) -> QRect | None:
         """Viewport rectangle covering the visible tokens of a chunk (None if off screen)."""
-        rect = QRectF()
-        for index, piece in self._visible_pieces():
-            if self._chunk_of_token(index) == chunk_id:
-                rect = rect.united(piece)
-        return rect.toAlignedRect() if not rect.isNull() else None
+        frame = self._current_frame()
+        if frame is None or not len(frame.token):
+            return None
+        mine = np.flatnonzero(self._piece_chunks(frame) == chunk_id)
+        if not len(mine):
+            return None
+        left, right = frame.x0[mine].min(), frame.x1[mine].max()
+        top, bottom = frame.y[mine].min(), (frame.y[mine] + frame.h[mine]).max()
+        return QRectF(left, top, right - left, bottom - top).toAlignedRect()
 
     def pinned_marker_chunks(self) -> list[int]:
-        """Pinned chunks whose marker is on screen now."""
-        return [chunk_id for chunk_id, _, _ in self._pin_markers()]
+        """Pinned chunks whose 📌 is on screen now."""
+        frame = self._current_frame()
+        return [chunk_id for chunk_id, _, _ in self._pin_markers(frame)] if frame else []
 
     def gutter_width(self) -> int:
         return int(self.fontMetrics().height() * 1.6)
 
     # ------------------------------------------------------------------ Qt overrides
     def paintEvent(self, event: QPaintEvent) -> None:
-        layers = self._frame_layers()
-        if layers is not None:
-            highlight, tint = layers
-            painter = QPainter(self.viewport())
-            painter.setPen(Qt.PenStyle.NoPen)
-            for color, rects in highlight:
-                painter.setBrush(color)
-                painter.drawRects(rects)
-            painter.end()
+        frame = self._current_frame()
+        if frame is None:
+            super().paintEvent(event)
+            return
+        area = QRectF(event.rect())
+        keys = self._current_keys(frame)
+        inside = np.flatnonzero(
+            (frame.y + frame.h >= area.top()) & (frame.y <= area.bottom())
+            & (frame.x1 >= area.left()) & (frame.x0 <= area.right())
+        )
+        keys_in = keys[inside]
+        if len(inside):
+            self._shown_keys(frame.token)  # grows the array when tokens were added
+            self._shown[frame.token[inside]] = keys_in
+        lit = keys_in >= KEY_STRIDE
+        painter = QPainter(self.viewport())
+        painter.setPen(Qt.PenStyle.NoPen)
+        for step in np.unique(keys_in[lit] // KEY_STRIDE).tolist():
+            painter.setBrush(self._highlight_brushes[step - 1])
+            painter.drawRects(self._rects(frame, inside[lit & (keys_in // KEY_STRIDE == step)]))
+        painter.end()
         super().paintEvent(event)
-        if layers is not None:
-            painter = QPainter(self.viewport())
-            painter.setPen(Qt.PenStyle.NoPen)
-            painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Darken)
-            for color, rects in tint:
-                painter.setBrush(color)
-                painter.drawRects(rects)
-            painter.end()
+        painter = QPainter(self.viewport())
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Darken)
+        plain = ~lit
+        for tint in np.unique(keys_in[plain]).tolist():
+            painter.setBrush(self._tool_color if tint == TOOL_TINT else self._level_brushes[tint])
+            painter.drawRects(self._rects(frame, inside[plain & (keys_in == tint)]))
+        for kind, role, x, y, w, h in frame.lines:
+            if y + h >= area.top() and y <= area.bottom():
+                color = self._kind_colors.get(kind) or self._role_colors.get(role)
+                if color is not None:
+                    painter.setBrush(color)
+                    painter.drawRect(QRectF(x, y, w, h))
+        painter.end()
+
+    @staticmethod
+    def _rects(frame: Frame, pieces: np.ndarray) -> list[QRectF]:
+        """Rectangles of these pieces, adjacent ones on one line merged into one."""
+        if not len(pieces):
+            return []
+        x0, x1, y, h = frame.x0[pieces], frame.x1[pieces], frame.y[pieces], frame.h[pieces]
+        # A run continues while the next piece is on the same line and touches this one.
+        joins = (y[1:] == y[:-1]) & (np.abs(x0[1:] - x1[:-1]) < 0.5) & (np.diff(pieces) == 1)
+        starts = np.flatnonzero(np.concatenate(([True], ~joins)))
+        ends = np.concatenate((starts[1:], [len(pieces)])) - 1
+        return [
+            QRectF(a, b, c, d)
+            for a, b, c, d in zip(x0[starts].tolist(), y[starts].tolist(),
+                                  (x1[ends] - x0[starts]).tolist(), h[starts].tolist())
+        ]
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
@@ -289,6 +341,7 @@ class HeatmapView(QPlainTextEdit):
         super().changeEvent(event)
         if event.type() == QEvent.Type.FontChange:
             self._geometry.clear()
+            self._invalidate(full=True)
             self._pin_text = colors.emoji_or(self.font(), "📌", "")
             self._update_margins()
 
@@ -309,8 +362,8 @@ class HeatmapView(QPlainTextEdit):
 
     # ------------------------------------------------------------------ internals
     def _schedule(self) -> None:
-        if not self._frame.isActive():
-            self._frame.start()
+        if not self._frame_timer.isActive():
+            self._frame_timer.start()
 
     def _update_margins(self) -> None:
         self.setViewportMargins(self.gutter_width(), 0, 0, 0)
@@ -398,225 +451,87 @@ class HeatmapView(QPlainTextEdit):
     def _chunk_of_token(self, index: int) -> int:
         return int(self._conv.table.chunk_id[int(self._plan.rows[index])])
 
-    # -- geometry
-    def _region_of(self, position: int) -> tuple[str, str]:
-        plan = self._plan
-        i = bisect.bisect_right(plan.region_start, position) - 1
-        if i < 0:
-            return "none", ""
-        return plan.region_kind[i], plan.region_role[i]
+    # -- frame
+    def _invalidate(self, full: bool = False) -> None:
+        self._frame = None
+        self._keys = None
+        if full:
+            self._shown = np.zeros(0, np.int64)
+            self._full_update = True
 
-    def _block_geometry(self, block: QTextBlock) -> _BlockGeometry | None:
-        layout = block.layout()
-        if layout is None or layout.lineCount() == 0:
+    def _current_frame(self) -> Frame | None:
+        """The visible pieces, recollected when the view scrolled, resized or changed."""
+        if self._conv is None or self._plan.length == 0:
             return None
-        key = (block.revision(), block.position(), block.length(), self.viewport().width())
-        cached = self._geometry.get(block.blockNumber())
-        if cached is not None and cached.key == key:
-            return cached
-        kind, role = self._region_of(block.position())
-        token, x0, x1, y, h = [], [], [], [], []
-        if kind == "body":
-            plan = self._plan
-            bpos = block.position()
-            bend = bpos + block.length() - 1  # the block separator is not drawn
-            lo = int(np.searchsorted(plan.ends, bpos, "right"))
-            hi = int(np.searchsorted(plan.starts, bend, "left"))
-            starts = plan.starts[lo:hi].tolist()
-            ends = plan.ends[lo:hi].tolist()
-            line = layout.lineAt(0)
-            line_end = line.textStart() + line.textLength()
-            for offset, (s, e) in enumerate(zip(starts, ends)):
-                s = max(s, bpos) - bpos
-                e = min(e, bend) - bpos
-                while s < e:
-                    if not (line.textStart() <= s < line_end):
-                        line = layout.lineForTextPosition(s)
-                        line_end = line.textStart() + line.textLength()
-                    piece_end = min(e, line_end)
-                    left = line.cursorToX(s)[0]
-                    right = line.cursorToX(piece_end)[0]
-                    if right > left:
-                        token.append(lo + offset)
-                        x0.append(left)
-                        x1.append(right)
-                        y.append(line.y())
-                        h.append(line.height())
-                    if piece_end <= s:
-                        break
-                    s = piece_end
-        else:
-            for i in range(layout.lineCount()):
-                line = layout.lineAt(i)
-                if line.naturalTextWidth() > 0:
-                    token.append(-1)
-                    x0.append(line.x())
-                    x1.append(line.x() + line.naturalTextWidth())
-                    y.append(line.y())
-                    h.append(line.height())
-        geometry = _BlockGeometry(
-            key, kind, role, np.array(token, np.int64), np.array(x0), np.array(x1),
-            np.array(y), np.array(h),
-        )
-        self._geometry[block.blockNumber()] = geometry
-        return geometry
-
-    def _visible_blocks(self, with_rect: bool = False):
-        """(block, top-left offset, geometry) for the blocks on screen."""
         offset = self.contentOffset()
-        height = self.viewport().height()
-        block = self.firstVisibleBlock()
-        while block.isValid():
-            geo = self.blockBoundingGeometry(block).translated(offset)
-            if geo.top() > height:
-                break
-            if block.isVisible() and geo.bottom() >= 0:
-                geometry = self._block_geometry(block)
-                if geometry is not None:
-                    yield block, (geo if with_rect else geo.topLeft()), geometry
-            block = block.next()
+        key = (offset.x(), offset.y(), self.document().revision(), self.viewport().width(),
+               self.viewport().height(), id(self._plan), len(self._plan.rows))
+        if self._frame is None or self._frame.key != key:
+            self._frame = collect_frame(self, self._plan, self._geometry, key)
+            self._keys = None
+        return self._frame
 
-    def _visible_pieces(self):
-        for _, top_left, geometry in self._visible_blocks():
-            for i in range(len(geometry.token)):
-                if geometry.token[i] >= 0:
-                    yield int(geometry.token[i]), QRectF(
-                        top_left.x() + geometry.x0[i], top_left.y() + geometry.y[i],
-                        geometry.x1[i] - geometry.x0[i], geometry.h[i],
-                    )
+    def _current_keys(self, frame: Frame) -> np.ndarray:
+        if self._keys is None or len(self._keys) != len(frame.token):
+            rows = self._plan.rows[frame.token]
+            rows = np.minimum(rows, max(len(self._conv.table) - 1, 0))
+            self._keys = colour_keys(self._conv, rows) if len(rows) else np.zeros(0, np.int64)
+        return self._keys
 
-    # -- colour
-    def _frame_layers(self):
-        """(highlight batches, tint batches): lists of (QColor, [QRectF])."""
-        conv = self._conv
-        if conv is None or self._plan.length == 0:
-            return None
-        tokens, x0, x1, y, h = [], [], [], [], []
-        other: list[tuple[QColor, list[QRectF]]] = []
-        for _, top_left, g in self._visible_blocks():
-            ox, oy = top_left.x(), top_left.y()
-            if g.kind == "body":
-                if len(g.token):
-                    tokens.append(g.token)
-                    x0.append(g.x0 + ox)
-                    x1.append(g.x1 + ox)
-                    y.append(g.y + oy)
-                    h.append(g.h)
-            elif len(g.token):
-                color = self._kind_colors.get(g.kind) or self._role_colors.get(g.role)
-                if color is not None:
-                    other.append((color, _rects(g.x0 + ox, g.y + oy, g.x1 - g.x0, g.h)))
-        if not tokens:
-            return [], other
-        token = np.concatenate(tokens)
-        x0, x1, y, h = (np.concatenate(a) for a in (x0, x1, y, h))
-        rows = self._plan.rows[token]
-        table = conv.table
+    def _shown_keys(self, tokens: np.ndarray) -> np.ndarray:
+        """Last painted key of these plan tokens (-1 = never painted)."""
+        need = len(self._plan.rows)
+        if len(self._shown) < need:
+            grown = np.full(max(need, 2 * len(self._shown), 1024), -1, np.int64)
+            grown[: len(self._shown)] = self._shown
+            self._shown = grown
+        return self._shown[tokens]
+
+    def _piece_chunks(self, frame: Frame) -> np.ndarray:
+        rows = self._plan.rows[frame.token]
+        table = self._conv.table
+        chunk_ids = np.full(len(rows), -1, np.int64)
         valid = rows < len(table)
-        if not valid.all():
-            token, rows, x0, x1, y, h = (a[valid] for a in (token, rows, x0, x1, y, h))
-        level, tool, highlight_level = self._token_colours(rows)
-        width = x1 - x0
-        highlight: list[tuple[QColor, list[QRectF]]] = []
-        lit = highlight_level >= 0
-        for step in np.unique(highlight_level[lit]):
-            sel = highlight_level == step
-            highlight.append((self._highlight_brushes[int(step)], _rects(x0[sel], y[sel], width[sel], h[sel])))
-        tint = other
-        unlit = ~lit
-        sel = unlit & tool
-        if sel.any():
-            tint.append((self._tool_color, _rects(x0[sel], y[sel], width[sel], h[sel])))
-        unlit &= ~tool
-        for step in np.unique(level[unlit]):
-            sel = unlit & (level == step)
-            tint.append((self._level_brushes[int(step)], _rects(x0[sel], y[sel], width[sel], h[sel])))
-        return highlight, tint
-
-    def _token_colours(self, rows: np.ndarray):
-        """For table rows: chunk scale step, tool-result flag, highlight step (-1 = none)."""
-        conv = self._conv
-        table = conv.table
-        brightness = table.brightness
-        ids, starts = table.segments()
-        peaks = np.maximum.reduceat(brightness, starts)
-        content = ~table.framing[starts]
-        lo = float(peaks[content].min()) if content.any() else 0.0
-        hi = float(peaks[content].max()) if content.any() else 0.0
-        segment = np.searchsorted(starts, rows, "right") - 1
-        level = colors.peak_levels(peaks[segment], lo, hi)
-        tool_ids = [c for c in ids[np.unique(segment)].tolist() if conv.chunks[c].tool_result]
-        tool = np.isin(table.chunk_id[rows], tool_ids) if tool_ids else np.zeros(len(rows), bool)
-        highlight_level = np.full(len(rows), -1, np.int64)
-        scored = brightness[~table.framing]
-        fraction = conv.settings.highlight_fraction
-        count = int(round(len(scored) * fraction))
-        if count > 0 and scored.size and scored.max() > scored.min():
-            kth = len(scored) - count
-            threshold = np.partition(scored, kth)[kth]
-            if threshold <= scored.min():
-                top = np.sort(scored[scored > threshold])
-                lit = brightness[rows] > threshold
-            else:
-                top = np.sort(scored[scored >= threshold])
-                lit = brightness[rows] >= threshold
-            lit &= ~table.framing[rows]
-            if top.size and lit.any():
-                rank = np.searchsorted(top, brightness[rows][lit], "left") / max(len(top) - 1, 1)
-                steps = np.clip(np.rint(rank * (colors.HIGHLIGHT_LEVELS - 1)), 0, colors.HIGHLIGHT_LEVELS - 1)
-                highlight_level[lit] = steps.astype(np.int64)
-        return level, tool, highlight_level
+        chunk_ids[valid] = table.chunk_id[rows[valid]]
+        return chunk_ids
 
     # -- gutter
-    def _pin_markers(self):
-        """(chunk id, viewport y, line height) of pinned chunks starting on screen."""
-        conv = self._conv
-        if conv is None:
+    def _pin_markers(self, frame: Frame | None) -> list[tuple[int, float, float]]:
+        """(chunk id, viewport y, line height) of pinned chunks whose start is on screen."""
+        if frame is None or not len(frame.token):
             return []
+        chunks = self._conv.chunks
+        piece_chunks = self._piece_chunks(frame)
         markers = []
-        offset = self.contentOffset()
-        height = self.viewport().height()
-        document = self.document()
-        for chunk in conv.chunks.values():
-            if not (chunk.pinned and chunk.live):
+        for chunk_id in np.unique(piece_chunks).tolist():
+            chunk = chunks.get(chunk_id)
+            if chunk is None or not chunk.pinned:
                 continue
-            index = self._first_token_of(chunk.id)
-            if index is None:
-                continue
-            position = int(self._plan.starts[index])
-            block = document.findBlock(position)
-            layout = block.layout()
-            if layout is None or layout.lineCount() == 0:
-                continue
-            top = self.blockBoundingGeometry(block).translated(offset).top()
-            if top > height:
-                continue
-            line = layout.lineForTextPosition(position - block.position())
-            y = top + line.y()
-            if -line.height() <= y <= height:
-                markers.append((chunk.id, y, line.height()))
+            first = self._first_token_of(chunk_id)
+            pieces = np.flatnonzero(frame.token == first) if first is not None else []
+            if len(pieces):
+                i = int(pieces[0])
+                markers.append((chunk_id, float(frame.y[i]), float(frame.h[i])))
         return markers
 
     def _paint_gutter(self, gutter: QWidget, event: QPaintEvent) -> None:
         painter = QPainter(gutter)
         painter.fillRect(event.rect(), self.palette().color(QPalette.ColorRole.Base).darker(115))
-        bar = max(2, gutter.width() // 8)
-        for _, rect, g in self._visible_blocks(with_rect=True):
-            color = self._role_colors.get(g.role) if g.kind == "body" else None
-            if color is not None:
-                painter.fillRect(QRectF(gutter.width() - bar - 2, rect.top(), bar, rect.height()), color.darker(170))
-        for _, y, line_height in self._pin_markers():
-            rect = QRectF(0, y, gutter.width() - bar - 2, line_height)
-            if self._pin_text:
-                painter.setPen(QColor(255, 255, 255))
-                painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, self._pin_text)
-            else:
-                _draw_pin(painter, rect)
+        frame = self._current_frame()
+        if frame is not None:
+            bar = max(2, gutter.width() // 8)
+            for role, top, height in frame.bodies:
+                color = self._role_colors.get(role)
+                if color is not None:
+                    painter.fillRect(QRectF(gutter.width() - bar - 2, top, bar, height), color.darker(170))
+            for _, y, line_height in self._pin_markers(frame):
+                rect = QRectF(0, y, gutter.width() - bar - 2, line_height)
+                if self._pin_text:
+                    painter.setPen(QColor(255, 255, 255))
+                    painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, self._pin_text)
+                else:
+                    _draw_pin(painter, rect)
         painter.end()
-
-
-def _rects(x: np.ndarray, y: np.ndarray, w: np.ndarray, h: np.ndarray) -> list[QRectF]:
-    return [QRectF(a, b, c, d) for a, b, c, d in zip(x.tolist(), y.tolist(), w.tolist(), h.tolist())]
 
 
 def _draw_pin(painter: QPainter, rect: QRectF) -> None:

@@ -1,0 +1,211 @@
+"""What one heatmap frame paints: token geometry on screen and each token's colour key.
+
+:func:`collect_frame` walks the visible blocks of a ``QPlainTextEdit`` once and returns
+numpy arrays of token pieces (a token split at line wraps gives several pieces) in
+viewport coordinates; per-block piece geometry is cached by the caller in a dict keyed
+by block number and checked against the block's revision and the viewport width.
+:func:`colour_keys` turns brightness into one small integer per piece: the overlay
+repaints only pieces whose key changed since they were last painted.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+import numpy as np
+from PySide6.QtGui import QTextBlock
+from PySide6.QtWidgets import QPlainTextEdit
+
+from ..conversation import Conversation
+from . import colors
+from .heatmap_layout import DocumentPlan
+
+#: Colour key layout: ``highlight_step * KEY_STRIDE + tint`` where tint is the chunk's
+#: scale step (0 .. LEVELS-1) or TOOL_TINT; highlight_step is 0 when not highlighted.
+TOOL_TINT = colors.LEVELS
+KEY_STRIDE = colors.LEVELS + 1
+
+
+@dataclass
+class BlockGeometry:
+    """Pieces of one laid-out block, relative to the block's top-left."""
+
+    key: tuple
+    kind: str
+    role: str
+    token: np.ndarray  # index into the plan's per-token arrays; -1 for a whole line
+    x0: np.ndarray
+    x1: np.ndarray
+    y: np.ndarray
+    h: np.ndarray
+
+
+@dataclass
+class Frame:
+    """The visible part of the document, in viewport coordinates."""
+
+    key: tuple
+    token: np.ndarray
+    x0: np.ndarray
+    x1: np.ndarray
+    y: np.ndarray
+    h: np.ndarray
+    #: Non-token lines (labels, system prompt, gap markers): (kind, role, x0, y, w, h).
+    lines: list[tuple[str, str, float, float, float, float]] = field(default_factory=list)
+    #: Body blocks for the gutter's role bar: (role, top, height).
+    bodies: list[tuple[str, float, float]] = field(default_factory=list)
+
+
+def region_of(plan: DocumentPlan, position: int) -> tuple[str, str]:
+    i = bisect.bisect_right(plan.region_start, position) - 1
+    if i < 0:
+        return "none", ""
+    return plan.region_kind[i], plan.region_role[i]
+
+
+def block_geometry(view: QPlainTextEdit, block: QTextBlock, plan: DocumentPlan,
+                   cache: dict[int, BlockGeometry]) -> BlockGeometry | None:
+    """Token pieces of a laid-out block (cached), or None when it is not laid out."""
+    layout = block.layout()
+    if layout is None or layout.lineCount() == 0:
+        return None
+    key = (block.revision(), block.position(), block.length(), view.viewport().width())
+    cached = cache.get(block.blockNumber())
+    if cached is not None and cached.key == key:
+        return cached
+    kind, role = region_of(plan, block.position())
+    token, x0, x1, y, h = [], [], [], [], []
+    if kind == "body":
+        bpos = block.position()
+        bend = bpos + block.length() - 1  # the block separator is not drawn
+        lo = int(np.searchsorted(plan.ends, bpos, "right"))
+        hi = int(np.searchsorted(plan.starts, bend, "left"))
+        line = layout.lineAt(0)
+        line_end = line.textStart() + line.textLength()
+        for offset, (s, e) in enumerate(zip(plan.starts[lo:hi].tolist(), plan.ends[lo:hi].tolist())):
+            s = max(s, bpos) - bpos
+            e = min(e, bend) - bpos
+            while s < e:
+                if not (line.textStart() <= s < line_end):
+                    line = layout.lineForTextPosition(s)
+                    line_end = line.textStart() + line.textLength()
+                piece_end = min(e, line_end)
+                left = line.cursorToX(s)[0]
+                right = line.cursorToX(piece_end)[0]
+                if right > left:
+                    token.append(lo + offset)
+                    x0.append(left)
+                    x1.append(right)
+                    y.append(line.y())
+                    h.append(line.height())
+                if piece_end <= s:
+                    break
+                s = piece_end
+    else:
+        for i in range(layout.lineCount()):
+            line = layout.lineAt(i)
+            if line.naturalTextWidth() > 0:
+                token.append(-1)
+                x0.append(line.x())
+                x1.append(line.x() + line.naturalTextWidth())
+                y.append(line.y())
+                h.append(line.height())
+    geometry = BlockGeometry(key, kind, role, np.array(token, np.int64), np.array(x0, float),
+                             np.array(x1, float), np.array(y, float), np.array(h, float))
+    cache[block.blockNumber()] = geometry
+    return geometry
+
+
+def visible_blocks(view: QPlainTextEdit, plan: DocumentPlan, cache: dict[int, BlockGeometry]):
+    """(block, its viewport rect, geometry) for each block on screen."""
+    offset = view.contentOffset()
+    height = view.viewport().height()
+    block = view.firstVisibleBlock()
+    while block.isValid():
+        rect = view.blockBoundingGeometry(block).translated(offset)
+        if rect.top() > height:
+            break
+        if block.isVisible() and rect.bottom() >= 0:
+            geometry = block_geometry(view, block, plan, cache)
+            if geometry is not None:
+                yield block, rect, geometry
+        block = block.next()
+
+
+def collect_frame(view: QPlainTextEdit, plan: DocumentPlan, cache: dict[int, BlockGeometry],
+                  key: tuple) -> Frame:
+    """Every piece on screen, in viewport coordinates."""
+    tokens, x0, x1, y, h = [], [], [], [], []
+    lines, bodies = [], []
+    for _, rect, g in visible_blocks(view, plan, cache):
+        ox, oy = rect.left(), rect.top()
+        if g.kind == "body":
+            bodies.append((g.role, oy, rect.height()))
+            if len(g.token):
+                tokens.append(g.token)
+                x0.append(g.x0 + ox)
+                x1.append(g.x1 + ox)
+                y.append(g.y + oy)
+                h.append(g.h)
+        else:
+            for i in range(len(g.token)):
+                lines.append((g.kind, g.role, float(g.x0[i] + ox), float(g.y[i] + oy),
+                              float(g.x1[i] - g.x0[i]), float(g.h[i])))
+    if tokens:
+        arrays = [np.concatenate(a) for a in (tokens, x0, x1, y, h)]
+    else:
+        arrays = [np.zeros(0, np.int64)] + [np.zeros(0, float) for _ in range(4)]
+    return Frame(key, *arrays, lines=lines, bodies=bodies)
+
+
+def colour_keys(conv: Conversation, rows: np.ndarray) -> np.ndarray:
+    """One colour key per table row (see :data:`KEY_STRIDE`)."""
+    table = conv.table
+    brightness = table.brightness
+    framing = table.framing
+    ids, starts = table.segments()
+    if not len(ids):
+        return np.zeros(len(rows), np.int64)
+    peaks = np.maximum.reduceat(brightness, starts)
+    content = ~framing[starts]
+    lo = float(peaks[content].min()) if content.any() else 0.0
+    hi = float(peaks[content].max()) if content.any() else 0.0
+    segment = np.searchsorted(starts, rows, "right") - 1
+    tint = colors.peak_levels(peaks[segment], lo, hi)
+    visible_ids = ids[np.unique(segment)].tolist()
+    tool_ids = [c for c in visible_ids if conv.chunks[c].tool_result]
+    if tool_ids:
+        tint[np.isin(table.chunk_id[rows], tool_ids)] = TOOL_TINT
+    return tint + KEY_STRIDE * highlight_steps(conv, rows)
+
+
+def highlight_steps(conv: Conversation, rows: np.ndarray) -> np.ndarray:
+    """1 .. HIGHLIGHT_LEVELS for rows among the brightest ``highlight_fraction`` of the
+    scored tokens (by rank within that top share), 0 for the rest.  Nothing is lit
+    when every token has the same brightness (a fresh, fail-bright context)."""
+    table = conv.table
+    brightness = table.brightness
+    steps = np.zeros(len(rows), np.int64)
+    scored = brightness[~table.framing]
+    count = int(round(len(scored) * conv.settings.highlight_fraction))
+    if count <= 0 or not scored.size:
+        return steps
+    low, high = scored.min(), scored.max()
+    if high <= low:
+        return steps
+    kth = len(scored) - count
+    threshold = np.partition(scored, kth)[kth]
+    values = brightness[rows]
+    if threshold <= low:  # most tokens tie at the bottom: light only those above it
+        top = np.sort(scored[scored > threshold])
+        lit = values > threshold
+    else:
+        top = np.sort(scored[scored >= threshold])
+        lit = values >= threshold
+    lit &= ~table.framing[rows]
+    if top.size and lit.any():
+        rank = np.searchsorted(top, values[lit], "left") / max(len(top) - 1, 1)
+        levels = colors.HIGHLIGHT_LEVELS
+        steps[lit] = 1 + np.clip(np.rint(rank * (levels - 1)), 0, levels - 1).astype(np.int64)
+    return steps

@@ -1,0 +1,252 @@
+"""Widget timings: heatmap first paint and per-token cost at 30k live tokens, graveyard scroll.
+
+Offscreen (QT_QPA_PLATFORM=offscreen), synthetic conversation built with the core
+functions (add_turn / begin_turn / append_token / apply_attention), no server.
+
+    python scripts/bench_ui.py [--live-tokens 30000] [--tokens 300] [--graveyard 10000]
+                               [--png heatmap.png] [--json]
+
+Figures (ms):
+  first_paint_ms          set_conversation() + the first synchronous paint of the view
+  token_p50_ms/_p95_ms    per generated token: append_streamed + refresh_brightness +
+                          flush (one frame) + the paint Qt then does (the widget's share)
+  token_full_repaint_p50/_p95_ms  the same with a forced repaint of the whole viewport
+  token_cpu_p50/_p95_ms   the widget's share in process CPU time (robust to a busy machine)
+  token_core_p50/_p95_ms  the core's share of the same step (append_token + apply_attention)
+  graveyard_open_ms       set_rows(10k chunks) + first paint
+  graveyard_frame_p50/_p95_ms  one scroll step + repaint of the list
+With ``--json`` the last line is one JSON object of all figures.
+
+For the app engineer: :func:`measure_launch` times any window factory against the same
+synthetic conversation (see its docstring); :func:`synthetic_conversation` builds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
+
+from halo_weave.conversation import Chunk, Conversation, Framing  # noqa: E402
+from halo_weave.settings import Settings  # noqa: E402
+
+WORDS = (
+    "the model keeps an endless conversation inside a fixed window by letting attention "
+    "decide which paragraphs stay bright while the rest fade and wait in the graveyard "
+    "until a later question brings them back at their place with anchors pinned"
+).split()
+
+CHATML = Framing(
+    prefix={r: ([1, 2, 3], ["<|im_start|>", r, "\n"]) for r in ("system", "user", "assistant")},
+    suffix={r: ([4, 5], ["<|im_end|>", "\n"]) for r in ("system", "user", "assistant")},
+)
+
+
+def _paragraph(rng: np.random.Generator, n: int) -> list[str]:
+    picks = rng.integers(0, len(WORDS), n)
+    texts = [(" " if i else "") + WORDS[p] for i, p in enumerate(picks)]
+    texts[-1] += "."
+    return texts
+
+
+def synthetic_conversation(live_tokens: int = 30_000, seed: int = 0, settings: Settings | None = None) -> Conversation:
+    """A multi-turn conversation of about ``live_tokens`` live tokens with varied brightness."""
+    rng = np.random.default_rng(seed)
+    conv = Conversation(settings or Settings(max_context_tokens=0), framing=CHATML)
+    prompt = "You are a helpful assistant."
+    conv.set_system_prompt(prompt, list(range(8)), ["<|im_start|>", "system", "\n", prompt, "<|im_end|>", "\n", "", ""])
+    now = time.time() - 3600
+    turn = 0
+    while len(conv.table) < live_tokens:
+        role = "user" if turn % 2 == 0 else "assistant"
+        texts: list[str] = []
+        for p in range(int(rng.integers(1, 4)) if role == "user" else int(rng.integers(2, 6))):
+            if p:
+                texts.append("\n\n")
+            texts += _paragraph(rng, int(rng.integers(40, 120)))
+        conv.add_turn(role, rng.integers(10, 50_000, len(texts)).tolist(), texts, created_at=now + 30 * turn)
+        turn += 1
+    table = conv.table
+    # Brightness shaped like real runs: most tokens decayed a little, a few chunks hot.
+    table.brightness[:] = 10_000 - rng.integers(0, 3000, len(table))
+    ids, starts = table.segments()
+    hot = rng.choice(len(ids), max(1, len(ids) // 10), replace=False)
+    bounds = list(starts) + [len(table)]
+    for i in hot:
+        table.brightness[bounds[i] : bounds[i + 1]] = 10_000 - rng.integers(0, 300, bounds[i + 1] - bounds[i])
+    return conv
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000.0, 2)
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return round(float(np.percentile(values, q)), 2)
+
+
+def measure_launch(build_window: Callable[[Conversation], QWidget], conv: Conversation) -> float:
+    """Milliseconds from ``build_window(conv)`` to its first painted frame.
+
+    ``build_window`` must return a widget showing ``conv`` (e.g. the main window with
+    the conversation already opened); timing includes show() and one synchronous
+    repaint, which is when the window is usable.
+    """
+    app = QApplication.instance() or QApplication([])
+    start = time.perf_counter()
+    window = build_window(conv)
+    window.show()
+    app.processEvents()
+    window.repaint()
+    elapsed = time.perf_counter() - start
+    window.close()
+    return _ms(elapsed)
+
+
+def bench_heatmap(live_tokens: int, tokens: int, png: str | None) -> dict:
+    from halo_weave.ui.heatmap import HeatmapView
+    from halo_weave.ui.theme import apply_dark_theme
+
+    app = QApplication.instance() or QApplication([])
+    apply_dark_theme(app)
+    conv = synthetic_conversation(live_tokens)
+    view = HeatmapView()
+    view.resize(1100, 800)
+    view.show()
+    app.processEvents()
+
+    start = time.perf_counter()
+    view.set_conversation(conv)
+    view.flush()
+    view.viewport().repaint()
+    first_paint = time.perf_counter() - start
+
+    rng = np.random.default_rng(1)
+    conv.begin_turn("assistant")
+    widget_times, core_times, widget_cpu = [], [], []
+    for i in range(tokens):
+        t0 = time.perf_counter()
+        conv.append_token(int(rng.integers(10, 50_000)), (" " if i else "") + WORDS[i % len(WORDS)])
+        n = conv.live_token_count()
+        attention = rng.random(n, dtype=np.float32) ** 8
+        conv.apply_attention(attention / attention.sum())
+        t1 = time.perf_counter()
+        c1 = time.process_time()
+        view.append_streamed()
+        view.refresh_brightness()
+        view.flush()  # one frame: append text, request repaint of what changed
+        app.processEvents()  # ...and Qt paints it
+        t2 = time.perf_counter()
+        widget_cpu.append((time.process_time() - c1) * 1000)
+        core_times.append((t1 - t0) * 1000)
+        widget_times.append((t2 - t1) * 1000)
+    full_times = []
+    for i in range(min(tokens, 100)):
+        conv.append_token(int(rng.integers(10, 50_000)), " " + WORDS[i % len(WORDS)])
+        attention = rng.random(conv.live_token_count(), dtype=np.float32) ** 8
+        conv.apply_attention(attention / attention.sum())
+        t1 = time.perf_counter()
+        view.append_streamed()
+        view.flush()
+        view.viewport().repaint()
+        full_times.append((time.perf_counter() - t1) * 1000)
+    conv.end_turn()
+
+    start = time.perf_counter()
+    view.rebuild()
+    view.viewport().repaint()
+    rebuild = time.perf_counter() - start
+    if png:
+        view.grab().save(png)
+    figures = {
+        "live_tokens": len(conv.table),
+        "first_paint_ms": _ms(first_paint),
+        "token_p50_ms": _percentile(widget_times, 50),
+        "token_p95_ms": _percentile(widget_times, 95),
+        "token_cpu_p50_ms": _percentile(widget_cpu, 50),
+        "token_cpu_p95_ms": _percentile(widget_cpu, 95),
+        "load_average_1min": round(os.getloadavg()[0], 2),
+        "token_full_repaint_p50_ms": _percentile(full_times, 50),
+        "token_full_repaint_p95_ms": _percentile(full_times, 95),
+        "token_core_p50_ms": _percentile(core_times, 50),
+        "token_core_p95_ms": _percentile(core_times, 95),
+        "rebuild_ms": _ms(rebuild),
+    }
+    view.close()
+    return figures
+
+
+def bench_graveyard(count: int, frames: int = 120) -> dict:
+    from halo_weave.ui.graveyard import GraveyardPanel
+
+    app = QApplication.instance() or QApplication([])
+    rng = np.random.default_rng(2)
+    rows = [
+        Chunk(i, i // 3, i % 3, "user" if (i // 3) % 2 == 0 else "assistant", start=10_000_000 - 64 * i,
+              token_count=int(rng.integers(64, 200)), live=False, brightness_at_deletion=int(rng.integers(7000, 10000)))
+        for i in range(count)
+    ]
+    texts = {r.id: " ".join(WORDS[j % len(WORDS)] for j in range(r.id % 17, r.id % 17 + 40)) for r in rows}
+    panel = GraveyardPanel()
+    panel.resize(380, 800)
+    panel.show()
+    app.processEvents()
+    start = time.perf_counter()
+    panel.set_rows(rows, texts.__getitem__)
+    app.processEvents()
+    panel.list_view().viewport().repaint()
+    opened = time.perf_counter() - start
+    bar = panel.list_view().verticalScrollBar()
+    step = max(1, bar.maximum() // frames)
+    times = []
+    for i in range(frames):
+        t0 = time.perf_counter()
+        bar.setValue(min(bar.maximum(), i * step))
+        panel.list_view().viewport().repaint()
+        times.append((time.perf_counter() - t0) * 1000)
+    start = time.perf_counter()
+    panel.set_filter("graveyard anchors")
+    filtered = time.perf_counter() - start
+    panel.close()
+    return {
+        "graveyard_rows": count,
+        "graveyard_open_ms": _ms(opened),
+        "graveyard_frame_p50_ms": _percentile(times, 50),
+        "graveyard_frame_p95_ms": _percentile(times, 95),
+        "graveyard_filter_ms": _ms(filtered),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--live-tokens", type=int, default=30_000)
+    parser.add_argument("--tokens", type=int, default=300, help="generated tokens to time")
+    parser.add_argument("--graveyard", type=int, default=10_000, help="pruned chunks in the graveyard")
+    parser.add_argument("--png", help="save a PNG of the heatmap after the run")
+    parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    args = parser.parse_args(argv)
+    QApplication.instance() or QApplication([])
+    figures = {"platform": os.environ.get("QT_QPA_PLATFORM"), "cpus": os.cpu_count()}
+    figures.update(bench_heatmap(args.live_tokens, args.tokens, args.png))
+    figures.update(bench_graveyard(args.graveyard))
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        for key, value in figures.items():
+            print(f"{key:28s} {value}")
+    return figures
+
+
+if __name__ == "__main__":
+    main()
