@@ -520,8 +520,19 @@ class TurnController(QObject):
             self._turn_failed_early(exc, "Saving your message")
             return
         self._queue_indexing([c.id for c in conv.content_chunks(turn.turn_id)])
+        self._fit_model_window()
         self.conversation_changed.emit()
         self._start_generation()
+
+    def _fit_model_window(self) -> None:
+        """Never send more than the model can read: prompt + answer within its context."""
+        max_context = int(getattr(self.model_info, "max_context", 0) or 0)
+        if max_context <= 0:
+            return
+        frame = sum(len(ids) for ids, _ in [self.framing.prefix.get("assistant", ([], []))]) if self.framing else 0
+        limit = max_context - self.settings.max_new_tokens - frame
+        if self.conv.live_token_count() > limit > 0:
+            self._prune(limit)
 
     def _start_generation(self, continuation: bool = False) -> None:
         """Open the answer (or continue it after a tool call) and stream from the server."""
@@ -694,12 +705,13 @@ class TurnController(QObject):
         self.stats_changed.emit()
         self.turn_finished.emit(reason)
 
-    def _prune(self) -> list[Chunk]:
+    def _prune(self, limit: int | None = None) -> list[Chunk]:
+        """Prune to ``limit`` (default: the max-context setting); persist; update the graveyard."""
         conv = self.conv
         if self.attention_available:
-            pruned = conv.prune_to_fit()
+            pruned = conv.prune_to_fit(limit)
         else:
-            pruned = prune_oldest_first(conv)
+            pruned = prune_oldest_first(conv, limit)
         if pruned:
             self._guard(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")
             self.graveyard_changed.emit()
@@ -782,6 +794,9 @@ class TurnController(QObject):
             self.connect_server(new.server_url)
         elif new.system_prompt != old.system_prompt:
             self._sync_system_prompt()
+        if new.max_context_tokens != old.max_context_tokens and self.conv is not None and not self.busy:
+            self._prune()  # a smaller budget takes effect now, not after the next answer
+            self.conversation_changed.emit()
         self.stats_changed.emit()
 
     # ------------------------------------------------------------------ indexing

@@ -113,6 +113,7 @@ class MainWindow(QMainWindow):
         self._repaint_timer.timeout.connect(self._flush_stream)
         self._closed = False
         self._shown = None  # the conversation the heatmap shows
+        self._connection_detail = ""
         self._wire()
         self._restore_geometry()
         self._on_busy(False, controller.input_block_reason())
@@ -249,6 +250,10 @@ class MainWindow(QMainWindow):
         self.stop_action.setEnabled(self.controller.generating)
         for action in (self.new_action, self.open_action, self.import_action):
             action.setEnabled(not busy)
+        if self.controller.generating:
+            self.stats_bar.set_connection("generating", self._connection_detail)
+        elif self.stats_bar.connection_state() == "generating":
+            self.stats_bar.set_connection(self.controller.connection_state, self._connection_detail)
         self.reason.setText(reason)
         self.reason.setVisible(bool(reason))
         self.input.setPlaceholderText(
@@ -266,6 +271,7 @@ class MainWindow(QMainWindow):
             self.messages.info("The answer reached the maximum new tokens (see Settings).")
 
     def _on_connection(self, state: str, detail: str) -> None:
+        self._connection_detail = detail
         self.stats_bar.set_connection(state, detail)
         if state == "loading":
             self.statusBar().showMessage(detail)
