@@ -1,0 +1,335 @@
+#!/usr/bin/env python
+"""Does it remember?  Evidence recall on LoCoMo at a fixed context budget.
+
+Replays each LoCoMo conversation turn by turn through the app's core code (conversation,
+brightness, pruning, semantic index, resurrection, a store in a temp dir) with attention
+teacher-forced from the bundled model, then asks every question (categories 1-4) from
+the end-of-conversation state of each method and measures evidence recall: the fraction
+of a question's evidence turns that have a live chunk.  See docs/memory-benchmark.md.
+
+    python scripts/bench_memory.py --quick            # ~15 min on 2 CPU cores
+    python scripts/bench_memory.py --json --plot docs/memory-brightness.png
+
+The last line with ``--json`` is one JSON object of figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from memory_bench import locomo  # noqa: E402
+from memory_bench.methods import (QuestionContext, answer_brightness, answer_fifo,  # noqa: E402
+                                  answer_full, answer_halo, answer_rag, keep_recent)
+from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
+from memory_bench.report import MethodResult, plot_brightness, table  # noqa: E402
+
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo_dev.json"
+
+#: Methods in table order: (name, replay policy key or None, question-time options).
+METHODS = [
+    ("full", None, {}),
+    ("fifo", None, {}),
+    ("rag", None, {}),
+    ("brightness", "brightness", {}),
+    ("halo", "halo", {}),
+    ("halo-mean", "halo", {"rule": "mean"}),
+    ("halo-noboost", "halo", {"user_similarity_boost": 1.0}),
+    ("halo-hybrid", "halo", {"hybrid_search": True}),
+    ("halo-k100", "halo", {"query_max_results": 100}),
+    ("halo-prefill", "prefill", {}),
+    ("halo-hyst", "hyst", {}),
+]
+
+QUICK_CONVERSATIONS = ["conv-30"]
+QUICK_METHODS = ["full", "fifo", "rag", "brightness", "halo", "halo-mean", "halo-noboost",
+                 "halo-hybrid", "halo-k100"]
+RAG_CANDIDATES = 200
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default=str(DEFAULT_DATA), help="LoCoMo-format JSON file")
+    p.add_argument("--prune-to", type=int, default=1024, help="P: live tokens after each exchange")
+    p.add_argument("--context", type=int, default=2048, help="C: the model's context at question time")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help="room kept for the answer (default: the app's setting)")
+    p.add_argument("--hysteresis", type=float, default=0.75,
+                   help="halo-hyst prunes to this fraction of P once over P")
+    p.add_argument("--conversations", default="", help="comma-separated sample ids (default: all)")
+    p.add_argument("--methods", default="", help="comma-separated methods (default: all)")
+    p.add_argument("--max-turns", type=int, default=0,
+                   help="replay only the first N turns (questions whose evidence lies there)")
+    p.add_argument("--kv", choices=["shift", "exact", "engine"], default="shift",
+                   help="KV-cache reuse after a prune (see memory_bench/attention.py)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--quick", action="store_true",
+                   help=f"subset: {', '.join(QUICK_CONVERSATIONS)}; methods {', '.join(QUICK_METHODS)}")
+    p.add_argument("--plot", default="", help="save the evidence-brightness PNG here")
+    p.add_argument("--diagnostics", type=int, default=15,
+                   help="per-question lines printed where halo loses (0: none)")
+    p.add_argument("--json", action="store_true", help="print one JSON object of figures last")
+    return p.parse_args(argv)
+
+
+def log(*args) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    from halo_weave.embedder import Embedder
+    from halo_weave.semantic_index import SemanticIndex
+    from halo_weave.settings import Settings
+    from halo_weave.store import ConversationStore
+
+    settings = Settings(max_context_tokens=args.prune_to)
+    max_new = settings.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
+    budget = args.context - max_new
+
+    wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if args.quick and not wanted:
+        wanted = QUICK_METHODS
+    methods = [m for m in METHODS if not wanted or m[0] in wanted]
+    unknown = set(wanted) - {m[0] for m in METHODS}
+    if unknown:
+        raise SystemExit(f"unknown methods: {', '.join(sorted(unknown))}")
+    convs = [c.strip() for c in args.conversations.split(",") if c.strip()]
+    if args.quick and not convs:
+        convs = QUICK_CONVERSATIONS
+
+    dialogues = locomo.load(args.data)
+    if convs:
+        dialogues = [d for d in dialogues if d.sample_id in convs]
+    if args.max_turns:
+        dialogues = [_truncate(d, args.max_turns) for d in dialogues]
+
+    policies = {
+        "brightness": Policy("brightness", budget),
+        "halo": Policy("halo", args.prune_to),
+        "prefill": Policy("prefill", args.prune_to, score_user=True),
+        "hyst": Policy("hyst", args.prune_to, hysteresis=args.hysteresis),
+    }
+    needed = {m[1] for m in methods if m[1]}
+    source = None
+    if needed:
+        import torch
+
+        from memory_bench.attention import load_source
+
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        t = time.perf_counter()
+        source = load_source(args.kv)
+        log(f"model loaded in {time.perf_counter() - t:.0f} s (kv={args.kv})")
+        tokenize = source.tokenize
+    else:
+        from memory_bench.attention import load_source
+
+        source = load_source("shift")
+        tokenize = source.tokenize
+    embedder = Embedder()
+    embedder.load()
+
+    results = {name: MethodResult(name) for name, _, _ in methods}
+    shared_owner: dict[str, str] = {}
+    for name, key, _ in methods:
+        if key:
+            shared_owner.setdefault(key, name)
+            if shared_owner[key] != name:
+                results[name].replay_shared_with = shared_owner[key]
+    diagnostics: list[str] = []
+    traces, evidence_turns = {}, {}
+    data_quirks = {"malformed_evidence": 0, "dangling_evidence": 0, "questions_without_evidence": 0}
+    total_questions = 0
+    index_total = 0.0
+    tmp = tempfile.TemporaryDirectory(prefix="bench_memory_")
+
+    for dialogue in dialogues:
+        t0 = time.perf_counter()
+        tok = tokenize_dialogue(dialogue, tokenize, settings)
+        full = replay(tok, Policy("full", 0, attention=False), settings, None).conv
+        turn_of = dialogue.turn_index()
+        for q in dialogue.questions:
+            data_quirks["malformed_evidence"] += q.malformed
+            data_quirks["dangling_evidence"] += len(q.dangling)
+            data_quirks["questions_without_evidence"] += not q.evidence
+        log(f"{dialogue.sample_id}: {len(dialogue.turns)} turns, {full.live_token_count()} tokens, "
+            f"{len(dialogue.questions)} questions (categories 1-4)")
+
+        # The store and the index, as the app keeps them (DB-first, every chunk embedded).
+        store = ConversationStore.open(Path(tmp.name) / f"{dialogue.sample_id}.db")
+        store.save_system_prompt(full)
+        for turn in full.turns.values():
+            store.save_turn(full, turn)
+        indexes = {}
+        base_index = SemanticIndex(store.conn, settings, embedder, lock=store.lock)
+        t = time.perf_counter()
+        base_index.index_pending(full)
+        index_total += time.perf_counter() - t
+        log(f"  indexed {base_index.entry_count} chunks in {time.perf_counter() - t:.0f} s")
+
+        # One teacher-forced replay per pruning policy the chosen methods need.
+        replays = {}
+        for key in [k for k in policies if k in needed]:
+            t = time.perf_counter()
+            replays[key] = replay(tok, policies[key], settings, source,
+                                  progress=_progress(f"  replay {key}", len(dialogue.turns)))
+            r = replays[key]
+            log(f"  replay {key}: {r.seconds:.0f} s, {r.votes} votes, {r.prune_events} prunes, "
+                f"{r.conv.live_token_count()} live tokens at the end; {_stats(source)}")
+        if "halo" in replays:
+            traces[dialogue.sample_id] = replays["halo"].trace
+            evidence_turns[dialogue.sample_id] = {turn_of[d] for q in dialogue.questions
+                                                  for d in q.evidence}
+        recent = keep_recent(full, args.prune_to) if any(m[0] == "rag" for m in methods) else None
+
+        for name, key, _ in methods:
+            if key:
+                results[name].replay_seconds += replays[key].seconds
+
+        fifo_cache: dict[int, object] = {}
+        per_question: dict[str, list] = {name: [] for name, _, _ in methods}
+        for qi, question in enumerate(dialogue.questions):
+            ids, texts = tok.questions[qi]
+            ctx = QuestionContext(question, ids, texts, turn_of, budget, args.context, max_new)
+            ctx.framed_tokens = tok.question_tokens(qi)
+            total_questions += 1
+            for name, key, options in methods:
+                t = time.perf_counter()
+                if name == "full":
+                    out = answer_full(full, ctx)
+                elif name == "fifo":
+                    limit = budget - ctx.framed_tokens
+                    if limit not in fifo_cache:
+                        fifo_cache[limit] = keep_recent(full, limit)
+                    out = answer_full(fifo_cache[limit], ctx)
+                elif name == "rag":
+                    matches = _index(indexes, store, settings, embedder, {"user_similarity_boost": 1.0},
+                                     SemanticIndex).search(question.question, RAG_CANDIDATES)
+                    out = answer_rag(recent, matches, ctx)
+                elif name == "brightness":
+                    out = answer_brightness(replays[key].conv, ctx)
+                else:
+                    search_opts = {k: v for k, v in options.items() if k != "rule"}
+                    index = _index(indexes, store, settings, embedder, search_opts, SemanticIndex)
+                    matches = index.search(question.question)
+                    out = answer_halo(replays[key].conv, matches, ctx,
+                                      options.get("rule", settings.resurrection_brightness),
+                                      settings.resurrection_budget_cap)
+                    for reason in out.missing.values():
+                        results[name].missing_reasons[reason] += 1
+                results[name].question_seconds += time.perf_counter() - t
+                results[name].add(question.category, out.recall, out.tokens)
+                per_question[name].append(out)
+        diagnostics += _diagnose(dialogue, per_question, args.diagnostics - len(diagnostics))
+        store.close()
+        log(f"  {dialogue.sample_id} done in {time.perf_counter() - t0:.0f} s")
+    tmp.cleanup()
+
+    ordered = [results[name] for name, _, _ in methods]
+    wall = time.perf_counter() - started
+    subset = (f"{', '.join(d.sample_id for d in dialogues)}"
+              + (f", first {args.max_turns} turns" if args.max_turns else ""))
+    print(f"# bench_memory: P={args.prune_to} C={args.context} prompt budget={budget} "
+          f"(C - max_new_tokens {max_new}); kv={args.kv}; {subset}; "
+          f"{total_questions} questions; {platform.node()} {os.cpu_count()} cpu; wall {wall:.0f} s")
+    print(table(ordered))
+    print("* replay shared with the method named in the JSON (time counted in each)")
+    print(f"data quirks: {data_quirks}")
+    for name in ("halo",):
+        if name in results and results[name].missing_reasons:
+            print(f"{name}: missing evidence turns by reason: {dict(results[name].missing_reasons)}")
+    if diagnostics:
+        print("where halo loses (question: evidence -> reason):")
+        print("\n".join(diagnostics))
+    if args.plot and traces:
+        plot_brightness(traces, evidence_turns, args.plot,
+                        f"halo replay (P={args.prune_to}), {subset}")
+        print(f"plot saved to {args.plot}")
+    if args.json:
+        figures = {
+            "prune_to": args.prune_to, "context": args.context, "prompt_budget": budget,
+            "kv": args.kv, "conversations": [d.sample_id for d in dialogues],
+            "max_turns": args.max_turns, "questions": total_questions, "wall_seconds": round(wall, 1),
+            "cpus": os.cpu_count(), "data_quirks": data_quirks, "index_seconds": round(index_total, 1),
+            "methods": {r.name: r.figures() for r in ordered},
+        }
+        print(json.dumps(figures, allow_nan=False, default=str))
+    return 0
+
+
+def _index(cache, store, settings, embedder, options, cls):
+    """A SemanticIndex over the same entries with question-time search options."""
+    key = tuple(sorted(options.items()))
+    if key not in cache:
+        index = cls(store.conn, settings.replace(**options), embedder, lock=store.lock)
+        index.load()
+        cache[key] = index
+    return cache[key]
+
+
+def _diagnose(dialogue, per_question, room: int) -> list[str]:
+    """Lines for questions where halo recalls less than rag or brightness."""
+    if room <= 0 or "halo" not in per_question:
+        return []
+    lines = []
+    rivals = [n for n in ("rag", "brightness") if n in per_question]
+    for qi, question in enumerate(dialogue.questions):
+        halo = per_question["halo"][qi]
+        best = max((per_question[n][qi].recall for n in rivals), default=float("nan"))
+        if math.isnan(halo.recall) or not (halo.recall < best):
+            continue
+        reasons = ", ".join(f"{d} {why}" for d, why in halo.missing.items())
+        lines.append(f"  {dialogue.sample_id} q{question.index} [cat {question.category}] "
+                     f"{question.question[:60]!r}: halo {halo.recall:.2f} vs "
+                     f"{'/'.join(f'{n} {per_question[n][qi].recall:.2f}' for n in rivals)}; {reasons}")
+        if len(lines) >= room:
+            break
+    return lines
+
+
+def _truncate(dialogue, n: int):
+    """The first ``n`` turns, and only the questions whose evidence lies in them."""
+    from dataclasses import replace
+
+    turns = dialogue.turns[:n]
+    known = {t.dia_id for t in turns}
+    questions = [q for q in dialogue.questions if q.evidence and set(q.evidence) <= known]
+    return replace(dialogue, turns=turns, questions=questions)
+
+
+def _progress(label: str, total: int):
+    last = [time.perf_counter()]
+
+    def report(done: int, _total: int) -> None:
+        now = time.perf_counter()
+        if now - last[0] > 60 or done == total:
+            last[0] = now
+            log(f"{label}: {done}/{total} turns")
+
+    return report
+
+
+def _stats(source) -> str:
+    s = getattr(source, "stats", None)
+    if s is None:
+        return ""
+    return (f"model {s.seconds:.0f} s total, {s.prefill_tokens} prefilled, {s.forced_tokens} forced, "
+            f"{s.shifts} shifts, {s.reprefills} re-prefills")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,150 @@
+"""Question time: each method's context for one question, and its evidence recall.
+
+Every question starts from a copy of its method's end-of-conversation state, so questions
+never change each other.  The prompt budget is ``C - max_new_tokens`` (the room the
+universal equation leaves for the prompt); every method but ``full`` stays within it.
+
+* ``full``: everything (reported, not bounded).
+* ``fifo``: the most recent whole turns that fit with the question.
+* ``rag``: the most recent turns that fit ``P``, then the best-scoring chunks (plain
+  cosine, no anchors, as SillyTavern's vector storage) revived until the budget is spent.
+* ``brightness``: the replay pruned to the budget; at question time pruned again to make
+  room for the question; no resurrection.
+* ``halo``: the replay pruned to ``P``; the question runs the app's resurrection (search,
+  :func:`halo_weave.resurrection.make_plan` under the universal equation,
+  :meth:`Conversation.resurrect`), then joins the context.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+from halo_weave.conversation import Conversation
+from halo_weave.resurrection import make_plan
+
+from .locomo import Question
+
+
+@dataclass
+class Outcome:
+    """One method's answer to one question."""
+
+    recall: float
+    tokens: int
+    live_evidence: list[str]
+    missing: dict[str, str] = field(default_factory=dict)  # dia id -> why it is not live
+
+
+def evidence_recall(conv: Conversation, evidence: list[str], turn_of: dict[str, int]) -> tuple[float, list[str]]:
+    """Fraction of evidence turns with at least one live content chunk."""
+    if not evidence:
+        return float("nan"), []
+    live = [d for d in evidence if any(c.live for c in conv.content_chunks(turn_of[d]))]
+    return len(live) / len(evidence), live
+
+
+def turn_tokens(conv: Conversation, turn_id: int) -> int:
+    """Every token of a turn, framing included."""
+    return sum(conv.chunks[c].token_count for c in conv.turns[turn_id].chunk_ids)
+
+
+def keep_recent(conv: Conversation, limit: int) -> Conversation:
+    """A copy of ``conv`` holding only the most recent whole turns that fit ``limit``."""
+    conv = copy.deepcopy(conv)
+    used = len(conv.system_ids)
+    turn_ids = sorted(conv.turns, reverse=True)
+    cut = len(turn_ids)
+    for n, turn_id in enumerate(turn_ids):
+        used += turn_tokens(conv, turn_id)
+        if used > limit:
+            cut = n
+            break
+    for turn_id in turn_ids[cut:]:
+        for chunk in conv.content_chunks(turn_id):
+            if chunk.live:
+                conv.delete_chunk(chunk.id)
+    return conv
+
+
+def add_question(conv: Conversation, ids: list[int], texts: list[str]) -> None:
+    conv.add_turn("user", ids, texts)
+
+
+class QuestionContext:
+    """What every method needs for one question."""
+
+    def __init__(self, question: Question, ids: list[int], texts: list[str],
+                 turn_of: dict[str, int], budget: int, model_context: int, max_new_tokens: int):
+        self.question = question
+        self.ids, self.texts = ids, texts
+        self.turn_of = turn_of
+        self.budget = budget  # prompt tokens allowed (C - max_new_tokens)
+        self.model_context = model_context
+        self.max_new_tokens = max_new_tokens
+        self.framed_tokens = 0  # filled by the caller
+
+    def finish(self, conv: Conversation, missing_reason=None) -> Outcome:
+        add_question(conv, self.ids, self.texts)
+        recall, live = evidence_recall(conv, self.question.evidence, self.turn_of)
+        missing = {}
+        for dia_id in self.question.evidence:
+            if dia_id not in live:
+                missing[dia_id] = missing_reason(dia_id) if missing_reason else "pruned"
+        return Outcome(recall, conv.live_token_count(), live, missing)
+
+
+def answer_full(base: Conversation, q: QuestionContext) -> Outcome:
+    conv = copy.deepcopy(base)
+    return q.finish(conv)
+
+
+def answer_fifo(base: Conversation, q: QuestionContext) -> Outcome:
+    return q.finish(keep_recent(base, q.budget - q.framed_tokens))
+
+
+def answer_brightness(base: Conversation, q: QuestionContext) -> Outcome:
+    conv = copy.deepcopy(base)
+    conv.prune_to_fit(q.budget - q.framed_tokens)
+    return q.finish(conv)
+
+
+def answer_rag(recent: Conversation, matches, q: QuestionContext) -> Outcome:
+    """``recent``: the conversation cut to the most recent ``P`` tokens (shared)."""
+    conv = copy.deepcopy(recent)
+    left = q.budget - q.framed_tokens - conv.live_token_count()
+    taken = []
+    for match in sorted(matches, key=lambda m: -m.similarity):
+        chunk = conv.chunks.get(match.chunk_id)
+        if chunk is None or chunk.live or chunk.id in taken:
+            continue
+        cost = conv.resurrection_cost(chunk, with_anchors=False)
+        if cost <= left:
+            conv.resurrect([chunk.id], with_anchors=False)
+            taken.append(chunk.id)
+            left -= cost
+    return q.finish(conv)
+
+
+def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
+                budget_cap: int = 0) -> Outcome:
+    """The app's resurrection for the question, then the question itself."""
+    conv = copy.deepcopy(base)
+    budget = q.model_context - conv.live_token_count() - q.framed_tokens - q.max_new_tokens
+    if budget_cap > 0:
+        budget = min(budget, budget_cap)
+    plan = make_plan(conv, matches, max(budget, 0))
+    if plan.taken:
+        conv.resurrect(plan.chunk_ids, brightness=rule)
+    searched = {m.turn_id for m in matches}
+    skipped = {p.match.turn_id for p in plan.skipped}
+
+    def why(dia_id: str) -> str:
+        turn_id = q.turn_of[dia_id]
+        if turn_id in skipped:
+            return "over budget"
+        if turn_id in searched:
+            return "retrieved, not revived"
+        return "never retrieved"
+
+    return q.finish(conv, why)

@@ -1,0 +1,180 @@
+"""Turn-by-turn replay of a LoCoMo dialogue through the app's core code.
+
+Per turn, in the app's order: the turn is tokenized once and added to the
+:class:`~halo_weave.conversation.Conversation`; an assistant turn is teacher-forced
+(one magnitude-voting step per token, applied *before* the token is appended, exactly
+as a streamed answer is); after each exchange (each assistant turn) the context is
+pruned with :meth:`Conversation.prune_to_fit`.  Semantic resurrection does not run
+during the replay: LoCoMo's turns are not memory queries, and keeping it to question
+time lets the question-time variants share one replay.
+
+A :class:`Policy` is what changes the attention the model pays (what stays live during
+the replay), so each policy needs its own teacher-forced pass.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+from halo_weave.chat_template import build_framing, system_text
+from halo_weave.conversation import Conversation, Framing
+from halo_weave.settings import Settings
+
+from .locomo import Dialogue
+
+
+class AttentionSource(Protocol):
+    """What the replay needs from a model (see :mod:`.attention`)."""
+
+    def tokenize(self, text: str) -> list[tuple[int, str]]: ...
+
+    def teacher_force(self, input_ids: Sequence[int], forced_ids: Sequence[int],
+                      keys: Sequence | None = None) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How a replay prunes and scores.
+
+    ``prune_to``: live-token target after each exchange (0: never prune).  With
+    ``hysteresis`` h < 1, a context over ``prune_to`` is pruned to ``h * prune_to``
+    (fewer, larger prunes: fewer re-prefills on the server).  ``score_user``: user turns
+    are scored from their prefill attention too (teacher-forced like an answer).
+    """
+
+    name: str
+    prune_to: int
+    hysteresis: float = 1.0
+    score_user: bool = False
+    attention: bool = True  # False: no model at all (the "full" conversation)
+
+    @property
+    def prune_target(self) -> int:
+        return int(self.prune_to * self.hysteresis)
+
+
+@dataclass
+class TokenizedDialogue:
+    """A dialogue's turns and questions, tokenized once with the model's tokenizer."""
+
+    dialogue: Dialogue
+    framing: Framing
+    system: list[tuple[int, str]]
+    turns: list[tuple[list[int], list[str]]]
+    questions: list[tuple[list[int], list[str]]]
+
+    def question_tokens(self, i: int) -> int:
+        """Tokens question ``i`` adds as a user turn, framing included."""
+        prefix, suffix = self.framing.prefix["user"][0], self.framing.suffix["user"][0]
+        return len(self.questions[i][0]) + len(prefix) + len(suffix)
+
+
+def tokenize_dialogue(dialogue: Dialogue, tokenize: Callable[[str], list[tuple[int, str]]],
+                      settings: Settings) -> TokenizedDialogue:
+    """Tokenize framing, system prompt, every turn and every question once."""
+
+    def split(text: str) -> tuple[list[int], list[str]]:
+        pieces = tokenize(text) or tokenize("…")
+        return [int(i) for i, _ in pieces], [t for _, t in pieces]
+
+    framing = build_framing(tokenize)
+    system = list(tokenize(system_text(settings.system_prompt)))
+    return TokenizedDialogue(
+        dialogue, framing, system,
+        [split(t.text) for t in dialogue.turns],
+        [split(q.question) for q in dialogue.questions],
+    )
+
+
+def new_conversation(tok: TokenizedDialogue, settings: Settings) -> Conversation:
+    """An empty conversation with the dialogue's framing and system prompt."""
+    conv = Conversation(settings, tok.framing)
+    conv.set_system_prompt(settings.system_prompt, [i for i, _ in tok.system],
+                           [t for _, t in tok.system])
+    return conv
+
+
+def live_keys(conv: Conversation) -> list[int]:
+    """One identity per input cell: negative for the system prompt, else the position."""
+    n = len(conv.system_ids)
+    return list(range(-n, 0)) + conv.table.position.tolist()
+
+
+@dataclass
+class Trace:
+    """Peak brightness of every live content turn after each exchange."""
+
+    steps: list[int] = field(default_factory=list)  # voting steps (forced tokens) so far
+    peaks: list[dict[int, int]] = field(default_factory=list)  # turn id -> peak brightness
+
+    def record(self, conv: Conversation, step: int) -> None:
+        ids, peaks = conv.chunk_peaks()
+        per_turn: dict[int, int] = {}
+        for chunk_id, peak in zip(ids.tolist(), peaks.tolist()):
+            chunk = conv.chunks[chunk_id]
+            if not chunk.framing:
+                per_turn[chunk.turn_id] = max(per_turn.get(chunk.turn_id, -10**9), int(peak))
+        self.steps.append(step)
+        self.peaks.append(per_turn)
+
+
+@dataclass
+class Replay:
+    """The end-of-conversation state of one policy, and what it cost."""
+
+    policy: Policy
+    conv: Conversation
+    seconds: float
+    votes: int
+    pruned_chunks: int
+    prune_events: int
+    trace: Trace
+
+
+def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
+           source: AttentionSource | None, progress: Callable[[int, int], None] | None = None,
+           ) -> Replay:
+    """Replay every turn of ``tok`` under ``policy`` (see the module docstring)."""
+    started = time.perf_counter()
+    conv = new_conversation(tok, settings)
+    trace = Trace()
+    votes = pruned = events = 0
+    turns = tok.dialogue.turns
+    if policy.attention and hasattr(source, "reset"):
+        source.reset()
+    for i, turn in enumerate(turns):
+        ids, texts = tok.turns[i]
+        forced = policy.attention and (turn.role == "assistant" or policy.score_user)
+        if not forced:
+            conv.add_turn(turn.role, ids, texts, turn.created_at)
+        else:
+            votes += _teacher_forced_turn(conv, source, turn.role, ids, texts, turn.created_at)
+        exchange_end = turn.role == "assistant" or i == len(turns) - 1
+        if exchange_end and policy.prune_to > 0 and conv.live_token_count() > policy.prune_to:
+            gone = conv.prune_to_fit(policy.prune_target)
+            pruned += sum(1 for c in gone if not c.framing)
+            events += 1
+        if exchange_end and policy.attention:
+            trace.record(conv, votes)
+        if progress is not None:
+            progress(i + 1, len(turns))
+    return Replay(policy, conv, time.perf_counter() - started, votes, pruned, events, trace)
+
+
+def _teacher_forced_turn(conv: Conversation, source: AttentionSource, role: str,
+                         ids: list[int], texts: list[str], created_at: float) -> int:
+    """Add a turn token by token, voting with each token's teacher-forced attention."""
+    conv.begin_turn(role, created_at)
+    context = conv.live_input_ids()
+    keys = live_keys(conv) + list(range(conv.next_position, conv.next_position + len(ids)))
+    rows = source.teacher_force(context, ids, keys)
+    n0 = len(context)
+    for j, (token_id, text) in enumerate(zip(ids, texts)):
+        conv.apply_attention(rows[j, : n0 + j])
+        conv.append_token(token_id, text)
+    conv.end_turn()
+    return len(ids)

@@ -1,0 +1,136 @@
+"""Aggregating outcomes into the method x category table, JSON figures and the plot."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .locomo import CATEGORIES
+
+
+@dataclass
+class MethodResult:
+    """Every scored question's outcome for one method, plus its wall time."""
+
+    name: str
+    recalls: dict[int, list[float]] = field(default_factory=lambda: defaultdict(list))
+    tokens: list[int] = field(default_factory=list)
+    replay_seconds: float = 0.0
+    question_seconds: float = 0.0
+    replay_shared_with: str | None = None
+    missing_reasons: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def add(self, category: int, recall: float, tokens: int) -> None:
+        if not math.isnan(recall):
+            self.recalls[category].append(recall)
+        self.tokens.append(tokens)
+
+    def recall(self, category: int | None = None) -> float:
+        values = (sum(self.recalls.values(), []) if category is None
+                  else self.recalls.get(category, []))
+        return float(np.mean(values)) if values else float("nan")
+
+    def figures(self) -> dict:
+        out = {f"recall_{CATEGORIES[c].replace('-', '_')}": _r(self.recall(c)) for c in CATEGORIES}
+        out["recall_overall"] = _r(self.recall())
+        out["questions"] = sum(len(v) for v in self.recalls.values())
+        out["mean_tokens"] = _r(float(np.mean(self.tokens)) if self.tokens else float("nan"), 1)
+        out["max_tokens"] = int(max(self.tokens)) if self.tokens else 0
+        out["replay_seconds"] = _r(self.replay_seconds, 1)
+        out["question_seconds"] = _r(self.question_seconds, 1)
+        if self.replay_shared_with:
+            out["replay_shared_with"] = self.replay_shared_with
+        if self.missing_reasons:
+            out["missing_reasons"] = dict(self.missing_reasons)
+        return out
+
+
+def _r(x: float, digits: int = 3):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(x, digits)
+
+
+def table(results: list[MethodResult]) -> str:
+    """A fixed-width table: recall per category, overall, tokens, wall time."""
+    heads = ["method"] + [f"{c} {CATEGORIES[c]}" for c in CATEGORIES] + [
+        "overall", "n", "mean tok", "max tok", "replay s", "question s"]
+    rows = []
+    for r in results:
+        f = r.figures()
+        cells = [r.name] + [_fmt(r.recall(c)) for c in CATEGORIES] + [
+            _fmt(r.recall()), str(f["questions"]), f"{f['mean_tokens']:.0f}", str(f["max_tokens"]),
+            f"{r.replay_seconds:.0f}" + ("*" if r.replay_shared_with else ""),
+            f"{r.question_seconds:.1f}"]
+        rows.append(cells)
+    widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(heads)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(heads), sep] + [line(r) for r in rows])
+
+
+def _fmt(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:.3f}"
+
+
+def plot_brightness(traces, evidence_turns, path: str, title: str) -> None:
+    """Two panels from the halo replay's traces (one per dialogue).
+
+    Left: peak brightness of a sample of evidence turns over the replay (a line ends where
+    the turn was pruned).  Right: survival: fraction of turns still live vs. their age
+    in voting steps, evidence turns against all other turns.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    ages_ev, ages_other, alive_ev, alive_other = [], [], [], []
+    shown = 0
+    for sample_id, trace in traces.items():
+        evidence = evidence_turns[sample_id]
+        born: dict[int, int] = {}
+        last_seen: dict[int, int] = {}
+        series: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for step, peaks in zip(trace.steps, trace.peaks):
+            for turn_id, peak in peaks.items():
+                born.setdefault(turn_id, step)
+                last_seen[turn_id] = step
+                if turn_id in evidence:
+                    series[turn_id].append((step, peak))
+        end = trace.steps[-1] if trace.steps else 0
+        for turn_id, b in born.items():
+            lifetime = last_seen[turn_id] - b
+            still = last_seen[turn_id] == end
+            (ages_ev if turn_id in evidence else ages_other).append((lifetime, still, end - b))
+        for turn_id in sorted(series)[:: max(1, len(series) // 12)]:
+            if shown >= 24:
+                break
+            xs, ys = zip(*series[turn_id])
+            left.plot(xs, ys, lw=1, alpha=0.8)
+            left.plot(xs[-1], ys[-1], "x" if xs[-1] != end else "o", ms=4, color="k")
+            shown += 1
+    left.set_xlabel("voting steps (teacher-forced tokens so far)")
+    left.set_ylabel("peak brightness of the turn")
+    left.set_title("evidence turns while live (x = pruned next)")
+    horizon = max([a[2] for a in ages_ev + ages_other] or [1])
+    grid = np.linspace(0, horizon, 60)
+    for label, ages, style in (("evidence turns", ages_ev, "-"), ("other turns", ages_other, "--")):
+        if not ages:
+            continue
+        frac = []
+        for g in grid:
+            at_risk = [a for a in ages if a[2] >= g]  # observed at least this long
+            frac.append(np.mean([a[0] >= g for a in at_risk]) if at_risk else np.nan)
+        right.plot(grid, frac, style, label=f"{label} (n={len(ages)})")
+    right.set_xlabel("age (voting steps since the turn was added)")
+    right.set_ylabel("fraction still live")
+    right.set_ylim(0, 1.05)
+    right.set_title("survival under pruning")
+    right.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,236 @@
+"""The memory benchmark's replay and recall logic on a tiny LoCoMo-format file.
+
+Fast: a word-level tokenizer and a deterministic attention source stand in for the
+model (the benchmark's own runs use the real one); the conversation, pruning and
+resurrection planning are the app's real core code.  The KV "shift" is checked against
+an exact run on a tiny random Llama, where (one layer) the two must agree.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+from memory_bench import locomo  # noqa: E402
+from memory_bench.methods import (QuestionContext, answer_brightness, answer_fifo,  # noqa: E402
+                                  answer_full, answer_halo, answer_rag, evidence_recall,
+                                  keep_recent)
+from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
+
+from halo_weave.resurrection import Match  # noqa: E402
+from halo_weave.settings import Settings  # noqa: E402
+
+FILLER = "we talked about the weather and the garden and the long drive home again"
+
+
+def _turn(speaker, dia_id, text, **extra):
+    return {"speaker": speaker, "dia_id": dia_id, "text": text, **extra}
+
+
+@pytest.fixture
+def data_file(tmp_path):
+    s1 = [_turn("Ann" if i % 2 == 0 else "Bob", f"D1:{i + 1}", f"{FILLER} number {i}")
+          for i in range(12)]
+    s1[2] = _turn("Ann", "D1:3", "Does your sister still live abroad?")
+    s1[3] = _turn("Bob", "D1:4", "My sister keeps bees in Lisbon.")
+    s2 = [_turn("Bob" if i % 2 == 0 else "Ann", f"D2:{i + 1}", f"{FILLER} second {i}")
+          for i in range(12)]  # this session opens with speaker_b
+    s2[5] = _turn("Ann", "D2:6", "Look at this!", blip_caption="a photo of a red bicycle",
+                  img_url="x", query="bike")
+    item = {
+        "sample_id": "conv-t",
+        "conversation": {
+            "speaker_a": "Ann", "speaker_b": "Bob",
+            "session_1_date_time": "1:56 pm on 8 May, 2023", "session_1": s1,
+            "session_2_date_time": "10:00 am on 9 May, 2023", "session_2": s2,
+            "session_3_date_time": "11:00 am on 10 May, 2023",  # a date with no session
+        },
+        "qa": [
+            {"question": "Where does Bob's sister keep bees?", "answer": "Lisbon",
+             "evidence": ["D1:4"], "category": 4},
+            {"question": "What did Ann show?", "answer": "a bicycle",
+             "evidence": ["D2:6; D1:4", "D:1:3", "D2:06 D2:7", "D9:9"], "category": 1},
+            {"question": "When?", "answer": 2023, "evidence": ["D2:12"], "category": 2},
+            {"question": "Unanswerable?", "adversarial_answer": "no",
+             "evidence": [], "category": 5},
+        ],
+    }
+    path = tmp_path / "tiny_locomo.json"
+    path.write_text(json.dumps([item]))
+    return path
+
+
+class WordTokenizer:
+    """Words (with their leading space), newlines and ChatML specials as tokens."""
+
+    pattern = re.compile(r"<\|[a-z_]+\|>|\n| ?[^\s<]+| ")
+
+    def __call__(self, text):
+        pieces = self.pattern.findall(text)
+        return [(zlib.crc32(p.encode()) % 50000 + 10, p) for p in pieces]
+
+
+class HotWordAttention:
+    """Attention with a sink, a recency bump, and extra weight on 'hot' words."""
+
+    def __init__(self, tokenizer, hot=("bees", "sister")):
+        self.hot = {tokenizer(" " + w)[0][0] for w in hot}
+        self.calls = []
+
+    def tokenize(self, text):
+        return WordTokenizer()(text)
+
+    def teacher_force(self, input_ids, forced_ids, keys=None):
+        ids = list(input_ids) + list(forced_ids)
+        n, m = len(input_ids), len(forced_ids)
+        out = np.zeros((m, n + m - 1), np.float32)
+        for j in range(m):
+            width = n + j
+            row = np.full(width, 1.0, np.float32)
+            row[0] = width * 0.5  # the sink
+            row[max(0, width - 8):] += 2.0
+            row[[i for i in range(width) if ids[i] in self.hot]] += 30.0
+            out[j, :width] = row / row.sum()
+        self.calls.append((n, m))
+        return out
+
+
+@pytest.fixture
+def dialogue(data_file):
+    return locomo.load(data_file)[0]
+
+
+@pytest.fixture
+def settings():
+    return Settings(system_prompt="You are Bob.", max_new_tokens=20, min_chunk_tokens=64)
+
+
+def test_evidence_quirks_are_canonicalised_counted_and_skipped(dialogue):
+    assert [q.category for q in dialogue.questions] == [4, 1, 2]  # category 5 dropped
+    multi = dialogue.questions[1]
+    assert multi.evidence == ["D2:6", "D1:4", "D1:3", "D2:7"]
+    assert multi.dangling == ["D9:9"]
+    assert multi.malformed == 3
+    assert locomo.canonical_evidence("D30:05") == (["D30:5"], True)
+    assert locomo.canonical_evidence("D") == ([], True)
+
+
+def test_speakers_photos_and_session_times(dialogue):
+    turns = dialogue.turns
+    assert len(turns) == 24
+    assert turns[0].role == "user" and turns[3].role == "assistant"
+    assert turns[12].role == "assistant"  # session 2 opens with speaker_b
+    assert turns[17].text == "Look at this! [photo: a photo of a red bicycle]"
+    times = [t.created_at for t in turns]
+    assert times == sorted(times) and times[12] - times[0] > 20 * 3600
+
+
+def _question(tok, i, budget, context, max_new):
+    q = tok.dialogue.questions[i]
+    ids, texts = tok.questions[i]
+    ctx = QuestionContext(q, ids, texts, tok.dialogue.turn_index(), budget, context, max_new)
+    ctx.framed_tokens = tok.question_tokens(i)
+    return ctx
+
+
+def test_replay_prunes_to_p_and_keeps_what_attention_points_at(dialogue, settings):
+    source = HotWordAttention(WordTokenizer())
+    tok = tokenize_dialogue(dialogue, source.tokenize, settings)
+    full = replay(tok, Policy("full", 0, attention=False), settings, None).conv
+    assert not source.calls
+    result = replay(tok, Policy("halo", 120), settings, source)
+    conv = result.conv
+    assert full.live_token_count() > 300
+    assert conv.live_token_count() <= 120 + 40  # pruned after each exchange; one turn of slack
+    assert result.prune_events > 0 and result.votes == sum(m for _, m in source.calls)
+    turn_of = dialogue.turn_index()
+    recall, live = evidence_recall(conv, ["D1:4"], turn_of)
+    # An exchange of one-chunk turns is an anchor pair: it stays or goes as one, so both
+    # of its turns are attended to here.
+    assert recall == 1.0, "the 'bees' turn is attended to on every step and must survive"
+    assert evidence_recall(conv, ["D1:1", "D1:4"], turn_of)[0] == 0.5
+    # Hysteresis prunes deeper, less often.
+    hyst = replay(tok, Policy("hyst", 120, hysteresis=0.5), settings, source)
+    assert hyst.prune_events < result.prune_events
+
+
+def test_every_bounded_method_fits_the_prompt_budget(dialogue, settings):
+    source = HotWordAttention(WordTokenizer())
+    tok = tokenize_dialogue(dialogue, source.tokenize, settings)
+    context, max_new, prune_to = 260, settings.max_new_tokens, 120
+    budget = context - max_new
+    full = replay(tok, Policy("full", 0, attention=False), settings, None).conv
+    halo = replay(tok, Policy("halo", prune_to), settings, source).conv
+    bright = replay(tok, Policy("brightness", budget), settings, source).conv
+    recent = keep_recent(full, prune_to)
+    # Every content chunk as a match, oldest first: plenty to overfill the budget.
+    matches = [Match(c.id, c.turn_id, c.sentence_id, c.role, "", c.token_count, 0, 0.9, 0.9)
+               for c in sorted(full.chunks.values(), key=lambda c: c.start) if not c.framing]
+    for i in range(len(dialogue.questions)):
+        ctx = _question(tok, i, budget, context, max_new)
+        assert answer_full(full, ctx).tokens > budget
+        outcomes = {
+            "fifo": answer_fifo(full, ctx),
+            "rag": answer_rag(recent, matches, ctx),
+            "brightness": answer_brightness(bright, ctx),
+            "halo": answer_halo(halo, matches, ctx, "at_deletion"),
+            "halo-mean": answer_halo(halo, matches, ctx, "mean"),
+        }
+        for name, out in outcomes.items():
+            assert out.tokens <= budget, (name, out.tokens, budget)
+        assert outcomes["halo"].tokens > halo.live_token_count()  # it did resurrect
+    # The question states never leak into the replayed state.
+    assert halo.live_token_count() <= prune_to + 40
+    assert all(t.role != "user" or t.turn_id < len(dialogue.turns) for t in halo.turns.values())
+
+
+def test_halo_reports_why_evidence_is_missing(dialogue, settings):
+    source = HotWordAttention(WordTokenizer())
+    tok = tokenize_dialogue(dialogue, source.tokenize, settings)
+    halo = replay(tok, Policy("halo", 120), settings, source).conv
+    ctx = _question(tok, 1, 240, 260, settings.max_new_tokens)
+    assert answer_halo(halo, [], ctx, "at_deletion").missing["D2:7"] == "never retrieved"
+    turn = dialogue.turn_index()["D2:7"]
+    chunk = halo.content_chunks(turn)[0]
+    assert not chunk.live
+    huge = Match(chunk.id, turn, 0, chunk.role, "", chunk.token_count, 0, 0.9, 0.9)
+    tight = _question(tok, 1, 240, halo.live_token_count() + ctx.framed_tokens + 20 + 1, 20)
+    assert answer_halo(halo, [huge], tight, "at_deletion").missing["D2:7"] == "over budget"
+    assert answer_halo(halo, [huge], ctx, "at_deletion").missing.get("D2:7") is None
+
+
+def test_kv_shift_matches_exact_on_a_one_layer_model():
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from memory_bench.attention import ModelAttention
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=1, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=256)
+    model = transformers.LlamaForCausalLM(config).eval()
+    exact = ModelAttention(model, None, "exact")
+    shift = ModelAttention(model, None, "shift")
+    rng = np.random.default_rng(1)
+    ids = rng.integers(1, 64, 40).tolist()
+    forced = rng.integers(1, 64, 6).tolist()
+    keys = list(range(46))
+    a = exact.teacher_force(ids, forced, keys)
+    b = shift.teacher_force(ids, forced, keys)
+    assert np.allclose(a, b, atol=1e-6) and np.allclose(a.sum(1), 1, atol=1e-5)
+    # Remove a middle span (a prune), then force more tokens.
+    kept = ids[:10] + ids[20:] + forced
+    kept_keys = keys[:10] + keys[20:] + list(range(100, 105))
+    more = rng.integers(1, 64, 5).tolist()
+    a = exact.teacher_force(kept, more, kept_keys)
+    b = shift.teacher_force(kept, more, kept_keys)
+    assert shift.stats.shifts == 1 and exact.stats.reprefills == 1
+    assert np.allclose(a, b, atol=1e-5)
