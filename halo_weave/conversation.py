@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from itertools import groupby
+from operator import attrgetter
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -633,3 +635,40 @@ class Conversation:
                 turn_id=chunk.turn_id,
                 framing=chunk.framing,
             )
+
+    def restore_chunks(self, chunks: Sequence[Chunk], live_tokens: dict[int, ChunkTokens]) -> None:
+        """Re-register many chunks at once (rehydration's fast path).
+
+        ``chunks`` are in position order, after any chunk already here; the live ones'
+        tokens are appended to the table in one step instead of one per chunk (the
+        conversation takes ownership of ``live_tokens``' arrays and lists).
+        """
+        # attrgetter/map/groupby keep the per-chunk loops in C: ~20k chunks per 1M tokens.
+        ids = list(map(attrgetter("id"), chunks))
+        self.chunks.update(zip(ids, chunks))
+        self._keys.update(zip(map(attrgetter("turn_id", "sentence_id", "role"), chunks), ids))
+        for turn_id, group in groupby(chunks, attrgetter("turn_id")):
+            self.turns[turn_id].chunk_ids.extend(map(attrgetter("id"), group))
+        live = list(filter(attrgetter("live"), chunks))
+        missing = [c.key for c in live if c.id not in live_tokens]
+        if missing:
+            raise ConversationError(f"live chunks {missing[:3]} have no tokens")
+        if not live:
+            return
+        tokens = [live_tokens[c.id] for c in live]
+        counts = np.fromiter((c.token_count for c in live), np.int64, len(live))
+        held = np.fromiter((len(t.token_ids) for t in tokens), np.int64, len(live))
+        if not np.array_equal(counts, held):
+            raise ConversationError("stored tokens disagree with their chunks' token counts")
+        for c, t in zip(live, tokens):
+            self._texts[c.id] = t.texts
+        starts = np.fromiter((c.start for c in live), np.int64, len(live))
+        first_row = np.cumsum(counts) - counts
+        self.table.append_rows(
+            position=np.repeat(starts - first_row, counts) + np.arange(int(counts.sum())),
+            token_id=np.concatenate([t.token_ids for t in tokens]),
+            brightness=np.concatenate([t.brightness for t in tokens]),
+            chunk_id=np.repeat(np.fromiter((c.id for c in live), np.int32, len(live)), counts),
+            turn_id=np.repeat(np.fromiter((c.turn_id for c in live), np.int32, len(live)), counts),
+            framing=np.repeat(np.fromiter((c.sentence_id < 0 for c in live), bool, len(live)), counts),
+        )

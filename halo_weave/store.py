@@ -14,13 +14,15 @@ Layout (see :mod:`store_schema`): ``turns``, ``chunks`` (metadata only), ``chunk
 ``meta`` (JSON values: counters, system prompt), ``tool_data``, ``semantic_entries`` +
 ``semantic_fts`` (owned by the semantic index, which uses :attr:`ConversationStore.conn`).
 
-Why a row per chunk rather than DESIGN.md's row per token: measured on this 2-core
-machine with 1,000,000 tokens (30,000 live), reading the live tokens took ~95 ms from a
-``tokens(position PK, ...)`` table through a ``live`` index and ~4 ms from chunk BLOBs;
-the file was ~38 vs ~11 bytes per token; pruning or resurrecting a chunk is one row
-update instead of one per token.  Positions need no column: a chunk's tokens occupy
-``start .. start + token_count``.  Chunk metadata lives in its own narrow table so that
-opening a conversation reads ~40 bytes per chunk, not every dead chunk's tokens.
+Why a row per chunk rather than DESIGN.md's row per token: measured on this (shared)
+2-core machine with 1,000,000 tokens, 30,000 live, reading the live tokens took 75-130 ms
+from a ``tokens(position PK, ...)`` table through a ``(live, position)`` index and 13-18 ms
+from chunk BLOBs, and the file held 38 vs 21 bytes per token; pruning or resurrecting a
+chunk is one row update instead of one per token.  Positions need no column: a chunk's
+tokens occupy ``start .. start + token_count``.  Chunk metadata lives in its own narrow
+table so that opening a conversation does not read every dead chunk's tokens, and it is
+read as one row of joined columns (per-row Python cost dominates opening: ~20k chunks
+per million tokens).
 
 Durability: WAL with ``synchronous=NORMAL``.  A commit survives the app being killed at
 any moment (the crash-safety test kills a writer 50 times); on power loss the last few
@@ -209,10 +211,11 @@ class ConversationStore:
         conv.set_system_prompt(
             meta.get("system_prompt", ""), meta.get("system_ids", []), meta.get("system_texts", [])
         )
-        for turn_id, role, created_at, complete in self.conn.execute(
-            "SELECT turn_id, role, created_at, complete FROM turns ORDER BY turn_id"
-        ):
-            conv.turns[turn_id] = Turn(turn_id, role, created_at, [], bool(complete))
+        rows = self.conn.execute("SELECT turn_id, role, created_at, complete FROM turns ORDER BY turn_id")
+        columns = list(zip(*rows)) or [(), (), (), ()]
+        conv.turns.update(zip(columns[0], map(
+            Turn, *columns[:3], [[] for _ in columns[0]], map(bool, columns[3])
+        )))
         live = {
             chunk_id: unpack_tokens(*blobs)
             for chunk_id, *blobs in self.conn.execute(
@@ -220,14 +223,11 @@ class ConversationStore:
                 "FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id WHERE c.live = 1"
             )
         }
-        end = turn_end = chunk_end = 0
-        for row in self.conn.execute(f"SELECT {_CHUNK_COLUMNS} FROM chunks ORDER BY start"):
-            chunk = Chunk(*row[:6], bool(row[6]), bool(row[7]), row[8], bool(row[9]))
-            conv.restore_chunk(chunk, live.get(chunk.id))
-            end = max(end, chunk.end)
-            chunk_end = chunk.id + 1
-        if conv.turns:
-            turn_end = max(conv.turns) + 1
+        chunks = self._all_chunks(conv.turns)
+        conv.restore_chunks(chunks, live)
+        end = max((c.end for c in chunks[-1:]), default=0)
+        chunk_end = max(conv.chunks, default=-1) + 1
+        turn_end = max(conv.turns, default=-1) + 1
         conv.next_position = max(meta.get("next_position", 0), end)
         conv.next_turn_id = max(meta.get("next_turn_id", 0), turn_end)
         conv.next_chunk_id = max(meta.get("next_chunk_id", 0), chunk_end)
@@ -235,6 +235,44 @@ class ConversationStore:
         self._streamed.clear()
         self._close_crashed_turn(conv)
         return conv
+
+    def _all_chunks(self, turns: dict[int, Turn]) -> list[Chunk]:
+        """Every chunk record, in position order.
+
+        One row of comma-joined columns instead of a row per chunk: Python-side cost per
+        row dominates opening a long conversation (~20k chunks per million tokens).
+        """
+        row = self.conn.execute(
+            "SELECT count(*), group_concat(id), group_concat(turn_id), group_concat(sentence_id), "
+            "group_concat(start), group_concat(token_count), "
+            "group_concat(ifnull(brightness_at_deletion, '')), "
+            "group_concat(id) FILTER (WHERE live), group_concat(id) FILTER (WHERE pinned), "
+            "group_concat(id) FILTER (WHERE tool_result) "
+            "FROM (SELECT * FROM chunks ORDER BY start)"
+        ).fetchone()
+        if not row[0]:
+            return []
+        # map() chains keep the per-chunk loops in C; the rare flags come as id lists.
+        ids, turn_ids, sentence_ids, starts, counts = (
+            list(map(int, text.split(","))) for text in row[1:6]
+        )
+        at_deletion = [int(v) if v else None for v in row[6].split(",")]
+        live, pinned, tool_result = (
+            list(map(set(map(int, text.split(","))).__contains__, ids)) if text else [False] * len(ids)
+            for text in row[7:10]
+        )
+        role_of = {turn_id: turn.role for turn_id, turn in turns.items()}
+        try:
+            roles = list(map(role_of.__getitem__, turn_ids))
+        except KeyError as exc:
+            raise StoreError(f"{self.path.name} is damaged: a chunk belongs to missing turn {exc}.") from None
+        chunks = list(map(
+            Chunk, ids, turn_ids, sentence_ids, roles, starts, counts, live, pinned, at_deletion,
+            tool_result,
+        ))
+        if not (np.diff(np.asarray(starts)) > 0).all():  # SQLite does not promise the order
+            chunks.sort(key=lambda c: c.start)
+        return chunks
 
     def _drop_empty_open_turn(self) -> None:
         row = self.conn.execute("SELECT turn_id, complete FROM turns ORDER BY turn_id DESC LIMIT 1").fetchone()
