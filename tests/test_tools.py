@@ -340,3 +340,32 @@ def test_tool_prompt_teaches_the_syntax_the_parser_accepts():
 def test_result_marker_detection():
     assert tools.looks_like_tool_result("\n⚙️【jq '.' notes.json】→ ✓ {}")
     assert not tools.looks_like_tool_result("ordinary text")
+
+
+# ---------------------------------------------------------------- persistence
+def test_notes_survive_reopening_the_store_and_export_import(runner, tmp_path):
+    from halo_weave.store import ConversationStore
+    from halo_weave.transfer import export_conversation, import_conversation
+
+    path = tmp_path / "notes-test.sqlite"
+    with ConversationStore.open(path) as store:
+        assert store.load_tool_data(tools.NOTES_NAME) is None  # a new conversation has none yet
+        step = runner.process_answer(
+            "<tool>jq '.topics.tea = \"oolong, no sugar\" | .reminders += [\"ask about Lisbon\"]' "
+            "notes.json > output</tool>",
+            store.load_tool_data(tools.NOTES_NAME),
+        )
+        store.save_tool_data(tools.NOTES_NAME, step.new_notes)
+    saved = step.new_notes
+
+    with ConversationStore.open(path, create=False) as store:  # "restart"
+        reopened = store.load_tool_data(tools.NOTES_NAME)
+    assert reopened == saved
+    read = runner.run(call("jq '.topics.tea' notes.json"), reopened)
+    assert read.message == '✓ "oolong, no sugar"'
+
+    exported = tmp_path / "export.json"
+    export_conversation(path, exported)
+    imported = import_conversation(exported, tmp_path / "imported")
+    with ConversationStore.open(imported, create=False) as store:
+        assert store.load_tool_data(tools.NOTES_NAME) == saved
