@@ -207,3 +207,9 @@ def test_analyze_script_writes_the_pngs(tmp_path):
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     assert summary["tokens"] == 25 and summary["prune_next"]
+
+
+def test_capture_tools_and_sandbox_import_no_qt():
+    code = ("import sys, halo_weave.capture, halo_weave.tools, halo_weave.jq_sandbox\n"
+            "sys.exit(1 if [m for m in sys.modules if m.startswith(('PySide6', 'shiboken6'))] else 0)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
