@@ -180,8 +180,15 @@ def rounds_used(text: str) -> int:
 
 
 def pending_calls(text: str) -> list[ToolCall]:
-    """Calls in ``text`` that no result follows yet."""
-    return [c for c in find_calls(text) if not text[c.end:].lstrip().startswith(RESULT_MARKER)]
+    """Calls in ``text`` that no result follows yet (before the next call)."""
+    calls = find_calls(text)
+    pending = []
+    for k, call in enumerate(calls):
+        # Not "right after the tag": the token that completed </tool> may carry more text.
+        until = calls[k + 1].start if k + 1 < len(calls) else len(text)
+        if RESULT_MARKER not in text[call.end:until]:
+            pending.append(call)
+    return pending
 
 
 def looks_like_tool_result(text: str) -> bool:

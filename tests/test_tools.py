@@ -284,6 +284,16 @@ def test_process_answer_runs_the_pending_call_and_continues(runner, notes):
     assert again.results == [] and not again.continue_generation and again.result_text == ""
 
 
+def test_text_after_the_closing_tag_does_not_rerun_the_call(runner, notes):
+    # The token that completed "</tool>" may carry more text (e.g. ">." ); the result
+    # follows that, and the next round must still see the call as answered.
+    text = "Noting. " + WRITE + "."
+    step = runner.process_answer(text, notes)
+    assert step.rounds_used == 1
+    text += step.result_text + "Saved."
+    assert runner.process_answer(text, step.new_notes).results == []
+
+
 def test_process_answer_without_calls_finishes(runner, notes):
     step = runner.process_answer("Just an answer, <tool> mentioned but not used.", notes)
     assert not step.continue_generation and step.result_text == "" and step.new_notes is None
