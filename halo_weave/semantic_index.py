@@ -91,11 +91,11 @@ class SemanticIndex:
         self._lock = lock if lock is not None else threading.RLock()
         self._reset(embedder.dim or 1)
 
-    def _reset(self, dim: int) -> None:
+    def _reset(self, dim: int, capacity: int = 1024) -> None:
         self._n = 0
-        self._matrix = np.zeros((1024, dim), np.float32)
-        self._ids = np.zeros(1024, np.int64)
-        self._user = np.zeros(1024, np.bool_)
+        self._matrix = np.zeros((capacity, dim), np.float32)
+        self._ids = np.zeros(capacity, np.int64)
+        self._user = np.zeros(capacity, np.bool_)
         self._row: dict[int, int] = {}
         self._structure: dict[int, str] = {}  # chunk id -> structure digest of its vector
         self._stale: set[int] = set()  # entries holding another model's vector
@@ -118,12 +118,11 @@ class SemanticIndex:
             rows = self.conn.execute(
                 "SELECT chunk_id, role, context_hash, model, dim, embedding FROM semantic_entries"
             ).fetchall()
-            self._reset(dim)
             good = [r for r in rows if r[3] == name and r[4] == dim and r[5] is not None
                     and len(r[5]) == 4 * dim]
-            self._stale = {r[0] for r in rows} - {r[0] for r in good}
             n = len(good)
-            self._grow(n)
+            self._reset(dim, capacity=max(1024, n + n // 8))  # room to grow without a copy
+            self._stale = {r[0] for r in rows} - {r[0] for r in good}
             if n:
                 self._matrix[:n] = np.frombuffer(b"".join(r[5] for r in good), "<f4").reshape(n, dim)
                 self._ids[:n] = [r[0] for r in good]
