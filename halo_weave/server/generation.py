@@ -1,0 +1,201 @@
+"""One generation: the token loop, its records, and its abort switch.
+
+Created by :meth:`halo_weave.server.engine.Engine.generate`, which holds the engine's
+lock for it; the lock is released when the generation finishes, fails, is closed or is
+garbage-collected, so an abandoned iterator never wedges the server.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterator
+
+import numpy as np
+
+from .sampling import Sampler, SamplerSettings
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A validated generation request."""
+
+    input_ids: list[int]
+    max_length: int
+    sampler: SamplerSettings
+    stop_sequences: tuple[str, ...] = ()
+    stop_ids: frozenset[int] = frozenset()
+    attention: bool = True
+    per_layer: bool = False
+    request_id: str | None = None
+
+
+@dataclass
+class TokenRecord:
+    """One generated token.
+
+    ``text`` is ``""`` while the token's bytes end inside a UTF-8 character (the token
+    completing it carries the character).  ``attention`` is ``None`` when not requested,
+    else float32 ``[context]`` (aggregated) or ``[layers, heads, context]`` (per_layer),
+    ``context = prompt_tokens + index``.
+    """
+
+    token_id: int
+    text: str
+    attention: np.ndarray | None
+    index: int
+
+
+@dataclass
+class DoneRecord:
+    """How a generation ended, with counts and timings (seconds)."""
+
+    finish_reason: str  # "stop" (stop token or stop sequence), "length", "abort"
+    prompt_tokens: int
+    reused_prefix_tokens: int
+    processed_prompt_tokens: int
+    generated_tokens: int
+    sampler_seed: int
+    stop_sequence: str | None = None
+    prefill_s: float = 0.0
+    time_to_first_token_s: float = 0.0
+    decode_s: float = 0.0
+    tokens_per_s: float = 0.0
+    total_s: float = 0.0
+    request_id: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+class Generation:
+    """Iterator of :class:`TokenRecord` followed by exactly one :class:`DoneRecord`."""
+
+    def __init__(self, engine: "Engine", request: GenerationRequest, release: Callable) -> None:
+        self.engine = engine
+        self.request = request
+        self._release = release
+        self._abort = threading.Event()
+        self._finished = False
+        self._records = self._run()
+
+    def __iter__(self) -> Iterator[TokenRecord | DoneRecord]:
+        return self
+
+    def __next__(self) -> TokenRecord | DoneRecord:
+        if self._finished:
+            raise StopIteration
+        try:
+            return next(self._records)
+        except BaseException:
+            self._finish()
+            raise
+
+    def abort(self) -> None:
+        """Stop after the current token; the iterator still ends with a DoneRecord."""
+        self._abort.set()
+
+    @property
+    def aborted(self) -> bool:
+        return self._abort.is_set()
+
+    def close(self) -> None:
+        """Stop now and release the model (no DoneRecord)."""
+        self._abort.set()
+        try:
+            self._records.close()
+        finally:
+            self._finish()
+
+    def __del__(self) -> None:
+        if not self._finished:
+            self.close()
+
+    def _finish(self) -> None:
+        if not self._finished:
+            self._finished = True
+            self._release(self)
+
+    def _run(self) -> Iterator[TokenRecord | DoneRecord]:
+        started = time.perf_counter()
+        req, kv, engine = self.request, self.engine.kv, self.engine
+        ids = req.input_ids
+        sampler = Sampler(req.sampler)
+
+        def done(reason: str, **extra) -> DoneRecord:
+            return DoneRecord(
+                finish_reason=reason,
+                prompt_tokens=len(ids),
+                reused_prefix_tokens=reused,
+                processed_prompt_tokens=len(ids) - reused,
+                generated_tokens=generated,
+                sampler_seed=sampler.seed,
+                request_id=req.request_id,
+                **extra,
+            )
+
+        # Everything but the last prompt token runs without attention output; the last
+        # one runs alone with it, so the first generated token has attention as well.
+        generated = 0
+        reused = min(kv.common_prefix(ids), len(ids) - 1)
+        kv.rewind(reused)
+        if kv.prefill(ids[reused:-1], should_stop=self._abort.is_set) is None and len(ids) - 1 > reused:
+            yield done("abort")
+            return
+        logits, rows = kv.feed(ids[-1:], attention=req.attention)
+        prefill_s = time.perf_counter() - started
+
+        pieces = engine.text.stream()
+        history = list(ids)
+        longest_stop = max((len(s) for s in req.stop_sequences), default=0)
+        recent = ""
+        finish, matched = "length", None
+        first_at = last_at = None
+        for index in range(req.max_length):
+            if self._abort.is_set():
+                finish = "abort"
+                break
+            token = sampler.pick(logits, history)
+            if token in req.stop_ids:
+                finish = "stop"
+                break
+            piece = pieces.push(token)
+            yield TokenRecord(token, piece, self._attention(rows), index)
+            generated += 1
+            last_at = time.perf_counter()
+            first_at = first_at or last_at
+            history.append(token)
+            if longest_stop:
+                recent += piece
+                matched = next((s for s in req.stop_sequences if s in recent), None)
+                if matched is not None:
+                    finish = "stop"
+                    break
+                recent = recent[-(longest_stop - 1) :] if longest_stop > 1 else ""
+            if index == req.max_length - 1 or self._abort.is_set():
+                finish = "length" if not self._abort.is_set() else "abort"
+                break
+            logits, rows = kv.feed([token], attention=req.attention)
+
+        ended = time.perf_counter()
+        ttft = (first_at or ended) - started
+        decode_s = (last_at - first_at) if first_at and last_at else 0.0
+        yield done(
+            finish,
+            stop_sequence=matched,
+            prefill_s=round(prefill_s, 4),
+            time_to_first_token_s=round(ttft, 4),
+            decode_s=round(decode_s, 4),
+            tokens_per_s=round((generated - 1) / decode_s, 3) if decode_s > 0 else 0.0,
+            total_s=round(ended - started, 4),
+        )
+
+    def _attention(self, rows) -> np.ndarray | None:
+        if rows is None:
+            return None
+        last = rows[:, :, -1, :]  # [layers, heads, keys]: the query that produced the token
+        if self.request.per_layer:
+            return np.ascontiguousarray(last.cpu().numpy(), dtype=np.float32)
+        return last.mean(dim=(0, 1)).cpu().numpy().astype(np.float32, copy=False)

@@ -1,0 +1,68 @@
+"""Next-token sampling: repetition penalty, temperature, top-k, top-p, seeded.
+
+KoboldCPP semantics where they matter to a client: ``top_k`` 0 means the whole
+vocabulary, ``rep_pen`` below 1 is treated as 1, and a ``sampler_seed`` of 0 or less
+means "pick one" (the seed actually used is reported so a run can be repeated).
+Temperature 0 is greedy.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+import torch
+
+#: How many of the most recent tokens the repetition penalty looks at (KoboldCPP default).
+DEFAULT_REP_PEN_RANGE = 320
+
+#: Largest seed we hand to torch (seeds are reported back in done events as JSON ints).
+MAX_SEED = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class SamplerSettings:
+    """Sampling parameters of one generation request."""
+
+    temperature: float = 0.7
+    top_p: float = 0.9
+    top_k: int = 40
+    rep_pen: float = 1.1
+    rep_pen_range: int = DEFAULT_REP_PEN_RANGE
+    seed: int = -1
+
+
+class Sampler:
+    """Picks tokens from logits; deterministic for a given seed and history."""
+
+    def __init__(self, config: SamplerSettings) -> None:
+        self.config = config
+        self.seed = config.seed if config.seed > 0 else secrets.randbelow(MAX_SEED) + 1
+        self._generator = torch.Generator().manual_seed(self.seed)
+
+    def pick(self, logits: torch.Tensor, history: list[int]) -> int:
+        """The next token id given 1-D ``logits`` and the ids so far (prompt included)."""
+        cfg = self.config
+        logits = logits.detach().float().cpu()
+        if cfg.rep_pen > 1.0 and history and cfg.rep_pen_range != 0:
+            recent = history[-cfg.rep_pen_range :] if cfg.rep_pen_range > 0 else history
+            ids = torch.tensor(sorted(set(recent)), dtype=torch.long)
+            scores = logits[ids]
+            logits[ids] = torch.where(scores > 0, scores / cfg.rep_pen, scores * cfg.rep_pen)
+        if cfg.temperature <= 0:
+            return int(torch.argmax(logits))
+
+        logits = logits / cfg.temperature
+        if 0 < cfg.top_k < logits.numel():
+            values, ids = torch.topk(logits, cfg.top_k)
+        else:
+            values, ids = torch.sort(logits, descending=True)
+        probs = torch.softmax(values, dim=-1)
+        if 0 < cfg.top_p < 1:
+            cumulative = torch.cumsum(probs, dim=-1)
+            # Keep the smallest prefix whose mass reaches top_p (always at least one token).
+            keep = int(torch.searchsorted(cumulative, torch.tensor(cfg.top_p))) + 1
+            probs = probs[:keep]
+            ids = ids[:keep]
+        choice = torch.multinomial(probs, 1, generator=self._generator)
+        return int(ids[choice])
