@@ -50,11 +50,13 @@ METHODS = [
     ("halo-k100", "halo", {"query_max_results": 100}),
     ("halo-prefill", "prefill", {}),
     ("halo-hyst", "hyst", {}),
+    # Mechanism checks: is the attention-pruned state better than oldest-first at P?
+    ("fifo-halo", None, {}),  # FIFO to P, then the app's resurrection
+    ("halo-meanrank", "meanrank", {}),  # prune by mean chunk brightness, not peak
 ]
 
 QUICK_CONVERSATIONS = ["conv-30"]
-QUICK_METHODS = ["full", "fifo", "rag", "brightness", "halo", "halo-mean", "halo-noboost",
-                 "halo-hybrid", "halo-k100"]
+QUICK_METHODS = [m[0] for m in METHODS]
 RAG_CANDIDATES = 200
 
 
@@ -121,6 +123,7 @@ def main(argv=None) -> int:
         "halo": Policy("halo", args.prune_to),
         "prefill": Policy("prefill", args.prune_to, score_user=True),
         "hyst": Policy("hyst", args.prune_to, hysteresis=args.hysteresis),
+        "meanrank": Policy("meanrank", args.prune_to, rank="mean"),
     }
     needed = {m[1] for m in methods if m[1]}
     source = None
@@ -194,7 +197,8 @@ def main(argv=None) -> int:
             traces[dialogue.sample_id] = replays["halo"].trace
             evidence_turns[dialogue.sample_id] = {turn_of[d] for q in dialogue.questions
                                                   for d in q.evidence}
-        recent = keep_recent(full, args.prune_to) if any(m[0] == "rag" for m in methods) else None
+        recent = (keep_recent(full, args.prune_to)
+                  if any(m[0] in ("rag", "fifo-halo") for m in methods) else None)
 
         for name, key, _ in methods:
             if key:
@@ -222,6 +226,11 @@ def main(argv=None) -> int:
                     out = answer_rag(recent, matches, ctx)
                 elif name == "brightness":
                     out = answer_brightness(replays[key].conv, ctx)
+                elif name == "fifo-halo":
+                    index = _index(indexes, store, settings, embedder, {}, SemanticIndex)
+                    out = answer_halo(recent, index.search(question.question), ctx,
+                                      settings.resurrection_brightness,
+                                      settings.resurrection_budget_cap)
                 else:
                     search_opts = {k: v for k, v in options.items() if k != "rule"}
                     index = _index(indexes, store, settings, embedder, search_opts, SemanticIndex)
@@ -245,7 +254,8 @@ def main(argv=None) -> int:
               + (f", first {args.max_turns} turns" if args.max_turns else ""))
     print(f"# bench_memory: P={args.prune_to} C={args.context} prompt budget={budget} "
           f"(C - max_new_tokens {max_new}); kv={args.kv}; {subset}; "
-          f"{total_questions} questions; {platform.node()} {os.cpu_count()} cpu; wall {wall:.0f} s")
+          f"{total_questions} questions; {platform.node()} {os.cpu_count()} cpu; "
+          f"indexing {index_total:.0f} s; wall {wall:.0f} s")
     print(table(ordered))
     print("* replay shared with the method named in the JSON (time counted in each)")
     print(f"data quirks: {data_quirks}")

@@ -157,6 +157,9 @@ def test_replay_prunes_to_p_and_keeps_what_attention_points_at(dialogue, setting
     # of its turns are attended to here.
     assert recall == 1.0, "the 'bees' turn is attended to on every step and must survive"
     assert evidence_recall(conv, ["D1:1", "D1:4"], turn_of)[0] == 0.5
+    # The mean-rank experiment prunes too, within the same budget.
+    mean = replay(tok, Policy("meanrank", 120, rank="mean"), settings, source).conv
+    assert mean.live_token_count() <= 120 + 40 and type(mean).__name__ == "MeanRankConversation"
     # Hysteresis prunes deeper, less often.
     hyst = replay(tok, Policy("hyst", 120, hysteresis=0.5), settings, source)
     assert hyst.prune_events < result.prune_events

@@ -51,6 +51,7 @@ class Policy:
     hysteresis: float = 1.0
     score_user: bool = False
     attention: bool = True  # False: no model at all (the "full" conversation)
+    rank: str = "peak"  # "mean": an experiment, prune by mean chunk brightness (see below)
 
     @property
     def prune_target(self) -> int:
@@ -90,9 +91,26 @@ def tokenize_dialogue(dialogue: Dialogue, tokenize: Callable[[str], list[tuple[i
     )
 
 
-def new_conversation(tok: TokenizedDialogue, settings: Settings) -> Conversation:
+class MeanRankConversation(Conversation):
+    """Experiment: prune by a chunk's *mean* token brightness instead of its peak.
+
+    Peaks saturate: tokens start at the cap and one attended token (a newline, a name)
+    keeps a whole chunk there, so peak ranking degenerates to oldest-first among ties.
+    Only the ranking changes; anchors, pins and everything else are the app's.
+    """
+
+    def chunk_peaks(self):
+        ids, starts = self.table.segments()
+        if len(ids) == 0:
+            return ids, np.zeros(0, np.int32)
+        sums = np.add.reduceat(self.table.brightness.astype(np.int64), starts)
+        counts = np.diff(np.append(starts, len(self.table)))
+        return ids, (sums // counts).astype(np.int32)
+
+
+def new_conversation(tok: TokenizedDialogue, settings: Settings, rank: str = "peak") -> Conversation:
     """An empty conversation with the dialogue's framing and system prompt."""
-    conv = Conversation(settings, tok.framing)
+    conv = (MeanRankConversation if rank == "mean" else Conversation)(settings, tok.framing)
     conv.set_system_prompt(settings.system_prompt, [i for i, _ in tok.system],
                            [t for _, t in tok.system])
     return conv
@@ -140,7 +158,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
            ) -> Replay:
     """Replay every turn of ``tok`` under ``policy`` (see the module docstring)."""
     started = time.perf_counter()
-    conv = new_conversation(tok, settings)
+    conv = new_conversation(tok, settings, policy.rank)
     trace = Trace()
     votes = pruned = events = 0
     turns = tok.dialogue.turns
