@@ -1,0 +1,121 @@
+"""``halo-weave-server`` / ``python -m halo_weave.server``: serve a model over HTTP.
+
+Prints exactly one line to stdout once it accepts connections::
+
+    Halo Weave server ready on http://127.0.0.1:5001 (model SmolLM2-135M-Instruct.Q4_1)
+
+(``--port 0`` picks a free port and reports it there.)  Progress and request logs go
+to stderr.  Exit status: 0 after a clean shutdown, 1 if the address is unusable, 2 if
+the model cannot be loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+
+#: Format of the ready line; :mod:`halo_weave.server.launcher` parses it.
+READY_LINE = "Halo Weave server ready on {url} (model {model})"
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 5001
+
+log = logging.getLogger("halo_weave.server")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="halo-weave-server",
+        description="KoboldCPP-compatible server that streams the model's attention per token.",
+    )
+    parser.add_argument("--model", default=None,
+                        help="GGUF file, directory with one GGUF, or transformers model directory "
+                             "(default: the bundled SmolLM2-135M-Instruct)")
+    parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default %(default)s)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+                        help="port (default %(default)s; 0 picks a free one)")
+    parser.add_argument("--context-size", type=int, default=None,
+                        help="largest prompt + generation in tokens (default: the model's trained context)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--attention-format", choices=("aggregated", "per_layer"), default="aggregated",
+                        help="attention format for requests that name none")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: all cores but one, at least 1)")
+    parser.add_argument("--no-model-cache", action="store_true",
+                        help="do not save the dequantized model for faster later starts")
+    parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    return parser
+
+
+def default_threads() -> int:
+    """All cores but one: the app's UI and embedder need a core, and an oversubscribed
+    OpenMP pool spin-waits (measured here: ~10x slower tokens with 2 threads on a busy
+    2-core machine, against 1)."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # The model ships on disk: never reach for the network.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+    try:
+        sock = bind_socket(args.host, args.port)
+    except OSError as exc:
+        print(f"halo-weave-server: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+
+    import torch
+    import uvicorn
+
+    from .app import create_app
+    from .engine import Engine
+
+    if args.device != "cuda":
+        torch.set_num_threads(args.threads or default_threads())
+    log.info("loading model %s ...", args.model or "(bundled SmolLM2-135M-Instruct)")
+    try:
+        engine = Engine.load(args.model, device=args.device, context_size=args.context_size,
+                             attention_format=args.attention_format,
+                             cache_model=not args.no_model_cache)
+    except Exception as exc:  # noqa: BLE001 - any load failure is reported, not traced
+        log.debug("model load failed", exc_info=True)
+        print(f"halo-weave-server: cannot load the model: {exc}", file=sys.stderr)
+        return 2
+    log.info("model %s on %s, context %d tokens%s", engine.name, engine.device, engine.context_size,
+             " (from the dequantized cache)" if engine.loaded_from_cache else "")
+
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    ready = READY_LINE.format(url=f"http://{shown}:{port}", model=engine.name)
+
+    class ReadyServer(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                print(ready, flush=True)
+
+    config = uvicorn.Config(create_app(engine), log_level=args.log_level, access_log=True,
+                            timeout_graceful_shutdown=1, lifespan="off")
+    ReadyServer(config).run(sockets=[sock])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

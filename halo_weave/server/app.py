@@ -1,0 +1,258 @@
+"""HTTP routes (Starlette + sse-starlette) over an :class:`Engine`.
+
+Concurrency: one generation at a time.  A generate request that finds the model busy
+waits up to :data:`BUSY_WAIT_S` (so "abort, then resend" and a client that just
+disconnected never see a spurious error), then gets **503** with a message.  Tokenize,
+detokenize and model info never wait for a generation.
+
+Errors are JSON ``{"error": msg, "detail": {"msg": msg, "type": kind}}`` (both
+KoboldCPP shapes): 400 bad input, 404 unknown path, 405 wrong method, 413 body too
+large, 503 busy.  Once a stream has started, a failure is sent as an
+``{"type": "error", "message": ...}`` event and the stream is closed, never left hanging.
+A client that disconnects mid-stream stops the generation after the current token.
+
+No CORS headers are sent: the desktop app needs none, and without them a web page
+cannot read this local model's output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from .. import __version__
+from . import schema
+from .engine import Engine, EngineBusy, RequestError
+from .generation import DoneRecord
+
+log = logging.getLogger("halo_weave.server")
+
+#: How long a generate request waits for a running generation before a 503.
+BUSY_WAIT_S = 2.0
+BUSY_POLL_S = 0.02
+
+#: Largest request body accepted (KoboldCPP's default ``--maxrequestsize``).
+MAX_BODY_BYTES = 32 * 1024 * 1024
+
+#: KoboldAI API version reported to clients that probe ``/api/v1/info/version``.
+KOBOLD_API_VERSION = "1.2.5"
+#: The KoboldCPP release whose wire format we follow.
+KOBOLDCPP_VERSION = "1.101.1"
+
+_END = object()
+
+
+def error_response(status: int, message: str, kind: str = "bad_input") -> JSONResponse:
+    return JSONResponse({"error": message, "detail": {"msg": message, "type": kind}}, status)
+
+
+def model_info(engine: Engine) -> dict:
+    """``/api/v1/model``: KoboldCPP's fields plus the chat template and attention facts."""
+    config = engine.model.config
+    tok = engine.tokenizer
+    rope = getattr(config, "rope_parameters", None) or {}
+    name = f"halo-weave/{engine.name}"
+    return {
+        "result": name,
+        "model_name": name,
+        "vocab_size": engine.vocab_size,
+        "num_layers": engine.num_layers,
+        "num_attention_heads": engine.num_heads,
+        "num_key_value_heads": int(getattr(config, "num_key_value_heads", engine.num_heads)),
+        "embedding_size": int(config.hidden_size),
+        "max_context_length": engine.context_size,
+        "max_trained_context": int(getattr(config, "max_position_embeddings", 0) or 0),
+        "bos_token_id": tok.bos_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "eot_token_id": tok.convert_tokens_to_ids("<|im_end|>") if engine.chat_template() else -1,
+        "rope_freq_base": float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))),
+        "rope_freq_scale": 1.0,
+        "chat_template": engine.chat_template(),
+        "chat_template_tokens": engine.template_tokens(),
+        "stop_token_ids": sorted(engine.stop_ids),
+        "supports_attention": True,
+        "attention_formats": ["aggregated", "per_layer"],
+        "default_attention_format": engine.default_attention_format,
+        "attention_aggregation": "mean over all layers and heads, live context length",
+        "server": "halo-weave",
+        "version": __version__,
+    }
+
+
+def create_app(engine: Engine) -> Starlette:
+    """The Starlette application serving ``engine``."""
+
+    async def get_model(request: Request) -> JSONResponse:
+        return JSONResponse(model_info(engine))
+
+    async def api_version(request: Request) -> JSONResponse:
+        return JSONResponse({"result": KOBOLD_API_VERSION})
+
+    async def extra_version(request: Request) -> JSONResponse:
+        return JSONResponse({
+            "result": "KoboldCpp", "version": KOBOLDCPP_VERSION, "protected": False,
+            "txt2img": False, "vision": False, "transcribe": False, "multiplayer": False,
+            "websearch": False, "tts": False, "embeddings": False,
+            "halo_weave": __version__, "attention": True,
+        })
+
+    async def max_context(request: Request) -> JSONResponse:
+        return JSONResponse({"value": engine.context_size})
+
+    async def max_length(request: Request) -> JSONResponse:
+        return JSONResponse({"value": schema.DEFAULT_MAX_LENGTH})
+
+    async def tokenize(request: Request) -> JSONResponse:
+        text, add_special, with_pieces = schema.tokenize_args(await _json(request))
+        pairs = await run_in_threadpool(engine.tokenize, text, add_special)
+        ids = [i for i, _ in pairs]
+        if not with_pieces:
+            return JSONResponse({"tokens": [{"id": i} for i in ids], "token_ids": ids, "token_count": len(ids)})
+        tokens = [{"token_id": i, "text": piece} for i, piece in pairs]
+        return JSONResponse({"tokens": tokens, "token_ids": ids, "token_count": len(ids)})
+
+    async def detokenize(request: Request) -> JSONResponse:
+        ids = schema.detokenize_ids(await _json(request), engine)
+        return JSONResponse({"text": engine.detokenize(ids)})
+
+    async def abort(request: Request) -> JSONResponse:
+        try:
+            body = schema.parse_json_object(await request.body())
+        except RequestError:
+            body = {}
+        target = body.get("request_id", body.get("genkey"))
+        stopped = engine.abort(str(target) if target else None)
+        flag = "true" if stopped else "false"  # strings, as KoboldCPP answers
+        return JSONResponse({"success": flag, "done": flag})
+
+    async def generate_stream(request: Request):
+        body = await _json(request)
+        kwargs = await run_in_threadpool(schema.generate_kwargs, body, engine)
+        token_events = schema.wants_token_events(body)
+        deadline = time.monotonic() + BUSY_WAIT_S
+        while True:
+            try:
+                generation = engine.generate(**kwargs)
+                break
+            except EngineBusy as exc:
+                if time.monotonic() >= deadline:
+                    return error_response(503, f"Server is busy: {exc}", "service_unavailable")
+                await asyncio.sleep(BUSY_POLL_S)
+        log.info(
+            "generate: %d prompt tokens, max_length %d, attention %s",
+            len(kwargs["input_ids"]), kwargs["max_length"], kwargs["output_attentions"],
+        )
+        events = _stream_events(engine, generation, kwargs, token_events)
+        return EventSourceResponse(events, ping=15, headers={"Cache-Control": "no-cache, no-store"})
+
+    routes = [
+        Route("/api/v1/model", get_model),
+        Route("/api/latest/model", get_model),
+        Route("/api/v1/info/version", api_version),
+        Route("/api/extra/version", extra_version),
+        Route("/api/v1/config/max_context_length", max_context),
+        Route("/api/v1/config/max_length", max_length),
+        Route("/api/v1/tokenize", tokenize, methods=["POST"]),
+        Route("/api/extra/tokencount", tokenize, methods=["POST"]),
+        Route("/api/v1/detokenize", detokenize, methods=["POST"]),
+        Route("/api/extra/detokenize", detokenize, methods=["POST"]),
+        Route("/api/extra/generate/stream", generate_stream, methods=["POST"]),
+        Route("/api/extra/abort", abort, methods=["POST"]),
+    ]
+    handlers = {
+        RequestError: _request_error,
+        HTTPException: _http_error,
+        Exception: _internal_error,
+    }
+    return Starlette(routes=routes, exception_handlers=handlers)
+
+
+async def _json(request: Request) -> dict:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise HTTPException(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise HTTPException(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    return schema.parse_json_object(b"".join(chunks))
+
+
+async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    where = f"{request.method} {request.url.path}"
+    if exc.status_code == 404:
+        return error_response(404, f"this endpoint does not exist: {where}", "not_found")
+    if exc.status_code == 405:
+        return error_response(405, f"method not allowed: {where}", "method_not_allowed")
+    return error_response(exc.status_code, str(exc.detail))
+
+
+async def _request_error(request: Request, exc: RequestError) -> JSONResponse:
+    return error_response(400, str(exc))
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("internal error on %s", request.url.path)
+    return error_response(500, f"internal server error: {exc}", "server_error")
+
+
+async def _stream_events(engine: Engine, generation, kwargs: dict, token_events: bool):
+    """Run ``generation`` on a worker thread and relay its records as SSE events.
+
+    Encoding (base64 of per_layer arrays) happens on the worker too, so the event loop
+    stays free to notice a disconnect; the ``finally`` turns a disconnect (sse-starlette
+    cancels this generator) into an abort that lands after the current token.
+    """
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    attention = kwargs["output_attentions"]
+    request_id = kwargs.get("request_id")
+
+    def put(item) -> None:
+        try:
+            loop.call_soon_threadsafe(queue.put_nowait, item)
+        except RuntimeError:  # event loop closed: server shutting down
+            generation.abort()
+
+    def work() -> None:
+        try:
+            for record in generation:
+                if isinstance(record, DoneRecord):
+                    log.info(
+                        "done: %s, %d tokens, %d prompt (%d reused), %.2f tok/s",
+                        record.finish_reason, record.generated_tokens, record.prompt_tokens,
+                        record.reused_prefix_tokens, record.tokens_per_s,
+                    )
+                    put(schema.done_event(record) if token_events
+                        else schema.legacy_event("", record.finish_reason))
+                elif token_events:
+                    put(schema.token_event(record, engine, attention=attention, request_id=request_id))
+                elif record.text:
+                    put(schema.legacy_event(record.text, None))
+        except Exception as exc:  # noqa: BLE001 - reported to the client, never a hung stream
+            log.exception("generation failed")
+            put(schema.error_event(f"generation failed: {exc}", request_id))
+        finally:
+            put(_END)
+
+    threading.Thread(target=work, name="generation", daemon=True).start()
+    try:
+        while True:
+            item = await queue.get()
+            if item is _END:
+                return
+            yield {"event": "message", "data": item}
+    finally:
+        generation.abort()
