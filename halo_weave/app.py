@@ -337,7 +337,9 @@ class TurnController(QObject):
         self.progress.emit("Loading the model", 0, 0)
         worker = ServerStartWorker(SERVER_START_TIMEOUT_S, parent=self)
         worker.progress.connect(
-            lambda s: self._set_connection("loading", f"Loading the built-in model… {s:.0f} s")
+            lambda seconds, line: self._set_connection(
+                "loading", f"Loading the built-in model… {seconds:.0f} s" + (f" — {line[:60]}" if line else "")
+            )
         )
 
         def ready(server) -> None:

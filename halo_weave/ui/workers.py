@@ -176,11 +176,11 @@ class EmbedderWorker(QThread):
 class ServerStartWorker(QThread):
     """Start the bundled model server and wait until it answers.
 
-    Emits ``progress(seconds_elapsed)`` about once a second while the model loads, then
+    Emits ``progress(seconds_elapsed, last_log_line)`` while the model loads, then
     ``ready(server_process)`` or ``failed(exc)``.
     """
 
-    progress = Signal(float)
+    progress = Signal(float, str)
     ready = Signal(object)
     failed = Signal(object)
 
@@ -190,33 +190,29 @@ class ServerStartWorker(QThread):
         self._extra_args = tuple(extra_args)
         self.server = None
         self._cancel = threading.Event()
+        self._last_line = ""
 
     def cancel(self) -> None:
         self._cancel.set()
+
+    def _on_line(self, line: str) -> None:
+        if line.strip():
+            self._last_line = line.strip()
 
     def run(self) -> None:
         from ..server.launcher import start_server
 
         started = time.monotonic()
         try:
-            self.server = start_server(port=0, extra_args=self._extra_args)
-            ready = threading.Event()
-            errors: list[BaseException] = []
-
-            def wait() -> None:
-                try:
-                    self.server.wait_ready(self._timeout)
-                except BaseException as exc:  # noqa: BLE001
-                    errors.append(exc)
-                ready.set()
-
-            threading.Thread(target=wait, daemon=True, name="halo-weave-server-wait").start()
-            while not ready.wait(1.0):
+            self.server = start_server(port=0, extra_args=self._extra_args, on_line=self._on_line)
+            while not self.server.ready:
                 if self._cancel.is_set():
                     raise RuntimeError("start cancelled")
-                self.progress.emit(time.monotonic() - started)
-            if errors:
-                raise errors[0]
+                if time.monotonic() - started > self._timeout:
+                    break
+                self.progress.emit(time.monotonic() - started, self._last_line)
+                time.sleep(0.5)
+            self.server.wait_ready(max(1.0, self._timeout - (time.monotonic() - started)))
         except BaseException as exc:  # noqa: BLE001
             if self.server is not None:
                 try:
