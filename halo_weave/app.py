@@ -140,6 +140,8 @@ class TurnController(QObject):
         self._stop_ids: set[int] = set()
         self._shutting_down = False
         self._tool_runner = None
+        self._system_syncing = 0  # system prompt tokenizations in flight
+        self._system_dirty = False  # settings changed it during a turn
 
     # ------------------------------------------------------------------ start-up
     def start(self, conversation: Path | None = None) -> None:
@@ -367,8 +369,9 @@ class TurnController(QObject):
         supports = bool(getattr(info, "supports_attention", True))
         self._set_attention(supports)
         name = getattr(info, "name", "model")
+        self.connection_state = "connected"
+        self._sync_system_prompt()  # before input opens: the prefix is part of every turn
         self._set_connection("connected", f"{name} · {getattr(info, 'max_context', '?')} ctx")
-        self._sync_system_prompt()
         self.stats_changed.emit()
 
     def _set_connection(self, state: str, detail: str) -> None:
@@ -388,9 +391,16 @@ class TurnController(QObject):
         self.attention_changed.emit(available)
 
     def _sync_system_prompt(self) -> None:
-        """Make the conversation's system prefix match the settings (tokenized on a thread)."""
+        """Make the conversation's system prefix match the settings (tokenized on a thread).
+
+        Input waits while this runs, and it never runs during a turn (the prefix is part
+        of the context the streamed attention covers).
+        """
         conv, client = self.conv, self.client
         if conv is None or client is None:
+            return
+        if self.busy:
+            self._system_dirty = True
             return
         prompt = self.settings.system_prompt
         if conv.system_prompt == prompt and (len(conv.system_ids) > 0 or not prompt.strip()):
@@ -401,14 +411,22 @@ class TurnController(QObject):
             return client.tokenize(text, add_special_tokens=False) if text else []
 
         def ok(pieces) -> None:
-            if self.conv is not conv:
-                return
-            conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
-            self._guard(lambda: self.store.save_system_prompt(conv), "Saving the system prompt")
-            self.conversation_changed.emit()
-            self.stats_changed.emit()
+            self._system_syncing -= 1
+            if self.conv is conv:
+                conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
+                self._guard(lambda: self.store.save_system_prompt(conv), "Saving the system prompt")
+                self.conversation_changed.emit()
+                self.stats_changed.emit()
+            self._set_busy(self.busy, self.busy_reason)
 
-        self._call(tokenize, on_ok=ok, on_fail=lambda exc: self.error.emit(exc, "System prompt"))
+        def fail(exc) -> None:
+            self._system_syncing -= 1
+            self.error.emit(exc, "System prompt")
+            self._set_busy(self.busy, self.busy_reason)
+
+        self._system_syncing += 1
+        self._set_busy(self.busy, self.busy_reason)
+        self._call(tokenize, on_ok=ok, on_fail=fail)
 
     # ------------------------------------------------------------------ the turn
     def input_block_reason(self) -> str:
@@ -423,6 +441,8 @@ class TurnController(QObject):
             return "No model server — see File → Settings"
         if self.conv is None:
             return "No conversation open"
+        if self._system_syncing:
+            return "Preparing the system prompt…"
         return ""
 
     @property
@@ -490,7 +510,7 @@ class TurnController(QObject):
         self.last_resurrected = 0
         if exc is not None:
             self.error.emit(exc, "Searching memory")
-        elif index is self.index and matches:
+        elif index is self._index and self.store is not None and matches:
             try:
                 plan = index.plan(conv, matches, self.resurrection_budget(len(ids)))
                 result = apply_plan(conv, plan, index.conn, self.settings.resurrection_brightness, self.store)
@@ -598,7 +618,7 @@ class TurnController(QObject):
 
     def _on_stream_completed(self, done) -> None:
         reason = getattr(done, "finish_reason", "stop") or "stop"
-        if self._gen is not None and self._gen.stopping:
+        if reason == "abort" or (self._gen is not None and self._gen.stopping):
             reason = "aborted"
         rate = getattr(done, "tokens_per_s", None)
         if reason != "aborted" and self._answer_has_tool_call():
@@ -703,6 +723,9 @@ class TurnController(QObject):
         self._index_pending()  # the answer, and the question whose context now has it
         self._prune()
         self._set_busy(False)
+        if self._system_dirty:
+            self._system_dirty = False
+            self._sync_system_prompt()
         self.conversation_changed.emit()
         self.stats_changed.emit()
         self.turn_finished.emit(reason)
@@ -837,7 +860,7 @@ class TurnController(QObject):
 
             def stored(drafts, n=len(drafts)) -> None:
                 self._in_flight.difference_update(d.chunk_id for d in drafts)
-                if index is self.index:
+                if index is self._index and self.store is not None:
                     self._guard(lambda: index.store(drafts), "Saving the semantic index")
                 done[0] += n
                 if label:

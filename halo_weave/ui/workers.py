@@ -70,6 +70,12 @@ class GenerationWorker(QThread):
             stream = self._client.stream(input_ids=self._input_ids, **self._params)
             self._stream = stream
             for event in stream:
+                if event.token_id < 0:
+                    # A server that streams text without ids (stock KoboldCPP): the
+                    # context needs ids, so the piece is tokenized here.
+                    for token_id, text in self._client.tokenize(event.text, add_special_tokens=False):
+                        self.token.emit(int(token_id), text, None)
+                    continue
                 self.token.emit(int(event.token_id), event.text, event.attention)
             self.completed.emit(getattr(stream, "done", None))
         except BaseException as exc:  # noqa: BLE001
