@@ -27,7 +27,8 @@ LONG_MESSAGE = (
     "later as a daily drink, and it travelled along trade routes to Japan, India and "
     "Europe. Describe how it is grown, picked, dried and brewed, and why people love it.\n\n"
     "Also explain the difference between green tea, black tea and oolong tea, and what "
-    "happens to the leaves during oxidation, rolling and firing in each style."
+    "happens to the leaves during oxidation, rolling and firing in each style.\n\n"
+    "Finally, suggest a simple way to brew a good cup at home with ordinary kitchen tools."
 )
 
 
