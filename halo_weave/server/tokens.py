@@ -5,7 +5,8 @@ characters as two or three tokens that each hold a fragment of the UTF-8 bytes. 
 server streams one event per token, so each token's piece is what its bytes *complete*:
 a token that ends inside a character gets ``""`` and the token that completes it
 carries the whole character.  Pieces therefore concatenate to exactly
-:meth:`TokenText.decode` of the same ids, which is what ``/api/v1/detokenize`` returns.
+:meth:`TokenText.decode` of the same ids, which is what ``/api/v1/detokenize`` returns
+(an incomplete character at the very end is left out of both).
 
 Special (control) tokens such as ``<|im_start|>`` have empty pieces and are dropped by
 :meth:`TokenText.decode`, as in KoboldCPP.
@@ -81,11 +82,16 @@ class TokenText:
         return self._bytes[token_id]
 
     def decode(self, ids) -> str:
-        """Text of ``ids``; control tokens are dropped, broken UTF-8 becomes U+FFFD."""
-        return b"".join(self._bytes[i] for i in ids).decode("utf-8", errors="replace")
+        """Text of ``ids``; control tokens are dropped, invalid UTF-8 becomes U+FFFD.
+
+        An incomplete character at the very end (generation stopped between its byte
+        tokens) is left out rather than shown as U+FFFD, exactly as streaming does.
+        """
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        return decoder.decode(b"".join(self._bytes[i] for i in ids), final=False)
 
     def pieces(self, ids) -> list[str]:
-        """One piece per id that together equal :meth:`decode` (trailing partial bytes aside)."""
+        """One piece per id; the pieces concatenate to exactly :meth:`decode` of ``ids``."""
         stream = self.stream()
         return [stream.push(i) for i in ids]
 

@@ -1,0 +1,44 @@
+"""Session-wide test setup: private data dirs, offline models, one real model server.
+
+``HALO_WEAVE_HOME`` points at a fresh temporary directory per session;
+``HALO_WEAVE_CACHE`` at a stable temporary path so the dequantized model cached by the
+first run makes later runs start the server in seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+#: Shared across test runs on purpose: holds the dequantized model (~540 MB).
+TEST_CACHE_DIR = Path(tempfile.gettempdir()) / "halo-weave-test-cache"
+
+#: First start dequantizes the GGUF (about a minute on a busy 2-core machine).
+SERVER_START_TIMEOUT_S = 300
+
+_HOME = tempfile.mkdtemp(prefix="halo-weave-home-")
+os.environ["HALO_WEAVE_HOME"] = _HOME
+os.environ["HALO_WEAVE_CACHE"] = str(TEST_CACHE_DIR)
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+
+def pytest_unconfigure(config) -> None:
+    shutil.rmtree(_HOME, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def server():
+    """The real reference server on 127.0.0.1 (``.url``, ``.port``, ``.process``)."""
+    from halo_weave.server.launcher import start_server
+
+    process = start_server(port=0, env={"HALO_WEAVE_CACHE": str(TEST_CACHE_DIR)})
+    try:
+        process.wait_ready(timeout=SERVER_START_TIMEOUT_S)
+        yield process
+    finally:
+        process.stop()

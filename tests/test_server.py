@@ -1,0 +1,165 @@
+"""The reference server over raw HTTP, and its in-process engine."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CHAT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    with httpx.Client(base_url=server.url, timeout=httpx.Timeout(60, connect=5)) as client:
+        yield client
+
+
+def ids_of(http, text: str) -> list[int]:
+    return http.post("/api/v1/tokenize", json={"text": text}).json()["token_ids"]
+
+
+def events(http, body: dict) -> list[dict]:
+    with http.stream("POST", "/api/extra/generate/stream", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+    return [json.loads(line[len("data: "):]) for line in lines]
+
+
+def test_model_info_and_probe_endpoints(http):
+    info = http.get("/api/v1/model").json()
+    assert info == http.get("/api/latest/model").json()
+    assert info["num_layers"] == 30 and info["num_attention_heads"] == 9
+    assert info["max_context_length"] == http.get("/api/v1/config/max_context_length").json()["value"]
+    assert "<|im_start|>" in info["chat_template"]
+    assert set(info["chat_template_tokens"]) == {"<|im_start|>", "<|im_end|>"}
+    assert http.get("/api/extra/version").json()["result"] == "KoboldCpp"
+    assert http.get("/api/v1/info/version").json()["result"]
+
+
+def test_special_tokens_are_parsed_and_render_empty(http):
+    data = http.post("/api/v1/tokenize", json={"text": "<|im_start|>user\nHi"}).json()
+    assert data["tokens"][0] == {"token_id": 1, "text": ""}
+    assert data["token_count"] == len(data["token_ids"])
+    assert http.post("/api/v1/detokenize", json={"token_ids": data["token_ids"]}).json()["text"] == "user\nHi"
+
+
+@pytest.mark.parametrize("path, body, fragment", [
+    ("/api/extra/generate/stream", b"{not json", "not valid JSON"),
+    ("/api/extra/generate/stream", b"[1, 2]", "JSON object"),
+    ("/api/extra/generate/stream", {"input_ids": [1, 99999999]}, "outside the vocabulary"),
+    ("/api/extra/generate/stream", {"input_ids": [1, "2"]}, "not an integer"),
+    ("/api/extra/generate/stream", {"input_ids": [1, 2], "max_length": "5"}, "max_length"),
+    ("/api/extra/generate/stream", {"input_ids": [1, 2], "max_length": 10**6}, "context size"),
+    ("/api/extra/generate/stream", {"input_ids": [1, 2], "temperature": True}, "temperature"),
+    ("/api/extra/generate/stream", {"input_ids": [1, 2], "attention_format": "raw"}, "attention_format"),
+    ("/api/extra/generate/stream", {"max_length": 3}, "input_ids"),
+    ("/api/v1/tokenize", {"text": 5}, "text"),
+    ("/api/v1/detokenize", {"token_ids": [-1]}, "outside the vocabulary"),
+])
+def test_bad_requests_get_400_with_a_message(http, path, body, fragment):
+    if isinstance(body, bytes):
+        response = http.post(path, content=body)
+    else:
+        response = http.post(path, json=body)
+    assert response.status_code == 400
+    assert fragment in response.json()["error"]
+
+
+def test_unknown_path_is_a_json_404(http):
+    response = http.get("/api/v9/nothing")
+    assert response.status_code == 404 and "does not exist" in response.json()["error"]
+
+
+def test_per_layer_shape_matches_the_model(http):
+    info = http.get("/api/v1/model").json()
+    prompt = ids_of(http, CHAT.format("Hi"))
+    received = events(http, {"input_ids": prompt, "max_length": 2, "output_attentions": True,
+                             "attention_format": "per_layer", "request_id": "pl"})
+    tokens = [e for e in received if e["type"] == "token"]
+    for i, event in enumerate(tokens):
+        att = event["attention"]
+        shape = [info["num_layers"], info["num_attention_heads"], len(prompt) + i]
+        assert att["shape"] == shape and att["context_length"] == len(prompt) + i
+        values = np.frombuffer(base64.b64decode(att["data"]), "<f4").reshape(shape)
+        np.testing.assert_allclose(values.sum(axis=-1), 1.0, atol=1e-4)  # every head row is a softmax
+        assert event["request_id"] == "pl"
+    assert received[-1]["type"] == "done" and received[-1]["total_tokens"] == len(tokens)
+
+
+def test_text_prompt_without_attention_streams_kobold_text_chunks(http):
+    received = events(http, {"prompt": "Once upon a time", "max_length": 3})
+    assert all(set(e) == {"token", "finish_reason"} for e in received)
+    assert received[-1] == {"token": "", "finish_reason": "length"}
+
+
+def test_second_generation_waits_then_gets_503_while_busy(http, server):
+    prompt = ids_of(http, CHAT.format("Write a very long essay about rivers."))
+    started = threading.Event()
+
+    def long_generation() -> None:
+        with httpx.Client(base_url=server.url, timeout=None) as other:
+            with other.stream("POST", "/api/extra/generate/stream",
+                              json={"input_ids": prompt, "max_length": 300, "per_token": True}) as response:
+                for line in response.iter_lines():
+                    started.set()
+
+    worker = threading.Thread(target=long_generation)
+    worker.start()
+    try:
+        assert started.wait(60)
+        response = http.post("/api/extra/generate/stream", json={"input_ids": prompt, "max_length": 2})
+        assert response.status_code == 503 and "busy" in response.json()["error"]
+        # Tokenizing never waits for the model.
+        assert http.post("/api/v1/tokenize", json={"text": "still here"}).status_code == 200
+    finally:
+        assert http.post("/api/extra/abort", json={}).json()["success"] == "true"
+        worker.join(30)
+    assert not worker.is_alive()
+
+
+def test_client_disconnect_frees_the_model(http):
+    prompt = ids_of(http, CHAT.format("Write a very long essay about mountains."))
+    with http.stream("POST", "/api/extra/generate/stream",
+                     json={"input_ids": prompt, "max_length": 300, "per_token": True}) as response:
+        next(response.iter_lines())  # one line, then hang up mid-stream
+    start = time.monotonic()
+    received = events(http, {"input_ids": prompt, "max_length": 1, "per_token": True})
+    assert received[-1]["type"] == "done"
+    assert time.monotonic() - start < 30
+
+
+def test_abort_without_a_generation_reports_nothing_to_stop(http):
+    assert http.post("/api/extra/abort", json={"genkey": "nobody"}).json() == {"success": "false", "done": "false"}
+
+
+# ---------------------------------------------------------------- in-process engine
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from halo_weave.server.engine import Engine
+
+    return Engine.load(device="cpu")
+
+
+def test_teacher_force_matches_what_generation_streams(engine):
+    prompt = [i for i, _ in engine.tokenize(CHAT.format("Say hello."))]
+    records = list(engine.generate(prompt, max_length=4, temperature=0))
+    tokens = [r for r in records if hasattr(r, "token_id")]
+    rows = engine.teacher_force(prompt, [t.token_id for t in tokens])
+    assert rows.shape == (len(tokens), len(prompt) + len(tokens) - 1)
+    for i, record in enumerate(tokens):
+        live = len(prompt) + i
+        np.testing.assert_allclose(rows[i, :live], record.attention, atol=1e-4)
+        assert not rows[i, live:].any()
+    done = records[-1]
+    assert done.prompt_tokens == len(prompt) and done.generated_tokens == len(tokens)
