@@ -43,7 +43,7 @@ def test_server_killed_mid_answer_shows_error_and_app_recovers(qtbot, tmp_path, 
         qtbot.addWidget(window)
         window.show()
         controller.start()
-        qtbot.waitUntil(lambda: controller.connection_state == "connected", timeout=60_000)
+        qtbot.waitUntil(lambda: not controller.input_block_reason(), timeout=60_000)
 
         window.input.setPlainText("Tell me a long story about a lighthouse keeper.")
         qtbot.keyClick(window.input, Qt.Key.Key_Return)
