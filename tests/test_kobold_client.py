@@ -215,15 +215,15 @@ DONE = {"type": "done", "finish_reason": "length", "total_tokens": 2}
 @pytest.fixture(scope="module")
 def faulty():
     srv = FaultyServer()
-    yield srv
+    with KoboldClient(srv.url) as srv.client:
+        yield srv
     srv.close()
 
 
 def stream_from(faulty, body: bytes, *, input_ids=(1, 2, 3), **kw):
     faulty.respond(body, **kw)
-    with KoboldClient(faulty.url) as c:
-        stream = c.stream(input_ids=list(input_ids))
-        return stream, list(stream)
+    stream = faulty.client.stream(input_ids=list(input_ids))
+    return stream, list(stream)
 
 
 def test_fork_quirks_are_accepted(faulty):

@@ -148,7 +148,8 @@ def test_abort_without_a_generation_reports_nothing_to_stop(http):
 def engine():
     from halo_weave.server.engine import Engine
 
-    return Engine.load(device="cpu")
+    # One thread: the session's server process is using the other core.
+    return Engine.load(device="cpu", threads=1)
 
 
 def test_teacher_force_matches_what_generation_streams(engine):

@@ -93,8 +93,14 @@ class Engine:
         context_size: int | None = None,
         attention_format: str = AGGREGATED,
         cache_model: bool = True,
+        threads: int | None = None,
     ) -> "Engine":
-        """Load ``model`` (see :func:`loader.resolve`; ``None`` = bundled SmolLM2)."""
+        """Load ``model`` (see :func:`loader.resolve`; ``None`` = bundled SmolLM2).
+
+        ``threads`` sets torch's CPU thread count for the whole process (default: leave it).
+        """
+        if threads:
+            torch.set_num_threads(threads)
         if attention_format not in ATTENTION_FORMATS:
             raise ValueError(f"attention format must be one of {ATTENTION_FORMATS}")
         if device == "auto":
