@@ -56,7 +56,8 @@ METHODS = [
 ]
 
 QUICK_CONVERSATIONS = ["conv-30"]
-QUICK_METHODS = [m[0] for m in METHODS]
+QUICK_METHODS = ["full", "fifo", "rag", "brightness", "halo", "halo-mean", "halo-noboost",
+                 "halo-hybrid", "halo-k100", "fifo-halo"]
 RAG_CANDIDATES = 200
 
 
@@ -82,6 +83,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--diagnostics", type=int, default=15,
                    help="per-question lines printed where halo loses (0: none)")
     p.add_argument("--json", action="store_true", help="print one JSON object of figures last")
+    p.add_argument("--merge", nargs="+", default=None, metavar="OUTPUT",
+                   help="no run: combine the JSON last lines of earlier runs' outputs")
     return p.parse_args(argv)
 
 
@@ -91,6 +94,8 @@ def log(*args) -> None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.merge:
+        return merge_outputs(args.merge, args.json)
     started = time.perf_counter()
     from halo_weave.embedder import Embedder
     from halo_weave.semantic_index import SemanticIndex
@@ -278,6 +283,24 @@ def main(argv=None) -> int:
             "methods": {r.name: r.figures() for r in ordered},
         }
         print(json.dumps(figures, allow_nan=False, default=str))
+    return 0
+
+
+def merge_outputs(paths: list[str], as_json: bool) -> int:
+    """Print the table of several runs combined (each file: a run's stdout with --json)."""
+    from memory_bench.report import merge
+
+    runs = [json.loads(Path(p).read_text().strip().splitlines()[-1]) for p in paths]
+    results = merge(runs)
+    convs = [c for r in runs for c in r["conversations"]]
+    print(f"# bench_memory merged: {', '.join(convs)}; "
+          f"{sum(r['questions'] for r in runs)} questions; "
+          f"wall {sum(r['wall_seconds'] for r in runs):.0f} s in {len(runs)} runs")
+    print(table(results))
+    if as_json:
+        print(json.dumps({"conversations": convs, "runs": len(runs),
+                          "wall_seconds": sum(r["wall_seconds"] for r in runs),
+                          "methods": {r.name: r.figures() for r in results}}))
     return 0
 
 

@@ -237,3 +237,16 @@ def test_kv_shift_matches_exact_on_a_one_layer_model():
     b = shift.teacher_force(kept, more, kept_keys)
     assert shift.stats.shifts == 1 and exact.stats.reprefills == 1
     assert np.allclose(a, b, atol=1e-5)
+
+
+def test_merging_runs_weights_recall_by_question_count():
+    from memory_bench.report import MethodResult, merge
+
+    a, b = MethodResult("halo"), MethodResult("halo")
+    a.add(4, 1.0, 100)
+    for _ in range(3):
+        b.add(4, 0.0, 200)
+    runs = [{"methods": {"halo": r.figures()}} for r in (a, b)]
+    merged = merge(runs)[0].figures()
+    assert merged["recall_single_hop"] == 0.25 and merged["questions"] == 4
+    assert merged["max_tokens"] == 200

@@ -36,9 +36,12 @@ class MethodResult:
     def figures(self) -> dict:
         out = {f"recall_{CATEGORIES[c].replace('-', '_')}": _r(self.recall(c)) for c in CATEGORIES}
         out["recall_overall"] = _r(self.recall())
+        for c in CATEGORIES:
+            out[f"n_{CATEGORIES[c].replace('-', '_')}"] = len(self.recalls.get(c, []))
         out["questions"] = sum(len(v) for v in self.recalls.values())
         out["mean_tokens"] = _r(float(np.mean(self.tokens)) if self.tokens else float("nan"), 1)
         out["max_tokens"] = int(max(self.tokens)) if self.tokens else 0
+        out["max_tokens"] = max(out["max_tokens"], getattr(self, "max_tokens", 0))
         out["replay_seconds"] = _r(self.replay_seconds, 1)
         out["question_seconds"] = _r(self.question_seconds, 1)
         if self.replay_shared_with:
@@ -46,6 +49,31 @@ class MethodResult:
         if self.missing_reasons:
             out["missing_reasons"] = dict(self.missing_reasons)
         return out
+
+
+def merge(figures: list[dict]) -> list[MethodResult]:
+    """Combine the ``methods`` figures of several runs (one per conversation, say).
+
+    Recall is re-weighted by each category's question count; token means by question
+    count; seconds add up.
+    """
+    merged: dict[str, MethodResult] = {}
+    for run in figures:
+        for name, f in run["methods"].items():
+            r = merged.setdefault(name, MethodResult(name))
+            for c, label in CATEGORIES.items():
+                key = label.replace("-", "_")
+                n, value = f.get(f"n_{key}", 0), f.get(f"recall_{key}")
+                if n and value is not None:
+                    r.recalls[c].extend([value] * n)  # same mean, same weight
+            r.tokens.extend([f["mean_tokens"]] * f["questions"])
+            r.replay_seconds += f.get("replay_seconds", 0.0)
+            r.question_seconds += f.get("question_seconds", 0.0)
+            r.replay_shared_with = f.get("replay_shared_with")
+            for reason, count in f.get("missing_reasons", {}).items():
+                r.missing_reasons[reason] += count
+            r.max_tokens = max(getattr(r, "max_tokens", 0), f["max_tokens"])
+    return list(merged.values())
 
 
 def _r(x: float, digits: int = 3):
