@@ -142,6 +142,7 @@ class TurnController(QObject):
         self._tool_runner = None
         self._system_syncing = 0  # system prompt tokenizations in flight
         self._system_dirty = False  # settings changed it during a turn
+        self._stop_pending = False  # Esc before the answer started
 
     # ------------------------------------------------------------------ start-up
     def start(self, conversation: Path | None = None) -> None:
@@ -368,7 +369,7 @@ class TurnController(QObject):
             self.conv.framing = framing
         supports = bool(getattr(info, "supports_attention", True))
         self._set_attention(supports)
-        name = getattr(info, "name", "model")
+        name = str(getattr(info, "name", "model")).rsplit("/", 1)[-1]
         self.connection_state = "connected"
         self._sync_system_prompt()  # before input opens: the prefix is part of every turn
         self._set_connection("connected", f"{name} · {getattr(info, 'max_context', '?')} ctx")
@@ -459,6 +460,8 @@ class TurnController(QObject):
                 self.info.emit(reason)
             return False
         self._set_busy(True, "Reading your message…")
+        self._stop_pending = False
+        self._stream_count = 0
         client = self.client
         self._call(
             lambda: client.tokenize(text, add_special_tokens=False),
@@ -587,6 +590,8 @@ class TurnController(QObject):
         self._set_busy(True, "The model is answering — Esc stops")
         self.conversation_changed.emit()
         worker.start()
+        if self._stop_pending:  # Esc pressed while the message was being prepared
+            self.stop()
 
     def _on_token(self, token_id: int, text: str, attention) -> None:
         conv = self.conv
@@ -615,6 +620,8 @@ class TurnController(QObject):
         if self._gen is not None:
             self._set_busy(True, "Stopping…")
             self._gen.stop()
+        elif self.busy:
+            self._stop_pending = True
 
     def _on_stream_completed(self, done) -> None:
         reason = getattr(done, "finish_reason", "stop") or "stop"
@@ -937,7 +944,7 @@ class TurnController(QObject):
             live_tokens=conv.live_token_count(),
             max_tokens=self.settings.max_context_tokens
             or int(getattr(self.model_info, "max_context", 0) or 0),
-            total_tokens=conv.next_position,
+            total_tokens=conv.next_position + len(conv.system_ids),
             pruned_chunks=len(conv.graveyard()),
             mean_brightness=conv.mean_brightness(),
             tokens_per_s=self.tokens_per_s,

@@ -34,7 +34,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/screenshots"))
     parser.add_argument("--server-url", help="use this server instead of starting the bundled one")
     parser.add_argument("--max-new-tokens", type=int, default=48)
-    parser.add_argument("--max-context", type=int, default=420)
+    parser.add_argument("--max-context", type=int, default=260)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -103,7 +103,7 @@ def main() -> None:
         window.input.setPlainText(text)
         window.send()
         if during is not None:
-            wait(lambda: controller._stream_count >= 10 or not controller.busy)
+            wait(lambda: (controller.generating and controller._stream_count >= 10) or not controller.busy)
             during()
         wait(lambda: not controller.busy)
 
@@ -149,7 +149,7 @@ def main() -> None:
 
         window.input.setPlainText("Tell me a long story about a lighthouse keeper and a fox.")
         window.send()
-        wait(lambda: controller._stream_count >= 6 or not controller.busy)
+        wait(lambda: (controller.generating and controller._stream_count >= 6) or not controller.busy)
         controller.stop()
         wait(lambda: not controller.busy)
         shot("08_stopped")
