@@ -29,7 +29,9 @@ import torch
 
 from . import loader
 from .generation import DoneRecord, Generation, GenerationRequest, TokenRecord
+from .errors import EngineBusy, RequestError
 from .kv import ContextCache
+from .sampling import sampler_settings
 from .tokens import TokenText
 
 log = logging.getLogger("halo_weave.server")
@@ -50,14 +52,6 @@ CHATML_TEMPLATE = (
     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
-
-
-class RequestError(ValueError):
-    """A request the engine refuses (bad ids, beyond the context size...): HTTP 400."""
-
-
-class EngineBusy(RuntimeError):
-    """Another generation holds the model: HTTP 503."""
 
 
 @dataclass
@@ -225,7 +219,7 @@ class Engine:
         request = GenerationRequest(
             input_ids=ids,
             max_length=max_length,
-            sampler=_sampler_settings(temperature, top_p, top_k, rep_pen, rep_pen_range, sampler_seed),
+            sampler=sampler_settings(temperature, top_p, top_k, rep_pen, rep_pen_range, sampler_seed),
             stop_sequences=self._stop_strings(stop_sequence),
             stop_ids=self.stop_ids | self._single_token_stops(stop_sequence),
             attention=bool(output_attentions),
@@ -322,35 +316,6 @@ class Engine:
     def kv(self) -> ContextCache:
         """The KV cache (for :mod:`generation`)."""
         return self._cache
-
-
-def _sampler_settings(temperature, top_p, top_k, rep_pen, rep_pen_range, seed):
-    from .sampling import SamplerSettings
-
-    checks = {
-        "temperature": (temperature, float),
-        "top_p": (top_p, float),
-        "top_k": (top_k, int),
-        "rep_pen": (rep_pen, float),
-        "rep_pen_range": (rep_pen_range, int),
-        "sampler_seed": (seed, int),
-    }
-    for name, (value, kind) in checks.items():
-        ok_types = (int, float) if kind is float else (int,)
-        if isinstance(value, bool) or not isinstance(value, ok_types):
-            raise RequestError(f"{name} must be a{'n integer' if kind is int else ' number'}")
-        if kind is float and not np.isfinite(value):
-            raise RequestError(f"{name} must be finite")
-    if temperature < 0 or top_p < 0 or top_k < 0 or rep_pen < 0:
-        raise RequestError("temperature, top_p, top_k and rep_pen must not be negative")
-    return SamplerSettings(
-        temperature=float(temperature),
-        top_p=float(top_p),
-        top_k=int(top_k),
-        rep_pen=max(float(rep_pen), 1.0),
-        rep_pen_range=int(rep_pen_range),
-        seed=int(seed),
-    )
 
 
 __all__ = [

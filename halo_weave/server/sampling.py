@@ -8,10 +8,13 @@ Temperature 0 is greedy.
 
 from __future__ import annotations
 
+import math
 import secrets
 from dataclasses import dataclass
 
 import torch
+
+from .errors import RequestError
 
 #: How many of the most recent tokens the repetition penalty looks at (KoboldCPP default).
 DEFAULT_REP_PEN_RANGE = 320
@@ -66,3 +69,32 @@ class Sampler:
             ids = ids[:keep]
         choice = torch.multinomial(probs, 1, generator=self._generator)
         return int(ids[choice])
+
+
+def sampler_settings(temperature, top_p, top_k, rep_pen, rep_pen_range, seed) -> SamplerSettings:
+    """Validated :class:`SamplerSettings` from request values, or :class:`RequestError`."""
+
+    checks = {
+        "temperature": (temperature, float),
+        "top_p": (top_p, float),
+        "top_k": (top_k, int),
+        "rep_pen": (rep_pen, float),
+        "rep_pen_range": (rep_pen_range, int),
+        "sampler_seed": (seed, int),
+    }
+    for name, (value, kind) in checks.items():
+        ok_types = (int, float) if kind is float else (int,)
+        if isinstance(value, bool) or not isinstance(value, ok_types):
+            raise RequestError(f"{name} must be a{'n integer' if kind is int else ' number'}")
+        if kind is float and not math.isfinite(value):
+            raise RequestError(f"{name} must be finite")
+    if temperature < 0 or top_p < 0 or top_k < 0 or rep_pen < 0:
+        raise RequestError("temperature, top_p, top_k and rep_pen must not be negative")
+    return SamplerSettings(
+        temperature=float(temperature),
+        top_p=float(top_p),
+        top_k=int(top_k),
+        rep_pen=max(float(rep_pen), 1.0),
+        rep_pen_range=int(rep_pen_range),
+        seed=int(seed),
+    )
