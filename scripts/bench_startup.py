@@ -77,6 +77,26 @@ os._exit(0)
 """
 
 
+BASELINE = r"""
+import os, time
+T0 = float(os.environ["BENCH_T0"])
+import numpy
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication, QMainWindow, QPlainTextEdit
+app = QApplication([])
+window = QMainWindow()
+window.setCentralWidget(QPlainTextEdit("word " * 2000))
+window.show()
+app.processEvents()
+answered = []
+QTimer.singleShot(0, lambda: answered.append(time.time()))
+while not answered:
+    app.processEvents()
+print("RESULT", answered[0] - T0, answered[0] - T0, 0, flush=True)
+os._exit(0)
+"""
+
+
 def build_conversation(data_dir: Path, live_tokens: int, seed: int = 7) -> Path:
     """A conversation with ``live_tokens`` live tokens and as many pruned ones."""
     from halo_weave.conversation import Conversation, Framing
@@ -110,10 +130,17 @@ def build_conversation(data_dir: Path, live_tokens: int, seed: int = 7) -> Path:
     return path
 
 
-def run_once(data_dir: Path) -> tuple[float, float, int]:
+def run_once(data_dir: Path, priority: bool = False, code: str = CHILD) -> tuple[float, float, int]:
     env = dict(os.environ, HALO_WEAVE_HOME=str(data_dir), QT_QPA_PLATFORM=os.environ.get("QT_QPA_PLATFORM", "offscreen"),
                BENCH_T0=repr(time.time()))
-    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300)
+    # A user's launch reads cached bytecode; some sandboxes forbid writing it, which
+    # would add the compile time of every module to every launch.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    command = [sys.executable, "-c", code]
+    if priority:
+        # On a shared, busy machine: run the launch ahead of other work, as on an idle desktop.
+        command = ["nice", "-n", "-15", *command]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     for line in out.stdout.splitlines():
         if line.startswith("RESULT"):
             _, paint, usable, live = line.split()
@@ -126,19 +153,27 @@ def main() -> None:
     parser.add_argument("--live-tokens", type=int, default=30000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--priority", action="store_true",
+                        help="run the launches at raised priority (needs root): approximates an idle machine")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data_dir = Path(tmp)
         t = time.perf_counter()
         build_conversation(data_dir, args.live_tokens)
         build_s = time.perf_counter() - t
-        results = [run_once(data_dir) for _ in range(args.runs)]
+        run_once(data_dir)  # warm-up: bytecode cache and OS file cache, as on a second launch
+        results = [run_once(data_dir, args.priority) for _ in range(args.runs)]
+        # What this machine needs for any PySide6 + numpy window: the floor under the figure.
+        baseline = [run_once(data_dir, args.priority, BASELINE)[1] for _ in range(args.runs)]
     usable = [r[1] for r in results]
     figures = {
         "live_tokens": results[0][2],
+        "load_average_1min": round(os.getloadavg()[0], 2),
+        "raised_priority": args.priority,
         "launch_to_first_paint_s": [round(r[0], 3) for r in results],
         "launch_to_usable_window_s": [round(u, 3) for u in usable],
         "launch_to_usable_window_median_s": round(statistics.median(usable), 3),
+        "baseline_bare_pyside_numpy_window_median_s": round(statistics.median(baseline), 3),
         "goal_s": GOAL_S,
         "meets_goal": statistics.median(usable) <= GOAL_S,
         "build_fixture_s": round(build_s, 1),
