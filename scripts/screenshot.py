@@ -1,13 +1,15 @@
 """Drive a scripted conversation through the real app and save PNGs of the window.
 
-Uses the real model server (the bundled one, started here, unless --server-url is
-given), the real store in a temporary data directory and the real embedder.  Runs
+Uses the real model server (the bundled one, autostarted by the app as on a fresh
+machine, unless --server-url is given), the real store in a temporary data directory
+and the real embedder.  Runs
 offscreen by default (``QT_QPA_PLATFORM=offscreen``) or under Xvfb (``xvfb-run``).
 
     python scripts/screenshot.py [--out out/screenshots] [--server-url URL] [--json]
 
-Saves: 01_start, 02_streaming, 03_first_answer, 04_pruned_graveyard, 05_resurrected,
-06_context_menu, 07_settings, 08_stopped, 09_open_dialog.  Prints one JSON object (the
+Saves: 00_loading (autostart only), 01_start, 02_streaming, 03_first_answer,
+04_pruned_graveyard, 05_resurrected, 06_context_menu, 07_settings, 08_stopped,
+09_open_dialog.  Prints one JSON object (the
 files) as its last line.
 """
 
@@ -59,20 +61,13 @@ def main() -> None:
     except ImportError:
         pass
 
-    server = None
-    url = args.server_url
-    if url is None:
-        from halo_weave.server.launcher import start_server
-
-        print("starting the bundled model server…", file=sys.stderr)
-        server = start_server(port=0)
-        server.wait_ready(600)
-        url = server.url
-
+    # Without --server-url the app autostarts its bundled server, as on a fresh machine
+    # (nothing listens on the default URL), and stops it on exit.
+    url = args.server_url or Settings().server_url
     settings = Settings(server_url=url, max_new_tokens=args.max_new_tokens,
                         max_context_tokens=args.max_context, min_chunk_tokens=24,
-                        autostart_server=False, temperature=0.7, sampler_seed=7)
-    controller = TurnController(settings, home, autostart=False)
+                        autostart_server=args.server_url is None, temperature=0.7, sampler_seed=7)
+    controller = TurnController(settings, home)
     window = MainWindow(controller, app_qsettings(home))
     window.resize(1280, 800)
     window.show()
@@ -109,7 +104,11 @@ def main() -> None:
 
     try:
         controller.start()
-        wait(lambda: controller.connection_state == "connected", 120)
+        if args.server_url is None:
+            wait(lambda: controller.connection_state == "loading", 60)
+            pause(3.0)
+            shot("00_loading")
+        wait(lambda: controller.connection_state == "connected", 600)
         wait(lambda: not controller.input_block_reason(), 60)
         window.input.setPlainText(SCRIPT[0])
         shot("01_start")
@@ -161,10 +160,10 @@ def main() -> None:
         shot("09_open_dialog", picker)
         picker.close()
     finally:
+        server = controller.server
         window.close()
-        if server is not None:
-            server.stop()
-    figures = {"screenshots": saved, "data_dir": str(home)}
+    stopped = server is None or not server.alive()
+    figures = {"screenshots": saved, "data_dir": str(home), "bundled_server_stopped_on_exit": stopped}
     print(json.dumps(figures))
 
 
