@@ -6,15 +6,26 @@ functions (add_turn / begin_turn / append_token / apply_attention), no server.
     python scripts/bench_ui.py [--live-tokens 30000] [--tokens 300] [--graveyard 10000]
                                [--png heatmap.png] [--json]
 
-Figures (ms):
+Figures (ms; *_cpu_* are process CPU time, robust to a busy machine, the rest wall):
   first_paint_ms          set_conversation() + the first synchronous paint of the view
   token_p50_ms/_p95_ms    per generated token: append_streamed + refresh_brightness +
-                          flush (one frame) + the paint Qt then does (the widget's share)
-  token_full_repaint_p50/_p95_ms  the same with a forced repaint of the whole viewport
-  token_cpu_p50/_p95_ms   the widget's share in process CPU time (robust to a busy machine)
+                          flush (one frame) + the paint Qt then does (the widget's share),
+                          with attention shaped like a real model's (sink, recency tail,
+                          a few focus tokens): few tokens change colour per step
+  token_random_attention_*  the same with pessimistic attention (a quarter of the tokens
+                          gain every step, the top-20 % ranking reshuffles)
+  token_full_repaint_p50/_p95_ms  one step with a forced repaint of the whole viewport
   token_core_p50/_p95_ms  the core's share of the same step (append_token + apply_attention)
+  rebuild_ms              rebuild() of the whole view + its paint
   graveyard_open_ms       set_rows(10k chunks) + first paint
-  graveyard_frame_p50/_p95_ms  one scroll step + repaint of the list
+  graveyard_frame_*       one wheel notch (three rows) as Qt does it: blit + paint the
+                          rows that came into view
+  graveyard_page_jump_*   a jump of a page or more + a forced repaint of every row on
+                          screen (each one new: previews loaded, lines elided)
+  graveyard_filter_first_ms  the first filter, index not built yet (every preview loaded
+                          through the one-chunk preview callable)
+  graveyard_filter_max_later_ms  the slowest of the next filters (index ready)
+  load_average_1min_*     the machine's load at start and end
 With ``--json`` the last line is one JSON object of all figures.
 
 For the app engineer: :func:`measure_launch` times any window factory against the same
@@ -114,6 +125,55 @@ def measure_launch(build_window: Callable[[Conversation], QWidget], conv: Conver
     return _ms(elapsed)
 
 
+def realistic_attention(rng: np.random.Generator, n: int, focus: np.ndarray) -> np.ndarray:
+    """One generated token's attention shaped like a real model's: a sink on the first
+    token, a recency tail over the last few dozen tokens and a handful of focus tokens
+    (what the answer is about); every other token gets far less than a fair share."""
+    attention = rng.random(n, dtype=np.float32) * np.float32(0.05 / n)
+    attention[0] += 0.45
+    recent = min(n - 1, 48)
+    tail = 1.0 / np.arange(recent, 0, -1, dtype=np.float32)
+    attention[n - recent :] += 0.3 * tail / tail.sum()
+    attention[focus[focus < n]] += 0.2 / max(len(focus), 1)
+    return attention / attention.sum()
+
+
+def random_attention(rng: np.random.Generator, n: int) -> np.ndarray:
+    """Pessimistic attention: a quarter of all tokens above a fair share every step, so
+    the top-20 % ranking reshuffles and many tokens change colour each step."""
+    attention = rng.random(n, dtype=np.float32) ** 8
+    return attention / attention.sum()
+
+
+def _time_tokens(app, view, conv: Conversation, rng: np.random.Generator, tokens: int,
+                 attention: Callable[[int, int], np.ndarray]) -> tuple[list[float], list[float], list[float]]:
+    """Stream ``tokens`` tokens; per token (wall ms of the widget's share, its CPU ms,
+    the core's wall ms)."""
+    widget_times, widget_cpu, core_times = [], [], []
+    conv.begin_turn("assistant")
+    for i in range(tokens):
+        t0 = time.perf_counter()
+        # Paragraph breaks like a real answer (a few hundred characters each).
+        text = "\n\n" if i % 90 == 89 else (" " if i % 90 else "") + WORDS[i % len(WORDS)]
+        conv.append_token(int(rng.integers(10, 50_000)), text)
+        conv.apply_attention(attention(i, conv.live_token_count()))
+        t1 = time.perf_counter()
+        c1 = time.process_time()
+        view.append_streamed()
+        view.refresh_brightness()
+        view.flush()  # one frame: append text, request repaint of what changed
+        app.processEvents()  # ...and Qt paints it
+        t2 = time.perf_counter()
+        widget_cpu.append((time.process_time() - c1) * 1000)
+        core_times.append((t1 - t0) * 1000)
+        widget_times.append((t2 - t1) * 1000)
+    conv.end_turn()
+    view.rebuild()  # what the app does when a turn ends
+    view.flush()
+    app.processEvents()
+    return widget_times, widget_cpu, core_times
+
+
 def bench_heatmap(live_tokens: int, tokens: int, png: str | None) -> dict:
     from halo_weave.ui.heatmap import HeatmapView
     from halo_weave.ui.theme import apply_dark_theme
@@ -126,36 +186,28 @@ def bench_heatmap(live_tokens: int, tokens: int, png: str | None) -> dict:
     view.show()
     app.processEvents()
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     view.set_conversation(conv)
     view.flush()
     view.viewport().repaint()
-    first_paint = time.perf_counter() - start
+    first_paint, first_paint_cpu = time.perf_counter() - start, time.process_time() - cpu
 
     rng = np.random.default_rng(1)
-    conv.begin_turn("assistant")
-    widget_times, core_times, widget_cpu = [], [], []
-    for i in range(tokens):
-        t0 = time.perf_counter()
-        conv.append_token(int(rng.integers(10, 50_000)), (" " if i else "") + WORDS[i % len(WORDS)])
-        n = conv.live_token_count()
-        attention = rng.random(n, dtype=np.float32) ** 8
-        conv.apply_attention(attention / attention.sum())
-        t1 = time.perf_counter()
-        c1 = time.process_time()
-        view.append_streamed()
-        view.refresh_brightness()
-        view.flush()  # one frame: append text, request repaint of what changed
-        app.processEvents()  # ...and Qt paints it
-        t2 = time.perf_counter()
-        widget_cpu.append((time.process_time() - c1) * 1000)
-        core_times.append((t1 - t0) * 1000)
-        widget_times.append((t2 - t1) * 1000)
+    focus = rng.integers(0, live_tokens, 24)
+
+    def realistic(i: int, n: int) -> np.ndarray:
+        if i % 30 == 29:  # the answer moves on to another part of the context
+            focus[:] = rng.integers(0, n, len(focus))
+        return realistic_attention(rng, n, focus)
+
+    real_wall, real_cpu, core = _time_tokens(app, view, conv, rng, tokens, realistic)
+    rand_wall, rand_cpu, _ = _time_tokens(app, view, conv, rng, tokens,
+                                          lambda i, n: random_attention(rng, n))
     full_times = []
+    conv.begin_turn("assistant")
     for i in range(min(tokens, 100)):
         conv.append_token(int(rng.integers(10, 50_000)), " " + WORDS[i % len(WORDS)])
-        attention = rng.random(conv.live_token_count(), dtype=np.float32) ** 8
-        conv.apply_attention(attention / attention.sum())
+        conv.apply_attention(random_attention(rng, conv.live_token_count()))
         t1 = time.perf_counter()
         view.append_streamed()
         view.flush()
@@ -163,25 +215,30 @@ def bench_heatmap(live_tokens: int, tokens: int, png: str | None) -> dict:
         full_times.append((time.perf_counter() - t1) * 1000)
     conv.end_turn()
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     view.rebuild()
     view.viewport().repaint()
-    rebuild = time.perf_counter() - start
+    rebuild, rebuild_cpu = time.perf_counter() - start, time.process_time() - cpu
     if png:
         view.grab().save(png)
     figures = {
         "live_tokens": len(conv.table),
         "first_paint_ms": _ms(first_paint),
-        "token_p50_ms": _percentile(widget_times, 50),
-        "token_p95_ms": _percentile(widget_times, 95),
-        "token_cpu_p50_ms": _percentile(widget_cpu, 50),
-        "token_cpu_p95_ms": _percentile(widget_cpu, 95),
-        "load_average_1min": round(os.getloadavg()[0], 2),
+        "first_paint_cpu_ms": _ms(first_paint_cpu),
+        "token_p50_ms": _percentile(real_wall, 50),
+        "token_p95_ms": _percentile(real_wall, 95),
+        "token_cpu_p50_ms": _percentile(real_cpu, 50),
+        "token_cpu_p95_ms": _percentile(real_cpu, 95),
+        "token_random_attention_p50_ms": _percentile(rand_wall, 50),
+        "token_random_attention_p95_ms": _percentile(rand_wall, 95),
+        "token_random_attention_cpu_p50_ms": _percentile(rand_cpu, 50),
+        "token_random_attention_cpu_p95_ms": _percentile(rand_cpu, 95),
         "token_full_repaint_p50_ms": _percentile(full_times, 50),
         "token_full_repaint_p95_ms": _percentile(full_times, 95),
-        "token_core_p50_ms": _percentile(core_times, 50),
-        "token_core_p95_ms": _percentile(core_times, 95),
+        "token_core_p50_ms": _percentile(core, 50),
+        "token_core_p95_ms": _percentile(core, 95),
         "rebuild_ms": _ms(rebuild),
+        "rebuild_cpu_ms": _ms(rebuild_cpu),
     }
     view.close()
     return figures
@@ -207,24 +264,50 @@ def bench_graveyard(count: int, frames: int = 120) -> dict:
     app.processEvents()
     panel.list_view().viewport().repaint()
     opened = time.perf_counter() - start
-    bar = panel.list_view().verticalScrollBar()
-    step = max(1, bar.maximum() // frames)
-    times = []
-    for i in range(frames):
-        t0 = time.perf_counter()
-        bar.setValue(min(bar.maximum(), i * step))
-        panel.list_view().viewport().repaint()
-        times.append((time.perf_counter() - t0) * 1000)
-    start = time.perf_counter()
-    panel.set_filter("graveyard anchors")
-    filtered = time.perf_counter() - start
+    view = panel.list_view()
+    bar = view.verticalScrollBar()
+
+    def scroll(values: list[int], full: bool) -> tuple[list[float], list[float]]:
+        wall, cpu = [], []
+        for value in values:
+            t0, c0 = time.perf_counter(), time.process_time()
+            bar.setValue(value)  # Qt moves the pixels...
+            if full:
+                view.viewport().repaint()  # ...or every row on screen is painted again
+            else:
+                app.processEvents()  # ...and paints the rows that came into view
+            wall.append((time.perf_counter() - t0) * 1000)
+            cpu.append((time.process_time() - c0) * 1000)
+        return wall, cpu
+
+    wheel = view.sizeHintForRow(0) * 3  # one wheel notch: three rows
+    start_at = bar.maximum() // 3
+    wheel_wall, wheel_cpu = scroll([start_at + i * wheel for i in range(frames)], False)
+    page = max(1, bar.maximum() // frames)  # a page or more per frame: every row is new
+    jump_wall, jump_cpu = scroll([min(bar.maximum(), i * page) for i in range(frames)], True)
+    filter_wall, filter_cpu = [], []
+    for text in ("graveyard anchors", "t12 assistant", "", "window"):
+        t0, c0 = time.perf_counter(), time.process_time()
+        panel.set_filter(text)
+        app.processEvents()
+        filter_wall.append(_ms(time.perf_counter() - t0))
+        filter_cpu.append(_ms(time.process_time() - c0))
     panel.close()
     return {
         "graveyard_rows": count,
         "graveyard_open_ms": _ms(opened),
-        "graveyard_frame_p50_ms": _percentile(times, 50),
-        "graveyard_frame_p95_ms": _percentile(times, 95),
-        "graveyard_filter_ms": _ms(filtered),
+        "graveyard_frame_p50_ms": _percentile(wheel_wall, 50),
+        "graveyard_frame_p95_ms": _percentile(wheel_wall, 95),
+        "graveyard_frame_cpu_p50_ms": _percentile(wheel_cpu, 50),
+        "graveyard_frame_cpu_p95_ms": _percentile(wheel_cpu, 95),
+        "graveyard_page_jump_p50_ms": _percentile(jump_wall, 50),
+        "graveyard_page_jump_p95_ms": _percentile(jump_wall, 95),
+        "graveyard_page_jump_cpu_p50_ms": _percentile(jump_cpu, 50),
+        "graveyard_page_jump_cpu_p95_ms": _percentile(jump_cpu, 95),
+        "graveyard_filter_first_ms": filter_wall[0],
+        "graveyard_filter_first_cpu_ms": filter_cpu[0],
+        "graveyard_filter_max_later_ms": max(filter_wall[1:]),
+        "graveyard_filter_max_later_cpu_ms": max(filter_cpu[1:]),
     }
 
 
@@ -237,9 +320,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)
     QApplication.instance() or QApplication([])
-    figures = {"platform": os.environ.get("QT_QPA_PLATFORM"), "cpus": os.cpu_count()}
+    figures = {"platform": os.environ.get("QT_QPA_PLATFORM"), "cpus": os.cpu_count(),
+               "load_average_1min_start": round(os.getloadavg()[0], 2)}
     figures.update(bench_heatmap(args.live_tokens, args.tokens, args.png))
     figures.update(bench_graveyard(args.graveyard))
+    figures["load_average_1min_end"] = round(os.getloadavg()[0], 2)
+    figures["process_cpu_s"] = round(time.process_time(), 2)
     if args.json:
         print(json.dumps(figures))
     else:

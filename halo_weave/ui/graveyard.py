@@ -1,15 +1,20 @@
 """The graveyard sidebar: pruned chunks, newest first; a click brings one back.
 
-:class:`GraveyardModel` is a thin ``QAbstractListModel`` over a plain list of
-:class:`GraveRow` made from ``Conversation.graveyard()``.  Previews are asked for only
-when a row is drawn (or when the filter needs them) and cached, so 10k rows open
-instantly; the list view uses uniform item sizes and a two-line delegate.
+:class:`GraveyardModel` is a thin ``QAbstractListModel`` over the plain list from
+``Conversation.graveyard()``; a row's :class:`GraveRow` is made when the row is first
+shown.  Previews are asked for only when a row is drawn, so 10k rows open at once.  The
+filter works on a lowercase index of every row's meta line and preview, built when the
+filter box is first used: in one call where a bulk ``previews(ids)`` loader is given,
+else in slices of a few milliseconds between events; a filter applied before it is
+complete finishes it first.  The list view uses uniform item sizes; the delegate
+caches each row's elided lines per width, so a scroll frame draws cached strings.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from PySide6.QtCore import (
     QAbstractListModel,
@@ -17,13 +22,14 @@ from PySide6.QtCore import (
     QModelIndex,
     QObject,
     QPersistentModelIndex,
+    QPointF,
     QRect,
     QSize,
     Qt,
     QTimer,
     Signal,
 )
-from PySide6.QtGui import QColor, QFontMetrics, QKeyEvent, QPainter, QPalette
+from PySide6.QtGui import QColor, QFontMetrics, QKeyEvent, QPainter, QPalette, QStaticText
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -43,8 +49,12 @@ from . import colors
 PREVIEW_CHARS = 160
 #: Milliseconds the filter waits for typing to pause.
 FILTER_DELAY_MS = 200
+#: Milliseconds of index building per slice between events.
+INDEX_SLICE_MS = 8
 
 Preview = Callable[[int], str]
+#: Bulk preview loader: texts of many chunks in one query (chunk id -> text).
+Previews = Callable[[Sequence[int]], dict[int, str]]
 
 
 @dataclass(frozen=True)
@@ -92,34 +102,47 @@ class GraveyardModel(QAbstractListModel):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._all: list[GraveRow] = []
-        self._shown: list[GraveRow] = []
+        self._source: list = []  # Chunk or GraveRow, newest first
+        self._rows: list[GraveRow | None] = []  # made on first use
+        self._shown: list[int] | None = None  # indices into _source; None = all
         self._preview: Preview | None = None
+        self._bulk: Previews | None = None
         self._previews: dict[int, str] = {}
+        self._index: list[str] = []  # lowercase "meta preview" of _source[:len(_index)]
+        self._index_timer = QTimer(self)
+        self._index_timer.setInterval(0)
+        self._index_timer.timeout.connect(self._index_slice)
         self._filter = ""
 
     # -- content
-    def set_rows(self, rows: Iterable, preview: Preview | None = None) -> None:
-        """Replace the rows (``Chunk`` objects or :class:`GraveRow`, newest first)."""
+    def set_rows(self, rows: Iterable, preview: Preview | None = None, previews: Previews | None = None) -> None:
+        """Replace the rows (``Chunk`` objects or :class:`GraveRow`, newest first).
+
+        ``preview(chunk_id)`` is called for rows as they are drawn; ``previews(ids)``,
+        when given, loads the filter index in one call instead."""
         self.beginResetModel()
-        self._all = [r if isinstance(r, GraveRow) else GraveRow.from_chunk(r) for r in rows]
+        self._source = list(rows)
+        self._rows = [None] * len(self._source)
         self._preview = preview
+        self._bulk = previews
         self._previews = {}
-        self._shown = self._apply_filter(self._all)
+        self._index = []
+        self._index_timer.stop()
+        self._shown = self._apply_filter()
         self.endResetModel()
 
     def set_filter(self, text: str) -> None:
         """Show only rows whose meta line or preview contains every word of ``text``."""
         self.beginResetModel()
         self._filter = text.strip().lower()
-        self._shown = self._apply_filter(self._all)
+        self._shown = self._apply_filter()
         self.endResetModel()
 
     def total_count(self) -> int:
-        return len(self._all)
+        return len(self._source)
 
     def row_at(self, row: int) -> GraveRow:
-        return self._shown[row]
+        return self._row(row if self._shown is None else self._shown[row])
 
     def preview(self, chunk_id: int) -> str:
         """The cached preview of a chunk (asked for once)."""
@@ -132,25 +155,60 @@ class GraveyardModel(QAbstractListModel):
             self._previews[chunk_id] = text
         return text
 
-    def _apply_filter(self, rows: list[GraveRow]) -> list[GraveRow]:
+    def prepare_filter(self) -> None:
+        """Start building the filter index between events (the filter box was focused)."""
+        if len(self._index) < len(self._source) and not self._index_timer.isActive():
+            self._index_timer.start()
+
+    def index_ready(self) -> bool:
+        return len(self._index) == len(self._source)
+
+    def _row(self, i: int) -> GraveRow:
+        row = self._rows[i]
+        if row is None:
+            source = self._source[i]
+            row = source if isinstance(source, GraveRow) else GraveRow.from_chunk(source)
+            self._rows[i] = row
+        return row
+
+    def _index_slice(self, budget_s: float | None = INDEX_SLICE_MS / 1000) -> None:
+        """Add rows to the filter index for about ``budget_s`` (None: until complete)."""
+        total = len(self._source)
+        if self._bulk is not None and len(self._index) < total:
+            missing = [self._row(i).chunk_id for i in range(len(self._index), total)]
+            missing = [c for c in missing if c not in self._previews]
+            try:
+                loaded = self._bulk(missing) if missing else {}
+            except Exception:  # noqa: BLE001 - fall back to one preview per row
+                loaded = {}
+            for chunk_id, text in loaded.items():
+                self._previews[chunk_id] = clean_preview(text)
+        deadline = None if budget_s is None else time.perf_counter() + budget_s
+        index, row_of, preview = self._index, self._row, self.preview
+        while len(index) < total:
+            row = row_of(len(index))
+            index.append(f"{row.meta()} {preview(row.chunk_id)}".lower())
+            if deadline is not None and len(index) % 64 == 0 and time.perf_counter() > deadline:
+                return
+        self._index_timer.stop()
+
+    def _apply_filter(self) -> list[int] | None:
         words = self._filter.split()
         if not words:
-            return list(rows)
-        kept = []
-        for row in rows:
-            haystack = f"{row.meta()} {self.preview(row.chunk_id)}".lower()
-            if all(w in haystack for w in words):
-                kept.append(row)
-        return kept
+            return None
+        self._index_slice(None)
+        return [i for i, haystack in enumerate(self._index) if all(w in haystack for w in words)]
 
     # -- Qt model API
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        return 0 if parent.isValid() else len(self._shown)
+        if parent.isValid():
+            return 0
+        return len(self._source) if self._shown is None else len(self._shown)
 
     def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
-        if not index.isValid() or not 0 <= index.row() < len(self._shown):
+        if not index.isValid() or not 0 <= index.row() < self.rowCount():
             return None
-        row = self._shown[index.row()]
+        row = self.row_at(index.row())
         if role == Qt.ItemDataRole.DisplayRole:
             return row.meta()
         if role == self.PreviewRole:
@@ -167,12 +225,37 @@ class GraveyardModel(QAbstractListModel):
 class GraveyardDelegate(QStyledItemDelegate):
     """Two compact lines: the meta line in the role's colour, the preview dimmed."""
 
+    #: Cached rows (elided lines per width) kept before the cache starts again.
+    CACHE_ROWS = 4096
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._lines: dict[tuple[int, int], tuple[QStaticText, QStaticText]] = {}
+
     def _line_height(self, option: QStyleOptionViewItem) -> int:
         return QFontMetrics(option.font).height()
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
         line = self._line_height(option)
         return QSize(option.rect.width() or 200, 2 * line + line // 2)
+
+    def _elided(self, row: GraveRow, index: QModelIndex, metrics: QFontMetrics,
+                width: int) -> tuple[QStaticText, QStaticText]:
+        """The row's two lines elided to ``width``, shaped once (cached per row and width)."""
+        key = (row.chunk_id, width)
+        lines = self._lines.get(key)
+        if lines is None:
+            preview = index.data(GraveyardModel.PreviewRole) or ""
+            # Shaping costs per character: measure at most about twice what fits.
+            fits = 2 * width // max(metrics.averageCharWidth(), 1) + 2
+            if len(preview) > fits:
+                preview = preview[:fits] + "…"
+            elide = Qt.TextElideMode.ElideRight
+            lines = tuple(_static(metrics.elidedText(text, elide, width)) for text in (row.meta(), preview))
+            if len(self._lines) >= self.CACHE_ROWS:
+                self._lines.clear()
+            self._lines[key] = lines
+        return lines
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: QModelIndex) -> None:
         painter.save()
@@ -183,23 +266,27 @@ class GraveyardDelegate(QStyledItemDelegate):
             painter.fillRect(option.rect, palette.color(QPalette.ColorRole.Highlight))
         elif hovered:
             painter.fillRect(option.rect, palette.color(QPalette.ColorRole.AlternateBase))
-        row: GraveRow = index.data(GraveyardModel.RowRole)
-        line = self._line_height(option)
+        model = index.model()
+        row: GraveRow = (model.row_at(index.row()) if isinstance(model, GraveyardModel)
+                         else index.data(GraveyardModel.RowRole))
+        metrics = QFontMetrics(option.font)
+        line = metrics.height()
         pad = line // 4
         rect = option.rect.adjusted(pad * 2, pad, -pad * 2, -pad)
-        metrics = QFontMetrics(option.font)
-        top = QRect(rect.left(), rect.top(), rect.width(), line)
-        bottom = QRect(rect.left(), rect.top() + line, rect.width(), line)
+        meta, preview = self._elided(row, index, metrics, rect.width())
         rgb = colors.TOOL_CYAN if row.tool_result else colors.ROLE_COLORS.get(row.role, colors.UNSCORED_GREY)
         painter.setPen(QColor(*rgb))
-        painter.drawText(top, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
-                         metrics.elidedText(row.meta(), Qt.TextElideMode.ElideRight, top.width()))
-        preview = index.data(GraveyardModel.PreviewRole) or ""
+        painter.drawStaticText(QPointF(rect.left(), rect.top()), meta)
         text = palette.color(QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.PlaceholderText)
         painter.setPen(text)
-        painter.drawText(bottom, Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
-                         metrics.elidedText(preview, Qt.TextElideMode.ElideRight, bottom.width()))
+        painter.drawStaticText(QPointF(rect.left(), rect.top() + line), preview)
         painter.restore()
+
+
+def _static(text: str) -> QStaticText:
+    static = QStaticText(text)
+    static.setTextFormat(Qt.TextFormat.PlainText)
+    return static
 
 
 class _GraveList(QListView):
@@ -218,8 +305,10 @@ class _GraveList(QListView):
 class GraveyardPanel(QWidget):
     """Collapsible sidebar of pruned chunks.
 
-    Methods: ``set_rows(chunks, preview)`` (``chunks`` from ``conv.graveyard()``, newest
-    first; ``preview(chunk_id) -> str`` is called lazily), ``set_filter(text)``,
+    Methods: ``set_rows(chunks, preview, previews=None)`` (``chunks`` from
+    ``conv.graveyard()``, newest first; ``preview(chunk_id) -> str`` is called lazily;
+    the optional ``previews(ids) -> {id: text}`` loads the filter index in one query),
+    ``set_filter(text)``,
     ``model()``, ``list_view()``.  Widgets: ``filter_edit``, ``count_label``,
     ``close_button``.
 
@@ -258,6 +347,7 @@ class GraveyardPanel(QWidget):
         self._filter_timer.setInterval(FILTER_DELAY_MS)
         self._filter_timer.timeout.connect(lambda: self.set_filter(self.filter_edit.text()))
         self.filter_edit.textChanged.connect(lambda _: self._filter_timer.start())
+        self.filter_edit.textChanged.connect(lambda _: self._model.prepare_filter())
         self.filter_edit.installEventFilter(self)
 
         header = QHBoxLayout()
@@ -277,9 +367,10 @@ class GraveyardPanel(QWidget):
     def list_view(self) -> QListView:
         return self._view
 
-    def set_rows(self, chunks: Iterable, preview: Preview | None = None) -> None:
-        """Show these pruned chunks (newest first)."""
-        self._model.set_rows(chunks, preview)
+    def set_rows(self, chunks: Iterable, preview: Preview | None = None, previews: Previews | None = None) -> None:
+        """Show these pruned chunks (newest first); ``previews(ids) -> {id: text}``, when
+        given, loads the filter index in one query."""
+        self._model.set_rows(chunks, preview, previews)
         self._update_count()
 
     def set_filter(self, text: str) -> None:
@@ -294,6 +385,8 @@ class GraveyardPanel(QWidget):
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         # Down arrow from the filter box moves into the list; Enter resurrects the first match.
+        if watched is self.filter_edit and event.type() == QEvent.Type.FocusIn:
+            self._model.prepare_filter()  # the index is likely ready before the first word
         if watched is self.filter_edit and event.type() == QEvent.Type.KeyPress:
             if event.key() == Qt.Key.Key_Down and self._model.rowCount():
                 self._view.setFocus()

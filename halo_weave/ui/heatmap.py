@@ -17,12 +17,23 @@ colour, at most once per frame.  Three layers:
 Token geometry (x range and line of each token) is cached per block, keyed by the
 block's revision and the viewport width, so a brightness change costs only numpy work
 plus the rectangle batches.
+
+What a streamed token costs is kept to a few lines of painting:
+
+* a frame asks Qt to repaint only the lines where a token's colour key changed (one
+  rectangle per line, spanning the changed tokens), and :meth:`HeatmapView.paintEvent`
+  paints each rectangle of a scattered update on its own, so Qt draws the text of
+  those lines only rather than of everything between them;
+* the growing paragraph is cut into blocks where its lines wrap anyway
+  (:data:`STREAM_BLOCK_LINES`), so Qt's re-layout and repaint of the changed block
+  stay a few lines long; :meth:`HeatmapView.rebuild` at the end of the turn (or
+  after a width change) joins them again, and copied text never contains the cuts.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QEvent, QPoint, QPointF, QRect, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QAction,
     QColor,
@@ -40,13 +51,25 @@ from PySide6.QtWidgets import QMenu, QPlainTextEdit, QToolTip, QWidget
 
 from ..conversation import Chunk, Conversation
 from . import colors
-from .heatmap_frame import KEY_STRIDE, TOOL_TINT, BlockGeometry, Frame, colour_keys, collect_frame
+from .heatmap_frame import (
+    KEY_STRIDE,
+    TOOL_TINT,
+    BlockGeometry,
+    Frame,
+    colour_keys,
+    collect_frame,
+    region_of,
+)
 from .heatmap_layout import DocumentPlan, build_plan
 
 #: Minimum milliseconds between two repaints (one frame at 60 Hz).
 FRAME_MS = 16
-#: Beyond this many recoloured pieces a frame repaints the whole viewport at once.
-MAX_DIRTY_PIECES = 200
+#: Beyond this many recoloured lines a frame repaints the whole viewport at once.
+MAX_DIRTY_LINES = 24
+#: A streamed paragraph is cut into a new block once its last block has this many lines.
+STREAM_BLOCK_LINES = 4
+#: An update region of at most this many rectangles is painted rectangle by rectangle.
+MAX_SEPARATE_RECTS = 32
 
 
 class _Gutter(QWidget):
@@ -112,6 +135,11 @@ class HeatmapView(QPlainTextEdit):
         self._shown = np.zeros(0, np.int64)  # last painted colour key per plan token
         self._full_update = True
         self._gutter_signature: tuple = ()
+        self._split_width = -1  # viewport width the soft breaks were cut at
+        self._rejoin_timer = QTimer(self)
+        self._rejoin_timer.setSingleShot(True)
+        self._rejoin_timer.setInterval(120)
+        self._rejoin_timer.timeout.connect(self.rebuild)
         self._level_brushes = colors.level_colors()
         self._highlight_brushes = colors.highlight_colors()
         self._tool_color = colors.qcolor(colors.TOOL_CYAN)
@@ -121,6 +149,9 @@ class HeatmapView(QPlainTextEdit):
         }
         self._role_colors = {r: colors.qcolor(c) for r, c in colors.ROLE_COLORS.items()}
         self._pin_text = colors.emoji_or(self.font(), "📌", "")
+        # The view fills its own background (paintEvent), which lets Qt scroll the
+        # viewport by moving pixels when a streamed line is added at the bottom.
+        self.viewport().setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent, True)
         self._gutter = _Gutter(self)
         self.updateRequest.connect(self._on_update_request)
         self._update_margins()
@@ -139,6 +170,7 @@ class HeatmapView(QPlainTextEdit):
         bar = self.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 1
         old_value = bar.value()
+        self._rejoin_timer.stop()
         self._geometry.clear()
         self._pending_append = False
         self._invalidate(full=True)
@@ -178,13 +210,20 @@ class HeatmapView(QPlainTextEdit):
         keys = self._current_keys(frame)
         changed = np.flatnonzero(keys != self._shown_keys(frame.token))
         viewport = self.viewport()
-        if len(changed) > MAX_DIRTY_PIECES:
-            viewport.update()
-        else:
-            for i in changed.tolist():
-                viewport.update(QRectF(frame.x0[i], frame.y[i], frame.x1[i] - frame.x0[i], frame.h[i])
-                                .toAlignedRect().adjusted(-1, 0, 1, 0))
-        signature = (frame.key, tuple(self._pin_markers(frame)))
+        if len(changed):
+            # One rectangle per line with a changed piece.
+            order = changed[np.argsort(frame.y[changed], kind="stable")]
+            ys = frame.y[order]
+            starts = np.flatnonzero(np.concatenate(([True], ys[1:] != ys[:-1])))
+            if len(starts) > MAX_DIRTY_LINES:
+                viewport.update()
+            else:
+                # Whole lines: Qt draws a line's text whole anyway, and adjacent lines
+                # merge into one rectangle of the update region.
+                width = viewport.width()
+                for y, h in zip(ys[starts].tolist(), frame.h[order][starts].tolist()):
+                    viewport.update(QRectF(0, y, width, h).toAlignedRect())
+        signature = (tuple(frame.bodies), tuple(self._pin_markers(frame)))
         if signature != self._gutter_signature:
             self._gutter_signature = signature
             self._gutter.update()
@@ -281,35 +320,53 @@ class HeatmapView(QPlainTextEdit):
     def paintEvent(self, event: QPaintEvent) -> None:
         frame = self._current_frame()
         if frame is None:
+            viewport = self.viewport()
+            painter = QPainter(viewport)
+            painter.fillRect(event.rect(), viewport.palette().brush(viewport.backgroundRole()))
+            painter.end()
             super().paintEvent(event)
             return
-        area = QRectF(event.rect())
+        region, bounds = event.region(), event.rect()
+        rects = [bounds]
+        if 1 < region.rectCount() <= MAX_SEPARATE_RECTS:
+            parts = list(region)
+            if sum(r.width() * r.height() for r in parts) * 2 < bounds.width() * bounds.height():
+                rects = parts
         keys = self._current_keys(frame)
-        inside = np.flatnonzero(
-            (frame.y + frame.h >= area.top()) & (frame.y <= area.bottom())
-            & (frame.x1 >= area.left()) & (frame.x0 <= area.right())
-        )
+        hit = np.zeros(len(frame.token), bool)
+        for rect in rects:
+            hit |= ((frame.y + frame.h >= rect.top()) & (frame.y <= rect.bottom())
+                    & (frame.x1 >= rect.left()) & (frame.x0 <= rect.right()))
+        inside = np.flatnonzero(hit)
         keys_in = keys[inside]
         if len(inside):
             self._shown_keys(frame.token)  # grows the array when tokens were added
             self._shown[frame.token[inside]] = keys_in
         lit = keys_in >= KEY_STRIDE
-        painter = QPainter(self.viewport())
+        # The system clip is the update region: nothing outside it is touched.
+        viewport = self.viewport()
+        painter = QPainter(viewport)
+        painter.fillRect(bounds, viewport.palette().brush(viewport.backgroundRole()))
         painter.setPen(Qt.PenStyle.NoPen)
-        for step in np.unique(keys_in[lit] // KEY_STRIDE).tolist():
+        for step, batch in self._batches(frame, inside[lit], keys_in[lit] // KEY_STRIDE):
             painter.setBrush(self._highlight_brushes[step - 1])
-            painter.drawRects(self._rects(frame, inside[lit & (keys_in // KEY_STRIDE == step)]))
+            painter.drawRects(batch)
         painter.end()
-        super().paintEvent(event)
+        if len(rects) == 1:
+            super().paintEvent(event)
+        else:
+            # Scattered lines: QPlainTextEdit draws every block that meets the bounding
+            # rectangle of an update, so let it draw each rectangle on its own.
+            for rect in rects:
+                super().paintEvent(QPaintEvent(rect))
         painter = QPainter(self.viewport())
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Darken)
-        plain = ~lit
-        for tint in np.unique(keys_in[plain]).tolist():
+        for tint, batch in self._batches(frame, inside[~lit], keys_in[~lit]):
             painter.setBrush(self._tool_color if tint == TOOL_TINT else self._level_brushes[tint])
-            painter.drawRects(self._rects(frame, inside[plain & (keys_in == tint)]))
+            painter.drawRects(batch)
         for kind, role, x, y, w, h in frame.lines:
-            if y + h >= area.top() and y <= area.bottom():
+            if y + h >= bounds.top() and y <= bounds.bottom():
                 color = self._kind_colors.get(kind) or self._role_colors.get(role)
                 if color is not None:
                     painter.setBrush(color)
@@ -317,23 +374,34 @@ class HeatmapView(QPlainTextEdit):
         painter.end()
 
     @staticmethod
-    def _rects(frame: Frame, pieces: np.ndarray) -> list[QRectF]:
-        """Rectangles of these pieces, adjacent ones on one line merged into one."""
+    def _batches(frame: Frame, pieces: np.ndarray, keys: np.ndarray) -> list[tuple[int, list[QRectF]]]:
+        """(key, rectangles) per distinct key of these pieces; adjacent pieces of one key
+        on one line are merged into one rectangle."""
         if not len(pieces):
             return []
+        order = np.lexsort((pieces, keys))
+        pieces, keys = pieces[order], keys[order]
         x0, x1, y, h = frame.x0[pieces], frame.x1[pieces], frame.y[pieces], frame.h[pieces]
-        # A run continues while the next piece is on the same line and touches this one.
-        joins = (y[1:] == y[:-1]) & (np.abs(x0[1:] - x1[:-1]) < 0.5) & (np.diff(pieces) == 1)
+        # A run continues while the next piece has the same key, is on the same line and
+        # touches this one.
+        joins = ((keys[1:] == keys[:-1]) & (y[1:] == y[:-1]) & (np.abs(x0[1:] - x1[:-1]) < 0.5)
+                 & (np.diff(pieces) == 1))
         starts = np.flatnonzero(np.concatenate(([True], ~joins)))
         ends = np.concatenate((starts[1:], [len(pieces)])) - 1
-        return [
+        rects = [
             QRectF(a, b, c, d)
             for a, b, c, d in zip(x0[starts].tolist(), y[starts].tolist(),
                                   (x1[ends] - x0[starts]).tolist(), h[starts].tolist())
         ]
+        run_keys = keys[starts]
+        groups = np.flatnonzero(np.concatenate(([True], run_keys[1:] != run_keys[:-1]))).tolist()
+        bounds = groups[1:] + [len(rects)]
+        return [(int(run_keys[g]), rects[g:e]) for g, e in zip(groups, bounds)]
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
+        if self._plan.soft_breaks and self.viewport().width() != self._split_width:
+            self._rejoin_timer.start()  # the cuts no longer fall where lines wrap
         rect = self.contentsRect()
         self._gutter.setGeometry(QRect(rect.left(), rect.top(), self.gutter_width(), rect.height()))
 
@@ -344,6 +412,21 @@ class HeatmapView(QPlainTextEdit):
             self._invalidate(full=True)
             self._pin_text = colors.emoji_or(self.font(), "📌", "")
             self._update_margins()
+
+    def createMimeDataFromSelection(self) -> QMimeData:
+        """The selected text as the context has it (without the streaming cuts)."""
+        cursor = self.textCursor()
+        text = cursor.selection().toPlainText()
+        first, last = cursor.selectionStart(), cursor.selectionEnd()
+        cuts = [p - first for p in self._plan.soft_breaks if first <= p < last]
+        if cuts:
+            units = bytearray(text.encode("utf-16-le"))
+            for offset in reversed(cuts):
+                del units[2 * offset : 2 * offset + 2]
+            text = units.decode("utf-16-le")
+        mime = QMimeData()
+        mime.setText(text)
+        return mime
 
     def viewportEvent(self, event: QEvent) -> bool:
         if event.type() == QEvent.Type.ToolTip:
@@ -384,11 +467,45 @@ class HeatmapView(QPlainTextEdit):
             return
         text = self._plan.take_text()
         if text:
-            cursor = QTextCursor(self.document())
-            cursor.movePosition(QTextCursor.MoveOperation.End)
-            cursor.insertText(text)
+            document = self.document()
+            layout = document.documentLayout()
+            top = self.blockBoundingGeometry(document.lastBlock()).translated(self.contentOffset()).top()
+            # QPlainTextDocumentLayout asks for a repaint of the whole viewport whenever
+            # a block changes height (a streamed line wraps); only the last block(s)
+            # changed, so hold its signals and repaint from that block down ourselves.
+            layout.blockSignals(True)
+            try:
+                cursor = QTextCursor(document)
+                cursor.movePosition(QTextCursor.MoveOperation.End)
+                cursor.insertText(text)
+                self._cut_streamed_block()
+            finally:
+                layout.blockSignals(False)
+            layout.documentSizeChanged.emit(layout.documentSize())
+            viewport = self.viewport()
+            top = max(int(top), 0)
+            viewport.update(0, top, viewport.width(), viewport.height() - top)
+            self._gutter.update(0, top, self._gutter.width(), viewport.height() - top)
         if at_bottom:
             bar.setValue(bar.maximum())
+
+    def _cut_streamed_block(self) -> None:
+        """Start a new block at the last line of a long last block (see module docstring).
+
+        Wrapping is greedy, so the lines before the cut stay where they are and the
+        last line starts a block of its own exactly where it already was."""
+        block = self.document().lastBlock()
+        layout = block.layout()
+        if layout is None or layout.lineCount() < STREAM_BLOCK_LINES:
+            return
+        if region_of(self._plan, block.position())[0] != "body":
+            return
+        position = block.position() + layout.lineAt(layout.lineCount() - 1).textStart()
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(position)
+        cursor.insertBlock()
+        self._plan.soft_break(position)
+        self._split_width = self.viewport().width()
 
     def _in_open_turn(self, chunk: Chunk) -> bool:
         turn = self._conv.open_turn if self._conv else None

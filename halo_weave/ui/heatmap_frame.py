@@ -3,7 +3,9 @@
 :func:`collect_frame` walks the visible blocks of a ``QPlainTextEdit`` once and returns
 numpy arrays of token pieces (a token split at line wraps gives several pieces) in
 viewport coordinates; per-block piece geometry is cached by the caller in a dict keyed
-by block number and checked against the block's revision and the viewport width.
+by block number and checked against the block's revision and the viewport width.  A
+block that only grew at its end (the streamed answer) keeps the pieces of its settled
+lines and measures only from its last old line on, so a token costs O(one line).
 :func:`colour_keys` turns brightness into one small integer per piece: the overlay
 repaints only pieces whose key changed since they were last painted.
 """
@@ -39,6 +41,9 @@ class BlockGeometry:
     x1: np.ndarray
     y: np.ndarray
     h: np.ndarray
+    #: Line number of each piece inside the block.
+    line: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    line_count: int = 0
 
 
 @dataclass
@@ -70,51 +75,80 @@ def block_geometry(view: QPlainTextEdit, block: QTextBlock, plan: DocumentPlan,
     layout = block.layout()
     if layout is None or layout.lineCount() == 0:
         return None
-    key = (block.revision(), block.position(), block.length(), view.viewport().width())
+    bpos, blen, width = block.position(), block.length(), view.viewport().width()
+    key = (block.revision(), bpos, blen, width)
     cached = cache.get(block.blockNumber())
     if cached is not None and cached.key == key:
         return cached
-    kind, role = region_of(plan, block.position())
-    token, x0, x1, y, h = [], [], [], [], []
-    if kind == "body":
-        bpos = block.position()
-        bend = bpos + block.length() - 1  # the block separator is not drawn
-        lo = int(np.searchsorted(plan.ends, bpos, "right"))
-        hi = int(np.searchsorted(plan.starts, bend, "left"))
-        line = layout.lineAt(0)
-        line_end = line.textStart() + line.textLength()
-        for offset, (s, e) in enumerate(zip(plan.starts[lo:hi].tolist(), plan.ends[lo:hi].tolist())):
-            s = max(s, bpos) - bpos
-            e = min(e, bend) - bpos
-            while s < e:
-                if not (line.textStart() <= s < line_end):
-                    line = layout.lineForTextPosition(s)
-                    line_end = line.textStart() + line.textLength()
-                piece_end = min(e, line_end)
-                left = line.cursorToX(s)[0]
-                right = line.cursorToX(piece_end)[0]
-                if right > left:
-                    token.append(lo + offset)
-                    x0.append(left)
-                    x1.append(right)
-                    y.append(line.y())
-                    h.append(line.height())
-                if piece_end <= s:
-                    break
-                s = piece_end
+    kind, role = region_of(plan, bpos)
+    if kind != "body":
+        geometry = _line_geometry(key, kind, role, layout)
+    elif (cached is not None and cached.kind == "body" and cached.key[1:2] == (bpos,)
+          and cached.key[3] == width and blen > cached.key[2] and not block.next().isValid()):
+        # The last block grew (streamed text appended): lines before its old last line
+        # cannot have moved, because wrapping is greedy from the start of the block.
+        settled = max(cached.line_count - 1, 0)
+        keep = cached.line < settled
+        start = layout.lineAt(settled).textStart() if settled < layout.lineCount() else blen - 1
+        fresh = _body_pieces(layout, plan, bpos, bpos + blen - 1, start)
+        geometry = BlockGeometry(
+            key, kind, role,
+            *(np.concatenate((getattr(cached, name)[keep], part))
+              for name, part in zip(("token", "x0", "x1", "y", "h", "line"), fresh)),
+            line_count=layout.lineCount(),
+        )
     else:
-        for i in range(layout.lineCount()):
-            line = layout.lineAt(i)
-            if line.naturalTextWidth() > 0:
-                token.append(-1)
-                x0.append(line.x())
-                x1.append(line.x() + line.naturalTextWidth())
-                y.append(line.y())
-                h.append(line.height())
-    geometry = BlockGeometry(key, kind, role, np.array(token, np.int64), np.array(x0, float),
-                             np.array(x1, float), np.array(y, float), np.array(h, float))
+        geometry = BlockGeometry(key, kind, role, *_body_pieces(layout, plan, bpos, bpos + blen - 1, 0),
+                                 line_count=layout.lineCount())
     cache[block.blockNumber()] = geometry
     return geometry
+
+
+def _line_geometry(key: tuple, kind: str, role: str, layout) -> BlockGeometry:
+    """One piece (token -1) per non-empty line of a label, prompt or gap block."""
+    x0, x1, y, h = [], [], [], []
+    for i in range(layout.lineCount()):
+        line = layout.lineAt(i)
+        if line.naturalTextWidth() > 0:
+            x0.append(line.x())
+            x1.append(line.x() + line.naturalTextWidth())
+            y.append(line.y())
+            h.append(line.height())
+    n = len(x0)
+    return BlockGeometry(key, kind, role, np.full(n, -1, np.int64), np.array(x0, float), np.array(x1, float),
+                         np.array(y, float), np.array(h, float), np.zeros(n, np.int64), layout.lineCount())
+
+
+def _body_pieces(layout, plan: DocumentPlan, bpos: int, bend: int, first: int) -> tuple[np.ndarray, ...]:
+    """(token, x0, x1, y, h, line) of the token pieces from block offset ``first`` on;
+    ``bend`` is the block's last document position (its separator is not drawn)."""
+    token, x0, x1, y, h, number = [], [], [], [], [], []
+    lo = int(np.searchsorted(plan.ends, bpos + first, "right"))
+    hi = int(np.searchsorted(plan.starts, bend, "left"))
+    line, line_start, line_end = None, 0, -1
+    for offset, (s, e) in enumerate(zip(plan.starts[lo:hi].tolist(), plan.ends[lo:hi].tolist())):
+        s = max(s - bpos, first)
+        e = min(e, bend) - bpos
+        while s < e:
+            if not (line_start <= s < line_end):
+                line = layout.lineForTextPosition(s)
+                line_start = line.textStart()
+                line_end = line_start + line.textLength()
+            piece_end = min(e, line_end)
+            left = line.cursorToX(s)[0]
+            right = line.cursorToX(piece_end)[0]
+            if right > left:
+                token.append(lo + offset)
+                x0.append(left)
+                x1.append(right)
+                y.append(line.y())
+                h.append(line.height())
+                number.append(line.lineNumber())
+            if piece_end <= s:
+                break
+            s = piece_end
+    return (np.array(token, np.int64), np.array(x0, float), np.array(x1, float), np.array(y, float),
+            np.array(h, float), np.array(number, np.int64))
 
 
 def visible_blocks(view: QPlainTextEdit, plan: DocumentPlan, cache: dict[int, BlockGeometry]):

@@ -9,6 +9,11 @@ markers) are never shown.
 
 The text is split into *regions* that each start a block: ``system`` (the prompt),
 ``header`` (a turn's label), ``body`` (its tokens) and ``gap`` (chunks pruned here).
+
+While an answer streams, the view may cut its growing paragraph into blocks where a
+line wraps anyway (:meth:`DocumentPlan.soft_break`), so Qt re-lays out and repaints a
+few lines per token instead of the whole paragraph; ``soft_breaks`` lists those extra
+separators, and the next :func:`build_plan` (at the end of the turn) has none.
 """
 
 from __future__ import annotations
@@ -89,6 +94,8 @@ class DocumentPlan:
     region_kind: list[str] = field(default_factory=list)
     region_role: list[str] = field(default_factory=list)
     region_turn: list[int] = field(default_factory=list)
+    #: Document positions of paragraph separators the view inserted (see module docstring).
+    soft_breaks: list[int] = field(default_factory=list)
     _rows: _Column = field(default_factory=_Column)
     _starts: _Column = field(default_factory=_Column)
     _ends: _Column = field(default_factory=_Column)
@@ -111,6 +118,18 @@ class DocumentPlan:
         text = "".join(self._parts)
         self._parts = []
         return text
+
+    def soft_break(self, position: int) -> None:
+        """A paragraph separator was inserted into the document at ``position``: what
+        follows moves one place on (a token it falls inside just grows by one)."""
+        starts, ends = self._starts.values, self._ends.values
+        first = int(np.searchsorted(ends, position, "right"))
+        tail = starts[first:]
+        tail[tail >= position] += 1
+        ends[first:] += 1
+        self.region_start = [r + 1 if r > position else r for r in self.region_start]
+        self.soft_breaks.append(position)
+        self.length += 1
 
     # ------------------------------------------------------------------ emitting
     def _emit(self, text: str, length: int | None = None) -> None:

@@ -141,3 +141,22 @@ def test_preview_errors_do_not_break_the_list(qtbot, conv):
 def test_collapse_button_asks_to_hide(panel, qtbot):
     with qtbot.wait_signal(panel.close_requested, timeout=1000):
         qtbot.mouseClick(panel.close_button, Qt.MouseButton.LeftButton)
+
+
+def test_filter_index_loads_previews_in_one_bulk_call(qtbot, conv):
+    calls: list[list[int]] = []
+
+    def previews(ids):
+        calls.append(list(ids))
+        return {i: conv.chunk_text(i) for i in ids}
+
+    def one(chunk_id: int) -> str:
+        raise AssertionError("the bulk loader should have been used")
+
+    panel = GraveyardPanel()
+    qtbot.addWidget(panel)
+    panel.set_rows(conv.graveyard(), one, previews)
+    panel.set_filter("banana")
+    assert len(calls) == 1 and sorted(calls[0]) == sorted(c.id for c in conv.graveyard())
+    assert panel.model().rowCount() == 1
+    assert "banana" in panel.model().index(0).data(GraveyardModel.PreviewRole)

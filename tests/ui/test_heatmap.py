@@ -290,3 +290,31 @@ def test_tooltip_describes_chunk(view):
     chunk = conv.chunks[gamma]
     assert f"Turn {chunk.turn_id}" in tip and "assistant" in tip and f"chunk {gamma}" in tip
     assert f"{chunk.token_count:,} tokens" in tip and "peak brightness" in tip
+
+
+def test_long_streamed_paragraph_stays_whole_for_the_user(view, qtbot):
+    """A long answer streamed token by token: its text, token offsets and copy are
+    those of one paragraph, however the view lays it out while it streams."""
+    conv = make_conv()
+    show(view, conv)
+    conv.begin_turn("assistant")
+    words = [(" " if i else "") + f"w{i}" for i in range(400)]
+    for text in words:
+        conv.append_token(5, text)
+        view.append_streamed()
+        view.flush()
+    answer = "".join(words)
+    plan = view._plan
+    assert plan.length == view.document().characterCount() - 1
+    units = view.toPlainText().replace("\u2029", "\n").encode("utf-16-le")
+    for row, start, end in zip(plan.rows[-400:], plan.starts[-400:], plan.ends[-400:]):
+        chunk = conv.chunks[int(conv.table.chunk_id[row])]
+        expected = conv.chunk_texts(chunk.id)[int(conv.table.position[row]) - chunk.start]
+        assert units[2 * start : 2 * end].decode("utf-16-le").replace("\n", "") == expected
+    view.selectAll()
+    assert answer in view.createMimeDataFromSelection().text()
+    streamed = chunk_with(conv, "w399")
+    assert view.chunk_rect(streamed) is not None
+    conv.end_turn()
+    view.rebuild()
+    assert answer in view.toPlainText()
