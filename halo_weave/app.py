@@ -32,16 +32,16 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from . import settings as settings_mod
 from .brightness import AttentionError
-from .chat_template import build_framing, detect_template, system_text
+from .chat_template import detect_template, system_text
 from .conversation import Chunk, Conversation, ConversationError, Framing
 from . import tools
 from .fallback import prune_oldest_first
 from .settings import MAX_BRIGHTNESS, Settings
-from .ui.workers import CallWorker, EmbedderWorker, GenerationWorker, ServerStartWorker
+from .ui.indexing import IndexQueue
+from .ui.connection import DEFAULT_SERVER_URL, ServerConnection
+from .ui.workers import CallWorker, GenerationWorker
 
 log = logging.getLogger("halo_weave.app")
-
-DEFAULT_SERVER_URL = Settings().server_url
 
 #: Where an answer ends (ChatML); the tool tag is added per request.
 STOP_SEQUENCES = ("<|im_end|>", "<|im_start|>")
@@ -49,20 +49,11 @@ STOP_SEQUENCES = ("<|im_end|>", "<|im_start|>")
 #: Streamed tokens written to the database per batch (no per-token commit).
 STREAM_SAVE_EVERY = 16
 
-#: Chunks embedded per indexing job, so a user message's search can jump the queue.
-INDEX_BATCH = 8
-
 #: Milliseconds after opening a conversation before catch-up indexing starts.
 INDEX_CATCH_UP_DELAY_MS = 1500
 
 #: File in the data dir naming the conversation to reopen at start-up.
 LAST_CONVERSATION_FILE = "last_conversation"
-
-#: Milliseconds between quiet reconnection attempts after the server went away.
-RECONNECT_MS = 5000
-
-#: Seconds the bundled server may take to load its model.
-SERVER_START_TIMEOUT_S = 600.0
 
 
 class TurnController(QObject):
@@ -107,7 +98,6 @@ class TurnController(QObject):
         self.client = None
         self.model_info = None
         self.framing: Framing | None = None
-        self.server = None  # the bundled server we started, if any
         self.connection_state = "offline"
         self.attention_available = True
         self.busy = False
@@ -117,18 +107,17 @@ class TurnController(QObject):
         self.last_finish_reason = ""
         self._embedder_factory = embedder_factory
         self._embedder = None
-        self._embedder_failed = False
-        self._embed_worker = EmbedderWorker(self)
-        self._embed_worker.job_done.connect(self._on_embed_done)
-        self._embed_worker.job_failed.connect(self._on_embed_failed)
-        self._embed_worker.progress.connect(self._on_embed_progress)
-        self._embed_worker.idle.connect(self._on_embed_idle)
-        self._embed_callbacks: dict[int, tuple[Callable, Callable | None]] = {}
-        self._in_flight: set[int] = set()  # chunk ids being embedded
+        self._indexer = IndexQueue(self)
+        self._indexer.failed.connect(self.error)
+        self._indexer.progress.connect(self.progress)
+        self._indexer.idle.connect(self._on_embed_idle)
         self._calls: set[CallWorker] = set()
         self._gen: GenerationWorker | None = None
-        self._server_worker: ServerStartWorker | None = None
-        self._connect_generation = 0
+        self.connection = ServerConnection(self.autostart, self)
+        self.connection.state_changed.connect(self._set_connection)
+        self.connection.connected.connect(self._on_connected)
+        self.connection.failed.connect(self.error)
+        self.connection.progress.connect(self.progress)
         self._pending_send: Callable[[], None] | None = None
         self._wait_timer = QTimer(self)
         self._wait_timer.setSingleShot(True)
@@ -208,7 +197,7 @@ class TurnController(QObject):
                 self.store.close()
             except Exception as exc:  # noqa: BLE001
                 log.warning("closing the conversation file failed: %s", exc)
-        self.store = self._index = None
+        self.store = self._index = self._indexer.index = None
         self._index_tried = False
 
     @property
@@ -282,93 +271,33 @@ class TurnController(QObject):
         index, conv = self.index, self.conv
         if index is None or conv is None or not index.available:
             return
+        self._indexer.index = index
         try:
             index.remove(index.orphans(conv))
             pending = index.pending(conv)
         except Exception as exc:  # noqa: BLE001
             self.error.emit(exc, "Re-indexing")
             return
-        if pending:
-            self.progress.emit("Re-indexing", 0, len(pending))
-            self._queue_indexing(pending, label="Re-indexing")
+        self._queue_indexing(pending, label="Re-indexing")
 
     # ------------------------------------------------------------------ connection
-    def connect_server(self, url: str | None = None, *, quiet: bool = False) -> None:
-        """Ask the server at ``url`` (settings by default) for its model, on a thread.
+    @property
+    def server(self):
+        """The bundled server process this app started, if any."""
+        return self.connection.server
 
-        ``quiet`` retries (after a lost server) keep trying every few seconds without
-        opening a dialog each time.
-        """
-        from .kobold_client import KoboldClient
-
-        url = url or self.settings.server_url
-        self._connect_generation += 1
-        generation = self._connect_generation
-        self._set_connection("connecting", f"Connecting to {url}…")
-        client = KoboldClient(url)
-
-        def probe():
-            info = client.model_info()
-            template = detect_template(getattr(info, "chat_template", None))
-            framing = build_framing(lambda text: client.tokenize(text, add_special_tokens=False), template)
-            return info, framing
-
-        def ok(result) -> None:
-            if generation != self._connect_generation:
-                return
-            self._on_connected(client, *result)
-
-        def fail(exc) -> None:
-            if generation != self._connect_generation:
-                return
-            if self.autostart and self.server is None and _is_default_url(url):
-                self.start_bundled_server()
-                return
-            self._set_connection("offline", f"No model server at {url}")
-            if quiet:
-                self.connect_server_later(RECONNECT_MS)
-            else:
-                self.error.emit(exc, "Connecting")
-
-        self._call(probe, on_ok=ok, on_fail=fail)
-
-    def start_bundled_server(self) -> None:
-        """Start the bundled reference server on a free loopback port (model loads ~20-60 s)."""
-        if self._server_worker is not None:
-            return
-        self._set_connection("loading", "Starting the built-in model server…")
-        self.progress.emit("Loading the model", 0, 0)
-        worker = ServerStartWorker(SERVER_START_TIMEOUT_S, parent=self)
-        worker.progress.connect(
-            lambda seconds, line: self._set_connection(
-                "loading", f"Loading the built-in model… {seconds:.0f} s" + (f" — {line[:60]}" if line else "")
-            )
-        )
-
-        def ready(server) -> None:
-            self._server_worker = None
-            self.server = server
-            self.progress.emit("Loading the model", 1, 1)
-            self.connect_server(server.url)
-
-        def failed(exc) -> None:
-            self._server_worker = None
-            self.progress.emit("Loading the model", 1, 1)
-            self._set_connection("offline", "The built-in model server did not start")
-            self.error.emit(exc, "Starting the built-in model server")
-
-        worker.ready.connect(ready)
-        worker.failed.connect(failed)
-        self._server_worker = worker
-        worker.start()
+    def connect_server(self, url: str | None = None) -> None:
+        """Connect to ``url`` (the settings' server by default), on a thread."""
+        self.connection.connect_to(url or self.settings.server_url)
 
     def _on_connected(self, client, info, framing: Framing) -> None:
         self.client, self.model_info, self.framing = client, info, framing
         self._stop_ids = {ids[0] for ids, _ in [framing.suffix.get("assistant", ([], []))] if ids}
         if self.conv is not None:
             self.conv.framing = framing
-        supports = bool(getattr(info, "supports_attention", True))
-        self._set_attention(supports)
+        if getattr(info, "supports_attention", False):
+            # A server that does not declare it (the original fork) is judged by its events.
+            self._set_attention(True)
         name = str(getattr(info, "name", "model")).rsplit("/", 1)[-1]
         self.connection_state = "connected"
         self._sync_system_prompt()  # before input opens: the prefix is part of every turn
@@ -377,6 +306,8 @@ class TurnController(QObject):
 
     def _set_connection(self, state: str, detail: str) -> None:
         self.connection_state = state
+        if state != "connected":
+            self.client = None if state == "offline" else self.client
         self.connection_changed.emit(state, detail)
         if not self.busy:
             self.busy_changed.emit(False, self.input_block_reason())
@@ -474,7 +405,7 @@ class TurnController(QObject):
         ids = [int(i) for i, _ in pieces]
         texts = [t for _, t in pieces]
         self._pending_send = lambda: self._resurrect_then_add(text, ids, texts)
-        if self.index is not None and self._embed_worker.pending > 0:
+        if self.index is not None and self._indexer.pending > 0:
             # Let the previous exchange's embeddings land, but not for long.
             self._set_busy(True, "Finishing memory indexing…")
             self._wait_timer.start(int(self.settings.embed_wait_seconds * 1000))
@@ -500,20 +431,14 @@ class TurnController(QObject):
         self._set_busy(True, "Searching memory…")
         # The query embedding is the slow part: it runs on the embedder thread, ahead of
         # queued indexing; planning and resurrecting touch the conversation, so they run here.
-        self._submit_embed(
-            lambda: index.search(text), tag="search", urgent=True,
-            on_ok=lambda matches: self._resurrect(index, matches, ids, texts),
-            on_fail=lambda exc: self._resurrect(index, [], ids, texts, exc),
-        )
+        self._indexer.search(text, lambda matches, exc: self._resurrect(index, matches, ids, texts))
 
-    def _resurrect(self, index, matches, ids, texts, exc: BaseException | None = None) -> None:
+    def _resurrect(self, index, matches, ids, texts) -> None:
         from .resurrection import apply_plan
 
         conv = self.conv
         self.last_resurrected = 0
-        if exc is not None:
-            self.error.emit(exc, "Searching memory")
-        elif index is self._index and self.store is not None and matches:
+        if index is self._index and self.store is not None and matches:
             try:
                 plan = index.plan(conv, matches, self.resurrection_budget(len(ids)))
                 result = apply_plan(conv, plan, index.conn, self.settings.resurrection_brightness, self.store)
@@ -691,22 +616,7 @@ class TurnController(QObject):
         self._finish_turn("error", None)
         self.error.emit(exc, "Generating the answer")
         if names & {"BackendUnavailable", "StreamInterrupted", "BackendTimeout"}:
-            self._set_connection("offline", "The model server stopped answering")
-            self.client = None
-            self.connect_server_later()
-
-    def connect_server_later(self, delay_ms: int = 0) -> None:
-        """Try to reconnect quietly after a while (the server may come back)."""
-        generation = self._connect_generation
-        QTimer.singleShot(delay_ms or RECONNECT_MS, lambda: self._reconnect_if_offline(generation))
-
-    def _reconnect_if_offline(self, generation: int) -> None:
-        # A newer explicit connect (new URL in Settings) supersedes this retry loop.
-        if generation != self._connect_generation or self._shutting_down:
-            return
-        if self.connection_state == "offline":
-            url = self.server.url if self.server is not None else self.settings.server_url
-            self.connect_server(url, quiet=True)
+            self.connection.lost()
 
     def _finish_turn(self, reason: str, rate) -> None:
         worker, self._gen = self._gen, None
@@ -834,81 +744,16 @@ class TurnController(QObject):
     # ------------------------------------------------------------------ indexing
     def _index_pending(self) -> None:
         """Queue every chunk whose index entry is missing or out of date."""
-        index, conv = self.index, self.conv
-        if index is None or conv is None:
-            return
-        try:
-            index.remove(index.orphans(conv))
-            pending = [c for c in index.pending(conv) if c not in self._in_flight]
-        except Exception as exc:  # noqa: BLE001
-            self.error.emit(exc, "Checking the semantic index")
-            return
-        self._queue_indexing(pending)
+        self._indexer.index = self.index
+        self._indexer.queue_pending(self.conv)
 
     def _queue_indexing(self, chunk_ids: list[int], label: str = "") -> None:
-        """Embed chunks in batches: drafts read here, vectors made on the embedder thread,
-        stored here (the conversation and the database stay on this thread)."""
-        index, conv = self.index, self.conv
-        if index is None or not chunk_ids or not index.available:
-            return
-        total = len(chunk_ids)
-        done = [0]
-        for start in range(0, total, INDEX_BATCH):
-            try:
-                drafts = index.prepare(conv, chunk_ids[start : start + INDEX_BATCH])
-            except Exception as exc:  # noqa: BLE001
-                self.error.emit(exc, "Preparing chunks for the semantic index")
-                return
-            self._in_flight.update(d.chunk_id for d in drafts)
-
-            def embed(drafts=drafts):
-                index.embedder.load()
-                return index.embed(drafts)
-
-            def stored(drafts, n=len(drafts)) -> None:
-                self._in_flight.difference_update(d.chunk_id for d in drafts)
-                if index is self._index and self.store is not None:
-                    self._guard(lambda: index.store(drafts), "Saving the semantic index")
-                done[0] += n
-                if label:
-                    self.progress.emit(label, done[0], total)
-
-            def failed(exc, drafts=drafts) -> None:
-                self._in_flight.difference_update(d.chunk_id for d in drafts)
-                if label:
-                    self.progress.emit(label, total, total)
-
-            self._submit_embed(embed, tag="index", on_ok=stored, on_fail=failed)
-
-    def _submit_embed(self, fn, *, tag: str, urgent: bool = False, with_progress: bool = False,
-                      on_ok=None, on_fail=None) -> int:
-        job = self._embed_worker.submit(fn, tag=tag, urgent=urgent, with_progress=with_progress)
-        self._embed_callbacks[job] = (on_ok, on_fail)
-        return job
-
-    def _on_embed_done(self, job: int, tag: str, result) -> None:
-        on_ok, _ = self._embed_callbacks.pop(job, (None, None))
-        if on_ok is not None:
-            on_ok(result)
-
-    def _on_embed_failed(self, job: int, tag: str, exc) -> None:
-        _, on_fail = self._embed_callbacks.pop(job, (None, None))
-        names = {c.__name__ for c in type(exc).__mro__}
-        if "EmbedderUnavailable" in names:
-            if not self._embedder_failed:
-                self._embedder_failed = True
-                self.error.emit(exc, "")
-        elif on_fail is None:
-            self.error.emit(exc, "Indexing")
-        if on_fail is not None:
-            on_fail(exc)
-
-    def _on_embed_progress(self, tag: str, done: int, total: int) -> None:
-        self.progress.emit(tag, done, max(total, 1))
+        self._indexer.index = self.index
+        self._indexer.queue(self.conv, chunk_ids, label)
 
     def wait_for_indexing(self, timeout: float = 60.0) -> bool:
         """Block until queued embedding jobs finish (scripts and tests)."""
-        return self._embed_worker.wait_idle(timeout)
+        return self._indexer.wait_idle(timeout)
 
     # ------------------------------------------------------------------ plumbing
     def _call(self, fn, *args, on_ok=None, on_fail=None) -> CallWorker:
@@ -956,16 +801,12 @@ class TurnController(QObject):
         if self._shutting_down:
             return
         self._shutting_down = True
-        self._connect_generation += 1
         if self._gen is not None:
             self._gen.stop()
             self._gen.wait(5000)
-        if self._server_worker is not None:
-            self._server_worker.cancel()
-            self._server_worker.wait(5000)
-        self._embed_worker.wait_idle(5.0)
+        self._indexer.wait_idle(5.0)
         # A job in flight (the embedder loading torch) cannot be interrupted; wait for it.
-        self._embed_worker.shutdown(timeout_ms=60_000)
+        self._indexer.shutdown(timeout_ms=60_000)
         for worker in list(self._calls):
             worker.wait(3000)
         if self.store is not None:
@@ -978,16 +819,10 @@ class TurnController(QObject):
             self.store = None
         if self._tool_runner is not None:
             self._tool_runner.close()
-        if self.server is not None:
-            try:
-                self.server.stop()
-            except Exception as exc:  # noqa: BLE001
-                log.warning("stopping the built-in server failed: %s", exc)
-            self.server = None
-
-
-def _is_default_url(url: str) -> bool:
-    return url.rstrip("/") == DEFAULT_SERVER_URL.rstrip("/")
+        try:
+            self.connection.shutdown()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("stopping the built-in server failed: %s", exc)
 
 
 # ---------------------------------------------------------------------- command line

@@ -63,7 +63,7 @@ class App:
 
     def settle(self) -> None:
         """Wait for background indexing (so the database equals the UI)."""
-        self.qtbot.waitUntil(lambda: self.controller._embed_worker.pending == 0, timeout=TURN_TIMEOUT_MS)
+        self.qtbot.waitUntil(lambda: self.controller._indexer.pending == 0, timeout=TURN_TIMEOUT_MS)
         self.qtbot.wait(50)
 
     def close(self) -> None:
