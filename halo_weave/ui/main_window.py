@@ -20,6 +20,9 @@ from .messages import MessageCenter
 #: Repaint throttle while streaming (one frame at 60 Hz).
 FRAME_MS = 16
 
+#: Widest the connection detail (model name, loading progress) may get, in pixels.
+CONNECTION_DETAIL_PX = 340
+
 #: Characters of a chunk shown in the graveyard.
 PREVIEW_CHARS = 160
 
@@ -271,6 +274,9 @@ class MainWindow(QMainWindow):
             self.messages.info("The answer reached the maximum new tokens (see Settings).")
 
     def _on_connection(self, state: str, detail: str) -> None:
+        # A long detail (a loader log line) must not widen the stats bar, and so the window.
+        metrics = self.stats_bar.connection_label.fontMetrics()
+        detail = metrics.elidedText(detail, Qt.TextElideMode.ElideRight, CONNECTION_DETAIL_PX)
         self._connection_detail = detail
         self.stats_bar.set_connection(state, detail)
         if state == "loading":
