@@ -48,16 +48,18 @@ METHODS = [
     ("halo-noboost", "halo", {"user_similarity_boost": 1.0}),
     ("halo-hybrid", "halo", {"hybrid_search": True}),
     ("halo-k100", "halo", {"query_max_results": 100}),
+    ("halo-hybrid-k100", "halo", {"hybrid_search": True, "query_max_results": 100}),
     ("halo-prefill", "prefill", {}),
     ("halo-hyst", "hyst", {}),
     # Mechanism checks: is the attention-pruned state better than oldest-first at P?
     ("fifo-halo", None, {}),  # FIFO to P, then the app's resurrection
     ("halo-meanrank", "meanrank", {}),  # prune by mean chunk brightness, not peak
+    ("halo-meanrank-hybrid", "meanrank", {"hybrid_search": True}),
 ]
 
 QUICK_CONVERSATIONS = ["conv-30"]
 QUICK_METHODS = ["full", "fifo", "rag", "brightness", "halo", "halo-mean", "halo-noboost",
-                 "halo-hybrid", "halo-k100", "fifo-halo"]
+                 "halo-hybrid", "halo-k100", "halo-hybrid-k100", "fifo-halo"]
 RAG_CANDIDATES = 200
 
 
