@@ -65,7 +65,6 @@ class TurnController(QObject):
 
     conversation_changed = Signal()  # structure changed: rebuild the view
     tokens_streamed = Signal()  # tokens appended to the open answer
-    brightness_changed = Signal()
     graveyard_changed = Signal()
     stats_changed = Signal()
     busy_changed = Signal(bool, str)  # busy, the reason shown next to the input
@@ -448,7 +447,6 @@ class TurnController(QObject):
                 revived = [c for c in result.revived if not c.framing]
                 self.last_resurrected = len(revived)
                 if revived:
-                    self.conversation_changed.emit()
                     self.graveyard_changed.emit()
         self._add_user_turn(ids, texts)
 
@@ -471,8 +469,7 @@ class TurnController(QObject):
             return
         self._queue_indexing([c.id for c in conv.content_chunks(turn.turn_id)])
         self._fit_model_window()
-        self.conversation_changed.emit()
-        self._start_generation()
+        self._start_generation()  # shows the message (and any resurrection) with the answer
 
     def _fit_model_window(self) -> None:
         """Never send more than the model can read: prompt + answer within its context."""
@@ -513,7 +510,8 @@ class TurnController(QObject):
         worker.failed.connect(self._on_stream_failed)
         self._gen = worker
         self._set_busy(True, "The model is answering — Esc stops")
-        self.conversation_changed.emit()
+        # The view appends new rows and rebuilds by itself when rows came back or left.
+        self.tokens_streamed.emit()
         worker.start()
         if self._stop_pending:  # Esc pressed while the message was being prepared
             self.stop()
@@ -638,12 +636,12 @@ class TurnController(QObject):
         self._guard(lambda: self.store.save_turn(conv, turn), "Saving the answer")
         self._guard(lambda: self.store.save_brightness(conv), "Saving brightness")
         self._index_pending()  # the answer, and the question whose context now has it
-        self._prune()
+        pruned = self._prune()
         self._set_busy(False)
         if self._system_dirty:
             self._system_dirty = False
             self._sync_system_prompt()
-        self.conversation_changed.emit()
+        (self.conversation_changed if pruned else self.tokens_streamed).emit()
         self.stats_changed.emit()
         self.turn_finished.emit(reason)
 
@@ -744,10 +742,14 @@ class TurnController(QObject):
     # ------------------------------------------------------------------ indexing
     def _index_pending(self) -> None:
         """Queue every chunk whose index entry is missing or out of date."""
+        if self._shutting_down:
+            return
         self._indexer.index = self.index
         self._indexer.queue_pending(self.conv)
 
     def _queue_indexing(self, chunk_ids: list[int], label: str = "") -> None:
+        if self._shutting_down:
+            return
         self._indexer.index = self.index
         self._indexer.queue(self.conv, chunk_ids, label)
 
@@ -804,6 +806,13 @@ class TurnController(QObject):
         if self._gen is not None:
             self._gen.stop()
             self._gen.wait(5000)
+        # Nothing reaches the (closing) window from here on; late thread results are dropped.
+        self.blockSignals(True)
+        self._wait_timer.stop()
+        conv, store = self.conv, self.store
+        if conv is not None and store is not None and conv.open_turn is not None:
+            turn = conv.end_turn()  # quitting mid-answer keeps the partial answer
+            self._guard(lambda: store.save_turn(conv, turn), "Saving the answer")
         self._indexer.wait_idle(5.0)
         # A job in flight (the embedder loading torch) cannot be interrupted; wait for it.
         self._indexer.shutdown(timeout_ms=60_000)
@@ -817,6 +826,7 @@ class TurnController(QObject):
             except Exception as exc:  # noqa: BLE001
                 log.warning("closing the conversation file failed: %s", exc)
             self.store = None
+        self._index, self._index_tried = None, True
         if self._tool_runner is not None:
             self._tool_runner.close()
         try:

@@ -165,7 +165,6 @@ class MainWindow(QMainWindow):
         c = self.controller
         c.conversation_changed.connect(self._on_conversation_changed)
         c.tokens_streamed.connect(self._on_tokens_streamed)
-        c.brightness_changed.connect(self._schedule_repaint)
         c.graveyard_changed.connect(self.refresh_graveyard)
         c.stats_changed.connect(self.refresh_stats)
         c.busy_changed.connect(self._on_busy)
