@@ -55,24 +55,25 @@ class ServerConnection(QObject):
 
     def connect_to(self, url: str, *, quiet: bool = False) -> None:
         """Probe ``url`` on a thread.  ``quiet``: on failure retry later without a message."""
-        from ..kobold_client import KoboldClient
-
         self._attempt += 1
         attempt = self._attempt
         self.url = url
         self._set_state("connecting", f"Connecting to {url}…")
-        client = KoboldClient(url)
 
         def probe():
+            # Imported here: httpx costs ~0.2 s, which the window's first paint need not wait for.
+            from ..kobold_client import KoboldClient
+
+            client = KoboldClient(url)
             info = client.model_info()
             template = detect_template(getattr(info, "chat_template", None))
             framing = build_framing(lambda text: client.tokenize(text, add_special_tokens=False), template)
-            return info, framing
+            return client, info, framing
 
         def ok(result) -> None:
             if attempt == self._attempt and not self._closed:
+                client, info, framing = result
                 self.client = client
-                info, framing = result
                 self.state = "connected"
                 self.connected.emit(client, info, framing)
 
