@@ -877,6 +877,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per token otherwise
     if args.data_dir:
         os.environ["HALO_WEAVE_HOME"] = str(args.data_dir.expanduser())
 
@@ -904,9 +905,29 @@ def main(argv: list[str] | None = None) -> int:
     window.show()
     app.processEvents()
     controller.start(args.conversation)
+    _quit_on_signals(app)
     code = app.exec()
-    controller.shutdown()
+    controller.shutdown()  # also stops the bundled server we started
     return code
+
+
+def _quit_on_signals(app) -> None:
+    """Ctrl+C or SIGTERM closes the window cleanly (so the bundled server stops too)."""
+    import signal
+
+    from PySide6.QtCore import QTimer as _Timer
+
+    def quit_app(*_) -> None:
+        for widget in app.topLevelWidgets():
+            widget.close()
+        app.quit()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, quit_app)
+    # Python runs signal handlers only between bytecodes: wake it up now and then.
+    timer = _Timer(app)
+    timer.timeout.connect(lambda: None)
+    timer.start(250)
 
 
 def _load_settings(qsettings) -> Settings:
