@@ -21,7 +21,7 @@ from .messages import MessageCenter
 FRAME_MS = 16
 
 #: Widest the connection detail (model name, loading progress) may get, in pixels.
-CONNECTION_DETAIL_PX = 340
+CONNECTION_DETAIL_PX = 280
 
 #: Characters of a chunk shown in the graveyard.
 PREVIEW_CHARS = 160

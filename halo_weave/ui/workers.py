@@ -15,11 +15,15 @@ QtCore only, so the controller and its tests need no widgets.
 from __future__ import annotations
 
 import queue
+import re
 import threading
 import time
 from typing import Any, Callable
 
 from PySide6.QtCore import QThread, Signal
+
+
+_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d [\d:,.]+ +[A-Z]+ +[\w.]+: ")
 
 
 class CallWorker(QThread):
@@ -202,8 +206,10 @@ class ServerStartWorker(QThread):
         self._cancel.set()
 
     def _on_line(self, line: str) -> None:
-        if line.strip():
-            self._last_line = line.strip()
+        # Keep the message of a log line ("2026-01-01 10:00:00,000 INFO name: message").
+        message = _LOG_PREFIX.sub("", line.strip())
+        if message:
+            self._last_line = message
 
     def run(self) -> None:
         from ..server.launcher import start_server
