@@ -50,10 +50,13 @@ class Embedder:
         *,
         device: str | None = None,
         name: str | None = None,
+        precision: str | None = None,
     ) -> None:
         self.model_path = Path(model_path) if model_path is not None else bundled_model_path()
         self.name = name or (DEFAULT_MODEL_NAME if model_path is None else str(self.model_path))
         self.device = device
+        #: "float32" or "bfloat16"; None picks bfloat16 on a CPU with native bf16 support.
+        self.precision = precision
         self.error: EmbedderUnavailable | None = None
         self._model = None
         self._tokenizer = None
@@ -101,6 +104,10 @@ class Embedder:
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
         model = SentenceTransformer(str(self.model_path), device=device, local_files_only=True)
         model.eval()
+        precision = self.precision or _default_precision(torch, device)
+        if precision == "bfloat16":
+            model = model.to(torch.bfloat16)
+        self.precision = precision
         self.device = device
         self._tokenizer = model.tokenizer
         self._dim = int(model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension")
@@ -168,6 +175,25 @@ class Embedder:
                 convert_to_numpy=True, show_progress_bar=False,
             )
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def _default_precision(torch, device: str) -> str:
+    """bfloat16 on a CPU that computes it natively (AVX512-BF16 / AMX), else float32.
+
+    Measured on the 2-core machine (AMX), 48 turn-pair contexts of ~210 word-pieces,
+    batch 32, three alternating rounds: 118-120 ms CPU per chunk in float32, 62-69 in
+    bfloat16; every vector's cosine with its float32 twin >= 0.9999, so vectors of
+    either precision share the model's name.  Dynamic int8 quantisation of the Linear
+    layers was rejected: cosine with float32 down to 0.89.  Elsewhere (AVX2 only)
+    bfloat16 is emulated and slower, so float32 stays.
+    """
+    if device != "cpu":
+        return "float32"
+    try:
+        native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    except AttributeError:  # a torch without these probes
+        native = False
+    return "bfloat16" if native else "float32"
 
 
 def _configured_dim(model_path: Path | None) -> int:

@@ -9,7 +9,8 @@ match may still fit).  Already-live chunks cost nothing.
 
 The plan is applied with :meth:`Conversation.resurrect` (chunks return at their original
 positions) and persisted — ``store.save_chunks`` and each taken entry's
-``reference_count`` + 1 — in one transaction.
+``reference_count`` + 1 — in one transaction; if that transaction fails, the chunks go
+back to the graveyard in memory as well.
 """
 
 from __future__ import annotations
@@ -129,22 +130,56 @@ def apply_plan(conv: Conversation, plan: ResurrectionPlan, conn: sqlite3.Connect
                brightness: str | int, store=None) -> ResurrectionResult:
     """Resurrect the plan's chunks and persist it all in one transaction.
 
-    With a ``store`` its transaction is used; it has no public "write chunks inside my
-    transaction" call yet, so its row writer is called directly (one place, here).
+    With a ``store`` the chunks and the ``reference_count`` increments are written in one
+    of its transactions; without one only the counts are written (through ``conn``).
+    When writing fails the resurrection is undone in memory too and the error raised:
+    the conversation never shows chunks as live that the file holds as dead.
     """
     before = conv.live_token_count()
+    undo = _UndoResurrect(conv, plan)
     revived = conv.resurrect(plan.chunk_ids, brightness=brightness) if plan.taken else []
     counts = [(p.match.chunk_id,) for p in plan.taken]
-    if store is not None:
-        with store.transaction() as db:
-            if revived:
-                store._write_chunks(conv, revived)
-                store._touch()
-            db.executemany(_COUNT_SQL, counts)
-    elif counts:
-        with transaction(conn):
-            conn.executemany(_COUNT_SQL, counts)
+    try:
+        if store is not None:
+            with store.transaction() as db:
+                if revived:
+                    store.save_chunks(conv, revived)
+                db.executemany(_COUNT_SQL, counts)
+        elif counts:
+            with transaction(conn):
+                conn.executemany(_COUNT_SQL, counts)
+    except BaseException:
+        undo(revived)
+        raise
     return ResurrectionResult(plan.budget, conv.live_token_count() - before, revived, plan)
+
+
+class _UndoResurrect:
+    """Puts chunks a failed :func:`apply_plan` revived back in the graveyard, exactly.
+
+    Conversation has no public inverse of ``resurrect``; this uses its prune step
+    (``_kill``) and then restores what pruning recomputes: the brightness at deletion
+    and the dead tokens as they were (those long dead are left to reload from the file,
+    which the rolled-back transaction left unchanged).
+    """
+
+    def __init__(self, conv: Conversation, plan: ResurrectionPlan) -> None:
+        self.conv = conv
+        self.at_deletion = {c.id: c.brightness_at_deletion for c in conv.chunks.values() if not c.live}
+        self.dead = {c: conv._dead_tokens.get(c) for c in self.at_deletion}
+
+    def __call__(self, revived: list[Chunk]) -> None:
+        if not revived:
+            return
+        conv = self.conv
+        conv._kill(list(revived))
+        for chunk in revived:
+            chunk.brightness_at_deletion = self.at_deletion.get(chunk.id)
+            tokens = self.dead.get(chunk.id)
+            if tokens is None:
+                conv._dead_tokens.pop(chunk.id, None)
+            else:
+                conv._dead_tokens[chunk.id] = tokens
 
 
 _COUNT_SQL = "UPDATE semantic_entries SET reference_count = reference_count + 1 WHERE chunk_id = ?"

@@ -5,7 +5,7 @@ Public API (Qt-free, blocking; the UI runs the slow calls on its embedder QThrea
     embedder = Embedder()                     # bundled MiniLM; nothing loaded yet
     embedder.load()                           # seconds; raises EmbedderUnavailable once
     index = SemanticIndex(store.conn, settings, embedder)
-    index.load()                              # vectors from SQLite -> float32 matrix (fast)
+    index.load()                              # vectors: snapshot file + change log (fast)
     index.index_pending(conv)                 # embed new / changed chunks, commit per batch
     matches = index.search(user_text)         # list[Match], best first
     result = index.resurrect_for(conv, user_text, user_tokens,
@@ -26,11 +26,21 @@ chunks are those with no entry, a changed structure (a user chunk whose answer h
 arrived, a merged chunk) or a vector from another model (re-index, never mixed vectors);
 entries of chunks that no longer exist (absorbed by a merge) are removed.
 
-Search is brute-force cosine over a contiguous, normalised float32 matrix: top
-``query_max_results``, user-role matches x ``user_similarity_boost``, at least
-``min_similarity``; with ``hybrid_search`` the score is blended with FTS5 BM25
-(``hybrid_weight``).  Liveness is not filtered here: a live chunk simply costs nothing
-in the resurrection plan (:mod:`resurrection`).
+Search is cosine over a contiguous, normalised float32 matrix (:mod:`vector_matrix`):
+brute force below ``SearchTuning.two_stage_min`` entries, above it a coarse PCA stage
+picks candidates that are then scored exactly.  Top ``query_max_results``, user-role
+matches x ``user_similarity_boost``, at least ``min_similarity``; with ``hybrid_search``
+the score is blended with FTS5 BM25 (``hybrid_weight``) over the candidates and the best
+FTS matches of the query's distinctive terms.  Liveness is not filtered here: a live
+chunk simply costs nothing in the resurrection plan (:mod:`resurrection`).
+
+Loading: with the store's change log (migration ``m002_semantic_changes``) the vectors
+come from a snapshot file next to the conversation (``<file>.vectors``), tied to the
+file by ``semantic_state.uid`` and to a change sequence number; entries changed since
+(by any path, the store's merge included) are re-read from the table, and anything that
+does not add up falls back to reading the table.  The index rewrites the snapshot once
+``snapshot_stale_fraction`` of its entries changed; :meth:`SemanticIndex.save_snapshot`
+does it on demand.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -50,9 +61,17 @@ from .resurrection import (Match, ResurrectionPlan, ResurrectionResult, apply_pl
                            transaction)
 from .settings import Settings
 from .turn_pair import context_parts, context_pieces, fit_context, signature_hash, text_hash
+from .vector_matrix import SearchTuning, SnapshotInvalid, VectorMatrix, one_blas_thread
 
 __all__ = ["Embedder", "EmbedderUnavailable", "EntryDraft", "Match", "ResurrectionPlan",
-           "ResurrectionResult", "SemanticIndex"]
+           "ResurrectionResult", "SearchTuning", "SemanticIndex"]
+
+#: The vector snapshot sits next to the conversation file: ``<file>.vectors``.
+SNAPSHOT_SUFFIX = ".vectors"
+#: Hybrid search uses only terms found in at most this share of the entries, or in at
+#: most RARE_TERM_MIN of them (see SemanticIndex._bm25).
+RARE_TERM_SHARE = 0.02
+RARE_TERM_MIN = 1000
 
 Progress = Callable[[int, int], None]
 
@@ -82,23 +101,29 @@ class SemanticIndex:
     """Vectors of one conversation's chunks, mirrored from ``semantic_entries``."""
 
     def __init__(self, conn: sqlite3.Connection, settings: Settings, embedder: Embedder,
-                 *, lock: threading.RLock | None = None) -> None:
+                 *, lock: threading.RLock | None = None, tuning: SearchTuning | None = None,
+                 snapshot_path: Path | None = None) -> None:
         """``lock`` guards ``conn`` across threads: pass ``store.lock`` when sharing the
-        store's connection, so an index commit never interleaves with a store commit."""
+        store's connection, so an index commit never interleaves with a store commit.
+
+        ``snapshot_path`` defaults to ``<database file>.vectors`` (none for an in-memory
+        database); a snapshot is only used when the file has the store's change log.
+        """
         self.conn = conn
         self.settings = settings
         self.embedder = embedder
+        self.tuning = tuning or SearchTuning()
         self._lock = lock if lock is not None else threading.RLock()
+        self._snapshot_path = snapshot_path if snapshot_path is not None else _default_snapshot(conn)
+        self._changed = 0  # entries changed since the snapshot was written
+        #: Where the last :meth:`load` read the vectors: "snapshot", "table" or None.
+        self.loaded_from: str | None = None
         self._reset(embedder.dim or 1)
 
     def _reset(self, dim: int, capacity: int = 1024) -> None:
-        self._n = 0
-        self._matrix = np.zeros((capacity, dim), np.float32)
-        self._ids = np.zeros(capacity, np.int64)
-        self._user = np.zeros(capacity, np.bool_)
-        self._row: dict[int, int] = {}
-        self._structure: dict[int, str] = {}  # chunk id -> structure digest of its vector
+        self._vectors = VectorMatrix(dim, capacity, self.tuning)
         self._stale: set[int] = set()  # entries holding another model's vector
+        self._seq: int | None = None  # change-log sequence the vectors reflect
 
     # ------------------------------------------------------------------ state
     @property
@@ -109,28 +134,129 @@ class SemanticIndex:
     @property
     def entry_count(self) -> int:
         """Searchable entries (vectors of the current model)."""
-        return self._n
+        return self._vectors.n
+
+    @property
+    def snapshot_path(self) -> Path | None:
+        """Where the vector snapshot lives (None when this database keeps none)."""
+        return self._snapshot_path if self._change_log() is not None else None
 
     def load(self) -> int:
-        """Read every entry's vector from the database; returns the searchable count."""
-        name, dim = self.embedder.name, self.embedder.dim
+        """Read every entry's vector; returns the searchable count.
+
+        From the snapshot file when it belongs to this database and its model (caught up
+        with the entries changed since it was written), else from the table.
+        """
         with self._lock:
-            rows = self.conn.execute(
-                "SELECT chunk_id, role, context_hash, model, dim, embedding FROM semantic_entries"
-            ).fetchall()
-            good = [r for r in rows if r[3] == name and r[4] == dim and r[5] is not None
-                    and len(r[5]) == 4 * dim]
-            n = len(good)
-            self._reset(dim, capacity=max(1024, n + n // 8))  # room to grow without a copy
-            self._stale = {r[0] for r in rows} - {r[0] for r in good}
-            if n:
-                self._matrix[:n] = np.frombuffer(b"".join(r[5] for r in good), "<f4").reshape(n, dim)
-                self._ids[:n] = [r[0] for r in good]
-                self._user[:n] = [r[1] == "user" for r in good]
-            self._n = n
-            self._row = {r[0]: i for i, r in enumerate(good)}
-            self._structure = {r[0]: r[2].split(":")[0] for r in good}
-            return n
+            state = self._change_log()
+            self.loaded_from = "snapshot"
+            if state is None or not self._load_snapshot(state):
+                self._load_table()
+                self._seq = state[1] if state is not None else None
+                self._changed = self._vectors.n  # no snapshot yet: write one when it pays
+                self.loaded_from = "table"
+            return self._vectors.n
+
+    def _load_table(self) -> None:
+        name, dim = self.embedder.name, self.embedder.dim
+        rows = self.conn.execute(
+            "SELECT chunk_id, role, context_hash, model, dim, embedding FROM semantic_entries"
+        ).fetchall()
+        good = [r for r in rows if r[3] == name and r[4] == dim and r[5] is not None
+                and len(r[5]) == 4 * dim]
+        n = len(good)
+        self._reset(dim, capacity=max(1024, n + n // 8))  # room to grow without a copy
+        self._stale = {r[0] for r in rows} - {r[0] for r in good}
+        if n:
+            vectors = np.frombuffer(b"".join(r[5] for r in good), "<f4").reshape(n, dim)
+            self._vectors.put_many([r[0] for r in good], [r[1] == "user" for r in good],
+                                   vectors, [r[2].split(":")[0] for r in good])
+
+    def _load_snapshot(self, state: tuple[str, int, int]) -> bool:
+        uid, seq, count = state
+        path = self._snapshot_path
+        if path is None or not path.exists():
+            return False
+        try:
+            vectors, head = VectorMatrix.read(path, self.tuning)
+        except SnapshotInvalid:
+            return False
+        if (head.get("uid") != uid or head.get("model") != self.embedder.name
+                or vectors.dim != self.embedder.dim or not 0 <= int(head.get("seq", -1)) <= seq):
+            return False
+        changed = self._changes_since(int(head["seq"]))
+        if len(changed) > max(1000, vectors.n // 4):
+            return False  # reading that many rows costs about what a table scan does
+        self._vectors, self._stale = vectors, set(head.get("stale", []))
+        self._refresh(changed)
+        if self._vectors.n + len(self._stale) != count:  # not this file's history after all
+            return False
+        self._seq, self._changed = seq, len(changed)
+        return True
+
+    def _change_log(self) -> tuple[str, int, int] | None:
+        """``(uid, seq, count)`` of the store's change log; None for a file without one."""
+        try:
+            return self.conn.execute("SELECT uid, seq, count FROM semantic_state").fetchone()
+        except sqlite3.OperationalError:
+            return None
+
+    def _changes_since(self, seq: int) -> list[int]:
+        return [r[0] for r in self.conn.execute(
+            "SELECT chunk_id FROM semantic_changes WHERE seq > ?", (seq,))]
+
+    def _refresh(self, chunk_ids: Sequence[int]) -> None:
+        """Re-read the given entries from the table (gone, other model, or new vector)."""
+        name, dim = self.embedder.name, self.embedder.dim
+        vm = self._vectors
+        found = set()
+        for start in range(0, len(chunk_ids), 900):
+            batch = list(chunk_ids[start:start + 900])
+            marks = ",".join("?" * len(batch))
+            for chunk_id, role, digest, model, vdim, blob in self.conn.execute(
+                    "SELECT chunk_id, role, context_hash, model, dim, embedding "
+                    f"FROM semantic_entries WHERE chunk_id IN ({marks})", batch):
+                found.add(chunk_id)
+                if model == name and vdim == dim and blob is not None and len(blob) == 4 * dim:
+                    vm.put_many([chunk_id], [role == "user"], np.frombuffer(blob, "<f4"),
+                                [digest.split(":")[0]])
+                    self._stale.discard(chunk_id)
+                else:
+                    vm.drop(chunk_id)
+                    self._stale.add(chunk_id)
+        for chunk_id in set(chunk_ids) - found:
+            vm.drop(chunk_id)
+            self._stale.discard(chunk_id)
+
+    def save_snapshot(self) -> bool:
+        """Write the vector snapshot now (after catching up with the change log).
+
+        Returns False when this database keeps none.  Called by the index itself once
+        enough entries changed; the app may also call it when it closes a conversation.
+        """
+        with self._lock:
+            state = self._change_log()
+            if state is None or self._snapshot_path is None:
+                return False
+            if self._seq is None or self._seq > state[1]:
+                self.load()  # the file was not ours to follow: start over from it
+                state = self._change_log()
+            else:
+                self._refresh(self._changes_since(self._seq))
+            self._seq = state[1]
+            try:
+                self._vectors.write(self._snapshot_path, {
+                    "uid": state[0], "seq": state[1], "model": self.embedder.name,
+                    "stale": sorted(self._stale)})
+            except OSError:
+                return False  # a full or read-only disk: the table is still the truth
+            self._changed = 0
+            return True
+
+    def _maybe_snapshot(self) -> None:
+        t, n = self.tuning, self._vectors.n
+        if n >= t.snapshot_min and self._changed > t.snapshot_stale_fraction * n:
+            self.save_snapshot()
 
     # ------------------------------------------------------------------ what to index
     def pending(self, conv: Conversation) -> list[int]:
@@ -139,18 +265,20 @@ class SemanticIndex:
         open_turn = conv.open_turn.turn_id if conv.open_turn is not None else None
         out = []
         with self._lock:
+            rows, structure = self._vectors.row, self._vectors.structure
             for chunk in conv.chunks.values():
                 if chunk.framing or chunk.turn_id == open_turn:
                     continue
-                known = self._structure.get(chunk.id)
-                if known is None or known != signature_hash(context_parts(conv, chunk), limit):
+                row = rows.get(chunk.id)
+                if row is None or structure[row].decode() != signature_hash(
+                        context_parts(conv, chunk), limit):
                     out.append(chunk.id)
         return sorted(out)
 
     def orphans(self, conv: Conversation) -> list[int]:
         """Entries whose chunk no longer exists (absorbed by a merge)."""
         with self._lock:
-            known = set(self._structure) | self._stale
+            known = set(self._vectors.row) | self._stale
         return sorted(c for c in known if c not in conv.chunks)
 
     def prepare(self, conv: Conversation, chunk_ids: Iterable[int]) -> list[EntryDraft]:
@@ -196,8 +324,15 @@ class SemanticIndex:
                            updated_at = excluded.updated_at""",
                     rows,
                 )
-            for d in drafts:
-                self._put(d.chunk_id, d.role == "user", d.vector, d.context_hash.split(":")[0])
+            if self._vectors.dim != dim:  # only reached before any vector of this model
+                self._reset(dim)
+            if drafts:
+                self._vectors.put_many([d.chunk_id for d in drafts], [d.role == "user" for d in drafts],
+                                       np.stack([d.vector for d in drafts]),
+                                       [d.context_hash.split(":")[0] for d in drafts])
+                self._stale.difference_update(d.chunk_id for d in drafts)
+            self._changed += len(drafts)
+            self._maybe_snapshot()
 
     def remove(self, chunk_ids: Sequence[int]) -> None:
         """Delete entries (one transaction)."""
@@ -208,7 +343,10 @@ class SemanticIndex:
                 self.conn.executemany("DELETE FROM semantic_entries WHERE chunk_id = ?",
                                       [(c,) for c in chunk_ids])
             for chunk_id in chunk_ids:
-                self._drop(chunk_id)
+                self._vectors.drop(chunk_id)
+                self._stale.discard(chunk_id)
+            self._changed += len(chunk_ids)
+            self._maybe_snapshot()
 
     def index_chunks(self, conv: Conversation, chunk_ids: Sequence[int], batch_size: int = 32,
                      progress: Progress | None = None) -> int:
@@ -238,50 +376,88 @@ class SemanticIndex:
     def reindex_all(self, conv: Conversation, progress: Progress | None = None) -> int:
         """Re-embed every chunk (e.g. after a model change)."""
         with self._lock:
-            self._structure.clear()
+            self._vectors.structure[:] = b""  # matches no context: every chunk is pending
         return self.index_pending(conv, progress=progress)
 
     # ------------------------------------------------------------------ search
     def search(self, text: str, limit: int | None = None) -> list[Match]:
         """Best entries for ``text`` (see the module docstring); [] when unavailable."""
         limit = self.settings.query_max_results if limit is None else limit
-        if not text.strip() or limit <= 0 or not self.available or self._n == 0:
+        if not text.strip() or limit <= 0 or not self.available or self._vectors.n == 0:
             return []
         try:
             query = self.embedder.encode([text])[0]
         except EmbedderUnavailable:
             return []
+        return self.search_vector(query, limit, text)
+
+    def search_vector(self, query: np.ndarray, limit: int | None = None,
+                      text: str = "") -> list[Match]:
+        """:meth:`search` for an already embedded (unit) query; ``text`` feeds BM25."""
         s = self.settings
-        with self._lock:
-            n = self._n
-            similarity = self._matrix[:n] @ query
-            score = np.where(self._user[:n], similarity * s.user_similarity_boost, similarity)
-            bm25 = np.zeros(n, np.float32)
+        limit = s.query_max_results if limit is None else limit
+        boost = s.user_similarity_boost
+        with self._lock, one_blas_thread():
+            vm = self._vectors
+            if vm.n == 0 or limit <= 0:
+                return []
+            query = np.asarray(query, np.float32)
+            rows = vm.candidates(query, boost, limit)  # None: every row
+            bm25_ids = self._bm25(text, max(3 * limit, 50)) if s.hybrid_search and text else {}
+            if rows is not None and bm25_ids:  # blend only candidates: the vector's and BM25's
+                extra = np.fromiter((vm.row[c] for c in bm25_ids if c in vm.row), np.int64)
+                rows = np.union1d(rows, extra)
+            similarity = vm.similarity(query, rows)
+            user = vm.user[: vm.n] if rows is None else vm.user[rows]
+            score = np.where(user, similarity * boost, similarity)
+            bm25 = np.zeros(len(score), np.float32)
             if s.hybrid_search:
-                for chunk_id, value in self._bm25(text, max(3 * limit, 50)).items():
-                    if chunk_id in self._row:
-                        bm25[self._row[chunk_id]] = value
+                for chunk_id, value in bm25_ids.items():
+                    row = vm.row.get(chunk_id)
+                    if row is not None:
+                        bm25[row if rows is None else np.searchsorted(rows, row)] = value
                 if bm25.max() > 0:
                     bm25 /= bm25.max()
                 score = (1 - s.hybrid_weight) * score + s.hybrid_weight * bm25
-            k = min(limit, n)
+            k = min(limit, len(score))
             top = np.argpartition(-score, k - 1)[:k]
             top = top[np.argsort(-score[top], kind="stable")]
             top = top[score[top] >= s.min_similarity] if s.min_similarity > 0 else top
-            found = {int(self._ids[i]): (float(similarity[i]), float(score[i]),
-                                         float(bm25[i]) if s.hybrid_search else None) for i in top}
+            ids = vm.ids[top] if rows is None else vm.ids[rows[top]]
+            found = {int(c): (float(similarity[i]), float(score[i]),
+                              float(bm25[i]) if s.hybrid_search else None) for c, i in zip(ids, top)}
             meta = self._meta(list(found))
         return [Match(cid, *meta[cid], *found[cid]) for cid in found if cid in meta]
 
     def _bm25(self, text: str, limit: int) -> dict[int, float]:
-        terms = [t for t in re.findall(r"\w+", text.lower()) if t not in _STOPWORDS]
+        """Chunk id -> BM25 of the ``limit`` best FTS matches of ``text``'s distinctive terms.
+
+        A term found in more than :data:`RARE_TERM_SHARE` of the entries (and more than
+        :data:`RARE_TERM_MIN`) is left out: FTS5 ranks every match before it can apply
+        LIMIT, so one common word costs ~1 us per entry (115 ms at 30k for three), and
+        such a word is not what hybrid search is for (names, codes, rare words).
+        """
+        terms = [t for t in dict.fromkeys(re.findall(r"\w+", text.lower())) if t not in _STOPWORDS]
+        terms = self._rare_terms(terms) if terms else terms
         if not terms:
             return {}
-        query = " OR ".join(f'"{t}"' for t in dict.fromkeys(terms))
+        query = " OR ".join(f'"{t}"' for t in terms)
         rows = self.conn.execute(
             "SELECT rowid, -bm25(semantic_fts) FROM semantic_fts WHERE semantic_fts MATCH ? "
             "ORDER BY rank LIMIT ?", (query, limit)).fetchall()
         return {int(r[0]): max(float(r[1]), 0.0) for r in rows}
+
+    def _rare_terms(self, terms: list[str]) -> list[str]:
+        self.conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.semantic_vocab "
+                          "USING fts5vocab(main, semantic_fts, row)")
+        cap = max(RARE_TERM_MIN, RARE_TERM_SHARE * self._vectors.n)
+        kept = []
+        for term in terms:  # one seek per term: "term IN (...)" scans the whole vocabulary
+            row = self.conn.execute("SELECT doc FROM temp.semantic_vocab WHERE term = ?",
+                                    (term,)).fetchone()
+            if row is None or row[0] <= cap:  # unknown form (accents): let FTS decide
+                kept.append(term)
+        return kept
 
     def _meta(self, chunk_ids: list[int]) -> dict[int, tuple]:
         if not chunk_ids:
@@ -317,45 +493,10 @@ class SemanticIndex:
         with self._lock:
             return apply_plan(conv, plan, self.conn, self.settings.resurrection_brightness, store)
 
-    # ------------------------------------------------------------------ matrix
-    def _grow(self, n: int) -> None:
-        capacity = len(self._ids)
-        if n <= capacity:
-            return
-        while capacity < n:
-            capacity *= 2
-        matrix = np.zeros((capacity, self._matrix.shape[1]), np.float32)
-        matrix[: self._n] = self._matrix[: self._n]
-        self._matrix = matrix
-        self._ids = np.resize(self._ids, capacity)
-        self._user = np.resize(self._user, capacity)
 
-    def _put(self, chunk_id: int, is_user: bool, vector: np.ndarray, structure: str) -> None:
-        if self._matrix.shape[1] != vector.shape[0]:
-            self._reset(vector.shape[0])  # only reached before any vector of this model
-        row = self._row.get(chunk_id)
-        if row is None:
-            self._grow(self._n + 1)
-            row = self._n
-            self._n += 1
-            self._row[chunk_id] = row
-        self._matrix[row] = vector
-        self._ids[row] = chunk_id
-        self._user[row] = is_user
-        self._structure[chunk_id] = structure
-        self._stale.discard(chunk_id)
-
-    def _drop(self, chunk_id: int) -> None:
-        self._structure.pop(chunk_id, None)
-        self._stale.discard(chunk_id)
-        row = self._row.pop(chunk_id, None)
-        if row is None:
-            return
-        last = self._n - 1
-        if row != last:  # move the last row into the hole: the matrix stays contiguous
-            moved = int(self._ids[last])
-            self._matrix[row] = self._matrix[last]
-            self._ids[row] = moved
-            self._user[row] = self._user[last]
-            self._row[moved] = row
-        self._n = last
+def _default_snapshot(conn: sqlite3.Connection) -> Path | None:
+    """``<database file>.vectors``; None for an in-memory or temporary database."""
+    for _, name, file in conn.execute("PRAGMA database_list"):
+        if name == "main":
+            return Path(file + SNAPSHOT_SUFFIX) if file else None
+    return None

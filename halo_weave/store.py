@@ -115,6 +115,7 @@ class ConversationStore:
         #: Serialises transactions when the connection is shared with a worker thread.
         self.lock = threading.RLock()
         self._streamed: dict[int, int] = {}  # chunk id -> tokens written while streaming
+        self._depth = 0  # open transaction() blocks (nested ones are savepoints)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -155,15 +156,44 @@ class ConversationStore:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back on any exception)."""
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back on any exception).
+
+        Re-entrant: inside an open transaction of this store (same thread) it opens a
+        savepoint instead, so every ``save_*`` call can be part of a larger transaction::
+
+            with store.transaction() as db:       # one commit for both
+                store.save_chunks(conv, revived)
+                db.executemany(...)
+
+        An exception leaving a nested block rolls back that block; leaving the outer
+        block, everything.
+        """
         with self.lock:
+            if self._depth:
+                name = f"halo_{self._depth}"
+                self.conn.execute(f"SAVEPOINT {name}")
+                self._depth += 1
+                try:
+                    yield self.conn
+                except BaseException:
+                    self.conn.execute(f"ROLLBACK TO {name}")
+                    self.conn.execute(f"RELEASE {name}")
+                    raise
+                finally:
+                    self._depth -= 1
+                self.conn.execute(f"RELEASE {name}")
+                return
             self.conn.execute("BEGIN IMMEDIATE")
+            self._depth = 1
             try:
                 yield self.conn
+                self.conn.execute("COMMIT")
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
                 raise
-            self.conn.execute("COMMIT")
+            finally:
+                self._depth = 0
 
     # ------------------------------------------------------------------ meta & tools
     def get_meta(self, key: str, default: Any = None) -> Any:
@@ -388,7 +418,8 @@ class ConversationStore:
     def save_chunks(self, conv: Conversation, chunks: Iterable[Chunk]) -> None:
         """Persist state, pin, brightness at deletion and brightness of ``chunks``.
 
-        One transaction: use it for a prune, a resurrection, a pin or a deletion.
+        One transaction: use it for a prune, a resurrection, a pin or a deletion; inside
+        :meth:`transaction` it joins the caller's transaction.
         """
         with self.transaction():
             self._write_chunks(conv, list(chunks))

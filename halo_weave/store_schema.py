@@ -104,6 +104,57 @@ def m001_conversation(db: Database) -> None:
     )
 
 
+@_migration
+def m002_semantic_changes(db: Database) -> None:
+    """A change log of index vectors, so a vector snapshot file can be checked and caught up.
+
+    Every insert, delete or vector-changing update of ``semantic_entries`` (by any path,
+    the store's merge included) bumps ``semantic_state.seq`` and records the chunk id with
+    that sequence number; ``count`` follows the number of entries.  ``uid`` ties a
+    snapshot to this file.  ``reference_count`` updates are not changes to the vectors,
+    and no longer rewrite the FTS row either (the old trigger fired on any column).
+    """
+    db.executescript(
+        """
+        CREATE TABLE semantic_state (
+            id INTEGER PRIMARY KEY CHECK (id = 0),
+            uid TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            count INTEGER NOT NULL
+        );
+        INSERT INTO semantic_state (id, uid, seq, count)
+            SELECT 0, lower(hex(randomblob(8))), 0, COUNT(*) FROM semantic_entries;
+        CREATE TABLE semantic_changes (chunk_id INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
+        CREATE INDEX semantic_changes_seq ON semantic_changes (seq);
+        CREATE TRIGGER semantic_changes_ai AFTER INSERT ON semantic_entries BEGIN
+            UPDATE semantic_state SET seq = seq + 1, count = count + 1;
+            INSERT OR REPLACE INTO semantic_changes (chunk_id, seq)
+                VALUES (new.chunk_id, (SELECT seq FROM semantic_state));
+        END;
+        CREATE TRIGGER semantic_changes_ad AFTER DELETE ON semantic_entries BEGIN
+            UPDATE semantic_state SET seq = seq + 1, count = count - 1;
+            INSERT OR REPLACE INTO semantic_changes (chunk_id, seq)
+                VALUES (old.chunk_id, (SELECT seq FROM semantic_state));
+        END;
+        CREATE TRIGGER semantic_changes_au
+            AFTER UPDATE OF chunk_id, role, context_hash, embedding, model, dim ON semantic_entries
+        BEGIN
+            UPDATE semantic_state SET seq = seq + 1;
+            INSERT OR REPLACE INTO semantic_changes (chunk_id, seq)
+                VALUES (old.chunk_id, (SELECT seq FROM semantic_state));
+            INSERT OR REPLACE INTO semantic_changes (chunk_id, seq)
+                VALUES (new.chunk_id, (SELECT seq FROM semantic_state));
+        END;
+        DROP TRIGGER semantic_entries_au;
+        CREATE TRIGGER semantic_entries_au AFTER UPDATE OF chunk_id, text ON semantic_entries BEGIN
+            INSERT INTO semantic_fts(semantic_fts, rowid, text)
+                VALUES ('delete', old.chunk_id, old.text);
+            INSERT INTO semantic_fts(rowid, text) VALUES (new.chunk_id, new.text);
+        END;
+        """
+    )
+
+
 # ---------------------------------------------------------------------- token codec
 _I4 = np.dtype("<i4")
 

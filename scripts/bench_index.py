@@ -2,11 +2,16 @@
 
     python scripts/bench_index.py [--json] [--sizes 10000 100000] [--chunks 64]
 
-Search and load use synthetic unit vectors (the cost does not depend on their values) in
-a real SQLite file written through the same upsert path as the app; throughput embeds
-real 64-150-token chunks with their turn-pair context through the same
-prepare / embed / store calls the app makes.  With ``--json`` the last line printed is
-one JSON object of figures.
+Recall is measured on real MiniLM vectors: ``--real`` LoCoMo utterances (read in place
+from ``--locomo``; generated text without it) searched with LoCoMo questions, two-stage
+forced on, against exact search.  Search and load at ``--sizes`` use vectors spread like
+those real ones (each a real vector plus noise with their covariance), written to a real
+SQLite file through the app's upsert path; recall@20 is measured there too.  Load is
+timed from the table (first open after an upgrade) and from the vector snapshot (every
+later open), also with entries written since the snapshot.  Throughput embeds real
+64-150-token chunks with their turn-pair context through the same prepare / embed /
+store calls the app makes.  Wall and CPU time are both reported: the machine is shared.
+With ``--json`` the last line printed is one JSON object of figures.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import tempfile
 import time
 import tracemalloc
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -29,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from halo_weave.chat_template import build_framing  # noqa: E402
 from halo_weave.conversation import Conversation  # noqa: E402
 from halo_weave.embedder import Embedder  # noqa: E402
-from halo_weave.semantic_index import EntryDraft, SemanticIndex  # noqa: E402
+from halo_weave.semantic_index import EntryDraft, SearchTuning, SemanticIndex  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
 from halo_weave.store import ConversationStore  # noqa: E402
 
@@ -42,73 +48,175 @@ def paragraph(rng: np.random.Generator, n_words: int) -> str:
     return " ".join(rng.choice(WORDS, n_words)).capitalize() + "."
 
 
+LOCOMO = Path("/work/shared/data/locomo/locomo_dev.json")
+
+
 class FakeEmbedder:
     """Only what loading and searching need when the vectors are synthetic."""
 
     name, dim, available = "sentence-transformers/all-MiniLM-L6-v2", 384, True
 
 
-def fill(path: Path, n: int, rng: np.random.Generator) -> None:
+def realistic_vectors(base: np.ndarray, n: int, rng, sigma: float = 0.4) -> np.ndarray:
+    """``n`` unit vectors spread like ``base`` (real MiniLM vectors): each a base vector
+    plus noise drawn from the base's own covariance, so PCA sees a realistic spectrum."""
+    chol = np.linalg.cholesky(np.cov(base.T) + 1e-6 * np.eye(base.shape[1])).astype(np.float32)
+    out = np.empty((n, base.shape[1]), np.float32)
+    for start in range(0, n, 10_000):
+        m = min(10_000, n - start)
+        block = base[rng.integers(0, len(base), m)] + sigma * (
+            rng.standard_normal((m, base.shape[1])).astype(np.float32) @ chol.T)
+        out[start:start + m] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    return out
+
+
+def real_texts(path: Path, limit: int, rng) -> tuple[list[str], list[str]]:
+    """(utterances, questions) from LoCoMo, read in place; generated text without it."""
+    if path.is_file():
+        data = json.loads(path.read_text())
+        docs = [t["text"] for s in data for k, v in s["conversation"].items()
+                if isinstance(v, list) for t in v if isinstance(t, dict) and t.get("text")]
+        questions = [q["question"] for s in data for q in s["qa"]]
+    else:
+        docs = [paragraph(rng, int(rng.integers(8, 40))) for _ in range(limit)]
+        questions = [paragraph(rng, 6) for _ in range(limit // 4)]
+    pick = rng.permutation(len(docs))[:limit]
+    qpick = rng.permutation(len(questions))[: max(50, limit // 8)]
+    return [docs[i] for i in pick], [questions[i] for i in qpick]
+
+
+NO_SNAPSHOTS = SearchTuning(snapshot_min=10**12)
+
+
+def fill(path: Path, vectors: np.ndarray, rng: np.random.Generator) -> None:
     store = ConversationStore.open(path)
-    index = SemanticIndex(store.conn, Settings(), FakeEmbedder(), lock=store.lock)
+    index = SemanticIndex(store.conn, Settings(), FakeEmbedder(), lock=store.lock, tuning=NO_SNAPSHOTS)
+    n = len(vectors)
     for start in range(0, n, 5000):
         m = min(5000, n - start)
-        vectors = rng.standard_normal((m, 384)).astype(np.float32)
-        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
         drafts = [EntryDraft(start + i, (start + i) // 3, (start + i) % 3,
                              "user" if i % 3 == 0 else "assistant", paragraph(rng, 12), 90, [],
-                             "0:0", vectors[i]) for i in range(m)]
+                             "0:0", vectors[start + i]) for i in range(m)]
         index.store(drafts)
     store.close()
 
 
-def bench_search_and_load(n: int, embedder: Embedder | None, rng) -> dict:
+def timed(fn, repeat: int) -> tuple[list[float], list[float]]:
+    """Wall and CPU seconds of each call."""
+    wall, cpu = [], []
+    for _ in range(repeat):
+        t, c = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return wall, cpu
+
+
+def ms(values: list[float], q: float = 50) -> float:
+    return round(float(np.percentile(values, q)) * 1000, 2)
+
+
+def recall_at(index: SemanticIndex, queries: np.ndarray, k: int = 20) -> tuple[float, float]:
+    """(mean recall@k, share of queries with the identical top k) of ``index`` vs exact."""
+    exact = SemanticIndex(index.conn, index.settings, index.embedder,
+                          tuning=SearchTuning(two_stage_min=10**12))
+    exact._vectors = index._vectors
+    recalls = []
+    with mock.patch.object(exact._vectors, "basis", None):
+        truth = [{m.chunk_id for m in exact.search_vector(q, k)} for q in queries]
+    for q, want in zip(queries, truth):
+        got = {m.chunk_id for m in index.search_vector(q, k)}
+        recalls.append(len(got & want) / max(len(want), 1))
+    return round(float(np.mean(recalls)), 4), round(float(np.mean([r == 1 for r in recalls])), 4)
+
+
+def bench_search_and_load(n: int, base: np.ndarray, queries: np.ndarray, rng) -> dict:
+    out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / f"bench_{n}.db"
-        fill(path, n, rng)
-        loads = []
-        for _ in range(3):
+        path = Path(tmp) / f"bench_{n}.halo.db"
+        fill(path, realistic_vectors(base, n, rng), rng)
+        store = ConversationStore.open(path)  # the migrations' shape (change log included)
+        index = SemanticIndex(store.conn, Settings(), FakeEmbedder())
+        wall, cpu = timed(index.load, 1)
+        out[f"load_table_ms_{n}"], out[f"load_table_cpu_ms_{n}"] = ms(wall), ms(cpu)
+        wall, cpu = timed(index.save_snapshot, 1)
+        out[f"snapshot_write_ms_{n}"] = ms(wall)
+        out[f"snapshot_bytes_per_entry_{n}"] = round(index.snapshot_path.stat().st_size / n)
+        store.close()
+
+        def reload():
             conn = sqlite3.connect(path, isolation_level=None)
-            index = SemanticIndex(conn, Settings(), FakeEmbedder())
-            t = time.perf_counter()
-            index.load()
-            loads.append(time.perf_counter() - t)
-            conn.close()
+            try:
+                idx = SemanticIndex(conn, Settings(), FakeEmbedder())
+                t, c = time.perf_counter(), time.process_time()
+                idx.load()
+                return time.perf_counter() - t, time.process_time() - c, idx.entry_count
+            finally:
+                conn.close()
+
+        loads = [reload() for _ in range(5)]
+        assert all(count == n for *_, count in loads)
+        out[f"load_ms_{n}"] = ms([w for w, _, _ in loads])
+        out[f"load_cpu_ms_{n}"] = ms([c for _, c, _ in loads])
+        with ConversationStore.open(path) as s:  # 64 entries written since the snapshot
+            SemanticIndex(s.conn, Settings(), FakeEmbedder(), tuning=NO_SNAPSHOTS).store(
+                [EntryDraft(n + i, 0, i, "user", "late entry", 5, [], "0:0", base[i]) for i in range(64)])
+        out[f"load_after_64_changes_ms_{n}"] = ms([reload()[0] for _ in range(3)])
+
         conn = sqlite3.connect(path, isolation_level=None)
         tracemalloc.start()
         index = SemanticIndex(conn, Settings(), FakeEmbedder())
         index.load()
         resident, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        assert index.entry_count == n
-        query = rng.standard_normal(384).astype(np.float32)
-        query /= np.linalg.norm(query)
+        out[f"two_stage_{n}"] = index._vectors.two_stage
+        query = queries[0]
         index.embedder.encode = lambda texts: query[None, :]  # time the search, not the model
         index.search("warm up")
-        times = []
-        for _ in range(30):
-            t = time.perf_counter()
-            index.search("the river boat")
-            times.append(time.perf_counter() - t)
-        hybrid = SemanticIndex(index.conn, Settings(hybrid_search=True), index.embedder)
-        hybrid._matrix, hybrid._ids, hybrid._user = index._matrix, index._ids, index._user
-        hybrid._n, hybrid._row = index._n, index._row
-        hybrid.conn = sqlite3.connect(path, isolation_level=None)
+        wall, cpu = timed(lambda: index.search("the river boat"), 40)
+        out[f"search_ms_median_{n}"], out[f"search_ms_p95_{n}"] = ms(wall), ms(wall, 95)
+        out[f"search_cpu_ms_median_{n}"] = ms(cpu)
+        exact = SemanticIndex(conn, Settings(), FakeEmbedder(), tuning=SearchTuning(two_stage_min=10**12))
+        exact._vectors, exact.embedder.encode = index._vectors, index.embedder.encode
+        with mock.patch.object(exact._vectors, "basis", None):
+            wall, cpu = timed(lambda: exact.search("the river boat"), 20)
+        out[f"exact_search_ms_median_{n}"], out[f"exact_search_cpu_ms_median_{n}"] = ms(wall), ms(cpu)
+        out[f"recall_at_20_{n}"], out[f"identical_top20_share_{n}"] = recall_at(index, queries)
+        hybrid = SemanticIndex(conn, Settings(hybrid_search=True), index.embedder)
+        hybrid._vectors = index._vectors
         hybrid.search("warm up")
-        htimes = []
-        for _ in range(10):
-            t = time.perf_counter()
-            hybrid.search("river boat marina")
-            htimes.append(time.perf_counter() - t)
-        return {
-            f"search_ms_median_{n}": round(float(np.median(times)) * 1000, 2),
-            f"search_ms_p95_{n}": round(float(np.percentile(times, 95)) * 1000, 2),
-            f"hybrid_search_ms_median_{n}": round(float(np.median(htimes)) * 1000, 2),
-            f"load_ms_{n}": round(min(loads) * 1000, 1),
-            f"db_bytes_per_entry_{n}": round(path.stat().st_size / n),
-            f"memory_bytes_per_entry_{n}": round(resident / n),
-            f"load_peak_bytes_per_entry_{n}": round(peak / n),
-        }
+        wall, cpu = timed(lambda: hybrid.search("river boat marina"), 10)
+        out[f"hybrid_search_ms_median_{n}"], out[f"hybrid_search_cpu_ms_median_{n}"] = ms(wall), ms(cpu)
+        out[f"db_bytes_per_entry_{n}"] = round(path.stat().st_size / n)
+        out[f"memory_bytes_per_entry_{n}"] = round(resident / n)
+        out[f"load_peak_bytes_per_entry_{n}"] = round(peak / n)
+        conn.close()
+    return out
+
+
+def bench_real(embedder: Embedder, data: Path, count: int, rng) -> tuple[dict, np.ndarray, np.ndarray]:
+    """Real MiniLM vectors of LoCoMo text: recall of the two-stage search on them, and
+    the base the synthetic sizes are spread from."""
+    docs, questions = real_texts(data, count, rng)
+    embedder.load()
+    t, c = time.perf_counter(), time.process_time()
+    vectors = embedder.encode(docs, batch_size=64)
+    wall, cpu = time.perf_counter() - t, time.process_time() - c
+    queries = embedder.encode(questions, batch_size=64)
+    out = {"real_entries": len(docs), "real_queries": len(questions),
+           "short_text_embed_ms_per_text": round(wall / len(docs) * 1000, 2),
+           "short_text_embed_cpu_ms_per_text": round(cpu / len(docs) * 1000, 2)}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "real.halo.db"
+        fill(path, vectors, rng)
+        with ConversationStore.open(path) as store:
+            # two stages at any size, 1 in 12 rows reranked (at 100k it is 1 in 64)
+            forced = SemanticIndex(store.conn, Settings(), FakeEmbedder(), tuning=SearchTuning(
+                two_stage_min=0, candidates=0, candidate_factor=8, candidate_share=12))
+            forced.load()
+            assert forced._vectors.two_stage
+            out["real_recall_at_20"], out["real_identical_top20_share"] = recall_at(forced, queries)
+    return out, vectors, queries
 
 
 def bench_embedding(embedder: Embedder, n_chunks: int, rng) -> dict:
@@ -159,15 +267,22 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON last")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--chunks", type=int, default=128, help="chunks embedded for throughput")
+    parser.add_argument("--real", type=int, default=2000, help="real texts embedded for recall")
+    parser.add_argument("--locomo", type=Path, default=LOCOMO)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    figures: dict = {"cpu_count": os.cpu_count()}
+    figures: dict = {"cpu_count": os.cpu_count(), "load_average_start": os.getloadavg()[0]}
+    embedder = Embedder()
+    real, base, queries = bench_real(embedder, args.locomo, args.real, rng)
+    figures.update(real)
+    print("real vectors: " + ", ".join(f"{k}={v}" for k, v in real.items()))
     for n in args.sizes:
-        figures.update(bench_search_and_load(n, None, rng))
+        figures.update(bench_search_and_load(n, base, queries, rng))
         print(f"{n} entries: " + ", ".join(f"{k}={v}" for k, v in figures.items() if k.endswith(f"_{n}")))
-    figures.update(bench_embedding(Embedder(), args.chunks, rng))
+    figures.update(bench_embedding(embedder, args.chunks, rng))
     print(f"embedding: {figures['embed_chunks_per_s']} chunks/s "
           f"({figures['embed_ms_per_chunk']} ms/chunk, mean {figures['embed_chunk_tokens_mean']} tokens)")
+    figures["load_average_end"] = os.getloadavg()[0]
     if args.json:
         print(json.dumps(figures))
 

@@ -206,3 +206,41 @@ def test_shared_anchors_are_paid_once(chat, embedder):  # noqa: F811
     first, second = plan.taken
     assert first.cost > second.cost  # the second pays only for itself
     assert second.cost == conv.chunks[second.match.chunk_id].token_count
+
+
+def memory_state(conv):
+    """What the user sees of the conversation: live tokens and every chunk's state."""
+    return ({name: getattr(conv.table, name).tolist() for name in ("position", "token_id", "brightness")},
+            {c.id: (c.live, c.brightness_at_deletion) for c in conv.chunks.values()},
+            {c.id: conv.chunk_tokens(c.id).brightness.tolist() for c in conv.graveyard()})
+
+
+@pytest.mark.parametrize("failure", ["read-only", "locked"])
+def test_a_failed_save_leaves_the_chunks_in_the_graveyard(chat, embedder, failure):  # noqa: F811
+    """A write that fails (a read-only file; another process holding the write lock)
+    leaves the conversation as it was: nothing shows as live that the file holds dead.
+
+    (A full disk cannot be staged here: resurrecting rewrites rows in place and needs
+    no new page, so a tiny ``max_page_count`` does not stop it.)
+    """
+    conv, store, index = chat
+    fact = chunk_with(conv, "Marigold Drifter")
+    before = memory_state(conv)
+    other = sqlite3.connect(store.path, isolation_level=None)
+    if failure == "read-only":
+        store.conn.execute("PRAGMA query_only = 1")
+    else:
+        store.conn.execute("PRAGMA busy_timeout = 0")
+        other.execute("BEGIN IMMEDIATE")
+    with pytest.raises(sqlite3.OperationalError, match="readonly|locked"):
+        ask(conv, store, index, embedder, "What name did you suggest for my boat?")
+    assert not fact.live and memory_state(conv) == before
+    assert not store.conn.in_transaction
+
+    if other.in_transaction:
+        other.execute("ROLLBACK")
+    other.close()
+    store.conn.execute("PRAGMA query_only = 0")
+    result = ask(conv, store, index, embedder, "What name did you suggest for my boat?")
+    assert fact in result.resurrected
+    assert store.load(conv.settings, conv.framing).chunks[fact.id].live

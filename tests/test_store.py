@@ -307,3 +307,36 @@ def test_list_conversations(tmp_path):
     assert listed[first].token_count == len(conv.table)
     assert listed[second].title == "New conversation" and listed[second].error is None
     assert listed[broken].error
+
+
+def test_save_calls_nest_inside_one_transaction(store, path, reopen):
+    rng = random.Random(5)
+    conv = new_conversation()
+    store.save_system_prompt(conv)
+    chat(conv, store, rng, exchanges=4, max_tokens=0)
+    pruned = conv.prune_to_fit(300)
+    assert pruned
+    with store.transaction():
+        store.save_chunks(conv, pruned)  # joins: nothing is committed yet
+        store.set_meta("note", "one commit")
+        assert store.conn.in_transaction
+    assert not store.conn.in_transaction
+    assert snapshot(reopen(path)) == snapshot(conv)
+
+    # an exception leaving the outer block undoes what the nested saves wrote
+    more = conv.prune_to_fit(150)
+    assert more
+    with pytest.raises(RuntimeError):
+        with store.transaction():
+            store.save_chunks(conv, more)
+            raise RuntimeError("boom")
+    assert all(reopen(path).chunks[c.id].live for c in more)
+
+    # a nested block that fails is undone alone
+    with store.transaction():
+        store.set_meta("kept", 1)
+        with pytest.raises(RuntimeError):
+            with store.transaction():
+                store.set_meta("dropped", 1)
+                raise RuntimeError("boom")
+    assert (store.get_meta("kept"), store.get_meta("dropped")) == (1, None)
