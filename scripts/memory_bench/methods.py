@@ -95,8 +95,11 @@ class QuestionContext:
 
 
 def answer_full(base: Conversation, q: QuestionContext) -> Outcome:
-    conv = copy.deepcopy(base)
-    return q.finish(conv)
+    """Everything in ``base`` plus the question (``base`` is not changed or copied:
+    adding a user turn changes no evidence turn's liveness, only the token count)."""
+    recall, live = evidence_recall(base, q.question.evidence, q.turn_of)
+    missing = {d: "pruned" for d in q.question.evidence if d not in live}
+    return Outcome(recall, base.live_token_count() + q.framed_tokens, live, missing)
 
 
 def answer_fifo(base: Conversation, q: QuestionContext) -> Outcome:
