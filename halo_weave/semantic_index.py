@@ -168,9 +168,9 @@ class SemanticIndex:
         self._reset(dim, capacity=max(1024, n + n // 8))  # room to grow without a copy
         self._stale = {r[0] for r in rows} - {r[0] for r in good}
         if n:
-            vectors = np.frombuffer(b"".join(r[5] for r in good), "<f4").reshape(n, dim)
-            self._vectors.put_many([r[0] for r in good], [r[1] == "user" for r in good],
-                                   vectors, [r[2].split(":")[0] for r in good])
+            self._vectors.fill([r[0] for r in good], [r[1] == "user" for r in good],
+                               np.frombuffer(b"".join(r[5] for r in good), "<f4").reshape(n, dim),
+                               [r[2].split(":")[0] for r in good])
 
     def _load_snapshot(self, state: tuple[str, int, int]) -> bool:
         uid, seq, count = state

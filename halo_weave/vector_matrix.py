@@ -124,6 +124,22 @@ class VectorMatrix:
             self.coarse[rows] = self._project(vectors, np.asarray(user, np.bool_))
         self._maybe_fit()
 
+    def fill(self, ids: Sequence[int], user: Sequence[bool], vectors: np.ndarray,
+             structure: Sequence[str]) -> None:
+        """Replace every row at once (``ids`` unique; the table scan of a load)."""
+        n = len(ids)
+        self.n = 0
+        self.row = {}
+        self._grow(n)
+        self.matrix[:n] = vectors
+        self.ids[:n] = ids
+        self.user[:n] = user
+        self.structure[:n] = structure
+        self.n = n
+        self.row = dict(zip(self.ids[:n].tolist(), range(n)))
+        self.basis, self.fitted_at = None, 0
+        self._maybe_fit()
+
     def drop(self, chunk_id: int) -> bool:
         """Remove a row (the last row moves into the hole); False when absent."""
         row = self.row.pop(chunk_id, None)
