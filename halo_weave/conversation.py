@@ -409,34 +409,53 @@ class Conversation:
             return None
         return [chunk, partner]
 
-    def prune_to_fit(self, max_tokens: int | None = None) -> list[Chunk]:
-        """Prune lowest-peak chunks until the context fits ``max_tokens`` (0 = never).
+    def prune_to_fit(self, max_tokens: int | None = None, *, target: int | None = None) -> list[Chunk]:
+        """Prune the dimmest chunks when the context is over ``max_tokens`` (0 = never).
 
-        Returns every chunk pruned (content and the framing that went with it).
+        Pruning goes down to ``target``.  Without explicit numbers (the app's path) the
+        limit is ``max_context_tokens`` and the target ``prune_hysteresis`` times it, so
+        pruning happens in fewer, larger steps: each prune costs the server a re-prefill
+        of everything after the cut.  Chunks are ranked by peak brightness; an anchor
+        pair leaves together, so it is ranked by its brighter member and goes only once
+        both have dimmed.  Returns every chunk pruned (framing included).
         """
-        limit = self.settings.max_context_tokens if max_tokens is None else max_tokens
+        if max_tokens is None:
+            limit = self.settings.max_context_tokens
+            goal = int(limit * self.settings.prune_hysteresis) if target is None else target
+        else:
+            limit = max_tokens
+            goal = limit if target is None else target
         if limit <= 0 or self.live_token_count() <= limit:
             return []
         ids, peaks = self.chunk_peaks()
-        order = np.argsort(peaks, kind="stable")
-        candidates = [self.chunks[int(ids[i])] for i in order]
-        candidates = [c for c in candidates if not c.framing and not c.pinned]
-        excess = self.live_token_count() - limit
+        peak_of = dict(zip(ids.tolist(), peaks.tolist()))
+
+        def rank(chunk: Chunk) -> tuple[int, int]:
+            partner = self.anchor_partner(chunk)
+            peak = peak_of[chunk.id]
+            if partner is not None and partner.live:
+                peak = max(peak, peak_of[partner.id])
+            return peak, chunk.start
+
+        candidates = sorted(
+            (c for c in map(self.chunks.__getitem__, peak_of) if not c.framing and not c.pinned),
+            key=rank,
+        )
+        excess = self.live_token_count() - goal
         doomed: list[Chunk] = []
-        progress = True
-        while excess > 0 and progress:
-            progress = False
-            for chunk in candidates:
-                group = self.prunable_group(chunk)
-                if group is None:
-                    continue
-                for member in group:
-                    member.live = False  # provisional, so later checks see it gone
-                    excess -= member.token_count
-                doomed.extend(group)
-                candidates = [c for c in candidates if c.live]
-                progress = True
+        while excess > 0:
+            group = next(filter(None, map(self.prunable_group, candidates)), None)
+            if group is None:
                 break
+            for member in group:
+                member.live = False  # provisional, so later checks see it gone
+                excess -= member.token_count
+            for turn_id in {m.turn_id for m in group}:
+                if not any(c.live for c in self.content_chunks(turn_id)):
+                    excess -= sum(self.chunks[c].token_count for c in self.turns[turn_id].chunk_ids
+                                  if self.chunks[c].framing)
+            doomed.extend(group)
+            candidates = [c for c in candidates if c.live]
         for chunk in doomed:
             chunk.live = True
         return self._kill(doomed) if doomed else []

@@ -330,3 +330,29 @@ def test_dead_chunks_from_storage_load_through_the_loader():
     conv.chunk_loader = lambda ids: calls.append(list(ids)) or {i: saved[i] for i in ids}
     conv.resurrect([pruned[0].id])
     assert calls == [[pruned[0].id]] and pruned[0].live
+
+
+def test_app_pruning_goes_below_the_limit_by_the_hysteresis():
+    conv = seed_turns_3_and_4()
+    size = conv.live_token_count()
+    conv.settings = conv.settings.replace(max_context_tokens=size - 1, prune_hysteresis=0.75)
+    pruned = conv.prune_to_fit()
+    assert conv.live_token_count() <= int((size - 1) * 0.75)
+    assert len([c for c in pruned if not c.framing]) > 1  # one larger step, not the minimum
+    assert conv.prune_to_fit() == []  # under the limit now: nothing more happens
+
+
+def test_an_anchor_pair_is_ranked_by_its_brighter_member():
+    """A dim question whose answer the model keeps attending to stays with its answer."""
+    conv = make(min_chunk=3)
+    say(conv, "user", "old question here.")
+    say(conv, "assistant", "old answer here.")
+    say(conv, "user", "new question here.")
+    say(conv, "assistant", "new answer here.")
+    set_peak(conv, 0, 0, "user", 10)      # dim question ...
+    set_peak(conv, 1, 0, "assistant", 9000)  # ... of a bright answer
+    set_peak(conv, 2, 0, "user", 500)
+    set_peak(conv, 3, 0, "assistant", 600)
+    pruned = conv.prune_to_fit(conv.live_token_count() - 1)
+    assert {c.key for c in pruned if not c.framing} == {(2, 0, "user"), (3, 0, "assistant")}
+    assert conv.chunk_by_key(0, 0, "user").live
