@@ -409,7 +409,9 @@ class Conversation:
             return None
         return [chunk, partner]
 
-    def prune_to_fit(self, max_tokens: int | None = None, *, target: int | None = None) -> list[Chunk]:
+    def prune_to_fit(
+        self, max_tokens: int | None = None, *, target: int | None = None, by_age: bool = False
+    ) -> list[Chunk]:
         """Prune the dimmest chunks when the context is over ``max_tokens`` (0 = never).
 
         Pruning goes down to ``target``.  Without explicit numbers (the app's path) the
@@ -417,7 +419,9 @@ class Conversation:
         pruning happens in fewer, larger steps: each prune costs the server a re-prefill
         of everything after the cut.  Chunks are ranked by peak brightness; an anchor
         pair leaves together, so it is ranked by its brighter member and goes only once
-        both have dimmed.  Returns every chunk pruned (framing included).
+        both have dimmed.  ``by_age`` ranks oldest-first instead (a server that sends no
+        attention gives brightness no meaning).  Returns every chunk pruned (framing
+        included).
         """
         if max_tokens is None:
             limit = self.settings.max_context_tokens
@@ -431,6 +435,8 @@ class Conversation:
         peak_of = dict(zip(ids.tolist(), peaks.tolist()))
 
         def rank(chunk: Chunk) -> tuple[int, int]:
+            if by_age:
+                return 0, chunk.start
             partner = self.anchor_partner(chunk)
             peak = peak_of[chunk.id]
             if partner is not None and partner.live:
