@@ -80,25 +80,21 @@ class Settings:
 
 def data_dir() -> Path:
     """Where conversations live: ``$HALO_WEAVE_HOME`` or the platform's user data dir."""
-    env = os.environ.get("HALO_WEAVE_HOME")
-    if env:
-        path = Path(env).expanduser()
-    else:
-        import platformdirs
-
-        path = Path(platformdirs.user_data_dir("halo-weave", appauthor=False))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return _user_dir("HALO_WEAVE_HOME", "user_data_dir")
 
 
 def cache_dir() -> Path:
     """Where derived, re-creatable files live (e.g. the dequantized model cache)."""
-    env = os.environ.get("HALO_WEAVE_CACHE")
+    return _user_dir("HALO_WEAVE_CACHE", "user_cache_dir")
+
+
+def _user_dir(env_var: str, platform_kind: str) -> Path:
+    env = os.environ.get(env_var)
     if env:
         path = Path(env).expanduser()
     else:
-        import platformdirs
+        import platformdirs  # only when no override is set: tests and CI never need it
 
-        path = Path(platformdirs.user_cache_dir("halo-weave", appauthor=False))
+        path = Path(getattr(platformdirs, platform_kind)("halo-weave", appauthor=False))
     path.mkdir(parents=True, exist_ok=True)
     return path
