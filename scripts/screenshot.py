@@ -9,8 +9,8 @@ offscreen by default (``QT_QPA_PLATFORM=offscreen``) or under Xvfb (``xvfb-run``
 
 Saves: 00_loading (autostart only), 01_start, 02_streaming, 03_first_answer,
 04_pruned_graveyard, 05_resurrected, 06_context_menu, 07_settings, 08_stopped,
-09_open_dialog.  Prints one JSON object (the
-files) as its last line.
+09_open_dialog, 10_notes_panel (a scripted notebook tool call, Notes panel open, attention
+recording on).  Prints one JSON object (the files) as its last line.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+#: Start of an answer with a notebook write (the small model seldom writes one itself).
+NOTES_CALL = """<tool>jq '.topics.trip = "Kyoto in April"' notes.json > output</tool>"""
 
 SCRIPT = [
     "Hi! I'm planning a trip to Kyoto in April. What should I pack?",
@@ -159,6 +162,13 @@ def main() -> None:
         picker.show()
         shot("09_open_dialog", picker)
         picker.close()
+
+        window.notes_action.trigger()  # View → Show notes
+        window.record_action.trigger()  # View → Record attention
+        controller.send("Please note where I'm travelling.", answer_prefix=NOTES_CALL)
+        wait(lambda: not controller.busy)
+        controller.wait_for_indexing(120)
+        shot("10_notes_panel")
     finally:
         server = controller.server
         window.close()

@@ -42,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--attention-format", choices=("aggregated", "per_layer"), default="aggregated",
                         help="attention format for requests that name none")
+    parser.add_argument("--no-attention", action="store_true",
+                        help="behave like stock KoboldCPP: never send attention, stream text chunks "
+                             "and do not declare attention support (to test clients' fallback)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default: all cores but one, at least 1)")
     parser.add_argument("--no-model-cache", action="store_true",
@@ -111,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             if self.started:
                 print(ready, flush=True)
 
-    config = uvicorn.Config(create_app(engine), log_level=args.log_level, access_log=True,
+    if args.no_attention:
+        log.info("attention disabled (--no-attention): serving like stock KoboldCPP")
+    app = create_app(engine, attention=not args.no_attention)
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=True,
                             timeout_graceful_shutdown=1, lifespan="off")
     ReadyServer(config).run(sockets=[sock])
     return 0

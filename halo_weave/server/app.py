@@ -11,6 +11,10 @@ large, 503 busy.  Once a stream has started, a failure is sent as an
 ``{"type": "error", "message": ...}`` event and the stream is closed, never left hanging.
 A client that disconnects mid-stream stops the generation after the current token.
 
+``create_app(engine, attention=False)`` (``--no-attention``) serves like stock KoboldCPP:
+``/api/v1/model`` declares no attention support, ``output_attentions`` is ignored and
+``/api/extra/generate/stream`` sends KoboldCPP's text chunks (no token ids, no attention).
+
 No CORS headers are sent: the desktop app needs none, and without them a web page
 cannot read this local model's output.
 """
@@ -56,13 +60,13 @@ def error_response(status: int, message: str, kind: str = "bad_input") -> JSONRe
     return JSONResponse({"error": message, "detail": {"msg": message, "type": kind}}, status)
 
 
-def model_info(engine: Engine) -> dict:
+def model_info(engine: Engine, attention: bool = True) -> dict:
     """``/api/v1/model``: KoboldCPP's fields plus the chat template and attention facts."""
     config = engine.model.config
     tok = engine.tokenizer
     rope = getattr(config, "rope_parameters", None) or {}
     name = f"halo-weave/{engine.name}"
-    return {
+    info = {
         "result": name,
         "model_name": name,
         "vocab_size": engine.vocab_size,
@@ -80,20 +84,24 @@ def model_info(engine: Engine) -> dict:
         "chat_template": engine.chat_template(),
         "chat_template_tokens": engine.template_tokens(),
         "stop_token_ids": sorted(engine.stop_ids),
-        "supports_attention": True,
-        "attention_formats": ["aggregated", "per_layer"],
-        "default_attention_format": engine.default_attention_format,
-        "attention_aggregation": "mean over all layers and heads, live context length",
         "server": "halo-weave",
         "version": __version__,
     }
+    if attention:
+        info.update({
+            "supports_attention": True,
+            "attention_formats": ["aggregated", "per_layer"],
+            "default_attention_format": engine.default_attention_format,
+            "attention_aggregation": "mean over all layers and heads, live context length",
+        })
+    return info
 
 
-def create_app(engine: Engine) -> Starlette:
-    """The Starlette application serving ``engine``."""
+def create_app(engine: Engine, *, attention: bool = True) -> Starlette:
+    """The Starlette application serving ``engine`` (``attention=False``: stock KoboldCPP)."""
 
     async def get_model(request: Request) -> JSONResponse:
-        return JSONResponse(model_info(engine))
+        return JSONResponse(model_info(engine, attention))
 
     async def api_version(request: Request) -> JSONResponse:
         return JSONResponse({"result": KOBOLD_API_VERSION})
@@ -103,7 +111,7 @@ def create_app(engine: Engine) -> Starlette:
             "result": "KoboldCpp", "version": KOBOLDCPP_VERSION, "protected": False,
             "txt2img": False, "vision": False, "transcribe": False, "multiplayer": False,
             "websearch": False, "tts": False, "embeddings": False,
-            "halo_weave": __version__, "attention": True,
+            "halo_weave": __version__, "attention": attention,
         })
 
     async def max_context(request: Request) -> JSONResponse:
@@ -139,6 +147,9 @@ def create_app(engine: Engine) -> Starlette:
         body = await _json(request)
         kwargs = await run_in_threadpool(schema.generate_kwargs, body, engine)
         token_events = schema.wants_token_events(body)
+        if not attention:
+            # Stock KoboldCPP knows neither attention nor per-token events.
+            kwargs["output_attentions"], token_events = False, False
         deadline = time.monotonic() + BUSY_WAIT_S
         while True:
             try:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QKeyEvent, QKeySequence
+from PySide6.QtCore import QSettings, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog, QHBoxLayout, QLabel, QMainWindow, QPlainTextEdit, QProgressBar, QPushButton,
     QSplitter, QVBoxLayout, QWidget,
@@ -59,6 +59,7 @@ class MainWindow(QMainWindow):
         super().__init__(parent)
         from .graveyard import GraveyardPanel
         from .heatmap import HeatmapView
+        from .notes_panel import NotesPanel
         from .stats_bar import StatsBar
 
         self.controller = controller
@@ -108,6 +109,9 @@ class MainWindow(QMainWindow):
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setSizes([860, 320])
         self.setCentralWidget(self.splitter)
+        self.notes_panel = NotesPanel(self)
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.notes_panel)
+        self.notes_panel.hide()
 
         self._build_menus()
         self._repaint_timer = QTimer(self)
@@ -161,6 +165,21 @@ class MainWindow(QMainWindow):
         self.graveyard_action.setCheckable(True)
         self.graveyard_action.setChecked(True)
 
+        view = self.menuBar().addMenu("&View")
+        self.notes_action = self.notes_panel.toggleViewAction()
+        self.notes_action.setText("Show &notes")
+        self.notes_action.setShortcut(QKeySequence("Ctrl+Shift+N"))
+        self.notes_action.setStatusTip("The model's notebook (notes.json) of this conversation, read-only")
+        view.addAction(self.notes_action)
+        view.addSeparator()
+        self.record_action = self._action(view, "&Record attention", self._toggle_recording, None,
+                                          "Write every token's attention to the captures folder "
+                                          "(for scripts/analyze_capture.py)")
+        self.record_action.setCheckable(True)
+        self.record_action.setChecked(self.controller.settings.record_attention)
+        self.captures_action = self._action(view, "Open &captures folder", self.open_captures_folder, None,
+                                            f"Open {self.controller.capture_dir}")
+
     def _wire(self) -> None:
         c = self.controller
         c.conversation_changed.connect(self._on_conversation_changed)
@@ -175,6 +194,9 @@ class MainWindow(QMainWindow):
         c.info.connect(self.messages.info)
         c.turn_finished.connect(self._on_turn_finished)
         c.conversation_opened.connect(self._on_opened)
+        c.notes_changed.connect(self.refresh_notes)
+        c.capture_saved.connect(self._on_capture_saved)
+        self.notes_panel.visibilityChanged.connect(lambda visible: visible and self.refresh_notes())
         self.input.submitted.connect(self.send)
         self.input.stop_requested.connect(c.stop)
         self.send_button.clicked.connect(self.send)
@@ -230,6 +252,10 @@ class MainWindow(QMainWindow):
             return "(text unavailable)"
         text = " ".join(text.split())
         return text[:PREVIEW_CHARS] + ("…" if len(text) > PREVIEW_CHARS else "")
+
+    def refresh_notes(self) -> None:
+        """Show the open conversation's notes in the Notes panel."""
+        self.notes_panel.set_notes(self.controller.notes())
 
     def refresh_stats(self) -> None:
         stats = self.controller.stats()
@@ -305,6 +331,31 @@ class MainWindow(QMainWindow):
         self.graveyard_action.setChecked(visible)
         self.stats_bar.set_graveyard_open(visible)
 
+    # ------------------------------------------------------------------ attention capture
+    def _toggle_recording(self, on: bool) -> None:
+        self.apply_settings(self.controller.settings.replace(record_attention=bool(on)))
+        if on:
+            self.statusBar().showMessage(
+                f"Recording attention of every answer to {self.controller.capture_dir} "
+                "(View → Open captures folder)"
+            )
+        else:
+            self.statusBar().showMessage("Attention recording off.", 5000)
+
+    def _on_capture_saved(self, path: str) -> None:
+        self.record_action.setToolTip(f"Last capture: {path}")
+        self.statusBar().showMessage(f"Attention recorded to {path}", 10000)
+
+    def open_captures_folder(self) -> None:
+        folder = Path(self.controller.capture_dir)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self.messages.error(exc, "Opening the captures folder")
+            return
+        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+            self.messages.info(f"Captures are in {folder}")
+
     # ------------------------------------------------------------------ file menu
     def new_conversation(self) -> None:
         self.controller.new_conversation()
@@ -340,6 +391,9 @@ class MainWindow(QMainWindow):
 
         save_settings(new, self.qsettings)
         self.controller.apply_settings(new)
+        self.record_action.blockSignals(True)
+        self.record_action.setChecked(new.record_attention)
+        self.record_action.blockSignals(False)
         self.refresh_stats()
 
     # ------------------------------------------------------------------ lifetime
@@ -349,10 +403,14 @@ class MainWindow(QMainWindow):
         geometry = self.qsettings.value("window/geometry")
         if geometry is not None:
             self.restoreGeometry(geometry)
+        state = self.qsettings.value("window/state")
+        if state is not None:
+            self.restoreState(state)  # the Notes panel's place and visibility
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt API
         if self.qsettings is not None:
             self.qsettings.setValue("window/geometry", self.saveGeometry())
+            self.qsettings.setValue("window/state", self.saveState())
             self.qsettings.sync()
         self._closed = True
         self.hide()  # shutting down may wait for a running embedding job

@@ -12,13 +12,14 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QPlainTextEdit,
+    QPushButton,
     QSpinBox,
     QTabWidget,
     QVBoxLayout,
     QWidget,
 )
 
-from ..settings import Settings
+from ..settings import DEFAULT_SYSTEM_PROMPT, Settings
 from .settings_io import RANGES, settings_problems
 
 BRIGHTNESS_RULES = (
@@ -132,6 +133,8 @@ class SettingsDialog(QDialog):
         form.addRow("Attention format", self._combo("attention_format", s.attention_format, ATTENTION_FORMATS))
         form.addRow("", self._check("autostart_server", s.autostart_server,
                                     "Start the built-in server when none answers at this URL"))
+        form.addRow("Debugging", self._check("record_attention", s.record_attention,
+                                             "Record attention of every answer to the captures folder"))
         return page
 
     def _prompt_page(self, s: Settings) -> QWidget:
@@ -139,8 +142,13 @@ class SettingsDialog(QDialog):
         prompt = QPlainTextEdit(s.system_prompt)
         prompt.setTabChangesFocus(True)
         self.editors["system_prompt"] = prompt
-        form.addRow(QLabel("Sent before every conversation turn; never scored or pruned."))
+        form.addRow(QLabel("Sent before every conversation turn; never scored or pruned. "
+                           "The default tells the model about its notes.json tool."))
         form.addRow(prompt)
+        restore = QPushButton("Restore default prompt")
+        restore.setToolTip("The default prompt: a helpful assistant that knows its notes.json tool")
+        restore.clicked.connect(lambda: prompt.setPlainText(DEFAULT_SYSTEM_PROMPT))
+        form.addRow("", restore)
         return page
 
     # ------------------------------------------------------------------ result

@@ -3,7 +3,10 @@
 Every :class:`Settings` field is stored under the ``settings/`` group by its own name.
 Loading is forgiving: a value of the wrong type, out of range, or not one of the allowed
 choices falls back to that field's default (the rest of the stored values still load),
-so a hand-edited or older settings file never stops the app from starting.
+so a hand-edited or older settings file never stops the app from starting.  A value
+that was an earlier version's *default* (``LEGACY_DEFAULTS``) loads as today's default:
+every field is saved, so otherwise a user who never touched it would keep the old one
+(e.g. the system prompt from before the notes tool existed).
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ GROUP = "settings"
 CHOICES: dict[str, tuple[str, ...]] = {
     "resurrection_brightness": ("at_deletion", "mean"),
     "attention_format": ("aggregated", "per_layer"),
+}
+
+#: Earlier versions' defaults, replaced by the current default when loaded.
+LEGACY_DEFAULTS: dict[str, tuple] = {
+    "system_prompt": ("You are a helpful assistant.",),
 }
 
 #: Inclusive numeric ranges: field -> (low, high).
@@ -142,6 +150,8 @@ def load_settings(qsettings: QSettings | None = None) -> Settings:
             try:
                 value = _convert(qs.value(f.name), default)
             except (TypeError, ValueError):
+                continue
+            if value in LEGACY_DEFAULTS.get(f.name, ()):
                 continue
             if field_problem(f.name, value) is None:
                 values[f.name] = value

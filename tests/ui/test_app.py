@@ -20,6 +20,7 @@ from halo_weave.ui.settings_io import load_settings
 pytestmark = pytest.mark.slow
 
 TURN_TIMEOUT_MS = 120_000
+SHORT_SYSTEM_PROMPT = "You are a helpful assistant."
 CONNECT_TIMEOUT_MS = 60_000
 
 LONG_MESSAGE = (
@@ -77,7 +78,10 @@ def make_app(qtbot, tmp_path, monkeypatch, server):
     apps: list[App] = []
 
     def make(**overrides) -> App:
-        values = dict(server_url=server.url, max_new_tokens=12, autostart_server=False, temperature=0.0)
+        # A short system prompt: the default one (with the notes tool, ~180 tokens) would
+        # not fit the small max-context budgets these tests prune to.
+        values = dict(server_url=server.url, max_new_tokens=12, autostart_server=False, temperature=0.0,
+                      system_prompt=SHORT_SYSTEM_PROMPT)
         values.update(overrides)
         app = App(qtbot, tmp_path, Settings(**values))
         apps.append(app)

@@ -1,0 +1,130 @@
+"""The ``halo-weave`` command line: parse options, build the window, run the app.
+
+The console script is ``halo_weave.app:main`` (re-exported there); this module is the
+composition root that wires settings, the :class:`~halo_weave.app.TurnController` and
+the :class:`~halo_weave.ui.main_window.MainWindow` together.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from .. import settings as settings_mod
+from ..settings import Settings
+from .connection import DEFAULT_SERVER_URL
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="halo-weave",
+        description=(
+            "Halo Weave: an endless conversation with your own LLM inside a fixed context "
+            "window. The model's attention decides what stays; pruned chunks wait in the "
+            "graveyard and come back when a later message needs them."
+        ),
+        epilog=(
+            "Without a server at the configured URL the built-in model server starts "
+            "automatically on a free loopback port and stops when the window closes. "
+            "Conversations are SQLite files in the data directory ($HALO_WEAVE_HOME)."
+        ),
+    )
+    parser.add_argument(
+        "--server-url", metavar="URL",
+        help="attention-capable KoboldCPP-compatible server (default: the saved setting, "
+             f"initially {DEFAULT_SERVER_URL}); kept in the settings",
+    )
+    parser.add_argument(
+        "--data-dir", metavar="DIR", type=Path,
+        help="where conversations and settings live (default: $HALO_WEAVE_HOME or the "
+             "platform's user data directory)",
+    )
+    parser.add_argument(
+        "--conversation", metavar="FILE", type=Path,
+        help="open this conversation file instead of the last one",
+    )
+    parser.add_argument(
+        "--no-autostart", action="store_true",
+        help="never start the built-in model server; wait for the configured one",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``halo-weave`` console script."""
+    args = build_parser().parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per token otherwise
+    if args.data_dir:
+        os.environ["HALO_WEAVE_HOME"] = str(args.data_dir.expanduser())
+
+    from PySide6.QtWidgets import QApplication
+
+    from .main_window import MainWindow, app_qsettings
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Halo Weave")
+    app.setOrganizationName("halo-weave")
+    try:
+        from .theme import apply_dark_theme
+
+        apply_dark_theme(app)
+    except ImportError:
+        pass
+    from ..app import TurnController
+
+    data_dir = settings_mod.data_dir()
+    qsettings = app_qsettings(data_dir)
+    settings = _load_settings(qsettings)
+    if args.server_url:
+        settings = settings.replace(server_url=args.server_url)
+        _save_settings(settings, qsettings)
+    controller = TurnController(settings, data_dir, autostart=settings.autostart_server and not args.no_autostart)
+    window = MainWindow(controller, qsettings)
+    window.show()
+    app.processEvents()
+    controller.start(args.conversation)
+    _quit_on_signals(app)
+    code = app.exec()
+    controller.shutdown()  # also stops the bundled server we started
+    return code
+
+
+def _quit_on_signals(app) -> None:
+    """Ctrl+C or SIGTERM closes the window cleanly (so the bundled server stops too)."""
+    import signal
+
+    from PySide6.QtCore import QTimer as _Timer
+
+    def quit_app(*_) -> None:
+        for widget in app.topLevelWidgets():
+            widget.close()
+        app.quit()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, quit_app)
+    # Python runs signal handlers only between bytecodes: wake it up now and then.
+    timer = _Timer(app)
+    timer.timeout.connect(lambda: None)
+    timer.start(250)
+
+
+def _load_settings(qsettings) -> Settings:
+    try:
+        from .settings_io import load_settings
+    except ImportError:
+        return Settings()
+    return load_settings(qsettings)
+
+
+def _save_settings(settings: Settings, qsettings) -> None:
+    try:
+        from .settings_io import save_settings
+    except ImportError:
+        return
+    save_settings(settings, qsettings)

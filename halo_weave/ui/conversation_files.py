@@ -1,0 +1,179 @@
+"""Conversation files for the turn controller: open, new, export, import, re-index.
+
+A mixin of :class:`~halo_weave.app.TurnController` (it uses the controller's signals,
+store and indexing queue); split out of ``app.py`` by concern.  QtCore only.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import QTimer
+
+from .. import tools
+from ..conversation import Framing
+
+log = logging.getLogger("halo_weave.app")
+
+#: Milliseconds after opening a conversation before catch-up indexing starts.
+INDEX_CATCH_UP_DELAY_MS = 1500
+
+#: File in the data dir naming the conversation to reopen at start-up.
+LAST_CONVERSATION_FILE = "last_conversation"
+
+
+class ConversationFiles:
+    """Which conversation is open, its semantic index, and moving conversations in and out."""
+
+    def _last_conversation(self) -> Path | None:
+        marker = self.data_dir / LAST_CONVERSATION_FILE
+        try:
+            path = Path(marker.read_text(encoding="utf-8").strip())
+        except OSError:
+            return None
+        return path if path.is_file() else None
+
+    def _remember(self, path: Path) -> None:
+        try:
+            (self.data_dir / LAST_CONVERSATION_FILE).write_text(str(path), encoding="utf-8")
+        except OSError as exc:
+            log.warning("cannot remember the last conversation: %s", exc)
+
+    def open_conversation(self, path: Path | None = None) -> bool:
+        """Open ``path`` (a new conversation when None); False when it was refused."""
+        from ..store import ConversationStore, new_conversation_path
+
+        if self.busy:
+            self.info.emit("Wait for the answer to finish (or press Esc) before switching.")
+            return False
+        target = Path(path) if path else new_conversation_path(self.data_dir)
+        try:
+            store = ConversationStore.open(target)
+            conv = store.load(self.settings, self.framing or Framing.none())
+        except Exception as exc:  # noqa: BLE001
+            self.error.emit(exc, f"Opening {target.name}")
+            if self.conv is None and path is not None:
+                return self.open_conversation(None)
+            return False
+        self._close_store()
+        self.store, self.conv, self.path = store, conv, target
+        if self.framing is not None:
+            conv.framing = self.framing
+        self._index, self._index_tried = None, False  # opened on first use, after the first paint
+        self._remember(target)
+        self.last_resurrected = 0
+        self.conversation_opened.emit(str(target))
+        self.notes_changed.emit()
+        self.conversation_changed.emit()
+        self.graveyard_changed.emit()
+        self.stats_changed.emit()
+        if self.model_info is not None:
+            self._sync_system_prompt()
+        # Catch-up indexing waits until the window has painted the conversation.
+        QTimer.singleShot(INDEX_CATCH_UP_DELAY_MS, lambda: self._index_pending() if self.conv is conv else None)
+        return True
+
+    def new_conversation(self) -> bool:
+        return self.open_conversation(None)
+
+    def _close_store(self) -> None:
+        if self.store is not None:
+            # Jobs still queued for it check `index is self.index` and drop their result.
+            try:
+                self.store.close()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("closing the conversation file failed: %s", exc)
+        self.store = self._index = self._indexer.index = None
+        self._index_tried = False
+
+    @property
+    def index(self):
+        """The open conversation's semantic index (loaded on first use; None if unusable)."""
+        if self._index is None and not self._index_tried and self.store is not None:
+            self._index_tried = True
+            self._index = self._make_index(self.store)
+        return self._index
+
+    def _make_index(self, store):
+        try:
+            from ..semantic_index import SemanticIndex
+
+            # The indexing thread shares the connection: commits go through the store's lock.
+            index = SemanticIndex(store.conn, self.settings, self._get_embedder(), lock=store.lock)
+            index.load()
+            return index
+        except Exception as exc:  # noqa: BLE001
+            self.error.emit(exc, "Loading the semantic index")
+            return None
+
+    def _get_embedder(self):
+        if self._embedder is None:
+            if self._embedder_factory is not None:
+                self._embedder = self._embedder_factory()
+            else:
+                from ..embedder import Embedder
+
+                self._embedder = Embedder()
+        return self._embedder
+
+    def export_json(self, path: Path) -> bool:
+        """Write the open conversation to a JSON file."""
+        from .. import transfer
+
+        if self.store is None:
+            return False
+        try:
+            transfer.export_conversation(self.store, Path(path))
+        except Exception as exc:  # noqa: BLE001
+            self.error.emit(exc, "Export")
+            return False
+        self.info.emit(f"Exported to {path}")
+        return True
+
+    def import_json(self, path: Path) -> None:
+        """Import a JSON export as a new conversation (on a thread), open it, re-index."""
+        from .. import transfer
+
+        if self.busy:
+            self.info.emit("Wait for the answer to finish before importing.")
+            return
+        self._set_busy(True, "Importing…")
+        self.progress.emit("Importing conversation", 0, 0)
+
+        def done(new_path) -> None:
+            self.progress.emit("Importing conversation", 1, 1)
+            self._set_busy(False)
+            if self.open_conversation(Path(new_path)):
+                self.reindex_all()
+
+        def failed(exc) -> None:
+            self.progress.emit("Importing conversation", 1, 1)
+            self._set_busy(False)
+            self.error.emit(exc, f"Importing {Path(path).name}")
+
+        self._call(transfer.import_conversation, Path(path), self.data_dir, on_ok=done, on_fail=failed)
+
+    def reindex_all(self) -> None:
+        """Embed every chunk without a current entry (after an import), with progress."""
+        index, conv = self.index, self.conv
+        if index is None or conv is None or not index.available:
+            return
+        self._indexer.index = index
+        try:
+            index.remove(index.orphans(conv))
+            pending = index.pending(conv)
+        except Exception as exc:  # noqa: BLE001
+            self.error.emit(exc, "Re-indexing")
+            return
+        self._queue_indexing(pending, label="Re-indexing")
+
+    def notes(self) -> dict | None:
+        """The open conversation's notes (the model's jq notebook), or None before any."""
+        if self.store is None:
+            return None
+        try:
+            return self.store.load_tool_data(tools.NOTES_NAME)
+        except Exception as exc:  # noqa: BLE001
+            self.error.emit(exc, "Reading the notes")
+            return None
