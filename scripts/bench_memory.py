@@ -47,6 +47,7 @@ METHODS = [
     ("halo-mean", "halo", {"rule": "mean"}),
     ("halo-noboost", "halo", {"user_similarity_boost": 1.0}),
     ("halo-hybrid", "halo", {"hybrid_search": True}),
+    ("halo-vector", "halo", {"hybrid_search": False}),  # vector search only
     ("halo-k100", "halo", {"query_max_results": 100}),
     ("halo-hybrid-k100", "halo", {"hybrid_search": True, "query_max_results": 100}),
     ("halo-prefill", "prefill", {}),
@@ -59,7 +60,7 @@ METHODS = [
 
 QUICK_CONVERSATIONS = ["conv-30"]
 QUICK_METHODS = ["full", "fifo", "rag", "brightness", "halo", "halo-mean", "halo-noboost",
-                 "halo-hybrid", "halo-k100", "halo-hybrid-k100", "fifo-halo"]
+                 "halo-hybrid", "halo-vector", "halo-k100", "halo-hybrid-k100", "fifo-halo"]
 RAG_CANDIDATES = 200
 
 
@@ -228,7 +229,8 @@ def main(argv=None) -> int:
                         fifo_cache[limit] = keep_recent(full, limit)
                     out = answer_full(fifo_cache[limit], ctx)
                 elif name == "rag":
-                    matches = _index(indexes, store, settings, embedder, {"user_similarity_boost": 1.0},
+                    plain = {"user_similarity_boost": 1.0, "hybrid_search": False}
+                    matches = _index(indexes, store, settings, embedder, plain,
                                      SemanticIndex).search(question.question, RAG_CANDIDATES)
                     out = answer_rag(recent, matches, ctx)
                 elif name == "brightness":
