@@ -155,6 +155,41 @@ def m002_semantic_changes(db: Database) -> None:
     )
 
 
+
+@_migration
+def m003_semantic_changes_upsert_safe(db: Database) -> None:
+    """Change-log triggers that cannot conflict.
+
+    m002's ``INSERT OR REPLACE`` inside the triggers inherits the conflict policy of the
+    outer statement (SQLite's rule for trigger bodies), so an upsert of an existing entry
+    (a re-embedded chunk) failed with a UNIQUE error.  Delete-then-insert has no conflict.
+    """
+    log = """DELETE FROM semantic_changes WHERE chunk_id = {ref}.chunk_id;
+            INSERT INTO semantic_changes (chunk_id, seq)
+                VALUES ({ref}.chunk_id, (SELECT seq FROM semantic_state));"""
+    db.executescript(
+        f"""
+        DROP TRIGGER semantic_changes_ai;
+        DROP TRIGGER semantic_changes_ad;
+        DROP TRIGGER semantic_changes_au;
+        CREATE TRIGGER semantic_changes_ai AFTER INSERT ON semantic_entries BEGIN
+            UPDATE semantic_state SET seq = seq + 1, count = count + 1;
+            {log.format(ref="new")}
+        END;
+        CREATE TRIGGER semantic_changes_ad AFTER DELETE ON semantic_entries BEGIN
+            UPDATE semantic_state SET seq = seq + 1, count = count - 1;
+            {log.format(ref="old")}
+        END;
+        CREATE TRIGGER semantic_changes_au
+            AFTER UPDATE OF chunk_id, role, context_hash, embedding, model, dim ON semantic_entries
+        BEGIN
+            UPDATE semantic_state SET seq = seq + 1;
+            {log.format(ref="old")}
+            {log.format(ref="new")}
+        END;
+        """
+    )
+
 # ---------------------------------------------------------------------- token codec
 _I4 = np.dtype("<i4")
 

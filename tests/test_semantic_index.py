@@ -229,10 +229,11 @@ def test_open_turn_waits_until_complete(embedder, tmp_path):
 # ---------------------------------------------------------------------- search
 def test_user_matches_get_the_similarity_boost(garden):
     conv, _, index = garden
+    index.settings = conv.settings = conv.settings.replace(hybrid_search=False)
     for match in index.search("tomatoes on a balcony"):
         boost = conv.settings.user_similarity_boost if match.role == "user" else 1.0
         assert match.score == pytest.approx(match.similarity * boost, abs=1e-5)
-        assert match.bm25 is None  # hybrid is off by default
+        assert match.bm25 is None  # vector-only search
 
 
 def test_min_similarity_drops_weak_matches(garden):
@@ -250,7 +251,7 @@ def test_hybrid_search_finds_rare_identifiers(garden, embedder):
         "The spare part I ordered for the bike has the reference QZR-7741 on the box, is it right?")
     say(conv, embedder, "assistant",
         "I cannot check stock numbers, but the shop that sold it can confirm the part fits.")
-    plain = SemanticIndex(conn, conv.settings, embedder)
+    plain = SemanticIndex(conn, conv.settings.replace(hybrid_search=False), embedder)
     plain.load()
     plain.index_pending(conv)
     code = chunk_with(conv, "QZR-7741")

@@ -340,3 +340,21 @@ def test_save_calls_nest_inside_one_transaction(store, path, reopen):
                 store.set_meta("dropped", 1)
                 raise RuntimeError("boom")
     assert (store.get_meta("kept"), store.get_meta("dropped")) == (1, None)
+
+
+def test_an_index_entry_can_be_re_embedded_again_and_again(store):
+    """Re-embedding a chunk (its answer arrived, it was merged, an import re-indexed it)
+    upserts its entry; the change log that keeps the vector snapshot honest must not
+    refuse the second write (it did: a UNIQUE error shown in the status bar)."""
+    upsert = (
+        "INSERT INTO semantic_entries (chunk_id, turn_id, sentence_id, role, text, token_count,"
+        " context_hash, embedding, model, dim, updated_at) VALUES (7, 0, 0, 'user', 'x', 1, ?,"
+        " x'0000803f', 'm', 1, 0) ON CONFLICT(chunk_id) DO UPDATE SET"
+        " context_hash = excluded.context_hash, embedding = excluded.embedding"
+    )
+    for context in ("question only", "question + answer", "merged"):
+        with store.transaction():
+            store.conn.execute(upsert, (context,))
+    rows = store.conn.execute("SELECT chunk_id FROM semantic_changes").fetchall()
+    assert rows == [(7,)]
+    assert store.conn.execute("SELECT context_hash FROM semantic_entries").fetchone() == ("merged",)

@@ -89,7 +89,7 @@ def test_round_trip_through_file(qsettings, tmp_path):
         max_context_tokens=0, min_chunk_tokens=32, resurrection_budget_cap=800,
         resurrection_brightness="mean", score_current_turn=False,
         system_prompt="Line one.\nLine two, with ünïcode.", server_url="http://10.0.0.5:5001",
-        attention_format="per_layer", hybrid_search=True,
+        attention_format="per_layer", hybrid_search=False,
     )
     save_settings(custom, qsettings)
     reopened = QSettings(str(tmp_path / "halo-weave.ini"), QSettings.Format.IniFormat)
@@ -150,7 +150,7 @@ def test_dialog_edit_accept_save_reload(dialog, qsettings):
     e["max_context_tokens"].setValue(4096)
     e["resurrection_brightness"].setCurrentIndex(e["resurrection_brightness"].findData("mean"))
     e["score_current_turn"].setChecked(False)
-    e["hybrid_search"].setChecked(True)
+    e["hybrid_search"].setChecked(False)
     e["attention_format"].setCurrentIndex(e["attention_format"].findData("per_layer"))
     e["server_url"].setText("http://192.168.1.20:5001")
     e["system_prompt"].setPlainText("Be brief.\nBe kind.")
@@ -161,7 +161,7 @@ def test_dialog_edit_accept_save_reload(dialog, qsettings):
     loaded = load_settings(qsettings)
     assert loaded == result
     assert (loaded.temperature, loaded.max_context_tokens, loaded.resurrection_brightness) == (1.1, 4096, "mean")
-    assert loaded.score_current_turn is False and loaded.hybrid_search is True
+    assert loaded.score_current_turn is False and loaded.hybrid_search is False
     assert loaded.attention_format == "per_layer" and loaded.server_url == "http://192.168.1.20:5001"
     assert loaded.system_prompt == "Be brief.\nBe kind."
 
