@@ -267,9 +267,9 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         """Prune to ``limit`` (default: the max-context setting); persist; update the graveyard."""
         conv = self.conv
         if self.attention_available:
-            pruned = conv.prune_to_fit(limit)
+            pruned = conv.prune_to_fit(limit, keep_latest_exchange=True)
         else:
-            pruned = prune_oldest_first(conv, limit)
+            pruned = prune_oldest_first(conv, limit, keep_latest_exchange=True)
         if pruned:
             self._guard(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")
             self.graveyard_changed.emit()

@@ -410,7 +410,12 @@ class Conversation:
         return [chunk, partner]
 
     def prune_to_fit(
-        self, max_tokens: int | None = None, *, target: int | None = None, by_age: bool = False
+        self,
+        max_tokens: int | None = None,
+        *,
+        target: int | None = None,
+        by_age: bool = False,
+        keep_latest_exchange: bool = False,
     ) -> list[Chunk]:
         """Prune the dimmest chunks when the context is over ``max_tokens`` (0 = never).
 
@@ -420,8 +425,9 @@ class Conversation:
         of everything after the cut.  Chunks are ranked by peak brightness; an anchor
         pair leaves together, so it is ranked by its brighter member and goes only once
         both have dimmed.  ``by_age`` ranks oldest-first instead (a server that sends no
-        attention gives brightness no meaning).  Returns every chunk pruned (framing
-        included).
+        attention gives brightness no meaning).  ``keep_latest_exchange`` spares the last
+        user turn and its answer (the app's automatic pruning: what the user just read
+        stays).  Returns every chunk pruned (framing included).
         """
         if max_tokens is None:
             limit = self.settings.max_context_tokens
@@ -443,8 +449,10 @@ class Conversation:
                 peak = max(peak, peak_of[partner.id])
             return peak, chunk.start
 
+        spared = self._latest_user_turn_id() if keep_latest_exchange else None
         candidates = sorted(
-            (c for c in map(self.chunks.__getitem__, peak_of) if not c.framing and not c.pinned),
+            (c for c in map(self.chunks.__getitem__, peak_of)
+             if not c.framing and not c.pinned and (spared is None or c.turn_id < spared)),
             key=rank,
         )
         excess = self.live_token_count() - goal
@@ -465,6 +473,10 @@ class Conversation:
         for chunk in doomed:
             chunk.live = True
         return self._kill(doomed) if doomed else []
+
+    def _latest_user_turn_id(self) -> int | None:
+        users = [t for t, turn in self.turns.items() if turn.role == "user"]
+        return max(users, default=None)
 
     def delete_chunk(self, chunk_id: int) -> list[Chunk]:
         """Prune one chunk by hand (the user's decision overrides anchor protection)."""

@@ -356,3 +356,17 @@ def test_an_anchor_pair_is_ranked_by_its_brighter_member():
     pruned = conv.prune_to_fit(conv.live_token_count() - 1)
     assert {c.key for c in pruned if not c.framing} == {(2, 0, "user"), (3, 0, "assistant")}
     assert conv.chunk_by_key(0, 0, "user").live
+
+
+def test_automatic_pruning_keeps_the_exchange_the_user_just_read():
+    conv = make(min_chunk=3)
+    say(conv, "user", "old question here.")
+    say(conv, "assistant", "old answer here.")
+    say(conv, "user", "new question here.")
+    say(conv, "assistant", "new answer here.\n\nand a dim second paragraph.")
+    set_peak(conv, 3, 1, "assistant", -50)  # the dimmest chunk is in the newest answer
+    pruned = conv.prune_to_fit(conv.live_token_count() - 1, keep_latest_exchange=True)
+    assert {c.key for c in pruned if not c.framing} == {(0, 0, "user"), (1, 0, "assistant")}
+    assert conv.chunk_by_key(3, 1, "assistant").live
+    # Nothing older left to take: the latest exchange stays even over budget.
+    assert conv.prune_to_fit(1, keep_latest_exchange=True) == []
