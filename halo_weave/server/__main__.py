@@ -34,6 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default=None,
                         help="GGUF file, directory with one GGUF, or transformers model directory "
                              "(default: the bundled SmolLM2-135M-Instruct)")
+    parser.add_argument("--engine", choices=("auto", "llamacpp", "transformers"), default="auto",
+                        help="auto (default): llama.cpp for GGUF files when llama-cpp-python is "
+                             "installed, else transformers")
+    parser.add_argument("--kv-mode", choices=("surgery", "exact"), default="surgery",
+                        help="how a prompt with pruned or resurrected spans meets the KV cache: "
+                             "surgery (default: cut, shift, run only inserted spans) or exact "
+                             "(re-run everything from the first change)")
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default %(default)s)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help="port (default %(default)s; 0 picks a free one)")
@@ -46,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="behave like stock KoboldCPP: never send attention, stream text chunks "
                              "and do not declare attention support (to test clients' fallback)")
     parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: all cores but one, at least 1)")
+                        help="CPU threads (default: all cores but one, at least 1)")
     parser.add_argument("--no-model-cache", action="store_true",
                         help="do not save the dequantized model for faster later starts")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
@@ -84,24 +91,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"halo-weave-server: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
 
-    import torch
     import uvicorn
 
     from .app import create_app
-    from .engine import Engine
+    from .engines import load_engine
 
-    if args.device != "cuda":
-        torch.set_num_threads(args.threads or default_threads())
     log.info("loading model %s ...", args.model or "(bundled SmolLM2-135M-Instruct)")
     try:
-        engine = Engine.load(args.model, device=args.device, context_size=args.context_size,
-                             attention_format=args.attention_format,
-                             cache_model=not args.no_model_cache)
+        engine = load_engine(args.engine, args.model, device=args.device, context_size=args.context_size,
+                             attention_format=args.attention_format, threads=args.threads or default_threads(),
+                             cache_model=not args.no_model_cache, kv_mode=args.kv_mode)
     except Exception as exc:  # noqa: BLE001 - any load failure is reported, not traced
         log.debug("model load failed", exc_info=True)
         print(f"halo-weave-server: cannot load the model: {exc}", file=sys.stderr)
         return 2
-    log.info("model %s on %s, context %d tokens%s", engine.name, engine.device, engine.context_size,
+    log.info("model %s on %s (%s engine, kv %s), context %d tokens%s", engine.name, engine.device,
+             engine.kind, engine.kv.mode, engine.context_size,
              " (from the dequantized cache)" if engine.loaded_from_cache else "")
 
     host, port = sock.getsockname()[:2]

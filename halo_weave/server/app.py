@@ -36,7 +36,8 @@ from starlette.routing import Route
 
 from .. import __version__
 from . import schema
-from .engine import Engine, EngineBusy, RequestError
+from .engine_api import EngineBase as Engine
+from .errors import EngineBusy, RequestError
 from .generation import DoneRecord
 
 log = logging.getLogger("halo_weave.server")
@@ -62,9 +63,6 @@ def error_response(status: int, message: str, kind: str = "bad_input") -> JSONRe
 
 def model_info(engine: Engine, attention: bool = True) -> dict:
     """``/api/v1/model``: KoboldCPP's fields plus the chat template and attention facts."""
-    config = engine.model.config
-    tok = engine.tokenizer
-    rope = getattr(config, "rope_parameters", None) or {}
     name = f"halo-weave/{engine.name}"
     info = {
         "result": name,
@@ -72,19 +70,15 @@ def model_info(engine: Engine, attention: bool = True) -> dict:
         "vocab_size": engine.vocab_size,
         "num_layers": engine.num_layers,
         "num_attention_heads": engine.num_heads,
-        "num_key_value_heads": int(getattr(config, "num_key_value_heads", engine.num_heads)),
-        "embedding_size": int(config.hidden_size),
         "max_context_length": engine.context_size,
-        "max_trained_context": int(getattr(config, "max_position_embeddings", 0) or 0),
-        "bos_token_id": tok.bos_token_id,
-        "eos_token_id": tok.eos_token_id,
-        "eot_token_id": tok.convert_tokens_to_ids("<|im_end|>") if engine.chat_template() else -1,
-        "rope_freq_base": float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))),
+        **engine.describe(),
         "rope_freq_scale": 1.0,
         "chat_template": engine.chat_template(),
         "chat_template_tokens": engine.template_tokens(),
         "stop_token_ids": sorted(engine.stop_ids),
         "server": "halo-weave",
+        "engine": engine.kind,
+        "kv_mode": engine.kv.mode,
         "version": __version__,
     }
     if attention:

@@ -21,42 +21,29 @@ Only one generation runs at a time (:class:`EngineBusy` otherwise).  Text pieces
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from . import loader
-from .generation import DoneRecord, Generation, GenerationRequest, TokenRecord
+from .engine_api import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, PER_LAYER, STOP_TOKEN_NAMES, EngineBase
 from .errors import EngineBusy, RequestError
+from .generation import DoneRecord, Generation, TokenRecord
 from .kv import ContextCache
-from .sampling import sampler_settings
 from .tokens import TokenText
 
 log = logging.getLogger("halo_weave.server")
 
-AGGREGATED = "aggregated"
-PER_LAYER = "per_layer"
-ATTENTION_FORMATS = (AGGREGATED, PER_LAYER)
-
-#: Stop-token names looked up in the vocabulary besides the configured EOS ids.
-STOP_TOKEN_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
-
 #: Forced tokens run per forward pass in :meth:`Engine.teacher_force` (bounds memory).
 TEACHER_FORCE_CHUNK = 64
 
-#: ChatML, used when the model ships no template but has the ChatML tokens.
-CHATML_TEMPLATE = (
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
-    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
-)
-
 
 @dataclass
-class Engine:
+class Engine(EngineBase):
     """A loaded model, its tokenizer, and the KV cache reused across requests."""
+
+    kind = "transformers"
 
     model: object
     tokenizer: object
@@ -68,11 +55,9 @@ class Engine:
     text: TokenText = field(init=False)
     stop_ids: frozenset[int] = field(init=False)
     _cache: ContextCache = field(init=False)
-    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
-    _tokenizer_lock: threading.Lock = field(init=False, default_factory=threading.Lock)
-    _running: Generation | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        self._init_locks()
         self.text = TokenText(self.tokenizer)
         self.stop_ids = frozenset(self._find_stop_ids())
         self._cache = ContextCache(self.model, self.device)
@@ -111,33 +96,8 @@ class Engine:
 
     # ---------------------------------------------------------------- tokens
 
-    @property
-    def vocab_size(self) -> int:
-        return self.text.vocab_size
-
-    def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
-        """``(token_id, piece)`` pairs; pieces join to :meth:`detokenize` of the ids."""
-        with self._tokenizer_lock:
-            ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
-        return list(zip(ids, self.text.pieces(ids)))
-
-    def detokenize(self, ids) -> str:
-        """Text of ``ids`` (control tokens dropped); raises RequestError on bad ids."""
-        ids = self.check_ids(ids, allow_empty=True)
-        return self.text.decode(ids)
-
-    def check_ids(self, ids, *, allow_empty: bool = False) -> list[int]:
-        """``ids`` as a list of in-vocabulary ints, or :class:`RequestError`."""
-        if not isinstance(ids, (list, tuple)):
-            raise RequestError("token ids must be a list of integers")
-        if not ids and not allow_empty:
-            raise RequestError("token id list is empty")
-        for i in ids:
-            if isinstance(i, bool) or not isinstance(i, int):
-                raise RequestError(f"token id {i!r} is not an integer")
-            if not 0 <= i < self.vocab_size:
-                raise RequestError(f"token id {i} is outside the vocabulary (0..{self.vocab_size - 1})")
-        return list(ids)
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
     # ---------------------------------------------------------------- model facts
 
@@ -148,6 +108,20 @@ class Engine:
     @property
     def num_heads(self) -> int:
         return int(self.model.config.num_attention_heads)
+
+    def describe(self) -> dict:
+        """Model facts for ``/api/v1/model``."""
+        config, tok = self.model.config, self.tokenizer
+        rope = getattr(config, "rope_parameters", None) or {}
+        return {
+            "num_key_value_heads": int(getattr(config, "num_key_value_heads", self.num_heads)),
+            "embedding_size": int(config.hidden_size),
+            "max_trained_context": int(getattr(config, "max_position_embeddings", 0) or 0),
+            "bos_token_id": tok.bos_token_id,
+            "eos_token_id": tok.eos_token_id,
+            "eot_token_id": tok.convert_tokens_to_ids("<|im_end|>") if self.chat_template() else -1,
+            "rope_freq_base": float(rope.get("rope_theta", getattr(config, "rope_theta", 10000.0))),
+        }
 
     def chat_template(self) -> str | None:
         """The model's Jinja chat template (ChatML when it has none but knows ChatML)."""
@@ -179,97 +153,6 @@ class Engine:
         if self.tokenizer.eos_token_id is not None:
             ids.add(self.tokenizer.eos_token_id)
         return {i for i in ids if isinstance(i, int) and i >= 0}
-
-    # ---------------------------------------------------------------- generation
-
-    def generate(
-        self,
-        input_ids,
-        *,
-        max_length: int = 200,
-        temperature: float = 0.7,
-        top_p: float = 0.9,
-        top_k: int = 40,
-        rep_pen: float = 1.1,
-        rep_pen_range: int = 320,
-        sampler_seed: int = -1,
-        stop_sequence=(),
-        output_attentions: bool = True,
-        attention_format: str | None = None,
-        request_id: str | None = None,
-        wait_s: float = 0.0,
-    ) -> Generation:
-        """Start a generation; iterate it for :class:`TokenRecord`s then one :class:`DoneRecord`.
-
-        Raises :class:`RequestError` for invalid input and :class:`EngineBusy` when another
-        generation is still running after ``wait_s`` seconds.  Call ``.abort()`` on the
-        result (or :meth:`abort`) to stop it after the current token.
-        """
-        ids = self.check_ids(input_ids)
-        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-            raise RequestError("max_length must be a positive integer")
-        if len(ids) + max_length > self.context_size:
-            raise RequestError(
-                f"prompt of {len(ids)} tokens + max_length {max_length} exceeds the "
-                f"context size of {self.context_size} tokens"
-            )
-        fmt = attention_format or self.default_attention_format
-        if fmt not in ATTENTION_FORMATS:
-            raise RequestError(f"attention_format must be one of {list(ATTENTION_FORMATS)}")
-        request = GenerationRequest(
-            input_ids=ids,
-            max_length=max_length,
-            sampler=sampler_settings(temperature, top_p, top_k, rep_pen, rep_pen_range, sampler_seed),
-            stop_sequences=self._stop_strings(stop_sequence),
-            stop_ids=self.stop_ids | self._single_token_stops(stop_sequence),
-            attention=bool(output_attentions),
-            per_layer=fmt == PER_LAYER,
-            request_id=request_id,
-        )
-        acquired = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(False)
-        if not acquired:
-            raise EngineBusy("another generation is running; abort it or retry when it ends")
-        generation = Generation(self, request, release=self._release)
-        self._running = generation
-        return generation
-
-    def _release(self, generation: Generation) -> None:
-        if self._running is generation:
-            self._running = None
-            self._lock.release()
-
-    def abort(self, request_id: str | None = None) -> bool:
-        """Stop the running generation (only if its request id matches, when given)."""
-        running = self._running
-        if running is None:
-            return False
-        if request_id and running.request.request_id != request_id:
-            return False
-        running.abort()
-        return True
-
-    @property
-    def busy(self) -> bool:
-        return self._running is not None
-
-    def _stop_strings(self, stops) -> tuple[str, ...]:
-        if isinstance(stops, str):
-            stops = [stops]
-        if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) for s in stops):
-            raise RequestError("stop_sequence must be a list of strings")
-        return tuple(s for s in stops if s and not self._single_token_stops([s]))
-
-    def _single_token_stops(self, stops) -> set[int]:
-        """A stop string that is exactly one control token stops on that id (KoboldCPP)."""
-        if isinstance(stops, str):
-            stops = [stops]
-        found = set()
-        for s in stops if isinstance(stops, (list, tuple)) else ():
-            if isinstance(s, str) and s:
-                ids = self.tokenizer.encode(s, add_special_tokens=False)
-                if len(ids) == 1 and ids[0] in self.text.special_ids:
-                    found.add(ids[0])
-        return found
 
     # ---------------------------------------------------------------- teacher forcing
 
@@ -305,12 +188,9 @@ class Engine:
         finally:
             self._lock.release()
 
-    def prepare_prefix(self, ids: list[int]) -> tuple[int, torch.Tensor | None]:
-        """Make the cache hold exactly ``ids``; returns (reused count, last logits or None)."""
-        reused = self._cache.common_prefix(ids)
-        self._cache.rewind(reused)
-        logits = self._cache.prefill(ids[reused:]) if len(ids) > reused else None
-        return reused, logits
+    def prepare_prefix(self, ids: list[int]):
+        """Make the cache hold exactly ``ids`` (surgery where it pays); returns the report."""
+        return self._cache.sync(ids)
 
     @property
     def kv(self) -> ContextCache:

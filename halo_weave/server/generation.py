@@ -1,6 +1,6 @@
 """One generation: the token loop, its records, and its abort switch.
 
-Created by :meth:`halo_weave.server.engine.Engine.generate`, which holds the engine's
+Created by :meth:`halo_weave.server.engine_api.EngineBase.generate`, which holds the engine's
 lock for it; the lock is released when the generation finishes, fails, is closed or is
 garbage-collected, so an abandoned iterator never wedges the server.
 """
@@ -17,7 +17,7 @@ import numpy as np
 from .sampling import Sampler, SamplerSettings
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .engine_api import EngineBase as Engine
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,12 @@ class TokenRecord:
 
 @dataclass
 class DoneRecord:
-    """How a generation ended, with counts and timings (seconds)."""
+    """How a generation ended, with counts and timings (seconds).
+
+    ``kv`` says how the prompt met the cache (a :meth:`SyncReport.as_dict
+    <halo_weave.server.kv_surgery.SyncReport.as_dict>`): reused, dropped, inserted,
+    restored and re-run token counts.
+    """
 
     finish_reason: str  # "stop" (stop token or stop sequence), "length", "abort"
     prompt_tokens: int
@@ -67,6 +72,7 @@ class DoneRecord:
     tokens_per_s: float = 0.0
     total_s: float = 0.0
     request_id: str | None = None
+    kv: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
 
 
@@ -128,23 +134,24 @@ class Generation:
             return DoneRecord(
                 finish_reason=reason,
                 prompt_tokens=len(ids),
-                reused_prefix_tokens=reused,
-                processed_prompt_tokens=len(ids) - reused,
+                reused_prefix_tokens=report.reused if report else 0,
+                processed_prompt_tokens=(report.computed if report else 0) + int(ran_last),
                 generated_tokens=generated,
                 sampler_seed=sampler.seed,
                 request_id=req.request_id,
+                kv=report.as_dict() if report else {},
                 **extra,
             )
 
         # Everything but the last prompt token runs without attention output; the last
         # one runs alone with it, so the first generated token has attention as well.
-        generated = 0
-        reused = min(kv.common_prefix(ids), len(ids) - 1)
-        kv.rewind(reused)
-        if kv.prefill(ids[reused:-1], should_stop=self._abort.is_set) is None and len(ids) - 1 > reused:
+        generated, ran_last = 0, False
+        report = kv.sync(ids[:-1], should_stop=self._abort.is_set)
+        if report is None:
             yield done("abort")
             return
-        logits, rows = kv.feed(ids[-1:], attention=req.attention)
+        logits, row = kv.step(ids[-1:], attention=req.attention, per_layer=req.per_layer)
+        ran_last = True
         prefill_s = time.perf_counter() - started
 
         pieces = engine.text.stream()
@@ -162,7 +169,7 @@ class Generation:
                 finish = "stop"
                 break
             piece = pieces.push(token)
-            yield TokenRecord(token, piece, self._attention(rows), index)
+            yield TokenRecord(token, piece, row, index)
             generated += 1
             last_at = time.perf_counter()
             first_at = first_at or last_at
@@ -177,7 +184,7 @@ class Generation:
             if index == req.max_length - 1 or self._abort.is_set():
                 finish = "length" if not self._abort.is_set() else "abort"
                 break
-            logits, rows = kv.feed([token], attention=req.attention)
+            logits, row = kv.step([token], attention=req.attention, per_layer=req.per_layer)
 
         ended = time.perf_counter()
         ttft = (first_at or ended) - started
@@ -191,11 +198,3 @@ class Generation:
             tokens_per_s=round((generated - 1) / decode_s, 3) if decode_s > 0 else 0.0,
             total_s=round(ended - started, 4),
         )
-
-    def _attention(self, rows) -> np.ndarray | None:
-        if rows is None:
-            return None
-        last = rows[:, :, -1, :]  # [layers, heads, keys]: the query that produced the token
-        if self.request.per_layer:
-            return np.ascontiguousarray(last.cpu().numpy(), dtype=np.float32)
-        return last.mean(dim=(0, 1)).cpu().numpy().astype(np.float32, copy=False)

@@ -4,11 +4,20 @@ A chat turn resends the whole conversation; all of it but the new user message i
 already in the cache from the previous turn, so only the new tokens are run.  Prompt
 tokens run with ``sdpa`` and no attention output (about twice as cheap); tokens whose
 attention a client wants run with ``eager`` and ``output_attentions``.
+
+A prompt that differs from the cached ids inside the context (a prune, a resurrection)
+goes through :mod:`.kv_surgery`: removed spans are cut out of the key and value tensors
+and the later keys RoPE-rotated back; inserted spans are run on the cache cropped in
+front of them, and the keys after them rotated forward.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+from . import kv_surgery
+from .kv_surgery import EXACT, SURGERY, SyncReport
 
 #: Longest slice of prompt run in one forward pass: bounds memory on 8k prompts.
 PREFILL_CHUNK = 2048
@@ -26,6 +35,7 @@ class ContextCache:
         self.ids: list[int] = []
         self._cache = None
         self._impl = getattr(model.config, "_attn_implementation", None)
+        self.mode = SURGERY
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -93,6 +103,76 @@ class ContextCache:
                 return None
             logits, _ = self.feed(ids[start : start + PREFILL_CHUNK], attention=False)
         return logits
+
+    # ------------------------------------------------------------ the engine's calls
+
+    def step(self, ids: list[int], *, attention: bool, per_layer: bool = False):
+        """Run ``ids``; ``(logits, row)`` as NumPy, ``row`` the last query's attention."""
+        logits, rows = self.feed(ids, attention=attention)
+        row = None
+        if rows is not None:
+            last = rows[:, :, -1, :]
+            row = last if per_layer else last.mean(dim=(0, 1))
+            row = np.ascontiguousarray(row.cpu().numpy(), dtype=np.float32)
+        return logits.float().cpu().numpy(), row
+
+    def sync(self, ids: list[int], should_stop=lambda: False) -> SyncReport | None:
+        """Make the cache hold exactly ``ids``, by surgery where it pays (``None``: stopped)."""
+        edits = kv_surgery.plan_edits(self.ids, ids)
+        middle, tail = kv_surgery.split_tail(edits, len(self.ids), len(ids))
+        report = SyncReport()
+        if middle and (self.mode == EXACT or middle[0].start == 0 or kv_surgery.prefer_exact(middle, len(ids))):
+            keep = middle[0].start
+            report.mode, report.rerun, report.dropped = EXACT, len(ids) - keep, len(self.ids) - keep
+            report.reused = keep
+            self.rewind(keep)
+            if ids[keep:] and self.prefill(ids[keep:], should_stop) is None:
+                return None
+            return report
+        if middle:
+            report.mode = SURGERY
+            if not self._apply(middle, ids, report, should_stop):
+                return None
+        keep = tail.start if tail else len(self.ids)  # new coordinates once surgery ran
+        if tail:
+            report.dropped += tail.removed
+            self.rewind(keep)
+        report.reused = len(self.ids) - report.inserted
+        if len(ids) > len(self.ids):
+            report.appended = len(ids) - len(self.ids)
+            if self.prefill(ids[len(self.ids):], should_stop) is None:
+                return None
+        return report
+
+    def _apply(self, middle, ids, report: SyncReport, should_stop) -> bool:
+        """Cut removed spans, run inserted ones, rotate what moved (see the module docstring)."""
+        old_ids = self.ids
+        old = [(layer.keys, layer.values) for layer in self._cache.layers]
+        inv_freq = self.model.model.rotary_emb.inv_freq
+        self.rewind(middle[0].cached_start)
+        for n, edit in enumerate(middle):
+            report.dropped += edit.removed
+            report.spans_removed += edit.removed > 0
+            if edit.inserted:
+                if should_stop():
+                    self.reset()
+                    return False
+                self.prefill(ids[edit.start : edit.end])
+                report.inserted += edit.inserted
+                report.spans_inserted += 1
+            # The cached run after this edit, up to the next one, moves by `delta`.
+            a = edit.cached_end
+            b = middle[n + 1].cached_start if n + 1 < len(middle) else len(old_ids)
+            delta = edit.end - a
+            for layer, (keys, values) in zip(self._cache.layers, old):
+                k, v = keys[..., a:b, :], values[..., a:b, :]
+                if delta:
+                    k = kv_surgery.rotate_keys(k, delta, inv_freq)
+                layer.keys = torch.cat([layer.keys, k], dim=-2)
+                layer.values = torch.cat([layer.values, v], dim=-2)
+            self.ids = self.ids + old_ids[a:b]
+            report.moved += (b - a) if delta else 0
+        return True
 
     def _use(self, impl: str) -> None:
         if self._impl != impl:

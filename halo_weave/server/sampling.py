@@ -3,7 +3,8 @@
 KoboldCPP semantics where they matter to a client: ``top_k`` 0 means the whole
 vocabulary, ``rep_pen`` below 1 is treated as 1, and a ``sampler_seed`` of 0 or less
 means "pick one" (the seed actually used is reported so a run can be repeated).
-Temperature 0 is greedy.
+Temperature 0 is greedy.  NumPy only, so the llama.cpp engine never imports torch;
+logits may be a NumPy array or anything ``np.asarray`` accepts.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ import math
 import secrets
 from dataclasses import dataclass
 
-import torch
+import numpy as np
 
 from .errors import RequestError
 
 #: How many of the most recent tokens the repetition penalty looks at (KoboldCPP default).
 DEFAULT_REP_PEN_RANGE = 320
 
-#: Largest seed we hand to torch (seeds are reported back in done events as JSON ints).
+#: Largest seed we hand to the generator (seeds are reported back in done events as JSON ints).
 MAX_SEED = 2**31 - 1
 
 
@@ -41,34 +42,35 @@ class Sampler:
     def __init__(self, config: SamplerSettings) -> None:
         self.config = config
         self.seed = config.seed if config.seed > 0 else secrets.randbelow(MAX_SEED) + 1
-        self._generator = torch.Generator().manual_seed(self.seed)
+        self._generator = np.random.default_rng(self.seed)
 
-    def pick(self, logits: torch.Tensor, history: list[int]) -> int:
+    def pick(self, logits, history: list[int]) -> int:
         """The next token id given 1-D ``logits`` and the ids so far (prompt included)."""
         cfg = self.config
-        logits = logits.detach().float().cpu()
+        logits = np.array(logits, dtype=np.float64, copy=True).reshape(-1)
         if cfg.rep_pen > 1.0 and history and cfg.rep_pen_range != 0:
             recent = history[-cfg.rep_pen_range :] if cfg.rep_pen_range > 0 else history
-            ids = torch.tensor(sorted(set(recent)), dtype=torch.long)
+            ids = np.fromiter(set(recent), dtype=np.int64)
             scores = logits[ids]
-            logits[ids] = torch.where(scores > 0, scores / cfg.rep_pen, scores * cfg.rep_pen)
+            logits[ids] = np.where(scores > 0, scores / cfg.rep_pen, scores * cfg.rep_pen)
         if cfg.temperature <= 0:
-            return int(torch.argmax(logits))
+            return int(np.argmax(logits))
 
         logits = logits / cfg.temperature
-        if 0 < cfg.top_k < logits.numel():
-            values, ids = torch.topk(logits, cfg.top_k)
+        if 0 < cfg.top_k < logits.size:
+            ids = np.argpartition(-logits, cfg.top_k - 1)[: cfg.top_k]
         else:
-            values, ids = torch.sort(logits, descending=True)
-        probs = torch.softmax(values, dim=-1)
+            ids = np.arange(logits.size)
+        ids = ids[np.argsort(-logits[ids], kind="stable")]
+        values = logits[ids]
+        probs = np.exp(values - values[0])
+        probs /= probs.sum()
         if 0 < cfg.top_p < 1:
-            cumulative = torch.cumsum(probs, dim=-1)
             # Keep the smallest prefix whose mass reaches top_p (always at least one token).
-            keep = int(torch.searchsorted(cumulative, torch.tensor(cfg.top_p))) + 1
-            probs = probs[:keep]
+            keep = int(np.searchsorted(np.cumsum(probs), cfg.top_p)) + 1
+            probs = probs[:keep] / probs[:keep].sum()
             ids = ids[:keep]
-        choice = torch.multinomial(probs, 1, generator=self._generator)
-        return int(ids[choice])
+        return int(ids[self._generator.choice(len(ids), p=probs)])
 
 
 def sampler_settings(temperature, top_p, top_k, rep_pen, rep_pen_range, seed) -> SamplerSettings:

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from .engine import ATTENTION_FORMATS, PER_LAYER, Engine, RequestError
+from .engine_api import ATTENTION_FORMATS, PER_LAYER
+from .engine_api import EngineBase as Engine
+from .errors import RequestError
 from .generation import DoneRecord, TokenRecord
 
 #: Tokens generated when a request names no ``max_length``.
@@ -189,6 +191,7 @@ def done_event(record: DoneRecord) -> str:
         processed_prompt_tokens=record.processed_prompt_tokens,
         sampler_seed=record.sampler_seed,
         stop_sequence=record.stop_sequence,
+        kv=record.kv,
         timings={
             "prefill_s": record.prefill_s,
             "time_to_first_token_s": record.time_to_first_token_s,

@@ -53,6 +53,15 @@ class TokenText:
         )
         self._bytes = self._build_table(tokenizer)
 
+    @classmethod
+    def from_table(cls, table: list[bytes], special_ids) -> "TokenText":
+        """From each token's bytes (``b""`` for control tokens), e.g. read from llama.cpp."""
+        self = cls.__new__(cls)
+        self.vocab_size = len(table)
+        self.special_ids = frozenset(int(i) for i in special_ids)
+        self._bytes = list(table)
+        return self
+
     def _build_table(self, tokenizer) -> list[bytes]:
         pieces = tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
         added = {int(i) for i in getattr(tokenizer, "added_tokens_decoder", {})}

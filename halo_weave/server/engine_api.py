@@ -1,0 +1,188 @@
+"""What every engine behind the server offers, and the parts they share.
+
+Two engines serve the same wire protocol: :class:`halo_weave.server.engine.Engine`
+(transformers + torch, the reference, any Hugging Face checkpoint) and
+:class:`halo_weave.server.llamacpp.LlamaEngine` (llama.cpp, GGUF files, several times
+faster on a CPU).  Both subclass :class:`EngineBase`, which owns request validation,
+the one-generation-at-a-time lock, abort, and stop tokens; an engine adds its model
+facts (:meth:`EngineBase.describe`), tokenization, and a KV cache object (``kv``) with
+
+* ``sync(ids, should_stop) -> SyncReport | None``: make the cache hold exactly ``ids``
+  (reusing what it can, see :mod:`halo_weave.server.kv_surgery`); ``None`` if stopped;
+* ``step(ids, attention, per_layer) -> (logits, row)``: run ``ids`` after the cache;
+  ``logits`` of the last one (1-D NumPy), ``row`` the attention of the last query over
+  every cached position (``[positions]`` mean over layers and heads, or
+  ``[layers, heads, positions]``), ``None`` without attention.
+
+Importing this module loads neither torch nor llama.cpp.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from .errors import EngineBusy, RequestError
+from .generation import Generation, GenerationRequest
+from .sampling import sampler_settings
+
+AGGREGATED = "aggregated"
+PER_LAYER = "per_layer"
+ATTENTION_FORMATS = (AGGREGATED, PER_LAYER)
+
+#: Stop-token names looked up in the vocabulary besides the configured EOS ids.
+STOP_TOKEN_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
+
+#: ChatML, used when the model ships no template but has the ChatML tokens.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
+    "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+class EngineBase:
+    """Validation, locking and abort shared by the engines (see the module docstring).
+
+    Subclasses set ``name``, ``device``, ``context_size``, ``default_attention_format``,
+    ``text`` (a :class:`~halo_weave.server.tokens.TokenText`), ``stop_ids``, ``kv`` and
+    ``kind``, implement :meth:`encode`, :meth:`describe`, ``num_layers``, ``num_heads``,
+    and call :meth:`_init_locks` while initialising.
+    """
+
+    kind = "engine"
+    #: How prunes and insertions are applied: ``"surgery"`` or ``"exact"`` (re-run).
+    kv_mode = "surgery"
+
+    def _init_locks(self) -> None:
+        self._lock = threading.Lock()
+        self._tokenizer_lock = threading.Lock()
+        self._running: Generation | None = None
+
+    # ---------------------------------------------------------------- tokens
+
+    @property
+    def vocab_size(self) -> int:
+        return self.text.vocab_size
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        raise NotImplementedError
+
+    def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
+        """``(token_id, piece)`` pairs; pieces join to :meth:`detokenize` of the ids."""
+        with self._tokenizer_lock:
+            ids = self.encode(text, add_special_tokens=add_special_tokens)
+        return list(zip(ids, self.text.pieces(ids)))
+
+    def detokenize(self, ids) -> str:
+        """Text of ``ids`` (control tokens dropped); raises RequestError on bad ids."""
+        ids = self.check_ids(ids, allow_empty=True)
+        return self.text.decode(ids)
+
+    def check_ids(self, ids, *, allow_empty: bool = False) -> list[int]:
+        """``ids`` as a list of in-vocabulary ints, or :class:`RequestError`."""
+        if not isinstance(ids, (list, tuple)):
+            raise RequestError("token ids must be a list of integers")
+        if not ids and not allow_empty:
+            raise RequestError("token id list is empty")
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, int):
+                raise RequestError(f"token id {i!r} is not an integer")
+            if not 0 <= i < self.vocab_size:
+                raise RequestError(f"token id {i} is outside the vocabulary (0..{self.vocab_size - 1})")
+        return list(ids)
+
+    def describe(self) -> dict:
+        """Model facts for ``/api/v1/model`` (see :func:`halo_weave.server.app.model_info`)."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- generation
+
+    def generate(
+        self,
+        input_ids,
+        *,
+        max_length: int = 200,
+        temperature: float = 0.7,
+        top_p: float = 0.9,
+        top_k: int = 40,
+        rep_pen: float = 1.1,
+        rep_pen_range: int = 320,
+        sampler_seed: int = -1,
+        stop_sequence=(),
+        output_attentions: bool = True,
+        attention_format: str | None = None,
+        request_id: str | None = None,
+        wait_s: float = 0.0,
+    ) -> Generation:
+        """Start a generation; iterate it for ``TokenRecord``s then one ``DoneRecord``.
+
+        Raises :class:`RequestError` for invalid input and :class:`EngineBusy` when another
+        generation is still running after ``wait_s`` seconds.  Call ``.abort()`` on the
+        result (or :meth:`abort`) to stop it after the current token.
+        """
+        ids = self.check_ids(input_ids)
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+            raise RequestError("max_length must be a positive integer")
+        if len(ids) + max_length > self.context_size:
+            raise RequestError(
+                f"prompt of {len(ids)} tokens + max_length {max_length} exceeds the "
+                f"context size of {self.context_size} tokens"
+            )
+        fmt = attention_format or self.default_attention_format
+        if fmt not in ATTENTION_FORMATS:
+            raise RequestError(f"attention_format must be one of {list(ATTENTION_FORMATS)}")
+        request = GenerationRequest(
+            input_ids=ids,
+            max_length=max_length,
+            sampler=sampler_settings(temperature, top_p, top_k, rep_pen, rep_pen_range, sampler_seed),
+            stop_sequences=self._stop_strings(stop_sequence),
+            stop_ids=self.stop_ids | self._single_token_stops(stop_sequence),
+            attention=bool(output_attentions),
+            per_layer=fmt == PER_LAYER,
+            request_id=request_id,
+        )
+        acquired = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(False)
+        if not acquired:
+            raise EngineBusy("another generation is running; abort it or retry when it ends")
+        generation = Generation(self, request, release=self._release)
+        self._running = generation
+        return generation
+
+    def _release(self, generation: Generation) -> None:
+        if self._running is generation:
+            self._running = None
+            self._lock.release()
+
+    def abort(self, request_id: str | None = None) -> bool:
+        """Stop the running generation (only if its request id matches, when given)."""
+        running = self._running
+        if running is None:
+            return False
+        if request_id and running.request.request_id != request_id:
+            return False
+        running.abort()
+        return True
+
+    @property
+    def busy(self) -> bool:
+        return self._running is not None
+
+    def _stop_strings(self, stops) -> tuple[str, ...]:
+        if isinstance(stops, str):
+            stops = [stops]
+        if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) for s in stops):
+            raise RequestError("stop_sequence must be a list of strings")
+        return tuple(s for s in stops if s and not self._single_token_stops([s]))
+
+    def _single_token_stops(self, stops) -> set[int]:
+        """A stop string that is exactly one control token stops on that id (KoboldCPP)."""
+        if isinstance(stops, str):
+            stops = [stops]
+        found = set()
+        for s in stops if isinstance(stops, (list, tuple)) else ():
+            if isinstance(s, str) and s:
+                with self._tokenizer_lock:
+                    ids = self.encode(s)
+                if len(ids) == 1 and ids[0] in self.text.special_ids:
+                    found.add(ids[0])
+        return found

@@ -1,0 +1,78 @@
+"""Choose and load the engine the server runs: ``--engine llamacpp|transformers|auto``.
+
+``auto`` takes llama.cpp for a GGUF file (the bundled SmolLM2 included) when
+llama-cpp-python is installed, and transformers otherwise (a transformers model
+directory, a CUDA device, or no llama-cpp-python).  Each engine's heavy imports
+happen here, on demand: the llama.cpp path never imports torch.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from . import loader
+from .engine_api import AGGREGATED, EngineBase
+from .kv_surgery import KV_MODES, SURGERY
+
+log = logging.getLogger("halo_weave.server")
+
+AUTO, LLAMACPP, TRANSFORMERS = "auto", "llamacpp", "transformers"
+ENGINES = (AUTO, LLAMACPP, TRANSFORMERS)
+
+#: Shown when ``auto`` falls back to transformers for a GGUF file.
+FASTER_ENGINE_HINT = (
+    "llama-cpp-python is not installed, so this GGUF model runs on transformers; "
+    "`.venv/bin/pip install llama-cpp-python` (needs a C/C++ compiler, ~8 min) gives the "
+    "llama.cpp engine, several times faster."
+)
+
+
+def choose(kind: str, source: loader.ModelSource, device: str = "auto") -> str:
+    """The engine ``kind`` resolves to for ``source`` (``auto`` decided here)."""
+    if kind not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}")
+    if kind != AUTO:
+        return kind
+    if not source.gguf_file or device == "cuda":
+        return TRANSFORMERS
+    from .llamacpp import bindings
+
+    if bindings.available():
+        return LLAMACPP
+    log.warning(FASTER_ENGINE_HINT)
+    return TRANSFORMERS
+
+
+def load_engine(
+    kind: str = AUTO,
+    model: str | None = None,
+    *,
+    device: str = "auto",
+    context_size: int | None = None,
+    attention_format: str = AGGREGATED,
+    threads: int | None = None,
+    cache_model: bool = True,
+    kv_mode: str = SURGERY,
+) -> EngineBase:
+    """Load ``model`` (``None``: the bundled SmolLM2) on the engine ``kind`` names."""
+    if kv_mode not in KV_MODES:
+        raise ValueError(f"kv mode must be one of {KV_MODES}")
+    source = loader.resolve(model)
+    chosen = choose(kind, source, device)
+    if chosen == LLAMACPP:
+        if not source.gguf_file:
+            raise loader.ModelNotFound("the llama.cpp engine needs a .gguf file")
+        if device == "cuda":
+            raise ValueError("this llama.cpp engine runs on the CPU; use --engine transformers for CUDA")
+        from .llamacpp.engine import LlamaEngine
+
+        engine = LlamaEngine(source.path / source.gguf_file, context_size=context_size,
+                             threads=threads, attention_format=attention_format)
+    else:
+        from .engine import Engine
+
+        engine = Engine.load(model, device=device, context_size=context_size,
+                             attention_format=attention_format, cache_model=cache_model,
+                             threads=threads if device != "cuda" else None)
+    engine.kv.mode = kv_mode
+    return engine

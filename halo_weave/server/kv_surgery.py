@@ -1,0 +1,158 @@
+"""KV surgery: make the cache hold a new prompt without re-running the context behind it.
+
+A chat client resends the whole live context every turn.  Between turns it changes in
+three ways: new tokens at the end (a turn), spans taken out (a prune) and spans put
+back at their old place (a resurrection).  :func:`plan_edits` lines the cached ids up
+with the requested ones and returns the differences as :class:`Edit`\\ s; an engine then
+
+* drops a removed span's keys and values and moves the later ones back by its length
+  (RoPE rotations compose, so moving a key is a rotation: llama.cpp's ``seq_rm`` +
+  ``seq_add``, :func:`rotate_keys` for transformers);
+* for an inserted span moves the later keys forward by its length and runs only the
+  inserted tokens at their positions: they see what precedes them, and the states after
+  them were computed without them (the same approximation as a prune, the other way round);
+* runs new tokens at the end as usual.
+
+Re-running from the first edit is the exact path: chosen by the engine's ``kv_mode``
+(``"exact"``) or by :func:`prefer_exact` when the inserted spans cost nearly as much as
+re-running.  :class:`SyncReport` says what happened; it travels in the done event.
+
+Pure Python (torch is imported by :func:`rotate_keys` only).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import asdict, dataclass
+
+#: Tokens that must agree to line two spans up (shorter runs match by accident:
+#: chat framing repeats every turn).
+ANCHOR_TOKENS = 16
+
+#: Surgery runs the inserted spans; when that is at least this share of re-running
+#: everything after the first edit, re-running (exact) costs little more.
+EXACT_WHEN_INSERTED_SHARE = 0.5
+
+SURGERY = "surgery"
+EXACT = "exact"
+KV_MODES = (SURGERY, EXACT)
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Cached tokens ``[cached_start, cached_end)`` give way to requested ``[start, end)``.
+
+    Before an edit both sequences agree, so ``start`` is also where the edit sits in
+    the new sequence.  ``cached_end == cached_start``: a pure insertion; ``end ==
+    start``: a pure removal.
+    """
+
+    cached_start: int
+    cached_end: int
+    start: int
+    end: int
+
+    @property
+    def removed(self) -> int:
+        return self.cached_end - self.cached_start
+
+    @property
+    def inserted(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class SyncReport:
+    """How one prompt met the cache (token counts)."""
+
+    mode: str = "prefix"  # "prefix" (plain reuse), "surgery", "exact" (re-run from the first edit)
+    reused: int = 0  # cached tokens kept, moved or not
+    moved: int = 0  # of those, tokens whose position changed
+    dropped: int = 0  # cached tokens removed (pruned spans and a changed tail)
+    inserted: int = 0  # tokens run at their own place inside the context (surgery)
+    restored: int = 0  # inserted tokens taken from kept states instead of being run
+    appended: int = 0  # new tokens run at the end
+    rerun: int = 0  # tokens re-run because the exact path was taken
+    spans_removed: int = 0
+    spans_inserted: int = 0
+
+    @property
+    def computed(self) -> int:
+        """Prompt tokens the model ran."""
+        return self.inserted + self.appended + self.rerun
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_edits(cached: list[int], wanted: list[int], anchor: int = ANCHOR_TOKENS) -> list[Edit]:
+    """The edits that turn ``cached`` into ``wanted``, in order (empty if equal).
+
+    Runs of at least ``anchor`` equal tokens line the two up; the last edit may be a
+    tail (``cached_end == len(cached)`` and ``end == len(wanted)``): whatever follows
+    the last agreement.
+    """
+    nc, nw = len(cached), len(wanted)
+    edits: list[Edit] = []
+    index: dict[tuple, list[int]] | None = None
+    i = j = 0
+    while True:
+        while i < nc and j < nw and cached[i] == wanted[j]:
+            i += 1
+            j += 1
+        if i == nc or j == nw:
+            if i < nc or j < nw:
+                edits.append(Edit(i, nc, j, nw))
+            return edits
+        if index is None:
+            index = {}
+            for p in range(nc - anchor + 1):
+                index.setdefault(tuple(cached[p : p + anchor]), []).append(p)
+        found = None
+        for jj in range(j, nw - anchor + 1):
+            where = index.get(tuple(wanted[jj : jj + anchor]))
+            if where:
+                k = bisect_left(where, i)
+                if k < len(where):
+                    found = (where[k], jj)
+                    break
+        if found is None:
+            edits.append(Edit(i, nc, j, nw))
+            return edits
+        edits.append(Edit(i, found[0], j, found[1]))
+        i, j = found
+
+
+def split_tail(edits: list[Edit], cached_len: int, wanted_len: int) -> tuple[list[Edit], Edit | None]:
+    """``(middle edits, tail edit or None)``."""
+    if edits and edits[-1].cached_end == cached_len and edits[-1].end == wanted_len:
+        return edits[:-1], edits[-1]
+    return edits, None
+
+
+def prefer_exact(middle: list[Edit], wanted_len: int, inserted_cost: int | None = None) -> bool:
+    """Whether re-running from the first edit is the better way (see the module docstring)."""
+    if not middle:
+        return False
+    inserted = sum(e.inserted for e in middle) if inserted_cost is None else inserted_cost
+    rerun = wanted_len - middle[0].start
+    return inserted >= EXACT_WHEN_INSERTED_SHARE * rerun and inserted > 0
+
+
+def rotate_keys(keys, delta, inv_freq):
+    """RoPE-rotate ``keys`` ``[..., tokens, head_dim]`` by ``delta`` positions each (torch).
+
+    ``delta``: a 1-D tensor (one shift per token) or an int.  Uses the half-split layout
+    of Llama-family models (``rotate_half``), as transformers does.
+    """
+    import torch
+
+    n = keys.shape[-2]
+    if not torch.is_tensor(delta):
+        delta = torch.full((n,), int(delta), device=keys.device)
+    freqs = delta[:, None].to(torch.float32) * inv_freq.to(keys.device, torch.float32)[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(keys.dtype), emb.sin().to(keys.dtype)
+    half = keys.shape[-1] // 2
+    rotated = torch.cat((-keys[..., half:], keys[..., :half]), dim=-1)
+    return keys * cos + rotated * sin

@@ -1,0 +1,20 @@
+"""The llama.cpp engine (GGUF models): attention read out of llama.cpp's graph, KV surgery.
+
+* :mod:`.bindings` - llama-cpp-python's C API plus the ggml calls bound here;
+* :mod:`.cache` - the context as the server's KV cache: attention readout, cells,
+  surgery, kept spans;
+* :mod:`.engine` - :class:`LlamaEngine`, the engine the server serves.
+
+Importing this package loads nothing heavy; llama-cpp-python is imported when an
+engine is created.
+"""
+
+from __future__ import annotations
+
+
+def __getattr__(name: str):
+    if name == "LlamaEngine":
+        from .engine import LlamaEngine
+
+        return LlamaEngine
+    raise AttributeError(name)

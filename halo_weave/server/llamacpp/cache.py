@@ -1,0 +1,353 @@
+"""A llama.cpp context as the server's KV cache: attention readout and KV surgery.
+
+**Attention.**  With flash attention off, each layer's graph has a softmax node named
+``kq_soft_max-<layer>`` of shape ``[n_kv, n_tokens, n_head]``: the attention
+probabilities of every query head over the KV *cells* (padded to 256).  The evaluation
+callback asks for those nodes only while a token whose attention a client wants is
+decoded (prefill runs uncut), copies them into a preallocated array, and the row is
+then mapped from cells to positions.  Cells are not positions: after a prune the next
+tokens reuse the freed cells.  So the callback also reads, on every decode, which cells
+the batch's tokens were written to (the index source ``attn_inp_k_idxs`` of layer 0's
+``SET_ROWS`` node), and ``cells[p]`` keeps the cell of position ``p``.  A Python
+exception inside the callback would make ctypes answer "stop" and llama.cpp would then
+return zero logits as if nothing happened, so every exception is caught, kept, and
+raised after the decode.
+
+**Surgery** (see :mod:`halo_weave.server.kv_surgery`) on sequence 0, the live context:
+
+* removal: ``seq_rm`` the span, ``seq_add`` the rest back (llama.cpp re-rotates the keys);
+  the span's cells are moved to a *kept* sequence (2 .. ``n_seq_max - 1``) instead of
+  being freed, up to :data:`KEPT_TOKENS`;
+* insertion of a span that is kept: ``seq_add`` the later cells forward, move the kept
+  cells to their new positions and copy them into sequence 0 — no model run at all;
+* insertion of anything else: ``seq_add`` the later cells forward, ``seq_cp`` the prefix
+  into sequence 1, decode the span there at its positions (a decode below a sequence's
+  last position is refused), ``seq_cp`` it into sequence 0 and drop sequence 1.
+  Needs ``kv_unified`` (``seq_cp`` works on a unified cache only).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import kv_surgery
+from ..kv_surgery import EXACT, SURGERY, SyncReport
+from .bindings import Bindings
+
+log = logging.getLogger("halo_weave.server")
+
+LIVE_SEQ = 0
+SCRATCH_SEQ = 1
+FIRST_KEPT_SEQ = 2
+#: Sequences in the context: live, scratch, and one per kept span.
+N_SEQ = 16
+#: Tokens of pruned spans kept in the cache for a later resurrection (extra cells).
+KEPT_TOKENS = 2048
+
+SOFTMAX_PREFIX = b"kq_soft_max-"
+K_CACHE_LAYER0 = b"cache_k_l0 (view)"
+
+
+class DecodeError(RuntimeError):
+    """llama_decode refused a batch or the evaluation callback failed."""
+
+
+@dataclass
+class KeptSpan:
+    """Pruned tokens whose cells still hold their keys and values, in sequence ``seq``."""
+
+    seq: int
+    pos: int  # current position of ids[0] in its sequence
+    ids: tuple[int, ...]
+    cells: np.ndarray
+    age: int
+
+
+class LlamaCache:
+    """Sequence 0 of a llama.cpp context, mirrored by ``ids`` and ``cells``."""
+
+    def __init__(self, lib: Bindings, ctx, model, n_layer: int, n_head: int, n_cells: int,
+                 n_batch: int, n_vocab: int) -> None:
+        self.lib, self.L = lib, lib.llama
+        self.ctx, self.model = ctx, model
+        self.mem = self.L.llama_get_memory(ctx)
+        self.n_layer, self.n_head, self.n_vocab, self.n_batch = n_layer, n_head, n_vocab, n_batch
+        self.mode = SURGERY
+        self.keep_pruned = True
+        self.ids: list[int] = []
+        self.cells = np.zeros(0, dtype=np.int64)
+        self.kept: list[KeptSpan] = []
+        self._age = 0
+        self._batch = self.L.llama_batch_init(n_batch, 0, 1)
+        # Filled by the callback: per-layer softmax rows of the last query, and cell indices.
+        self._rows = np.zeros((n_layer, n_head, n_cells), dtype=np.float32)
+        self._scratch = np.zeros(n_head * n_cells, dtype=np.float32)
+        self._row_width = 0
+        self._layers_seen = 0
+        self._new_cells: list[np.ndarray] = []
+        self._idx_tensor: int | None = None
+        self._capture = False
+        self._error: BaseException | None = None
+        self._layout_checked = False
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------ the callback
+
+    def callback(self, tensor, ask, _user_data) -> bool:
+        """ggml's evaluation callback (see the module docstring); never raises."""
+        try:
+            if not self._layout_checked:
+                self.lib.check_layout(tensor)
+                self._layout_checked = True
+            lib = self.lib
+            name = lib.tensor_name(tensor)
+            if ask:
+                if name.startswith(SOFTMAX_PREFIX):
+                    return self._capture
+                if name == K_CACHE_LAYER0 and lib.tensor_op(tensor) == lib.op_set_rows:
+                    self._idx_tensor = lib.tensor_src(tensor, 1)
+                    return True
+                return False
+            if name.startswith(SOFTMAX_PREFIX):
+                n_kv, n_tok, n_head, _ = lib.tensor_shape(tensor)
+                layer = int(name[len(SOFTMAX_PREFIX):])
+                size = n_kv * n_tok * n_head
+                lib.read(tensor, self._scratch[:size])
+                block = self._scratch[:size].reshape(n_head, n_tok, n_kv)
+                self._rows[layer, :, :n_kv] = block[:, -1, :]
+                self._row_width = n_kv
+                self._layers_seen += 1
+            elif self._idx_tensor:
+                n = lib.tensor_shape(self._idx_tensor)[0]
+                found = np.zeros(n, dtype=np.int64)
+                lib.read(self._idx_tensor, found)
+                self._new_cells.append(found)
+                self._idx_tensor = None
+        except BaseException as exc:  # noqa: BLE001 - see the module docstring
+            self._error = self._error or exc
+        return True
+
+    # ------------------------------------------------------------ decoding
+
+    def _decode(self, ids: list[int], pos: int, seq: int, *, logits: bool, capture: bool = False) -> np.ndarray:
+        """Run ``ids`` at ``pos..`` in ``seq``; returns the cells they were written to."""
+        L, batch = self.L, self._batch
+        n = len(ids)
+        for i, token in enumerate(ids):
+            batch.token[i] = token
+            batch.pos[i] = pos + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq
+            batch.logits[i] = 1 if logits and i == n - 1 else 0
+        batch.n_tokens = n
+        self._new_cells, self._error, self._capture = [], None, capture
+        self._layers_seen = 0
+        try:
+            status = L.llama_decode(self.ctx, batch)
+        finally:
+            self._capture = False
+        if self._error is not None:
+            raise DecodeError(f"attention readout failed: {self._error!r}") from self._error
+        if status != 0:
+            raise DecodeError(f"llama_decode returned {status}")
+        cells = np.concatenate(self._new_cells) if self._new_cells else np.zeros(0, np.int64)
+        if len(cells) != n:
+            raise DecodeError(f"saw the cells of {len(cells)} of {n} tokens")
+        if capture and self._layers_seen < self.n_layer:
+            raise DecodeError(f"read attention from {self._layers_seen} of {self.n_layer} layers")
+        return cells
+
+    def _run(self, ids: list[int], pos: int, seq: int, should_stop=lambda: False) -> np.ndarray | None:
+        """Decode ``ids`` in batches without logits; ``None`` if stopped."""
+        found = []
+        for start in range(0, len(ids), self.n_batch):
+            if should_stop():
+                return None
+            found.append(self._decode(ids[start:start + self.n_batch], pos + start, seq, logits=False))
+        return np.concatenate(found) if found else np.zeros(0, np.int64)
+
+    def step(self, ids: list[int], *, attention: bool, per_layer: bool = False):
+        """Run ``ids`` after the context; ``(logits, row)`` (see :mod:`..engine_api`)."""
+        try:
+            pos = len(self.ids)
+            head = ids[:-1]
+            if head:
+                self._append(head, self._run(head, pos, LIVE_SEQ))
+            cells = self._decode(ids[-1:], len(self.ids), LIVE_SEQ, logits=True, capture=attention)
+            self._append(ids[-1:], cells)
+        except BaseException:
+            self.reset()
+            raise
+        ptr = self.L.llama_get_logits_ith(self.ctx, -1)
+        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+        if not attention:
+            return logits, None
+        rows = self._rows[:, :, self.cells]  # [layers, heads, positions]
+        if per_layer:
+            return logits, np.ascontiguousarray(rows)
+        return logits, rows.mean(axis=(0, 1), dtype=np.float64).astype(np.float32)
+
+    def _append(self, ids: list[int], cells: np.ndarray) -> None:
+        self.ids.extend(ids)
+        self.cells = np.concatenate([self.cells, cells])
+
+    def reset(self) -> None:
+        """Forget everything (also after a failed decode, which may leave half a step)."""
+        self.L.llama_memory_clear(self.mem, True)
+        self.ids, self.cells, self.kept = [], np.zeros(0, np.int64), []
+
+    # ------------------------------------------------------------ sync and surgery
+
+    def sync(self, ids: list[int], should_stop=lambda: False) -> SyncReport | None:
+        """Make sequence 0 hold exactly ``ids``, by surgery where it pays (``None``: stopped)."""
+        try:
+            return self._sync(ids, should_stop)
+        except BaseException:
+            self.reset()
+            raise
+
+    def _sync(self, ids: list[int], should_stop) -> SyncReport | None:
+        edits = kv_surgery.plan_edits(self.ids, ids)
+        middle, tail = kv_surgery.split_tail(edits, len(self.ids), len(ids))
+        report = SyncReport()
+        if middle:
+            to_run = sum(e.inserted for e in middle if self._kept_match(ids[e.start:e.end]) is None)
+            if self.mode == EXACT or kv_surgery.prefer_exact(middle, len(ids), to_run):
+                keep = middle[0].start
+                report.mode, report.reused = EXACT, keep
+                report.dropped = len(self.ids) - keep
+                self._truncate(keep)
+                report.rerun = len(ids) - keep
+                return report if self._extend(ids, should_stop) else None
+            report.mode = SURGERY
+            if not self._surgery(middle, ids, report, should_stop):
+                return None
+        if tail:
+            report.dropped += tail.removed
+            self._truncate(tail.start)
+        report.reused = len(self.ids) - report.inserted - report.restored
+        report.appended = len(ids) - len(self.ids)
+        return report if self._extend(ids, should_stop) else None
+
+    def _extend(self, ids: list[int], should_stop) -> bool:
+        rest = ids[len(self.ids):]
+        if not rest:
+            return True
+        cells = self._run(rest, len(self.ids), LIVE_SEQ, should_stop)
+        if cells is None:
+            return False
+        self._append(rest, cells)
+        return True
+
+    def _truncate(self, keep: int) -> None:
+        if keep < len(self.ids):
+            self.L.llama_memory_seq_rm(self.mem, LIVE_SEQ, keep, -1)
+            del self.ids[keep:]
+            self.cells = self.cells[:keep]
+
+    def _surgery(self, middle, ids, report: SyncReport, should_stop) -> bool:
+        L, mem = self.L, self.mem
+        for edit in middle:
+            s, removed, added = edit.start, edit.removed, edit.inserted
+            if removed:
+                self._park_or_drop(s, s + removed)
+                L.llama_memory_seq_rm(mem, LIVE_SEQ, s, s + removed)
+                report.dropped += removed
+                report.spans_removed += 1
+            if removed != added:
+                L.llama_memory_seq_add(mem, LIVE_SEQ, s + removed, -1, added - removed)
+                report.moved += len(self.ids) - s - removed
+            new_cells = np.zeros(0, np.int64)
+            if added:
+                span = ids[s:s + added]
+                new_cells = self._restore(span, s)
+                if new_cells is not None:
+                    report.restored += added
+                else:
+                    if should_stop():
+                        self.reset()
+                        return False
+                    new_cells = self._run_inserted(span, s)
+                    report.inserted += added
+                report.spans_inserted += 1
+            self.ids[s:s + removed] = ids[s:s + added]
+            self.cells = np.concatenate([self.cells[:s], new_cells, self.cells[s + removed:]])
+        return True
+
+    def _run_inserted(self, span: list[int], at: int) -> np.ndarray:
+        """Decode ``span`` at positions ``at..`` seeing only what precedes it."""
+        L, mem = self.L, self.mem
+        L.llama_memory_seq_rm(mem, SCRATCH_SEQ, -1, -1)
+        L.llama_memory_seq_cp(mem, LIVE_SEQ, SCRATCH_SEQ, 0, at)
+        try:
+            cells = self._run(span, at, SCRATCH_SEQ)
+            L.llama_memory_seq_cp(mem, SCRATCH_SEQ, LIVE_SEQ, at, at + len(span))
+        finally:
+            L.llama_memory_seq_rm(mem, SCRATCH_SEQ, -1, -1)
+        return cells
+
+    # ------------------------------------------------------------ kept states
+
+    def _park_or_drop(self, start: int, end: int) -> None:
+        """Keep the cells of positions ``[start, end)`` of sequence 0 in a kept sequence."""
+        n = end - start
+        if not self.keep_pruned or n <= 0 or n > KEPT_TOKENS:
+            return
+        while self.kept and (sum(len(k.ids) for k in self.kept) + n > KEPT_TOKENS
+                             or len({k.seq for k in self.kept}) >= N_SEQ - FIRST_KEPT_SEQ):
+            self._forget(min(self.kept, key=lambda k: k.age).seq)
+        used = {k.seq for k in self.kept}
+        seq = next(s for s in range(FIRST_KEPT_SEQ, N_SEQ) if s not in used)
+        self.L.llama_memory_seq_cp(self.mem, LIVE_SEQ, seq, start, end)
+        self._age += 1
+        self.kept.append(KeptSpan(seq, start, tuple(self.ids[start:end]), self.cells[start:end].copy(), self._age))
+
+    def _forget(self, seq: int) -> None:
+        self.L.llama_memory_seq_rm(self.mem, seq, -1, -1)
+        self.kept = [k for k in self.kept if k.seq != seq]
+
+    def _kept_match(self, span: list[int]) -> tuple[KeptSpan, int] | None:
+        """A kept span holding ``span`` as a contiguous run: ``(kept, offset)``."""
+        if not span:
+            return None
+        n, first = len(span), span[0]
+        wanted = tuple(span)
+        for kept in reversed(self.kept):
+            ids = kept.ids
+            for o in range(len(ids) - n + 1):
+                if ids[o] == first and ids[o:o + n] == wanted:
+                    return kept, o
+        return None
+
+    def _restore(self, span: list[int], at: int) -> np.ndarray | None:
+        """Bring kept cells holding ``span`` to positions ``at..`` of sequence 0, or None."""
+        match = self._kept_match(span)
+        if match is None:
+            return None
+        kept, offset = match
+        L, mem, n = self.L, self.mem, len(span)
+        delta = at - (kept.pos + offset)
+        if delta:
+            L.llama_memory_seq_add(mem, kept.seq, -1, -1, delta)
+            for other in self.kept:
+                if other.seq == kept.seq:
+                    other.pos += delta
+        L.llama_memory_seq_cp(mem, kept.seq, LIVE_SEQ, at, at + n)
+        L.llama_memory_seq_rm(mem, kept.seq, at, at + n)
+        cells = kept.cells[offset:offset + n].copy()
+        # What is left of the kept span stays kept, as up to two spans in the same sequence.
+        self.kept.remove(kept)
+        if offset:
+            self.kept.append(KeptSpan(kept.seq, kept.pos, kept.ids[:offset], kept.cells[:offset], kept.age))
+        if offset + n < len(kept.ids):
+            self.kept.append(KeptSpan(kept.seq, at + n, kept.ids[offset + n:], kept.cells[offset + n:], kept.age))
+        return cells
+
+    def close(self) -> None:
+        if self._batch is not None:
+            self.L.llama_batch_free(self._batch)
+            self._batch = None

@@ -1,0 +1,203 @@
+"""The llama.cpp engine: a GGUF model served with attention, quantized, at llama.cpp speed.
+
+Built on llama-cpp-python's low-level API (the high-level ``Llama`` class takes no
+evaluation callback).  The context is created with flash attention off (the softmax
+nodes the attention is read from only exist then), a unified KV cache and
+:data:`~.cache.N_SEQ` sequences (for insertions and kept spans, see :mod:`.cache`).
+Tokenization, stop tokens and generation behave as in the transformers engine; text
+pieces come from each token's bytes as llama.cpp stores them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from .. import loader
+from ..engine_api import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, STOP_TOKEN_NAMES, EngineBase
+from ..tokens import TokenText
+from . import bindings
+from .cache import KEPT_TOKENS, N_SEQ, LlamaCache
+
+log = logging.getLogger("halo_weave.server")
+
+#: Tokens per llama_decode call while prefilling.
+N_BATCH = 512
+#: ggml log levels relayed to our log (the others are debug, info and continuations).
+WARN_LEVEL, ERROR_LEVEL = 3, 4
+#: llama.cpp pads the KV cache to this many cells.
+CELL_PAD = 256
+
+
+class LlamaEngine(EngineBase):
+    """A GGUF model in llama.cpp (see the module docstring)."""
+
+    kind = "llamacpp"
+    device = "cpu"
+    loaded_from_cache = False
+
+    def __init__(self, path: Path, *, context_size: int | None = None, threads: int | None = None,
+                 attention_format: str = AGGREGATED) -> None:
+        if attention_format not in ATTENTION_FORMATS:
+            raise ValueError(f"attention format must be one of {ATTENTION_FORMATS}")
+        self._init_locks()
+        lib = bindings.load()
+        L = self.L = lib.llama
+        self._silence_logs()
+        params = L.llama_model_default_params()
+        params.n_gpu_layers = 0
+        model = L.llama_model_load_from_file(str(path).encode(), params)
+        if not model:
+            raise loader.ModelNotFound(f"llama.cpp cannot load {path}")
+        self.model = model
+        self.vocab = L.llama_model_get_vocab(model)
+        self.name = path.stem
+        self.default_attention_format = attention_format
+        trained = int(L.llama_model_n_ctx_train(model))
+        self.context_size = context_size or trained or 4096
+        if trained and self.context_size > trained:
+            log.warning("context size %d exceeds the model's trained %d", self.context_size, trained)
+        self._n_layer = int(L.llama_model_n_layer(model))
+        self._n_head = int(L.llama_model_n_head(model))
+        n_vocab = int(L.llama_vocab_n_tokens(self.vocab))
+        n_cells = -(-(self.context_size + KEPT_TOKENS) // CELL_PAD) * CELL_PAD
+
+        cp = L.llama_context_default_params()
+        cp.n_ctx = n_cells
+        cp.n_batch = cp.n_ubatch = N_BATCH
+        cp.n_seq_max = N_SEQ
+        cp.kv_unified = True
+        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        threads = threads or max(1, (os.cpu_count() or 2) - 1)
+        cp.n_threads = cp.n_threads_batch = threads
+        cache = LlamaCache.__new__(LlamaCache)  # the callback must exist before the context
+        self._callback = L.ggml_backend_sched_eval_callback(lambda t, ask, ud: cache.callback(t, ask, ud))
+        cp.cb_eval = self._callback
+        ctx = L.llama_init_from_model(model, cp)
+        if not ctx:
+            raise RuntimeError("llama.cpp could not create a context")
+        self.ctx = ctx
+        cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab)
+        self._kv = cache
+        self.threads = threads
+        self.text = TokenText.from_table(*self._token_table(n_vocab))
+        self.stop_ids = frozenset(self._find_stop_ids())
+
+    def _silence_logs(self) -> None:
+        L = self.L
+
+        def relay(level, text, _user_data) -> None:
+            if level in (WARN_LEVEL, ERROR_LEVEL) and text:
+                message = text.decode("utf-8", "replace").rstrip()
+                if message:
+                    log.warning("llama.cpp: %s", message)
+
+        self._log_callback = L.llama_log_callback(relay)
+        L.llama_log_set(self._log_callback, None)
+
+    # ---------------------------------------------------------------- tokens
+
+    def _token_table(self, n_vocab: int):
+        L, vocab = self.L, self.vocab
+        import ctypes
+
+        buf = ctypes.create_string_buffer(256)
+        table, special = [], set()
+        control = L.LLAMA_TOKEN_ATTR_CONTROL
+        for token in range(n_vocab):
+            if L.llama_vocab_get_attr(vocab, token) & control:
+                special.add(token)
+                table.append(b"")
+                continue
+            n = L.llama_token_to_piece(vocab, token, buf, len(buf), 0, False)
+            table.append(buf.raw[:n] if n > 0 else b"")
+        return table, special
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        import ctypes
+
+        data = text.encode("utf-8")
+        room = len(data) + 16
+        out = (ctypes.c_int32 * room)()
+        n = self.L.llama_tokenize(self.vocab, data, len(data), out, room, add_special_tokens, True)
+        if n < 0:  # more tokens than bytes: cannot happen for BPE, but size it and retry
+            out = (ctypes.c_int32 * -n)()
+            n = self.L.llama_tokenize(self.vocab, data, len(data), out, -n, add_special_tokens, True)
+        return list(out[:n])
+
+    def _token_text(self, token: int) -> str:
+        return (self.L.llama_vocab_get_text(self.vocab, token) or b"").decode("utf-8", "replace")
+
+    def _find_stop_ids(self) -> set[int]:
+        L, vocab = self.L, self.vocab
+        ids = {L.llama_vocab_eos(vocab), L.llama_vocab_eot(vocab)}
+        for token in self.text.special_ids:
+            if self._token_text(token) in STOP_TOKEN_NAMES or L.llama_vocab_is_eog(vocab, token):
+                ids.add(token)
+        return {i for i in ids if i >= 0}
+
+    # ---------------------------------------------------------------- model facts
+
+    @property
+    def num_layers(self) -> int:
+        return self._n_layer
+
+    @property
+    def num_heads(self) -> int:
+        return self._n_head
+
+    @property
+    def kv(self) -> LlamaCache:
+        return self._kv
+
+    def _meta(self, key: str) -> str | None:
+        import ctypes
+
+        buf = ctypes.create_string_buffer(256)
+        n = self.L.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", "replace") if n >= 0 else None
+
+    def describe(self) -> dict:
+        L, vocab = self.L, self.vocab
+        arch = self._meta("general.architecture") or "llama"
+        rope = self._meta(f"{arch}.rope.freq_base")
+        eot = self.template_tokens().get("<|im_end|>", L.llama_vocab_eot(vocab))
+        return {
+            "num_key_value_heads": int(L.llama_model_n_head_kv(self.model)),
+            "embedding_size": int(L.llama_model_n_embd(self.model)),
+            "max_trained_context": int(L.llama_model_n_ctx_train(self.model)),
+            "bos_token_id": _or_none(L.llama_vocab_bos(vocab)),
+            "eos_token_id": _or_none(L.llama_vocab_eos(vocab)),
+            "eot_token_id": eot if eot >= 0 and self.chat_template() else -1,
+            "rope_freq_base": float(rope) if rope else 10000.0,
+        }
+
+    def chat_template(self) -> str | None:
+        """The GGUF's chat template (ChatML when it has none but knows ChatML)."""
+        template = self.L.llama_model_chat_template(self.model, None)
+        if template:
+            return template.decode("utf-8", "replace")
+        texts = {self._token_text(t) for t in self.text.special_ids}
+        return CHATML_TEMPLATE if {"<|im_start|>", "<|im_end|>"} <= texts else None
+
+    def template_tokens(self) -> dict[str, int]:
+        template = self.chat_template() or ""
+        found = {}
+        for token in sorted(self.text.special_ids):
+            text = self._token_text(token)
+            if text and text in template:
+                found.setdefault(text, token)
+        return found
+
+    def close(self) -> None:
+        """Free the context and the model (the engine is unusable afterwards)."""
+        if getattr(self, "ctx", None):
+            self._kv.close()
+            self.L.llama_free(self.ctx)
+            self.L.llama_model_free(self.model)
+            self.ctx = self.model = None
+
+
+def _or_none(token: int) -> int | None:
+    return token if token >= 0 else None
