@@ -37,10 +37,13 @@ def choose(kind: str, source: loader.ModelSource, device: str = "auto") -> str:
         return TRANSFORMERS
     from .llamacpp import bindings
 
-    if bindings.available():
+    try:
+        bindings.load()
         return LLAMACPP
-    log.warning(FASTER_ENGINE_HINT)
-    return TRANSFORMERS
+    except bindings.LlamaUnavailable as exc:
+        log.debug("llama.cpp unavailable: %s", exc)
+        log.warning(FASTER_ENGINE_HINT)
+        return TRANSFORMERS
 
 
 def load_engine(

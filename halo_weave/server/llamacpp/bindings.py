@@ -61,12 +61,10 @@ class Bindings:
         self.op_soft_max = self._op_number(b"SOFT_MAX")
 
     def _op_number(self, name: bytes) -> int:
-        for op in range(256):
+        for op in range(128):  # stops at the match, before GGML_OP_COUNT
             found = self.ggml.ggml_op_name(op)
             if found == name:
                 return op
-            if found is None:
-                break
         raise LlamaUnavailable(f"this ggml has no {name.decode()} operation")
 
     def tensor_name(self, tensor: int) -> bytes:
@@ -116,10 +114,3 @@ def load() -> Bindings:
     ggml.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
     llama.llama_backend_init()
     return Bindings(llama, ggml)
-
-
-def available() -> bool:
-    """Whether llama-cpp-python can be imported here (without loading it)."""
-    import importlib.util
-
-    return importlib.util.find_spec("llama_cpp") is not None

@@ -1,0 +1,230 @@
+"""The two engines behind the server: same tokens, same attention, KV surgery close to exact."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import httpx
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CHAT = "<|im_start|>{}\n{}<|im_end|>\n"
+PARAGRAPHS = [
+    "My sister Ana moved to Lisbon last spring and opened a small bakery near the river.",
+    "She bakes custard tarts every morning at five, and the queue reaches the corner by seven.",
+    "Her dog, a grey whippet called Pavlov, sleeps under the counter and steals croissants.",
+    "Last week a food critic wrote that her almond cake was the best in the city.",
+    "Now she is thinking about a second shop, but she worries about finding good bakers.",
+    "I told her to hire the two students who helped her during the summer festival.",
+]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    from halo_weave.server.engines import load_engine
+
+    engine = load_engine("llamacpp", threads=1)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def transformers_engine():
+    from halo_weave.server.engines import load_engine
+
+    return load_engine("transformers", threads=1)
+
+
+def conversation(engine, turns: int = 6) -> tuple[list[int], list[tuple[int, int]]]:
+    """Ids of a chat and the ``[start, end)`` span of each turn."""
+    ids = [i for i, _ in engine.tokenize(CHAT.format("system", "You are a friendly assistant."))]
+    spans = []
+    for n in range(turns):
+        role = "user" if n % 2 == 0 else "assistant"
+        turn = [i for i, _ in engine.tokenize(CHAT.format(role, PARAGRAPHS[n % len(PARAGRAPHS)] * 2))]
+        spans.append((len(ids), len(ids) + len(turn)))
+        ids += turn
+    return ids, spans
+
+
+def question(engine, text: str = "Where did Ana move?") -> list[int]:
+    return [i for i, _ in engine.tokenize(CHAT.format("user", text) + "<|im_start|>assistant\n")]
+
+
+def first_token(engine, ids: list[int], per_layer: bool = False):
+    records = list(engine.generate(ids, max_length=1, temperature=0,
+                                   attention_format="per_layer" if per_layer else "aggregated"))
+    return records[0], records[-1]
+
+
+def next_token_distribution(engine, ids: list[int]) -> np.ndarray:
+    engine.kv.sync(ids[:-1])
+    logits, _ = engine.kv.step(ids[-1:], attention=False)
+    logits = np.asarray(logits, np.float64)
+    p = np.exp(logits - logits.max())
+    return p / p.sum()
+
+
+def kl(p: np.ndarray, q: np.ndarray) -> float:
+    return float(np.sum(p * (np.log(p + 1e-30) - np.log(q + 1e-30))))
+
+
+# ---------------------------------------------------------------- both engines agree
+
+
+def test_both_engines_tokenize_the_same_way(llama, transformers_engine):
+    for text in ["<|im_start|>user\nHi there! 😀 Ça va? 東京<|im_end|>\n", "  spaces\n\n\ttabs", PARAGRAPHS[0]]:
+        a, b = llama.tokenize(text), transformers_engine.tokenize(text)
+        assert a == b
+        assert "".join(piece for _, piece in a) == llama.detokenize([i for i, _ in a])
+
+
+def test_both_engines_pay_the_same_attention_to_a_prompt(llama, transformers_engine):
+    ids, _ = conversation(llama, 4)
+    ids += question(llama)
+    got, _ = first_token(llama, ids)
+    ref, _ = first_token(transformers_engine, ids)
+    assert got.token_id == ref.token_id
+    assert got.attention.shape == ref.attention.shape == (len(ids),)
+    assert np.corrcoef(got.attention, ref.attention)[0, 1] > 0.99
+    assert np.abs(got.attention - ref.attention).max() < 0.02
+
+    got, _ = first_token(llama, ids, per_layer=True)
+    ref, _ = first_token(transformers_engine, ids, per_layer=True)
+    assert got.attention.shape == ref.attention.shape == (30, 9, len(ids))
+    np.testing.assert_allclose(got.attention.sum(axis=-1), 1.0, atol=1e-4)
+    assert np.corrcoef(got.attention.ravel(), ref.attention.ravel())[0, 1] > 0.98
+
+
+# ---------------------------------------------------------------- surgery, llama.cpp
+
+
+def test_a_prune_runs_only_the_new_tokens_and_stays_close_to_exact(llama):
+    ids, spans = conversation(llama)
+    a, b = spans[1]
+    q = question(llama)
+    llama.kv.reset()
+    first_token(llama, ids + question(llama, "Who is Pavlov?"))
+    pruned = ids[:a] + ids[b:] + q
+    record, done = first_token(llama, pruned)
+    assert done.kv["mode"] == "surgery" and done.kv["spans_removed"] == 1
+    assert done.kv["dropped"] >= b - a
+    assert done.processed_prompt_tokens <= len(q) + 1  # the question, never the context
+    # Attention is over positions of the request, cells mapped back to positions.
+    assert record.attention.shape == (len(pruned),)
+    assert abs(float(record.attention.sum()) - 1.0) < 1e-4
+
+    surgery = next_token_distribution(llama, pruned)
+    llama.kv.reset()
+    exact = next_token_distribution(llama, pruned)
+    assert kl(exact, surgery) < 0.05
+    assert exact.argmax() == surgery.argmax()
+    exact_record, _ = first_token(llama, pruned)
+    assert np.corrcoef(record.attention, exact_record.attention)[0, 1] > 0.999
+
+
+def test_resurrecting_a_recently_pruned_span_runs_nothing(llama):
+    ids, spans = conversation(llama)
+    a, b = spans[1]
+    q = question(llama)
+    llama.kv.reset()
+    first_token(llama, ids + q)
+    first_token(llama, ids[:a] + ids[b:] + q)  # prune: the span's cells are kept
+    record, done = first_token(llama, ids + q)  # resurrect it in place
+    assert done.kv["restored"] == b - a and done.kv["inserted"] == 0
+    assert done.processed_prompt_tokens == 1
+    assert record.attention.shape == (len(ids + q),)
+    assert record.attention[a:b].sum() > 0  # the restored tokens are attended to again
+
+
+def test_an_insertion_without_kept_state_runs_only_the_span(llama):
+    ids, spans = conversation(llama)
+    a, b = spans[2]
+    q = question(llama)
+    llama.kv.reset()
+    first_token(llama, ids[:a] + ids[b:] + q)  # prefilled without the span: nothing kept
+    record, done = first_token(llama, ids + q)
+    assert done.kv["inserted"] == b - a and done.kv["restored"] == 0
+    assert done.processed_prompt_tokens == b - a + 1
+    surgery = next_token_distribution(llama, ids + q)
+    llama.kv.reset()
+    assert kl(next_token_distribution(llama, ids + q), surgery) < 0.05
+
+
+def test_exact_mode_re_runs_from_the_first_change(llama):
+    ids, spans = conversation(llama)
+    a, b = spans[1]
+    q = question(llama)
+    llama.kv.reset()
+    llama.kv.mode = "exact"
+    try:
+        first_token(llama, ids + q)
+        _, done = first_token(llama, ids[:a] + ids[b:] + q)
+    finally:
+        llama.kv.mode = "surgery"
+    # Turns start alike (<|im_start|>), so the common prefix may reach a token past `a`.
+    assert done.kv["mode"] == "exact" and a <= done.kv["reused"] <= a + 2
+    assert done.processed_prompt_tokens == len(ids) - (b - a) + len(q) - done.kv["reused"]
+
+
+# ---------------------------------------------------------------- surgery, transformers
+
+
+def test_transformers_prunes_and_inserts_by_rotating_keys(transformers_engine):
+    engine = transformers_engine
+    ids, spans = conversation(engine)
+    a, b = spans[1]
+    q = question(engine)
+    engine.kv.reset()
+    engine.kv.sync(ids + q[:-1])
+    pruned = ids[:a] + ids[b:] + q
+    report = engine.kv.sync(pruned[:-1])
+    assert report.mode == "surgery" and report.computed == 0 and report.dropped == b - a
+    surgery = next_token_distribution(engine, pruned)
+    engine.kv.reset()
+    exact = next_token_distribution(engine, pruned)
+    assert kl(exact, surgery) < 0.05 and exact.argmax() == surgery.argmax()
+
+    report = engine.kv.sync((ids + q)[:-1])  # put the span back: only it runs
+    assert report.inserted == b - a and report.computed == b - a
+    surgery = next_token_distribution(engine, ids + q)
+    engine.kv.reset()
+    assert kl(next_token_distribution(engine, ids + q), surgery) < 0.05
+
+
+# ---------------------------------------------------------------- choosing the engine
+
+
+def test_without_llama_cpp_the_server_runs_on_transformers_and_says_how_to_get_it(tmp_path):
+    fake = tmp_path / "llama_cpp"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('no compiler on this machine')\n")
+    (fake / "llama_cpp.py").write_text("")
+    from halo_weave.server.launcher import start_server
+
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    server = start_server(port=0, extra_args=["--threads", "1"], env={"PYTHONPATH": path})
+    try:
+        url = server.wait_ready(timeout=300)
+        info = httpx.get(f"{url}/api/v1/model", timeout=30).json()
+        assert info["engine"] == "transformers"
+        assert any("pip install llama-cpp-python" in line for line in server.log)
+    finally:
+        server.stop()
+
+
+def test_the_default_server_runs_llama_cpp_and_reports_what_it_reused(server):
+    with httpx.Client(base_url=server.url, timeout=60) as http:
+        assert http.get("/api/v1/model").json()["engine"] == "llamacpp"
+        ids = http.post("/api/v1/tokenize", json={"text": CHAT.format("user", PARAGRAPHS[0])}).json()["token_ids"]
+        for _ in range(2):
+            with http.stream("POST", "/api/extra/generate/stream",
+                             json={"input_ids": ids, "max_length": 2, "output_attentions": True}) as response:
+                lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+        done = json.loads(lines[-1][len("data: "):])
+    assert done["type"] == "done"
+    assert done["kv"]["reused"] == len(ids) - 1 and done["processed_prompt_tokens"] == 1
+
