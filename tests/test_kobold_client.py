@@ -102,7 +102,7 @@ def test_stop_sequence_stops_early(client):
 
 
 def test_eos_ends_with_stop_and_is_not_shown(client):
-    ids = prompt_ids(client, "Reply with just the word yes.")
+    ids = prompt_ids(client, "Say hello.")  # ends within 40 tokens on both engines (greedy)
     stream = client.stream(input_ids=ids, max_length=40, temperature=0)
     run(stream)
     assert stream.done.finish_reason == "stop"

@@ -14,7 +14,8 @@ Two ways to reuse the cache when the context changed in the middle (a prune):
 ``shift``
     KoboldCPP's "ContextShift" / llama.cpp's ``seq_rm`` + ``seq_add``: drop the pruned
     tokens' keys and values and rotate the later keys back by the gap (RoPE rotations
-    compose), so only new tokens are run.  The approximation: hidden states of tokens
+    compose, :func:`halo_weave.server.kv_surgery.rotate_keys`, the server's own code),
+    so only new tokens are run.  The approximation: hidden states of tokens
     after the gap were computed while the pruned tokens were still visible.  An insertion
     in the middle (a resurrection) falls back to ``exact``.
 
@@ -137,26 +138,18 @@ class ModelAttention:
             return False
         if [self._ids[i] for i in keep] != list(ids[: len(keep)]):
             return False
+        from halo_weave.server.kv_surgery import rotate_keys
+
         index = torch.tensor(keep, dtype=torch.long, device=self.device)
         delta = torch.arange(len(keep), device=self.device) - index  # new - old position
-        cos, sin = self._rotation(delta)
+        inv_freq = self.model.model.rotary_emb.inv_freq
         for layer in self._cache.layers:
-            k = layer.keys.index_select(-2, index)
-            layer.keys = k * cos + _rotate_half(k) * sin
+            layer.keys = rotate_keys(layer.keys.index_select(-2, index), delta, inv_freq)
             layer.values = layer.values.index_select(-2, index)
         self._ids = [self._ids[i] for i in keep]
         self._keys = [self._keys[i] for i in keep]
         self.stats.shifts += 1
         return True
-
-    def _rotation(self, delta):
-        import torch
-
-        rotary = self.model.model.rotary_emb
-        freqs = delta[:, None].to(torch.float32) * rotary.inv_freq.to(delta.device, torch.float32)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        dtype = self._cache.layers[0].keys.dtype
-        return emb.cos().to(dtype)[None, None], emb.sin().to(dtype)[None, None]
 
     def _run(self, ids: list[int], keys: list, *, attention: bool):
         """Feed ids after the cache; returns mean attention rows [len(ids), keys] or None."""
@@ -223,13 +216,6 @@ class ModelAttention:
         self.stats.calls += 1
         self.stats.seconds += time.perf_counter() - started
         return out
-
-
-def _rotate_half(x):
-    import torch
-
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class EngineAttention:
