@@ -1,19 +1,28 @@
-"""Figures for the attention server and client (issue 3).
+"""Figures for the attention server: both engines side by side (issues 3 and 14).
 
-* ``attention_stream_tokens_per_s`` vs ``plain_generate_tokens_per_s``: decode rate of
-  the real server streaming aggregated attention over HTTP, against the same model's
-  plain transformers ``generate()`` (sdpa, no attention) in-process, same prompt, same
-  length, same thread count; ``attention_slowdown`` is their ratio (goal <= 1.3).
-* ``ttft_followup_reuse_s`` vs ``ttft_followup_no_reuse_s``: time to first token of a
-  follow-up turn on a ~1.5k-token conversation, with the KV prefix reused and after the
-  cache was evicted by an unrelated request (goal: ratio >= 5).
-* ``client_event_ms_*``: client cost per token event (SSE parse + JSON + base64 decode
-  + aggregation), aggregated at 8k context and per_layer at 30 x 9 x 2048.
-* ``start_to_ready_cold_s`` / ``_warm_s``: server start to ready line with an empty
-  model cache and with the dequantized model cached.
+For each engine (``llamacpp``, ``transformers``; same thread count, one server at a time):
 
-Usage: ``python scripts/bench_server.py [--json] [--tokens 64] [--threads N]``; the
-last line of output is one JSON object of figures.
+* ``decode_ms_attention_{1k,2k,8k}``: ms per generated token streamed with aggregated
+  attention through the server, at that context;
+* ``decode_ms_plain_2k``: the same engine with no attention read out, at its fastest
+  setting, in-process (llama.cpp: a context without the callback, flash attention
+  auto; transformers: ``generate()`` with sdpa);
+* ``ttft_followup_s`` / ``ttft_after_prune_s`` / ``ttft_after_resurrect_s``: time to
+  first token of a follow-up turn on a ~2k-token chat (a plain one, one whose request
+  also drops the oldest chunk, and one that brings back a chunk from the first third
+  that was pruned two turns earlier), with the done event's ``kv`` report;
+* ``start_to_ready_cold_s`` / ``_warm_s`` (default engine): server start to ready line
+  with an empty model cache, then again.
+
+Top-level keys: ``engine_speedup`` (llama.cpp / transformers tokens/s, attention on, 2k),
+``llamacpp_attention_slowdown`` (plain / attention tokens/s, 2k),
+``ttft_after_prune_ratio`` and ``ttft_after_resurrect_ratio`` (default engine, each /
+the plain follow-up's TTFT), with the surgery's KL and top-1 agreement against an exact
+re-prefill from ``bench_kv_surgery.py`` beside them (``--surgery-cases``), and the
+client's per-event cost (``client_event_ms_*``).
+
+Usage: ``python scripts/bench_server.py [--json] [--threads 2] [--engines llamacpp,transformers]
+[--contexts 1024,2048,8000] [--tokens 32]``; the last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -32,100 +41,211 @@ import httpx_sse
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from halo_weave.kobold_client import KoboldClient  # noqa: E402
 from halo_weave.server.launcher import start_server  # noqa: E402
 
+DEFAULT_ENGINE = "llamacpp"
 CHAT = "<|im_start|>{}\n{}<|im_end|>\n"
-FOLLOWUP_CONTEXT_TOKENS = 1500
 EVENT_REPEATS = 40
+CHAT_CONTEXT_TOKENS = 2048
 PARAGRAPH = (
     "The lighthouse keeper wrote in his log every evening: the colour of the sea, the ships "
     "that passed, the birds that rested on the rail, and the letters he meant to send home. "
 )
+TOPICS = ["the storm of March", "his daughter Ines", "the broken lens", "the supply boat",
+          "the seal colony", "the winter fog", "the new radio", "the old captain", "the garden",
+          "the inspector's visit", "the shipwreck", "the lamp oil", "the cat", "the logbook",
+          "the festival", "the long night", "the gull chicks", "the painter", "the letters"]
 
 
-def measure_start(cache: Path, threads: int) -> float:
+def measure_start(cache: Path, threads: int, engine: str) -> float:
     started = time.perf_counter()
-    process = start_server(port=0, extra_args=["--threads", str(threads)], env={"HALO_WEAVE_CACHE": str(cache)})
+    process = start_server(port=0, extra_args=["--threads", str(threads), "--engine", engine],
+                           env={"HALO_WEAVE_CACHE": str(cache)})
     try:
         process.wait_ready(timeout=600)
         return time.perf_counter() - started
     finally:
-        # Let the background cache write finish before stopping a cold server.
-        deadline = time.monotonic() + 120
-        while not list(cache.glob("models/*/halo-weave-complete")) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        if engine == "transformers":  # let the background cache write finish
+            deadline = time.monotonic() + 120
+            while not list(cache.glob("models/*/halo-weave-complete")) and time.monotonic() < deadline:
+                time.sleep(0.5)
         process.stop()
 
 
-def conversation_ids(client: KoboldClient, tokens: int) -> list[int]:
+def ids_of(client: KoboldClient, text: str) -> list[int]:
+    return [i for i, _ in client.tokenize(text)]
+
+
+def filler(client: KoboldClient, tokens: int) -> list[int]:
     ids: list[int] = []
     turn = 0
     while len(ids) < tokens:
         role = "user" if turn % 2 == 0 else "assistant"
-        ids += [i for i, _ in client.tokenize(CHAT.format(role, PARAGRAPH * 2))]
+        ids += ids_of(client, CHAT.format(role, f"About {TOPICS[turn % len(TOPICS)]}: " + PARAGRAPH * 2))
         turn += 1
     return ids[:tokens]
 
 
-def ttft(client: KoboldClient, ids: list[int]) -> tuple[float, dict]:
-    stream = client.stream(input_ids=ids, max_length=1, output_attentions=True, temperature=0)
-    list(stream)
-    return stream.done.time_to_first_token_s, stream.done.raw
+def stream(client: KoboldClient, ids: list[int], max_length: int, **kw):
+    s = client.stream(input_ids=ids, max_length=max_length, output_attentions=True, **kw)
+    list(s)
+    return s
 
 
-def bench_server(url: str, tokens: int) -> dict:
-    figures = {}
-    with KoboldClient(url) as client:
-        prompt = [i for i, _ in client.tokenize(
-            CHAT.format("user", "Tell me a long story about a lighthouse keeper.") + "<|im_start|>assistant\n")]
-        rates = []
-        for seed in (11, 12):
-            stream = client.stream(input_ids=prompt, max_length=tokens, temperature=0.8, sampler_seed=seed,
-                                   output_attentions=True, attention_format="aggregated")
-            list(stream)
-            rates.append((stream.done.tokens_per_s, len(stream.tokens)))
-        figures["attention_stream_tokens_per_s"] = round(max(r for r, _ in rates), 2)
-        figures["attention_stream_tokens"] = max(n for _, n in rates)
-
-        context = conversation_ids(client, FOLLOWUP_CONTEXT_TOKENS)
-        followup = context + [i for i, _ in client.tokenize(
-            CHAT.format("user", "What did the keeper write about?") + "<|im_start|>assistant\n")]
-        ttft(client, context)  # the previous turn: fills the cache
-        reuse_s, reuse_raw = ttft(client, followup)
-        ttft(client, [followup[1]] * 8)  # an unrelated request evicts the prefix
-        full_s, full_raw = ttft(client, followup)
-        figures.update(
-            followup_context_tokens=len(followup),
-            ttft_followup_reuse_s=round(reuse_s, 3),
-            ttft_followup_no_reuse_s=round(full_s, 3),
-            ttft_reuse_speedup=round(full_s / reuse_s, 1),
-            reuse_processed_prompt_tokens=reuse_raw.get("processed_prompt_tokens"),
-            no_reuse_processed_prompt_tokens=full_raw.get("processed_prompt_tokens"),
-        )
-    return figures, prompt
+def decode_ms(client: KoboldClient, context: int, tokens: int) -> dict:
+    """ms/token with attention at ``context`` (prefill not counted)."""
+    prompt = ids_of(client, CHAT.format("user", "Tell me a long story about a lighthouse keeper.")
+                    + "<|im_start|>assistant\n")
+    ids = filler(client, context - len(prompt)) + prompt
+    best = None
+    for seed in (11, 12):
+        s = stream(client, ids, tokens, temperature=0.8, sampler_seed=seed)
+        if len(s.tokens) >= 8 and (best is None or s.done.tokens_per_s > best[0]):
+            best = (s.done.tokens_per_s, len(s.tokens))
+    if best is None:
+        return {"context": len(ids), "ms": None}
+    return {"context": len(ids), "ms": round(1000 / best[0], 2), "tokens": best[1]}
 
 
-def bench_plain_generate(prompt: list[int], tokens: int, threads: int) -> float:
-    """Decode rate of transformers' own generate(): (n - 1) tokens after the first."""
+def chat_ttft(client: KoboldClient) -> dict:
+    """TTFT of a plain follow-up, after a prune, after a resurrection (see the docstring)."""
+    system = ids_of(client, CHAT.format("system", "You are the lighthouse keeper's assistant."))
+    turns: list[list[int]] = []
+    n = 0
+    while len(system) + sum(map(len, turns)) < CHAT_CONTEXT_TOKENS - 200:
+        role = "user" if n % 2 == 0 else "assistant"
+        turns.append(ids_of(client, CHAT.format(role, f"About {TOPICS[n % len(TOPICS)]}: " + PARAGRAPH)))
+        n += 1
+    live = list(range(len(turns)))
+
+    def exchange(k: int) -> list[int]:
+        q = f"Question {k}: what happened with {TOPICS[(k * 5) % len(TOPICS)]}?"
+        a = f"Answer {k}: it is written in the log, page {k * 7}."
+        return (ids_of(client, CHAT.format("user", q)) + ids_of(client, CHAT.format("assistant", a)))
+
+    def request(extra_turns: list[int]):
+        ids = list(system)
+        for i in live:
+            ids += turns[i]
+        question = ids_of(client, CHAT.format("user", f"And then, part {len(extra_turns)}?") + "<|im_start|>assistant\n")
+        return ids + [t for k in extra_turns for t in exchange(k)] + question
+
+    def ttft(ids):
+        s = stream(client, ids, 1, temperature=0)
+        return s.done.time_to_first_token_s, s.done.raw
+
+    history: list[int] = []
+    ttft(request(history))  # fills the cache
+    history.append(0)
+    ttft(request(history))  # warm-up follow-up
+    history.append(1)
+    plain_s, plain_raw = ttft(request(history))
+    # Prune the oldest chunk (the first turn after the system prompt) with the next turn.
+    live.remove(0)
+    history.append(2)
+    prune_s, prune_raw = ttft(request(history))
+    # Prune a chunk in the first third; two turns later, resurrect it in place.
+    victim = live[len(live) // 4]
+    live.remove(victim)
+    history.append(3)
+    second_prune_s, _ = ttft(request(history))
+    history.append(4)
+    ttft(request(history))
+    live.append(victim)
+    live.sort()
+    history.append(5)
+    resurrect_s, resurrect_raw = ttft(request(history))
+    history.append(6)
+    plain2_s, _ = ttft(request(history))
+    plain = min(plain_s, plain2_s)
+    return {
+        "context_tokens": len(request(history)),
+        "ttft_followup_s": round(plain, 3),
+        "ttft_after_prune_s": round(prune_s, 3),
+        "ttft_after_second_prune_s": round(second_prune_s, 3),
+        "ttft_after_resurrect_s": round(resurrect_s, 3),
+        "resurrected_tokens": len(turns[victim]),
+        "kv_followup": plain_raw.get("kv"),
+        "kv_after_prune": prune_raw.get("kv"),
+        "kv_after_resurrect": resurrect_raw.get("kv"),
+    }
+
+
+def bench_engine(engine: str, threads: int, contexts: list[int], tokens: int, say) -> dict:
+    figures: dict = {"load_average_1m": round(os.getloadavg()[0], 2)}
+    process = start_server(port=0, extra_args=["--threads", str(threads), "--engine", engine])
+    try:
+        process.wait_ready(timeout=600)
+        with KoboldClient(process.url) as client:
+            for context in contexts:
+                result = decode_ms(client, context, tokens)
+                key = f"{round(context / 1024)}k" if context >= 1000 else str(context)
+                figures[f"decode_ms_attention_{key}"] = result["ms"]
+                figures[f"decode_context_{key}"] = result["context"]
+                say(engine, key, result)
+            figures.update(chat_ttft(client))
+            say(engine, "chat", figures)
+    finally:
+        process.stop()
+    figures["decode_ms_plain_2k"] = round(plain_decode_ms(engine, threads, 2048, tokens), 2)
+    figures["load_average_1m_end"] = round(os.getloadavg()[0], 2)
+    return figures
+
+
+def plain_decode_ms(engine: str, threads: int, context: int, tokens: int) -> float:
+    """ms/token of the engine with no attention read out, at its fastest setting, in-process."""
+    ids = [(i * 7919) % 40000 + 100 for i in range(context)]
+    if engine == "llamacpp":
+        import llama_cpp.llama_cpp as L
+
+        from halo_weave.server.loader import resolve
+
+        source = resolve(None)
+        L.llama_backend_init()
+        model = L.llama_model_load_from_file(str(source.path / source.gguf_file).encode(), L.llama_model_default_params())
+        cp = L.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch = context + tokens + 256, 512, 512
+        cp.n_threads = cp.n_threads_batch = threads
+        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_AUTO
+        ctx = L.llama_init_from_model(model, cp)
+        batch = L.llama_batch_init(512, 0, 1)
+
+        def decode(chunk, pos, logits):
+            batch.n_tokens = len(chunk)
+            for i, t in enumerate(chunk):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = t, pos + i, 1
+                batch.seq_id[i][0] = 0
+                batch.logits[i] = int(logits and i == len(chunk) - 1)
+            assert L.llama_decode(ctx, batch) == 0
+
+        for s in range(0, context, 512):
+            decode(ids[s:s + 512], s, s + 512 >= context)
+        started = time.perf_counter()
+        for k in range(tokens):
+            decode([5 + k], context + k, True)
+        ms = (time.perf_counter() - started) * 1000 / tokens
+        L.llama_batch_free(batch)
+        L.llama_free(ctx)
+        L.llama_model_free(model)
+        return ms
     import torch
 
     from halo_weave.server.engine import Engine
 
-    engine = Engine.load(device="cpu", threads=threads, cache_model=False)
-    model = engine.model
-    model.set_attn_implementation("sdpa")
-    ids = torch.tensor([prompt])
+    hf = Engine.load(device="cpu", threads=threads)
+    hf.model.set_attn_implementation("sdpa")
+    prompt = torch.tensor([ids])
     with torch.inference_mode():
-        model.generate(ids, max_new_tokens=2, do_sample=False)  # warm-up
         start = time.perf_counter()
-        model.generate(ids, max_new_tokens=1, min_new_tokens=1, do_sample=False)
+        hf.model.generate(prompt, max_new_tokens=1, min_new_tokens=1, do_sample=False)
         first = time.perf_counter() - start
         start = time.perf_counter()
-        model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
+        hf.model.generate(prompt, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False)
         total = time.perf_counter() - start
-    return (tokens - 1) / (total - first)
+    return (total - first) * 1000 / (tokens - 1)
 
 
 def _sse_bytes(payload: dict, repeats: int) -> bytes:
@@ -146,13 +266,13 @@ def client_event_ms(shape: tuple[int, ...]) -> float:
                "context_length": shape[-1], "encoding": "base64", "dtype": "float32",
                "data": base64.b64encode(values.astype("<f4").tobytes()).decode()}
     body = _sse_bytes(payload, EVENT_REPEATS)
-    stream = GenerationStream(KoboldClient("http://unused"), {"request_id": "bench"})
-    stream._prompt_tokens = None  # context length checked by shape only
+    stream_ = GenerationStream(KoboldClient("http://unused"), {"request_id": "bench"})
+    stream_._prompt_tokens = None  # context length checked by shape only
     response = httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
     start = time.perf_counter()
     count = 0
     for sse in httpx_sse.EventSource(response).iter_sse():
-        for event in stream._handle(sse):
+        for event in stream_._handle(sse):
             assert event.attention is not None and event.attention.shape == (shape[-1],)
             count += 1
     return (time.perf_counter() - start) * 1000 / count
@@ -161,37 +281,57 @@ def client_event_ms(shape: tuple[int, ...]) -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print only the JSON figures line")
-    parser.add_argument("--tokens", type=int, default=64, help="tokens per decode-rate run")
-    parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    parser.add_argument("--tokens", type=int, default=32, help="tokens per decode-rate run")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--engines", default="llamacpp,transformers")
+    parser.add_argument("--contexts", default="1024,2048,8000")
+    parser.add_argument("--surgery-cases", type=int, default=4, help="LoCoMo cases for KL/top-1 (0: skip)")
     parser.add_argument("--skip-start", action="store_true", help="skip the cold/warm start figures")
     args = parser.parse_args(argv)
     os.environ["HF_HUB_OFFLINE"] = "1"
-    say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr))
-    figures: dict = {"threads": args.threads, "cpu_count": os.cpu_count(),
+    say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    engines = args.engines.split(",")
+    contexts = [int(c) for c in args.contexts.split(",")]
+    figures: dict = {"threads": args.threads, "cpu_count": os.cpu_count(), "default_engine": DEFAULT_ENGINE,
                      "load_average_1m": round(os.getloadavg()[0], 2)}
-
     figures["client_event_ms_aggregated_8k"] = round(client_event_ms((8192,)), 3)
     figures["client_event_ms_per_layer_30x9x2048"] = round(client_event_ms((30, 9, 2048)), 3)
-    say("client figures", figures)
 
     with tempfile.TemporaryDirectory(prefix="hw-bench-cache-") as tmp:
         cache = Path(tmp)
         if not args.skip_start:
-            figures["start_to_ready_cold_s"] = round(measure_start(cache, args.threads), 2)
-            figures["start_to_ready_warm_s"] = round(measure_start(cache, args.threads), 2)
-            say("start figures", figures)
-        os.environ["HALO_WEAVE_CACHE"] = str(cache)
-        process = start_server(port=0, extra_args=["--threads", str(args.threads)])
-        try:
-            process.wait_ready(timeout=600)
-            server_figures, prompt = bench_server(process.url, args.tokens)
-        finally:
-            process.stop()
-        figures.update(server_figures)
-        say("server figures", figures)
-        plain = bench_plain_generate(prompt, args.tokens, args.threads)
-    figures["plain_generate_tokens_per_s"] = round(plain, 2)
-    figures["attention_slowdown"] = round(plain / figures["attention_stream_tokens_per_s"], 3)
+            figures["start_to_ready_cold_s"] = round(measure_start(cache, args.threads, DEFAULT_ENGINE), 2)
+            figures["start_to_ready_warm_s"] = round(measure_start(cache, args.threads, DEFAULT_ENGINE), 2)
+            say("start", figures)
+        os.environ.setdefault("HALO_WEAVE_CACHE", str(cache))
+        for engine in engines:
+            figures[engine] = bench_engine(engine, args.threads, contexts, args.tokens, say)
+            say(engine, figures[engine])
+
+    default = figures.get(DEFAULT_ENGINE, {})
+    if "llamacpp" in figures and "transformers" in figures:
+        a, b = figures["llamacpp"].get("decode_ms_attention_2k"), figures["transformers"].get("decode_ms_attention_2k")
+        if a and b:
+            figures["engine_speedup"] = round(b / a, 2)
+    if "llamacpp" in figures and figures["llamacpp"].get("decode_ms_attention_2k"):
+        figures["llamacpp_attention_slowdown"] = round(
+            figures["llamacpp"]["decode_ms_attention_2k"] / figures["llamacpp"]["decode_ms_plain_2k"], 3)
+    if default.get("ttft_followup_s"):
+        figures["ttft_after_prune_ratio"] = round(default["ttft_after_prune_s"] / default["ttft_followup_s"], 2)
+        figures["ttft_after_resurrect_ratio"] = round(default["ttft_after_resurrect_s"] / default["ttft_followup_s"], 2)
+    if args.surgery_cases and DEFAULT_ENGINE in engines:
+        import bench_kv_surgery
+
+        from halo_weave.server.engines import load_engine
+
+        engine = load_engine(DEFAULT_ENGINE, threads=args.threads)
+        quality = bench_kv_surgery.measure(engine, bench_kv_surgery.make_cases(engine, args.surgery_cases))
+        figures["surgery_quality"] = quality
+        figures["prune_kl_mean"] = quality["prune"]["kl_mean"]
+        figures["prune_top1_agree"] = f"{quality['prune']['top1_agree']}/{quality['prune']['cases']}"
+        if "restore" in quality:
+            figures["resurrect_kl_mean"] = quality["restore"]["kl_mean"]
+            figures["resurrect_top1_agree"] = f"{quality['restore']['top1_agree']}/{quality['restore']['cases']}"
     figures["load_average_1m_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(figures))
     return 0

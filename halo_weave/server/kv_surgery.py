@@ -88,18 +88,19 @@ class SyncReport:
 def plan_edits(cached: list[int], wanted: list[int], anchor: int = ANCHOR_TOKENS) -> list[Edit]:
     """The edits that turn ``cached`` into ``wanted``, in order (empty if equal).
 
-    Runs of at least ``anchor`` equal tokens line the two up; the last edit may be a
-    tail (``cached_end == len(cached)`` and ``end == len(wanted)``): whatever follows
-    the last agreement.
+    At each disagreement the candidates are: a removal (the requested tokens reappear
+    later in the cache), an insertion (the cached tokens reappear later in the request)
+    and the first place both agree again for ``anchor`` tokens; the candidate followed
+    by the longest agreement, less the tokens it skips, wins (repeated text, such as a
+    paragraph quoted twice, would otherwise line up the wrong copies).  The last edit
+    may be a tail (``cached_end == len(cached)`` and ``end == len(wanted)``).
     """
     nc, nw = len(cached), len(wanted)
     edits: list[Edit] = []
     index: dict[tuple, list[int]] | None = None
     i = j = 0
     while True:
-        while i < nc and j < nw and cached[i] == wanted[j]:
-            i += 1
-            j += 1
+        i, j = _agree(cached, wanted, i, j)
         if i == nc or j == nw:
             if i < nc or j < nw:
                 edits.append(Edit(i, nc, j, nw))
@@ -108,19 +109,53 @@ def plan_edits(cached: list[int], wanted: list[int], anchor: int = ANCHOR_TOKENS
             index = {}
             for p in range(nc - anchor + 1):
                 index.setdefault(tuple(cached[p : p + anchor]), []).append(p)
-        found = None
+        candidates = []
+        removal = index.get(tuple(wanted[j : j + anchor]), [])
+        candidates += [(ii, j) for ii in removal[bisect_left(removal, i + 1):][:CANDIDATES]]
+        key = cached[i : i + anchor]
+        if len(key) == anchor:
+            found = 0
+            for jj in range(j + 1, nw - anchor + 1):
+                if wanted[jj] == key[0] and wanted[jj : jj + anchor] == key:
+                    candidates.append((i, jj))
+                    found += 1
+                    if found == CANDIDATES:
+                        break
         for jj in range(j, nw - anchor + 1):
             where = index.get(tuple(wanted[jj : jj + anchor]))
             if where:
                 k = bisect_left(where, i)
                 if k < len(where):
-                    found = (where[k], jj)
+                    candidates.append((where[k], jj))
                     break
-        if found is None:
+        if not candidates:
             edits.append(Edit(i, nc, j, nw))
             return edits
-        edits.append(Edit(i, found[0], j, found[1]))
-        i, j = found
+        ii, jj = max(candidates, key=lambda c: _agree_length(cached, wanted, *c) - (c[0] - i) - (c[1] - j))
+        edits.append(Edit(i, ii, j, jj))
+        i, j = ii, jj
+
+
+#: Places tried per kind of candidate at one disagreement, and how far agreement is counted.
+CANDIDATES = 8
+AGREEMENT_HORIZON = 4096
+
+
+def _agree(cached, wanted, i: int, j: int) -> tuple[int, int]:
+    """Advance ``i`` and ``j`` while the tokens agree."""
+    nc, nw = len(cached), len(wanted)
+    while i < nc and j < nw and cached[i] == wanted[j]:
+        i += 1
+        j += 1
+    return i, j
+
+
+def _agree_length(cached, wanted, i: int, j: int) -> int:
+    n = min(len(cached) - i, len(wanted) - j, AGREEMENT_HORIZON)
+    k = 0
+    while k < n and cached[i + k] == wanted[j + k]:
+        k += 1
+    return k
 
 
 def split_tail(edits: list[Edit], cached_len: int, wanted_len: int) -> tuple[list[Edit], Edit | None]:
