@@ -44,9 +44,10 @@ LIVE_SEQ = 0
 SCRATCH_SEQ = 1
 FIRST_KEPT_SEQ = 2
 #: Sequences in the context: live, scratch, and one per kept span.
-N_SEQ = 16
-#: Tokens of pruned spans kept in the cache for a later resurrection (extra cells).
-KEPT_TOKENS = 2048
+N_SEQ = 64
+#: Tokens of pruned spans kept in the cache for a later resurrection (extra cells; the
+#: default budget resurrects thousands of tokens a turn and prunes them again after it).
+KEPT_TOKENS = 4096
 
 SOFTMAX_PREFIX = b"kq_soft_max-"
 K_CACHE_LAYER0 = b"cache_k_l0 (view)"
@@ -78,6 +79,7 @@ class LlamaCache:
         self.n_layer, self.n_head, self.n_vocab, self.n_batch = n_layer, n_head, n_vocab, n_batch
         self.mode = SURGERY
         self.keep_pruned = True
+        self.kept_tokens = KEPT_TOKENS
         self.ids: list[int] = []
         self.cells = np.zeros(0, dtype=np.int64)
         self.kept: list[KeptSpan] = []
@@ -254,7 +256,7 @@ class LlamaCache:
         for edit in middle:
             s, removed, added = edit.start, edit.removed, edit.inserted
             if removed:
-                self._park_or_drop(s, s + removed)
+                self._keep(s, s + removed)
                 L.llama_memory_seq_rm(mem, LIVE_SEQ, s, s + removed)
                 report.dropped += removed
                 report.spans_removed += 1
@@ -292,12 +294,12 @@ class LlamaCache:
 
     # ------------------------------------------------------------ kept states
 
-    def _park_or_drop(self, start: int, end: int) -> None:
+    def _keep(self, start: int, end: int) -> None:
         """Keep the cells of positions ``[start, end)`` of sequence 0 in a kept sequence."""
         n = end - start
-        if not self.keep_pruned or n <= 0 or n > KEPT_TOKENS:
+        if not self.keep_pruned or n <= 0 or n > self.kept_tokens:
             return
-        while self.kept and (sum(len(k.ids) for k in self.kept) + n > KEPT_TOKENS
+        while self.kept and (sum(len(k.ids) for k in self.kept) + n > self.kept_tokens
                              or len({k.seq for k in self.kept}) >= N_SEQ - FIRST_KEPT_SEQ):
             self._forget(min(self.kept, key=lambda k: k.age).seq)
         used = {k.seq for k in self.kept}

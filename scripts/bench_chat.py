@@ -1,0 +1,202 @@
+"""A scripted chat through the real server and the app's turn logic: what a user feels (issue 14).
+
+60 user messages (speaker A's lines of a LoCoMo dev dialogue), each answered by the
+model, at the app's default settings (budget, resurrection, sampling), through the
+app's Qt-free core in the order the app runs it: tokenize the message, search the
+semantic index and resurrect within seed 001's budget, add the turn (saved first), send
+the live ids and stream the answer (each token's attention applied as it arrives),
+then save, index the new chunks and prune to the budget.  (The turn sequence is the
+app's ``ui/user_turn.py`` + ``app._finish_turn``; a ``ChatSession`` did not exist yet.)
+
+Per message: time to first token seen by the client, the server's own TTFT, the done
+event's ``kv`` report (reused / dropped / inserted / restored / appended / re-run
+tokens) and what the turn resurrected and pruned.  Top level (the engine named first):
+``ttft_median_s``, ``ttft_p95_s``, ``tokens_per_s``, ``reprefilled_tokens`` (tokens
+run by the exact path: re-runs that are neither new nor resurrected), ``prunes``,
+``resurrections``, ``resurrected_tokens``, ``new_tokens``.
+
+Usage: ``python scripts/bench_chat.py [--engines llamacpp,transformers] [--messages 60]
+[--threads N] [--json]``; the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from memory_bench.locomo import load as load_locomo  # noqa: E402
+
+LOCOMO = Path("/work/shared/data/locomo/locomo_dev.json")
+STOP_SEQUENCES = ("<|im_end|>", "<|im_start|>")
+
+
+def user_messages(count: int) -> list[str]:
+    messages = []
+    for dialogue in load_locomo(LOCOMO):
+        messages += [t.text for t in dialogue.turns if t.role == "user"]
+        if len(messages) >= count:
+            break
+    return messages[:count]
+
+
+def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | None) -> dict:
+    from halo_weave.conversation import Conversation
+    from halo_weave.core.chat_template import build_framing, detect_template, system_text
+    from halo_weave.kobold_client import KoboldClient
+    from halo_weave.memory.embedder import Embedder
+    from halo_weave.semantic_index import SemanticIndex
+    from halo_weave.settings import Settings
+    from halo_weave.store import ConversationStore
+
+    settings = Settings()
+    if max_new_tokens:
+        settings = settings.replace(max_new_tokens=max_new_tokens)
+    client = KoboldClient(url)
+    info = client.model_info()
+    template = detect_template(info.chat_template)
+    framing = build_framing(lambda text: client.tokenize(text, add_special_tokens=False), template)
+    store = ConversationStore.open(home / "bench.sqlite")
+    conv = store.load(settings, framing)
+    pieces = client.tokenize(system_text(settings.system_prompt, template), add_special_tokens=False)
+    conv.set_system_prompt(settings.system_prompt, [i for i, _ in pieces], [t for _, t in pieces])
+    store.save_system_prompt(conv)
+    embedder = Embedder()
+    embedder.load()
+    index = SemanticIndex(store.conn, settings, embedder, lock=store.lock)
+    index.load()
+
+    rows = []
+    for n, text in enumerate(messages):
+        t0 = time.perf_counter()
+        user = client.tokenize(text, add_special_tokens=False)
+        resurrected = 0
+        if conv.graveyard() and index.entry_count:
+            result = index.resurrect_for(conv, text, len(user), info.max_context,
+                                         settings.max_new_tokens, store=store)
+            resurrected = sum(c.token_count for c in result.revived if not c.framing)
+        turn = conv.add_turn("user", [i for i, _ in user], [t for _, t in user])
+        store.save_turn(conv, turn)
+        limit = info.max_context - settings.max_new_tokens
+        if conv.live_token_count() > limit:
+            gone = conv.prune_to_fit(limit, keep_latest_exchange=True)
+            store.save_chunks(conv, gone)
+        prepared_s = time.perf_counter() - t0
+
+        conv.begin_turn("assistant")
+        input_ids = [int(i) for i in conv.live_input_ids()]
+        stream = client.stream(
+            input_ids=input_ids, max_length=settings.max_new_tokens, temperature=settings.temperature,
+            top_p=settings.top_p, top_k=settings.top_k, rep_pen=settings.rep_pen,
+            sampler_seed=1000 + n, stop_sequence=list(STOP_SEQUENCES), output_attentions=True,
+            attention_format=settings.attention_format)
+        sent = time.perf_counter()
+        first = None
+        for event in stream:
+            if first is None:
+                first = time.perf_counter()
+            if event.attention is not None:
+                conv.apply_attention(event.attention)
+            conv.append_token(event.token_id, event.text)
+        ended = time.perf_counter()
+        answer = conv.end_turn()
+        store.save_turn(conv, answer)
+        store.save_brightness(conv)
+        t_index = time.perf_counter()
+        index.index_pending(conv)
+        pruned = conv.prune_to_fit(None, keep_latest_exchange=True)
+        if pruned:
+            store.save_chunks(conv, pruned)
+        done = stream.done.raw
+        kv = done.get("kv") or {}
+        row = {
+            "message": n,
+            "ttft_s": round((first or ended) - sent, 4),
+            "server_ttft_s": done.get("timings", {}).get("time_to_first_token_s"),
+            "prepare_s": round(prepared_s, 4),
+            "index_and_prune_s": round(time.perf_counter() - t_index, 4),
+            "prompt_tokens": len(input_ids),
+            "generated": len(stream.tokens),
+            "tokens_per_s": done.get("timings", {}).get("tokens_per_s"),
+            "resurrected_tokens": resurrected,
+            "pruned_chunks": sum(1 for c in pruned if not c.framing),
+            "user_tokens": len(user),
+            **{f"kv_{k}": v for k, v in kv.items()},
+        }
+        rows.append(row)
+        say(json.dumps(row))
+    store.close()
+    return summarize(rows)
+
+
+def summarize(rows: list[dict]) -> dict:
+    ttft = np.array([r["ttft_s"] for r in rows])
+    rates = [r["tokens_per_s"] for r in rows if r["tokens_per_s"]]
+    generated = sum(r["generated"] for r in rows)
+    return {
+        "messages": len(rows),
+        "ttft_median_s": round(float(np.median(ttft)), 3),
+        "ttft_p95_s": round(float(np.percentile(ttft, 95)), 3),
+        "ttft_max_s": round(float(ttft.max()), 3),
+        "tokens_per_s": round(float(np.median(rates)), 2) if rates else None,
+        "generated_tokens": generated,
+        "reprefilled_tokens": int(sum(r.get("kv_rerun", 0) for r in rows)),
+        "new_tokens": int(sum(r.get("kv_appended", 0) for r in rows)),
+        "inserted_tokens": int(sum(r.get("kv_inserted", 0) for r in rows)),
+        "restored_tokens": int(sum(r.get("kv_restored", 0) for r in rows)),
+        "resurrected_tokens": int(sum(r["resurrected_tokens"] for r in rows)),
+        "resurrections": sum(1 for r in rows if r["resurrected_tokens"]),
+        "prunes": sum(1 for r in rows if r["pruned_chunks"]),
+        "pruned_chunks": sum(r["pruned_chunks"] for r in rows),
+        "exact_path_turns": sum(1 for r in rows if r.get("kv_mode") == "exact"),
+        "per_message": rows,
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", default="llamacpp")
+    parser.add_argument("--messages", type=int, default=60)
+    parser.add_argument("--threads", type=int, default=None, help="server threads (default: the server's)")
+    parser.add_argument("--max-new-tokens", type=int, default=None,
+                        help="override the app's default answer length (default: leave it)")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
+    from halo_weave.server.launcher import start_server
+
+    messages = user_messages(args.messages)
+    figures: dict = {"load_average_1m": round(os.getloadavg()[0], 2)}
+    engines = args.engines.split(",")
+    for engine in engines:
+        extra = ["--engine", engine] + (["--threads", str(args.threads)] if args.threads else [])
+        with tempfile.TemporaryDirectory(prefix="hw-bench-chat-") as tmp:
+            os.environ["HALO_WEAVE_HOME"] = tmp
+            server = start_server(port=0, extra_args=extra)
+            try:
+                url = server.wait_ready(timeout=600)
+                figures[engine] = chat(url, messages, Path(tmp), say, args.max_new_tokens)
+            finally:
+                server.stop()
+        summary = {k: v for k, v in figures[engine].items() if k != "per_message"}
+        say(engine, json.dumps(summary))
+    for key in ("ttft_median_s", "ttft_p95_s", "tokens_per_s", "reprefilled_tokens"):
+        figures[key] = figures[engines[0]][key]
+    figures["engine"] = engines[0]
+    figures["load_average_1m_end"] = round(os.getloadavg()[0], 2)
+    print(json.dumps(figures))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
