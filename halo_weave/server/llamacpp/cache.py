@@ -79,6 +79,11 @@ class LlamaCache:
         self.n_layer, self.n_head, self.n_vocab, self.n_batch = n_layer, n_head, n_vocab, n_batch
         self.mode = SURGERY
         self.keep_pruned = True
+        #: Threads for prefill and plain decoding, and for a decode whose attention is read:
+        #: reading splits the graph in ~31 parts, and every part ends in a barrier of the
+        #: thread pool, which costs more than a second thread gains for one token.
+        self.threads = self.capture_threads = 1
+        self._threads_set = None
         self.kept_tokens = KEPT_TOKENS
         self.ids: list[int] = []
         self.cells = np.zeros(0, dtype=np.int64)
@@ -146,6 +151,10 @@ class LlamaCache:
             batch.seq_id[i][0] = seq
             batch.logits[i] = 1 if logits and i == n - 1 else 0
         batch.n_tokens = n
+        threads = (self.capture_threads if capture else self.threads, self.threads)
+        if threads != self._threads_set:
+            L.llama_set_n_threads(self.ctx, *threads)
+            self._threads_set = threads
         self._new_cells, self._error, self._capture = [], None, capture
         self._layers_seen = 0
         try:

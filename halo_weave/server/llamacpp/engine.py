@@ -26,6 +26,9 @@ log = logging.getLogger("halo_weave.server")
 N_BATCH = 512
 #: ggml log levels relayed to our log (the others are debug, info and continuations).
 WARN_LEVEL, ERROR_LEVEL = 3, 4
+#: Below this many parameters a token is too little work to share between threads while
+#: its attention is read (each of the ~31 graph parts ends in a thread barrier).
+SMALL_MODEL_PARAMS = 1_000_000_000
 #: llama.cpp pads the KV cache to this many cells.
 CELL_PAD = 256
 
@@ -38,7 +41,9 @@ class LlamaEngine(EngineBase):
     loaded_from_cache = False
 
     def __init__(self, path: Path, *, context_size: int | None = None, threads: int | None = None,
-                 attention_format: str = AGGREGATED) -> None:
+                 attention_format: str = AGGREGATED, capture_threads: int | None = None) -> None:
+        """``threads`` run prefill and plain decoding; ``capture_threads`` a decode whose
+        attention is read (default: 1 for models under 1B parameters, else ``threads``)."""
         if attention_format not in ATTENTION_FORMATS:
             raise ValueError(f"attention format must be one of {ATTENTION_FORMATS}")
         self._init_locks()
@@ -79,6 +84,9 @@ class LlamaEngine(EngineBase):
             raise RuntimeError("llama.cpp could not create a context")
         self.ctx = ctx
         cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab)
+        cache.threads = threads
+        small = L.llama_model_n_params(model) < SMALL_MODEL_PARAMS
+        cache.capture_threads = capture_threads or (1 if small else threads)
         self._kv = cache
         self.threads = threads
         self.text = TokenText.from_table(*self._token_table(n_vocab))
