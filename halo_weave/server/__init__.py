@@ -1,10 +1,15 @@
-"""The reference attention server: KoboldCPP's wire protocol over transformers + torch.
+"""The attention server: KoboldCPP's wire protocol over llama.cpp or transformers.
 
-* :mod:`.engine` - the model, usable in-process (``Engine.load()``, ``generate``,
-  ``teacher_force``), no HTTP involved;
+* :mod:`.engine_api` - what every engine offers, and the validation, locking and abort
+  they share; :mod:`.engines` - choose and load one (``--engine``);
+* :mod:`.llamacpp` - the llama.cpp engine (GGUF; attention read from the graph);
+* :mod:`.engine` - the transformers engine (any checkpoint; the reference), with
+  :mod:`.kv` its cache and :mod:`.loader` finding and caching models;
+* :mod:`.kv_surgery` - prunes and resurrections applied to the KV cache without
+  re-running the context;
 * :mod:`.app` - Starlette routes and SSE streaming over an engine;
 * :mod:`.launcher` - start the server as a child process and wait for its ready line;
 * ``python -m halo_weave.server`` / ``halo-weave-server`` - the command line.
 
-Importing this package loads neither torch nor transformers.
+Importing this package loads neither torch, transformers nor llama.cpp.
 """
