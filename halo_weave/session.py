@@ -118,7 +118,10 @@ class ChatSession:
     # ------------------------------------------------------------------ set-up
     def open(self, store) -> Conversation:
         """Rehydrate the conversation of ``store`` (an open :class:`~halo_weave.store.ConversationStore`)."""
-        conv = store.load(self.settings, self.framing or Framing.none())
+        return self.adopt(store.load(self.settings, self.framing or Framing.none()), store)
+
+    def adopt(self, conv: Conversation, store=None) -> Conversation:
+        """Run turns on ``conv``, saved to ``store`` (None: in memory only, e.g. a benchmark)."""
         if self.framing is not None:
             conv.framing = self.framing
         self.store, self.conv, self.index = store, conv, None
@@ -204,7 +207,8 @@ class ChatSession:
         """
         conv = self.conv
         turn = conv.add_turn("user", ids, texts)
-        self.store.save_turn(conv, turn)
+        if self.store is not None:
+            self.store.save_turn(conv, turn)
         if self.indexer is not None:
             self.indexer.queue(conv, [c.id for c in conv.content_chunks(turn.turn_id)])
         return turn
@@ -343,31 +347,29 @@ class ChatSession:
         """Graveyard click: bring a chunk back with its anchors, at 10000 (pinned)."""
         conv = self.conv
         changed = conv.resurrect([chunk_id], brightness=MAX_BRIGHTNESS, pin=pin)
-        self.store.save_chunks(conv, changed + [conv.chunks[chunk_id]])
-        self.store.save_brightness(conv)
+        self._persist(lambda store: store.save_chunks(conv, changed + [conv.chunks[chunk_id]]))
         return changed
 
     def pin(self, chunk_id: int, pinned: bool = True) -> None:
         """Pin (brightness 10000, never pruned) or unpin a chunk."""
         conv = self.conv
-        self.store.save_chunks(conv, [conv.pin(chunk_id, pinned)])
-        self.store.save_brightness(conv)
+        chunk = conv.pin(chunk_id, pinned)
+        self._persist(lambda store: store.save_chunks(conv, [chunk]))
 
     def merge_with_next(self, chunk_id: int) -> None:
         """Merge a chunk with the next chunk of its turn (re-indexed as one)."""
         conv = self.conv
         kept, absorbed = conv.merge_with_next(chunk_id)
-        self.store.save_merge(conv, kept, absorbed)
+        self._persist(lambda store: store.save_merge(conv, kept, absorbed), brightness=False)
         if self.indexer is not None:
             self.indexer.queue_pending(conv)  # re-embeds the merged chunk, drops the absorbed entry
-        self.store.save_brightness(conv)
+        self._persist(lambda store: None)
 
     def prune_chunk(self, chunk_id: int) -> list[Chunk]:
         """Prune a chunk by hand (it goes to the graveyard)."""
         conv = self.conv
         pruned = conv.delete_chunk(chunk_id)
-        self.store.save_chunks(conv, list(pruned))
-        self.store.save_brightness(conv)
+        self._persist(lambda store: store.save_chunks(conv, list(pruned)))
         return pruned
 
     # ------------------------------------------------------------------ attention capture
@@ -411,7 +413,16 @@ class ChatSession:
             return None
 
     # ------------------------------------------------------------------ plumbing
+    def _persist(self, save: Callable[[Any], None], brightness: bool = True) -> None:
+        """A lever's save, then brightness (a lever's errors go to its caller)."""
+        if self.store is not None:
+            save(self.store)
+            if brightness:
+                self.store.save_brightness(self.conv)
+
     def _save(self, action: Callable[[], Any], context: str) -> bool:
+        if self.store is None:
+            return True
         try:
             action()
         except Exception as exc:  # noqa: BLE001 - reported; the turn goes on
