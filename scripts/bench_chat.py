@@ -2,11 +2,11 @@
 
 60 user messages (speaker A's lines of a LoCoMo dev dialogue), each answered by the
 model, at the app's default settings (budget, resurrection, sampling), through the
-app's Qt-free core in the order the app runs it: tokenize the message, search the
-semantic index and resurrect within seed 001's budget, add the turn (saved first), send
-the live ids and stream the answer (each token's attention applied as it arrives),
-then save, index the new chunks and prune to the budget.  (The turn sequence is the
-app's ``ui/user_turn.py`` + ``app._finish_turn``; a ``ChatSession`` did not exist yet.)
+app's :class:`~halo_weave.session.ChatSession`: tokenize the message, search the
+semantic index and resurrect within seed 001's budget, add the turn (saved first), fit
+the model window, stream the answer (each token's attention applied as it arrives),
+then finish the turn (save, index, prune to the budget).  Indexing runs in place
+between turns (the app runs it on a thread), outside the timed part.
 
 Per message: time to first token seen by the client, the server's own TTFT, the done
 event's ``kv`` report (reused / dropped / inserted / restored / appended / re-run
@@ -37,7 +37,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_bench.locomo import load as load_locomo  # noqa: E402
 
 LOCOMO = Path("/work/shared/data/locomo/locomo_dev.json")
-STOP_SEQUENCES = ("<|im_end|>", "<|im_start|>")
 
 
 def user_messages(count: int) -> list[str]:
@@ -49,12 +48,25 @@ def user_messages(count: int) -> list[str]:
     return messages[:count]
 
 
+class SyncIndexer:
+    """The app's indexing queue, run in place (between turns, outside the timed part)."""
+
+    def __init__(self, index) -> None:
+        self.index = index
+
+    def queue_pending(self, conv) -> None:
+        self.index.index_pending(conv)
+
+    def queue(self, conv, chunk_ids, label: str = "") -> None:
+        self.index.index_chunks(conv, chunk_ids)
+
+
 def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | None) -> dict:
-    from halo_weave.conversation import Conversation
-    from halo_weave.core.chat_template import build_framing, detect_template, system_text
+    from halo_weave.core.chat_template import build_framing, detect_template
     from halo_weave.kobold_client import KoboldClient
     from halo_weave.memory.embedder import Embedder
     from halo_weave.semantic_index import SemanticIndex
+    from halo_weave.session import ChatSession, token_events
     from halo_weave.settings import Settings
     from halo_weave.store import ConversationStore
 
@@ -63,59 +75,43 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
         settings = settings.replace(max_new_tokens=max_new_tokens)
     client = KoboldClient(url)
     info = client.model_info()
-    template = detect_template(info.chat_template)
-    framing = build_framing(lambda text: client.tokenize(text, add_special_tokens=False), template)
+    framing = build_framing(lambda text: client.tokenize(text, add_special_tokens=False),
+                            detect_template(info.chat_template))
+    session = ChatSession(settings)
+    session.connect(client, info, framing)
     store = ConversationStore.open(home / "bench.sqlite")
-    conv = store.load(settings, framing)
-    pieces = client.tokenize(system_text(settings.system_prompt, template), add_special_tokens=False)
-    conv.set_system_prompt(settings.system_prompt, [i for i, _ in pieces], [t for _, t in pieces])
-    store.save_system_prompt(conv)
+    session.open(store)
+    text = session.system_prompt_text()
+    if text:
+        session.set_system_prompt(settings.system_prompt, session.tokenize(text))
     embedder = Embedder()
     embedder.load()
     index = SemanticIndex(store.conn, settings, embedder, lock=store.lock)
     index.load()
+    session.index, session.indexer = index, SyncIndexer(index)
 
     rows = []
     for n, text in enumerate(messages):
         t0 = time.perf_counter()
-        user = client.tokenize(text, add_special_tokens=False)
-        resurrected = 0
-        if conv.graveyard() and index.entry_count:
-            result = index.resurrect_for(conv, text, len(user), info.max_context,
-                                         settings.max_new_tokens, store=store)
-            resurrected = sum(c.token_count for c in result.revived if not c.framing)
-        turn = conv.add_turn("user", [i for i, _ in user], [t for _, t in user])
-        store.save_turn(conv, turn)
-        limit = info.max_context - settings.max_new_tokens
-        if conv.live_token_count() > limit:
-            gone = conv.prune_to_fit(limit, keep_latest_exchange=True)
-            store.save_chunks(conv, gone)
+        pieces = session.tokenize(text)
+        revived = []
+        if session.can_resurrect():
+            revived = session.resurrect_for(index, index.search(text), len(pieces))
+        session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
+        session.fit_model_window()
+        session.begin_answer()
+        request = session.generation_request()
         prepared_s = time.perf_counter() - t0
-
-        conv.begin_turn("assistant")
-        input_ids = [int(i) for i in conv.live_input_ids()]
-        stream = client.stream(
-            input_ids=input_ids, max_length=settings.max_new_tokens, temperature=settings.temperature,
-            top_p=settings.top_p, top_k=settings.top_k, rep_pen=settings.rep_pen,
-            sampler_seed=1000 + n, stop_sequence=list(STOP_SEQUENCES), output_attentions=True,
-            attention_format=settings.attention_format)
+        stream = client.stream(**request)
         sent = time.perf_counter()
         first = None
-        for event in stream:
+        for event in token_events(stream, client):
             if first is None:
                 first = time.perf_counter()
-            if event.attention is not None:
-                conv.apply_attention(event.attention)
-            conv.append_token(event.token_id, event.text)
+            session.receive(event)
         ended = time.perf_counter()
-        answer = conv.end_turn()
-        store.save_turn(conv, answer)
-        store.save_brightness(conv)
-        t_index = time.perf_counter()
-        index.index_pending(conv)
-        pruned = conv.prune_to_fit(None, keep_latest_exchange=True)
-        if pruned:
-            store.save_chunks(conv, pruned)
+        t_finish = time.perf_counter()
+        end = session.finish_turn(stream.done.finish_reason, stream.done.tokens_per_s)
         done = stream.done.raw
         kv = done.get("kv") or {}
         row = {
@@ -123,13 +119,14 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
             "ttft_s": round((first or ended) - sent, 4),
             "server_ttft_s": done.get("timings", {}).get("time_to_first_token_s"),
             "prepare_s": round(prepared_s, 4),
-            "index_and_prune_s": round(time.perf_counter() - t_index, 4),
-            "prompt_tokens": len(input_ids),
+            "finish_s": round(time.perf_counter() - t_finish, 4),
+            "prompt_tokens": len(request["input_ids"]),
             "generated": len(stream.tokens),
             "tokens_per_s": done.get("timings", {}).get("tokens_per_s"),
-            "resurrected_tokens": resurrected,
-            "pruned_chunks": sum(1 for c in pruned if not c.framing),
-            "user_tokens": len(user),
+            "resurrected_chunks": len(revived),
+            "resurrected_tokens": sum(c.token_count for c in revived),
+            "pruned_chunks": sum(1 for c in end.pruned if not c.framing),
+            "user_tokens": len(pieces),
             **{f"kv_{k}": v for k, v in kv.items()},
         }
         rows.append(row)
@@ -154,7 +151,8 @@ def summarize(rows: list[dict]) -> dict:
         "inserted_tokens": int(sum(r.get("kv_inserted", 0) for r in rows)),
         "restored_tokens": int(sum(r.get("kv_restored", 0) for r in rows)),
         "resurrected_tokens": int(sum(r["resurrected_tokens"] for r in rows)),
-        "resurrections": sum(1 for r in rows if r["resurrected_tokens"]),
+        "resurrections": sum(1 for r in rows if r["resurrected_chunks"]),
+        "resurrected_chunks": sum(r["resurrected_chunks"] for r in rows),
         "prunes": sum(1 for r in rows if r["pruned_chunks"]),
         "pruned_chunks": sum(r["pruned_chunks"] for r in rows),
         "exact_path_turns": sum(1 for r in rows if r.get("kv_mode") == "exact"),
