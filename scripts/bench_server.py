@@ -10,7 +10,8 @@ For each engine (``llamacpp``, ``transformers``; same thread count, one server a
 * ``ttft_followup_s`` / ``ttft_after_prune_s`` / ``ttft_after_resurrect_s``: time to
   first token of a follow-up turn on a ~2k-token chat (a plain one, one whose request
   also drops the oldest chunk, and one that brings back a chunk from the first third
-  that was pruned two turns earlier), with the done event's ``kv`` report;
+  that was pruned two turns earlier), medians of 3 rounds of that pattern, with the done
+  event's ``kv`` report;
 * ``start_to_ready_cold_s`` / ``_warm_s`` (default engine): server start to ready line
   with an empty model cache, then again.
 
@@ -110,7 +111,7 @@ def decode_ms(client: KoboldClient, context: int, tokens: int) -> dict:
     return {"context": len(ids), "ms": round(1000 / best[0], 2), "tokens": best[1]}
 
 
-def chat_ttft(client: KoboldClient) -> dict:
+def chat_ttft(client: KoboldClient, rounds: int = 3) -> dict:
     """TTFT of a plain follow-up, after a prune, after a resurrection (see the docstring)."""
     system = ids_of(client, CHAT.format("system", "You are the lighthouse keeper's assistant."))
     turns: list[list[int]] = []
@@ -138,39 +139,41 @@ def chat_ttft(client: KoboldClient) -> dict:
         return s.done.time_to_first_token_s, s.done.raw
 
     history: list[int] = []
-    ttft(request(history))  # fills the cache
-    history.append(0)
-    ttft(request(history))  # warm-up follow-up
-    history.append(1)
-    plain_s, plain_raw = ttft(request(history))
-    # Prune the oldest chunk (the first turn after the system prompt) with the next turn.
-    live.remove(0)
-    history.append(2)
-    prune_s, prune_raw = ttft(request(history))
-    # Prune a chunk in the first third; two turns later, resurrect it in place.
-    victim = live[len(live) // 4]
-    live.remove(victim)
-    history.append(3)
-    second_prune_s, _ = ttft(request(history))
-    history.append(4)
-    ttft(request(history))
-    live.append(victim)
-    live.sort()
-    history.append(5)
-    resurrect_s, resurrect_raw = ttft(request(history))
-    history.append(6)
-    plain2_s, _ = ttft(request(history))
-    plain = min(plain_s, plain2_s)
+
+    def turn():
+        history.append(len(history))
+        return ttft(request(history))
+
+    turn()  # fills the cache
+    turn()  # warm-up follow-up
+    times: dict[str, list[float]] = {"plain": [], "prune": [], "resurrect": []}
+    reports = {}
+    for _ in range(rounds):
+        s, reports["plain"] = turn()
+        times["plain"].append(s)
+        live.remove(live[0])  # the oldest chunk goes with the next turn
+        s, reports["prune"] = turn()
+        times["prune"].append(s)
+        victim = live[len(live) // 4]  # a chunk in the first third...
+        live.remove(victim)
+        turn()
+        turn()
+        live.append(victim)  # ...comes back two turns after it was pruned
+        live.sort()
+        s, reports["resurrect"] = turn()
+        times["resurrect"].append(s)
+    med = {k: float(np.median(v)) for k, v in times.items()}
     return {
         "context_tokens": len(request(history)),
-        "ttft_followup_s": round(plain, 3),
-        "ttft_after_prune_s": round(prune_s, 3),
-        "ttft_after_second_prune_s": round(second_prune_s, 3),
-        "ttft_after_resurrect_s": round(resurrect_s, 3),
+        "ttft_rounds": rounds,
+        "ttft_followup_s": round(med["plain"], 3),
+        "ttft_after_prune_s": round(med["prune"], 3),
+        "ttft_after_resurrect_s": round(med["resurrect"], 3),
+        "ttft_all_s": {k: [round(x, 3) for x in v] for k, v in times.items()},
         "resurrected_tokens": len(turns[victim]),
-        "kv_followup": plain_raw.get("kv"),
-        "kv_after_prune": prune_raw.get("kv"),
-        "kv_after_resurrect": resurrect_raw.get("kv"),
+        "kv_followup": reports["plain"].get("kv"),
+        "kv_after_prune": reports["prune"].get("kv"),
+        "kv_after_resurrect": reports["resurrect"].get("kv"),
     }
 
 
