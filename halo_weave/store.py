@@ -53,7 +53,6 @@ from .storage.schema import (
     migrations,
     pack_brightness,
     pack_tokens,
-    unpack_ints,
     unpack_tokens,
 )
 
