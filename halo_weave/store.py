@@ -55,7 +55,6 @@ from .storage.schema import (
     migrations,
     pack_brightness,
     pack_tokens,
-    unpack_ints,
     unpack_token_rows,
     unpack_tokens,
 )

@@ -8,7 +8,6 @@ import random
 import sqlite3
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from conversation_writer import (

@@ -23,7 +23,6 @@ from PySide6.QtCore import (
     QObject,
     QPersistentModelIndex,
     QPointF,
-    QRect,
     QSize,
     Qt,
     QTimer,
