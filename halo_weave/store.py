@@ -30,6 +30,7 @@ import json
 import sqlite3
 import threading
 import time
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -38,6 +39,7 @@ from sqlite_utils import Database
 
 from .errors import StoreCorrupt, StoreError, StoreForeign, StoreMissing, StoreRefused, StoreTooNew  # noqa: F401
 from .conversation import Chunk, ChunkTokens, Conversation, Framing, Turn
+from .core.registry import NO_VALUE, ROLE_CODE, ChunkColumns, TurnColumns
 from .settings import Settings
 from .storage.files import (  # noqa: F401 - the conversation list, importable from here too
     CONVERSATIONS_FOLDER,
@@ -53,6 +55,7 @@ from .storage.schema import (
     migrations,
     pack_brightness,
     pack_tokens,
+    unpack_token_rows,
     unpack_tokens,
 )
 
@@ -171,23 +174,16 @@ class ConversationStore:
         conv.set_system_prompt(
             meta.get("system_prompt", ""), meta.get("system_ids", []), meta.get("system_texts", [])
         )
-        rows = self.conn.execute("SELECT turn_id, role, created_at, complete FROM turns ORDER BY turn_id")
-        columns = list(zip(*rows)) or [(), (), (), ()]
-        conv.turns.update(zip(columns[0], map(
-            Turn, *columns[:3], [[] for _ in columns[0]], map(bool, columns[3])
-        )))
-        live = {
-            chunk_id: unpack_tokens(*blobs)
-            for chunk_id, *blobs in self.conn.execute(
-                "SELECT t.chunk_id, t.token_ids, t.brightness, t.text, t.text_lengths "
-                "FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id WHERE c.live = 1"
-            )
-        }
-        chunks = self._all_chunks(conv.turns)
-        conv.restore_chunks(chunks, live)
-        end = max((c.end for c in chunks[-1:]), default=0)
-        chunk_end = max(conv.chunks, default=-1) + 1
-        turn_end = max(conv.turns, default=-1) + 1
+        turns = self._turn_columns()
+        chunks = self._chunk_columns(turns)
+        conv.rehydrate(turns, chunks, *unpack_token_rows(self.conn.execute(
+            "SELECT t.chunk_id, t.token_ids, t.brightness, t.text, t.text_lengths "
+            "FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id WHERE c.live = 1 ORDER BY c.start"
+        ).fetchall()))
+        last = len(chunks) - 1
+        end = int(chunks.start[last] + chunks.token_count[last]) if len(chunks) else 0
+        chunk_end = int(chunks.id.max()) + 1 if len(chunks) else 0
+        turn_end = int(turns.turn_id[-1]) + 1 if len(turns) else 0
         conv.next_position = max(meta.get("next_position", 0), end)
         conv.next_turn_id = max(meta.get("next_turn_id", 0), turn_end)
         conv.next_chunk_id = max(meta.get("next_chunk_id", 0), chunk_end)
@@ -196,42 +192,50 @@ class ConversationStore:
         self._close_crashed_turn(conv)
         return conv
 
-    def _all_chunks(self, turns: dict[int, Turn]) -> list[Chunk]:
-        """Every chunk record, in position order.
+    # Opening reads every turn and chunk record as a few comma-joined columns and keeps
+    # them as numpy columns (see halo_weave.core.registry): per-record Python work
+    # dominated opening a long conversation (~20k chunks and ~5k turns per million tokens).
+    def _turn_columns(self) -> TurnColumns:
+        """Every turn record, ascending."""
+        count, ids, roles, complete = self.conn.execute(
+            "SELECT count(*), group_concat(turn_id), group_concat(role), group_concat(complete) "
+            "FROM (SELECT * FROM turns ORDER BY turn_id)"
+        ).fetchone()
+        if not count:
+            return TurnColumns.empty()
+        try:
+            codes = np.fromiter(map(ROLE_CODE.__getitem__, roles.split(",")), np.int8, count)
+        except KeyError as exc:
+            raise StoreError(f"{self.path.name} is damaged: a turn has the unknown role {exc}.") from None
+        created = self.conn.execute("SELECT created_at FROM turns ORDER BY turn_id").fetchall()
+        return TurnColumns(
+            _ints(ids), codes, np.fromiter(map(itemgetter(0), created), np.float64, count),
+            _ints(complete) != 0,
+        )
 
-        One row of comma-joined columns instead of a row per chunk: Python-side cost per
-        row dominates opening a long conversation (~20k chunks per million tokens).
-        """
+    def _chunk_columns(self, turns: TurnColumns) -> ChunkColumns:
+        """Every chunk record, in position order (roles from their turns)."""
         row = self.conn.execute(
             "SELECT count(*), group_concat(id), group_concat(turn_id), group_concat(sentence_id), "
             "group_concat(start), group_concat(token_count), "
-            "group_concat(ifnull(brightness_at_deletion, '')), "
+            f"group_concat(ifnull(brightness_at_deletion, {NO_VALUE})), "
             "group_concat(id) FILTER (WHERE live), group_concat(id) FILTER (WHERE pinned), "
-            "group_concat(id) FILTER (WHERE tool_result) "
-            "FROM (SELECT * FROM chunks ORDER BY start)"
+            "group_concat(id) FILTER (WHERE tool_result) FROM chunks"
         ).fetchone()
         if not row[0]:
-            return []
-        # map() chains keep the per-chunk loops in C; the rare flags come as id lists.
-        ids, turn_ids, sentence_ids, starts, counts = (
-            list(map(int, text.split(","))) for text in row[1:6]
-        )
-        at_deletion = [int(v) if v else None for v in row[6].split(",")]
-        live, pinned, tool_result = (
-            list(map(set(map(int, text.split(","))).__contains__, ids)) if text else [False] * len(ids)
-            for text in row[7:10]
-        )
-        role_of = {turn_id: turn.role for turn_id, turn in turns.items()}
-        try:
-            roles = list(map(role_of.__getitem__, turn_ids))
-        except KeyError as exc:
-            raise StoreError(f"{self.path.name} is damaged: a chunk belongs to missing turn {exc}.") from None
-        chunks = list(map(
-            Chunk, ids, turn_ids, sentence_ids, roles, starts, counts, live, pinned, at_deletion,
-            tool_result,
-        ))
-        if not (np.diff(np.asarray(starts)) > 0).all():  # SQLite does not promise the order
-            chunks.sort(key=lambda c: c.start)
+            return ChunkColumns.empty()
+        ids, turn_ids, sentence_ids, starts, counts, at_deletion = map(_ints, row[1:7])
+        live, pinned, tool_result = (np.isin(ids, _ints(text)) if text else np.zeros(len(ids), bool)
+                                     for text in row[7:10])
+        at = np.minimum(turns.turn_id.searchsorted(turn_ids), len(turns) - 1)
+        known = turns.turn_id[at] == turn_ids if len(turns) else np.zeros(len(ids), bool)
+        if not known.all():
+            missing = int(turn_ids[np.argmin(known)])
+            raise StoreError(f"{self.path.name} is damaged: a chunk belongs to missing turn {missing}.")
+        chunks = ChunkColumns(ids, turn_ids, sentence_ids, turns.role[at], starts, counts, live, pinned,
+                              at_deletion, tool_result)
+        if not (np.diff(starts) > 0).all():  # SQLite does not promise the order
+            chunks = chunks.take(np.argsort(starts, kind="stable"))
         return chunks
 
     def _drop_empty_open_turn(self) -> None:
@@ -252,10 +256,10 @@ class ConversationStore:
                 self.conn.execute("DELETE FROM turns WHERE turn_id = ?", (row[0],))
 
     def _close_crashed_turn(self, conv: Conversation) -> None:
-        incomplete = [t for t in conv.turns.values() if not t.complete]
+        incomplete = [conv.turns[t] for t in conv.turns.incomplete()]
         if not incomplete:
             return
-        last = max(conv.turns)
+        last = conv.turns.last()
         for turn in incomplete:
             if turn.turn_id == last:
                 conv.resume_turn(last)
@@ -401,3 +405,8 @@ class ConversationStore:
 def _chunk_row(c: Chunk) -> tuple:
     return (c.id, c.turn_id, c.sentence_id, c.role, c.start, c.token_count, int(c.live),
             int(c.pinned), c.brightness_at_deletion, int(c.tool_result))
+
+
+def _ints(text: str) -> np.ndarray:
+    """A comma-joined list of integers (``group_concat``) as an int64 array."""
+    return np.fromstring(text, np.int64, sep=",")

@@ -159,16 +159,16 @@ class _UndoResurrect:
 
     def __init__(self, conv: Conversation, plan: ResurrectionPlan) -> None:
         self.conv = conv
-        self.at_deletion = {c.id: c.brightness_at_deletion for c in conv.chunks.values() if not c.live}
-        self.dead = {c: conv._dead_tokens.get(c) for c in self.at_deletion}
+        self.dead = dict(conv._dead_tokens)
 
     def __call__(self, revived: list[Chunk]) -> None:
         if not revived:
             return
         conv = self.conv
+        at_deletion = {c.id: c.brightness_at_deletion for c in revived}  # resurrect keeps them
         conv._kill(list(revived))
         for chunk in revived:
-            chunk.brightness_at_deletion = self.at_deletion.get(chunk.id)
+            chunk.brightness_at_deletion = at_deletion[chunk.id]
             tokens = self.dead.get(chunk.id)
             if tokens is None:
                 conv._dead_tokens.pop(chunk.id, None)
