@@ -10,7 +10,7 @@ Public API (Qt-free, blocking; the UI runs the slow calls on its embedder QThrea
     matches = index.search(user_text)         # list[Match], best first
     result = index.resurrect_for(conv, user_text, user_tokens,
                                  model_max_context, max_new_tokens, store=store)
-    result.revived, result.tokens_used, result.budget   # what to show
+    result.resurrected, result.tokens_used, result.budget   # what to show
 
 Finer steps for a worker thread that must not touch the conversation or the database:
 ``drafts = index.prepare(conv, index.pending(conv))`` (UI thread, no model, cheap) ->
