@@ -176,10 +176,7 @@ class ConversationStore:
         )
         turns = self._turn_columns()
         chunks = self._chunk_columns(turns)
-        conv.rehydrate(turns, chunks, *unpack_token_rows(self.conn.execute(
-            "SELECT t.chunk_id, t.token_ids, t.brightness, t.text, t.text_lengths "
-            "FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id WHERE c.live = 1 ORDER BY c.start"
-        ).fetchall()))
+        conv.rehydrate(turns, chunks, *unpack_token_rows(self._live_token_rows(chunks)))
         last = len(chunks) - 1
         end = int(chunks.start[last] + chunks.token_count[last]) if len(chunks) else 0
         chunk_end = int(chunks.id.max()) + 1 if len(chunks) else 0
@@ -197,19 +194,20 @@ class ConversationStore:
     # dominated opening a long conversation (~20k chunks and ~5k turns per million tokens).
     def _turn_columns(self) -> TurnColumns:
         """Every turn record, ascending."""
+        codes = " ".join(f"WHEN '{role}' THEN {code}" for role, code in ROLE_CODE.items())
         count, ids, roles, complete = self.conn.execute(
-            "SELECT count(*), group_concat(turn_id), group_concat(role), group_concat(complete) "
-            "FROM (SELECT * FROM turns ORDER BY turn_id)"
+            f"SELECT count(*), group_concat(turn_id), group_concat(CASE role {codes} ELSE -1 END), "
+            "group_concat(complete) FROM (SELECT * FROM turns ORDER BY turn_id)"
         ).fetchone()
         if not count:
             return TurnColumns.empty()
-        try:
-            codes = np.fromiter(map(ROLE_CODE.__getitem__, roles.split(",")), np.int8, count)
-        except KeyError as exc:
-            raise StoreError(f"{self.path.name} is damaged: a turn has the unknown role {exc}.") from None
+        roles = _ints(roles).astype(np.int8)
+        if (roles < 0).any():
+            raise StoreError(f"{self.path.name} is damaged: a turn has an unknown role.")
+        # REAL as text would lose digits: the times come as floats.
         created = self.conn.execute("SELECT created_at FROM turns ORDER BY turn_id").fetchall()
         return TurnColumns(
-            _ints(ids), codes, np.fromiter(map(itemgetter(0), created), np.float64, count),
+            _ints(ids), roles, np.fromiter(map(itemgetter(0), created), np.float64, count),
             _ints(complete) != 0,
         )
 
@@ -219,14 +217,12 @@ class ConversationStore:
             "SELECT count(*), group_concat(id), group_concat(turn_id), group_concat(sentence_id), "
             "group_concat(start), group_concat(token_count), "
             f"group_concat(ifnull(brightness_at_deletion, {NO_VALUE})), "
-            "group_concat(id) FILTER (WHERE live), group_concat(id) FILTER (WHERE pinned), "
-            "group_concat(id) FILTER (WHERE tool_result) FROM chunks"
+            "group_concat((live != 0) + 2 * (pinned != 0) + 4 * (tool_result != 0)) FROM chunks"
         ).fetchone()
         if not row[0]:
             return ChunkColumns.empty()
-        ids, turn_ids, sentence_ids, starts, counts, at_deletion = map(_ints, row[1:7])
-        live, pinned, tool_result = (np.isin(ids, _ints(text)) if text else np.zeros(len(ids), bool)
-                                     for text in row[7:10])
+        ids, turn_ids, sentence_ids, starts, counts, at_deletion, flags = map(_ints, row[1:8])
+        live, pinned, tool_result = (flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0
         at = np.minimum(turns.turn_id.searchsorted(turn_ids), len(turns) - 1)
         known = turns.turn_id[at] == turn_ids if len(turns) else np.zeros(len(ids), bool)
         if not known.all():
@@ -237,6 +233,18 @@ class ConversationStore:
         if not (np.diff(starts) > 0).all():  # SQLite does not promise the order
             chunks = chunks.take(np.argsort(starts, kind="stable"))
         return chunks
+
+    def _live_token_rows(self, chunks: ChunkColumns) -> list[tuple]:
+        """The live chunks' token rows, in position order."""
+        rows = self.conn.execute(
+            "SELECT t.chunk_id, t.token_ids, t.brightness, t.text, t.text_lengths "
+            "FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id WHERE c.live = 1"
+        ).fetchall()
+        order = chunks.id[chunks.live].tolist()
+        if list(map(itemgetter(0), rows)) != order:  # read in id order: usually position order
+            by_id = {row[0]: row for row in rows}
+            rows = [by_id[c] for c in order if c in by_id]
+        return rows
 
     def _drop_empty_open_turn(self) -> None:
         row = self.conn.execute("SELECT turn_id, complete FROM turns ORDER BY turn_id DESC LIMIT 1").fetchone()
