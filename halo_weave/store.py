@@ -4,6 +4,8 @@ Errors (all carry a message fit for the user)::
 
     StoreError                 anything the store cannot do
     ├── StoreMissing           open(create=False) on a path with no file
+    ├── StoreDamaged           a save refused: the file was found damaged (opened read-only)
+    ├── StoreJournalLost       a save refused: the -wal file vanished (see wal_guard)
     └── StoreRefused           the file is left untouched, byte for byte
         ├── StoreCorrupt       not SQLite, or PRAGMA integrity_check fails
         ├── StoreForeign       an SQLite file that is not a Halo Weave conversation
@@ -46,8 +48,10 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 from sqlite_utils import Database
 
+from . import integrity
 from .conversation import Chunk, ChunkTokens, Conversation, Framing, Turn
 from .settings import Settings
+from .wal_guard import WalGuard, WalVanished
 from .store_schema import (
     KNOWN_MIGRATIONS,
     MIGRATION_SET,
@@ -75,6 +79,14 @@ class StoreError(Exception):
 
 class StoreMissing(StoreError):
     """There is no conversation file at the given path."""
+
+
+class StoreDamaged(StoreError):
+    """The file holds damaged rows: it is open read-only and saving is refused."""
+
+
+class StoreJournalLost(StoreError):
+    """The ``-wal`` file was deleted or replaced: saving stopped (see :mod:`wal_guard`)."""
 
 
 class StoreRefused(StoreError):
@@ -116,6 +128,11 @@ class ConversationStore:
         self.lock = threading.RLock()
         self._streamed: dict[int, int] = {}  # chunk id -> tokens written while streaming
         self._depth = 0  # open transaction() blocks (nested ones are savepoints)
+        #: Damaged rows found on open or on reading tokens back (:mod:`integrity`).
+        self.damage: list[integrity.Damage] = []
+        #: Why saving is refused (damage found, or the -wal file vanished); None = writable.
+        self.refusal: StoreError | None = None
+        self._wal = WalGuard(path)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -130,6 +147,8 @@ class ConversationStore:
         else:
             _inspect(path)
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        integrity.register(conn)  # the checksum triggers call it
+        conn.text_factory = integrity.lenient_text
         try:
             conn.execute("PRAGMA busy_timeout = 5000")
             conn.execute("PRAGMA journal_mode = WAL")
@@ -139,6 +158,7 @@ class ConversationStore:
             if not exists:
                 with store.transaction():
                     store._put_meta({"created_at": time.time(), "updated_at": time.time()})
+            store._wal.remember()
         except sqlite3.Error as exc:
             conn.close()
             raise StoreError(f"Could not open {path.name}: {exc}") from exc
@@ -183,10 +203,13 @@ class ConversationStore:
                     self._depth -= 1
                 self.conn.execute(f"RELEASE {name}")
                 return
+            if self.refusal is not None:
+                raise type(self.refusal)(str(self.refusal))
             self.conn.execute("BEGIN IMMEDIATE")
             self._depth = 1
             try:
                 yield self.conn
+                self._check_wal()
                 self.conn.execute("COMMIT")
             except BaseException:
                 if self.conn.in_transaction:
@@ -194,6 +217,33 @@ class ConversationStore:
                 raise
             finally:
                 self._depth = 0
+
+    def _check_wal(self) -> None:
+        """Refuse to commit into a -wal file that another program deleted or replaced."""
+        try:
+            self._wal.check()
+        except WalVanished as exc:
+            self.conn.execute("ROLLBACK")
+            rescued = WalGuard.rescue(self.conn)
+            self.refusal = StoreJournalLost(
+                f"Saving stopped: {exc} (a sync tool or cleaner?) while the conversation was open. "
+                + ("Everything saved before that was written into the conversation file; "
+                   if rescued else "Changes since the last checkpoint may be lost; ")
+                + "this last change was not saved. Stop that program from touching the "
+                "conversations folder, then reopen the conversation."
+            )
+            raise type(self.refusal)(str(self.refusal)) from exc
+
+    def _found_damage(self, damage: list) -> None:
+        """Record damage and stop saving: the file is kept as it is (read-only)."""
+        self.damage += [d for d in damage if d not in self.damage]
+        self.refusal = StoreDamaged(integrity.damage_message(self.path.name, self.damage))
+        self.conn.execute("PRAGMA query_only = 1")
+
+    @property
+    def read_only(self) -> bool:
+        """True once saving is refused (damage found, or the -wal file vanished)."""
+        return self.refusal is not None
 
     # ------------------------------------------------------------------ meta & tools
     def get_meta(self, key: str, default: Any = None) -> Any:
@@ -215,6 +265,10 @@ class ConversationStore:
     def load_tool_data(self, name: str) -> dict | None:
         """The tool's saved JSON document (the model's notes), or None."""
         row = self.conn.execute("SELECT json FROM tool_data WHERE name = ?", (name,)).fetchone()
+        damage = integrity.verify_row(self.conn, "tool_data", name) if row else []
+        if damage:
+            self._found_damage(damage)
+            raise StoreDamaged(str(self.refusal))
         return json.loads(row[0]) if row else None
 
     def save_tool_data(self, name: str, obj: Any) -> None:
@@ -235,9 +289,16 @@ class ConversationStore:
         A last turn left incomplete by a crash keeps its partial answer and is closed
         (its suffix framing is added and saved); one with no content is dropped.
         """
-        self._drop_empty_open_turn()
+        damage = integrity.verify_on_open(self.conn)
+        if damage:
+            self._found_damage(damage)
+        else:
+            self._drop_empty_open_turn()
         conv = Conversation(settings, framing)
-        meta = {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
+        meta = {k: _json_or_none(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
+        for damaged in self.damage:  # a damaged value is not used (defaults instead)
+            if damaged.table == "meta":
+                meta.pop(damaged.key, None)
         conv.set_system_prompt(
             meta.get("system_prompt", ""), meta.get("system_ids", []), meta.get("system_texts", [])
         )
@@ -254,6 +315,8 @@ class ConversationStore:
             )
         }
         chunks = self._all_chunks(conv.turns)
+        if self.damage:
+            chunks = integrity.without_damaged(chunks, live, self.damage)
         conv.restore_chunks(chunks, live)
         end = max((c.end for c in chunks[-1:]), default=0)
         chunk_end = max(conv.chunks, default=-1) + 1
@@ -295,6 +358,10 @@ class ConversationStore:
         try:
             roles = list(map(role_of.__getitem__, turn_ids))
         except KeyError as exc:
+            if self.damage:  # the file is open read-only: show what is intact
+                keep = [i for i, t in enumerate(turn_ids) if t in role_of]
+                return [c for c in self._chunks_at(keep, ids, turn_ids, sentence_ids, starts, counts,
+                                                   live, pinned, at_deletion, tool_result, role_of)]
             raise StoreError(f"{self.path.name} is damaged: a chunk belongs to missing turn {exc}.") from None
         chunks = list(map(
             Chunk, ids, turn_ids, sentence_ids, roles, starts, counts, live, pinned, at_deletion,
@@ -332,10 +399,19 @@ class ConversationStore:
                 conv.end_turn()
             else:  # cannot happen through this API; closing it keeps positions ordered
                 turn.complete = True
+        if self.read_only:
+            return
         with self.transaction():
             for turn in incomplete:
                 self._write_turn(conv, turn)
             self._write_counters(conv)
+
+    @staticmethod
+    def _chunks_at(keep, ids, turn_ids, sentence_ids, starts, counts, live, pinned, at_deletion,
+                   tool_result, role_of) -> list[Chunk]:
+        chunks = [Chunk(ids[i], turn_ids[i], sentence_ids[i], role_of[turn_ids[i]], starts[i], counts[i],
+                        live[i], pinned[i], at_deletion[i], tool_result[i]) for i in keep]
+        return sorted(chunks, key=lambda c: c.start)
 
     def load_chunk_tokens(self, chunk_ids: Sequence[int]) -> dict[int, ChunkTokens]:
         """Tokens of the given chunks (the conversation's ``chunk_loader``)."""
@@ -347,6 +423,7 @@ class ConversationStore:
                 f"FROM chunk_tokens WHERE chunk_id IN ({marks})", batch,
             ):
                 found[chunk_id] = unpack_tokens(*blobs)
+        self._verify_read(chunk_ids)
         missing = set(chunk_ids) - set(found)
         if missing:
             raise StoreError(f"The conversation file has no tokens for chunks {sorted(missing)}.")
@@ -360,7 +437,15 @@ class ConversationStore:
             found.update(self.conn.execute(
                 f"SELECT chunk_id, text FROM chunk_tokens WHERE chunk_id IN ({marks})", batch
             ))
+        self._verify_read(chunk_ids)
         return found
+
+    def _verify_read(self, chunk_ids: Sequence[int]) -> None:
+        """Raise :class:`StoreDamaged` naming the chunks whose stored tokens fail their checksum."""
+        damage = integrity.verify_chunks(self.conn, chunk_ids)
+        if damage:
+            self._found_damage(damage)
+            raise StoreDamaged(self.refusal and str(self.refusal))
 
     # ------------------------------------------------------------------ saving
     def save_system_prompt(self, conv: Conversation) -> None:
@@ -468,6 +553,13 @@ class ConversationStore:
         })
 
 
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):  # only in a damaged file (the checksum says which key)
+        return None
+
+
 def _chunk_row(c: Chunk) -> tuple:
     return (c.id, c.turn_id, c.sentence_id, c.role, c.start, c.token_count, int(c.live),
             int(c.pinned), c.brightness_at_deletion, int(c.tool_result))
@@ -524,7 +616,7 @@ def _inspect(path: Path) -> None:
                 f"{path.name} was written by a newer version of Halo Weave (schema {unknown[-1]}). "
                 "Update Halo Weave to open it; the file was left untouched."
             )
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # undecodable: a damaged schema
         raise StoreCorrupt(
             f"{path.name} is damaged ({exc}). It was left untouched; restore it from a backup or an export."
         ) from exc

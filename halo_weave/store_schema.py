@@ -190,6 +190,18 @@ def m003_semantic_changes_upsert_safe(db: Database) -> None:
         """
     )
 
+
+@_migration
+def m004_row_checksums(db: Database) -> None:
+    """A CRC-32 per row of the conversation tables, kept by triggers (see :mod:`integrity`).
+
+    Computed here for the rows an older file already holds.
+    """
+    from .integrity import schema_sql
+
+    db.executescript(schema_sql())
+
+
 # ---------------------------------------------------------------------- token codec
 _I4 = np.dtype("<i4")
 

@@ -152,7 +152,11 @@ class ConversationFiles:
             self._set_busy(False)
             self.error.emit(exc, f"Importing {Path(path).name}")
 
-        self._call(transfer.import_conversation, Path(path), self.data_dir, on_ok=done, on_fail=failed)
+        from ..vocab import vocab_size_for
+
+        model_info = self.model_info  # read here: the import runs on a thread
+        self._call(lambda: transfer.import_conversation(Path(path), self.data_dir, vocab_size_for(model_info)),
+                   on_ok=done, on_fail=failed)
 
     def reindex_all(self) -> None:
         """Embed every chunk without a current entry (after an import), with progress."""
