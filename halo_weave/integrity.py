@@ -214,8 +214,8 @@ def damage_message(name: str, damage: Sequence[Damage], limit: int = 5) -> str:
     more = f" and {len(damage) - limit} more" if len(damage) > limit else ""
     return (
         f"{name} is damaged: {listed}{more}. The rest of the conversation was opened "
-        "read-only, so nothing more can be lost; export it to keep what is intact, or restore "
-        f"the file from a backup. `halo-weave --check {name}` lists every damaged part."
+        "read-only, so nothing more can be lost: read what is intact, and restore the file "
+        f"from a backup to go on. `halo-weave --check {name}` lists every damaged part."
     )
 
 
