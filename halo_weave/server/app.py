@@ -30,12 +30,14 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from .. import __version__
 from . import schema
+from .guard import RequestGuard
 from .engine import Engine, EngineBusy, RequestError
 from .generation import DoneRecord
 
@@ -47,6 +49,12 @@ BUSY_POLL_S = 0.02
 
 #: Largest request body accepted (KoboldCPP's default ``--maxrequestsize``).
 MAX_BODY_BYTES = 32 * 1024 * 1024
+
+#: Largest ``/abort`` body (it carries at most a request id): read and parsed at once.
+MAX_ABORT_BODY_BYTES = 64 * 1024
+
+#: Bodies larger than this are parsed on a worker thread, not on the event loop.
+PARSE_ON_LOOP_BYTES = 64 * 1024
 
 #: KoboldAI API version reported to clients that probe ``/api/v1/info/version``.
 KOBOLD_API_VERSION = "1.2.5"
@@ -97,8 +105,12 @@ def model_info(engine: Engine, attention: bool = True) -> dict:
     return info
 
 
-def create_app(engine: Engine, *, attention: bool = True) -> Starlette:
-    """The Starlette application serving ``engine`` (``attention=False``: stock KoboldCPP)."""
+def create_app(engine: Engine, *, attention: bool = True, api_key: str | None = None) -> Starlette:
+    """The Starlette application serving ``engine`` (``attention=False``: stock KoboldCPP).
+
+    Every request passes :class:`~halo_weave.server.guard.RequestGuard` (the key when
+    ``api_key`` is set, no foreign Origin, JSON bodies only).
+    """
 
     async def get_model(request: Request) -> JSONResponse:
         return JSONResponse(model_info(engine, attention))
@@ -130,12 +142,14 @@ def create_app(engine: Engine, *, attention: bool = True) -> Starlette:
         return JSONResponse({"tokens": tokens, "token_ids": ids, "token_count": len(ids)})
 
     async def detokenize(request: Request) -> JSONResponse:
-        ids = schema.detokenize_ids(await _json(request), engine)
-        return JSONResponse({"text": engine.detokenize(ids)})
+        body = await _json(request)
+        # A million ids take a while to check and join: not on the event loop.
+        text = await run_in_threadpool(lambda: engine.detokenize(schema.detokenize_ids(body, engine)))
+        return JSONResponse({"text": text})
 
     async def abort(request: Request) -> JSONResponse:
         try:
-            body = schema.parse_json_object(await request.body())
+            body = await _json(request, MAX_ABORT_BODY_BYTES)
         except RequestError:
             body = {}
         target = body.get("request_id", body.get("genkey"))
@@ -153,7 +167,8 @@ def create_app(engine: Engine, *, attention: bool = True) -> Starlette:
         deadline = time.monotonic() + BUSY_WAIT_S
         while True:
             try:
-                generation = engine.generate(**kwargs)
+                # On a worker: checking stop strings tokenizes them (never on the event loop).
+                generation = await run_in_threadpool(lambda: engine.generate(**kwargs))
                 break
             except EngineBusy as exc:
                 if time.monotonic() >= deadline:
@@ -185,20 +200,24 @@ def create_app(engine: Engine, *, attention: bool = True) -> Starlette:
         HTTPException: _http_error,
         Exception: _internal_error,
     }
-    return Starlette(routes=routes, exception_handlers=handlers)
+    middleware = [Middleware(RequestGuard, api_key=api_key)]
+    return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
 
 
-async def _json(request: Request) -> dict:
+async def _json(request: Request, limit: int = MAX_BODY_BYTES) -> dict:
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise HTTPException(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise HTTPException(413, f"request body larger than {limit} bytes")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise HTTPException(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+        if size > limit:
+            raise HTTPException(413, f"request body larger than {limit} bytes")
         chunks.append(chunk)
-    return schema.parse_json_object(b"".join(chunks))
+    body = b"".join(chunks)
+    if len(body) <= PARSE_ON_LOOP_BYTES:
+        return schema.parse_json_object(body)
+    return await run_in_threadpool(schema.parse_json_object, body)
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
