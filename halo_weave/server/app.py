@@ -22,6 +22,7 @@ cannot read this local model's output.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -32,11 +33,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .. import __version__
-from . import schema
+from . import limits, schema
 from .guard import RequestGuard
 from .engine import Engine, EngineBusy, RequestError
 from .generation import DoneRecord
@@ -62,6 +63,29 @@ KOBOLD_API_VERSION = "1.2.5"
 KOBOLDCPP_VERSION = "1.101.1"
 
 _END = object()
+
+
+def tokenize_answer(ids: list[int], pieces: list[str] | None, slice_items: int = 8192) -> bytes:
+    """The tokenize answer's JSON, encoded in slices without a dict per token.
+
+    One ``json.dumps`` of a million token dicts holds the GIL for most of a second, and
+    the dicts make the garbage collector walk millions of objects: either stalls the
+    event loop (and /abort) even from a worker thread.
+    """
+    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    tokens, id_parts = [], []
+    for start in range(0, len(ids), slice_items):
+        part = ids[start : start + slice_items]
+        id_parts.append(dumps(part)[1:-1].encode())
+        if pieces is None:
+            text = ",".join(map('{{"id":{}}}'.format, part))
+        else:
+            texts = map(dumps, pieces[start : start + slice_items])
+            text = ",".join(map('{{"token_id":{},"text":{}}}'.format, part, texts))
+        tokens.append(text.encode("utf-8"))
+    # Bytes joined at the end: one big str would be copied (and widened) at every step.
+    return b"".join([b'{"tokens":[', b",".join(tokens), b'],"token_ids":[', b",".join(id_parts),
+                     b'],"token_count":', str(len(ids)).encode(), b"}"])
 
 
 def error_response(status: int, message: str, kind: str = "bad_input") -> JSONResponse:
@@ -134,12 +158,12 @@ def create_app(engine: Engine, *, attention: bool = True, api_key: str | None = 
 
     async def tokenize(request: Request) -> JSONResponse:
         text, add_special, with_pieces = schema.tokenize_args(await _json(request))
-        pairs = await run_in_threadpool(engine.tokenize, text, add_special)
-        ids = [i for i, _ in pairs]
-        if not with_pieces:
-            return JSONResponse({"tokens": [{"id": i} for i in ids], "token_ids": ids, "token_count": len(ids)})
-        tokens = [{"token_id": i, "text": piece} for i, piece in pairs]
-        return JSONResponse({"tokens": tokens, "token_ids": ids, "token_count": len(ids)})
+
+        def answer() -> bytes:  # on a worker: a million tokens take a second to encode
+            ids, pieces = engine.token_columns(text, add_special)
+            return tokenize_answer(ids, pieces if with_pieces else None)
+
+        return Response(await run_in_threadpool(answer), media_type="application/json")
 
     async def detokenize(request: Request) -> JSONResponse:
         body = await _json(request)
@@ -214,10 +238,14 @@ async def _json(request: Request, limit: int = MAX_BODY_BYTES) -> dict:
         if size > limit:
             raise HTTPException(413, f"request body larger than {limit} bytes")
         chunks.append(chunk)
-    body = b"".join(chunks)
-    if len(body) <= PARSE_ON_LOOP_BYTES:
+    if size <= PARSE_ON_LOOP_BYTES:
+        return schema.parse_json_object(b"".join(chunks))
+    def parse() -> dict:
+        body = b"".join(chunks)
+        limits.check_raw_body(body)
         return schema.parse_json_object(body)
-    return await run_in_threadpool(schema.parse_json_object, body)
+
+    return await run_in_threadpool(parse)
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:

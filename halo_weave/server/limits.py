@@ -23,8 +23,9 @@ MAX_STOP_CHARS = 1000
 #: Text to tokenize, or a text prompt, in characters.
 MAX_TEXT_CHARS = 1_000_000
 
-#: Token ids in a detokenize request.
-MAX_DETOKENIZE_IDS = 1_000_000
+#: Token ids in a detokenize request (more than any context; parsing a million ids held
+#: the GIL long enough to delay /abort past 100 ms).
+MAX_DETOKENIZE_IDS = 262_144
 
 #: A request id / genkey, in characters.
 MAX_REQUEST_ID_CHARS = 256
@@ -100,3 +101,33 @@ def check_generate(body: dict, context_size: int) -> None:
 def check_detokenize(ids: Any) -> None:
     if isinstance(ids, list) and len(ids) > MAX_DETOKENIZE_IDS:
         raise RequestError(f"token_ids has {len(ids)} ids; at most {MAX_DETOKENIZE_IDS} are accepted")
+
+
+#: Longest JSON text any accepted field can need: a 1M-character text of astral
+#: characters sent as ``\uXXXX\uXXXX`` escapes, with room to spare.
+MAX_VALUE_BYTES = 13 * 1024 * 1024
+
+#: Bodies at least this large are scanned by :func:`check_raw_body` before parsing.
+SCAN_BODY_BYTES = 8 * 1024 * 1024
+
+
+def check_raw_body(body: bytes) -> None:
+    """Refuse a body holding a value longer than any field accepts, without parsing it.
+
+    Parsing a 30 MB string is one call that holds the GIL for tens of milliseconds (and
+    /abort waits behind it); a run of :data:`MAX_VALUE_BYTES` without a quote can only
+    be one string or number, and no field accepts that much.  Each ``find`` is short.
+    """
+    if len(body) < SCAN_BODY_BYTES:
+        return
+    position, end = 0, len(body)
+    while position < end:
+        quote = body.find(b'"', position, min(end, position + MAX_VALUE_BYTES + 1))
+        if quote == -1:
+            if min(end, position + MAX_VALUE_BYTES + 1) - position > MAX_VALUE_BYTES:
+                raise RequestError(
+                    f"the request body holds a value longer than {MAX_VALUE_BYTES >> 20} MB; "
+                    "no field accepts that much"
+                )
+            return
+        position = quote + 1
