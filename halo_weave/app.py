@@ -73,6 +73,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
     conversation_opened = Signal(str)  # path of the conversation file
     notes_changed = Signal()  # the model's notes were saved (or another conversation opened)
     capture_saved = Signal(str)  # folder of a finished attention recording
+    message_returned = Signal(str)  # a message that could not be sent, back to the input box
 
     def __init__(
         self,
@@ -129,6 +130,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         self._system_syncing = 0  # system prompt tokenizations in flight
         self._system_dirty = False  # settings changed it during a turn
         self._stop_pending = False  # Esc before the answer started
+        self._unsent = ""  # the message being sent, until it is saved
         self._answer_prefix = ()  # tokens the next answer starts with (see send())
 
     # ------------------------------------------------------------------ start-up
@@ -222,6 +224,8 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         """Why the user cannot send now ('' when they can)."""
         if self.busy:
             return self.busy_reason
+        if getattr(self.store, "read_only", False):
+            return "This conversation is read-only (see the message) — open another or start a new one"
         if self.connection_state == "loading":
             return "The model is loading…"
         if self.connection_state == "connecting":
@@ -277,6 +281,9 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
 
     def _turn_failed_early(self, exc, context: str) -> None:
         self._set_busy(False)
+        unsent, self._unsent = self._unsent, ""
+        if unsent:
+            self.message_returned.emit(unsent)  # before the error, which says it was kept
         self.error.emit(exc, context)
         self.turn_finished.emit("error")
 
@@ -384,7 +391,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
             worker.wait(3000)
         if self.store is not None:
             try:
-                if self.conv is not None and self.conv.open_turn is None:
+                if self.conv is not None and self.conv.open_turn is None and not self.store.read_only:
                     self.store.save_brightness(self.conv)
                 self.store.close()
             except Exception as exc:  # noqa: BLE001

@@ -54,6 +54,16 @@ from .brightness import AttentionError, decode_attention
 CONNECT_TIMEOUT_S = 5.0
 TOKENIZE_TIMEOUT_S = 5.0
 
+#: Tokenizing takes time in proportion to the text: a 1M-character paste took 5.5 s on
+#: the bundled server (issue 17), past the fixed 5 s.  The timeout grows by a second per
+#: this many characters, a margin of ~10x over what was measured.
+TOKENIZE_CHARS_PER_S = 20_000
+
+
+def tokenize_timeout(chars: int, base: float = TOKENIZE_TIMEOUT_S) -> float:
+    """Seconds to wait for the tokenization of ``chars`` characters."""
+    return base + chars / TOKENIZE_CHARS_PER_S
+
 #: Token id reported for events that carry none (stock KoboldCPP chunks, fork nulls).
 NO_TOKEN_ID = -1
 
@@ -201,9 +211,10 @@ class KoboldClient:
 
     # -- short calls
 
-    def _call(self, method: str, path: str, body: dict | None = None) -> dict:
+    def _call(self, method: str, path: str, body: dict | None = None, timeout: float | None = None) -> dict:
         try:
-            response = self._http.request(method, path, json=body)
+            extra = {"timeout": httpx.Timeout(timeout, connect=self.connect_timeout)} if timeout else {}
+            response = self._http.request(method, path, json=body, **extra)
         except httpx.TimeoutException as exc:
             raise BackendTimeout(f"{self.base_url}{path} did not answer in time ({exc.__class__.__name__})") from exc
         except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
@@ -252,7 +263,8 @@ class KoboldClient:
     def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
         """``(token_id, piece)`` pairs for ``text`` (special-token strings are parsed)."""
         data = self._call("POST", "/api/v1/tokenize",
-                          {"text": text, "add_special_tokens": add_special_tokens, "with_pieces": True})
+                          {"text": text, "add_special_tokens": add_special_tokens, "with_pieces": True},
+                          timeout=tokenize_timeout(len(text), self.tokenize_timeout))
         tokens = data.get("tokens")
         if not isinstance(tokens, list):
             raise ProtocolError("tokenize answer has no token list")

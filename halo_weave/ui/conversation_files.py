@@ -68,7 +68,9 @@ class ConversationFiles:
         self.conversation_changed.emit()
         self.graveyard_changed.emit()
         self.stats_changed.emit()
-        if self.model_info is not None:
+        if store.refusal is not None:  # damaged: opened read-only, say so and how
+            self.error.emit(store.refusal, f"Opening {target.name}")
+        elif self.model_info is not None:
             self._sync_system_prompt()
         # Catch-up indexing waits until the window has painted the conversation.
         QTimer.singleShot(INDEX_CATCH_UP_DELAY_MS, lambda: self._index_pending() if self.conv is conv else None)

@@ -13,6 +13,8 @@ import logging
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
+
+from ..failures import explain
 from PySide6.QtWidgets import QMainWindow, QMessageBox
 
 log = logging.getLogger("halo_weave.ui")
@@ -75,6 +77,9 @@ def describe(exc: BaseException, context: str = "") -> UserMessage:
             f"back on their own (the graveyard still works). {detail}",
             serious=True,
         )
+    explained = explain(exc, message_kept="your message" in context.lower())
+    if explained is not None:
+        return UserMessage(explained.title, f"{prefix}{explained.text}", serious=True)
     if "StoreRefused" in names or "StoreError" in names:
         return UserMessage("Conversation file problem", f"{prefix}{detail}", serious=True)
     if "TransferError" in names:

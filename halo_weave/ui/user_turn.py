@@ -9,6 +9,15 @@ turn before it is shown → make room in the model's window → stream the answe
 
 from __future__ import annotations
 
+from PySide6.QtCore import QTimer
+
+#: A step that may take longer than this shows progress (milliseconds).
+PROGRESS_AFTER_MS = 1000
+
+#: A user turn with more tokens than this is saved on a thread (a 1M-token paste took
+#: 14 s to save on the UI thread, with the window frozen).
+SAVE_ON_THREAD_TOKENS = 20_000
+
 
 class UserTurns:
     """From the send button to the first streamed token."""
@@ -30,18 +39,39 @@ class UserTurns:
         self._set_busy(True, "Reading your message…")
         self._stop_pending = False
         self._stream_count = 0
+        self._unsent = text
         client = self.client
 
         def tokenize():
             user = client.tokenize(text, add_special_tokens=False)
             return user, client.tokenize(answer_prefix, add_special_tokens=False) if answer_prefix else []
 
+        what = f"Reading your message ({len(text):,} characters)"
+        finish = self._progress_after_a_second(what)
         self._call(
             tokenize,
-            on_ok=lambda pieces: self._after_tokenize(text, *pieces),
-            on_fail=lambda exc: self._turn_failed_early(exc, "Tokenizing your message"),
+            on_ok=lambda pieces: (finish(), self._after_tokenize(text, *pieces)),
+            on_fail=lambda exc: (finish(), self._turn_failed_early(exc, "Tokenizing your message")),
         )
         return True
+
+    def _progress_after_a_second(self, what: str):
+        """Show indeterminate progress for ``what`` if it is still going after a second;
+        returns the function that ends it."""
+        state = {"shown": False, "done": False}
+
+        def show() -> None:
+            if not state["done"]:
+                state["shown"] = True
+                self.progress.emit(what, 0, 0)
+
+        def finish() -> None:
+            state["done"] = True
+            if state["shown"]:
+                self.progress.emit(what, 1, 1)
+
+        QTimer.singleShot(PROGRESS_AFTER_MS, show)
+        return finish
 
     def _after_tokenize(self, text: str, pieces, prefix=()) -> None:
         ids = [int(i) for i, _ in pieces]
@@ -103,13 +133,40 @@ class UserTurns:
         return max(budget, 0)
 
     def _add_user_turn(self, ids: list[int], texts: list[str]) -> None:
-        conv = self.conv
+        conv, store = self.conv, self.store
         turn = conv.add_turn("user", ids, texts)
+        if len(ids) > SAVE_ON_THREAD_TOKENS:
+            self._set_busy(True, f"Saving your message ({len(ids):,} tokens)…")
+            finish = self._progress_after_a_second(f"Saving your message ({len(ids):,} tokens)")
+            self._call(
+                store.save_turn, conv, turn,
+                on_ok=lambda _: (finish(), self._user_turn_saved(conv, turn)),
+                on_fail=lambda exc: (finish(), self._user_turn_not_saved(conv, store, exc)),
+            )
+            return
         try:
-            self.store.save_turn(conv, turn)  # DB-first: persisted before it is shown
-        except Exception as exc:  # noqa: BLE001
-            # Not on disk, so not shown and not answered; the user can send it again.
-            self._turn_failed_early(exc, "Saving your message")
+            store.save_turn(conv, turn)  # DB-first: persisted before it is shown
+        except BaseException as exc:  # noqa: BLE001 - MemoryError too: the message goes back
+            self._user_turn_not_saved(conv, store, exc)
+            return
+        self._user_turn_saved(conv, turn)
+
+    def _user_turn_not_saved(self, conv, store, exc) -> None:
+        # Not on disk, so not shown and not answered; the message goes back to the input
+        # box, and the conversation in memory goes back to what the file holds.
+        if conv is self.conv and store is self.store:
+            try:
+                self.conv = store.load(self.settings, self.framing or conv.framing)
+                for changed in (self.conversation_changed, self.graveyard_changed, self.stats_changed):
+                    changed.emit()
+            except Exception:  # noqa: BLE001 - the save error below says what to do
+                pass
+        self._turn_failed_early(exc, "Saving your message")
+
+    def _user_turn_saved(self, conv, turn) -> None:
+        self._unsent = ""
+        if conv is not self.conv:
+            self._set_busy(False)
             return
         self._queue_indexing([c.id for c in conv.content_chunks(turn.turn_id)])
         self._fit_model_window()
