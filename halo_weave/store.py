@@ -51,7 +51,7 @@ from sqlite_utils import Database
 from . import integrity
 from .conversation import Chunk, ChunkTokens, Conversation, Framing, Turn
 from .settings import Settings
-from .wal_guard import WalGuard, WalVanished
+from .wal_guard import DatabaseVanished, WalGuard, WalVanished
 from .store_schema import (
     KNOWN_MIGRATIONS,
     MIGRATION_SET,
@@ -224,12 +224,17 @@ class ConversationStore:
             self._wal.check()
         except WalVanished as exc:
             self.conn.execute("ROLLBACK")
-            rescued = WalGuard.rescue(self.conn)
+            if isinstance(exc, DatabaseVanished):
+                rescued = self._wal.rescue_database(self.conn)
+                kept = ("Everything saved before that was written back to it from memory; "
+                        if rescued else "It could not be written back; export the conversation now; ")
+            else:
+                rescued = WalGuard.rescue(self.conn)
+                kept = ("Everything saved before that was written into the conversation file; "
+                        if rescued else "Changes since the last checkpoint may be lost; ")
             self.refusal = StoreJournalLost(
                 f"Saving stopped: {exc} (a sync tool or cleaner?) while the conversation was open. "
-                + ("Everything saved before that was written into the conversation file; "
-                   if rescued else "Changes since the last checkpoint may be lost; ")
-                + "this last change was not saved. Stop that program from touching the "
+                + kept + "this last change was not saved. Stop that program from touching the "
                 "conversations folder, then reopen the conversation."
             )
             raise type(self.refusal)(str(self.refusal)) from exc

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +53,26 @@ def test_deleted_wal_stops_saving_and_loses_no_committed_turn(tmp_path):
         conv = store.load(settings(), FRAMING)
         users = [t for t in conv.turns.values() if t.role == "user"]
         assert len(users) == 6  # every turn reported committed is there
+
+
+def test_deleted_conversation_file_is_written_back_and_saving_stops(tmp_path):
+    import random
+
+    from conversation_writer import add_user, message, new_conversation
+    from halo_weave.store import StoreJournalLost
+
+    rng = random.Random(4)
+    path = tmp_path / "talk.halo.db"
+    store = ConversationStore.open(path)
+    conv = new_conversation()
+    store.save_system_prompt(conv)
+    for _ in range(4):
+        store.save_turn(conv, add_user(conv, message(rng, 1)))
+    for suffix in ("", "-wal", "-shm"):  # a cleaner empties the folder
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    with pytest.raises(StoreJournalLost, match="was deleted by another program.*written back"):
+        store.save_turn(conv, add_user(conv, message(rng, 1)))
+    store.close()
+    with ConversationStore.open(path, create=False) as reopened:
+        users = [t for t in reopened.load(settings(), FRAMING).turns.values() if t.role == "user"]
+        assert len(users) == 4
