@@ -190,14 +190,15 @@ class KoboldClient:
     """Typed calls to one server.  Thread-safe: a stream may be aborted from another thread."""
 
     def __init__(self, base_url: str, *, connect_timeout: float = CONNECT_TIMEOUT_S,
-                 tokenize_timeout: float = TOKENIZE_TIMEOUT_S) -> None:
+                 tokenize_timeout: float = TOKENIZE_TIMEOUT_S, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.connect_timeout = connect_timeout
         self.tokenize_timeout = tokenize_timeout
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=httpx.Timeout(tokenize_timeout, connect=connect_timeout),
-            headers={"Accept": "application/json"},
+            headers={"Accept": "application/json",
+                     **({"Authorization": f"Bearer {api_key}"} if api_key else {})},
         )
 
     def close(self) -> None:

@@ -186,5 +186,12 @@ def test_the_key_is_checked_on_every_request():
             good = {"Authorization": "Bearer s3cret"}
             assert client.get("/api/v1/model", headers=good).status_code == 200
             assert client.post("/api/v1/tokenize", json={"text": "hi"}, headers=good).status_code == 200
+        from halo_weave.kobold_client import BackendHTTPError, KoboldClient
+
+        with KoboldClient(process.url, api_key="s3cret") as app_client:  # the app, given the key
+            assert app_client.tokenize("hi")
+            assert [e.text for e in app_client.stream(prompt=CHAT, max_length=2)]
+        with KoboldClient(process.url) as app_client, pytest.raises(BackendHTTPError, match="401"):
+            app_client.model_info()
     finally:
         process.stop()
