@@ -1,17 +1,8 @@
 """SQLite persistence: one file per conversation (WAL), DB-first, exact rehydration.
 
-Errors (all carry a message fit for the user)::
+Errors are :class:`~halo_weave.errors.StoreError` and its subclasses (:mod:`halo_weave.errors`).
 
-    StoreError                 anything the store cannot do
-    ├── StoreMissing           open(create=False) on a path with no file
-    ├── StoreDamaged           a save refused: the file was found damaged (opened read-only)
-    ├── StoreJournalLost       a save refused: the -wal file vanished (see wal_guard)
-    └── StoreRefused           the file is left untouched, byte for byte
-        ├── StoreCorrupt       not SQLite, or PRAGMA integrity_check fails
-        ├── StoreForeign       an SQLite file that is not a Halo Weave conversation
-        └── StoreTooNew        written by a newer Halo Weave (unknown migration)
-
-Layout (see :mod:`store_schema`): ``turns``, ``chunks`` (metadata only), ``chunk_tokens``
+Layout (see :mod:`halo_weave.storage.schema`): ``turns``, ``chunks`` (metadata only), ``chunk_tokens``
 (one row per chunk: ids and brightness as int32 BLOBs, texts as one string plus lengths),
 ``meta`` (JSON values: counters, system prompt), ``tool_data``, ``semantic_entries`` +
 ``semantic_fts`` (owned by the semantic index, which uses :attr:`ConversationStore.conn`).
@@ -48,11 +39,15 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 from sqlite_utils import Database
 
-from . import integrity
+from .errors import (  # noqa: F401 - re-exported for callers of the store
+    StoreCorrupt, StoreDamaged, StoreError, StoreForeign, StoreJournalLost, StoreMissing, StoreRefused,
+    StoreTooNew,
+)
 from .conversation import Chunk, ChunkTokens, Conversation, Framing, Turn
 from .settings import Settings
-from .wal_guard import DatabaseVanished, WalGuard, WalVanished
-from .store_schema import (
+from .storage import integrity
+from .storage.wal_guard import DatabaseVanished, WalGuard, WalVanished
+from .storage.schema import (
     KNOWN_MIGRATIONS,
     MIGRATION_SET,
     migrations,
@@ -71,38 +66,6 @@ _CHUNK_COLUMNS = (
     "id, turn_id, sentence_id, role, start, token_count, live, pinned, "
     "brightness_at_deletion, tool_result"
 )
-
-
-class StoreError(Exception):
-    """Something the store cannot do; ``str(error)`` is meant for the user."""
-
-
-class StoreMissing(StoreError):
-    """There is no conversation file at the given path."""
-
-
-class StoreDamaged(StoreError):
-    """The file holds damaged rows: it is open read-only and saving is refused."""
-
-
-class StoreJournalLost(StoreError):
-    """The ``-wal`` file was deleted or replaced: saving stopped (see :mod:`wal_guard`)."""
-
-
-class StoreRefused(StoreError):
-    """A file the store will not open; it is left exactly as it was."""
-
-
-class StoreCorrupt(StoreRefused):
-    """Not an SQLite database, or one that fails ``PRAGMA integrity_check``."""
-
-
-class StoreForeign(StoreRefused):
-    """An SQLite database that is not a Halo Weave conversation."""
-
-
-class StoreTooNew(StoreRefused):
-    """A conversation written by a newer version of Halo Weave."""
 
 
 @dataclass(frozen=True)
@@ -128,7 +91,7 @@ class ConversationStore:
         self.lock = threading.RLock()
         self._streamed: dict[int, int] = {}  # chunk id -> tokens written while streaming
         self._depth = 0  # open transaction() blocks (nested ones are savepoints)
-        #: Damaged rows found on open or on reading tokens back (:mod:`integrity`).
+        #: Damaged rows found on open or on reading tokens back (:mod:`halo_weave.storage.integrity`).
         self.damage: list[integrity.Damage] = []
         #: Why saving is refused (damage found, or the -wal file vanished); None = writable.
         self.refusal: StoreError | None = None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QTimer
 
-from .. import tools
+from ..tools import notebook
 from ..conversation import Framing
 
 log = logging.getLogger("halo_weave.app")
@@ -114,14 +114,14 @@ class ConversationFiles:
             if self._embedder_factory is not None:
                 self._embedder = self._embedder_factory()
             else:
-                from ..embedder import Embedder
+                from ..memory.embedder import Embedder
 
                 self._embedder = Embedder()
         return self._embedder
 
     def export_json(self, path: Path) -> bool:
         """Write the open conversation to a JSON file."""
-        from .. import transfer
+        from ..storage import transfer
 
         if self.store is None:
             return False
@@ -135,7 +135,7 @@ class ConversationFiles:
 
     def import_json(self, path: Path) -> None:
         """Import a JSON export as a new conversation (on a thread), open it, re-index."""
-        from .. import transfer
+        from ..storage import transfer
 
         if self.busy:
             self.info.emit("Wait for the answer to finish before importing.")
@@ -154,7 +154,7 @@ class ConversationFiles:
             self._set_busy(False)
             self.error.emit(exc, f"Importing {Path(path).name}")
 
-        from ..vocab import vocab_size_for
+        from ..server.vocab import vocab_size_for
 
         model_info = self.model_info  # read here: the import runs on a thread
         self._call(lambda: transfer.import_conversation(Path(path), self.data_dir, vocab_size_for(model_info)),
@@ -179,7 +179,7 @@ class ConversationFiles:
         if self.store is None:
             return None
         try:
-            return self.store.load_tool_data(tools.NOTES_NAME)
+            return self.store.load_tool_data(notebook.NOTES_NAME)
         except Exception as exc:  # noqa: BLE001
             self.error.emit(exc, "Reading the notes")
             return None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 
-from ..failures import explain
+from .failures import explain
 from PySide6.QtWidgets import QMainWindow, QMessageBox
 
 log = logging.getLogger("halo_weave.ui")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from halo_weave import integrity
+from halo_weave.storage import integrity
 from halo_weave.store import ConversationStore, StoreDamaged, StoreError
 
 from .helpers import build_conversation, what_the_user_sees

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from halo_weave import tools
-from halo_weave.json_depth import MAX_DEPTH, depth
+from halo_weave.tools import notebook as tools
+from halo_weave.tools.json_depth import MAX_DEPTH, depth
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,9 @@ import pytest
 
 from conversation_writer import FRAMING, add_user, settings
 from halo_weave.store import ConversationStore, conversations_dir
-from halo_weave.transfer import MAX_ID, TransferError, export_conversation, import_conversation
-from halo_weave.vocab import bundled_vocab_size
+from halo_weave.errors import TransferError
+from halo_weave.storage.transfer import MAX_ID, export_conversation, import_conversation
+from halo_weave.server.vocab import bundled_vocab_size
 
 from .helpers import build_conversation, what_the_user_sees
 
@@ -171,7 +172,7 @@ def test_folder_and_missing_file_are_refused(tmp_path):
 
 
 def test_oversize_file_is_refused_without_reading_it(tmp_path, monkeypatch):
-    from halo_weave import transfer
+    from halo_weave.storage import transfer
 
     monkeypatch.setattr(transfer, "MAX_FILE_BYTES", 1000)  # a 1 GB file takes too long to write
     big = tmp_path / "big.json"

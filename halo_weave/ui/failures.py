@@ -5,7 +5,7 @@ RecursionError and UnicodeEncodeError all used to reach the user as "Unexpected 
 and a class name (issue 17).  :func:`explain` recognises them, whichever layer raised
 them (SQLite's ``OperationalError`` text, an ``OSError``'s errno, the store's own
 errors), and says what happened and what the user can do.  The window
-(:func:`halo_weave.ui.messages.describe`) asks here before giving up.
+(:func:`~halo_weave.ui.messages.describe`) asks here before giving up.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import errno
 import sqlite3
 from dataclasses import dataclass
+
+from ..errors import StoreDamaged, StoreJournalLost
 
 #: Said whenever a message could not be sent or saved (the window keeps it in the input).
 KEPT = "Your message is still in the input box; send it again once this is fixed."
@@ -49,11 +51,10 @@ def explain(exc: BaseException, *, message_kept: bool = False) -> Explanation | 
 
 
 def _explain_one(exc: BaseException, KEPT: str) -> Explanation | None:  # noqa: N803
-    names = {cls.__name__ for cls in type(exc).__mro__}
     text = str(exc).lower()
-    if "StoreDamaged" in names:
+    if isinstance(exc, StoreDamaged):
         return Explanation("Conversation file damaged", f"{exc}")
-    if "StoreJournalLost" in names:
+    if isinstance(exc, StoreJournalLost):
         return Explanation("Saving stopped", f"{exc} {KEPT}")
     code = exc.errno if isinstance(exc, OSError) else None
     if code == errno.ENOSPC or "database or disk is full" in text or "no space left" in text:

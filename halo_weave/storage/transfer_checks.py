@@ -4,7 +4,7 @@ A JSON file can spell a lone surrogate (``"\\ud800"``), which Python parses into
 that cannot be written as UTF-8: SQLite, the window and the next export would each fail
 later with an unclear error.  And token ids outside the model's vocabulary are accepted
 by the file format but make every later generation fail with HTTP 400.  Both are refused
-here, naming the field and the reason (:class:`~halo_weave.transfer.TransferError`).
+here, naming the field and the reason (:class:`~halo_weave.errors.TransferError`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import TransferError
+
 
 def _fail(where: str, problem: str):
-    from .transfer import TransferError  # transfer imports this module
-
     raise TransferError(f"Invalid export: {where} {problem}.")
 
 

@@ -32,9 +32,10 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import TransferError
+from ..store import ConversationStore, conversations_dir, new_conversation_path
 from .file_safety import UnsafePath, check_export_target, read_regular_file
-from .store import ConversationStore, conversations_dir, new_conversation_path
-from .store_schema import pack_tokens, unpack_tokens
+from .schema import pack_tokens, unpack_tokens
 from .transfer_checks import bad_text_path, check_token_ids, check_unicode
 
 FORMAT = "halo-weave"
@@ -64,10 +65,6 @@ _TOKEN_COLUMNS = ("position", "chunk_id", "token_id", "text", "brightness", "del
 _ENTRY_FIELDS = ("chunk_id", "turn_id", "sentence_id", "role", "text", "token_count",
                  "context_hash", "reference_count", "updated_at")
 _ROLES = ("user", "assistant")
-
-
-class TransferError(ValueError):
-    """An export or import that cannot be done; ``str(error)`` is meant for the user."""
 
 
 # ---------------------------------------------------------------------- export
@@ -129,7 +126,7 @@ def export_conversation(source: ConversationStore | Path, out_path: Path) -> Non
     """Write ``source`` (an open store or a conversation file) to ``out_path`` as JSON.
 
     Refuses a target that is a database or the open conversation's own file (see
-    :mod:`halo_weave.file_safety`); the temporary file is removed whatever happens.
+    :mod:`halo_weave.storage.file_safety`); the temporary file is removed whatever happens.
     """
     out_path = Path(out_path)
     protected = [source.path if isinstance(source, ConversationStore) else Path(source)]

@@ -225,7 +225,7 @@ def check_file(path: Path) -> tuple[bool, list[str]]:
     Runs the store's own refusal checks (not SQLite, integrity_check, foreign, too new),
     then every checksum and chunk shape.  Never writes, and leaves no -wal/-shm behind.
     """
-    from .store import StoreError, _inspect, _readonly
+    from ..store import StoreError, _inspect, _readonly
 
     path = Path(path)
     if not path.is_file():

@@ -65,7 +65,7 @@ def gguf_vocab_size(path: Path) -> int | None:
 @functools.lru_cache(maxsize=1)
 def bundled_vocab_size() -> int | None:
     """The bundled model's vocabulary size (None when the model is not installed)."""
-    from .server.loader import ModelNotFound, bundled_gguf
+    from .loader import ModelNotFound, bundled_gguf
 
     try:
         return gguf_vocab_size(bundled_gguf())
