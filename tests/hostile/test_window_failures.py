@@ -133,3 +133,21 @@ def test_a_message_that_cannot_be_saved_goes_back_to_the_input(online, qtbot, fa
     assert online.input.toPlainText() == LONG.strip()  # the unsent message is kept
     assert saved_turns(store.path) == before  # every committed turn is still there
     assert sorted(controller.conv.turns) == turns_in_memory  # and nothing unsaved is shown
+
+
+@pytest.mark.slow
+def test_a_huge_message_is_saved_on_a_thread_and_never_lost(online, qtbot):
+    from halo_weave.ui.user_turn import SAVE_ON_THREAD_TOKENS
+
+    controller = online.controller
+    reasons = []
+    controller.busy_changed.connect(lambda busy, reason: reasons.append(reason))
+    huge = "\n\n".join(f"Note {i}: the tide tables for the harbour, copied by hand. " * 30 for i in range(120))
+    send(online, qtbot, huge)  # far beyond the model's context: the answer fails, the message stays
+    assert any(r.startswith("Saving your message (") for r in reasons), reasons
+    rows = saved_turns(controller.store.path)
+    assert rows and rows[0][1] == "user"
+    user = controller.conv.turns[rows[0][0]]
+    assert sum(controller.conv.chunks[c].token_count for c in user.chunk_ids) > SAVE_ON_THREAD_TOKENS
+    text = "".join(controller.conv.chunk_text(c.id) for c in controller.conv.content_chunks(user.turn_id))
+    assert text == huge.strip()
