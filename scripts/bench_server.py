@@ -190,10 +190,16 @@ def abort_latency(url: str) -> dict:
     for name, request in heavy.items():
         done = threading.Event()
 
-        def run(request=request):
-            with httpx.Client(base_url=url, timeout=300) as client:
-                request(client)
-            done.set()
+        outcome = {}
+
+        def run(request=request, outcome=outcome):
+            try:
+                with httpx.Client(base_url=url, timeout=300) as client:
+                    outcome["status"] = request(client).status_code
+            except httpx.HTTPError as exc:
+                outcome["status"] = type(exc).__name__
+            finally:
+                done.set()
 
         worker = threading.Thread(target=run)
         worker.start()
@@ -203,13 +209,17 @@ def abort_latency(url: str) -> dict:
             while not done.is_set():
                 # Another request id: measures the answer without stopping the generation.
                 started = time.perf_counter()
-                http.post("/api/extra/abort", json={"request_id": "not-this-one"})
+                try:
+                    http.post("/api/extra/abort", json={"request_id": "not-this-one"})
+                except httpx.TimeoutException:  # not answered within the client's 60 s
+                    pass
                 times.append((time.perf_counter() - started) * 1000)
                 time.sleep(ABORT_INTERVAL_S)
         worker.join()
         figures[f"abort_ms_worst_{name}"] = round(max(times), 1) if times else None
         figures[f"abort_ms_median_{name}"] = round(statistics.median(times), 1) if times else None
         figures[f"abort_samples_{name}"] = len(times)
+        figures[f"heavy_status_{name}"] = outcome.get("status")
     return figures
 
 
