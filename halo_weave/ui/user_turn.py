@@ -2,9 +2,9 @@
 
 A mixin of :class:`~halo_weave.app.TurnController`; the answer itself is
 :class:`~halo_weave.ui.generation_round.GenerationRounds`.  Order (DESIGN.md): tokenize
-once on a thread → let pending embeddings land (≤ ``embed_wait_seconds``) → search and
-resurrect within the budget (search on the embedder thread) → persist and index the user
-turn before it is shown → make room in the model's window → stream the answer.
+once on a thread → let pending embeddings land (≤ ``embed_wait_seconds``) → search on the
+embedder thread → the session resurrects within the budget, saves and queues the user
+turn before it is shown, makes room in the model's window → stream the answer.
 """
 
 from __future__ import annotations
@@ -38,13 +38,12 @@ class UserTurns:
             return False
         self._set_busy(True, "Reading your message…")
         self._stop_pending = False
-        self._stream_count = 0
+        self.session.streamed = 0
         self._unsent = text
-        client = self.client
+        session = self.session
 
         def tokenize():
-            user = client.tokenize(text, add_special_tokens=False)
-            return user, client.tokenize(answer_prefix, add_special_tokens=False) if answer_prefix else []
+            return session.tokenize(text), session.tokenize(answer_prefix)
 
         what = f"Reading your message ({len(text):,} characters)"
         finish = self._progress_after_a_second(what)
@@ -96,9 +95,9 @@ class UserTurns:
             action()
 
     def _resurrect_then_add(self, text: str, ids: list[int], texts: list[str]) -> None:
-        index = self.index
-        if index is None or not index.available or index.entry_count == 0 or not self.conv.graveyard():
-            self.last_resurrected = 0
+        index = self.index  # loaded on first use
+        if not self.session.can_resurrect():
+            self.session.last_resurrected = 0
             self._add_user_turn(ids, texts)
             return
         self._set_busy(True, "Searching memory…")
@@ -107,78 +106,38 @@ class UserTurns:
         self._indexer.search(text, lambda matches, exc: self._resurrect(index, matches, ids, texts))
 
     def _resurrect(self, index, matches, ids, texts) -> None:
-        from ..memory.resurrection import apply_plan
-
-        conv = self.conv
-        self.last_resurrected = 0
-        if index is self._index and self.store is not None and matches:
-            try:
-                plan = index.plan(conv, matches, self.resurrection_budget(len(ids)))
-                result = apply_plan(conv, plan, index.conn, self.settings.resurrection_brightness, self.store)
-            except Exception as err:  # noqa: BLE001
-                self.error.emit(err, "Resurrecting from memory")
-            else:
-                revived = [c for c in result.revived if not c.framing]
-                self.last_resurrected = len(revived)
-                if revived:
-                    self.graveyard_changed.emit()
+        if self.session.resurrect_for(index, matches, len(ids)):
+            self.graveyard_changed.emit()
         self._add_user_turn(ids, texts)
 
-    def resurrection_budget(self, user_tokens: int) -> int:
-        """Seed 001's universal equation: room left after the message and the answer."""
-        max_context = int(getattr(self.model_info, "max_context", 0) or 0)
-        budget = max_context - self.conv.live_token_count() - user_tokens - self.settings.max_new_tokens
-        if self.settings.resurrection_budget_cap > 0:
-            budget = min(budget, self.settings.resurrection_budget_cap)
-        return max(budget, 0)
-
     def _add_user_turn(self, ids: list[int], texts: list[str]) -> None:
-        conv, store = self.conv, self.store
-        turn = conv.add_turn("user", ids, texts)
+        session = self.session
         if len(ids) > SAVE_ON_THREAD_TOKENS:
             self._set_busy(True, f"Saving your message ({len(ids):,} tokens)…")
             finish = self._progress_after_a_second(f"Saving your message ({len(ids):,} tokens)")
             self._call(
-                store.save_turn, conv, turn,
-                on_ok=lambda _: (finish(), self._user_turn_saved(conv, turn)),
-                on_fail=lambda exc: (finish(), self._user_turn_not_saved(conv, store, exc)),
+                session.save_user_message, ids, texts,
+                on_ok=lambda turn: (finish(), self._user_turn_saved(turn)),
+                on_fail=lambda exc: (finish(), self._user_turn_not_saved(exc)),
             )
             return
         try:
-            store.save_turn(conv, turn)  # DB-first: persisted before it is shown
+            turn = session.save_user_message(ids, texts)  # DB-first: persisted before it is shown
         except BaseException as exc:  # noqa: BLE001 - MemoryError too: the message goes back
-            self._user_turn_not_saved(conv, store, exc)
+            self._user_turn_not_saved(exc)
             return
-        self._user_turn_saved(conv, turn)
+        self._user_turn_saved(turn)
 
-    def _user_turn_not_saved(self, conv, store, exc) -> None:
-        # Not on disk, so not shown and not answered; the message goes back to the input
-        # box, and the conversation in memory goes back to what the file holds.
-        if conv is self.conv and store is self.store:
-            try:
-                self.conv = store.load(self.settings, self.framing or conv.framing)
-                for changed in (self.conversation_changed, self.graveyard_changed, self.stats_changed):
-                    changed.emit()
-            except Exception:  # noqa: BLE001 - the save error below says what to do
-                pass
+    def _user_turn_not_saved(self, exc) -> None:
+        # Not on disk, so not shown and not answered: the message goes back to the input
+        # box; the session has put the conversation back to what the file holds.
+        for changed in (self.conversation_changed, self.graveyard_changed, self.stats_changed):
+            changed.emit()
         self._turn_failed_early(exc, "Saving your message")
 
-    def _user_turn_saved(self, conv, turn) -> None:
+    def _user_turn_saved(self, turn) -> None:
         self._unsent = ""
-        if conv is not self.conv:
-            self._set_busy(False)
-            return
-        self._queue_indexing([c.id for c in conv.content_chunks(turn.turn_id)])
-        self._fit_model_window()
+        self.session.index_user_message(turn)
+        if self.session.fit_model_window():
+            self.graveyard_changed.emit()
         self._start_generation()  # shows the message (and any resurrection) with the answer
-
-    def _fit_model_window(self) -> None:
-        """Never send more than the model can read: prompt + answer within its context."""
-        max_context = int(getattr(self.model_info, "max_context", 0) or 0)
-        if max_context <= 0:
-            return
-        frame = sum(len(ids) for ids, _ in [self.framing.prefix.get("assistant", ([], []))]) if self.framing else 0
-        limit = max_context - self.settings.max_new_tokens - frame
-        if self.conv.live_token_count() > limit > 0:
-            self._prune(limit)
-
