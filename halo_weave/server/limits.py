@@ -83,10 +83,27 @@ def check_stop_sequence(stops: Any) -> None:
             )
 
 
+def check_text(value: Any, field: str) -> None:
+    """A string field must be valid Unicode: JSON can spell a lone surrogate (``"\\ud800"``),
+    which the tokenizer cannot take (it answered 500)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise RequestError(f"{field} holds text that is not valid Unicode (a lone surrogate at "
+                               f"character {exc.start})") from None
+
+
 def check_generate(body: dict, context_size: int) -> None:
     """Limits of a generate request (before its prompt is tokenized or its ids checked)."""
     check_numbers(body)
     check_stop_sequence(body.get("stop_sequence"))
+    check_text(body.get("prompt"), "prompt")
+    stops = body.get("stop_sequence")
+    for i, stop in enumerate(stops if isinstance(stops, list) else [stops]):
+        check_text(stop, f"stop_sequence[{i}]" if isinstance(stops, list) else "stop_sequence")
+    for field in ("request_id", "genkey"):
+        check_text(body.get(field), field)
     ids = body.get("input_ids")
     if isinstance(ids, list) and len(ids) > context_size:
         raise RequestError(f"input_ids has {len(ids)} tokens, more than the context size of {context_size}")

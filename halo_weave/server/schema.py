@@ -136,6 +136,7 @@ def tokenize_args(body: dict) -> tuple[str, bool, bool]:
     text = body.get("text", body.get("content"))
     if not isinstance(text, str):
         raise RequestError("text must be a string")
+    limits.check_text(text, "text")
     if len(text) > min(MAX_TOKENIZE_CHARS, limits.MAX_TEXT_CHARS):
         raise RequestError(f"text longer than {MAX_TOKENIZE_CHARS} characters")
     add = body.get("add_special_tokens", body.get("add_special", False))

@@ -35,10 +35,12 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
+# Surrogates included: JSON can spell a lone one, and a tokenizer cannot take it.
+texts = st.text(max_size=200) | st.text(st.characters(categories=["Cs", "Ll", "Zs", "Po"]), max_size=20)
 big_ints = st.integers(min_value=-(2**70), max_value=2**70)
 ids = st.lists(st.integers(min_value=-5, max_value=60_000) | big_ints, max_size=40)
 field_values = {
-    "prompt": st.text(max_size=200),
+    "prompt": texts,
     "input_ids": ids,
     "max_length": st.integers(min_value=-3, max_value=12) | big_ints,
     "max_context_length": st.integers(min_value=-3, max_value=10_000) | big_ints,
@@ -48,14 +50,14 @@ field_values = {
     "rep_pen": st.floats() | big_ints,
     "rep_pen_range": big_ints,
     "sampler_seed": big_ints | st.floats(),
-    "stop_sequence": st.lists(st.text(max_size=20), max_size=5) | st.text(max_size=20),
+    "stop_sequence": st.lists(texts, max_size=5) | texts,
     "output_attentions": st.booleans(),
     "per_token": st.booleans(),
     "attention_format": st.sampled_from(["aggregated", "per_layer", "raw", ""]),
-    "request_id": st.text(max_size=20) | big_ints,
-    "genkey": st.text(max_size=20),
-    "text": st.text(max_size=200),
-    "content": st.text(max_size=50),
+    "request_id": texts | big_ints,
+    "genkey": texts,
+    "text": texts,
+    "content": texts,
     "add_special_tokens": st.booleans(),
     "with_pieces": st.booleans(),
     "token_ids": ids,

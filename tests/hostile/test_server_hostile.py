@@ -101,12 +101,20 @@ def test_malformed_json_is_400_never_500(http, path, raw, fragment):
     ("stop_sequence", ["x"] * (MAX_STOP_STRINGS + 1), "at most 64"),
     ("stop_sequence", ["y" * (MAX_STOP_CHARS + 1)], "stop_sequence[0] is 1001 characters"),
     ("request_id", "r" * 300, "request_id is longer"),
+    ("prompt", "hi \udfff", "prompt holds text that is not valid Unicode"),
+    ("stop_sequence", ["ok", "\ud800"], "stop_sequence[1] holds text that is not valid Unicode"),
 ])
 def test_out_of_range_fields_are_400_before_the_stream(http, field, value, fragment):
     body = {"input_ids": ids_of(http, CHAT), "max_length": 4, field: value}
-    response = http.post("/api/extra/generate/stream", json=body)
+    # json.dumps escapes a lone surrogate as \udXXX, as a hostile client would send it.
+    response = http.post("/api/extra/generate/stream", content=json.dumps(body), headers=JSON)
     assert response.status_code == 400, response.text
     assert fragment in response.json()["error"]
+
+
+def test_lone_surrogate_to_tokenize_is_400(http):
+    response = http.post("/api/v1/tokenize", content=json.dumps({"text": "a\ud800b"}), headers=JSON)
+    assert response.status_code == 400 and "not valid Unicode" in response.json()["error"]
 
 
 def test_oversize_inputs_are_refused(http):
