@@ -23,84 +23,25 @@ opened are fetched through ``chunk_loader`` (the store) when they come back.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from itertools import groupby
-from operator import attrgetter
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from . import brightness as bright
 from .core.chunking import BoundaryDetector
 from .core.framing import ROLES, Framing  # noqa: F401 - importable from here too
+from .core.records import (  # noqa: F401 - importable from here too
+    PREFIX_SENTENCE,
+    SUFFIX_SENTENCE,
+    Chunk,
+    ChunkLoader,
+    ChunkTokens,
+    Turn,
+)
+from .core.registry import ChunkColumns, ChunkList, ChunkRegistry, TurnColumns, TurnRegistry
 from .core.token_table import TokenTable
 from .errors import ConversationError
 from .settings import MAX_BRIGHTNESS, Settings
-
-#: Sentence ids of a turn's framing chunks (chat-template tokens before / after content).
-PREFIX_SENTENCE = -1
-SUFFIX_SENTENCE = -2
-
-
-@dataclass
-class Chunk:
-    """A paragraph-sized unit of one turn: the unit of pruning, resurrection and search."""
-
-    id: int
-    turn_id: int
-    sentence_id: int
-    role: str
-    start: int  # absolute position of its first token; positions are contiguous
-    token_count: int = 0
-    live: bool = True
-    pinned: bool = False
-    brightness_at_deletion: int | None = None
-    tool_result: bool = False
-
-    @property
-    def key(self) -> tuple[int, int, str]:
-        """Chunk identity: ``(turn_id, sentence_id, role)``."""
-        return (self.turn_id, self.sentence_id, self.role)
-
-    @property
-    def framing(self) -> bool:
-        return self.sentence_id < 0
-
-    @property
-    def anchor(self) -> bool:
-        return self.sentence_id == 0
-
-    @property
-    def end(self) -> int:
-        return self.start + self.token_count
-
-
-@dataclass
-class Turn:
-    """One message: a role, a time, and its chunks in order (framing included)."""
-
-    turn_id: int
-    role: str
-    created_at: float
-    chunk_ids: list[int] = field(default_factory=list)
-    complete: bool = False
-
-
-@dataclass
-class ChunkTokens:
-    """The tokens of one chunk: ids, texts and brightness, aligned."""
-
-    token_ids: np.ndarray
-    texts: list[str]
-    brightness: np.ndarray
-
-    @property
-    def text(self) -> str:
-        return "".join(self.texts)
-
-
-ChunkLoader = Callable[[Sequence[int]], dict[int, ChunkTokens]]
-
 
 class Conversation:
     """One endless conversation: see the module docstring."""
@@ -108,8 +49,9 @@ class Conversation:
     def __init__(self, settings: Settings | None = None, framing: Framing | None = None) -> None:
         self.settings = settings or Settings()
         self.framing = framing or Framing.none()
-        self.turns: dict[int, Turn] = {}
-        self.chunks: dict[int, Chunk] = {}
+        #: Every chunk / turn by id; those read from storage stay columns until used.
+        self.chunks = ChunkRegistry()
+        self.turns = TurnRegistry(self.chunks.ids_of_turn)
         self.table = TokenTable()
         self.system_ids = np.zeros(0, np.int32)
         self.system_texts: list[str] = []
@@ -125,7 +67,6 @@ class Conversation:
         self._open_turn: Turn | None = None
         self._detector = BoundaryDetector()
         self._boundary_pending = False
-        self._keys: dict[tuple[int, int, str], int] = {}
 
     # ------------------------------------------------------------------ building
     def set_system_prompt(self, text: str, token_ids: Sequence[int], texts: Sequence[str]) -> None:
@@ -197,7 +138,7 @@ class Conversation:
         """Reopen the last turn (restored incomplete after a crash) to close or extend it."""
         if self._open_turn is not None:
             raise ConversationError("another turn is still open")
-        if turn_id != max(self.turns):
+        if turn_id != self.turns.last():
             raise ConversationError("only the last turn can be resumed")
         turn = self.turns[turn_id]
         turn.complete = False
@@ -228,7 +169,6 @@ class Conversation:
         )
         self.next_chunk_id += 1
         self.chunks[chunk.id] = chunk
-        self._keys[chunk.key] = chunk.id
         self._texts[chunk.id] = []
         turn.chunk_ids.append(chunk.id)
         return chunk
@@ -263,8 +203,11 @@ class Conversation:
         return len(self.system_ids) + len(self.table)
 
     def chunk_by_key(self, turn_id: int, sentence_id: int, role: str) -> Chunk | None:
-        chunk_id = self._keys.get((turn_id, sentence_id, role))
-        return self.chunks.get(chunk_id) if chunk_id is not None else None
+        turn = self.turns.get(turn_id)
+        if turn is None or turn.role != role:
+            return None
+        return next((c for c in map(self.chunks.__getitem__, turn.chunk_ids)
+                     if c.sentence_id == sentence_id), None)
 
     def content_chunks(self, turn_id: int) -> list[Chunk]:
         """The non-framing chunks of a turn, in order."""
@@ -333,11 +276,10 @@ class Conversation:
         content = self.table.brightness[~self.table.framing]
         return float(content.mean()) if content.size else float(self.settings.initial_brightness)
 
-    def graveyard(self) -> list[Chunk]:
-        """Pruned content chunks, newest first."""
-        dead = [c for c in self.chunks.values() if not c.live and not c.framing]
-        dead.sort(key=lambda c: c.start, reverse=True)
-        return dead
+    def graveyard(self) -> ChunkList:
+        """Pruned content chunks, newest first (each made an object when first read)."""
+        ids, _ = self.chunks.dead_content()
+        return ChunkList(self.chunks, ids[::-1].tolist())
 
     # ------------------------------------------------------------------ brightness
     def apply_attention(self, attention: np.ndarray) -> None:
@@ -458,8 +400,7 @@ class Conversation:
         return self._kill(doomed) if doomed else []
 
     def _latest_user_turn_id(self) -> int | None:
-        users = [t for t, turn in self.turns.items() if turn.role == "user"]
-        return max(users, default=None)
+        return self.turns.last("user")
 
     def delete_chunk(self, chunk_id: int) -> list[Chunk]:
         """Prune one chunk by hand (the user's decision overrides anchor protection)."""
@@ -631,7 +572,6 @@ class Conversation:
         chunk.pinned = chunk.pinned or nxt.pinned
         turn.chunk_ids.remove(nxt.id)
         del self.chunks[nxt.id]
-        del self._keys[nxt.key]
         return chunk, nxt
 
     # ------------------------------------------------------------------ restore
@@ -641,7 +581,6 @@ class Conversation:
         Chunks must be restored in position order.  Used by the store's rehydration.
         """
         self.chunks[chunk.id] = chunk
-        self._keys[chunk.key] = chunk.id
         self.turns[chunk.turn_id].chunk_ids.append(chunk.id)
         if chunk.live:
             if tokens is None:
@@ -656,39 +595,34 @@ class Conversation:
                 framing=chunk.framing,
             )
 
-    def restore_chunks(self, chunks: Sequence[Chunk], live_tokens: dict[int, ChunkTokens]) -> None:
-        """Re-register many chunks at once (rehydration's fast path).
+    def rehydrate(self, turns: TurnColumns, chunks: ChunkColumns, live_ids: np.ndarray,
+                  counts: np.ndarray, tokens: ChunkTokens) -> None:
+        """Take a stored conversation's records (the store's rehydration).
 
-        ``chunks`` are in position order, after any chunk already here; the live ones'
-        tokens are appended to the table in one step instead of one per chunk (the
-        conversation takes ownership of ``live_tokens``' arrays and lists).
+        Turns and chunks stay columns until they are used (see :mod:`.core.registry`);
+        ``chunks`` are in position order.  ``tokens`` are the live chunks' tokens,
+        concatenated in position order, ``counts`` tokens for each chunk of ``live_ids``;
+        they go to the table in one step (the conversation takes ownership of them).
         """
-        # attrgetter/map/groupby keep the per-chunk loops in C: ~20k chunks per 1M tokens.
-        ids = list(map(attrgetter("id"), chunks))
-        self.chunks.update(zip(ids, chunks))
-        self._keys.update(zip(map(attrgetter("turn_id", "sentence_id", "role"), chunks), ids))
-        for turn_id, group in groupby(chunks, attrgetter("turn_id")):
-            self.turns[turn_id].chunk_ids.extend(map(attrgetter("id"), group))
-        live = list(filter(attrgetter("live"), chunks))
-        missing = [c.key for c in live if c.id not in live_tokens]
-        if missing:
+        self.turns.load(turns)
+        self.chunks.load(chunks)
+        ids = chunks.id[chunks.live]
+        if not np.array_equal(ids, live_ids):
+            missing = sorted(set(ids.tolist()) - set(np.asarray(live_ids).tolist()))
             raise ConversationError(f"live chunks {missing[:3]} have no tokens")
-        if not live:
-            return
-        tokens = [live_tokens[c.id] for c in live]
-        counts = np.fromiter((c.token_count for c in live), np.int64, len(live))
-        held = np.fromiter((len(t.token_ids) for t in tokens), np.int64, len(live))
-        if not np.array_equal(counts, held):
+        held = chunks.token_count[chunks.live]
+        if not np.array_equal(held, counts) or int(held.sum()) != len(tokens.token_ids):
             raise ConversationError("stored tokens disagree with their chunks' token counts")
-        for c, t in zip(live, tokens):
-            self._texts[c.id] = t.texts
-        starts = np.fromiter((c.start for c in live), np.int64, len(live))
-        first_row = np.cumsum(counts) - counts
+        ends = np.cumsum(held).tolist()
+        texts = tokens.texts
+        self._texts.update(zip(ids.tolist(), map(texts.__getitem__, map(slice, [0, *ends[:-1]], ends))))
+        starts = chunks.start[chunks.live]
+        first_row = np.cumsum(held) - held
         self.table.append_rows(
-            position=np.repeat(starts - first_row, counts) + np.arange(int(counts.sum())),
-            token_id=np.concatenate([t.token_ids for t in tokens]),
-            brightness=np.concatenate([t.brightness for t in tokens]),
-            chunk_id=np.repeat(np.fromiter((c.id for c in live), np.int32, len(live)), counts),
-            turn_id=np.repeat(np.fromiter((c.turn_id for c in live), np.int32, len(live)), counts),
-            framing=np.repeat(np.fromiter((c.sentence_id < 0 for c in live), bool, len(live)), counts),
+            position=np.repeat(starts - first_row, held) + np.arange(len(tokens.token_ids)),
+            token_id=tokens.token_ids,
+            brightness=tokens.brightness,
+            chunk_id=np.repeat(ids, held),
+            turn_id=np.repeat(chunks.turn_id[chunks.live], held),
+            framing=np.repeat(chunks.sentence_id[chunks.live] < 0, held),
         )

@@ -183,7 +183,6 @@ def seed_turns_3_and_4() -> Conversation:
         say(conv, "user" if conv.next_turn_id % 2 == 0 else "assistant", "filler words here.")
     conv.turns.clear()
     conv.chunks.clear()
-    conv._keys.clear()
     conv.table.keep(np.zeros(len(conv.table), bool))
     conv.next_turn_id = 3
     say(conv, "user", "u zero here.\n\nu one here.\n\nu two here.")

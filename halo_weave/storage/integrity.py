@@ -225,13 +225,14 @@ def check_file(path: Path) -> tuple[bool, list[str]]:
     Runs the store's own refusal checks (not SQLite, integrity_check, foreign, too new),
     then every checksum and chunk shape.  Never writes, and leaves no -wal/-shm behind.
     """
-    from ..store import StoreError, _inspect, _readonly
+    from ..errors import StoreError
+    from .files import _readonly, inspect
 
     path = Path(path)
     if not path.is_file():
         return False, [f"{path}: no such file."]
     try:
-        _inspect(path)
+        inspect(path)
     except StoreError as exc:
         return False, [str(exc)]
     conn = _readonly(path)
@@ -262,17 +263,24 @@ def check_file(path: Path) -> tuple[bool, list[str]]:
     return True, lines
 
 
-def without_damaged(chunks: list, live_tokens: dict, damage: Sequence[Damage]) -> list:
-    """What of a damaged file can be shown: chunks with damaged records are left out, and
-    chunks with damaged tokens are shown as pruned (their tokens are never loaded)."""
-    bad_record = {d.key for d in damage if d.table == "chunks"}
-    bad_tokens = {d.key for d in damage if d.table == "chunk_tokens"}
-    kept = [c for c in chunks if c.id not in bad_record]
-    for chunk in kept:
-        if chunk.id in bad_tokens:
-            chunk.live = False
-            live_tokens.pop(chunk.id, None)
-    return kept
+@dataclass(frozen=True)
+class Skipped:
+    """What opening a damaged file leaves out: damaged turn and chunk records, and the
+    chunks whose tokens are damaged (shown as pruned; their tokens are never loaded)."""
+
+    turns: frozenset
+    chunks: frozenset
+    tokens: frozenset
+
+    def __bool__(self) -> bool:
+        return bool(self.turns or self.chunks or self.tokens)
+
+
+def skipped(damage: Sequence[Damage]) -> Skipped:
+    """The :class:`Skipped` records for ``damage`` (empty when there is none)."""
+    keys = {table: frozenset(d.key for d in damage if d.table == table)
+            for table in ("turns", "chunks", "chunk_tokens")}
+    return Skipped(keys["turns"], keys["chunks"], keys["chunk_tokens"])
 
 
 def verify_row(conn: sqlite3.Connection, table: str, key) -> list[Damage]:

@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import TransferError
-from ..store import ConversationStore, conversations_dir, new_conversation_path
+from ..store import ConversationStore
 from .file_safety import UnsafePath, check_export_target, read_regular_file
+from .files import conversations_dir, new_conversation_path
 from .schema import pack_tokens, unpack_tokens
 from .transfer_checks import bad_text_path, check_token_ids, check_unicode
 
