@@ -220,7 +220,13 @@ class ConversationStore:
         A last turn left incomplete by a crash keeps its partial answer and is closed
         (its suffix framing is added and saved); one with no content is dropped.
         """
-        damage = integrity.verify_on_open(self.conn)
+        try:
+            damage = integrity.verify_on_open(self.conn)
+        except sqlite3.DatabaseError as exc:  # e.g. a column renamed by a flipped schema byte
+            raise StoreCorrupt(
+                f"{self.path.name} is damaged ({exc}). It was left untouched; restore it from a backup "
+                "or an export."
+            ) from exc
         if damage:
             self._found_damage(damage)
         else:

@@ -64,6 +64,8 @@ def outcome(path: Path, original_view: dict) -> str:
             view = what_the_user_sees(store)
         except StoreDamaged:
             return "detected"
+        except StoreError:  # refused while reading (a damaged schema), with words
+            return "refused"
         except Exception as exc:  # noqa: BLE001 - counted, and the test fails on it
             return f"unclear {type(exc).__name__}: {exc}"[:120]
         if store.damage:
