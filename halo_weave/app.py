@@ -120,13 +120,15 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         self._answer_prefix = ()  # tokens the next answer starts with (see send())
 
     # ------------------------------------------------------------------ the session's state
-    @property
-    def conv(self) -> Conversation | None:
-        return self.session.conv
-
-    @property
-    def store(self):
-        return self.session.store
+    # Read-only views for the window and tests; the session owns the state.
+    conv = property(lambda self: self.session.conv)
+    store = property(lambda self: self.session.store)
+    model_info = property(lambda self: self.session.model_info)
+    framing = property(lambda self: self.session.framing)
+    attention_available = property(lambda self: self.session.attention_available)
+    last_resurrected = property(lambda self: self.session.last_resurrected)
+    tokens_per_s = property(lambda self: self.session.tokens_per_s)
+    last_finish_reason = property(lambda self: self.session.last_finish_reason)
 
     @property
     def client(self):
@@ -136,30 +138,6 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
     @client.setter
     def client(self, backend) -> None:
         self.session.backend = backend
-
-    @property
-    def model_info(self):
-        return self.session.model_info
-
-    @property
-    def framing(self) -> Framing | None:
-        return self.session.framing
-
-    @property
-    def attention_available(self) -> bool:
-        return self.session.attention_available
-
-    @property
-    def last_resurrected(self) -> int:
-        return self.session.last_resurrected
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.session.tokens_per_s
-
-    @property
-    def last_finish_reason(self) -> str:
-        return self.session.last_finish_reason
 
     # ------------------------------------------------------------------ start-up
     def start(self, conversation: Path | None = None) -> None:
@@ -261,41 +239,12 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
             return "Preparing the system prompt…"
         return ""
 
-    def _finish_turn(self, reason: str, rate) -> None:
-        worker, self._gen = self._gen, None
-        if worker is not None:
-            worker.wait(5000)
-            worker.deleteLater()
-        end = self.session.finish_turn(reason, rate)
-        if end.turn is None:
-            self._set_busy(False)
-            return
-        if end.attention_changed:
-            self._announce_attention(True)
-        if end.pruned:
-            self.graveyard_changed.emit()
-        self._set_busy(False)
-        if self._system_dirty:
-            self._system_dirty = False
-            self._sync_system_prompt()
-        (self.conversation_changed if end.pruned else self.tokens_streamed).emit()
-        self.stats_changed.emit()
-        self.turn_finished.emit(reason)
-
     def _prune(self, limit: int | None = None) -> list[Chunk]:
         """Prune to ``limit`` (default: the max-context setting); persist; update the graveyard."""
         pruned = self.session.prune(limit)
         if pruned:
             self.graveyard_changed.emit()
         return pruned
-
-    def _turn_failed_early(self, exc, context: str) -> None:
-        self._set_busy(False)
-        unsent, self._unsent = self._unsent, ""
-        if unsent:
-            self.message_returned.emit(unsent)  # before the error, which says it was kept
-        self.error.emit(exc, context)
-        self.turn_finished.emit("error")
 
     def _set_busy(self, busy: bool, reason: str = "") -> None:
         self.busy = busy
@@ -354,14 +303,6 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         worker.finished.connect(finished)
         worker.start()
         return worker
-
-    def _guard(self, action: Callable[[], Any], context: str) -> bool:
-        try:
-            action()
-        except Exception as exc:  # noqa: BLE001
-            self.error.emit(exc, context)
-            return False
-        return True
 
     def stats(self) -> dict:
         """Figures for the stats bar."""

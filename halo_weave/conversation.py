@@ -11,13 +11,15 @@ Everything that decides what the model sees lives here, Qt-free and without I/O:
   chunk is identified by ``(turn_id, sentence_id, role)``; sentence 0 is the turn's anchor.
 * :meth:`Conversation.apply_attention` runs one magnitude-voting step per generated token.
 * :meth:`Conversation.prune_to_fit` drops the unpinned chunk with the lowest *peak*
-  brightness until the context fits, with seed 001 §9's anchor protection.
+  brightness until the context fits (:mod:`.core.pruning`), with seed 001 §9's anchor
+  protection (:mod:`.core.anchors`: what leaves and comes back together).
 * :meth:`Conversation.resurrect`, :meth:`pin`, :meth:`merge_with_next`,
   :meth:`delete_chunk` are the user's and the semantic index's levers.
 
 Only live tokens are held in the columnar :class:`TokenTable`; a pruned chunk's tokens
 move to a per-chunk record, and chunks that were already dead when the conversation was
-opened are fetched through ``chunk_loader`` (the store) when they come back.
+opened are fetched through ``chunk_loader`` (the store) when they come back.  Turns and
+chunks read from storage stay numpy columns until they are used (:mod:`.core.registry`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from . import brightness as bright
+from .core import pruning
+from .core.anchors import anchors_of, framing_of, live_content_count, with_framing
 from .core.chunking import BoundaryDetector
 from .core.framing import ROLES, Framing  # noqa: F401 - importable from here too
 from .core.records import (  # noqa: F401 - importable from here too
@@ -42,6 +46,7 @@ from .core.registry import ChunkColumns, ChunkList, ChunkRegistry, TurnColumns, 
 from .core.token_table import TokenTable
 from .errors import ConversationError
 from .settings import MAX_BRIGHTNESS, Settings
+
 
 class Conversation:
     """One endless conversation: see the module docstring."""
@@ -304,36 +309,6 @@ class Conversation:
         )
 
     # ------------------------------------------------------------------ pruning
-    def anchor_partner(self, chunk: Chunk) -> Chunk | None:
-        """The S0 paired with an S0 anchor: the question's or the answer's opening."""
-        if not chunk.anchor:
-            return None
-        other_turn = chunk.turn_id + 1 if chunk.role == "user" else chunk.turn_id - 1
-        other_role = "assistant" if chunk.role == "user" else "user"
-        return self.chunk_by_key(other_turn, 0, other_role)
-
-    def _live_content_count(self, turn_id: int) -> int:
-        return sum(1 for c in self.content_chunks(turn_id) if c.live)
-
-    def prunable_group(self, chunk: Chunk) -> list[Chunk] | None:
-        """What pruning ``chunk`` takes with it, or None when it is protected.
-
-        Seed 001 §9: an S0 anchor goes only when it is the last live chunk of its turn
-        and its partner anchor is too (or is gone); the two then leave together.
-        """
-        if not chunk.live or chunk.pinned or chunk.framing:
-            return None
-        if not chunk.anchor:
-            return [chunk]
-        if self._live_content_count(chunk.turn_id) != 1:
-            return None
-        partner = self.anchor_partner(chunk)
-        if partner is None or not partner.live:
-            return [chunk]
-        if partner.pinned or self._live_content_count(partner.turn_id) != 1:
-            return None
-        return [chunk, partner]
-
     def prune_to_fit(
         self,
         max_tokens: int | None = None,
@@ -362,45 +337,9 @@ class Conversation:
             goal = limit if target is None else target
         if limit <= 0 or self.live_token_count() <= limit:
             return []
-        ids, peaks = self.chunk_peaks()
-        peak_of = dict(zip(ids.tolist(), peaks.tolist()))
-
-        def rank(chunk: Chunk) -> tuple[int, int]:
-            if by_age:
-                return 0, chunk.start
-            partner = self.anchor_partner(chunk)
-            peak = peak_of[chunk.id]
-            if partner is not None and partner.live:
-                peak = max(peak, peak_of[partner.id])
-            return peak, chunk.start
-
-        spared = self._latest_user_turn_id() if keep_latest_exchange else None
-        candidates = sorted(
-            (c for c in map(self.chunks.__getitem__, peak_of)
-             if not c.framing and not c.pinned and (spared is None or c.turn_id < spared)),
-            key=rank,
-        )
-        excess = self.live_token_count() - goal
-        doomed: list[Chunk] = []
-        while excess > 0:
-            group = next(filter(None, map(self.prunable_group, candidates)), None)
-            if group is None:
-                break
-            for member in group:
-                member.live = False  # provisional, so later checks see it gone
-                excess -= member.token_count
-            for turn_id in {m.turn_id for m in group}:
-                if not any(c.live for c in self.content_chunks(turn_id)):
-                    excess -= sum(self.chunks[c].token_count for c in self.turns[turn_id].chunk_ids
-                                  if self.chunks[c].framing)
-            doomed.extend(group)
-            candidates = [c for c in candidates if c.live]
-        for chunk in doomed:
-            chunk.live = True
+        spared = self.turns.last("user") if keep_latest_exchange else None
+        doomed = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared)
         return self._kill(doomed) if doomed else []
-
-    def _latest_user_turn_id(self) -> int | None:
-        return self.turns.last("user")
 
     def delete_chunk(self, chunk_id: int) -> list[Chunk]:
         """Prune one chunk by hand (the user's decision overrides anchor protection)."""
@@ -415,14 +354,11 @@ class Conversation:
     def _kill(self, chunks: list[Chunk]) -> list[Chunk]:
         """Move chunks (and framing of turns left empty) out of the live table."""
         gone = {c.id for c in chunks}
-        affected_turns = {c.turn_id for c in chunks}
-        for turn_id in affected_turns:
-            turn = self.turns[turn_id]
-            if turn is self._open_turn:
+        for turn_id in {c.turn_id for c in chunks}:
+            if self._open_turn is not None and turn_id == self._open_turn.turn_id:
                 continue
-            remaining = [c for c in self.content_chunks(turn_id) if c.live and c.id not in gone]
-            if not remaining:
-                gone.update(c for c in turn.chunk_ids if self.chunks[c].framing and self.chunks[c].live)
+            if not live_content_count(self, turn_id, excluding=gone):
+                gone.update(f.id for f in framing_of(self, turn_id) if f.live)
         killed = [self.chunks[c] for c in gone]
         table = self.table
         for chunk in killed:
@@ -442,27 +378,12 @@ class Conversation:
     # ------------------------------------------------------------------ resurrection
     def anchors_of(self, chunk: Chunk) -> list[Chunk]:
         """The anchors a chunk comes back with (seed 001 §8): question S0 and answer S0."""
-        anchors = []
-        if chunk.framing or chunk.role == "system":
-            return anchors
-        own_s0 = self.chunk_by_key(chunk.turn_id, 0, chunk.role)
-        if chunk.role == "assistant":
-            question = self.chunk_by_key(chunk.turn_id - 1, 0, "user")
-            anchors = [question, own_s0]
-        else:
-            answer = self.chunk_by_key(chunk.turn_id + 1, 0, "assistant")
-            anchors = [own_s0, answer]
-        return [a for a in anchors if a is not None and a.id != chunk.id]
+        return anchors_of(self, chunk)
 
     def resurrection_cost(self, chunk: Chunk, with_anchors: bool = True) -> int:
         """Live tokens that bringing ``chunk`` back (with its anchors) would add."""
-        group = [chunk] + (self.anchors_of(chunk) if with_anchors else [])
-        cost = sum(c.token_count for c in group if not c.live)
-        for turn_id in {c.turn_id for c in group if not c.live}:
-            if not any(c.live for c in self.content_chunks(turn_id)):
-                cost += sum(self.chunks[c].token_count for c in self.turns[turn_id].chunk_ids
-                            if self.chunks[c].framing)
-        return cost
+        group = [chunk] + (anchors_of(self, chunk) if with_anchors else [])
+        return sum(c.token_count for c in with_framing(self, group).values() if not c.live)
 
     def resurrect(
         self,
@@ -478,16 +399,10 @@ class Conversation:
         brightness) or a number (manual resurrection uses 10000 with ``pin=True``).
         Returns the chunks that came back (anchors and framing included).
         """
-        wanted: dict[int, Chunk] = {}
-        for chunk_id in chunk_ids:
-            chunk = self.chunks[chunk_id]
-            for c in [chunk] + (self.anchors_of(chunk) if with_anchors else []):
-                wanted[c.id] = c
-        for c in list(wanted.values()):
-            if not any(x.live for x in self.content_chunks(c.turn_id)):
-                for f in self.turns[c.turn_id].chunk_ids:
-                    if self.chunks[f].framing:
-                        wanted[f] = self.chunks[f]
+        chunk_ids = list(chunk_ids)
+        group = [c for chunk in map(self.chunks.__getitem__, chunk_ids)
+                 for c in [chunk] + (anchors_of(self, chunk) if with_anchors else [])]
+        wanted = with_framing(self, group)
         if pin:
             for chunk_id in chunk_ids:
                 self.chunks[chunk_id].pinned = True

@@ -196,7 +196,7 @@ class ChatSession:
         except Exception as err:  # noqa: BLE001
             self.report(err, "Resurrecting from memory")
             return []
-        resurrected = [c for c in result.revived if not c.framing]
+        resurrected = result.resurrected
         self.last_resurrected = len(resurrected)
         return resurrected
 

@@ -242,14 +242,8 @@ class ConversationStore:
         skip = integrity.skipped(self.damage)  # damaged records are left out (read-only)
         turns = self._turn_columns(skip)
         chunks = self._chunk_columns(turns, skip)
-        rows = self.conn.execute(
-            "SELECT t.chunk_id, t.token_ids, t.brightness, t.text, t.text_lengths "
-            "FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id WHERE c.live = 1 ORDER BY c.start"
-        ).fetchall()
-        if skip:  # only the tokens of chunks still shown as live
-            shown = set(chunks.id[chunks.live].tolist())
-            rows = [r for r in rows if r[0] in shown]
-        conv.rehydrate(turns, chunks, *unpack_token_rows(rows))
+        # (Rows of chunks left out are dropped there: only the live chunks' order is kept.)
+        conv.rehydrate(turns, chunks, *unpack_token_rows(self._live_token_rows(chunks)))
         last = len(chunks) - 1
         end = int(chunks.start[last] + chunks.token_count[last]) if len(chunks) else 0
         chunk_end = int(chunks.id.max()) + 1 if len(chunks) else 0
@@ -268,19 +262,20 @@ class ConversationStore:
     def _turn_columns(self, skip: "integrity.Skipped | None" = None) -> TurnColumns:
         """Every turn record, ascending (but those ``skip`` names: damaged)."""
         where, args = _not_in("turn_id", skip.turns if skip else ())
+        codes = " ".join(f"WHEN '{role}' THEN {code}" for role, code in ROLE_CODE.items())
         count, ids, roles, complete = self.conn.execute(
-            "SELECT count(*), group_concat(turn_id), group_concat(role), group_concat(complete) "
-            f"FROM (SELECT * FROM turns WHERE {where} ORDER BY turn_id)", args,
+            f"SELECT count(*), group_concat(turn_id), group_concat(CASE role {codes} ELSE -1 END), "
+            f"group_concat(complete) FROM (SELECT * FROM turns WHERE {where} ORDER BY turn_id)", args,
         ).fetchone()
         if not count:
             return TurnColumns.empty()
-        try:
-            codes = np.fromiter(map(ROLE_CODE.__getitem__, roles.split(",")), np.int8, count)
-        except KeyError as exc:
-            raise StoreError(f"{self.path.name} is damaged: a turn has the unknown role {exc}.") from None
+        roles = _ints(roles).astype(np.int8)
+        if (roles < 0).any():
+            raise StoreError(f"{self.path.name} is damaged: a turn has an unknown role.")
+        # REAL as text would lose digits: the times come as floats.
         created = self.conn.execute(f"SELECT created_at FROM turns WHERE {where} ORDER BY turn_id", args).fetchall()
         return TurnColumns(
-            _ints(ids), codes, np.fromiter(map(itemgetter(0), created), np.float64, count),
+            _ints(ids), roles, np.fromiter(map(itemgetter(0), created), np.float64, count),
             _ints(complete) != 0,
         )
 
@@ -297,15 +292,14 @@ class ConversationStore:
             "SELECT count(*), group_concat(id), group_concat(turn_id), group_concat(sentence_id), "
             "group_concat(start), group_concat(token_count), "
             f"group_concat(ifnull(brightness_at_deletion, {NO_VALUE})), "
-            f"group_concat(id) FILTER (WHERE live AND {live_where}), group_concat(id) FILTER (WHERE pinned), "
-            f"group_concat(id) FILTER (WHERE tool_result) FROM chunks WHERE {where} AND {turn_where}",
+            f"group_concat(((live != 0) AND {live_where}) + 2 * (pinned != 0) + 4 * (tool_result != 0)) "
+            f"FROM chunks WHERE {where} AND {turn_where}",
             (*live_args, *args, *turn_args),
         ).fetchone()
         if not row[0]:
             return ChunkColumns.empty()
-        ids, turn_ids, sentence_ids, starts, counts, at_deletion = map(_ints, row[1:7])
-        live, pinned, tool_result = (np.isin(ids, _ints(text)) if text else np.zeros(len(ids), bool)
-                                     for text in row[7:10])
+        ids, turn_ids, sentence_ids, starts, counts, at_deletion, flags = map(_ints, row[1:8])
+        live, pinned, tool_result = (flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0
         at = np.minimum(turns.turn_id.searchsorted(turn_ids), len(turns) - 1)
         known = turns.turn_id[at] == turn_ids if len(turns) else np.zeros(len(ids), bool)
         if not known.all():
@@ -316,6 +310,18 @@ class ConversationStore:
         if not (np.diff(starts) > 0).all():  # SQLite does not promise the order
             chunks = chunks.take(np.argsort(starts, kind="stable"))
         return chunks
+
+    def _live_token_rows(self, chunks: ChunkColumns) -> list[tuple]:
+        """The live chunks' token rows, in position order."""
+        rows = self.conn.execute(
+            "SELECT t.chunk_id, t.token_ids, t.brightness, t.text, t.text_lengths "
+            "FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id WHERE c.live = 1"
+        ).fetchall()
+        order = chunks.id[chunks.live].tolist()
+        if list(map(itemgetter(0), rows)) != order:  # read in id order: usually position order
+            by_id = {row[0]: row for row in rows}
+            rows = [by_id[c] for c in order if c in by_id]
+        return rows
 
     def _drop_empty_open_turn(self) -> None:
         row = self.conn.execute("SELECT turn_id, complete FROM turns ORDER BY turn_id DESC LIMIT 1").fetchone()

@@ -184,8 +184,8 @@ def test_prune_resurrect_pin_and_delete_are_persisted(store, path, reopen):
     with ConversationStore.open(path) as store2:
         conv2 = store2.load(settings(), FRAMING)
         target = next(c for c in conv2.graveyard() if not c.anchor)
-        revived = conv2.resurrect([target.id])
-        store2.save_chunks(conv2, revived)
+        resurrected = conv2.resurrect([target.id])
+        store2.save_chunks(conv2, resurrected)
         tokens = conv2.chunk_tokens(target.id)
         assert tokens.token_ids.tolist() == original[target.id].token_ids.tolist()
         assert tokens.texts == original[target.id].texts

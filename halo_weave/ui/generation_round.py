@@ -89,6 +89,35 @@ class GenerationRounds:
         if isinstance(exc, (BackendUnavailable, StreamInterrupted, BackendTimeout)):
             self.connection.lost()
 
+    def _finish_turn(self, reason: str, rate) -> None:
+        worker, self._gen = self._gen, None
+        if worker is not None:
+            worker.wait(5000)
+            worker.deleteLater()
+        end = self.session.finish_turn(reason, rate)
+        if end.turn is None:
+            self._set_busy(False)
+            return
+        if end.attention_changed:
+            self._announce_attention(True)
+        if end.pruned:
+            self.graveyard_changed.emit()
+        self._set_busy(False)
+        if self._system_dirty:
+            self._system_dirty = False
+            self._sync_system_prompt()
+        (self.conversation_changed if end.pruned else self.tokens_streamed).emit()
+        self.stats_changed.emit()
+        self.turn_finished.emit(reason)
+
+    def _turn_failed_early(self, exc, context: str) -> None:
+        self._set_busy(False)
+        unsent, self._unsent = self._unsent, ""
+        if unsent:
+            self.message_returned.emit(unsent)  # before the error, which says it was kept
+        self.error.emit(exc, context)
+        self.turn_finished.emit("error")
+
     def _finish_capture(self, reason: str) -> None:
         path = self.session.finish_capture(reason)
         if path is not None:
