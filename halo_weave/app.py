@@ -2,24 +2,26 @@
 
 :class:`TurnController` moves slow work onto threads and announces changes with signals;
 every rule of a turn (what to save when, score, prune, index, resurrect) is a method of
-the Qt-free :class:`~halo_weave.session.ChatSession` it holds as :attr:`session`.  It uses QtCore only, so tests drive it without widgets.  :func:`main` hands it
-to :func:`halo_weave.ui.cli.run`, which parses the command line, builds the window and starts it.
+the Qt-free :class:`~halo_weave.session.ChatSession` it holds as :attr:`session`.  It
+uses QtCore only, so tests drive it without widgets.  :func:`main` hands it to
+:func:`halo_weave.ui.cli.run`, which parses the command line, builds the window and
+starts it.
 
-A turn, as the controller runs it (the module doing each step in brackets)::
+A turn, as the controller runs it (:mod:`halo_weave.ui.turn_flow`; the thread of each
+step on the right)::
 
-    send(text)                                        [ui/user_turn.py]
+    send(text)
       ├─ tokenize once ................................ CallWorker
       ├─ wait ≤ embed_wait_seconds for pending indexing, then
       │  search ....................................... EmbedderWorker (urgent job)
       │  session.resurrect_for: within the budget
       ├─ session.add_user_message: saved, queued for indexing, then shown
-      ├─ session.begin_answer, stream ................ GenerationWorker  [ui/generation_round.py]
+      ├─ session.begin_answer, stream ................ GenerationWorker
       │    per event: session.receive (attention, record, append, save every 16)
       ├─ a round ending on </tool>: run the call, session.apply_tool_step, next round
-      │                                                 [ui/tool_round.py]
       └─ session.finish_turn: save, queue indexing, prune, save; then announce
 
-Here: connection, system prompt, the end of a turn, settings, indexing, shutdown.
+Here: connection, system prompt, settings, indexing, shutdown.
 Conversation files are :mod:`halo_weave.ui.conversation_files`, the chunk levers
 :mod:`halo_weave.ui.levers`.
 """
@@ -40,17 +42,15 @@ from .settings import Settings
 from .ui.cli import build_parser, run  # noqa: F401 - build_parser: the options, for tests
 from .ui.connection import ServerConnection
 from .ui.conversation_files import ConversationFiles
-from .ui.generation_round import GenerationRounds
 from .ui.indexing import IndexQueue
 from .ui.levers import Levers
-from .ui.tool_round import ToolRounds
-from .ui.user_turn import UserTurns
+from .ui.turn_flow import TurnFlow
 from .ui.workers import CallWorker, GenerationWorker
 
 log = logging.getLogger("halo_weave.app")
 
 
-class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, ToolRounds, Levers):
+class TurnController(QObject, ConversationFiles, TurnFlow, Levers):
     """Runs the conversation: connection, turns, the user's levers, files.
 
     The UI reads :attr:`conv` and the signals below and sends intents back through the

@@ -137,7 +137,7 @@ def test_a_message_that_cannot_be_saved_goes_back_to_the_input(online, qtbot, fa
 
 @pytest.mark.slow
 def test_a_huge_message_is_saved_on_a_thread_and_never_lost(online, qtbot):
-    from halo_weave.ui.user_turn import SAVE_ON_THREAD_TOKENS
+    from halo_weave.ui.turn_flow import SAVE_ON_THREAD_TOKENS
 
     controller = online.controller
     reasons = []
