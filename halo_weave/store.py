@@ -66,7 +66,7 @@ from .storage.schema import (
 
 _COUNTERS = ("next_position", "next_turn_id", "next_chunk_id")
 _CHUNK_COLUMNS = (
-    "id, turn_id, sentence_id, role, start, token_count, live, pinned, "
+    "id, turn_id, chunk_index, role, start, token_count, live, pinned, "
     "brightness_at_deletion, tool_result"
 )
 
@@ -289,7 +289,7 @@ class ConversationStore:
         turn_where, turn_args = _not_in("turn_id", skip.turns if skip else ())
         live_where, live_args = _not_in("id", skip.tokens if skip else ())
         row = self.conn.execute(
-            "SELECT count(*), group_concat(id), group_concat(turn_id), group_concat(sentence_id), "
+            "SELECT count(*), group_concat(id), group_concat(turn_id), group_concat(chunk_index), "
             "group_concat(start), group_concat(token_count), "
             f"group_concat(ifnull(brightness_at_deletion, {NO_VALUE})), "
             f"group_concat(((live != 0) AND {live_where}) + 2 * (pinned != 0) + 4 * (tool_result != 0)) "
@@ -298,14 +298,14 @@ class ConversationStore:
         ).fetchone()
         if not row[0]:
             return ChunkColumns.empty()
-        ids, turn_ids, sentence_ids, starts, counts, at_deletion, flags = map(_ints, row[1:8])
+        ids, turn_ids, chunk_indices, starts, counts, at_deletion, flags = map(_ints, row[1:8])
         live, pinned, tool_result = (flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0
         at = np.minimum(turns.turn_id.searchsorted(turn_ids), len(turns) - 1)
         known = turns.turn_id[at] == turn_ids if len(turns) else np.zeros(len(ids), bool)
         if not known.all():
             missing = int(turn_ids[np.argmin(known)])
             raise StoreError(f"{self.path.name} is damaged: a chunk belongs to missing turn {missing}.")
-        chunks = ChunkColumns(ids, turn_ids, sentence_ids, turns.role[at], starts, counts, live, pinned,
+        chunks = ChunkColumns(ids, turn_ids, chunk_indices, turns.role[at], starts, counts, live, pinned,
                               at_deletion, tool_result)
         if not (np.diff(starts) > 0).all():  # SQLite does not promise the order
             chunks = chunks.take(np.argsort(starts, kind="stable"))
@@ -328,7 +328,7 @@ class ConversationStore:
         if row is None or row[1]:
             return
         content = self.conn.execute(
-            "SELECT COUNT(*) FROM chunks WHERE turn_id = ? AND sentence_id >= 0 AND token_count > 0",
+            "SELECT COUNT(*) FROM chunks WHERE turn_id = ? AND chunk_index >= 0 AND token_count > 0",
             (row[0],),
         ).fetchone()[0]
         if content == 0:

@@ -32,7 +32,7 @@ SUM_FUNCTION = "halo_row_sum"
 #: Checked table -> (key column, value columns).
 CHECKED: dict[str, tuple[str, tuple[str, ...]]] = {
     "chunk_tokens": ("chunk_id", ("token_ids", "brightness", "text", "text_lengths")),
-    "chunks": ("id", ("turn_id", "sentence_id", "role", "start", "token_count", "live", "pinned",
+    "chunks": ("id", ("turn_id", "chunk_index", "role", "start", "token_count", "live", "pinned",
                       "brightness_at_deletion", "tool_result")),
     "turns": ("turn_id", ("role", "created_at", "complete")),
     "meta": ("key", ("value",)),
@@ -74,10 +74,10 @@ def _scalars_sql(table: str, ref: str) -> str:
 #: and by which known role they are; reals by milliseconds; types by their names' length.
 _PRIME = 2147483629
 _ARITH_TERMS: dict[str, tuple[str, ...]] = {
-    "chunks": ("id", "turn_id", "sentence_id", "start", "token_count", "live", "pinned",
+    "chunks": ("id", "turn_id", "chunk_index", "start", "token_count", "live", "pinned",
                "ifnull(brightness_at_deletion, -7777777)", "tool_result", "length(role)",
                "instr(role, 'user') + 2 * instr(role, 'assistant')",
-               "length(typeof(id) || typeof(turn_id) || typeof(sentence_id) || typeof(start) || "
+               "length(typeof(id) || typeof(turn_id) || typeof(chunk_index) || typeof(start) || "
                "typeof(token_count) || typeof(live) || typeof(pinned) || typeof(tool_result))"),
     "turns": ("turn_id", "complete", "CAST(round(created_at * 1000) AS INTEGER)", "length(role)",
               "instr(role, 'user') + 2 * instr(role, 'assistant')",
@@ -88,7 +88,7 @@ _ARITH_TERMS: dict[str, tuple[str, ...]] = {
 def _arith_sql(table: str, ref: str) -> str:
     expr = "0"
     for term in _ARITH_TERMS[table]:
-        term = re.sub(r"\b(id|turn_id|sentence_id|start|token_count|live|pinned|brightness_at_deletion|"
+        term = re.sub(r"\b(id|turn_id|chunk_index|start|token_count|live|pinned|brightness_at_deletion|"
                       r"tool_result|role|complete|created_at)\b(?!')", rf"{ref}.\1", term)
         expr = f"(({expr}) * 1000003 + ({term}) % {_PRIME}) % {_PRIME}"
     return expr
@@ -113,8 +113,11 @@ def lenient_text(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
-def schema_sql() -> str:
-    """The ``row_checksums`` table and the triggers that keep it (for the migration)."""
+def schema_sql(chunk_column: str = "chunk_index") -> str:
+    """The ``row_checksums`` table and the triggers that keep it (for the migration).
+
+    ``chunk_column`` names the chunks' index column as the calling migration knows it.
+    """
     parts = [
         "CREATE TABLE row_checksums ("
         " tbl TEXT NOT NULL, key NUMERIC NOT NULL, sum INTEGER NOT NULL, PRIMARY KEY (tbl, key)"
@@ -134,7 +137,7 @@ def schema_sql() -> str:
         parts.append(
             f"INSERT INTO row_checksums (tbl, key, sum) SELECT '{table}', {key}, {_sum_sql(table, table)} FROM {table};"
         )
-    return "\n".join(parts)
+    return re.sub(r"\bchunk_index\b", chunk_column, "\n".join(parts))
 
 
 # ---------------------------------------------------------------------- verifying
