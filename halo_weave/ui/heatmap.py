@@ -60,6 +60,7 @@ from .heatmap_frame import (
     collect_frame,
     region_of,
 )
+from .follow import Follower
 from .heatmap_layout import DocumentPlan, build_plan
 
 #: Minimum milliseconds between two repaints (one frame at 60 Hz).
@@ -155,12 +156,16 @@ class HeatmapView(QPlainTextEdit):
         self._gutter = _Gutter(self)
         self.updateRequest.connect(self._on_update_request)
         self._update_margins()
+        #: Keeps the newest text in view unless the user scrolled up (``follower.button``
+        #: jumps back).
+        self.follower = Follower(self)
 
     # ------------------------------------------------------------------ public API
     def set_conversation(self, conv: Conversation | None) -> None:
         """Show ``conv`` (None clears the view)."""
         self._conv = conv
         self.rebuild()
+        self.follower.jump_to_latest()  # a conversation opens at its newest text
 
     def conversation(self) -> Conversation | None:
         return self._conv
@@ -168,7 +173,6 @@ class HeatmapView(QPlainTextEdit):
     def rebuild(self) -> None:
         """Lay out the whole live context again (after prune/resurrect/merge/open)."""
         bar = self.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 1
         old_value = bar.value()
         self._rejoin_timer.stop()
         self._geometry.clear()
@@ -180,7 +184,11 @@ class HeatmapView(QPlainTextEdit):
         else:
             self._plan, text = build_plan(self._conv)
             self.setPlainText(text)
-        bar.setValue(bar.maximum() if at_bottom else min(old_value, bar.maximum()))
+        if self.follower.following:
+            self.follower.scroll_to_end()
+        else:
+            bar.setValue(min(old_value, bar.maximum()))
+            self.follower.content_changed()
         self._schedule()
 
     def append_streamed(self) -> None:
@@ -460,8 +468,6 @@ class HeatmapView(QPlainTextEdit):
     def _append_pending_text(self) -> None:
         if self._conv is None:
             return
-        bar = self.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 1
         if not self._plan.extend(self._conv):
             self.rebuild()
             return
@@ -486,8 +492,7 @@ class HeatmapView(QPlainTextEdit):
             top = max(int(top), 0)
             viewport.update(0, top, viewport.width(), viewport.height() - top)
             self._gutter.update(0, top, self._gutter.width(), viewport.height() - top)
-        if at_bottom:
-            bar.setValue(bar.maximum())
+            self.follower.content_changed()
 
     def _cut_streamed_block(self) -> None:
         """Start a new block at the last line of a long last block (see module docstring).
