@@ -586,7 +586,12 @@ class HeatmapView(QPlainTextEdit):
         if self._conv is None or self._plan.length == 0:
             return None
         offset = self.contentOffset()
-        key = (offset.x(), offset.y(), self.document().revision(), self.viewport().width(),
+        # contentOffset() is relative to the first visible block (often 0, 0): the block
+        # itself and the scroll position belong in the key, or a frame collected at one
+        # scroll position is painted at another (boxes beside their words, or over empty
+        # lines below the last paragraph).
+        key = (self.firstVisibleBlock().blockNumber(), self.verticalScrollBar().value(),
+               offset.x(), offset.y(), self.document().revision(), self.viewport().width(),
                self.viewport().height(), id(self._plan), len(self._plan.rows))
         if self._frame is None or self._frame.key != key:
             self._frame = collect_frame(self, self._plan, self._geometry, key)
