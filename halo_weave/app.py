@@ -39,6 +39,7 @@ from .chat_template import detect_template, system_text
 from .conversation import Chunk, Conversation, Framing
 from .fallback import prune_oldest_first
 from .settings import Settings
+from .stream_clock import StreamClock
 from .ui.cli import build_parser, main  # noqa: F401 - the ``halo-weave`` console script
 from .ui.connection import ServerConnection
 from .ui.conversation_files import ConversationFiles
@@ -100,6 +101,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         self.busy = False
         self.busy_reason = ""
         self.tokens_per_s = 0.0
+        self.clock = StreamClock()  # live speed of the answer being streamed
         self.last_resurrected = 0
         self.last_finish_reason = ""
         self._embedder_factory = embedder_factory
@@ -241,7 +243,8 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
             worker.deleteLater()
         conv = self.conv
         elapsed = max(time.monotonic() - self._stream_started, 1e-6)
-        self.tokens_per_s = float(rate) if rate else self._stream_count / elapsed
+        self.clock.stop()
+        self.tokens_per_s = float(rate) if rate else (self.clock.tokens_per_s or self._stream_count / elapsed)
         self.last_finish_reason = reason
         if conv.open_turn is None:
             self._set_busy(False)
@@ -357,7 +360,8 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
             total_tokens=conv.next_position + len(conv.system_ids),
             pruned_chunks=len(conv.graveyard()),
             mean_brightness=conv.mean_brightness(),
-            tokens_per_s=self.tokens_per_s,
+            tokens_per_s=self.clock.tokens_per_s if self.clock.running else self.tokens_per_s,
+            first_token_s=self.clock.first_token_s,
             last_resurrected=self.last_resurrected,
         )
 

@@ -103,6 +103,7 @@ class GenerationRounds:
             return
         if token_id in self._stop_ids:
             return
+        self.clock.token()
         if attention is not None:
             self._attention_seen = True
             try:

@@ -269,6 +269,7 @@ class MainWindow(QMainWindow):
             return
         if self.controller.send(text):
             self.input.clear()
+            self.heatmap.follower.jump_to_latest()  # the user wants to see the answer
 
     def _on_busy(self, busy: bool, reason: str) -> None:
         ready = not busy and not reason

@@ -28,6 +28,7 @@ class UserTurns:
                 self.info.emit(reason)
             return False
         self._set_busy(True, "Reading your message…")
+        self.clock.start()
         self._stop_pending = False
         self._stream_count = 0
         client = self.client
