@@ -57,6 +57,8 @@ class MainWindow(QMainWindow):
 
     def __init__(self, controller, qsettings: QSettings | None = None, parent=None) -> None:
         super().__init__(parent)
+        from ..conversation_library import Library
+        from .conversation_list import ConversationList
         from .graveyard import GraveyardPanel
         from .heatmap import HeatmapView
         from .notes_panel import NotesPanel
@@ -102,12 +104,16 @@ class MainWindow(QMainWindow):
         column.addWidget(self.heatmap, 1)
         column.addWidget(self.reason)
         column.addLayout(row)
+        self.library = Library(controller.data_dir)
+        self.conversation_list = ConversationList(self.library)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(self.conversation_list)
         self.splitter.addWidget(left)
         self.splitter.addWidget(self.graveyard)
-        self.splitter.setStretchFactor(0, 3)
-        self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([860, 320])
+        self.splitter.setStretchFactor(0, 1)
+        self.splitter.setStretchFactor(1, 3)
+        self.splitter.setStretchFactor(2, 1)
+        self.splitter.setSizes([230, 800, 300])
         self.setCentralWidget(self.splitter)
         self.notes_panel = NotesPanel(self)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.notes_panel)
@@ -166,6 +172,10 @@ class MainWindow(QMainWindow):
         self.graveyard_action.setChecked(True)
 
         view = self.menuBar().addMenu("&View")
+        self.list_action = self._action(view, "Show conversation &list", self._toggle_list, "Ctrl+Shift+L",
+                                        "The conversations beside the chat: search, rename, delete")
+        self.list_action.setCheckable(True)
+        self.list_action.setChecked(True)
         self.notes_action = self.notes_panel.toggleViewAction()
         self.notes_action.setText("Show &notes")
         self.notes_action.setShortcut(QKeySequence("Ctrl+Shift+N"))
@@ -208,10 +218,40 @@ class MainWindow(QMainWindow):
         self.stats_bar.graveyard_toggled.connect(self._set_graveyard_visible)
         self.graveyard.close_requested.connect(lambda: self._set_graveyard_visible(False))
         self.stats_bar.set_graveyard_open(True)
+        self.conversation_list.open_requested.connect(c.open_conversation)
+        self.conversation_list.new_requested.connect(self.new_conversation)
+        self.conversation_list.delete_requested.connect(self.delete_conversation)
+        c.turn_finished.connect(lambda _: self.conversation_list.refresh())
 
     # ------------------------------------------------------------------ conversation view
     def _on_opened(self, path: str) -> None:
         self.setWindowTitle(f"Halo Weave — {Path(path).stem}")
+        self.library.mark_opened(Path(path))
+        self.conversation_list.set_current(Path(path))
+
+    # ------------------------------------------------------------------ conversation list
+    def _toggle_list(self) -> None:
+        self.conversation_list.setVisible(not self.conversation_list.isVisible())
+        self.list_action.setChecked(self.conversation_list.isVisible())
+
+    def delete_conversation(self, path: Path, title: str = "") -> bool:
+        """Move a conversation to the trash (Undo in the list); the open one is closed first."""
+        path = Path(path)
+        c = self.controller
+        if c.path is not None and path == Path(c.path):
+            if c.busy:
+                self.messages.info("Wait for the answer to finish (or press Esc) before deleting this conversation.")
+                return False
+            others = [e.path for e in self.library.entries() if e.path != path and e.error is None]
+            if not (c.open_conversation(others[0]) if others else c.new_conversation()):
+                return False
+        try:
+            trashed = self.library.delete(path, title)
+        except OSError as exc:
+            self.messages.error(exc, f"Deleting {path.name}")
+            return False
+        self.conversation_list.offer_undo(trashed)
+        return True
 
     def _on_conversation_changed(self) -> None:
         conv = self.controller.conv
