@@ -152,8 +152,9 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         self.export_action = self._action(file_menu, "&Export JSON…", self.export_json, "Ctrl+E",
                                           "Save the whole conversation as a JSON file")
-        self.import_action = self._action(file_menu, "&Import JSON…", self.import_json, "Ctrl+I",
-                                          "Open a JSON export as a new conversation")
+        self.import_action = self._action(file_menu, "&Import…", self.import_json, "Ctrl+I",
+                                          "Open a JSON export, a SillyTavern chat (.jsonl) or a KoboldAI "
+                                          "Lite save (.json) as a new conversation")
         file_menu.addSeparator()
         self.settings_action = self._action(file_menu, "&Settings…", self.open_settings, "Ctrl+,",
                                             "Generation, pruning, memory and server settings")
@@ -415,7 +416,10 @@ class MainWindow(QMainWindow):
             self.controller.export_json(Path(path))
 
     def import_json(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import conversation", str(Path.home()), "JSON (*.json)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Import conversation", str(Path.home()),
+            "Conversations (*.json *.jsonl);;Halo Weave export (*.json);;SillyTavern chat (*.jsonl);;"
+            "KoboldAI Lite save (*.json);;All files (*)")
         if path:
             self.controller.import_json(Path(path))
 
