@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, QSettings, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog, QHBoxLayout, QLabel, QMainWindow, QPlainTextEdit, QProgressBar, QPushButton,
@@ -119,6 +119,11 @@ class MainWindow(QMainWindow):
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.notes_panel)
         self.notes_panel.hide()
 
+        from .legend import FirstStartHint
+
+        self.first_start = FirstStartHint(self.heatmap)
+        self.heatmap.installEventFilter(self)
+        self._legend = None
         self._build_menus()
         self._repaint_timer = QTimer(self)
         self._repaint_timer.setSingleShot(True)
@@ -173,6 +178,8 @@ class MainWindow(QMainWindow):
         self.graveyard_action.setChecked(True)
 
         view = self.menuBar().addMenu("&View")
+        self.legend_action = self._action(view, "Heatmap &legend…", self.show_legend, "F1",
+                                          "What the colours, the graveyard and the numbers mean")
         self.list_action = self._action(view, "Show conversation &list", self._toggle_list, "Ctrl+Shift+L",
                                         "The conversations beside the chat: search, rename, delete")
         self.list_action.setCheckable(True)
@@ -258,6 +265,7 @@ class MainWindow(QMainWindow):
         conv = self.controller.conv
         if conv is None:
             return
+        self._sync_first_start()
         if self._shown is not conv:
             self._shown = conv
             self.heatmap.set_conversation(conv)
@@ -265,7 +273,32 @@ class MainWindow(QMainWindow):
             self.heatmap.rebuild()
         self.refresh_stats()
 
+    def _sync_first_start(self) -> None:
+        """The three-line explanation shows while the conversation has no message."""
+        conv = self.controller.conv
+        empty = conv is not None and not conv.turns
+        if empty:
+            self.first_start.place(self.heatmap.viewport().geometry())
+            self.first_start.raise_()
+        self.first_start.setVisible(empty)
+
+    def show_legend(self) -> None:
+        """View → Heatmap legend (non-modal: it can stay open beside the chat)."""
+        from .legend import LegendDialog
+
+        if self._legend is None:
+            self._legend = LegendDialog(self)
+        self._legend.show()
+        self._legend.raise_()
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt API
+        if watched is self.heatmap and event.type() == QEvent.Type.Resize and self.first_start.isVisible():
+            self.first_start.place(self.heatmap.viewport().geometry())
+        return False
+
     def _on_tokens_streamed(self) -> None:
+        if self.first_start.isVisible():
+            self._sync_first_start()
         # The heatmap batches appends and repaints to one per frame itself.
         self.heatmap.append_streamed()
         self._schedule_repaint()
