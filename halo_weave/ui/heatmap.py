@@ -32,6 +32,8 @@ What a streamed token costs is kept to a few lines of painting:
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import (
@@ -60,6 +62,7 @@ from .heatmap_frame import (
     collect_frame,
     region_of,
 )
+from .code_blocks import CodeBlockHighlighter, paint_code_backgrounds
 from .follow import Follower
 from .heatmap_layout import DocumentPlan, build_plan
 
@@ -95,6 +98,8 @@ class HeatmapView(QPlainTextEdit):
     ``refresh_brightness()`` after brightness changed; ``flush()`` does the pending
     frame now (tests, benchmarks); ``chunk_at(viewport_point)``;
     ``scroll_to_chunk(chunk_id)``; ``context_menu_for(viewport_point) -> QMenu``;
+    ``turn_at(viewport_point)`` and ``message_text(turn_id)`` (the context menu's "Copy
+    message"); ``follower`` (follows the answer, "Jump to latest");
     ``tooltip_for(chunk_id) -> str``; ``chunk_rect(chunk_id) -> QRect | None`` (viewport
     rectangle of the chunk's visible part); ``pinned_marker_chunks() -> list[int]``
     (pinned chunks whose 📌 is on screen).
@@ -159,6 +164,8 @@ class HeatmapView(QPlainTextEdit):
         #: Keeps the newest text in view unless the user scrolled up (``follower.button``
         #: jumps back).
         self.follower = Follower(self)
+        #: Fenced code in monospace (its background is painted in paintEvent).
+        self._code = CodeBlockHighlighter(self.document())
 
     # ------------------------------------------------------------------ public API
     def set_conversation(self, conv: Conversation | None) -> None:
@@ -296,6 +303,12 @@ class HeatmapView(QPlainTextEdit):
             menu.addSeparator()
             copy_chunk = menu.addAction("Copy chunk text")
             copy_chunk.triggered.connect(lambda: self._copy_chunk(chunk.id))
+        turn_id = self.turn_at(point)
+        if turn_id is not None:
+            role = self._conv.turns[turn_id].role
+            copy_message = menu.addAction("Copy your message" if role == "user" else "Copy the answer")
+            copy_message.setToolTip("The whole message as shown (its pruned paragraphs left out)")
+            copy_message.triggered.connect(lambda: QGuiApplication.clipboard().setText(self.message_text(turn_id)))
         copy = menu.addAction("Copy selection")
         copy.setShortcut("Ctrl+C")
         copy.setEnabled(self.textCursor().hasSelection())
@@ -303,6 +316,20 @@ class HeatmapView(QPlainTextEdit):
         select_all = menu.addAction("Select all")
         select_all.triggered.connect(self.selectAll)
         return menu
+
+    def turn_at(self, point: QPoint | QPointF) -> int | None:
+        """The turn (message) under a viewport point, its label line included; None elsewhere."""
+        if self._conv is None or not self._plan.region_start:
+            return None
+        position = self.cursorForPosition(QPoint(int(point.x()), int(point.y()))).position()
+        i = bisect.bisect_right(self._plan.region_start, position) - 1
+        turn_id = self._plan.region_turn[i] if i >= 0 else -1
+        return turn_id if turn_id >= 0 and turn_id in self._conv.turns else None
+
+    def message_text(self, turn_id: int) -> str:
+        """A message's text as shown: its live chunks, without the chat template."""
+        conv = self._conv
+        return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(turn_id) if c.live)
 
     def chunk_rect(self, chunk_id: int) -> QRect | None:
         """Viewport rectangle covering the visible tokens of a chunk (None if off screen)."""
@@ -355,6 +382,7 @@ class HeatmapView(QPlainTextEdit):
         viewport = self.viewport()
         painter = QPainter(viewport)
         painter.fillRect(bounds, viewport.palette().brush(viewport.backgroundRole()))
+        paint_code_backgrounds(self, painter, QRectF(bounds))
         painter.setPen(Qt.PenStyle.NoPen)
         for step, batch in self._batches(frame, inside[lit], keys_in[lit] // KEY_STRIDE):
             painter.setBrush(self._highlight_brushes[step - 1])
