@@ -5,8 +5,10 @@
   component under test.
 * :func:`child` (also runnable: ``python conversation_writer.py DB SEED``) chats
   forever: user turn (saved DB-first), streamed answer (batched progress), brightness,
-  prune and the occasional resurrection, printing ``<role> <turn_id> <count> <sum>`` after
-  each turn's commit returns.  :func:`crash_trials` kills it with SIGKILL at random
+  prune and the occasional resurrection, and now and then Regenerate, Edit and resend,
+  Continue or a flip to another answer version (:mod:`halo_weave.turn_edits`), printing
+  ``<role> <turn_id> <count> <sum>`` after each turn's commit returns (``retiring`` /
+  ``growing`` before such a change, ``removed`` after it).  :func:`crash_trials` kills it with SIGKILL at random
   moments and checks that every reported turn survived.
 """
 
@@ -113,20 +115,87 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
         conv.set_system_prompt(fresh.system_prompt, fresh.system_ids, fresh.system_texts)
         store.save_system_prompt(conv)
     print("ready", file=out, flush=True)
+    def report(role: str, turn) -> None:
+        print(role, turn.turn_id, *content_signature(conv, turn.turn_id), file=out, flush=True)
+
     while True:
-        turn = add_user(conv, message(rng, rng.randint(1, 3), rng.randint(8, 30)))
-        store.save_turn(conv, turn)
-        print("user", turn.turn_id, *content_signature(conv, turn.turn_id), file=out, flush=True)
+        if not _edit_last_exchange(conv, store, rng, out, report):
+            turn = add_user(conv, message(rng, rng.randint(1, 3), rng.randint(8, 30)))
+            store.save_turn(conv, turn)
+            report("user", turn)
         turn = stream_answer(conv, message(rng, rng.randint(1, 4)), store, rng=rng)
         store.save_turn(conv, turn)
         store.save_brightness(conv)
-        print("assistant", turn.turn_id, *content_signature(conv, turn.turn_id), file=out, flush=True)
+        report("assistant", turn)
+        _continue_or_flip(conv, store, rng, out, report)
         store.save_chunks(conv, conv.prune_to_fit())
         dead = conv.graveyard()
         if dead and rng.random() < 0.3:
             store.save_chunks(conv, conv.resurrect([rng.choice(dead).id]))
         if rng.random() < 0.2:
             store.save_tool_data("notes", {"turn": turn.turn_id})
+
+
+def _edit_last_exchange(conv, store, rng, out, report) -> bool:
+    """Now and then, instead of a new question: regenerate the last answer or edit the last
+    question (True when the conversation now ends with a question to answer)."""
+    from halo_weave import turn_edits
+
+    question, answer = turn_edits.last_exchange(conv)
+    if question is None or answer is None:
+        return False
+    roll = rng.random()
+    if roll < 0.15:  # Regenerate: the answer becomes a version
+        print("retiring", answer.turn_id, file=out, flush=True)
+        turn_edits.retire_answer(conv, store)
+        print("removed", answer.turn_id, file=out, flush=True)
+        return True
+    if roll < 0.25:  # Edit and resend
+        print("retiring", answer.turn_id, file=out, flush=True)
+        print("retiring", question.turn_id, file=out, flush=True)
+        pieces = tokenize(message(rng, 1, rng.randint(5, 20)))
+        turn, _ = turn_edits.replace_question(conv, store, [i for i, _ in pieces], [t for _, t in pieces])
+        print("removed", answer.turn_id, file=out, flush=True)
+        print("removed", question.turn_id, file=out, flush=True)
+        report("user", turn)
+        return True
+    return False
+
+
+def _continue_or_flip(conv, store, rng, out, report) -> None:
+    """Now and then: continue the last answer, or flip to another version of it."""
+    from halo_weave import turn_edits
+
+    roll = rng.random()
+    _, answer = turn_edits.last_exchange(conv)
+    if roll < 0.2:
+        try:
+            print("growing", answer.turn_id, file=out, flush=True)
+            turn_edits.begin_continue(conv, store)
+        except turn_edits.TurnEditError:
+            return
+        for n, (token_id, piece) in enumerate(tokenize(" " + message(rng, rng.randint(1, 2))), 1):
+            conv.append_token(token_id, piece)
+            if n % 16 == 0:
+                store.save_stream_progress(conv)
+        conv.end_turn()
+        store.save_turn(conv, answer)
+        report("assistant", answer)
+    elif roll < 0.3:
+        state = turn_edits.version_state(conv, store)
+        other = state and (state.previous or state.next)
+        if other:
+            print("retiring", answer.turn_id, file=out, flush=True)
+            turn, _ = turn_edits.show_version(conv, store, other)
+            print("removed", answer.turn_id, file=out, flush=True)
+            report("assistant", turn)
+
+
+def _version_signatures(store) -> set[tuple[int, int]]:
+    from halo_weave.store_schema import unpack_ints
+
+    return {(len(ids), int(ids.sum())) for ids in
+            (unpack_ints(blob) for (blob,) in store.conn.execute("SELECT token_ids FROM answer_versions"))}
 
 
 def _start_child(db: Path, seed: int) -> tuple[int, "object"]:
@@ -160,6 +229,9 @@ def crash_trials(db: Path, trials: int = 50, seed: int = 0, max_delay: float = 0
     rng = random.Random(seed)
     failures: list[str] = []
     committed: dict[int, tuple[int, int]] = {}
+    roles: dict[int, str] = {}
+    retiring: set[int] = set()  # being regenerated, edited or flipped: here, or a version
+    growing: set[int] = set()  # being continued: here, at least as long as committed
     for trial in range(trials):
         pid, lines = _start_child(db, seed * 1000 + trial)
         if lines.readline().strip() != "ready":
@@ -170,8 +242,21 @@ def crash_trials(db: Path, trials: int = 50, seed: int = 0, max_delay: float = 0
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         for line in lines.read().splitlines():
-            role, turn_id, count, total = line.split()
-            committed[int(turn_id)] = (int(count), int(total))
+            word, turn_id, *signature = line.split()
+            turn_id = int(turn_id)
+            stats[word] = stats.get(word, 0) + 1
+            if word == "retiring":
+                retiring.add(turn_id)
+            elif word == "growing":
+                growing.add(turn_id)
+            elif word == "removed":
+                retiring.discard(turn_id)
+                growing.discard(turn_id)
+                committed.pop(turn_id, None)
+            else:
+                committed[turn_id] = (int(signature[0]), int(signature[1]))
+                roles[turn_id] = word
+                growing.discard(turn_id)
         lines.close()
         # Read-only peek, so the store below meets the file exactly as the kill left it.
         peek = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
@@ -181,11 +266,25 @@ def crash_trials(db: Path, trials: int = 50, seed: int = 0, max_delay: float = 0
         try:
             with ConversationStore.open(db, create=False) as store:
                 conv = store.load(settings(), FRAMING)
-                for turn_id, signature in committed.items():
-                    if turn_id not in conv.turns or not conv.turns[turn_id].complete:
+                versions = _version_signatures(store)
+                for turn_id, signature in list(committed.items()):
+                    present = turn_id in conv.turns and conv.turns[turn_id].complete
+                    if turn_id in retiring and not present:
+                        # The change committed before the child could say so: an answer
+                        # must then be among the versions (a replaced question is gone).
+                        if roles.get(turn_id) == "assistant" and signature not in versions:
+                            failures.append(f"trial {trial}: retired answer {turn_id} is in no version")
+                        committed.pop(turn_id)
+                    elif not present:
                         failures.append(f"trial {trial}: committed turn {turn_id} is missing")
+                    elif turn_id in growing:
+                        if content_signature(conv, turn_id)[0] < signature[0]:
+                            failures.append(f"trial {trial}: continued turn {turn_id} lost tokens")
+                        committed[turn_id] = content_signature(conv, turn_id)
                     elif content_signature(conv, turn_id) != signature:
                         failures.append(f"trial {trial}: turn {turn_id} content differs")
+                retiring.clear()
+                growing.clear()
         except StoreError as exc:
             failures.append(f"trial {trial}: {exc}")
     return failures
