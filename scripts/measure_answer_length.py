@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from halo_weave.chat_template import CHATML, system_text  # noqa: E402
+from halo_weave.core.chat_template import CHATML, system_text  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
 
 #: Everyday messages of the kind the issue's trial sent (travel, pets, code, advice, facts).

@@ -6,7 +6,7 @@
 * :func:`child` (also runnable: ``python conversation_writer.py DB SEED``) chats
   forever: user turn (saved DB-first), streamed answer (batched progress), brightness,
   prune and the occasional resurrection, and now and then Regenerate, Edit and resend,
-  Continue or a flip to another answer version (:mod:`halo_weave.turn_edits`), printing
+  Continue or a flip to another answer version (:mod:`halo_weave.storage.turn_edits`), printing
   ``<role> <turn_id> <count> <sum>`` after each turn's commit returns (``retiring`` /
   ``growing`` before such a change, ``removed`` after it).  :func:`crash_trials` kills it with SIGKILL at random
   moments and checks that every reported turn survived.
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from halo_weave.chat_template import build_framing, system_text  # noqa: E402
+from halo_weave.core.chat_template import build_framing, system_text  # noqa: E402
 from halo_weave.conversation import Conversation  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
 from halo_weave.store import ConversationStore, StoreError  # noqa: E402
@@ -139,7 +139,7 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
 def _edit_last_exchange(conv, store, rng, out, report) -> bool:
     """Now and then, instead of a new question: regenerate the last answer or edit the last
     question (True when the conversation now ends with a question to answer)."""
-    from halo_weave import turn_edits
+    from halo_weave.storage import turn_edits
 
     question, answer = turn_edits.last_exchange(conv)
     if question is None or answer is None:
@@ -164,7 +164,7 @@ def _edit_last_exchange(conv, store, rng, out, report) -> bool:
 
 def _continue_or_flip(conv, store, rng, out, report) -> None:
     """Now and then: continue the last answer, or flip to another version of it."""
-    from halo_weave import turn_edits
+    from halo_weave.storage import turn_edits
 
     roll = rng.random()
     _, answer = turn_edits.last_exchange(conv)
@@ -192,7 +192,7 @@ def _continue_or_flip(conv, store, rng, out, report) -> None:
 
 
 def _version_signatures(store) -> set[tuple[int, int]]:
-    from halo_weave.store_schema import unpack_ints
+    from halo_weave.storage.schema import unpack_ints
 
     return {(len(ids), int(ids.sum())) for ids in
             (unpack_ints(blob) for (blob,) in store.conn.execute("SELECT token_ids FROM answer_versions"))}

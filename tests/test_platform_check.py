@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from halo_weave.platform_check import debian_package, missing_library, platform_problem
+from halo_weave.ui.platform_check import debian_package, missing_library, platform_problem
 
 
 def test_library_names_map_to_debian_packages():

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from conversation_writer import FRAMING, add_user, new_conversation, settings, stream_answer, tokenize
-from halo_weave import turn_edits
+from halo_weave.storage import turn_edits
 from halo_weave.store import ConversationStore, new_conversation_path
 
 

@@ -1,8 +1,8 @@
 """The ``halo-weave`` command line: parse options, build the window, run the app.
 
-The console script is ``halo_weave.app:main`` (re-exported there); this module is the
-composition root that wires settings, the :class:`~halo_weave.app.TurnController` and
-the :class:`~halo_weave.ui.main_window.MainWindow` together.
+The console script is ``halo_weave.app:main``, which hands its controller class to
+:func:`run`: this module wires settings, that controller and the
+:class:`~halo_weave.ui.main_window.MainWindow` together (the ui layer never imports app).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The ``halo-weave`` console script."""
+def run(argv: list[str] | None, controller_class) -> int:
+    """The ``halo-weave`` console script, with :class:`~halo_weave.app.TurnController`."""
     args = build_parser().parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.data_dir:
         os.environ["HALO_WEAVE_HOME"] = str(args.data_dir.expanduser())
 
-    from ..platform_check import platform_problem
+    from .platform_check import platform_problem
 
     problem = platform_problem()  # Qt would abort with a message that names no fix
     if problem:
@@ -83,15 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         apply_dark_theme(app)
     except ImportError:
         pass
-    from ..app import TurnController
-
     data_dir = settings_mod.data_dir()
     qsettings = app_qsettings(data_dir)
     settings = _load_settings(qsettings)
     if args.server_url:
         settings = settings.replace(server_url=args.server_url)
         _save_settings(settings, qsettings)
-    controller = TurnController(settings, data_dir, autostart=settings.autostart_server and not args.no_autostart)
+    controller = controller_class(settings, data_dir, autostart=settings.autostart_server and not args.no_autostart)
     window = MainWindow(controller, qsettings)
     window.show()
     app.processEvents()

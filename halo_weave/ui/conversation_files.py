@@ -11,7 +11,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QTimer
 
-from .. import tools
+from ..tools import notebook
 from ..conversation import Framing
 
 log = logging.getLogger("halo_weave.app")
@@ -112,14 +112,14 @@ class ConversationFiles:
             if self._embedder_factory is not None:
                 self._embedder = self._embedder_factory()
             else:
-                from ..embedder import Embedder
+                from ..memory.embedder import Embedder
 
                 self._embedder = Embedder()
         return self._embedder
 
     def export_json(self, path: Path) -> bool:
         """Write the open conversation to a JSON file."""
-        from .. import transfer
+        from ..storage import transfer
 
         if self.store is None:
             return False
@@ -135,10 +135,10 @@ class ConversationFiles:
         """Import a conversation (on a thread), open it, re-index.
 
         A Halo Weave JSON export, or a chat from another app (a SillyTavern ``.jsonl``, a
-        KoboldAI Lite ``.json``: :mod:`halo_weave.foreign_import`), which is tokenized with
-        the connected server's tokenizer.
+        KoboldAI Lite ``.json``: :mod:`halo_weave.storage.foreign_import`), which is
+        tokenized with the connected server's tokenizer.
         """
-        from .. import foreign_import, transfer
+        from ..storage import foreign_import, transfer
 
         if self.busy:
             self.info.emit("Wait for the answer to finish before importing.")
@@ -192,7 +192,7 @@ class ConversationFiles:
         if self.store is None:
             return None
         try:
-            return self.store.load_tool_data(tools.NOTES_NAME)
+            return self.store.load_tool_data(notebook.NOTES_NAME)
         except Exception as exc:  # noqa: BLE001
             self.error.emit(exc, "Reading the notes")
             return None

@@ -1,6 +1,6 @@
 """The conversation list beside the chat: search, last used first, the open one highlighted.
 
-Displays :class:`~halo_weave.conversation_library.Library` entries and forwards intent:
+Displays :class:`~halo_weave.storage.library.Library` entries and forwards intent:
 ``open_requested(path)``, ``new_requested()``, ``delete_requested(path, title)`` (the
 window decides, since the open conversation must be closed first).  Renaming is the
 library's alone (a title in the file), so the list does it itself and refreshes.
@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
     QToolButton, QVBoxLayout, QWidget,
 )
 
-from ..conversation_library import Entry, Library, Trashed
+from ..storage.library import Entry, Library, Trashed
 
 PATH_ROLE = Qt.ItemDataRole.UserRole
 #: Milliseconds the search waits after the last keystroke.

@@ -57,7 +57,7 @@ class MainWindow(QMainWindow):
 
     def __init__(self, controller, qsettings: QSettings | None = None, parent=None) -> None:
         super().__init__(parent)
-        from ..conversation_library import Library
+        from ..storage.library import Library
         from .conversation_list import ConversationList
         from .graveyard import GraveyardPanel
         from .heatmap import HeatmapView

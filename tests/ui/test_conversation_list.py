@@ -10,7 +10,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from halo_weave.app import TurnController
-from halo_weave.conversation_library import Library
+from halo_weave.storage.library import Library
 from halo_weave.settings import Settings
 from halo_weave.store import ConversationStore, list_conversations, new_conversation_path
 from halo_weave.ui.main_window import MainWindow, app_qsettings

@@ -24,7 +24,7 @@ lines, ``chatname`` against ``chatopponent``, several opponents as ``A||$||B``) 
 adventure (``"\\n\\n> action\\n\\n"``).  A story-mode save has no turns and is refused.
 Memory, author's note and world info are not part of the chat and are not imported.
 
-Like the JSON import (:mod:`halo_weave.transfer`) this is all or nothing: the whole
+Like the JSON import (:mod:`halo_weave.storage.transfer`) this is all or nothing: the whole
 file is read and checked, then every message is tokenized with the connected server,
 then the new conversation file is written under a temporary name in one transaction
 and renamed into place.  A problem at any step leaves no file behind.
@@ -42,10 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .conversation import Conversation, Framing
-from .settings import Settings
-from .store import ConversationStore, conversations_dir, new_conversation_path
-from .transfer import MAX_FILE_BYTES, TransferError
+from ..conversation import Conversation, Framing
+from ..errors import TransferError
+from ..settings import Settings
+from ..store import ConversationStore, conversations_dir, new_conversation_path
+from .transfer import MAX_FILE_BYTES
 
 #: The longest single message accepted (characters).
 MAX_MESSAGE_CHARS = 4 << 20
@@ -405,10 +406,8 @@ def write_chat(chat: ForeignChat, data_dir: Path, tokenize: Tokenize, framing: F
     for message, (ids, texts) in zip(turns, tokenized):
         conv.add_turn(message.role, ids, texts, created_at=message.created_at or now)
     pruned = []
-    if settings.max_context_tokens > 0:
-        from .fallback import prune_oldest_first
-
-        pruned = prune_oldest_first(conv, settings.max_context_tokens, keep_latest_exchange=True)
+    if settings.max_context_tokens > 0:  # no attention yet: the oldest go first
+        pruned = conv.prune_to_fit(settings.max_context_tokens, by_age=True, keep_latest_exchange=True)
     final = new_conversation_path(data_dir)
     tmp = conversations_dir(data_dir) / f".import-{secrets.token_hex(6)}.tmp"
     try:

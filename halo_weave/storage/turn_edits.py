@@ -22,9 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .conversation import Chunk, Conversation, ConversationError, Turn
-from .store import ConversationStore
-from .store_schema import pack_tokens, unpack_tokens
+from ..conversation import Chunk, Conversation, Turn
+from ..errors import ConversationError
+from ..store import ConversationStore
+from .schema import pack_tokens, unpack_tokens
 
 
 @dataclass(frozen=True)
