@@ -46,13 +46,14 @@ from .ui.generation_round import GenerationRounds
 from .ui.indexing import IndexQueue
 from .ui.levers import Levers
 from .ui.tool_round import ToolRounds
+from .ui.turn_actions import TurnActions
 from .ui.user_turn import UserTurns
 from .ui.workers import CallWorker, GenerationWorker
 
 log = logging.getLogger("halo_weave.app")
 
 
-class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, ToolRounds, Levers):
+class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, ToolRounds, Levers, TurnActions):
     """Runs the conversation: connection, turns, the user's levers, files.
 
     The UI reads :attr:`conv` and the signals below and sends intents back through the

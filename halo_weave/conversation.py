@@ -231,7 +231,8 @@ class Conversation:
 
         Its closing framing is taken away (the model goes on from the last token) and is
         added again by :meth:`end_turn`; new tokens join its last chunk as if the answer
-        had never stopped.  Returns the turn and the removed framing chunks.
+        had never stopped, at the positions the framing held (chunks stay contiguous).
+        Returns the turn and the removed framing chunks.
         """
         if self._open_turn is not None:
             raise ConversationError("a turn is still open")
@@ -250,11 +251,17 @@ class Conversation:
             del self.chunks[chunk.id]
             self._texts.pop(chunk.id, None)
             self._keys.pop(chunk.key, None)
+        if closing:
+            # The closing framing held the last positions; the answer's last chunk must stay
+            # contiguous (start + token_count), so the new tokens take them over.
+            self.next_position = min(c.start for c in closing)
         turn.complete = False
         self._open_turn = turn
         self._detector = BoundaryDetector()
-        self._detector.feed("".join(self._texts[last.id][-8:]))
-        self._boundary_pending = False
+        hit = False
+        for text in self._texts[last.id][-8:]:  # the line state the answer stopped in
+            hit = self._detector.feed(text)
+        self._boundary_pending = hit and last.token_count >= self.settings.min_chunk_tokens
         return turn, closing
 
     def _current_content_chunk(self, turn: Turn, tool_result: bool) -> Chunk | None:

@@ -49,9 +49,13 @@ def test_continue_extends_the_same_answer_and_chunk(chat):
     store.save_turn(conv, answer)
     assert answer_text(conv, answer.turn_id) == "Tea is a drink.\n\nIt grows on bushes in China and India."
     assert [c.id for c in conv.content_chunks(answer.turn_id)] == chunks_before, "same turn, same chunking"
+    for chunk in conv.live_chunks():  # positions stay contiguous within every chunk
+        rows = conv.chunk_rows(chunk)
+        assert conv.table.position[rows].tolist() == list(range(chunk.start, chunk.end))
     assert conv.live_input_ids()[-len(FRAMING.suffix["assistant"][0]):].tolist() == FRAMING.suffix["assistant"][0]
     again, store = reopened(store)
     assert answer_text(again, answer.turn_id) == answer_text(conv, answer.turn_id)
+    assert again.next_position == conv.next_position
     assert len(again.turns) == len(conv.turns) and again.turns[answer.turn_id].complete
     store.close()
 

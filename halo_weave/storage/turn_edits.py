@@ -187,6 +187,8 @@ def begin_continue(conv: Conversation, store: ConversationStore) -> Turn:
         conn.executemany("DELETE FROM chunk_tokens WHERE chunk_id = ?", [(c.id,) for c in closing])
         conn.executemany("DELETE FROM chunks WHERE id = ?", [(c.id,) for c in closing])
         conn.execute("UPDATE turns SET complete = 0 WHERE turn_id = ?", (answer.turn_id,))
+        if closing:  # the new tokens take the framing's positions (see Conversation.reopen_answer)
+            store.set_meta("next_position", min(c.start for c in closing))
     turn, _ = conv.reopen_answer()
     return turn
 

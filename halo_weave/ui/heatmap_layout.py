@@ -205,6 +205,8 @@ class DocumentPlan:
         while row < n:
             chunk = conv.chunks[int(chunk_ids[row])]
             run_end = min(n, row + (chunk.end - int(positions[row])))
+            if run_end <= row:  # a chunk whose positions are not contiguous: lay out anew
+                return False
             if chunk.turn_id != self.last_turn_id:
                 if dead_starts is not None:
                     self._gap_before(chunk.start, dead_starts, "", -1)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QSettings, Qt, QTimer, QUrl, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeyEvent, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeyEvent, QKeySequence, QTextCursor
 from PySide6.QtWidgets import (
     QFileDialog, QHBoxLayout, QLabel, QMainWindow, QPlainTextEdit, QProgressBar, QPushButton,
-    QSplitter, QVBoxLayout, QWidget,
+    QSplitter, QToolButton, QVBoxLayout, QWidget,
 )
 
 from .messages import MessageCenter
@@ -90,6 +90,7 @@ class MainWindow(QMainWindow):
         self.progress_bar.hide()
         self.statusBar().addPermanentWidget(self.progress_bar)
 
+        self.answer_bar = self._build_answer_bar()
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
         buttons.addWidget(self.stop_button)
@@ -102,6 +103,7 @@ class MainWindow(QMainWindow):
         column.setContentsMargins(6, 6, 6, 6)
         column.addWidget(self.stats_bar)
         column.addWidget(self.heatmap, 1)
+        column.addWidget(self.answer_bar)
         column.addWidget(self.reason)
         column.addLayout(row)
         self.library = Library(controller.data_dir)
@@ -121,6 +123,7 @@ class MainWindow(QMainWindow):
 
         from .legend import FirstStartHint
 
+        self._editing = False  # the input holds the last message being edited
         self.first_start = FirstStartHint(self.heatmap)
         self.heatmap.installEventFilter(self)
         self._legend = None
@@ -137,6 +140,42 @@ class MainWindow(QMainWindow):
         self._on_busy(False, controller.input_block_reason())
 
     # ------------------------------------------------------------------ building
+    def _build_answer_bar(self) -> QWidget:
+        """Under the chat: ‹ version › · Continue · Regenerate · Edit (the Chat menu's actions)."""
+        bar = QWidget()
+        bar.setObjectName("answerBar")
+        layout = QHBoxLayout(bar)
+        layout.setContentsMargins(0, 2, 0, 2)
+        self.previous_version_button = QToolButton()
+        self.previous_version_button.setText("‹")
+        self.previous_version_button.setToolTip("Previous version of the answer (Alt+Left)")
+        self.version_label = QLabel()
+        self.version_label.setToolTip("Versions of the last answer (Regenerate keeps every one)")
+        self.next_version_button = QToolButton()
+        self.next_version_button.setText("›")
+        self.next_version_button.setToolTip("Next version of the answer (Alt+Right)")
+        self.continue_button = QToolButton()
+        self.continue_button.setText("→ Continue")
+        self.continue_button.setToolTip("Let the model go on with its last answer (Ctrl+Shift+Enter)")
+        self.regenerate_button = QToolButton()
+        self.regenerate_button.setText("↻ Regenerate")
+        self.regenerate_button.setToolTip("Answer your last message again; this answer stays as a version (Ctrl+R)")
+        self.edit_button = QToolButton()
+        self.edit_button.setText("✎ Edit")
+        self.edit_button.setToolTip("Change your last message and send it again (Ctrl+Up)")
+        layout.addStretch(1)
+        for widget in (self.previous_version_button, self.version_label, self.next_version_button):
+            layout.addWidget(widget)
+        layout.addSpacing(12)
+        for widget in (self.continue_button, self.regenerate_button, self.edit_button):
+            layout.addWidget(widget)
+        self.previous_version_button.clicked.connect(lambda: self.controller.show_answer_version(-1))
+        self.next_version_button.clicked.connect(lambda: self.controller.show_answer_version(1))
+        self.continue_button.clicked.connect(self.continue_answer)
+        self.regenerate_button.clicked.connect(self.regenerate)
+        self.edit_button.clicked.connect(self.edit_last_message)
+        return bar
+
     def _action(self, menu, text: str, slot, shortcut=None, tip: str = "") -> QAction:
         action = QAction(text, self)
         if shortcut is not None:
@@ -173,6 +212,18 @@ class MainWindow(QMainWindow):
         self.send_action.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
         self.stop_action = self._action(chat, "S&top generating", self.controller.stop, "Esc",
                                         "Stop the answer; what arrived so far is kept")
+        chat.addSeparator()
+        self.continue_action = self._action(chat, "&Continue the answer", self.continue_answer,
+                                            "Ctrl+Shift+Return", "Let the model go on with its last answer")
+        self.regenerate_action = self._action(chat, "&Regenerate the answer", self.regenerate, "Ctrl+R",
+                                              "Answer the last message again; this answer stays as a version")
+        self.edit_action = self._action(chat, "&Edit your last message…", self.edit_last_message, "Ctrl+Up",
+                                        "Change your last message and send it again")
+        self.previous_version_action = self._action(chat, "&Previous version of the answer",
+                                                    lambda: self.controller.show_answer_version(-1), "Alt+Left")
+        self.next_version_action = self._action(chat, "&Next version of the answer",
+                                                lambda: self.controller.show_answer_version(1), "Alt+Right")
+        chat.addSeparator()
         self.graveyard_action = self._action(chat, "Show &graveyard", self._toggle_graveyard, "Ctrl+G")
         self.graveyard_action.setCheckable(True)
         self.graveyard_action.setChecked(True)
@@ -216,7 +267,7 @@ class MainWindow(QMainWindow):
         c.capture_saved.connect(self._on_capture_saved)
         self.notes_panel.visibilityChanged.connect(lambda visible: visible and self.refresh_notes())
         self.input.submitted.connect(self.send)
-        self.input.stop_requested.connect(c.stop)
+        self.input.stop_requested.connect(self._on_escape)
         self.send_button.clicked.connect(self.send)
         self.stop_button.clicked.connect(c.stop)
         self.heatmap.pin_requested.connect(c.pin)
@@ -266,6 +317,7 @@ class MainWindow(QMainWindow):
         if conv is None:
             return
         self._sync_first_start()
+        self._sync_turn_actions()
         if self._shown is not conv:
             self._shown = conv
             self.heatmap.set_conversation(conv)
@@ -299,6 +351,7 @@ class MainWindow(QMainWindow):
     def _on_tokens_streamed(self) -> None:
         if self.first_start.isVisible():
             self._sync_first_start()
+        self._sync_turn_actions()
         # The heatmap batches appends and repaints to one per frame itself.
         self.heatmap.append_streamed()
         self._schedule_repaint()
@@ -341,9 +394,69 @@ class MainWindow(QMainWindow):
         text = self.input.toPlainText()
         if not text.strip():
             return
-        if self.controller.send(text):
+        if self._editing:
+            sent = self.controller.edit_last(text)
+        else:
+            sent = self.controller.send(text)
+        if sent:
+            self._editing = False
             self.input.clear()
             self.heatmap.follower.jump_to_latest()  # the user wants to see the answer
+
+    def _on_escape(self) -> None:
+        if self._editing:
+            self._editing = False
+            self.input.clear()
+            self._on_busy(self.controller.busy, self.controller.input_block_reason())
+        else:
+            self.controller.stop()
+
+    # ------------------------------------------------------------------ the last exchange
+    def continue_answer(self) -> None:
+        if self.controller.continue_answer():
+            self.heatmap.follower.jump_to_latest()
+
+    def regenerate(self) -> None:
+        if self.controller.regenerate():
+            self.heatmap.follower.jump_to_latest()
+
+    def edit_last_message(self) -> None:
+        """Put the last message into the box to change it; Enter resends, Esc cancels."""
+        reason = self.controller.can_change_last_exchange()
+        text = self.controller.last_question_text() if not reason else ""
+        if not text:
+            self.messages.info(reason or "There is no message of yours to edit.")
+            return
+        self._editing = True
+        self.input.setPlainText(text)
+        self.input.moveCursor(QTextCursor.MoveOperation.End)
+        self.input.setFocus()
+        self._on_busy(self.controller.busy, self.controller.input_block_reason())
+
+    def _sync_turn_actions(self) -> None:
+        """Enable Continue / Regenerate / Edit / versions for what the conversation ends with."""
+        from ..storage.turn_edits import last_exchange
+
+        c = self.controller
+        conv = c.conv
+        free = not c.busy and not c.input_block_reason()
+        question, answer = last_exchange(conv) if conv is not None and conv.open_turn is None else (None, None)
+        state = c.answer_versions() if answer is not None else None
+        for widget in (self.continue_action, self.continue_button):
+            widget.setEnabled(free and answer is not None)
+        for widget in (self.regenerate_action, self.regenerate_button):
+            widget.setEnabled(free and question is not None and answer is not None)
+        for widget in (self.edit_action, self.edit_button):
+            widget.setEnabled(free and question is not None)
+        has_versions = state is not None and state.count > 1
+        for widget in (self.previous_version_action, self.previous_version_button):
+            widget.setEnabled(free and has_versions and state.previous is not None)
+        for widget in (self.next_version_action, self.next_version_button):
+            widget.setEnabled(free and has_versions and state.next is not None)
+        for widget in (self.previous_version_button, self.version_label, self.next_version_button):
+            widget.setVisible(has_versions)
+        self.version_label.setText(f"{state.number} / {state.count}" if has_versions else "")
+        self.answer_bar.setVisible(question is not None or answer is not None)
 
     def _on_busy(self, busy: bool, reason: str) -> None:
         ready = not busy and not reason
@@ -357,11 +470,16 @@ class MainWindow(QMainWindow):
             self.stats_bar.set_connection("generating", self._connection_detail)
         elif self.stats_bar.connection_state() == "generating":
             self.stats_bar.set_connection(self.controller.connection_state, self._connection_detail)
-        self.reason.setText(reason)
+        if self._editing and ready:
+            reason = "Editing your last message — Enter sends it again (its answer stays as a version), Esc cancels"
+            self.reason.setText(reason)
+        else:
+            self.reason.setText(reason)
         self.reason.setVisible(bool(reason))
         self.input.setPlaceholderText(
-            reason or "Message — Enter sends, Shift+Enter new line, Esc stops"
+            (reason if not ready else "") or "Message — Enter sends, Shift+Enter new line, Esc stops"
         )
+        self._sync_turn_actions()
         if ready and not self._closed:
             self.input.setFocus()
 
@@ -371,7 +489,9 @@ class MainWindow(QMainWindow):
         if reason == "aborted":
             self.messages.info("Stopped — the partial answer was kept.")
         elif reason == "length":
-            self.messages.info("The answer reached the maximum new tokens (see Settings).")
+            self.messages.info("The answer reached the maximum new tokens (Settings) — "
+                               "→ Continue (Ctrl+Shift+Enter) lets it go on.")
+        self._sync_turn_actions()
 
     def _on_connection(self, state: str, detail: str) -> None:
         # A long detail (a loader log line) must not widen the stats bar, and so the window.

@@ -108,3 +108,20 @@ def test_copy_message_copies_the_whole_answer(view):
     mine = next(a for a in view.context_menu_for(question.center()).actions() if a.text() == "Copy your message")
     mine.trigger()
     assert QGuiApplication.clipboard().text() == "Write a converter from Celsius."
+
+
+def test_a_continued_answer_streams_on_in_place(view):
+    conv = conversation()
+    view.set_conversation(conv)
+    view.flush()
+    conv.reopen_answer()
+    for text in [" It", " also", " handles", " negatives", "."]:
+        conv.append_token(5, text)
+        view.append_streamed()
+        view.flush()
+    shown = view.toPlainText().replace("\u2029", "\n")
+    assert shown.endswith("It converts Celsius. It also handles negatives.")
+    conv.end_turn()
+    view.rebuild()
+    assert view.toPlainText().replace("\u2029", "\n").endswith("It converts Celsius. It also handles negatives.")
+    check(view, False, "after a continued answer")
