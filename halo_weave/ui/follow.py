@@ -62,10 +62,11 @@ class Follower(QObject):
         self._set_following(True)
         self.scroll_to_end()
 
-    def content_changed(self) -> None:
-        """Text was added or the document rebuilt: keep the end in view when following."""
+    def content_changed(self, rebuilt: bool = False) -> None:
+        """Text was added (or, ``rebuilt``, the document replaced): keep the end in view
+        when following."""
         if self._following:
-            self.scroll_to_end()
+            self.scroll_to_end(layout_tail=rebuilt)
         else:
             self._sync_button()
 
@@ -74,24 +75,30 @@ class Follower(QObject):
         bar = self._view.verticalScrollBar()
         return bar.value() >= bar.maximum()
 
-    def scroll_to_end(self) -> None:
-        """Scroll so the last line of the document is at the bottom of the view."""
+    def scroll_to_end(self, layout_tail: bool = True) -> None:
+        """Scroll so the last line of the document is at the bottom of the view.
+
+        ``layout_tail`` lays out the last blocks first (needed after the document was
+        replaced; appended text is laid out by Qt as it is inserted).
+        """
         view = self._view
-        document = view.document()
-        layout = document.documentLayout()
-        # Lay out blocks from the end until they fill the viewport: their line counts
-        # then are real, and so is the scroll bar's maximum.
-        need, block, changed = view.viewport().height(), document.lastBlock(), False
-        while block.isValid() and need > 0:
-            lines_before = block.lineCount()
-            need -= layout.blockBoundingRect(block).height()
-            changed |= block.lineCount() != lines_before
-            block = block.previous()
-        if changed:
-            layout.documentSizeChanged.emit(layout.documentSize())
+        if layout_tail:
+            document = view.document()
+            layout = document.documentLayout()
+            # Lay out blocks from the end until they fill the viewport: their line counts
+            # then are real, and so is the scroll bar's maximum.
+            need, block, changed = view.viewport().height(), document.lastBlock(), False
+            while block.isValid() and need > 0:
+                lines_before = block.lineCount()
+                need -= layout.blockBoundingRect(block).height()
+                changed |= block.lineCount() != lines_before
+                block = block.previous()
+            if changed:
+                layout.documentSizeChanged.emit(layout.documentSize())
         bar = view.verticalScrollBar()
         bar.setValue(bar.maximum())
-        self._sync_button()
+        if self.button.isVisible():
+            self._sync_button()
 
     # ------------------------------------------------------------------ internals
     def _set_following(self, following: bool) -> None:

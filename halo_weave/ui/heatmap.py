@@ -195,7 +195,7 @@ class HeatmapView(QPlainTextEdit):
             self.follower.scroll_to_end()
         else:
             bar.setValue(min(old_value, bar.maximum()))
-            self.follower.content_changed()
+            self.follower.content_changed(rebuilt=True)
         self._schedule()
 
     def append_streamed(self) -> None:
