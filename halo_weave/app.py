@@ -1,25 +1,27 @@
 """Composition root (``halo-weave``) and the turn controller.
 
-:class:`TurnController` sequences DESIGN.md's turn lifecycle and moves slow work onto
-threads; every decision (what to score, prune, embed, resurrect) stays in the core
-modules.  It uses QtCore only, so tests drive it without widgets.  :func:`main` hands it
-to :func:`halo_weave.ui.cli.run`, which parses the command line, builds the window and starts it.
+:class:`TurnController` moves slow work onto threads and announces changes with signals;
+every rule of a turn (what to save when, score, prune, index, resurrect) is a method of
+the Qt-free :class:`~halo_weave.session.ChatSession` it holds as :attr:`session`.  It
+uses QtCore only, so tests drive it without widgets.  :func:`main` hands it to
+:func:`halo_weave.ui.cli.run`, which parses the command line, builds the window and
+starts it.
 
-A turn, as the controller runs it (the module doing each step in brackets)::
+A turn, as the controller runs it (:mod:`halo_weave.ui.turn_flow`; the thread of each
+step on the right)::
 
-    send(text)                                        [ui/user_turn.py]
+    send(text)
       ├─ tokenize once ................................ CallWorker
       ├─ wait ≤ embed_wait_seconds for pending indexing, then
-      │  search + resurrect within the budget ......... EmbedderWorker (urgent job)
-      ├─ add the user turn, persist, queue indexing, show
-      ├─ open the assistant turn, stream ............. GenerationWorker  [ui/generation_round.py]
-      │    per token: apply attention (context as it was), record (if on), append,
-      │    persist every 16
-      ├─ a round ending on </tool>: run the call, append the result, next round
-      │                                                 [ui/tool_round.py]
-      └─ end: close turn, persist brightness, queue indexing, prune, persist, graveyard
+      │  search ....................................... EmbedderWorker (urgent job)
+      │  session.resurrect_for: within the budget
+      ├─ session.add_user_message: saved, queued for indexing, then shown
+      ├─ session.begin_answer, stream ................ GenerationWorker
+      │    per event: session.receive (attention, record, append, save every 16)
+      ├─ a round ending on </tool>: run the call, session.apply_tool_step, next round
+      └─ session.finish_turn: save, queue indexing, prune, save; then announce
 
-Here: connection, system prompt, the end of a turn, settings, indexing, shutdown.
+Here: connection, system prompt, settings, indexing, shutdown.
 Conversation files are :mod:`halo_weave.ui.conversation_files`, the chunk levers
 :mod:`halo_weave.ui.levers`.
 """
@@ -28,32 +30,28 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from . import settings as settings_mod
-from .core.chat_template import detect_template, system_text
 from .conversation import Chunk, Conversation, Framing
+from .session import ChatSession
 from .settings import Settings
-from .core.stream_clock import StreamClock
 from .ui.cli import build_parser, run  # noqa: F401 - build_parser: the options, for tests
 from .ui.connection import ServerConnection
 from .ui.conversation_files import ConversationFiles
-from .ui.generation_round import GenerationRounds
 from .ui.indexing import IndexQueue
 from .ui.levers import Levers
-from .ui.tool_round import ToolRounds
 from .ui.turn_actions import TurnActions
-from .ui.user_turn import UserTurns
+from .ui.turn_flow import TurnFlow
 from .ui.workers import CallWorker, GenerationWorker
 
 log = logging.getLogger("halo_weave.app")
 
 
-class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, ToolRounds, Levers, TurnActions):
+class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
     """Runs the conversation: connection, turns, the user's levers, files.
 
     The UI reads :attr:`conv` and the signals below and sends intents back through the
@@ -88,22 +86,14 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         self.settings = settings or Settings()
         self.data_dir = Path(data_dir) if data_dir else settings_mod.data_dir()
         self.autostart = self.settings.autostart_server if autostart is None else autostart
-        self.conv: Conversation | None = None
-        self.store = None
-        self._index = None
+        #: The turn's rules and state (conversation, file, server); Qt-free.
+        self.session = ChatSession(self.settings, report=lambda exc, context: self.error.emit(exc, context))
+        self.session.indexer = _IndexFeed(self)
         self._index_tried = False
         self.path: Path | None = None
-        self.client = None
-        self.model_info = None
-        self.framing: Framing | None = None
         self.connection_state = "offline"
-        self.attention_available = True
         self.busy = False
         self.busy_reason = ""
-        self.tokens_per_s = 0.0
-        self.clock = StreamClock()  # live speed of the answer being streamed
-        self.last_resurrected = 0
-        self.last_finish_reason = ""
         self._embedder_factory = embedder_factory
         self._embedder = None
         self._indexer = IndexQueue(self)
@@ -121,17 +111,33 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         self._wait_timer = QTimer(self)
         self._wait_timer.setSingleShot(True)
         self._wait_timer.timeout.connect(self._run_pending_send)
-        self._stream_count = 0
-        self._stream_started = 0.0
-        self._attention_seen = False
-        self._attention_errors = 0
-        self._stop_ids: set[int] = set()
         self._shutting_down = False
         self._tool_runner = None
         self._system_syncing = 0  # system prompt tokenizations in flight
         self._system_dirty = False  # settings changed it during a turn
         self._stop_pending = False  # Esc before the answer started
         self._answer_prefix = ()  # tokens the next answer starts with (see send())
+
+    # ------------------------------------------------------------------ the session's state
+    # Read-only views for the window and tests; the session owns the state.
+    conv = property(lambda self: self.session.conv)
+    store = property(lambda self: self.session.store)
+    model_info = property(lambda self: self.session.model_info)
+    framing = property(lambda self: self.session.framing)
+    attention_available = property(lambda self: self.session.attention_available)
+    last_resurrected = property(lambda self: self.session.last_resurrected)
+    tokens_per_s = property(lambda self: self.session.tokens_per_s)
+    clock = property(lambda self: self.session.clock)  # the answer's live speed
+    last_finish_reason = property(lambda self: self.session.last_finish_reason)
+
+    @property
+    def client(self):
+        """The connected model server (None while offline)."""
+        return self.session.backend
+
+    @client.setter
+    def client(self, backend) -> None:
+        self.session.backend = backend
 
     # ------------------------------------------------------------------ start-up
     def start(self, conversation: Path | None = None) -> None:
@@ -150,13 +156,11 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         self.connection.connect_to(url or self.settings.server_url)
 
     def _on_connected(self, client, info, framing: Framing) -> None:
-        self.client, self.model_info, self.framing = client, info, framing
-        self._stop_ids = {ids[0] for ids, _ in [framing.suffix.get("assistant", ([], []))] if ids}
-        if self.conv is not None:
-            self.conv.framing = framing
-        if getattr(info, "supports_attention", False):
+        before = self.session.attention_available
+        declared = self.session.connect(client, info, framing)
+        if declared is not None:
             # A server that does not declare it (the original fork) is judged by its events.
-            self._set_attention(True)
+            self._announce_attention(self.session.attention_available != before)
         name = str(getattr(info, "name", "model")).rsplit("/", 1)[-1]
         self.connection_state = "connected"
         self._sync_system_prompt()  # before input opens: the prefix is part of every turn
@@ -171,14 +175,13 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         if not self.busy:
             self.busy_changed.emit(False, self.input_block_reason())
 
-    def _set_attention(self, available: bool) -> None:
-        if available != self.attention_available:
-            self.attention_available = available
-            if not available:
-                self.info.emit(
-                    "This server sends no attention: chatting works, but brightness cannot "
-                    "be measured, so the oldest chunks are pruned first."
-                )
+    def _announce_attention(self, changed: bool) -> None:
+        available = self.session.attention_available
+        if changed and not available:
+            self.info.emit(
+                "This server sends no attention: chatting works, but brightness cannot "
+                "be measured, so the oldest chunks are pruned first."
+            )
         self.attention_changed.emit(available)
 
     def _sync_system_prompt(self) -> None:
@@ -193,10 +196,9 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         if self.busy:
             self._system_dirty = True
             return
-        prompt = self.settings.system_prompt
-        if conv.system_prompt == prompt and (len(conv.system_ids) > 0 or not prompt.strip()):
+        prompt, text = self.settings.system_prompt, self.session.system_prompt_text()
+        if text is None:
             return
-        text = system_text(prompt, detect_template(getattr(self.model_info, "chat_template", None)))
 
         def tokenize():
             return client.tokenize(text, add_special_tokens=False) if text else []
@@ -204,8 +206,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         def ok(pieces) -> None:
             self._system_syncing -= 1
             if self.conv is conv:
-                conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
-                self._guard(lambda: self.store.save_system_prompt(conv), "Saving the system prompt")
+                self.session.set_system_prompt(prompt, pieces)
                 self.conversation_changed.emit()
                 self.stats_changed.emit()
             self._set_busy(self.busy, self.busy_reason)
@@ -236,50 +237,12 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
             return "Preparing the system prompt…"
         return ""
 
-    def _finish_turn(self, reason: str, rate) -> None:
-        worker, self._gen = self._gen, None
-        if worker is not None:
-            worker.wait(5000)
-            worker.deleteLater()
-        conv = self.conv
-        elapsed = max(time.monotonic() - self._stream_started, 1e-6)
-        self.clock.stop()
-        self.tokens_per_s = float(rate) if rate else (self.clock.tokens_per_s or self._stream_count / elapsed)
-        self.last_finish_reason = reason
-        if conv.open_turn is None:
-            self._set_busy(False)
-            return
-        turn = conv.end_turn()
-        if self._stream_count and not self._attention_seen and self.attention_available:
-            self._set_attention(False)
-        elif self._attention_seen and not self.attention_available:
-            self._set_attention(True)
-        self._guard(lambda: self.store.save_turn(conv, turn), "Saving the answer")
-        self._guard(lambda: self.store.save_brightness(conv), "Saving brightness")
-        self._index_pending()  # the answer, and the question whose context now has it
-        pruned = self._prune()
-        self._set_busy(False)
-        if self._system_dirty:
-            self._system_dirty = False
-            self._sync_system_prompt()
-        (self.conversation_changed if pruned else self.tokens_streamed).emit()
-        self.stats_changed.emit()
-        self.turn_finished.emit(reason)
-
     def _prune(self, limit: int | None = None) -> list[Chunk]:
         """Prune to ``limit`` (default: the max-context setting); persist; update the graveyard."""
-        conv = self.conv
-        # Without attention brightness says nothing about relevance: prune oldest first.
-        pruned = conv.prune_to_fit(limit, by_age=not self.attention_available, keep_latest_exchange=True)
+        pruned = self.session.prune(limit)
         if pruned:
-            self._guard(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")
             self.graveyard_changed.emit()
         return pruned
-
-    def _turn_failed_early(self, exc, context: str) -> None:
-        self._set_busy(False)
-        self.error.emit(exc, context)
-        self.turn_finished.emit("error")
 
     def _set_busy(self, busy: bool, reason: str = "") -> None:
         self.busy = busy
@@ -291,6 +254,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         """Adopt changed settings: reconnect on a new URL, re-frame a new system prompt."""
         old = self.settings
         self.settings = new
+        self.session.settings = new
         for holder in (self.conv, self.index):
             if holder is not None and hasattr(holder, "settings"):
                 holder.settings = new
@@ -338,14 +302,6 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         worker.start()
         return worker
 
-    def _guard(self, action: Callable[[], Any], context: str) -> bool:
-        try:
-            action()
-        except Exception as exc:  # noqa: BLE001
-            self.error.emit(exc, context)
-            return False
-        return True
-
     def stats(self) -> dict:
         """Figures for the stats bar."""
         conv = self.conv
@@ -358,8 +314,8 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
             total_tokens=conv.next_position + len(conv.system_ids),
             pruned_chunks=len(conv.graveyard()),
             mean_brightness=conv.mean_brightness(),
-            tokens_per_s=self.clock.tokens_per_s if self.clock.running else self.tokens_per_s,
-            first_token_s=self.clock.first_token_s,
+            tokens_per_s=self.session.clock.tokens_per_s if self.session.clock.running else self.tokens_per_s,
+            first_token_s=self.session.clock.first_token_s,
             last_resurrected=self.last_resurrected,
         )
 
@@ -375,10 +331,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         # Nothing reaches the (closing) window from here on; late thread results are dropped.
         self.blockSignals(True)
         self._wait_timer.stop()
-        conv, store = self.conv, self.store
-        if conv is not None and store is not None and conv.open_turn is not None:
-            turn = conv.end_turn()  # quitting mid-answer keeps the partial answer
-            self._guard(lambda: store.save_turn(conv, turn), "Saving the answer")
+        self.session.close_open_turn()  # quitting mid-answer keeps the partial answer
         self._indexer.wait_idle(5.0)
         # A job in flight (the embedder loading torch) cannot be interrupted; wait for it.
         self._indexer.shutdown(timeout_ms=60_000)
@@ -391,14 +344,27 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
                 self.store.close()
             except Exception as exc:  # noqa: BLE001
                 log.warning("closing the conversation file failed: %s", exc)
-            self.store = None
-        self._index, self._index_tried = None, True
+            self.session.store = None
+        self.session.index, self._index_tried = None, True
         if self._tool_runner is not None:
             self._tool_runner.close()
         try:
             self.connection.shutdown()
         except Exception as exc:  # noqa: BLE001
             log.warning("stopping the built-in server failed: %s", exc)
+
+
+class _IndexFeed:
+    """The session's indexer: the controller's queue, aimed at the index open now."""
+
+    def __init__(self, controller: TurnController) -> None:
+        self._controller = controller
+
+    def queue_pending(self, conv: Conversation) -> None:
+        self._controller._index_pending()
+
+    def queue(self, conv: Conversation, chunk_ids: list[int], label: str = "") -> None:
+        self._controller._queue_indexing(chunk_ids, label)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,7 @@ Public API (Qt-free, blocking; the UI runs the slow calls on its embedder QThrea
     matches = index.search(user_text)         # list[Match], best first
     result = index.resurrect_for(conv, user_text, user_tokens,
                                  model_max_context, max_new_tokens, store=store)
-    result.revived, result.tokens_used, result.budget   # what to show
+    result.resurrected, result.tokens_used, result.budget   # what to show
 
 Finer steps for a worker thread that must not touch the conversation or the database:
 ``drafts = index.prepare(conv, index.pending(conv))`` (UI thread, no model, cheap) ->
@@ -45,7 +45,6 @@ does it on demand.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import threading
 import time
@@ -57,31 +56,22 @@ import numpy as np
 
 from .conversation import Conversation
 from .errors import EmbedderUnavailable, SnapshotInvalid
+from .memory import ranking
 from .memory.embedder import Embedder
-from .memory.resurrection import (Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan,
-                           transaction)
-from .settings import Settings
+from .memory.resurrection import Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan
+from .memory.resurrection import budget as resurrection_budget
 from .memory.turn_pair import context_parts, context_pieces, fit_context, signature_hash, text_hash
 from .memory.vector_matrix import SearchTuning, VectorMatrix, one_blas_thread
+from .settings import Settings
+from .storage import index_tables as tables
+from .storage.sql import transaction
 
 __all__ = ["Embedder", "EmbedderUnavailable", "EntryDraft", "Match", "ResurrectionPlan",
            "ResurrectionResult", "SearchTuning", "SemanticIndex"]
 
 #: The vector snapshot sits next to the conversation file: ``<file>.vectors``.
 SNAPSHOT_SUFFIX = ".vectors"
-#: Hybrid search uses only terms found in at most this share of the entries, or in at
-#: most RARE_TERM_MIN of them (see SemanticIndex._bm25).
-RARE_TERM_SHARE = 0.02
-RARE_TERM_MIN = 1000
-
 Progress = Callable[[int, int], None]
-
-_STOPWORDS = frozenset(
-    "a an and are as at be but by did do does for from had has have how i in is it its me "
-    "my of on or our so that the their them then there these they this to was we were what "
-    "when where which who why will with you your".split()
-)
-
 
 @dataclass
 class EntryDraft:
@@ -160,9 +150,7 @@ class SemanticIndex:
 
     def _load_table(self) -> None:
         name, dim = self.embedder.name, self.embedder.dim
-        rows = self.conn.execute(
-            "SELECT chunk_id, role, context_hash, model, dim, embedding FROM semantic_entries"
-        ).fetchall()
+        rows = tables.entries(self.conn)
         good = [r for r in rows if r[3] == name and r[4] == dim and r[5] is not None
                 and len(r[5]) == 4 * dim]
         n = len(good)
@@ -196,35 +184,25 @@ class SemanticIndex:
         return True
 
     def _change_log(self) -> tuple[str, int, int] | None:
-        """``(uid, seq, count)`` of the store's change log; None for a file without one."""
-        try:
-            return self.conn.execute("SELECT uid, seq, count FROM semantic_state").fetchone()
-        except sqlite3.OperationalError:
-            return None
+        return tables.change_log(self.conn)
 
     def _changes_since(self, seq: int) -> list[int]:
-        return [r[0] for r in self.conn.execute(
-            "SELECT chunk_id FROM semantic_changes WHERE seq > ?", (seq,))]
+        return tables.changes_since(self.conn, seq)
 
     def _refresh(self, chunk_ids: Sequence[int]) -> None:
         """Re-read the given entries from the table (gone, other model, or new vector)."""
         name, dim = self.embedder.name, self.embedder.dim
         vm = self._vectors
         found = set()
-        for start in range(0, len(chunk_ids), 900):
-            batch = list(chunk_ids[start:start + 900])
-            marks = ",".join("?" * len(batch))
-            for chunk_id, role, digest, model, vdim, blob in self.conn.execute(
-                    "SELECT chunk_id, role, context_hash, model, dim, embedding "
-                    f"FROM semantic_entries WHERE chunk_id IN ({marks})", batch):
-                found.add(chunk_id)
-                if model == name and vdim == dim and blob is not None and len(blob) == 4 * dim:
-                    vm.put_many([chunk_id], [role == "user"], np.frombuffer(blob, "<f4"),
-                                [digest.split(":")[0]])
-                    self._stale.discard(chunk_id)
-                else:
-                    vm.drop(chunk_id)
-                    self._stale.add(chunk_id)
+        for chunk_id, role, digest, model, vdim, blob in tables.entries_of(self.conn, chunk_ids):
+            found.add(chunk_id)
+            if model == name and vdim == dim and blob is not None and len(blob) == 4 * dim:
+                vm.put_many([chunk_id], [role == "user"], np.frombuffer(blob, "<f4"),
+                            [digest.split(":")[0]])
+                self._stale.discard(chunk_id)
+            else:
+                vm.drop(chunk_id)
+                self._stale.add(chunk_id)
         for chunk_id in set(chunk_ids) - found:
             vm.drop(chunk_id)
             self._stale.discard(chunk_id)
@@ -313,18 +291,7 @@ class SemanticIndex:
                  d.context_hash, d.vector.astype("<f4").tobytes(), name, dim, now) for d in drafts]
         with self._lock:
             with transaction(self.conn):
-                self.conn.executemany(
-                    """INSERT INTO semantic_entries (chunk_id, turn_id, sentence_id, role, text,
-                           token_count, context_hash, embedding, model, dim, updated_at)
-                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                       ON CONFLICT(chunk_id) DO UPDATE SET turn_id = excluded.turn_id,
-                           sentence_id = excluded.sentence_id, role = excluded.role,
-                           text = excluded.text, token_count = excluded.token_count,
-                           context_hash = excluded.context_hash, embedding = excluded.embedding,
-                           model = excluded.model, dim = excluded.dim,
-                           updated_at = excluded.updated_at""",
-                    rows,
-                )
+                tables.upsert(self.conn, rows)
             if self._vectors.dim != dim:  # only reached before any vector of this model
                 self._reset(dim)
             if drafts:
@@ -341,8 +308,7 @@ class SemanticIndex:
             return
         with self._lock:
             with transaction(self.conn):
-                self.conn.executemany("DELETE FROM semantic_entries WHERE chunk_id = ?",
-                                      [(c,) for c in chunk_ids])
+                tables.delete(self.conn, chunk_ids)
             for chunk_id in chunk_ids:
                 self._vectors.drop(chunk_id)
                 self._stale.discard(chunk_id)
@@ -397,77 +363,21 @@ class SemanticIndex:
         """:meth:`search` for an already embedded (unit) query; ``text`` feeds BM25."""
         s = self.settings
         limit = s.query_max_results if limit is None else limit
-        boost = s.user_similarity_boost
         with self._lock, one_blas_thread():
-            vm = self._vectors
-            if vm.n == 0 or limit <= 0:
+            if self._vectors.n == 0 or limit <= 0:
                 return []
-            query = np.asarray(query, np.float32)
-            rows = vm.candidates(query, boost, limit)  # None: every row
             bm25_ids = self._bm25(text, max(3 * limit, 50)) if s.hybrid_search and text else {}
-            if rows is not None and bm25_ids:  # blend only candidates: the vector's and BM25's
-                extra = np.fromiter((vm.row[c] for c in bm25_ids if c in vm.row), np.int64)
-                rows = np.union1d(rows, extra)
-            similarity = vm.similarity(query, rows)
-            user = vm.user[: vm.n] if rows is None else vm.user[rows]
-            score = np.where(user, similarity * boost, similarity)
-            bm25 = np.zeros(len(score), np.float32)
-            if s.hybrid_search:
-                for chunk_id, value in bm25_ids.items():
-                    row = vm.row.get(chunk_id)
-                    if row is not None:
-                        bm25[row if rows is None else np.searchsorted(rows, row)] = value
-                if bm25.max() > 0:
-                    bm25 /= bm25.max()
-                score = (1 - s.hybrid_weight) * score + s.hybrid_weight * bm25
-            k = min(limit, len(score))
-            top = np.argpartition(-score, k - 1)[:k]
-            top = top[np.argsort(-score[top], kind="stable")]
-            top = top[score[top] >= s.min_similarity] if s.min_similarity > 0 else top
-            ids = vm.ids[top] if rows is None else vm.ids[rows[top]]
-            found = {int(c): (float(similarity[i]), float(score[i]),
-                              float(bm25[i]) if s.hybrid_search else None) for c, i in zip(ids, top)}
-            meta = self._meta(list(found))
+            found = ranking.rank(self._vectors, np.asarray(query, np.float32), s, limit, bm25_ids)
+            meta = tables.meta(self.conn, list(found))
         return [Match(cid, *meta[cid], *found[cid]) for cid in found if cid in meta]
 
     def _bm25(self, text: str, limit: int) -> dict[int, float]:
-        """Chunk id -> BM25 of the ``limit`` best FTS matches of ``text``'s distinctive terms.
-
-        A term found in more than :data:`RARE_TERM_SHARE` of the entries (and more than
-        :data:`RARE_TERM_MIN`) is left out: FTS5 ranks every match before it can apply
-        LIMIT, so one common word costs ~1 us per entry (115 ms at 30k for three), and
-        such a word is not what hybrid search is for (names, codes, rare words).
-        """
-        terms = [t for t in dict.fromkeys(re.findall(r"\w+", text.lower())) if t not in _STOPWORDS]
-        terms = self._rare_terms(terms) if terms else terms
+        """Chunk id -> BM25 of the ``limit`` best FTS matches of ``text``'s distinctive terms
+        (see :func:`halo_weave.memory.ranking.distinctive_terms`)."""
+        terms = ranking.distinctive_terms(text, lambda t: tables.term_documents(self.conn, t), self._vectors.n)
         if not terms:
             return {}
-        query = " OR ".join(f'"{t}"' for t in terms)
-        rows = self.conn.execute(
-            "SELECT rowid, -bm25(semantic_fts) FROM semantic_fts WHERE semantic_fts MATCH ? "
-            "ORDER BY rank LIMIT ?", (query, limit)).fetchall()
-        return {int(r[0]): max(float(r[1]), 0.0) for r in rows}
-
-    def _rare_terms(self, terms: list[str]) -> list[str]:
-        self.conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.semantic_vocab "
-                          "USING fts5vocab(main, semantic_fts, row)")
-        cap = max(RARE_TERM_MIN, RARE_TERM_SHARE * self._vectors.n)
-        kept = []
-        for term in terms:  # one seek per term: "term IN (...)" scans the whole vocabulary
-            row = self.conn.execute("SELECT doc FROM temp.semantic_vocab WHERE term = ?",
-                                    (term,)).fetchone()
-            if row is None or row[0] <= cap:  # unknown form (accents): let FTS decide
-                kept.append(term)
-        return kept
-
-    def _meta(self, chunk_ids: list[int]) -> dict[int, tuple]:
-        if not chunk_ids:
-            return {}
-        marks = ",".join("?" * len(chunk_ids))
-        rows = self.conn.execute(
-            f"SELECT chunk_id, turn_id, sentence_id, role, text, token_count, reference_count "
-            f"FROM semantic_entries WHERE chunk_id IN ({marks})", chunk_ids).fetchall()
-        return {r[0]: tuple(r[1:]) for r in rows}
+        return tables.bm25(self.conn, " OR ".join(f'"{t}"' for t in terms), limit)
 
     # ------------------------------------------------------------------ resurrection
     def plan(self, conv: Conversation, matches: Sequence[Match], budget: int) -> ResurrectionPlan:
@@ -484,10 +394,8 @@ class SemanticIndex:
         conversation change and its persistence (``store.save_chunks`` and the
         ``reference_count`` increments) are one transaction.
         """
-        budget = model_max_context - conv.live_token_count() - user_tokens - max_new_tokens
-        if self.settings.resurrection_budget_cap > 0:
-            budget = min(budget, self.settings.resurrection_budget_cap)
-        budget = max(budget, 0)
+        budget = resurrection_budget(conv, user_tokens, model_max_context, max_new_tokens,
+                                     self.settings.resurrection_budget_cap)
         if not self.available:
             return ResurrectionResult(budget, reason="semantic index unavailable")
         plan = self.plan(conv, self.search(user_text), budget)
@@ -497,7 +405,5 @@ class SemanticIndex:
 
 def _default_snapshot(conn: sqlite3.Connection) -> Path | None:
     """``<database file>.vectors``; None for an in-memory or temporary database."""
-    for _, name, file in conn.execute("PRAGMA database_list"):
-        if name == "main":
-            return Path(file + SNAPSHOT_SUFFIX) if file else None
-    return None
+    file = tables.database_file(conn)
+    return Path(file + SNAPSHOT_SUFFIX) if file else None

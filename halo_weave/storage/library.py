@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..store import ConversationSummary, _readonly, conversations_dir, list_conversations
+from .files import ConversationSummary, _readonly, conversations_dir, list_conversations
 
 log = logging.getLogger("halo_weave.library")
 

@@ -61,14 +61,18 @@ class TurnEditError(ConversationError):
 # ---------------------------------------------------------------------- reading
 def last_exchange(conv: Conversation) -> tuple[Turn | None, Turn | None]:
     """(the last user turn, the answer after it or None)."""
-    if not conv.turns:
+    last_id = conv.turns.last()
+    if last_id is None:
         return None, None
-    ids = sorted(conv.turns)
-    last = conv.turns[ids[-1]]
+    last = conv.turns[last_id]
     if last.role == "user":
         return last, None
-    before = conv.turns[ids[-2]] if len(ids) > 1 else None
-    return (before if before is not None and before.role == "user" else None), last
+    question_id = conv.turns.last("user")
+    if question_id is None:
+        return None, last
+    ids = list(conv.turns)  # ids only, ascending: the question must come right before
+    before = conv.turns[question_id] if len(ids) > 1 and ids[-2] == question_id else None
+    return before, last
 
 
 def versions(store: ConversationStore, user_turn_id: int) -> list[AnswerVersion]:

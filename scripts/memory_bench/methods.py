@@ -7,7 +7,7 @@ universal equation leaves for the prompt); every method but ``full`` stays withi
 * ``full``: everything (reported, not bounded).
 * ``fifo``: the most recent whole turns that fit with the question.
 * ``rag``: the most recent turns that fit ``P``, then the best-scoring chunks (plain
-  cosine, no anchors, as SillyTavern's vector storage) revived until the budget is spent.
+  cosine, no anchors, as SillyTavern's vector storage) resurrected until the budget is spent.
 * ``brightness``: the replay pruned to the budget; at question time pruned again to make
   room for the question; no resurrection.
 * ``halo``: the replay pruned to ``P``; the question runs the app's resurrection (search,
@@ -21,7 +21,7 @@ import copy
 from dataclasses import dataclass, field
 
 from halo_weave.conversation import Conversation
-from halo_weave.memory.resurrection import make_plan
+from halo_weave.memory.resurrection import budget, make_plan
 
 from .locomo import Question
 
@@ -133,10 +133,7 @@ def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
                 budget_cap: int = 0) -> Outcome:
     """The app's resurrection for the question, then the question itself."""
     conv = copy.deepcopy(base)
-    budget = q.model_context - conv.live_token_count() - q.framed_tokens - q.max_new_tokens
-    if budget_cap > 0:
-        budget = min(budget, budget_cap)
-    plan = make_plan(conv, matches, max(budget, 0))
+    plan = make_plan(conv, matches, budget(conv, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))
     if plan.taken:
         conv.resurrect(plan.chunk_ids, brightness=rule)
     searched = {m.turn_id for m in matches}
@@ -147,7 +144,7 @@ def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
         if turn_id in skipped:
             return "over budget"
         if turn_id in searched:
-            return "retrieved, not revived"
+            return "retrieved, not resurrected"
         return "never retrieved"
 
     return q.finish(conv, why)
