@@ -133,11 +133,11 @@ def main() -> None:
     shot("chat_mid_scroll")
     window.input.setPlainText(NEXT_MESSAGE)
     window.send()
-    wait(lambda: controller.generating and controller._stream_count >= 40)
+    wait(lambda: controller.generating and controller.session.streamed >= 40)
     window.heatmap.flush()
     shot("chat_streaming")
     bar.triggerAction(bar.SliderAction.SliderPageStepSub)  # the user scrolls up to read
-    wait(lambda: controller._stream_count >= 70 or not controller.busy)
+    wait(lambda: controller.session.streamed >= 70 or not controller.busy)
     window.heatmap.flush()
     shot("chat_scrolled_up_streaming")
     wait(lambda: not controller.busy)
