@@ -561,14 +561,8 @@ class Conversation:
             if tokens is None:
                 raise ConversationError(f"live chunk {chunk.key} has no tokens")
             self._texts[chunk.id] = list(tokens.texts)
-            self.table.append_rows(
-                position=np.arange(chunk.start, chunk.end, dtype=np.int64),
-                token_id=tokens.token_ids,
-                brightness=tokens.brightness,
-                chunk_id=chunk.id,
-                turn_id=chunk.turn_id,
-                framing=chunk.framing,
-            )
+            self.table.append_chunks([chunk.start], [chunk.token_count], [chunk.id], [chunk.turn_id],
+                                     [chunk.framing], tokens.token_ids, tokens.brightness)
 
     def rehydrate(self, turns: TurnColumns, chunks: ChunkColumns, live_ids: np.ndarray,
                   counts: np.ndarray, tokens: ChunkTokens) -> None:
@@ -591,13 +585,6 @@ class Conversation:
         ends = np.cumsum(held).tolist()
         texts = tokens.texts
         self._texts.update(zip(ids.tolist(), map(texts.__getitem__, map(slice, [0, *ends[:-1]], ends))))
-        starts = chunks.start[chunks.live]
-        first_row = np.cumsum(held) - held
-        self.table.append_rows(
-            position=np.repeat(starts - first_row, held) + np.arange(len(tokens.token_ids)),
-            token_id=tokens.token_ids,
-            brightness=tokens.brightness,
-            chunk_id=np.repeat(ids, held),
-            turn_id=np.repeat(chunks.turn_id[chunks.live], held),
-            framing=np.repeat(chunks.sentence_id[chunks.live] < 0, held),
-        )
+        live = chunks.take(np.flatnonzero(chunks.live))
+        self.table.append_chunks(live.start, held, ids, live.turn_id, live.sentence_id < 0,
+                                 tokens.token_ids, tokens.brightness)

@@ -101,36 +101,41 @@ class _Registry(MutableMapping):
     def __init__(self) -> None:
         self._hot: dict = {}
         self._ids = np.zeros(0, np.int64)  # id of each column row
-        self._sorted = self._ids  # the ids ascending, and the row of each
-        self._row_of_sorted = np.zeros(0, np.int64)
+        self._row_of: list[int] | dict[int, int] = []  # id -> row (-1: none)
         self._cold = np.zeros(0, bool)  # rows still only in the columns
         self._cold_count = 0
 
     def _load_ids(self, ids: np.ndarray, cold: np.ndarray) -> None:
         self._ids = ids
-        self._row_of_sorted = np.argsort(ids, kind="stable")
-        self._sorted = ids[self._row_of_sorted]
         self._cold = cold
         self._cold_count = int(cold.sum())
+        top = int(ids.max()) + 1 if len(ids) else 0
+        if len(ids) and (ids.min() < 0 or top > 8 * len(ids) + 4096):
+            self._row_of = dict(zip(ids.tolist(), range(len(ids))))  # sparse ids (odd files)
+        else:  # ids are counters: a list indexed by id is the fastest lookup
+            dense = np.full(top, -1, np.int64)
+            dense[ids] = np.arange(len(ids))
+            self._row_of = dense.tolist()
+
+    def _row(self, key) -> int:
+        row_of = self._row_of
+        if isinstance(row_of, list):
+            return row_of[key] if 0 <= key < len(row_of) else -1
+        return row_of.get(key, -1)
 
     def _cold_row(self, key) -> int:
         """The row of a record that is still cold, else -1."""
-        if not isinstance(key, (int, np.integer)) or not self._cold_count:
+        if not self._cold_count or not isinstance(key, (int, np.integer)):
             return -1
-        i = int(self._sorted.searchsorted(key))
-        if i < len(self._sorted) and self._sorted[i] == key:
-            row = int(self._row_of_sorted[i])
-            if self._cold[row]:
-                return row
-        return -1
+        row = self._row(key)
+        return row if row >= 0 and self._cold[row] else -1
 
     def _cold_rows(self, keys: list[int]) -> np.ndarray:
         """Rows of those ``keys`` whose records are still cold."""
         if not self._cold_count or not keys:
             return np.zeros(0, np.int64)
-        keys = np.asarray(keys, np.int64)
-        at = np.minimum(self._sorted.searchsorted(keys), len(self._sorted) - 1)
-        rows = self._row_of_sorted[at[self._sorted[at] == keys]]
+        rows = np.fromiter(map(self._row, keys), np.int64, len(keys))
+        rows = rows[rows >= 0]
         return np.unique(rows[self._cold[rows]])
 
     def _make(self, row: int):
@@ -198,6 +203,7 @@ class ChunkRegistry(_Registry):
     def __init__(self) -> None:
         super().__init__()
         self._cols = ChunkColumns.empty()
+        self._turns_in_runs = True
 
     def load(self, cols: ChunkColumns) -> list[Chunk]:
         """Take the chunks read from storage, in position order, in place of any here.
@@ -207,6 +213,9 @@ class ChunkRegistry(_Registry):
         self._hot.clear()
         self._cols = cols
         self._load_ids(cols.id, ~cols.live)
+        # Turns occupy contiguous positions, so their chunks are runs of rows (unless a
+        # file says otherwise: then each lookup scans).
+        self._turns_in_runs = bool((np.diff(cols.turn_id) >= 0).all())
         live = cols.records(np.flatnonzero(cols.live))
         self._hot.update(zip(map(_chunk_id, live), live))
         return live
@@ -241,8 +250,14 @@ class ChunkRegistry(_Registry):
 
     def ids_of_turn(self, turn_id: int) -> list[int]:
         """Ids of a stored turn's chunks that still exist, in position order."""
-        rows = np.flatnonzero(self._cols.turn_id == turn_id)
-        return [c for c in self._ids[rows].tolist() if c in self]
+        turn_ids = self._cols.turn_id
+        if self._turns_in_runs:
+            rows = slice(turn_ids.searchsorted(turn_id), turn_ids.searchsorted(turn_id, "right"))
+        else:
+            rows = turn_ids == turn_id
+        hot = self._hot
+        return [c for c, cold in zip(self._ids[rows].tolist(), self._cold[rows].tolist())
+                if cold or c in hot]
 
     def dead_content(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, starts) of the pruned content chunks, in position order."""
@@ -272,9 +287,9 @@ class TurnRegistry(_Registry):
 
     def _make(self, row: int) -> Turn:
         cols = self._cols
-        turn_id = int(cols.turn_id[row])
-        return Turn(turn_id, ROLES[cols.role[row]], float(cols.created_at[row]),
-                    self._chunk_ids_of(turn_id), bool(cols.complete[row]))
+        turn_id = cols.turn_id.item(row)
+        return Turn(turn_id, ROLES[cols.role.item(row)], cols.created_at.item(row),
+                    self._chunk_ids_of(turn_id), cols.complete.item(row))
 
     def incomplete(self) -> list[int]:
         """Ids of the turns not marked complete, ascending."""
