@@ -23,14 +23,39 @@ CODE_BACKGROUND = QColor(36, 38, 46)
 
 
 class CodeBlockHighlighter(QSyntaxHighlighter):
-    """Monospace for the lines of fenced code blocks; marks them with :data:`CODE_STATE`."""
+    """Monospace for the lines of fenced code blocks; marks them with :data:`CODE_STATE`.
 
-    def __init__(self, document: QTextDocument) -> None:
-        super().__init__(document)
+    A highlighter costs a Python call per block laid out, so it is attached to the view's
+    document only while the document holds a fence (:meth:`follow`); ``active`` says
+    whether any code block is drawn (the view paints code backgrounds only then).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.active = False
+        self._tail = ""  # the document's last two characters
         self._format = QTextCharFormat()
         fixed = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
         self._format.setFontFamilies(fixed.families())
         self._format.setFontFixedPitch(True)
+
+    def follow(self, document: QTextDocument, text: str, replaced: bool = False) -> bool:
+        """Before ``text`` goes into ``document`` (replacing it, or appended): attach when a
+        fence can appear, detach when none can.  True when it was attached just now: the
+        caller then calls :meth:`rehighlight` once the text is in (Qt would otherwise format
+        on its next event loop turn, after the view measured the lines)."""
+        joined = text if replaced else self._tail + text
+        self._tail = joined[-2:]
+        has_fence = FENCE in joined
+        if replaced and not has_fence:
+            if self.document() is not None:
+                self.setDocument(None)
+            self.active = False
+            return False
+        if has_fence and self.document() is not document:
+            self.setDocument(document)
+            return True
+        return False
 
     def highlightBlock(self, text: str) -> None:  # noqa: N802 - Qt API
         inside = self.previousBlockState() == CODE_STATE
@@ -42,6 +67,7 @@ class CodeBlockHighlighter(QSyntaxHighlighter):
         elif fence and text.strip().count(FENCE) == 1:
             self.setFormat(0, len(text), self._format)
             self.setCurrentBlockState(CODE_STATE)
+            self.active = True
         else:  # prose, or "```x```" opening and closing on one line
             self.setCurrentBlockState(-1)
 

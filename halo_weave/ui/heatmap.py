@@ -152,7 +152,7 @@ class HeatmapView(QPlainTextEdit):
         #: jumps back).
         self.follower = Follower(self)
         #: Fenced code in monospace (its background is painted in paintEvent).
-        self._code = CodeBlockHighlighter(self.document())
+        self._code = CodeBlockHighlighter()
 
     # ------------------------------------------------------------------ public API
     def set_conversation(self, conv: Conversation | None) -> None:
@@ -177,7 +177,10 @@ class HeatmapView(QPlainTextEdit):
             self.setPlainText("")
         else:
             self._plan, text = build_plan(self._conv)
+            attached = self._code.follow(self.document(), text, replaced=True)
             self.setPlainText(text)
+            if attached:
+                self._code.rehighlight()
         if self.follower.following:
             self.follower.scroll_to_end()
         else:
@@ -376,7 +379,8 @@ class HeatmapView(QPlainTextEdit):
         viewport = self.viewport()
         painter = QPainter(viewport)
         painter.fillRect(bounds, viewport.palette().brush(viewport.backgroundRole()))
-        paint_code_backgrounds(self, painter, QRectF(bounds))
+        if self._code.active:
+            paint_code_backgrounds(self, painter, QRectF(bounds))
         painter.setPen(Qt.PenStyle.NoPen)
         for step, batch in self._batches(frame, inside[lit], keys_in[lit] // KEY_STRIDE):
             painter.setBrush(self._highlight_brushes[step - 1])
@@ -505,7 +509,10 @@ class HeatmapView(QPlainTextEdit):
             try:
                 cursor = QTextCursor(document)
                 cursor.movePosition(QTextCursor.MoveOperation.End)
+                attached = self._code.follow(document, text)
                 cursor.insertText(text)
+                if attached:
+                    self._code.rehighlight()  # the first fence: format it before it is measured
                 self._cut_streamed_block()
             finally:
                 layout.blockSignals(False)
