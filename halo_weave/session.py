@@ -41,7 +41,6 @@ from .events import TokenEvent
 from .memory.resurrection import apply_plan
 from .memory.resurrection import budget as resurrection_budget
 from .settings import MAX_BRIGHTNESS, Settings
-from .storage import turn_edits
 from .storage.capture import RoundCapture
 from .tools import notebook
 
@@ -72,6 +71,14 @@ def token_events(stream: Iterable[TokenEvent], backend) -> Iterator[TokenEvent]:
                 yield TokenEvent(int(token_id), text, None)
         else:
             yield event
+
+
+def _turn_edits():
+    """storage.turn_edits, imported on first use: it brings the store (and sqlite-utils),
+    which the window does not need before its first paint."""
+    from .storage import turn_edits
+
+    return turn_edits
 
 
 def _raise(exc: BaseException, context: str) -> None:
@@ -345,37 +352,39 @@ class ChatSession:
 
     def last_exchange(self) -> tuple[Turn | None, Turn | None]:
         """(the last question, its answer or None); (None, None) while a turn is open."""
-        if self.conv is None or self.conv.open_turn is not None:
+        if self.conv is None or self.conv.open_turn is not None or not len(self.conv.turns):
             return None, None
-        return turn_edits.last_exchange(self.conv)
+        return _turn_edits().last_exchange(self.conv)
 
-    def answer_versions(self) -> turn_edits.VersionState | None:
-        """Where the last answer stands among its versions (Regenerate keeps them)."""
+    def answer_versions(self):
+        """Where the last answer stands among its versions (a ``VersionState``; None
+        without an answer).  Regenerate keeps them."""
         if self.store is None or self.last_exchange()[1] is None:
             return None
-        return turn_edits.version_state(self.conv, self.store)
+        return _turn_edits().version_state(self.conv, self.store)
 
     def question_text(self) -> str:
         """The words of the last question (to edit them)."""
-        return turn_edits.question_text(self.conv, self.store)
+        return _turn_edits().question_text(self.conv, self.store)
 
     def regenerate(self) -> list[Chunk]:
         """Take the last answer out (it joins the versions); then answer the question again."""
-        return self._forget(turn_edits.retire_answer(self.conv, self.store))
+        return self._forget(_turn_edits().retire_answer(self.conv, self.store))
 
     def show_version(self, step: int) -> Turn:
         """Put the previous (``step`` < 0) or next version of the last answer in its place."""
+        edits = _turn_edits()
         state = self.answer_versions()
         target = state and (state.previous if step < 0 else state.next)
         if not target:
-            raise turn_edits.TurnEditError("No other version of this answer.")
-        turn, removed = turn_edits.show_version(self.conv, self.store, target)
+            raise edits.TurnEditError("No other version of this answer.")
+        turn, removed = edits.show_version(self.conv, self.store, target)
         self._forget(removed)
         return turn
 
     def replace_question(self, ids: list[int], texts: list[str]) -> Turn:
         """Edit and resend: the last question's new words (its answer joins the versions)."""
-        turn, removed = turn_edits.replace_question(self.conv, self.store, ids, texts)
+        turn, removed = _turn_edits().replace_question(self.conv, self.store, ids, texts)
         self._forget(removed)
         if self.indexer is not None:
             self.indexer.queue(self.conv, [c.id for c in self.conv.content_chunks(turn.turn_id)])
@@ -383,7 +392,7 @@ class ChatSession:
 
     def resume_answer(self) -> Turn:
         """Continue: reopen the last answer; new tokens join its last chunk."""
-        turn = turn_edits.begin_continue(self.conv, self.store)
+        turn = _turn_edits().begin_continue(self.conv, self.store)
         self.streamed = 0
         self._started = time.monotonic()
         self._attention_seen = False

@@ -421,12 +421,9 @@ class MainWindow(QMainWindow):
 
     def _sync_turn_actions(self) -> None:
         """Enable Continue / Regenerate / Edit / versions for what the conversation ends with."""
-        from ..storage.turn_edits import last_exchange
-
         c = self.controller
-        conv = c.conv
         free = not c.busy and not c.input_block_reason()
-        question, answer = last_exchange(conv) if conv is not None and conv.open_turn is None else (None, None)
+        question, answer = c.session.last_exchange()
         state = c.answer_versions() if answer is not None else None
         for widget in (self.continue_action, self.continue_button):
             widget.setEnabled(free and answer is not None)

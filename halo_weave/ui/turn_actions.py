@@ -9,7 +9,7 @@ the new tokens with the same rounds as any answer.
 
 from __future__ import annotations
 
-from ..storage import turn_edits
+from ..errors import ConversationError
 
 
 class TurnActions:
@@ -23,7 +23,7 @@ class TurnActions:
         question, answer = self.session.last_exchange()
         return "" if question is not None or answer is not None else "Nothing to change yet."
 
-    def answer_versions(self) -> turn_edits.VersionState | None:
+    def answer_versions(self):
         """Where the last answer stands among its versions (None without one)."""
         try:
             return self.session.answer_versions()
@@ -34,7 +34,7 @@ class TurnActions:
         """The words of the last question (for Edit), '' when there is none."""
         try:
             return self.session.question_text()
-        except turn_edits.TurnEditError:
+        except ConversationError:  # turn_edits.TurnEditError: no question to edit
             return ""
 
     def regenerate(self) -> bool:
@@ -93,7 +93,7 @@ class TurnActions:
             return False
         try:
             act()
-        except turn_edits.TurnEditError as exc:
+        except ConversationError as exc:  # turn_edits.TurnEditError: not applicable now
             self.info.emit(str(exc))
             return False
         except Exception as exc:  # noqa: BLE001 - the file is the truth: show it again
