@@ -72,6 +72,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
     conversation_opened = Signal(str)  # path of the conversation file
     notes_changed = Signal()  # the model's notes were saved (or another conversation opened)
     capture_saved = Signal(str)  # folder of a finished attention recording
+    message_returned = Signal(str)  # a message that could not be sent, back to the input box
 
     def __init__(
         self,
@@ -116,6 +117,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
         self._system_syncing = 0  # system prompt tokenizations in flight
         self._system_dirty = False  # settings changed it during a turn
         self._stop_pending = False  # Esc before the answer started
+        self._unsent = ""  # the message being sent, until it is saved
         self._answer_prefix = ()  # tokens the next answer starts with (see send())
 
     # ------------------------------------------------------------------ the session's state
@@ -225,6 +227,8 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
         """Why the user cannot send now ('' when they can)."""
         if self.busy:
             return self.busy_reason
+        if getattr(self.store, "read_only", False):
+            return "This conversation is read-only (see the message) — open another or start a new one"
         if self.connection_state == "loading":
             return "The model is loading…"
         if self.connection_state == "connecting":
@@ -339,7 +343,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
             worker.wait(3000)
         if self.store is not None:
             try:
-                if self.conv is not None and self.conv.open_turn is None:
+                if self.conv is not None and self.conv.open_turn is None and not self.store.read_only:
                     self.store.save_brightness(self.conv)
                 self.store.close()
             except Exception as exc:  # noqa: BLE001

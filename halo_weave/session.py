@@ -215,13 +215,35 @@ class ChatSession:
 
         Raises when the save fails: not on disk, so not shown and not answered.
         """
-        conv = self.conv
-        turn = conv.add_turn("user", ids, texts, created_at)
-        if self.store is not None:
-            self.store.save_turn(conv, turn)
-        if self.indexer is not None:
-            self.indexer.queue(conv, [c.id for c in conv.content_chunks(turn.turn_id)])
+        turn = self.save_user_message(ids, texts, created_at)
+        self.index_user_message(turn)
         return turn
+
+    def save_user_message(self, ids: list[int], texts: list[str], created_at: float | None = None) -> Turn:
+        """The saving half of :meth:`add_user_message` (safe on a worker thread).
+
+        When the save fails, the conversation in memory goes back to what the file holds
+        (the unsaved turn is not left behind to be shown or sent later), then it raises.
+        """
+        conv, store = self.conv, self.store
+        turn = conv.add_turn("user", ids, texts, created_at)
+        if store is not None:
+            try:
+                store.save_turn(conv, turn)
+            except BaseException:
+                if self.conv is conv:
+                    try:
+                        self.conv = store.load(self.settings, conv.framing)
+                    except Exception:  # noqa: BLE001 - the save error says what to do
+                        pass
+                raise
+        return turn
+
+    def index_user_message(self, turn: Turn) -> None:
+        """The indexing half of :meth:`add_user_message` (on the thread that owns the queue)."""
+        if self.indexer is not None:
+            conv = self.conv
+            self.indexer.queue(conv, [c.id for c in conv.content_chunks(turn.turn_id)])
 
     def fit_model_window(self) -> list[Chunk]:
         """Never send more than the model can read: prompt + answer within its context."""

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import integrity
 from .files import ConversationSummary, _readonly, conversations_dir, list_conversations
 
 log = logging.getLogger("halo_weave.library")
@@ -128,6 +129,7 @@ class Library:
         title = " ".join(title.split())[:MAX_TITLE]
         # A short write through its own connection: the app may hold the file open (WAL).
         conn = sqlite3.connect(str(path), timeout=10, isolation_level=None)
+        integrity.register(conn)  # the row-checksum triggers call it
         try:
             if title:
                 conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('title', ?)", (json.dumps(title),))

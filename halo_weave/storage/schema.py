@@ -191,8 +191,20 @@ def m003_semantic_changes_upsert_safe(db: Database) -> None:
         """
     )
 
+
 @_migration
-def m004_answer_versions(db: Database) -> None:
+def m004_row_checksums(db: Database) -> None:
+    """A CRC-32 per row of the conversation tables, kept by triggers (see :mod:`integrity`).
+
+    Computed here for the rows an older file already holds.
+    """
+    from .integrity import schema_sql
+
+    db.executescript(schema_sql())
+
+
+@_migration
+def m005_answer_versions(db: Database) -> None:
     """Earlier versions of the last answer (Regenerate keeps them to flip back to).
 
     Tokens as in ``chunk_tokens``; ``question`` holds the wording of the question an

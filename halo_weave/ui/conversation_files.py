@@ -65,7 +65,9 @@ class ConversationFiles:
         self.conversation_changed.emit()
         self.graveyard_changed.emit()
         self.stats_changed.emit()
-        if self.model_info is not None:
+        if store.refusal is not None:  # damaged: opened read-only, say so and how
+            self.error.emit(store.refusal, f"Opening {target.name}")
+        elif self.model_info is not None:
             self._sync_system_prompt()
         # Catch-up indexing waits until the window has painted the conversation.
         QTimer.singleShot(INDEX_CATCH_UP_DELAY_MS, lambda: self._index_pending() if self.conv is conv else None)
@@ -153,7 +155,10 @@ class ConversationFiles:
 
             job = (foreign_import.import_foreign, Path(path), self.data_dir, tokenize, framing, self.settings)
         else:
-            job = (transfer.import_conversation, Path(path), self.data_dir)
+            from ..server.vocab import vocab_size_for
+
+            model_info = self.model_info  # read here: the import runs on a thread
+            job = (lambda: transfer.import_conversation(Path(path), self.data_dir, vocab_size_for(model_info)),)
         self._set_busy(True, "Importing…")
         self.progress.emit("Importing conversation", 0, 0)
 

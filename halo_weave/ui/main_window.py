@@ -258,6 +258,7 @@ class MainWindow(QMainWindow):
         c.error.connect(lambda exc, context: self.messages.error(exc, context))
         c.info.connect(self.messages.info)
         c.turn_finished.connect(self._on_turn_finished)
+        c.message_returned.connect(self._on_message_returned)
         c.conversation_opened.connect(self._on_opened)
         c.notes_changed.connect(self.refresh_notes)
         c.capture_saved.connect(self._on_capture_saved)
@@ -440,6 +441,12 @@ class MainWindow(QMainWindow):
             widget.setVisible(has_versions)
         self.version_label.setText(f"{state.number} / {state.count}" if has_versions else "")
         self.answer_bar.setVisible(question is not None or answer is not None)
+
+    def _on_message_returned(self, text: str) -> None:
+        """A message that could not be sent goes back into the input box (unless the
+        user has started typing another one)."""
+        if not self.input.toPlainText().strip():
+            self.input.setPlainText(text)
 
     def _on_busy(self, busy: bool, reason: str) -> None:
         ready = not busy and not reason
