@@ -1,4 +1,4 @@
-"""m005_chunk_index: a file written before the rename (column ``sentence_id``) still opens."""
+"""m006_chunk_index: a file written before the rename (column ``sentence_id``) still opens."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from halo_weave.store import ConversationStore, new_conversation_path
 from test_store import chat, snapshot
 
 OLD_MIGRATIONS = ("m001_conversation", "m002_semantic_changes", "m003_semantic_changes_upsert_safe",
-                  "m004_row_checksums")
+                  "m004_row_checksums", "m005_answer_versions")
 COPIED = ("meta", "turns", "chunks", "chunk_tokens", "tool_data", "semantic_entries")
 
 
 def old_schema_file(path) -> None:
-    """An empty conversation file as the version before m005 created it."""
+    """An empty conversation file as the version before m006 created it."""
     old = Migrations(schema.MIGRATION_SET)
     for name in OLD_MIGRATIONS:
         old()(getattr(schema, name))
@@ -59,7 +59,7 @@ def test_a_file_with_the_old_schema_opens_with_its_chunks(tmp_path):
     conn.commit()
     conn.execute("DETACH DATABASE new")
     assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == len(expected["chunks"])
-    assert "m005_chunk_index" not in {r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations")}
+    assert "m006_chunk_index" not in {r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations")}
     conn.close()
 
     with ConversationStore.open(old, create=False) as store:
@@ -69,7 +69,7 @@ def test_a_file_with_the_old_schema_opens_with_its_chunks(tmp_path):
     conn = sqlite3.connect(old)
     assert "chunk_index" in columns(conn, "chunks") and "sentence_id" not in columns(conn, "chunks")
     assert "chunk_index" in columns(conn, "semantic_entries")
-    assert "m005_chunk_index" in {r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations")}
+    assert "m006_chunk_index" in {r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations")}
     triggers = " ".join(r[0] for r in conn.execute("SELECT sql FROM sqlite_master WHERE sql IS NOT NULL"))
     assert "sentence_id" not in triggers
     conn.close()

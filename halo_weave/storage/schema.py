@@ -200,12 +200,36 @@ def m004_row_checksums(db: Database) -> None:
     """
     from .integrity import schema_sql
 
-    # The column was still called ``sentence_id`` here; m005 renames it.
+    # The column was still called ``sentence_id`` here; m006 renames it.
     db.executescript(schema_sql(chunk_column="sentence_id"))
 
 
 @_migration
-def m005_chunk_index(db: Database) -> None:
+def m005_answer_versions(db: Database) -> None:
+    """Earlier versions of the last answer (Regenerate keeps them to flip back to).
+
+    Tokens as in ``chunk_tokens``; ``question`` holds the wording of the question an
+    answer was given to when the question was edited since (else NULL).
+    """
+    db.executescript(
+        """
+        CREATE TABLE answer_versions (
+            id INTEGER PRIMARY KEY,
+            user_turn_id INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            question TEXT,
+            token_ids BLOB NOT NULL,
+            brightness BLOB NOT NULL,
+            text TEXT NOT NULL,
+            text_lengths BLOB NOT NULL
+        );
+        CREATE INDEX answer_versions_by_question ON answer_versions (user_turn_id, created_at);
+        """
+    )
+
+
+@_migration
+def m006_chunk_index(db: Database) -> None:
     """``sentence_id`` becomes ``chunk_index``: it numbers a turn's paragraph chunks.
 
     ``RENAME COLUMN`` (SQLite >= 3.25) rewrites the unique index and the checksum triggers

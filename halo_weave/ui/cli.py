@@ -74,6 +74,13 @@ def run(argv: list[str] | None, controller_class) -> int:
     if args.data_dir:
         os.environ["HALO_WEAVE_HOME"] = str(args.data_dir.expanduser())
 
+    from .platform_check import platform_problem
+
+    problem = platform_problem()  # Qt would abort with a message that names no fix
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
+
     from PySide6.QtWidgets import QApplication
 
     from .main_window import MainWindow, app_qsettings
