@@ -249,7 +249,7 @@ class ConversationStore:
         )
         skip = integrity.skipped(self.damage)  # damaged records are left out (read-only)
         if records is not None and not skip:
-            turns, chunks, _ = records
+            turns, chunks = records
         else:
             turns = self._turn_columns(skip)
             chunks = self._chunk_columns(turns, skip)
@@ -290,17 +290,17 @@ class ConversationStore:
             _ints(complete) != 0,
         )
 
-    def _records_and_check(self) -> tuple[TurnColumns, ChunkColumns, bool] | None:
-        """Every turn and chunk record, and whether the chunk records' checksum total agrees
-        (summed from the same read: :func:`integrity.chunk_records_agree`); None when the
-        records cannot be read as they are (damage: the checks name it)."""
+    def _records_and_check(self) -> tuple[TurnColumns, ChunkColumns] | None:
+        """Every turn and chunk record, when the chunk records' checksum total agrees
+        (summed from the same read: :func:`integrity.chunk_records_agree`); None when it
+        does not or the records cannot be read as they are (the SQL checks then say why)."""
         try:
             turns = self._turn_columns()
             check: dict = {}
             chunks = self._chunk_columns(turns, check=check)
         except StoreError:
             return None
-        return (turns, chunks, True) if check["agree"] else None
+        return (turns, chunks) if check["agree"] else None
 
     def _chunk_columns(self, turns: TurnColumns, skip: "integrity.Skipped | None" = None,
                        check: dict | None = None) -> ChunkColumns:
@@ -313,7 +313,6 @@ class ConversationStore:
         where, args = _not_in("id", skip.chunks if skip else ())
         turn_where, turn_args = _not_in("turn_id", skip.turns if skip else ())
         live_where, live_args = _not_in("id", skip.tokens if skip else ())
-        roles = list(ROLE_CODE)
         extra = ""
         if check is not None:
             codes = " ".join(f"WHEN '{role}' THEN {code}" for role, code in ROLE_CODE.items())
@@ -337,7 +336,8 @@ class ConversationStore:
         if check is not None:
             names = ("id", "turn_id", "chunk_index", "start", "token_count", "brightness_at_deletion",
                      "flags", *integrity.CHUNK_CHECK_COLUMNS, "role")
-            check["agree"] = integrity.chunk_records_agree(self.conn, dict(zip(names, values)), roles, NO_VALUE)
+            check["agree"] = integrity.chunk_records_agree(
+                self.conn, dict(zip(names, values)), list(ROLE_CODE), NO_VALUE)
             if not check["agree"]:
                 return ChunkColumns.empty()
         ids, turn_ids, chunk_indices, starts, counts, at_deletion, flags = values[:7]
