@@ -44,13 +44,14 @@ from .ui.connection import ServerConnection
 from .ui.conversation_files import ConversationFiles
 from .ui.indexing import IndexQueue
 from .ui.levers import Levers
+from .ui.turn_actions import TurnActions
 from .ui.turn_flow import TurnFlow
 from .ui.workers import CallWorker, GenerationWorker
 
 log = logging.getLogger("halo_weave.app")
 
 
-class TurnController(QObject, ConversationFiles, TurnFlow, Levers):
+class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
     """Runs the conversation: connection, turns, the user's levers, files.
 
     The UI reads :attr:`conv` and the signals below and sends intents back through the
@@ -71,6 +72,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers):
     conversation_opened = Signal(str)  # path of the conversation file
     notes_changed = Signal()  # the model's notes were saved (or another conversation opened)
     capture_saved = Signal(str)  # folder of a finished attention recording
+    message_returned = Signal(str)  # a message that could not be sent, back to the input box
 
     def __init__(
         self,
@@ -115,6 +117,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers):
         self._system_syncing = 0  # system prompt tokenizations in flight
         self._system_dirty = False  # settings changed it during a turn
         self._stop_pending = False  # Esc before the answer started
+        self._unsent = ""  # the message being sent, until it is saved
         self._answer_prefix = ()  # tokens the next answer starts with (see send())
 
     # ------------------------------------------------------------------ the session's state
@@ -126,6 +129,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers):
     attention_available = property(lambda self: self.session.attention_available)
     last_resurrected = property(lambda self: self.session.last_resurrected)
     tokens_per_s = property(lambda self: self.session.tokens_per_s)
+    clock = property(lambda self: self.session.clock)  # the answer's live speed
     last_finish_reason = property(lambda self: self.session.last_finish_reason)
 
     @property
@@ -223,6 +227,8 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers):
         """Why the user cannot send now ('' when they can)."""
         if self.busy:
             return self.busy_reason
+        if getattr(self.store, "read_only", False):
+            return "This conversation is read-only (see the message) — open another or start a new one"
         if self.connection_state == "loading":
             return "The model is loading…"
         if self.connection_state == "connecting":
@@ -312,7 +318,8 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers):
             total_tokens=conv.next_position + len(conv.system_ids),
             pruned_chunks=len(conv.graveyard()),
             mean_brightness=conv.mean_brightness(),
-            tokens_per_s=self.tokens_per_s,
+            tokens_per_s=self.session.clock.tokens_per_s if self.session.clock.running else self.tokens_per_s,
+            first_token_s=self.session.clock.first_token_s,
             last_resurrected=self.last_resurrected,
         )
 
@@ -336,7 +343,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers):
             worker.wait(3000)
         if self.store is not None:
             try:
-                if self.conv is not None and self.conv.open_turn is None:
+                if self.conv is not None and self.conv.open_turn is None and not self.store.read_only:
                     self.store.save_brightness(self.conv)
                 self.store.close()
             except Exception as exc:  # noqa: BLE001

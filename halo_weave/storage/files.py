@@ -80,7 +80,7 @@ def inspect(path: Path) -> None:
                 f"{path.name} was written by a newer version of Halo Weave (schema {unknown[-1]}). "
                 "Update Halo Weave to open it; the file was left untouched."
             )
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # undecodable: a damaged schema
         raise StoreCorrupt(
             f"{path.name} is damaged ({exc}). It was left untouched; restore it from a backup or an export."
         ) from exc
@@ -125,7 +125,7 @@ def _summary(path: Path) -> ConversationSummary:
             tokens = conn.execute("SELECT COALESCE(SUM(token_count), 0) FROM chunks").fetchone()[0]
             first = conn.execute(
                 "SELECT t.text FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id "
-                "WHERE c.role = 'user' AND c.sentence_id >= 0 ORDER BY c.start LIMIT 1"
+                "WHERE c.role = 'user' AND c.chunk_index >= 0 ORDER BY c.start LIMIT 1"
             ).fetchone()
         finally:
             conn.close()

@@ -191,6 +191,58 @@ def m003_semantic_changes_upsert_safe(db: Database) -> None:
         """
     )
 
+
+@_migration
+def m004_row_checksums(db: Database) -> None:
+    """A CRC-32 per row of the conversation tables, kept by triggers (see :mod:`integrity`).
+
+    Computed here for the rows an older file already holds.
+    """
+    from .integrity import schema_sql
+
+    # The column was still called ``sentence_id`` here; m006 renames it.
+    db.executescript(schema_sql(chunk_column="sentence_id"))
+
+
+@_migration
+def m005_answer_versions(db: Database) -> None:
+    """Earlier versions of the last answer (Regenerate keeps them to flip back to).
+
+    Tokens as in ``chunk_tokens``; ``question`` holds the wording of the question an
+    answer was given to when the question was edited since (else NULL).
+    """
+    db.executescript(
+        """
+        CREATE TABLE answer_versions (
+            id INTEGER PRIMARY KEY,
+            user_turn_id INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            question TEXT,
+            token_ids BLOB NOT NULL,
+            brightness BLOB NOT NULL,
+            text TEXT NOT NULL,
+            text_lengths BLOB NOT NULL
+        );
+        CREATE INDEX answer_versions_by_question ON answer_versions (user_turn_id, created_at);
+        """
+    )
+
+
+@_migration
+def m006_chunk_index(db: Database) -> None:
+    """``sentence_id`` becomes ``chunk_index``: it numbers a turn's paragraph chunks.
+
+    ``RENAME COLUMN`` (SQLite >= 3.25) rewrites the unique index and the checksum triggers
+    with it; the checksums are over values only, so they stay valid.
+    """
+    db.executescript(
+        """
+        ALTER TABLE chunks RENAME COLUMN sentence_id TO chunk_index;
+        ALTER TABLE semantic_entries RENAME COLUMN sentence_id TO chunk_index;
+        """
+    )
+
+
 # ---------------------------------------------------------------------- token codec
 _I4 = np.dtype("<i4")
 

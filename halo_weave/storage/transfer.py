@@ -1,16 +1,16 @@
 """Export a conversation to one JSON document, and import such a document safely.
 
-The document (``{"format": "halo-weave", "version": 1, ...}``)::
+The document (``{"format": "halo-weave", "version": 2, ...}``)::
 
     metadata          counters (next_position, next_turn_id, next_chunk_id) and "extra":
                       every other meta value (created_at, updated_at, ...)
     system_prompt     {text, token_ids, texts}
     turns             [{turn_id, role, created_at, complete}]
-    chunks            [{id, turn_id, sentence_id, role, start, token_count, live, pinned,
+    chunks            [{id, turn_id, chunk_index, role, start, token_count, live, pinned,
                         brightness_at_deletion, tool_result}]
     tokens            columns, in position order: {position, chunk_id, token_id, text,
                       brightness, deleted, pinned}
-    semantic_entries  [{chunk_id, turn_id, sentence_id, role, text, token_count,
+    semantic_entries  [{chunk_id, turn_id, chunk_index, role, text, token_count,
                         context_hash, reference_count, updated_at}]  (no embeddings: the
                       app re-embeds imported entries, whose embedding is NULL)
     tool_notes        {name: JSON document}
@@ -19,6 +19,9 @@ Import checks the entire document (types, ranges, sizes, references, positions) 
 anything is written, then builds the new file under a temporary name in one
 transaction and renames it into place: a failed import leaves no file and touches no
 existing conversation.  Exporting an imported conversation gives the same document.
+
+Version 1 differed only in naming ``chunk_index`` ``chunk_index`` (in chunks and semantic
+entries); it is still read.
 """
 
 from __future__ import annotations
@@ -34,11 +37,15 @@ import numpy as np
 
 from ..errors import TransferError
 from ..store import ConversationStore
+from .file_safety import UnsafePath, check_export_target, read_regular_file
 from .files import conversations_dir, new_conversation_path
 from .schema import pack_tokens, unpack_tokens
+from .transfer_checks import bad_text_path, check_token_ids, check_unicode
 
 FORMAT = "halo-weave"
-VERSION = 1
+VERSION = 2
+#: Versions still read; version 1 named ``chunk_index`` ``sentence_id``.
+READABLE_VERSIONS = (1, 2)
 
 #: Limits that keep a hostile file from exhausting memory or time.
 MAX_FILE_BYTES = 1 << 30
@@ -49,17 +56,19 @@ MAX_TEXT = 4 << 20  # system prompt, an entry's text, one serialised tool note o
 MAX_NAME = 200
 MAX_INT_DIGITS = 20
 INT32 = (-(1 << 31), (1 << 31) - 1)
-MAX_ID = (1 << 31) - 1
+#: Turn and chunk ids (and the counters after them): the conversation keeps them as int32,
+#: so an imported file leaves room for a billion more before they could overflow.
+MAX_ID = (1 << 30) - 1
 MAX_POSITION = 1 << 48
 MAX_TIME = 1e11  # seconds since 1970: year 5138
 
 _COUNTERS = ("next_position", "next_turn_id", "next_chunk_id")
 _SYSTEM_KEYS = ("system_prompt", "system_ids", "system_texts")
 _TURN_FIELDS = ("turn_id", "role", "created_at", "complete")
-_CHUNK_FIELDS = ("id", "turn_id", "sentence_id", "role", "start", "token_count", "live",
+_CHUNK_FIELDS = ("id", "turn_id", "chunk_index", "role", "start", "token_count", "live",
                  "pinned", "brightness_at_deletion", "tool_result")
 _TOKEN_COLUMNS = ("position", "chunk_id", "token_id", "text", "brightness", "deleted", "pinned")
-_ENTRY_FIELDS = ("chunk_id", "turn_id", "sentence_id", "role", "text", "token_count",
+_ENTRY_FIELDS = ("chunk_id", "turn_id", "chunk_index", "role", "text", "token_count",
                  "context_hash", "reference_count", "updated_at")
 _ROLES = ("user", "assistant")
 
@@ -71,7 +80,7 @@ def export_document(store: ConversationStore) -> dict:
     meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta ORDER BY key")}
     chunks, columns = [], {name: [] for name in _TOKEN_COLUMNS}
     rows = conn.execute(
-        "SELECT c.id, c.turn_id, c.sentence_id, c.role, c.start, c.token_count, c.live, c.pinned, "
+        "SELECT c.id, c.turn_id, c.chunk_index, c.role, c.start, c.token_count, c.live, c.pinned, "
         "c.brightness_at_deletion, c.tool_result, t.token_ids, t.brightness, t.text, t.text_lengths "
         "FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id ORDER BY c.start"
     )
@@ -120,43 +129,57 @@ def export_document(store: ConversationStore) -> dict:
 
 
 def export_conversation(source: ConversationStore | Path, out_path: Path) -> None:
-    """Write ``source`` (an open store or a conversation file) to ``out_path`` as JSON."""
+    """Write ``source`` (an open store or a conversation file) to ``out_path`` as JSON.
+
+    Refuses a target that is a database or the open conversation's own file (see
+    :mod:`halo_weave.storage.file_safety`); the temporary file is removed whatever happens.
+    """
+    out_path = Path(out_path)
+    protected = [source.path if isinstance(source, ConversationStore) else Path(source)]
+    try:
+        check_export_target(out_path, protected)
+    except UnsafePath as exc:
+        raise TransferError(str(exc)) from None
     if isinstance(source, ConversationStore):
         document = export_document(source)
     else:
         with ConversationStore.open(source, create=False) as store:
             document = export_document(store)
-    out_path = Path(out_path)
     tmp = out_path.with_name(f".{out_path.name}.{secrets.token_hex(4)}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(document, f, ensure_ascii=False, separators=(",", ":"))
         os.replace(tmp, out_path)
+    except UnicodeEncodeError:
+        raise TransferError(
+            f"Could not export: {bad_text_path(document)} holds text that is not valid Unicode "
+            "(a lone surrogate); nothing was written."
+        ) from None
     except OSError as exc:
+        raise TransferError(f"Could not write {out_path}: {exc.strerror or exc}") from exc
+    finally:
         tmp.unlink(missing_ok=True)
-        raise TransferError(f"Could not write {out_path}: {exc}") from exc
 
 
 # ---------------------------------------------------------------------- import
-def import_conversation(path: Path, data_dir: Path) -> Path:
+def import_conversation(path: Path, data_dir: Path, vocab_size: int | None = None) -> Path:
     """Import a document as a new conversation in ``data_dir``; returns its file.
 
+    ``vocab_size`` is the vocabulary of the model the conversation will be used with
+    (the connected server's, else the bundled model's): token ids outside it are refused.
     Raises :class:`TransferError` (and writes nothing) for any invalid document.
     """
     document = read_document(Path(path))
-    plan = validate_document(document)
+    plan = validate_document(document, vocab_size)
     return _write(plan, data_dir)
 
 
 def read_document(path: Path) -> dict:
     """Parse a file into a JSON object, refusing oversize, non-UTF-8 or non-JSON input."""
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise TransferError(f"{path.name} is {size >> 20} MB, too large for a conversation export.")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TransferError(f"Could not read {path.name}: {exc.strerror or exc}") from exc
+        raw = read_regular_file(path, MAX_FILE_BYTES)
+    except UnsafePath as exc:
+        raise TransferError(str(exc)) from None
     try:
         text = raw.decode("utf-8")
         document = json.loads(text, parse_int=_parse_int, parse_constant=_reject_constant)
@@ -254,18 +277,48 @@ def _bool_column(values: list, where: str) -> np.ndarray:
     return np.array(values, dtype=bool)
 
 
-def validate_document(doc: dict) -> dict:
-    """Check a parsed document completely; returns what :func:`_write` needs."""
+def _upgrade_v1(doc: dict) -> dict:
+    """A version-1 document as version 2 (a new dict; ``doc`` is not changed)."""
+    def renamed(name: str) -> Any:
+        rows = doc.get(name)
+        if type(rows) is not list:
+            return rows  # validation reports it
+        upgraded = []
+        for i, row in enumerate(rows):
+            if type(row) is dict:
+                if "chunk_index" in row:
+                    _fail(f"{name}[{i}]", "has the version-2 field 'chunk_index' in a version-1 "
+                                          "document (which names it 'sentence_id')")
+                row = {("chunk_index" if k == "sentence_id" else k): v for k, v in row.items()}
+            upgraded.append(row)
+        return upgraded
+
+    return {**doc, "version": VERSION, "chunks": renamed("chunks"),
+            "semantic_entries": renamed("semantic_entries")}
+
+
+def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
+    """Check a parsed document completely; returns what :func:`_write` needs.
+
+    With ``vocab_size``, every token id must lie in ``0 .. vocab_size - 1``.
+    """
+    check_unicode(doc)
     if doc.get("format") != FORMAT:
         raise TransferError("This file is not a Halo Weave export (its format is not 'halo-weave').")
     version = doc.get("version")
-    if type(version) is not int or version != VERSION:
-        raise TransferError(f"This export has version {version!r}; this Halo Weave reads version {VERSION}.")
+    if type(version) is not int or version not in READABLE_VERSIONS:
+        raise TransferError(f"This export has version {version!r}; this Halo Weave reads versions "
+                            f"{READABLE_VERSIONS[0]} to {READABLE_VERSIONS[-1]}.")
+    if version == 1:
+        doc = _upgrade_v1(doc)
     _record(doc, "the document", ("format", "version", "metadata", "system_prompt", "turns", "chunks",
                                   "tokens", "semantic_entries", "tool_notes"))
 
     metadata = _record(doc["metadata"], "metadata", _COUNTERS + ("extra",))
-    counters = {name: _int(metadata[name], f"metadata.{name}", 0, MAX_POSITION) for name in _COUNTERS}
+    counters = {
+        name: _int(metadata[name], f"metadata.{name}", 0, MAX_POSITION if name == "next_position" else MAX_ID + 1)
+        for name in _COUNTERS
+    }
     extra = metadata["extra"]
     if type(extra) is not dict or len(extra) > 1000:
         _fail("metadata.extra", "must be an object of at most 1000 values")
@@ -285,6 +338,7 @@ def validate_document(doc: dict) -> dict:
         _str(text, f"system_prompt.texts[{i}]", MAX_TOKEN_TEXT)
     if len(sys_ids) != len(sys_texts):
         _fail("system_prompt", "has different numbers of token ids and texts")
+    check_token_ids(sys_ids, "system_prompt.token_ids", vocab_size)
 
     turns: dict[int, dict] = {}
     for i, turn in enumerate(_list(doc["turns"], "turns", MAX_ROWS)):
@@ -308,7 +362,7 @@ def validate_document(doc: dict) -> dict:
         turn = turns.get(_int(chunk["turn_id"], f"{where}.turn_id", 0, MAX_ID))
         if turn is None:
             _fail(where, f"refers to turn {chunk['turn_id']}, which is not in the file")
-        _int(chunk["sentence_id"], f"{where}.sentence_id", -2, MAX_ID)
+        _int(chunk["chunk_index"], f"{where}.chunk_index", -2, MAX_ID)
         if chunk["role"] != turn["role"]:
             _fail(f"{where}.role", f"is {chunk['role']!r} but its turn is {turn['role']!r}")
         _int(chunk["start"], f"{where}.start", 0, MAX_POSITION)
@@ -317,20 +371,21 @@ def validate_document(doc: dict) -> dict:
             _bool(chunk[flag], f"{where}.{flag}")
         if chunk["brightness_at_deletion"] is not None:
             _int(chunk["brightness_at_deletion"], f"{where}.brightness_at_deletion", *INT32)
-        key = (chunk["turn_id"], chunk["sentence_id"], chunk["role"])
+        key = (chunk["turn_id"], chunk["chunk_index"], chunk["role"])
         if chunk_id in chunks or key in keys:
             _fail(where, f"repeats chunk {chunk_id} / {key}")
         chunks[chunk_id] = chunk
         keys.add(key)
 
     tokens = _validate_tokens(doc["tokens"], chunks)
+    check_token_ids(tokens["token_id"], "tokens.token_id", vocab_size)
 
     entries = []
     for i, entry in enumerate(_list(doc["semantic_entries"], "semantic_entries", MAX_ROWS)):
         where = f"semantic_entries[{i}]"
         _record(entry, where, _ENTRY_FIELDS)
         chunk = chunks.get(_int(entry["chunk_id"], f"{where}.chunk_id", 0, MAX_ID))
-        if chunk is None or any(entry[f] != chunk[f] for f in ("turn_id", "sentence_id", "role")):
+        if chunk is None or any(entry[f] != chunk[f] for f in ("turn_id", "chunk_index", "role")):
             _fail(where, "refers to a chunk that is not in the file")
         _str(entry["text"], f"{where}.text", MAX_TEXT)
         _int(entry["token_count"], f"{where}.token_count", 0, MAX_TOKENS)

@@ -50,18 +50,36 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-autostart", action="store_true",
         help="never start the built-in model server; wait for the configured one",
     )
+    parser.add_argument(
+        "--check", metavar="FILE", type=Path,
+        help="verify a conversation file (SQLite integrity and every checksum), say what is "
+             "wrong, and exit: 0 when sound, 1 when damaged or not a conversation",
+    )
     return parser
 
 
 def run(argv: list[str] | None, controller_class) -> int:
     """The ``halo-weave`` console script, with :class:`~halo_weave.app.TurnController`."""
     args = build_parser().parse_args(argv)
+    if args.check:
+        from ..storage.integrity import check_file
+
+        sound, lines = check_file(args.check)
+        print("\n".join(lines))
+        return 0 if sound else 1
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per token otherwise
     if args.data_dir:
         os.environ["HALO_WEAVE_HOME"] = str(args.data_dir.expanduser())
+
+    from .platform_check import platform_problem
+
+    problem = platform_problem()  # Qt would abort with a message that names no fix
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
 
     from PySide6.QtWidgets import QApplication
 

@@ -8,6 +8,8 @@ server as a child process (progress while the model loads) and stops it on
 
 from __future__ import annotations
 
+import os
+
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from ..core.chat_template import build_framing, detect_template
@@ -64,7 +66,8 @@ class ServerConnection(QObject):
             # Imported here: httpx costs ~0.2 s, which the window's first paint need not wait for.
             from ..kobold_client import KoboldClient
 
-            client = KoboldClient(url)
+            # A server listening beyond loopback needs a key (halo-weave-server --api-key).
+            client = KoboldClient(url, api_key=os.environ.get("HALO_WEAVE_API_KEY") or None)
             info = client.model_info()
             template = detect_template(getattr(info, "chat_template", None))
             framing = build_framing(lambda text: client.tokenize(text, add_special_tokens=False), template)

@@ -24,12 +24,21 @@ Each round with "Record attention" on becomes one capture folder (``docs/capture
 
 from __future__ import annotations
 
+from PySide6.QtCore import QTimer
+
 from ..errors import BackendTimeout, BackendUnavailable, GenerationAborted, StreamInterrupted
 from ..tools import notebook
 from .workers import GenerationWorker
 
 #: Folder under the data dir where attention captures go.
 CAPTURES_FOLDER = "captures"
+
+#: A step that may take longer than this shows progress (milliseconds).
+PROGRESS_AFTER_MS = 1000
+
+#: A user turn with more tokens than this is saved on a thread (a 1M-token paste took
+#: 14 s to save on the UI thread, with the window frozen).
+SAVE_ON_THREAD_TOKENS = 20_000
 
 
 class TurnFlow:
@@ -127,6 +136,9 @@ class TurnFlow:
 
     def _turn_failed_early(self, exc, context: str) -> None:
         self._set_busy(False)
+        unsent, self._unsent = self._unsent, ""
+        if unsent:
+            self.message_returned.emit(unsent)  # before the error, which says it was kept
         self.error.emit(exc, context)
         self.turn_finished.emit("error")
 
@@ -151,17 +163,38 @@ class TurnFlow:
         self._set_busy(True, "Reading your message…")
         self._stop_pending = False
         self.session.streamed = 0
+        self.session.clock.start()
+        self._unsent = text
         session = self.session
 
         def tokenize():
             return session.tokenize(text), session.tokenize(answer_prefix)
 
+        finish = self._progress_after_a_second(f"Reading your message ({len(text):,} characters)")
         self._call(
             tokenize,
-            on_ok=lambda pieces: self._after_tokenize(text, *pieces),
-            on_fail=lambda exc: self._turn_failed_early(exc, "Tokenizing your message"),
+            on_ok=lambda pieces: (finish(), self._after_tokenize(text, *pieces)),
+            on_fail=lambda exc: (finish(), self._turn_failed_early(exc, "Tokenizing your message")),
         )
         return True
+
+    def _progress_after_a_second(self, what: str):
+        """Show indeterminate progress for ``what`` if it is still going after a second;
+        returns the function that ends it."""
+        state = {"shown": False, "done": False}
+
+        def show() -> None:
+            if not state["done"]:
+                state["shown"] = True
+                self.progress.emit(what, 0, 0)
+
+        def finish() -> None:
+            state["done"] = True
+            if state["shown"]:
+                self.progress.emit(what, 1, 1)
+
+        QTimer.singleShot(PROGRESS_AFTER_MS, show)
+        return finish
 
     def _after_tokenize(self, text: str, pieces, prefix=()) -> None:
         ids = [int(i) for i, _ in pieces]
@@ -202,12 +235,33 @@ class TurnFlow:
         self._add_user_turn(ids, texts)
 
     def _add_user_turn(self, ids: list[int], texts: list[str]) -> None:
-        try:
-            self.session.add_user_message(ids, texts)
-        except Exception as exc:  # noqa: BLE001
-            # Not on disk, so not shown and not answered; the user can send it again.
-            self._turn_failed_early(exc, "Saving your message")
+        session = self.session
+        if len(ids) > SAVE_ON_THREAD_TOKENS:
+            self._set_busy(True, f"Saving your message ({len(ids):,} tokens)…")
+            finish = self._progress_after_a_second(f"Saving your message ({len(ids):,} tokens)")
+            self._call(
+                session.save_user_message, ids, texts,
+                on_ok=lambda turn: (finish(), self._user_turn_saved(turn)),
+                on_fail=lambda exc: (finish(), self._user_turn_not_saved(exc)),
+            )
             return
+        try:
+            turn = session.save_user_message(ids, texts)  # DB-first: persisted before it is shown
+        except BaseException as exc:  # noqa: BLE001 - MemoryError too: the message goes back
+            self._user_turn_not_saved(exc)
+            return
+        self._user_turn_saved(turn)
+
+    def _user_turn_not_saved(self, exc) -> None:
+        # Not on disk, so not shown and not answered: the message goes back to the input
+        # box; the session has put the conversation back to what the file holds.
+        for changed in (self.conversation_changed, self.graveyard_changed, self.stats_changed):
+            changed.emit()
+        self._turn_failed_early(exc, "Saving your message")
+
+    def _user_turn_saved(self, turn) -> None:
+        self._unsent = ""
+        self.session.index_user_message(turn)
         if self.session.fit_model_window():
             self.graveyard_changed.emit()
         self._start_generation()  # shows the message (and any resurrection) with the answer
