@@ -124,6 +124,11 @@ class ModelInfo:
     chat_template: str | None
     supports_attention: bool
     raw: dict
+    # What kind of server answered (halo_weave.backends): set by the backend.
+    kind: str = "halo"
+    version: str | None = None
+    server_max_context: int | None = None  # in the server's tokens (max_context: table units)
+    context_known: bool = True  # False: the server does not say; max_context is assumed
 
 
 @dataclass
@@ -397,6 +402,8 @@ class GenerationStream:
             reason = data.get("finish_reason")
             if not isinstance(text, str) or not (reason is None or isinstance(reason, str)):
                 raise self._partial(ProtocolError, f"malformed text event {data!r:.120}")
+            if isinstance(reason, str) and reason.strip() in ("", "null", "None"):
+                reason = None  # stock KoboldCPP sends the *string* "null" until the end
             if text:
                 yield self._add(TokenEvent(NO_TOKEN_ID, text, None))
             if reason:
