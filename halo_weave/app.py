@@ -115,6 +115,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         self.connection.connected.connect(self._on_connected)
         self.connection.failed.connect(self.error)
         self.connection.progress.connect(self.progress)
+        self.connection.options = self._connection_options
         self._pending_send: Callable[[], None] | None = None
         self._wait_timer = QTimer(self)
         self._wait_timer.setSingleShot(True)
@@ -155,11 +156,33 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         if getattr(info, "supports_attention", False):
             # A server that does not declare it (the original fork) is judged by its events.
             self._set_attention(True)
-        name = str(getattr(info, "name", "model")).rsplit("/", 1)[-1]
+        from .backends import status_line
+
         self.connection_state = "connected"
         self._sync_system_prompt()  # before input opens: the prefix is part of every turn
-        self._set_connection("connected", f"{name} · {getattr(info, 'max_context', '?')} ctx")
+        self._set_connection("connected", status_line(client, info))
         self.stats_changed.emit()
+
+    @property
+    def template(self):
+        """The chat template in use (the server's own, or the conversation's choice)."""
+        return getattr(self.client, "template", None) or detect_template(
+            getattr(self.model_info, "chat_template", None), self.template_choice())
+
+    def template_choice(self) -> str:
+        """The conversation's saved template choice, else the settings' ("auto")."""
+        saved = None
+        if self.store is not None:
+            try:
+                saved = self.store.get_meta("chat_template")
+            except Exception:  # noqa: BLE001 - an unreadable meta row falls back to settings
+                saved = None
+        return saved or self.settings.chat_template
+
+    def _connection_options(self) -> dict:
+        from .api_keys import get_key
+
+        return {"api_key": get_key(self.settings.server_url), "template": self.template_choice()}
 
     def _set_connection(self, state: str, detail: str) -> None:
         self.connection_state = state
@@ -194,7 +217,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         prompt = self.settings.system_prompt
         if conv.system_prompt == prompt and (len(conv.system_ids) > 0 or not prompt.strip()):
             return
-        text = system_text(prompt, detect_template(getattr(self.model_info, "chat_template", None)))
+        text = system_text(prompt, self.template)
 
         def tokenize():
             return client.tokenize(text, add_special_tokens=False) if text else []

@@ -64,6 +64,9 @@ class Settings:
     server_url: str = "http://127.0.0.1:5001"
     autostart_server: bool = True
     attention_format: str = "aggregated"  # or "per_layer"
+    # "auto": the server's own template, else ChatML; or a name in chat_template.TEMPLATES.
+    # A choice made for a conversation is saved in its file and wins over this default.
+    chat_template: str = "auto"
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
 
     # Debugging

@@ -5,7 +5,7 @@ no token ids.  The token table (heatmap units, chunk boundaries, pruning) then h
 text as the bundled SmolLM2 tokenizer splits it: prompts are rebuilt as text from these
 ids, and streamed answer text is split back into them.
 
-Loaded from the bundled GGUF with ``llama_cpp.Llama(vocab_only=True)`` (about 0.2-0.3 s,
+Loaded from the bundled GGUF with llama-cpp-python's vocab-only model loader (about 0.2-0.3 s,
 no weights) when llama-cpp-python is installed, else with the transformers GGUF
 tokenizer (slower: it converts the vocabulary).  Pieces follow the reference server's
 rule: a token ending inside a UTF-8 character gets ``""`` and the token completing it
@@ -74,8 +74,11 @@ class LocalTokenizer:
     @classmethod
     def _from_llama_cpp(cls, gguf: Path, started: float) -> "LocalTokenizer":
         import llama_cpp
+        from llama_cpp._internals import LlamaModel
 
-        model = llama_cpp.Llama(model_path=str(gguf), vocab_only=True, verbose=False)
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True  # the vocabulary only: no weights, no context
+        model = LlamaModel(path_model=str(gguf), params=params, verbose=False)
         lock = threading.Lock()
 
         def encode(text: str) -> list[int]:

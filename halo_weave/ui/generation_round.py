@@ -17,7 +17,7 @@ from ..brightness import AttentionError
 from ..capture import AttentionRecorder, chunk_snapshot, generation_meta
 from .workers import GenerationWorker
 
-#: Where an answer ends (ChatML); the tool tag is added per request.
+#: Where an answer ends with ChatML (other templates bring their own); the tool tag is added per request.
 STOP_SEQUENCES = ("<|im_end|>", "<|im_start|>")
 
 #: Streamed tokens written to the database per batch (no per-token commit).
@@ -67,7 +67,7 @@ class GenerationRounds:
             top_k=s.top_k,
             rep_pen=s.rep_pen,
             sampler_seed=s.sampler_seed,
-            stop_sequence=[*STOP_SEQUENCES, tools.STOP_SEQUENCE],
+            stop_sequence=[*(getattr(self.template, "stops", ()) or STOP_SEQUENCES), tools.STOP_SEQUENCE],
             output_attentions=True,
             attention_format=s.attention_format,
             request_id=uuid.uuid4().hex,

@@ -62,6 +62,8 @@ def describe(exc: BaseException, context: str = "") -> UserMessage:
             "File → Settings. Your conversation is safe.",
             serious=True,
         )
+    if "BackendUnusable" in names:  # a server answers but lacks something: its sentence says what
+        return UserMessage("Model server cannot be used", f"{prefix}{detail}", serious=True)
     if "BackendHTTPError" in names or "ProtocolError" in names:
         return UserMessage(
             "Model server error",
