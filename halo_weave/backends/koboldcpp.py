@@ -72,6 +72,7 @@ class StockKobold(TextModeBackend):
 
     kind = "koboldcpp"
     capabilities = STOCK_CAPABILITIES
+    ends_stream_on_abort = True  # as recorded: the aborted stream ends with "length"
 
     def __init__(self, base_url: str, *, version: str | None = None, **kwargs) -> None:
         super().__init__(base_url, **kwargs)
@@ -134,7 +135,12 @@ class StockKobold(TextModeBackend):
 
     def abort_stream(self, stream: TextStream) -> None:
         # The server ends the stream itself (with "length"); the stream maps it to "abort".
-        self.abort(stream.request_id)
+        try:
+            stopped = self.abort(stream.request_id)
+        except BackendError:
+            stopped = False
+        if not stopped:
+            stream.close_response()
 
     def abort(self, request_id: str | None = None) -> bool:
         data = self.http.post_json("/api/extra/abort", {"genkey": request_id} if request_id else {})

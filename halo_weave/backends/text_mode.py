@@ -50,6 +50,8 @@ class TextModeBackend:
 
     kind = "text"
     version: str | None = None
+    #: True when the server ends an aborted stream itself (KoboldCPP); else it is closed.
+    ends_stream_on_abort = False
 
     def __init__(self, base_url: str, *, api_key: str | None = None, tokenizer=None, http: Http | None = None) -> None:
         self.http = http or Http(base_url, api_key=api_key)
@@ -259,7 +261,7 @@ class TextStream:
                 if finish:
                     reason = finish
                     break
-                if self._abort_requested:
+                if self._abort_requested and not self.backend.ends_stream_on_abort:
                     break
         except (BackendError, httpx.HTTPError, httpx_sse.SSEError) as exc:
             if not self._abort_requested:
