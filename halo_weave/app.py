@@ -156,6 +156,8 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         if getattr(info, "supports_attention", False):
             # A server that does not declare it (the original fork) is judged by its events.
             self._set_attention(True)
+        elif getattr(getattr(client, "capabilities", None), "attention", None) is False:
+            self._set_attention(False)  # known at once: the heatmap says so before the first answer
         from .backends import status_line
 
         self.connection_state = "connected"
@@ -215,9 +217,11 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
             self._system_dirty = True
             return
         prompt = self.settings.system_prompt
-        if conv.system_prompt == prompt and (len(conv.system_ids) > 0 or not prompt.strip()):
+        template = self.template
+        same_template = getattr(conv, "system_template", template.name) == template.name
+        if conv.system_prompt == prompt and same_template and (len(conv.system_ids) > 0 or not prompt.strip()):
             return
-        text = system_text(prompt, self.template)
+        text = system_text(prompt, template)
 
         def tokenize():
             return client.tokenize(text, add_special_tokens=False) if text else []
@@ -226,6 +230,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
             self._system_syncing -= 1
             if self.conv is conv:
                 conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
+                conv.system_template = template.name
                 self._guard(lambda: self.store.save_system_prompt(conv), "Saving the system prompt")
                 self.conversation_changed.emit()
                 self.stats_changed.emit()
@@ -316,7 +321,10 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         for holder in (self.conv, self.index):
             if holder is not None and hasattr(holder, "settings"):
                 holder.settings = new
-        if new.server_url != old.server_url:
+        if new.chat_template != old.chat_template and self.store is not None:
+            # A template chosen here belongs to this conversation (and is the default for new ones).
+            self._guard(lambda: self.store.set_meta("chat_template", new.chat_template), "Saving the chat template")
+        if new.server_url != old.server_url or new.chat_template != old.chat_template:
             self.connect_server(new.server_url)
         elif new.system_prompt != old.system_prompt:
             self._sync_system_prompt()

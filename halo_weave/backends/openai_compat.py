@@ -44,7 +44,7 @@ class OpenAICompat(TextModeBackend):
 
     @property
     def label(self) -> str:
-        return "OpenAI-compatible server"
+        return "OpenAI-compatible"
 
     @property
     def capabilities(self) -> Capabilities:

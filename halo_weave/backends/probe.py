@@ -159,18 +159,18 @@ def probe(url: str, *, api_key: str | None = None, tokenizer=None) -> ProbeResul
 
 
 def status_line(backend, info) -> str:
-    """``"KoboldCPP 1.76 · no attention · 4096 ctx"``: what the window shows."""
+    """``"KoboldCPP 1.76 · no attention · 4096 ctx · text mode · <model>"``: what the window shows."""
     caps = getattr(backend, "capabilities", None)
     label = getattr(backend, "label", None) or KIND_NAMES.get(getattr(info, "kind", ""), "server")
     parts = [label]
-    name = str(getattr(info, "name", "")).rsplit("/", 1)[-1]
-    if name and name.lower() not in label.lower():
-        parts.append(name)
     attention = getattr(info, "supports_attention", False) or (caps is not None and caps.attention)
     if not attention:
         parts.append("attention unknown" if caps is not None and caps.attention is None else "no attention")
-    if caps is not None and not caps.token_ids:
-        parts.append("text mode")
     ctx = getattr(info, "server_max_context", None) or getattr(info, "max_context", 0)
     parts.append(f"{ctx} ctx" + ("" if getattr(info, "context_known", True) else " (assumed)"))
+    if caps is not None and not caps.token_ids:
+        parts.append("text mode")
+    name = str(getattr(info, "name", "")).replace("\\", "/").rsplit("/", 1)[-1]
+    if name and name.lower() not in label.lower():
+        parts.append(name)
     return " · ".join(parts)

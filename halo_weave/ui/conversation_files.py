@@ -68,6 +68,13 @@ class ConversationFiles:
         self.conversation_changed.emit()
         self.graveyard_changed.emit()
         self.stats_changed.emit()
+        template = getattr(self.client, "template", None)
+        if template is not None and self.model_info is not None:
+            from ..chat_template import detect_template
+
+            if detect_template(getattr(self.model_info, "chat_template", None), self.template_choice()) is not template:
+                self.connect_server()  # this conversation was framed with another template
+                return True
         if self.model_info is not None:
             self._sync_system_prompt()
         # Catch-up indexing waits until the window has painted the conversation.

@@ -301,9 +301,12 @@ class MainWindow(QMainWindow):
     def _on_connection(self, state: str, detail: str) -> None:
         # A long detail (a loader log line) must not widen the stats bar, and so the window.
         metrics = self.stats_bar.connection_label.fontMetrics()
+        full = detail
         detail = metrics.elidedText(detail, Qt.TextElideMode.ElideRight, CONNECTION_DETAIL_PX)
         self._connection_detail = detail
         self.stats_bar.set_connection(state, detail)
+        if full:
+            self.stats_bar.connection_label.setToolTip(full)  # the whole line, e.g. the model's name
         if state == "loading":
             self.statusBar().showMessage(detail)
         elif state == "connected":
@@ -381,9 +384,20 @@ class MainWindow(QMainWindow):
     def open_settings(self) -> None:
         from .settings_dialog import SettingsDialog
 
-        dialog = SettingsDialog(self.controller.settings, self)
+        from ..api_keys import get_key, keyring_available, set_key
+
+        url = self.controller.settings.server_url
+        old_key = get_key(url) or ""
+        dialog = SettingsDialog(self.controller.settings, self, api_key=old_key, keyring=keyring_available())
         if dialog.exec():
-            self.apply_settings(dialog.result_settings())
+            new = dialog.result_settings()
+            fields = dialog.server_fields
+            if fields is not None and (fields.api_key() != old_key or new.server_url != url):
+                if fields.api_key() or old_key:
+                    self.messages.info(set_key(new.server_url, fields.api_key(), to_file=fields.key_to_file.isChecked()))
+                if new.server_url == url:
+                    self.controller.connect_server()  # the new key takes effect now
+            self.apply_settings(new)
 
     def apply_settings(self, new) -> None:
         """Adopt settings from the dialog: persist them, then let the controller react."""

@@ -26,6 +26,7 @@ GROUP = "settings"
 CHOICES: dict[str, tuple[str, ...]] = {
     "resurrection_brightness": ("at_deletion", "mean"),
     "attention_format": ("aggregated", "per_layer"),
+    "chat_template": ("auto", "chatml", "llama3", "mistral", "gemma", "alpaca", "plain"),
 }
 
 #: Earlier versions' defaults, replaced by the current default when loaded.
