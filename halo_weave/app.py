@@ -2,8 +2,8 @@
 
 :class:`TurnController` sequences DESIGN.md's turn lifecycle and moves slow work onto
 threads; every decision (what to score, prune, embed, resurrect) stays in the core
-modules.  It uses QtCore only, so tests drive it without widgets.  :func:`main` (in
-:mod:`halo_weave.ui.cli`) parses the command line, builds the window and starts it.
+modules.  It uses QtCore only, so tests drive it without widgets.  :func:`main` hands it
+to :func:`halo_weave.ui.cli.run`, which parses the command line, builds the window and starts it.
 
 A turn, as the controller runs it (the module doing each step in brackets)::
 
@@ -35,11 +35,10 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from . import settings as settings_mod
-from .chat_template import detect_template, system_text
+from .core.chat_template import detect_template, system_text
 from .conversation import Chunk, Conversation, Framing
-from .fallback import prune_oldest_first
 from .settings import Settings
-from .ui.cli import build_parser, main  # noqa: F401 - the ``halo-weave`` console script
+from .ui.cli import build_parser, run  # noqa: F401 - build_parser: the options, for tests
 from .ui.connection import ServerConnection
 from .ui.conversation_files import ConversationFiles
 from .ui.generation_round import GenerationRounds
@@ -182,7 +181,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         return saved or self.settings.chat_template
 
     def _connection_options(self) -> dict:
-        from .api_keys import get_key
+        from .backends.api_keys import get_key
 
         return {"api_key": get_key(self.settings.server_url), "template": self.template_choice()}
 
@@ -294,10 +293,8 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
     def _prune(self, limit: int | None = None) -> list[Chunk]:
         """Prune to ``limit`` (default: the max-context setting); persist; update the graveyard."""
         conv = self.conv
-        if self.attention_available:
-            pruned = conv.prune_to_fit(limit, keep_latest_exchange=True)
-        else:
-            pruned = prune_oldest_first(conv, limit, keep_latest_exchange=True)
+        # Without attention brightness says nothing about relevance: prune oldest first.
+        pruned = conv.prune_to_fit(limit, by_age=not self.attention_available, keep_latest_exchange=True)
         if pruned:
             self._guard(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")
             self.graveyard_changed.emit()
@@ -428,6 +425,11 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
             self.connection.shutdown()
         except Exception as exc:  # noqa: BLE001
             log.warning("stopping the built-in server failed: %s", exc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``halo-weave`` console script."""
+    return run(argv, TurnController)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import binascii
 
 import numpy as np
 
+from .errors import AttentionError
 from .settings import MAX_BRIGHTNESS
 
 #: Largest payload we accept (float32 values): 64 layers x 64 heads x 128k context.
@@ -30,10 +31,6 @@ PADDING_TOLERANCE = 1e-6
 
 #: A row whose total is this far from 1 (or from layers x heads) is not a softmax.
 SUM_TOLERANCE = 0.05
-
-
-class AttentionError(ValueError):
-    """An attention payload that cannot be used; brightness must not be touched."""
 
 
 def decode_attention(payload: dict, context_length: int | None = None) -> np.ndarray:

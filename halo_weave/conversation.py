@@ -7,7 +7,7 @@ Everything that decides what the model sees lives here, Qt-free and without I/O:
   they are never scored and never pruned on their own; they are live exactly while some
   content chunk of their turn is live.  The system prompt is a fixed prefix of the input,
   never scored and never pruned.
-* Content is cut into chunks at paragraph / code boundaries (see :mod:`chunking`).  A
+* Content is cut into chunks at paragraph / code boundaries (see :mod:`.core.chunking`).  A
   chunk is identified by ``(turn_id, sentence_id, role)``; sentence 0 is the turn's anchor.
 * :meth:`Conversation.apply_attention` runs one magnitude-voting step per generated token.
 * :meth:`Conversation.prune_to_fit` drops the unpinned chunk with the lowest *peak*
@@ -31,19 +31,15 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from . import brightness as bright
-from .chunking import BoundaryDetector
+from .core.chunking import BoundaryDetector
+from .core.framing import ROLES, Framing  # noqa: F401 - importable from here too
+from .core.token_table import TokenTable
+from .errors import ConversationError
 from .settings import MAX_BRIGHTNESS, Settings
-from .token_table import TokenTable
-
-ROLES = ("system", "user", "assistant")
 
 #: Sentence ids of a turn's framing chunks (chat-template tokens before / after content).
 PREFIX_SENTENCE = -1
 SUFFIX_SENTENCE = -2
-
-
-class ConversationError(ValueError):
-    """An operation that would break the conversation's invariants."""
 
 
 @dataclass
@@ -101,19 +97,6 @@ class ChunkTokens:
     @property
     def text(self) -> str:
         return "".join(self.texts)
-
-
-@dataclass
-class Framing:
-    """Chat-template tokens wrapped around every turn of a role (see :mod:`chat_template`)."""
-
-    prefix: dict[str, tuple[list[int], list[str]]]
-    suffix: dict[str, tuple[list[int], list[str]]]
-
-    @classmethod
-    def none(cls) -> "Framing":
-        empty = {role: ([], []) for role in ROLES}
-        return cls(prefix=dict(empty), suffix=dict(empty))
 
 
 ChunkLoader = Callable[[Sequence[int]], dict[int, ChunkTokens]]

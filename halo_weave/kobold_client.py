@@ -7,19 +7,9 @@ or stock KoboldCPP without attention).
 ...     show(event.token_id, event.text, event.attention)       # attention: float32 or None
 >>> stream.done.finish_reason, stream.text                      # doctest: +SKIP
 
-Every failure is one of these (all carry a message a user can read)::
-
-    BackendError                  base class: catch this to catch them all
-     +-- BackendUnavailable       nothing answers at the URL (refused, unknown host, reset)
-     +-- BackendTimeout           connecting took longer than connect_timeout, or a short
-     |                            call (model info, tokenize) longer than tokenize_timeout
-     +-- BackendHTTPError         the server answered 4xx/5xx: .status, .message (its words)
-     +-- ProtocolError            the answer breaks the protocol (not SSE, bad JSON, wrong
-     |                            field types); .partial_text/.tokens when mid-stream
-     +-- StreamInterrupted        the stream broke before its done event (server killed,
-     |                            connection cut, server-side error); .partial_text, .tokens
-     +-- GenerationAborted        the generation was aborted and the stream was opened
-                                  with raise_on_abort=True; .partial_text, .tokens
+Every failure is a :class:`~halo_weave.errors.BackendError` (the tree is in
+:mod:`halo_weave.errors`; the names are importable from here too), with a message a user
+can read.
 
 An attention payload that cannot be used (truncated base64, wrong shape, NaN) is *not*
 an error: that event's ``attention`` is ``None``, the stream goes on, and
@@ -48,7 +38,18 @@ import httpx
 import httpx_sse
 import numpy as np
 
-from .brightness import AttentionError, decode_attention
+from .brightness import decode_attention
+from .errors import (  # noqa: F401 - the client's errors, importable from here too
+    AttentionError,
+    BackendError,
+    BackendHTTPError,
+    BackendTimeout,
+    BackendUnavailable,
+    GenerationAborted,
+    PartialError,
+    ProtocolError,
+    StreamInterrupted,
+)
 
 #: Seconds allowed to open a connection, and for short calls (the seed's 5 s).
 CONNECT_TIMEOUT_S = 5.0
@@ -56,49 +57,6 @@ TOKENIZE_TIMEOUT_S = 5.0
 
 #: Token id reported for events that carry none (stock KoboldCPP chunks, fork nulls).
 NO_TOKEN_ID = -1
-
-
-# ---------------------------------------------------------------- errors
-
-
-class BackendError(Exception):
-    """Base of every error this client raises."""
-
-
-class BackendUnavailable(BackendError):
-    """No server answers at the configured URL."""
-
-
-class BackendTimeout(BackendError):
-    """Connecting, or a short request, took too long."""
-
-
-class BackendHTTPError(BackendError):
-    """The server answered with an error status; ``message`` is its own explanation."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}")
-        self.status = status
-        self.message = message
-
-
-class _PartialError(BackendError):
-    def __init__(self, message: str, partial_text: str = "", tokens: Sequence["TokenEvent"] = ()) -> None:
-        super().__init__(message)
-        self.partial_text = partial_text
-        self.tokens = list(tokens)
-
-
-class ProtocolError(_PartialError):
-    """The server's answer does not follow the protocol."""
-
-
-class StreamInterrupted(_PartialError):
-    """The stream ended before its done event; what arrived is kept."""
-
-
-class GenerationAborted(_PartialError):
-    """The generation was aborted (only with ``raise_on_abort=True``)."""
 
 
 # ---------------------------------------------------------------- data

@@ -21,18 +21,18 @@ one commit).  ``index_chunks`` / ``index_pending`` / ``reindex_all`` do all thre
 Entries live in ``semantic_entries`` (keyed by chunk id, upserted: indexing twice never
 duplicates) with the FTS5 table ``semantic_fts`` kept in sync by the store's triggers.
 ``context_hash`` is ``"<structure>:<text>"``: the digest of which chunks (and sizes) form
-the turn-pair context (see :mod:`turn_pair`), then the digest of their text.  Pending
+the turn-pair context (see :mod:`.memory.turn_pair`), then the digest of their text.  Pending
 chunks are those with no entry, a changed structure (a user chunk whose answer has
 arrived, a merged chunk) or a vector from another model (re-index, never mixed vectors);
 entries of chunks that no longer exist (absorbed by a merge) are removed.
 
-Search is cosine over a contiguous, normalised float32 matrix (:mod:`vector_matrix`):
+Search is cosine over a contiguous, normalised float32 matrix (:mod:`.memory.vector_matrix`):
 brute force below ``SearchTuning.two_stage_min`` entries, above it a coarse PCA stage
 picks candidates that are then scored exactly.  Top ``query_max_results``, user-role
 matches x ``user_similarity_boost``, at least ``min_similarity``; with ``hybrid_search``
 the score is blended with FTS5 BM25 (``hybrid_weight``) over the candidates and the best
 FTS matches of the query's distinctive terms.  Liveness is not filtered here: a live
-chunk simply costs nothing in the resurrection plan (:mod:`resurrection`).
+chunk simply costs nothing in the resurrection plan (:mod:`.memory.resurrection`).
 
 Loading: with the store's change log (migration ``m002_semantic_changes``) the vectors
 come from a snapshot file next to the conversation (``<file>.vectors``), tied to the
@@ -56,12 +56,13 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from .conversation import Conversation
-from .embedder import Embedder, EmbedderUnavailable
-from .resurrection import (Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan,
+from .errors import EmbedderUnavailable, SnapshotInvalid
+from .memory.embedder import Embedder
+from .memory.resurrection import (Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan,
                            transaction)
 from .settings import Settings
-from .turn_pair import context_parts, context_pieces, fit_context, signature_hash, text_hash
-from .vector_matrix import SearchTuning, SnapshotInvalid, VectorMatrix, one_blas_thread
+from .memory.turn_pair import context_parts, context_pieces, fit_context, signature_hash, text_hash
+from .memory.vector_matrix import SearchTuning, VectorMatrix, one_blas_thread
 
 __all__ = ["Embedder", "EmbedderUnavailable", "EntryDraft", "Match", "ResurrectionPlan",
            "ResurrectionResult", "SearchTuning", "SemanticIndex"]
@@ -470,7 +471,7 @@ class SemanticIndex:
 
     # ------------------------------------------------------------------ resurrection
     def plan(self, conv: Conversation, matches: Sequence[Match], budget: int) -> ResurrectionPlan:
-        """Which matches come back within ``budget`` tokens (see :mod:`resurrection`)."""
+        """Which matches come back within ``budget`` tokens (see :mod:`.memory.resurrection`)."""
         return make_plan(conv, matches, budget)
 
     def resurrect_for(self, conv: Conversation, user_text: str, user_tokens: int,

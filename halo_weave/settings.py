@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # tools is Qt-free and light (stdlib only until a jq call starts its worker process).
-from .tools import TOOL_PROMPT
+from .tools.notebook import TOOL_PROMPT
 
 #: Brightness every new token starts with ("fail bright") and the cap of the vote.
 MAX_BRIGHTNESS = 10000

@@ -1,15 +1,8 @@
 """SQLite persistence: one file per conversation (WAL), DB-first, exact rehydration.
 
-Errors (all carry a message fit for the user)::
+Errors are :class:`~halo_weave.errors.StoreError` and its subclasses (:mod:`halo_weave.errors`).
 
-    StoreError                 anything the store cannot do
-    ├── StoreMissing           open(create=False) on a path with no file
-    └── StoreRefused           the file is left untouched, byte for byte
-        ├── StoreCorrupt       not SQLite, or PRAGMA integrity_check fails
-        ├── StoreForeign       an SQLite file that is not a Halo Weave conversation
-        └── StoreTooNew        written by a newer Halo Weave (unknown migration)
-
-Layout (see :mod:`store_schema`): ``turns``, ``chunks`` (metadata only), ``chunk_tokens``
+Layout (see :mod:`halo_weave.storage.schema`): ``turns``, ``chunks`` (metadata only), ``chunk_tokens``
 (one row per chunk: ids and brightness as int32 BLOBs, texts as one string plus lengths),
 ``meta`` (JSON values: counters, system prompt), ``tool_data``, ``semantic_entries`` +
 ``semantic_fts`` (owned by the semantic index, which uses :attr:`ConversationStore.conn`).
@@ -46,9 +39,10 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 from sqlite_utils import Database
 
+from .errors import StoreCorrupt, StoreError, StoreForeign, StoreMissing, StoreRefused, StoreTooNew  # noqa: F401
 from .conversation import Chunk, ChunkTokens, Conversation, Framing, Turn
 from .settings import Settings
-from .store_schema import (
+from .storage.schema import (
     KNOWN_MIGRATIONS,
     MIGRATION_SET,
     migrations,
@@ -67,30 +61,6 @@ _CHUNK_COLUMNS = (
     "id, turn_id, sentence_id, role, start, token_count, live, pinned, "
     "brightness_at_deletion, tool_result"
 )
-
-
-class StoreError(Exception):
-    """Something the store cannot do; ``str(error)`` is meant for the user."""
-
-
-class StoreMissing(StoreError):
-    """There is no conversation file at the given path."""
-
-
-class StoreRefused(StoreError):
-    """A file the store will not open; it is left exactly as it was."""
-
-
-class StoreCorrupt(StoreRefused):
-    """Not an SQLite database, or one that fails ``PRAGMA integrity_check``."""
-
-
-class StoreForeign(StoreRefused):
-    """An SQLite database that is not a Halo Weave conversation."""
-
-
-class StoreTooNew(StoreRefused):
-    """A conversation written by a newer version of Halo Weave."""
 
 
 @dataclass(frozen=True)

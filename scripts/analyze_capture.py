@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from halo_weave.capture import Capture, CaptureError, list_captures, load_capture, prune_forecast  # noqa: E402
+from halo_weave.storage.capture import Capture, CaptureError, list_captures, load_capture, prune_forecast  # noqa: E402
 
 ROLE_COLOURS = {"user": "#5b8def", "assistant": "#e8a33d", "system": "#888888"}
 TOOL_COLOUR = "#4ecdc4"

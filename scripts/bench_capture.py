@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from halo_weave.capture import AttentionRecorder, default_capture_dir, generation_meta  # noqa: E402
+from halo_weave.storage.capture import AttentionRecorder, default_capture_dir, generation_meta  # noqa: E402
 from halo_weave.conversation import Conversation  # noqa: E402
 from halo_weave.settings import Settings, data_dir  # noqa: E402
 
@@ -90,9 +90,9 @@ def synthetic(tokens: int, context: int, fmt: str, root: Path) -> dict:
 
 
 def real(tokens: int, fmt: str, keep: Path | None) -> dict:
-    from halo_weave.chat_template import build_framing, system_text
+    from halo_weave.core.chat_template import build_framing, system_text
     from halo_weave.server.engine import Engine
-    from halo_weave.tools import TOOL_PROMPT
+    from halo_weave.tools.notebook import TOOL_PROMPT
 
     t = time.perf_counter()
     engine = Engine.load(attention_format=fmt)
@@ -129,7 +129,7 @@ def real(tokens: int, fmt: str, keep: Path | None) -> dict:
         times.append((time.perf_counter() - t) * 1000)
         conv.append_token(record.token_id, record.text)
     conv.end_turn()
-    from halo_weave.capture import chunk_snapshot
+    from halo_weave.storage.capture import chunk_snapshot
 
     path = recorder.finish({"chunks": chunk_snapshot(conv), "finish_reason": getattr(done, "finish_reason", None),
                             "decode_s": getattr(done, "decode_s", None)})
@@ -152,7 +152,7 @@ def real(tokens: int, fmt: str, keep: Path | None) -> dict:
 
 
 def recorder_text(path: Path) -> list[str]:
-    from halo_weave.capture import load_capture
+    from halo_weave.storage.capture import load_capture
 
     return [e["text"] for e in load_capture(path).index]
 

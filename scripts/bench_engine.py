@@ -40,7 +40,7 @@ from halo_weave.brightness import decode_attention  # noqa: E402
 from halo_weave.conversation import Conversation  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
 from halo_weave.store import ConversationStore, new_conversation_path  # noqa: E402
-from halo_weave.store_schema import pack_tokens  # noqa: E402
+from halo_weave.storage.schema import pack_tokens  # noqa: E402
 
 GOALS = {"brightness_ms": 0.2, "rehydrate_ms": 50.0, "prune_ms": 5.0, "resurrect_ms": 5.0}
 WORDS = [" the", " river", " stone", " lantern", " of", ",", ".", " cedar", "\n\n", " and", " to"]

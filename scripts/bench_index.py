@@ -32,9 +32,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from halo_weave.chat_template import build_framing  # noqa: E402
+from halo_weave.core.chat_template import build_framing  # noqa: E402
 from halo_weave.conversation import Conversation  # noqa: E402
-from halo_weave.embedder import Embedder  # noqa: E402
+from halo_weave.memory.embedder import Embedder  # noqa: E402
 from halo_weave.semantic_index import EntryDraft, SearchTuning, SemanticIndex  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
 from halo_weave.store import ConversationStore  # noqa: E402

@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     if args.merge:
         return merge_outputs(args.merge, args.json)
     started = time.perf_counter()
-    from halo_weave.embedder import Embedder
+    from halo_weave.memory.embedder import Embedder
     from halo_weave.semantic_index import SemanticIndex
     from halo_weave.settings import Settings
     from halo_weave.store import ConversationStore

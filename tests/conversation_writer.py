@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from halo_weave.chat_template import build_framing, system_text  # noqa: E402
+from halo_weave.core.chat_template import build_framing, system_text  # noqa: E402
 from halo_weave.conversation import Conversation  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
 from halo_weave.store import ConversationStore, StoreError  # noqa: E402

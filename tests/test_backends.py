@@ -14,10 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from halo_weave import api_keys
+from halo_weave.backends import api_keys
 from halo_weave.backends import BackendUnusable, connect, probe, status_line
 from halo_weave.backends.local_tokenizer import shared
-from halo_weave.chat_template import CHATML, LLAMA3, TEMPLATES, detect_template
+from halo_weave.core.chat_template import CHATML, LLAMA3, TEMPLATES, detect_template
 from halo_weave.kobold_client import BackendHTTPError, BackendUnavailable, StreamInterrupted
 from halo_weave.ui.messages import describe
 
@@ -59,7 +59,7 @@ def test_stock_koboldcpp_is_detected_by_its_endpoints_and_described(kobold):
     assert (result.attention, result.token_ids, result.exact_tokens) == (False, False, True)
     with connect(kobold.url) as backend:
         line = status_line(backend, backend.model_info())
-    assert line.startswith("KoboldCPP 1.76") and "no attention" in line and line.endswith("4096 ctx")
+    assert line.startswith("KoboldCPP 1.76") and "no attention" in line and line.startswith("KoboldCPP 1.76 · no attention · 4096 ctx")
 
 
 def test_stock_koboldcpp_chat_in_text_mode_with_its_quirks(kobold, tok):

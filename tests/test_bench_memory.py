@@ -25,7 +25,7 @@ from memory_bench.methods import (QuestionContext, answer_brightness, answer_fif
                                   keep_recent)
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
 
-from halo_weave.resurrection import Match  # noqa: E402
+from halo_weave.memory.resurrection import Match  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
 
 FILLER = "we talked about the weather and the garden and the long drive home again"

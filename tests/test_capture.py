@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from halo_weave.capture import (
+from halo_weave.storage.capture import (
     AttentionRecorder,
     CaptureError,
     chunk_snapshot,
@@ -210,6 +210,6 @@ def test_analyze_script_writes_the_pngs(tmp_path):
 
 
 def test_capture_tools_and_sandbox_import_no_qt():
-    code = ("import sys, halo_weave.capture, halo_weave.tools, halo_weave.jq_sandbox\n"
+    code = ("import sys, halo_weave.storage.capture, halo_weave.tools.notebook, halo_weave.tools.jq_sandbox\n"
             "sys.exit(1 if [m for m in sys.modules if m.startswith(('PySide6', 'shiboken6'))] else 0)")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0

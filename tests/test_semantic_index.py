@@ -9,9 +9,9 @@ import sqlite3
 
 import pytest
 
-from halo_weave.chat_template import build_framing
+from halo_weave.core.chat_template import build_framing
 from halo_weave.conversation import Conversation
-from halo_weave.embedder import Embedder, EmbedderUnavailable
+from halo_weave.memory.embedder import Embedder, EmbedderUnavailable
 from halo_weave.semantic_index import SemanticIndex
 from halo_weave.settings import Settings
 

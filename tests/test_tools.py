@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from halo_weave import tools
-from halo_weave.jq_sandbox import SandboxError, check_program, tokenize
-from halo_weave.tools import (
+from halo_weave.tools import notebook as tools
+from halo_weave.tools.jq_sandbox import SandboxError, check_program, tokenize
+from halo_weave.tools.notebook import (
     MAX_ROUNDS,
     RESULT_MARKER,
     STOP_SEQUENCE,
@@ -203,7 +203,7 @@ def test_harmless_programs_that_mention_forbidden_words_run(runner, notes, progr
 def test_worker_has_no_environment_even_if_the_checker_were_bypassed(runner, monkeypatch):
     # Defence in depth: the checker is switched off, so the worker process meets the
     # forbidden builtins itself; it must have nothing to give away.
-    import halo_weave.jq_sandbox as sandbox
+    import halo_weave.tools.jq_sandbox as sandbox
 
     monkeypatch.setattr(sandbox, "check_program", lambda *a, **k: None)
     env = runner.worker.run("env", None)[0]
@@ -355,7 +355,7 @@ def test_result_marker_detection():
 # ---------------------------------------------------------------- persistence
 def test_notes_survive_reopening_the_store_and_export_import(runner, tmp_path):
     from halo_weave.store import ConversationStore
-    from halo_weave.transfer import export_conversation, import_conversation
+    from halo_weave.storage.transfer import export_conversation, import_conversation
 
     path = tmp_path / "notes-test.sqlite"
     with ConversationStore.open(path) as store:

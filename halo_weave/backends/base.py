@@ -23,26 +23,19 @@ from dataclasses import asdict, dataclass
 
 import httpx
 
-from ..kobold_client import (
-    CONNECT_TIMEOUT_S,
-    TOKENIZE_TIMEOUT_S,
+from ..errors import (  # noqa: F401 - BackendError re-exported for the kinds
+    BackendAuthError,
     BackendError,
     BackendHTTPError,
     BackendTimeout,
     BackendUnavailable,
+    BackendUnusable,
     ProtocolError,
 )
+from ..kobold_client import CONNECT_TIMEOUT_S, TOKENIZE_TIMEOUT_S
 
 #: Context size assumed when a server does not say (llama-cpp-python's default n_ctx).
 ASSUMED_CONTEXT = 2048
-
-
-class BackendUnusable(BackendError):
-    """A server answers at the URL but lacks something the app needs; the message says what."""
-
-
-class BackendAuthError(BackendUnusable):
-    """The server wants an API key (none given, or the one given was refused)."""
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """The ``halo-weave`` command line: parse options, build the window, run the app.
 
-The console script is ``halo_weave.app:main`` (re-exported there); this module is the
-composition root that wires settings, the :class:`~halo_weave.app.TurnController` and
-the :class:`~halo_weave.ui.main_window.MainWindow` together.
+The console script is ``halo_weave.app:main``, which hands its controller class to
+:func:`run`: this module wires settings, that controller and the
+:class:`~halo_weave.ui.main_window.MainWindow` together (the ui layer never imports app).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def probe_main(url: str) -> int:
     """``halo-weave --probe URL``: one JSON line, exit 0 when something usable answers."""
     import json
 
-    from ..api_keys import get_key
+    from ..backends.api_keys import get_key
     from ..backends import probe
 
     result = probe(url, api_key=os.environ.get("HALO_WEAVE_API_KEY") or get_key(url))
@@ -71,8 +71,8 @@ def probe_main(url: str) -> int:
     return 0 if result.usable else 1
 
 
-def main(argv: list[str] | None = None) -> int:
-    """The ``halo-weave`` console script."""
+def run(argv: list[str] | None, controller_class) -> int:
+    """The ``halo-weave`` console script, with :class:`~halo_weave.app.TurnController`."""
     args = build_parser().parse_args(argv)
     if args.data_dir:
         os.environ["HALO_WEAVE_HOME"] = str(args.data_dir.expanduser())
@@ -82,8 +82,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per token otherwise
-    if args.data_dir:
-        os.environ["HALO_WEAVE_HOME"] = str(args.data_dir.expanduser())
 
     from PySide6.QtWidgets import QApplication
 
@@ -98,15 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         apply_dark_theme(app)
     except ImportError:
         pass
-    from ..app import TurnController
-
     data_dir = settings_mod.data_dir()
     qsettings = app_qsettings(data_dir)
     settings = _load_settings(qsettings)
     if args.server_url:
         settings = settings.replace(server_url=args.server_url)
         _save_settings(settings, qsettings)
-    controller = TurnController(settings, data_dir, autostart=settings.autostart_server and not args.no_autostart)
+    controller = controller_class(settings, data_dir, autostart=settings.autostart_server and not args.no_autostart)
     window = MainWindow(controller, qsettings)
     window.show()
     app.processEvents()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from ..chat_template import AUTO, build_framing, detect_template
+from ..core.chat_template import AUTO, build_framing, detect_template
 from ..settings import Settings
 from .workers import CallWorker, ServerStartWorker
 

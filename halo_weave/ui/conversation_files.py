@@ -11,7 +11,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QTimer
 
-from .. import tools
+from ..tools import notebook
 from ..conversation import Framing
 
 log = logging.getLogger("halo_weave.app")
@@ -70,7 +70,7 @@ class ConversationFiles:
         self.stats_changed.emit()
         template = getattr(self.client, "template", None)
         if template is not None and self.model_info is not None:
-            from ..chat_template import detect_template
+            from ..core.chat_template import detect_template
 
             if detect_template(getattr(self.model_info, "chat_template", None), self.template_choice()) is not template:
                 self.connect_server()  # this conversation was framed with another template
@@ -119,14 +119,14 @@ class ConversationFiles:
             if self._embedder_factory is not None:
                 self._embedder = self._embedder_factory()
             else:
-                from ..embedder import Embedder
+                from ..memory.embedder import Embedder
 
                 self._embedder = Embedder()
         return self._embedder
 
     def export_json(self, path: Path) -> bool:
         """Write the open conversation to a JSON file."""
-        from .. import transfer
+        from ..storage import transfer
 
         if self.store is None:
             return False
@@ -140,7 +140,7 @@ class ConversationFiles:
 
     def import_json(self, path: Path) -> None:
         """Import a JSON export as a new conversation (on a thread), open it, re-index."""
-        from .. import transfer
+        from ..storage import transfer
 
         if self.busy:
             self.info.emit("Wait for the answer to finish before importing.")
@@ -180,7 +180,7 @@ class ConversationFiles:
         if self.store is None:
             return None
         try:
-            return self.store.load_tool_data(tools.NOTES_NAME)
+            return self.store.load_tool_data(notebook.NOTES_NAME)
         except Exception as exc:  # noqa: BLE001
             self.error.emit(exc, "Reading the notes")
             return None

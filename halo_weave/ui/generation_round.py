@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 import uuid
 
-from .. import tools
-from ..brightness import AttentionError
-from ..capture import AttentionRecorder, chunk_snapshot, generation_meta
+from ..tools import notebook
+from ..errors import AttentionError
+from ..storage.capture import AttentionRecorder, chunk_snapshot, generation_meta
 from .workers import GenerationWorker
 
 #: Where an answer ends with ChatML (other templates bring their own); the tool tag is added per request.
@@ -67,7 +67,7 @@ class GenerationRounds:
             top_k=s.top_k,
             rep_pen=s.rep_pen,
             sampler_seed=s.sampler_seed,
-            stop_sequence=[*(getattr(self.template, "stops", ()) or STOP_SEQUENCES), tools.STOP_SEQUENCE],
+            stop_sequence=[*(getattr(self.template, "stops", ()) or STOP_SEQUENCES), notebook.STOP_SEQUENCE],
             output_attentions=True,
             attention_format=s.attention_format,
             request_id=uuid.uuid4().hex,

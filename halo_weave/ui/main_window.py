@@ -384,7 +384,7 @@ class MainWindow(QMainWindow):
     def open_settings(self) -> None:
         from .settings_dialog import SettingsDialog
 
-        from ..api_keys import get_key, keyring_available, set_key
+        from ..backends.api_keys import get_key, keyring_available, set_key
 
         url = self.controller.settings.server_url
         old_key = get_key(url) or ""

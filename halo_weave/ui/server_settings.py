@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QWidget
 
-from ..chat_template import AUTO, CHATML, TEMPLATES
+from ..core.chat_template import AUTO, CHATML, TEMPLATES
 from .workers import CallWorker
 
 TEMPLATE_CHOICES = ((AUTO, "The model's own (from the server), else ChatML"),
@@ -74,7 +74,7 @@ class ServerFields:
         self.result_label.setText(f"Probing {url}…")
 
         def run():
-            from ..api_keys import get_key
+            from ..backends.api_keys import get_key
             from ..backends import connect, status_line
 
             backend = connect(url, api_key=key or get_key(url))

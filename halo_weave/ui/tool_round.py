@@ -2,20 +2,20 @@
 
 A mixin of :class:`~halo_weave.app.TurnController`.  When a round ends on a
 ``<tool>…</tool>`` call, :meth:`ToolRounds._run_tools` hands the answer so far to
-:meth:`halo_weave.tools.ToolRunner.process_answer` on a thread, appends the compact
+:meth:`halo_weave.notebook.ToolRunner.process_answer` on a thread, appends the compact
 result as tool-result tokens, saves changed notes (``notes_changed`` fires) and starts
-the next round while the runner says so (at most ``tools.MAX_ROUNDS`` calls).
+the next round while the runner says so (at most ``notebook.MAX_ROUNDS`` calls).
 """
 
 from __future__ import annotations
 
-from .. import tools
+from ..tools import notebook
 
 
 class ToolRounds:
     """Runs the notebook calls an answer makes, between generation rounds."""
 
-    _tool_runner: tools.ToolRunner | None = None
+    _tool_runner: notebook.ToolRunner | None = None
 
     def _answer_text(self) -> str:
         conv = self.conv
@@ -23,7 +23,7 @@ class ToolRounds:
 
     def _answer_has_tool_call(self) -> bool:
         conv = self.conv
-        return conv is not None and conv.open_turn is not None and tools.OPEN_TAG in self._answer_text()
+        return conv is not None and conv.open_turn is not None and notebook.OPEN_TAG in self._answer_text()
 
     def _run_tools(self, reason: str, rate) -> None:
         """Run the answer's tool calls on a thread, append the results, maybe go on."""
@@ -34,10 +34,10 @@ class ToolRounds:
         self._set_busy(True, "Running the model's notebook tool…")
         text, client, store = self._answer_text(), self.client, self.store
         if self._tool_runner is None:
-            self._tool_runner = tools.ToolRunner()
+            self._tool_runner = notebook.ToolRunner()
         runner = self._tool_runner
         try:
-            notes = store.load_tool_data(tools.NOTES_NAME)
+            notes = store.load_tool_data(notebook.NOTES_NAME)
         except Exception as exc:  # noqa: BLE001
             self.error.emit(exc, "Reading the notes")
             self._finish_turn(reason, rate)
@@ -58,7 +58,7 @@ class ToolRounds:
                 conv.append_token(int(token_id), piece, tool_result=True)
             self._stream_count += len(prefix) + len(result)
             if step.new_notes is not None:
-                if self._guard(lambda: store.save_tool_data(tools.NOTES_NAME, step.new_notes), "Saving notes"):
+                if self._guard(lambda: store.save_tool_data(notebook.NOTES_NAME, step.new_notes), "Saving notes"):
                     self.notes_changed.emit()
             self._guard(lambda: store.save_stream_progress(conv), "Saving the answer")
             self.tokens_streamed.emit()

@@ -77,7 +77,7 @@ class UserTurns:
         self._indexer.search(text, lambda matches, exc: self._resurrect(index, matches, ids, texts))
 
     def _resurrect(self, index, matches, ids, texts) -> None:
-        from ..resurrection import apply_plan
+        from ..memory.resurrection import apply_plan
 
         conv = self.conv
         self.last_resurrected = 0

@@ -11,7 +11,7 @@ universal equation leaves for the prompt); every method but ``full`` stays withi
 * ``brightness``: the replay pruned to the budget; at question time pruned again to make
   room for the question; no resurrection.
 * ``halo``: the replay pruned to ``P``; the question runs the app's resurrection (search,
-  :func:`halo_weave.resurrection.make_plan` under the universal equation,
+  :func:`halo_weave.memory.resurrection.make_plan` under the universal equation,
   :meth:`Conversation.resurrect`), then joins the context.
 """
 
@@ -21,7 +21,7 @@ import copy
 from dataclasses import dataclass, field
 
 from halo_weave.conversation import Conversation
-from halo_weave.resurrection import make_plan
+from halo_weave.memory.resurrection import make_plan
 
 from .locomo import Question
 

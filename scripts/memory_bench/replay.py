@@ -20,7 +20,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from halo_weave.chat_template import build_framing, system_text
+from halo_weave.core.chat_template import build_framing, system_text
 from halo_weave.conversation import Conversation, Framing
 from halo_weave.settings import Settings
 

@@ -14,7 +14,7 @@ import json
 import pytest
 from PySide6.QtCore import Qt
 
-from halo_weave import api_keys
+from halo_weave.backends import api_keys
 from halo_weave.app import TurnController
 from halo_weave.settings import MAX_BRIGHTNESS, Settings
 from halo_weave.ui import connection as connection_mod

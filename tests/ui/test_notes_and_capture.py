@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from halo_weave import tools
-from halo_weave.capture import list_captures, load_capture
+from halo_weave.tools import notebook as tools
+from halo_weave.storage.capture import list_captures, load_capture
 from halo_weave.settings import DEFAULT_SYSTEM_PROMPT, Settings
 from halo_weave.ui.main_window import app_qsettings
 from halo_weave.ui.settings_io import GROUP, load_settings

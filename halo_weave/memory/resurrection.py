@@ -20,7 +20,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from .conversation import Chunk, Conversation
+from ..conversation import Chunk, Conversation
 
 
 @dataclass(frozen=True)

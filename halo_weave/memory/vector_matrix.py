@@ -36,6 +36,8 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import SnapshotInvalid
+
 _MAGIC = b"HALOVEC1"
 _ALIGN = 64
 _DIGEST = np.dtype("S16")
@@ -60,10 +62,6 @@ class SearchTuning:
     snapshot_min: int = 5_000
     #: A snapshot is rewritten once this share of its entries changed since it was written.
     snapshot_stale_fraction: float = 0.05
-
-
-class SnapshotInvalid(ValueError):
-    """A snapshot file that is missing, truncated or not a snapshot."""
 
 
 class VectorMatrix:

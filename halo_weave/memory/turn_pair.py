@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from .conversation import Chunk, Conversation
+from ..conversation import Chunk, Conversation
 
 #: Word-piece parts shorter than this are dropped rather than cut to a stub.
 MIN_PART_PIECES = 8

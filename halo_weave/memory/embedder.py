@@ -21,12 +21,10 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import EmbedderUnavailable
+
 #: Name recorded with every stored vector; a different name means "re-index".
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-class EmbedderUnavailable(RuntimeError):
-    """The embedding model could not be loaded; semantic resurrection is off."""
 
 
 def bundled_model_path() -> Path | None:

@@ -32,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from .store import ConversationStore, conversations_dir, new_conversation_path
-from .store_schema import pack_tokens, unpack_tokens
+from ..errors import TransferError
+from ..store import ConversationStore, conversations_dir, new_conversation_path
+from .schema import pack_tokens, unpack_tokens
 
 FORMAT = "halo-weave"
 VERSION = 1
@@ -60,10 +61,6 @@ _TOKEN_COLUMNS = ("position", "chunk_id", "token_id", "text", "brightness", "del
 _ENTRY_FIELDS = ("chunk_id", "turn_id", "sentence_id", "role", "text", "token_count",
                  "context_hash", "reference_count", "updated_at")
 _ROLES = ("user", "assistant")
-
-
-class TransferError(ValueError):
-    """An export or import that cannot be done; ``str(error)`` is meant for the user."""
 
 
 # ---------------------------------------------------------------------- export

@@ -44,7 +44,7 @@ def keyring_available() -> bool:
 
 def _key_file(data_dir: Path | None) -> Path:
     if data_dir is None:
-        from .settings import data_dir as default_dir
+        from ..settings import data_dir as default_dir
 
         data_dir = default_dir()
     return Path(data_dir) / KEY_FILE

@@ -33,7 +33,8 @@ from typing import Iterator
 
 import numpy as np
 
-from . import settings as settings_module
+from .. import settings as settings_module
+from ..errors import CaptureError
 
 FORMAT_VERSION = 1
 
@@ -51,10 +52,6 @@ _counter = itertools.count(1)
 def default_capture_dir() -> Path:
     """``<data_dir>/captures``: where recordings go unless told otherwise."""
     return settings_module.data_dir() / "captures"
-
-
-class CaptureError(RuntimeError):
-    """A recorder used out of order, or a capture folder that cannot be read."""
 
 
 class AttentionRecorder:
@@ -329,7 +326,7 @@ def prune_forecast(capture: Capture, record: int = -1, groups: int = 10) -> list
     the real rule (lowest peak first, pinned chunks kept, anchor pairs together).
     Returns up to ``groups`` groups of snapshot rows with ``peak`` added.
     """
-    from .conversation import Chunk, ChunkTokens, Conversation, Turn
+    from ..conversation import Chunk, ChunkTokens, Conversation, Turn
 
     rec = capture[record]
     if rec.chunk_ids is None:

@@ -1,11 +1,10 @@
-"""Oldest-first pruning for servers that send no attention."""
+"""Oldest-first pruning (``prune_to_fit(by_age=True)``) for servers that send no attention."""
 
 from __future__ import annotations
 
 import re
 
 from halo_weave.conversation import Conversation
-from halo_weave.fallback import prune_oldest_first
 from halo_weave.settings import Settings
 
 PARAGRAPHS = "\n\n".join(f"Paragraph {i} has a handful of words in it to fill a chunk." for i in range(3))
@@ -27,7 +26,7 @@ def test_prunes_oldest_chunks_first_until_it_fits():
     conv = _conversation()
     newest = [c.id for c in conv.content_chunks(3)]
     limit = conv.live_token_count() // 2
-    pruned = prune_oldest_first(conv, limit)
+    pruned = conv.prune_to_fit(limit, by_age=True)
     assert conv.live_token_count() <= limit
     assert pruned and all(c.turn_id <= 1 for c in pruned if not c.framing)
     assert all(conv.chunks[c].live for c in newest)
@@ -36,10 +35,10 @@ def test_prunes_oldest_chunks_first_until_it_fits():
 
 def test_anchor_pairs_leave_together_and_only_last():
     conv = _conversation()
-    pruned = prune_oldest_first(conv, conv.live_token_count() - 5)
+    pruned = conv.prune_to_fit(conv.live_token_count() - 5, by_age=True)
     # The oldest non-anchor goes first; the question's S0 stays while its turn has more.
     assert [(c.turn_id, c.sentence_id) for c in pruned if not c.framing] == [(0, 1)]
-    prune_oldest_first(conv, conv.live_token_count() // 2)
+    conv.prune_to_fit(conv.live_token_count() // 2, by_age=True)
     user_s0, answer_s0 = conv.chunk_by_key(0, 0, "user"), conv.chunk_by_key(1, 0, "assistant")
     assert user_s0.live == answer_s0.live
 
@@ -48,7 +47,7 @@ def test_pinned_chunks_stay_and_zero_means_never():
     conv = _conversation()
     conv.pin(conv.content_chunks(0)[1].id)
     before = conv.live_token_count()
-    assert prune_oldest_first(conv, 0) == []
+    assert conv.prune_to_fit(0, by_age=True) == []
     assert conv.live_token_count() == before
-    prune_oldest_first(conv, 1)
+    conv.prune_to_fit(1, by_age=True)
     assert conv.content_chunks(0)[1].live

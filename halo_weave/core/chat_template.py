@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .conversation import ROLES, Framing
+from .framing import ROLES, Framing
 
 #: tokenize(text) -> [(token_id, text)], with special-token strings parsed as specials.
 Tokenize = Callable[[str], Sequence[tuple[int, str]]]

@@ -14,7 +14,7 @@ Results are compact, one line per call, and only say what changed::
     ⚙️【jq '.reminders' notes.json】→ ✓ ["call Bob"]
     ⚙️【jq 'env' notes.json】→ ❌ env is not allowed: reads the environment
 
-Programs run in :mod:`jq_sandbox` (allow-listed builtins, separate process, time and
+Programs run in :mod:`.jq_sandbox` (allow-listed builtins, separate process, time and
 output limits).  A write that fails, or whose output is not one JSON object, leaves the
 notes unchanged.  Everything here is Qt-free; the notes themselves live in the store
 (``store.load_tool_data(NOTES_NAME)`` / ``save_tool_data``).
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Callable
 
+from ..errors import ToolError
 from .jq_sandbox import JqWorker, SandboxError
 
 #: Generation stops here so the call can run before the model goes on.
@@ -64,10 +65,6 @@ scratch {}. At most 5 tool calls per answer; only jq on notes.json is available.
 _CALL = re.compile(re.escape(OPEN_TAG) + r"(.*?)" + re.escape(STOP_SEQUENCE), re.DOTALL)
 _OPTIONS = {"-c", "-r", "-M", "-C", "--compact-output", "--raw-output", "--monochrome-output"}
 _WRITE_TARGETS = {"output", NOTES_FILE}
-
-
-class ToolError(ValueError):
-    """A tool command that cannot run; ``str()`` is shown to the model after ❌."""
 
 
 def _now() -> str:

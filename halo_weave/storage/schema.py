@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 from sqlite_utils import Database, Migrations
 
-from .conversation import ChunkTokens
+from ..conversation import ChunkTokens
 
 MIGRATION_SET = "halo_weave"
 

@@ -1,0 +1,1 @@
+"""What a conversation is made of: token table, chunk boundaries, chat-template framing. Qt-free."""
