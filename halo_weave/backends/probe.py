@@ -170,6 +170,8 @@ def status_line(backend, info) -> str:
     parts.append(f"{ctx} ctx" + ("" if getattr(info, "context_known", True) else " (assumed)"))
     if caps is not None and not caps.token_ids:
         parts.append("text mode")
+    if caps is not None and not caps.exact_tokens:
+        parts.append("token counts estimated")
     name = str(getattr(info, "name", "")).replace("\\", "/").rsplit("/", 1)[-1]
     if name and name.lower() not in label.lower():
         parts.append(name)

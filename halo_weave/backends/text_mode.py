@@ -104,6 +104,17 @@ class TextModeBackend:
         """The server's context in table (bundled-token) units."""
         return int(server_context / self.token_ratio) if self.token_ratio > 0 else server_context
 
+    def measured_prompt(self, local_tokens: int | None, server_tokens: int | None) -> None:
+        """A prompt counted both ways: refine the ratio, and the model window in table units
+        (the app reads ``model_info().max_context`` before every turn)."""
+        if not local_tokens or not server_tokens or local_tokens < 32:
+            return
+        self.token_ratio = server_tokens / local_tokens
+        info = self._info
+        server_context = getattr(self, "server_context", 0)
+        if info is not None and server_context:
+            info.max_context = self.table_context(server_context)
+
     # -- streaming
 
     def stream(self, *, input_ids=None, prompt=None, max_length: int = 200, temperature: float = 0.7,
@@ -322,3 +333,5 @@ class TextStream:
             text=self.text,
             raw={**self.raw_final, "server_prompt_tokens": self.server_prompt_tokens},
         )
+        if hasattr(self.backend, "measured_prompt"):
+            self.backend.measured_prompt(self._prompt_tokens, self.server_prompt_tokens)

@@ -164,3 +164,57 @@ def test_a_web_server_that_is_not_a_model_server_gets_a_sentence_and_no_bundled_
     finally:
         other.httpd.shutdown()
         other.httpd.server_close()
+
+
+def test_settings_test_connection_shows_the_detected_kind_and_the_template_is_kept_per_conversation(
+        qtbot, tmp_path, monkeypatch):
+    from halo_weave.backends.local_tokenizer import shared
+    from halo_weave.ui.settings_dialog import SettingsDialog
+
+    replay = KoboldReplay(shared())
+    try:
+        monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
+        settings = Settings(server_url=replay.url, autostart_server=False, temperature=0.0, max_new_tokens=24,
+                            system_prompt=SHORT_SYSTEM_PROMPT)
+        app = App(qtbot, tmp_path, settings).start()
+        c = app.controller
+
+        # Settings → Server → Test connection: the kind that answers, in words.
+        dialog = SettingsDialog(c.settings, app.window, keyring=False)
+        qtbot.addWidget(dialog)
+        fields = dialog.server_fields
+        fields.test_connection()
+        qtbot.waitUntil(lambda: fields.result_label.text().startswith("✓"), timeout=30_000)
+        assert fields.result_label.text().startswith("✓ KoboldCPP 1.76 · no attention · 4096 ctx · text mode")
+        fields.url_edit.setText("http://127.0.0.1:9")
+        fields.test_connection()
+        qtbot.waitUntil(lambda: fields.result_label.text().startswith("✗"), timeout=30_000)
+        assert "Cannot reach the model server" in fields.result_label.text()
+        assert not fields.key_to_file.isHidden(), "no keyring: the private-file choice is offered"
+
+        # KoboldCPP publishes no template: the user picks Llama 3, with a preview.
+        fields.template.setCurrentIndex(fields.template.findData("llama3"))
+        assert fields.preview.toPlainText().startswith("<|start_header_id|>system<|end_header_id|>")
+        dialog.editors["server_url"].setText(replay.url)
+        chosen = dialog.current_settings()
+        assert chosen.chat_template == "llama3"
+        app.window.apply_settings(chosen)
+        qtbot.waitUntil(lambda: c.connection_state == "connected" and c.template.name == "llama3"
+                        and not c.input_block_reason(), timeout=30_000)
+        assert app.say("Name three fruits.") == "stop"
+        body = replay.bodies("/api/extra/generate/stream")[-1]
+        assert body["prompt"].endswith("<|start_header_id|>user<|end_header_id|>\n\nName three fruits.<|eot_id|>"
+                                       "<|start_header_id|>assistant<|end_header_id|>\n\n")
+        assert "<|eot_id|>" in body["stop_sequence"]
+        assert c.store.get_meta("chat_template") == "llama3", "saved with this conversation"
+
+        # A new conversation starts from the default again; reopening the first brings Llama 3 back.
+        first = c.path
+        c.settings = c.settings.replace(chat_template="auto")
+        assert c.new_conversation()
+        qtbot.waitUntil(lambda: c.template.name == "chatml" and not c.input_block_reason(), timeout=30_000)
+        assert c.open_conversation(first)
+        qtbot.waitUntil(lambda: c.template.name == "llama3" and not c.input_block_reason(), timeout=30_000)
+        app.close()
+    finally:
+        replay.close()
