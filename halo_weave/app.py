@@ -149,7 +149,12 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
 
     def _on_connected(self, client, info, framing: Framing) -> None:
         self.client, self.model_info, self.framing = client, info, framing
-        self._stop_ids = {ids[0] for ids, _ in [framing.suffix.get("assistant", ([], []))] if ids}
+        # The answer's end token is dropped when streamed; only a control token (empty piece,
+        # or the template's stop text itself): a Llama 3 suffix split by the bundled tokenizer
+        # starts with "<", which the model may well write.
+        stops = getattr(getattr(client, "template", None), "stops", ())
+        self._stop_ids = {ids[0] for ids, texts in [framing.suffix.get("assistant", ([], []))]
+                          if ids and (texts[0] == "" or texts[0] in stops)}
         if self.conv is not None:
             self.conv.framing = framing
         if getattr(info, "supports_attention", False):
