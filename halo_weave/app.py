@@ -148,6 +148,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         self.connection.connect_to(url or self.settings.server_url)
 
     def _on_connected(self, client, info, framing: Framing) -> None:
+        self._apply_context_override(client, info)
         self.client, self.model_info, self.framing = client, info, framing
         # The answer's end token is dropped when streamed; only a control token (empty piece,
         # or the template's stop text itself): a Llama 3 suffix split by the bundled tokenizer
@@ -168,6 +169,17 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         self._sync_system_prompt()  # before input opens: the prefix is part of every turn
         self._set_connection("connected", status_line(client, info))
         self.stats_changed.emit()
+
+    def _apply_context_override(self, client, info) -> None:
+        """A server that does not say its context size gets the one set in Settings."""
+        value = self.settings.server_context_tokens
+        if value <= 0 or getattr(info, "context_known", True):
+            return
+        if hasattr(client, "server_context"):
+            client.server_context = value  # KoboldCPP cuts prompts to what the request says
+        info.server_max_context = value
+        info.max_context = client.table_context(value) if hasattr(client, "table_context") else value
+        info.context_known = True
 
     @property
     def template(self):
@@ -326,7 +338,8 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         if new.chat_template != old.chat_template and self.store is not None:
             # A template chosen here belongs to this conversation (and is the default for new ones).
             self._guard(lambda: self.store.set_meta("chat_template", new.chat_template), "Saving the chat template")
-        if new.server_url != old.server_url or new.chat_template != old.chat_template:
+        if new.server_url != old.server_url or new.chat_template != old.chat_template or (
+                new.server_context_tokens != old.server_context_tokens):
             self.connect_server(new.server_url)
         elif new.system_prompt != old.system_prompt:
             self._sync_system_prompt()

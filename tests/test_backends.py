@@ -236,3 +236,23 @@ def test_api_key_without_keyring_stays_for_the_session_unless_a_private_file_is_
     api_keys.forget_session()
     assert api_keys.get_key(url, data_dir=tmp_path) == "sk-test-2"
     assert json.loads(path.read_text()) == {url.rstrip("/"): "sk-test-2"}
+
+
+# ---------------------------------------------------------------- halo-weave --probe URL
+
+
+def test_probe_command_prints_one_json_line_and_exits_by_usability(kobold, llama, capsys):
+    from halo_weave.ui.cli import build_parser, probe_main
+
+    assert build_parser().parse_args(["--probe", kobold.url]).probe == kobold.url
+    assert probe_main(kobold.url) == 0
+    line = capsys.readouterr().out.strip()
+    assert "\n" not in line
+    found = json.loads(line)
+    assert (found["kind"], found["version"], found["context_size"]) == ("koboldcpp", "1.76", 4096)
+    assert found["attention"] is False and found["token_ids"] is False and found["exact_tokens"] is True
+    assert probe_main(llama.url) == 0
+    assert json.loads(capsys.readouterr().out)["token_ids"] is True
+    assert probe_main("http://127.0.0.1:9") == 1
+    nothing = json.loads(capsys.readouterr().out)
+    assert nothing["usable"] is False and "no server answers" in nothing["problem"]

@@ -111,7 +111,7 @@ class TextModeBackend:
             return
         self.token_ratio = server_tokens / local_tokens
         info = self._info
-        server_context = getattr(self, "server_context", 0)
+        server_context = getattr(info, "server_max_context", None) or getattr(self, "server_context", 0)
         if info is not None and server_context:
             info.max_context = self.table_context(server_context)
 

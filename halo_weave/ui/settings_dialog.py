@@ -136,6 +136,8 @@ class SettingsDialog(QDialog):
         from .server_settings import ServerFields
 
         self.server_fields = ServerFields(self, form, url, s, self._api_key, self._keyring)
+        form.addRow("Model context", self._int("server_context_tokens", s.server_context_tokens,
+                                               "As the server says (2048 if it does not)"))
         form.addRow("Attention format", self._combo("attention_format", s.attention_format, ATTENTION_FORMATS))
         form.addRow("", self._check("autostart_server", s.autostart_server,
                                     "Start the built-in server when none answers at this URL"))

@@ -100,6 +100,12 @@ def test_text_mode_through_llama_cpp_python_chat_stop_prune_resurrect_export(qtb
     document = json.loads(export.read_text(encoding="utf-8"))
     exported = "".join(document["tokens"]["text"])
     assert "My cat is called Mochi" in exported and partial in exported
+
+    # The server does not say its context: the one set in Settings is used (and shown).
+    app.window.apply_settings(c.settings.replace(server_context_tokens=1536))
+    qtbot.waitUntil(lambda: c.connection_state == "connected" and c.model_info.server_max_context == 1536
+                    and not c.input_block_reason(), timeout=30_000)
+    assert window.stats_bar.connection_label.toolTip().startswith("OpenAI-compatible · no attention · 1536 ctx · ")
     app.close()
 
 
