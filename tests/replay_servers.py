@@ -150,6 +150,7 @@ class KoboldReplay(_Base):
     def __init__(self, tokenizer) -> None:
         super().__init__(tokenizer)
         self._abort_keys: set[str] = set()
+        self.ignore_abort = False  # a server that says it stopped but streams on
 
     def recorded(self, handler, name: str) -> None:
         status, headers, body = load_recording(name)
@@ -195,7 +196,7 @@ class KoboldReplay(_Base):
         key = str(body.get("genkey"))
         limit = int(body.get("max_length", 100))
         for n, chunk in enumerate(chunks[:limit]):
-            if key in self._abort_keys:
+            if key in self._abort_keys and not self.ignore_abort:
                 # As recorded: after an abort the stream ends with "length".
                 yield {"token": chunk, "finish_reason": "length"}
                 return

@@ -94,6 +94,21 @@ def test_stock_koboldcpp_stop_ends_as_aborted_not_length(kobold):
     assert kobold.bodies("/api/extra/abort")[-1] == {"genkey": stream.request_id}
 
 
+def test_stop_still_stops_when_koboldcpp_streams_on_after_saying_it_stopped(kobold, monkeypatch):
+    from halo_weave.backends import koboldcpp
+
+    monkeypatch.setattr(koboldcpp, "ABORT_GRACE_S", 0.5)
+    kobold.answer_chunks = [f" word{i}" for i in range(400)]
+    kobold.delay = 0.02
+    kobold.ignore_abort = True
+    with connect(kobold.url) as backend:
+        stream = backend.stream(input_ids=ids_of(backend), max_length=400)
+        for n, _ in enumerate(stream):
+            if n == 3:
+                threading.Thread(target=stream.abort).start()
+    assert stream.done.finish_reason == "abort" and len(stream.text.split()) < 200
+
+
 def test_stock_koboldcpp_dying_mid_answer_keeps_what_arrived(kobold):
     kobold.answer_chunks = [" one", " two", " three", " four", " five"]
     kobold.die_after = 3

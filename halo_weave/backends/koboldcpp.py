@@ -15,11 +15,15 @@ request's ``max_context_length`` (a small default), so the true context is alway
 
 from __future__ import annotations
 
+import threading
 from typing import Iterator
 
 from ..kobold_client import BackendError, KoboldClient, ModelInfo
 from .base import ASSUMED_CONTEXT, Capabilities, as_bool, reason_or_none
 from .text_mode import TextModeBackend, TextStream
+
+#: Seconds an aborted KoboldCPP stream may take to end by itself before it is closed.
+ABORT_GRACE_S = 10.0
 
 HALO_CAPABILITIES = Capabilities(
     attention=True, token_ids=True, exact_tokens=True,
@@ -141,6 +145,11 @@ class StockKobold(TextModeBackend):
             stopped = False
         if not stopped:
             stream.close_response()
+        else:
+            # Should the stream not end by itself (another version), Stop still stops.
+            timer = threading.Timer(ABORT_GRACE_S, stream.close_response)
+            timer.daemon = True
+            timer.start()
 
     def abort(self, request_id: str | None = None) -> bool:
         data = self.http.post_json("/api/extra/abort", {"genkey": request_id} if request_id else {})
