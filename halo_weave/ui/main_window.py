@@ -280,8 +280,10 @@ class MainWindow(QMainWindow):
             action.setEnabled(not busy)
         if self.controller.generating:
             self.stats_bar.set_connection("generating", self._connection_detail)
+            self._full_connection_tooltip()
         elif self.stats_bar.connection_state() == "generating":
             self.stats_bar.set_connection(self.controller.connection_state, self._connection_detail)
+            self._full_connection_tooltip()
         self.reason.setText(reason)
         self.reason.setVisible(bool(reason))
         self.input.setPlaceholderText(
@@ -298,15 +300,20 @@ class MainWindow(QMainWindow):
         elif reason == "length":
             self.messages.info("The answer reached the maximum new tokens (see Settings).")
 
+    def _full_connection_tooltip(self) -> None:
+        """The whole connection line (the label may be elided), e.g. with the model's name."""
+        full = getattr(self, "_connection_full", "")
+        if full:
+            self.stats_bar.connection_label.setToolTip(full)
+
     def _on_connection(self, state: str, detail: str) -> None:
         # A long detail (a loader log line) must not widen the stats bar, and so the window.
         metrics = self.stats_bar.connection_label.fontMetrics()
-        full = detail
+        self._connection_full = detail
         detail = metrics.elidedText(detail, Qt.TextElideMode.ElideRight, CONNECTION_DETAIL_PX)
         self._connection_detail = detail
         self.stats_bar.set_connection(state, detail)
-        if full:
-            self.stats_bar.connection_label.setToolTip(full)  # the whole line, e.g. the model's name
+        self._full_connection_tooltip()
         if state == "loading":
             self.statusBar().showMessage(detail)
         elif state == "connected":
