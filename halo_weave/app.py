@@ -1,8 +1,8 @@
 """Composition root (``halo-weave``) and the turn controller.
 
-:class:`TurnController` sequences DESIGN.md's turn lifecycle and moves slow work onto
-threads; every decision (what to score, prune, embed, resurrect) stays in the core
-modules.  It uses QtCore only, so tests drive it without widgets.  :func:`main` hands it
+:class:`TurnController` moves slow work onto threads and announces changes with signals;
+every rule of a turn (what to save when, score, prune, index, resurrect) is a method of
+the Qt-free :class:`~halo_weave.session.ChatSession` it holds as :attr:`session`.  It uses QtCore only, so tests drive it without widgets.  :func:`main` hands it
 to :func:`halo_weave.ui.cli.run`, which parses the command line, builds the window and starts it.
 
 A turn, as the controller runs it (the module doing each step in brackets)::
@@ -10,14 +10,14 @@ A turn, as the controller runs it (the module doing each step in brackets)::
     send(text)                                        [ui/user_turn.py]
       ├─ tokenize once ................................ CallWorker
       ├─ wait ≤ embed_wait_seconds for pending indexing, then
-      │  search + resurrect within the budget ......... EmbedderWorker (urgent job)
-      ├─ add the user turn, persist, queue indexing, show
-      ├─ open the assistant turn, stream ............. GenerationWorker  [ui/generation_round.py]
-      │    per token: apply attention (context as it was), record (if on), append,
-      │    persist every 16
-      ├─ a round ending on </tool>: run the call, append the result, next round
+      │  search ....................................... EmbedderWorker (urgent job)
+      │  session.resurrect_for: within the budget
+      ├─ session.add_user_message: saved, queued for indexing, then shown
+      ├─ session.begin_answer, stream ................ GenerationWorker  [ui/generation_round.py]
+      │    per event: session.receive (attention, record, append, save every 16)
+      ├─ a round ending on </tool>: run the call, session.apply_tool_step, next round
       │                                                 [ui/tool_round.py]
-      └─ end: close turn, persist brightness, queue indexing, prune, persist, graveyard
+      └─ session.finish_turn: save, queue indexing, prune, save; then announce
 
 Here: connection, system prompt, the end of a turn, settings, indexing, shutdown.
 Conversation files are :mod:`halo_weave.ui.conversation_files`, the chunk levers
@@ -28,15 +28,14 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from . import settings as settings_mod
-from .core.chat_template import detect_template, system_text
 from .conversation import Chunk, Conversation, Framing
+from .session import ChatSession
 from .settings import Settings
 from .ui.cli import build_parser, run  # noqa: F401 - build_parser: the options, for tests
 from .ui.connection import ServerConnection
@@ -86,21 +85,14 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         self.settings = settings or Settings()
         self.data_dir = Path(data_dir) if data_dir else settings_mod.data_dir()
         self.autostart = self.settings.autostart_server if autostart is None else autostart
-        self.conv: Conversation | None = None
-        self.store = None
-        self._index = None
+        #: The turn's rules and state (conversation, file, server); Qt-free.
+        self.session = ChatSession(self.settings, report=lambda exc, context: self.error.emit(exc, context))
+        self.session.indexer = _IndexFeed(self)
         self._index_tried = False
         self.path: Path | None = None
-        self.client = None
-        self.model_info = None
-        self.framing: Framing | None = None
         self.connection_state = "offline"
-        self.attention_available = True
         self.busy = False
         self.busy_reason = ""
-        self.tokens_per_s = 0.0
-        self.last_resurrected = 0
-        self.last_finish_reason = ""
         self._embedder_factory = embedder_factory
         self._embedder = None
         self._indexer = IndexQueue(self)
@@ -119,17 +111,54 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         self._wait_timer = QTimer(self)
         self._wait_timer.setSingleShot(True)
         self._wait_timer.timeout.connect(self._run_pending_send)
-        self._stream_count = 0
-        self._stream_started = 0.0
-        self._attention_seen = False
-        self._attention_errors = 0
-        self._stop_ids: set[int] = set()
         self._shutting_down = False
         self._tool_runner = None
         self._system_syncing = 0  # system prompt tokenizations in flight
         self._system_dirty = False  # settings changed it during a turn
         self._stop_pending = False  # Esc before the answer started
         self._answer_prefix = ()  # tokens the next answer starts with (see send())
+
+    # ------------------------------------------------------------------ the session's state
+    @property
+    def conv(self) -> Conversation | None:
+        return self.session.conv
+
+    @property
+    def store(self):
+        return self.session.store
+
+    @property
+    def client(self):
+        """The connected model server (None while offline)."""
+        return self.session.backend
+
+    @client.setter
+    def client(self, backend) -> None:
+        self.session.backend = backend
+
+    @property
+    def model_info(self):
+        return self.session.model_info
+
+    @property
+    def framing(self) -> Framing | None:
+        return self.session.framing
+
+    @property
+    def attention_available(self) -> bool:
+        return self.session.attention_available
+
+    @property
+    def last_resurrected(self) -> int:
+        return self.session.last_resurrected
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.session.tokens_per_s
+
+    @property
+    def last_finish_reason(self) -> str:
+        return self.session.last_finish_reason
 
     # ------------------------------------------------------------------ start-up
     def start(self, conversation: Path | None = None) -> None:
@@ -148,23 +177,14 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         self.connection.connect_to(url or self.settings.server_url)
 
     def _on_connected(self, client, info, framing: Framing) -> None:
-        self._apply_context_override(client, info)
-        self.client, self.model_info, self.framing = client, info, framing
-        # The answer's end token is dropped when streamed; only a control token (empty piece,
-        # or the template's stop text itself): a Llama 3 suffix split by the bundled tokenizer
-        # starts with "<", which the model may well write.
-        stops = getattr(getattr(client, "template", None), "stops", ())
-        self._stop_ids = {ids[0] for ids, texts in [framing.suffix.get("assistant", ([], []))]
-                          if ids and (texts[0] == "" or texts[0] in stops)}
-        if self.conv is not None:
-            self.conv.framing = framing
-        if getattr(info, "supports_attention", False):
-            # A server that does not declare it (the original fork) is judged by its events.
-            self._set_attention(True)
-        elif getattr(getattr(client, "capabilities", None), "attention", None) is False:
-            self._set_attention(False)  # known at once: the heatmap says so before the first answer
         from .backends import status_line
 
+        self._apply_context_override(client, info)
+        before = self.session.attention_available
+        declared = self.session.connect(client, info, framing)
+        if declared is not None:
+            # A server that does not declare it (the original fork) is judged by its events.
+            self._announce_attention(self.session.attention_available != before)
         self.connection_state = "connected"
         self._sync_system_prompt()  # before input opens: the prefix is part of every turn
         self._set_connection("connected", status_line(client, info))
@@ -184,18 +204,11 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
     @property
     def template(self):
         """The chat template in use (the server's own, or the conversation's choice)."""
-        return getattr(self.client, "template", None) or detect_template(
-            getattr(self.model_info, "chat_template", None), self.template_choice())
+        return self.session.template
 
     def template_choice(self) -> str:
         """The conversation's saved template choice, else the settings' ("auto")."""
-        saved = None
-        if self.store is not None:
-            try:
-                saved = self.store.get_meta("chat_template")
-            except Exception:  # noqa: BLE001 - an unreadable meta row falls back to settings
-                saved = None
-        return saved or self.settings.chat_template
+        return self.session.template_choice()
 
     def _connection_options(self) -> dict:
         from .backends.api_keys import get_key
@@ -210,14 +223,13 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         if not self.busy:
             self.busy_changed.emit(False, self.input_block_reason())
 
-    def _set_attention(self, available: bool) -> None:
-        if available != self.attention_available:
-            self.attention_available = available
-            if not available:
-                self.info.emit(
-                    "This server sends no attention: chatting works, but brightness cannot "
-                    "be measured, so the oldest chunks are pruned first."
-                )
+    def _announce_attention(self, changed: bool) -> None:
+        available = self.session.attention_available
+        if changed and not available:
+            self.info.emit(
+                "This server sends no attention: chatting works, but brightness cannot "
+                "be measured, so the oldest chunks are pruned first."
+            )
         self.attention_changed.emit(available)
 
     def _sync_system_prompt(self) -> None:
@@ -232,12 +244,9 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         if self.busy:
             self._system_dirty = True
             return
-        prompt = self.settings.system_prompt
-        template = self.template
-        same_template = getattr(conv, "system_template", template.name) == template.name
-        if conv.system_prompt == prompt and same_template and (len(conv.system_ids) > 0 or not prompt.strip()):
+        prompt, text = self.settings.system_prompt, self.session.system_prompt_text()
+        if text is None:
             return
-        text = system_text(prompt, template)
 
         def tokenize():
             return client.tokenize(text, add_special_tokens=False) if text else []
@@ -245,9 +254,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         def ok(pieces) -> None:
             self._system_syncing -= 1
             if self.conv is conv:
-                conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
-                conv.system_template = template.name
-                self._guard(lambda: self.store.save_system_prompt(conv), "Saving the system prompt")
+                self.session.set_system_prompt(prompt, pieces)
                 self.conversation_changed.emit()
                 self.stats_changed.emit()
             self._set_busy(self.busy, self.busy_reason)
@@ -283,37 +290,26 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         if worker is not None:
             worker.wait(5000)
             worker.deleteLater()
-        conv = self.conv
-        elapsed = max(time.monotonic() - self._stream_started, 1e-6)
-        self.tokens_per_s = float(rate) if rate else self._stream_count / elapsed
-        self.last_finish_reason = reason
-        if conv.open_turn is None:
+        end = self.session.finish_turn(reason, rate)
+        if end.turn is None:
             self._set_busy(False)
             return
-        turn = conv.end_turn()
-        if self._stream_count and not self._attention_seen and self.attention_available:
-            self._set_attention(False)
-        elif self._attention_seen and not self.attention_available:
-            self._set_attention(True)
-        self._guard(lambda: self.store.save_turn(conv, turn), "Saving the answer")
-        self._guard(lambda: self.store.save_brightness(conv), "Saving brightness")
-        self._index_pending()  # the answer, and the question whose context now has it
-        pruned = self._prune()
+        if end.attention_changed:
+            self._announce_attention(True)
+        if end.pruned:
+            self.graveyard_changed.emit()
         self._set_busy(False)
         if self._system_dirty:
             self._system_dirty = False
             self._sync_system_prompt()
-        (self.conversation_changed if pruned else self.tokens_streamed).emit()
+        (self.conversation_changed if end.pruned else self.tokens_streamed).emit()
         self.stats_changed.emit()
         self.turn_finished.emit(reason)
 
     def _prune(self, limit: int | None = None) -> list[Chunk]:
         """Prune to ``limit`` (default: the max-context setting); persist; update the graveyard."""
-        conv = self.conv
-        # Without attention brightness says nothing about relevance: prune oldest first.
-        pruned = conv.prune_to_fit(limit, by_age=not self.attention_available, keep_latest_exchange=True)
+        pruned = self.session.prune(limit)
         if pruned:
-            self._guard(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")
             self.graveyard_changed.emit()
         return pruned
 
@@ -332,6 +328,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         """Adopt changed settings: reconnect on a new URL, re-frame a new system prompt."""
         old = self.settings
         self.settings = new
+        self.session.settings = new
         for holder in (self.conv, self.index):
             if holder is not None and hasattr(holder, "settings"):
                 holder.settings = new
@@ -419,10 +416,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         # Nothing reaches the (closing) window from here on; late thread results are dropped.
         self.blockSignals(True)
         self._wait_timer.stop()
-        conv, store = self.conv, self.store
-        if conv is not None and store is not None and conv.open_turn is not None:
-            turn = conv.end_turn()  # quitting mid-answer keeps the partial answer
-            self._guard(lambda: store.save_turn(conv, turn), "Saving the answer")
+        self.session.close_open_turn()  # quitting mid-answer keeps the partial answer
         self._indexer.wait_idle(5.0)
         # A job in flight (the embedder loading torch) cannot be interrupted; wait for it.
         self._indexer.shutdown(timeout_ms=60_000)
@@ -435,14 +429,27 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
                 self.store.close()
             except Exception as exc:  # noqa: BLE001
                 log.warning("closing the conversation file failed: %s", exc)
-            self.store = None
-        self._index, self._index_tried = None, True
+            self.session.store = None
+        self.session.index, self._index_tried = None, True
         if self._tool_runner is not None:
             self._tool_runner.close()
         try:
             self.connection.shutdown()
         except Exception as exc:  # noqa: BLE001
             log.warning("stopping the built-in server failed: %s", exc)
+
+
+class _IndexFeed:
+    """The session's indexer: the controller's queue, aimed at the index open now."""
+
+    def __init__(self, controller: TurnController) -> None:
+        self._controller = controller
+
+    def queue_pending(self, conv: Conversation) -> None:
+        self._controller._index_pending()
+
+    def queue(self, conv: Conversation, chunk_ids: list[int], label: str = "") -> None:
+        self._controller._queue_indexing(chunk_ids, label)
 
 
 def main(argv: list[str] | None = None) -> int:

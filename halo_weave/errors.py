@@ -18,6 +18,7 @@ Callers match these by type (``except StoreError``), never by class name: a name
     │       ├── ProtocolError     the answer breaks the protocol (not SSE, bad JSON, types)
     │       ├── StreamInterrupted the stream broke before its done event
     │       └── GenerationAborted aborted, on a stream opened with raise_on_abort=True
+    ├── ServerStartError          the bundled server exited or stayed silent before it was ready
     ├── StoreError                anything the conversation file cannot do
     │   ├── StoreMissing          open(create=False) on a path with no file
     │   └── StoreRefused          the file is left untouched, byte for byte
@@ -30,6 +31,8 @@ Callers match these by type (``except StoreError``), never by class name: a name
     ├── SnapshotInvalid           a vector snapshot that is missing, truncated or foreign
     └── ToolError                 a tool command that cannot run (shown to the model)
 
+The model server's own errors (``halo_weave.server.errors``: a bad request, a busy engine)
+stay in that program: the app meets them only as HTTP answers (``BackendHTTPError``).
 The jq sandbox's ``SandboxError`` (:mod:`halo_weave.tools.jq_sandbox`) is not here: that
 module also runs as an isolated script (``python -I``) and imports nothing from the package;
 the notes tool turns it into a :class:`ToolError`-style message for the model.
@@ -106,6 +109,10 @@ class StreamInterrupted(PartialError):
 
 class GenerationAborted(PartialError):
     """The generation was aborted (only with ``raise_on_abort=True``)."""
+
+
+class ServerStartError(HaloError, RuntimeError):
+    """The bundled server exited or stayed silent before printing its ready line."""
 
 
 # ---------------------------------------------------------------- files

@@ -58,6 +58,7 @@ import numpy as np
 from .conversation import Conversation
 from .errors import EmbedderUnavailable, SnapshotInvalid
 from .memory.embedder import Embedder
+from .memory.resurrection import budget as resurrection_budget
 from .memory.resurrection import (Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan,
                            transaction)
 from .settings import Settings
@@ -484,10 +485,8 @@ class SemanticIndex:
         conversation change and its persistence (``store.save_chunks`` and the
         ``reference_count`` increments) are one transaction.
         """
-        budget = model_max_context - conv.live_token_count() - user_tokens - max_new_tokens
-        if self.settings.resurrection_budget_cap > 0:
-            budget = min(budget, self.settings.resurrection_budget_cap)
-        budget = max(budget, 0)
+        budget = resurrection_budget(conv, user_tokens, model_max_context, max_new_tokens,
+                                     self.settings.resurrection_budget_cap)
         if not self.available:
             return ResurrectionResult(budget, reason="semantic index unavailable")
         plan = self.plan(conv, self.search(user_text), budget)

@@ -3,10 +3,13 @@
 * :func:`tokenize` is a small deterministic tokenizer (words, whitespace runs and
   ``<|special|>`` tokens); it is the input data of the store tests, not a stand-in for a
   component under test.
+* :class:`ScriptedBackend` is a model server made of test data: it answers with the text
+  it is given, that tokenizer's ids, and random attention over the context.
 * :func:`child` (also runnable: ``python conversation_writer.py DB SEED``) chats
-  forever: user turn (saved DB-first), streamed answer (batched progress), brightness,
-  prune and the occasional resurrection, printing ``<role> <turn_id> <count> <sum>`` after
-  each turn's commit returns.  :func:`crash_trials` kills it with SIGKILL at random
+  forever through the app's own :class:`~halo_weave.session.ChatSession` and the scripted
+  backend: user turn (saved DB-first), streamed answer (batched progress), end of turn
+  (save, brightness, prune) and the occasional resurrection by hand, printing
+  ``<role> <turn_id> <count> <sum>`` after each turn's commit returns.  :func:`crash_trials` kills it with SIGKILL at random
   moments and checks that every reported turn survived.
 """
 
@@ -30,6 +33,8 @@ if str(ROOT) not in sys.path:
 
 from halo_weave.core.chat_template import build_framing, system_text  # noqa: E402
 from halo_weave.conversation import Conversation  # noqa: E402
+from halo_weave.events import ModelInfo, TokenEvent  # noqa: E402
+from halo_weave.session import ChatSession, token_events  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
 from halo_weave.store import ConversationStore, StoreError  # noqa: E402
 
@@ -72,22 +77,50 @@ def message(rng: random.Random, paragraphs: int, words: int = 30) -> str:
     )
 
 
+class ScriptedBackend:
+    """A model server made of test data: answers ``answer`` with random attention.
+
+    The backend interface of :mod:`halo_weave.session`: ``tokenize``, ``stream`` (typed
+    token events; the attention of each covers the context as it is then), ``abort``,
+    ``model_info``, ``capabilities``.
+    """
+
+    capabilities = type("Capabilities", (), {"attention": True, "token_ids": True})()
+
+    def __init__(self, rng: random.Random | None = None, answer: str = "") -> None:
+        self.noise = np.random.default_rng((rng or random.Random(0)).getrandbits(32))
+        self.answer = answer
+
+    def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
+        return tokenize(text)
+
+    def model_info(self) -> ModelInfo:
+        return ModelInfo("scripted", 1, 1, 1, 1, 0, None, None, None, True, {})
+
+    def abort(self) -> bool:
+        return True
+
+    def stream(self, *, input_ids, **params):
+        for n, (token_id, piece) in enumerate(tokenize(self.answer)):
+            attention = self.noise.random(len(input_ids) + n, np.float32) ** 4
+            yield TokenEvent(token_id, piece, attention / attention.sum())
+
+
 def add_user(conv: Conversation, text: str):
     pieces = tokenize(text)
     return conv.add_turn("user", [i for i, _ in pieces], [t for _, t in pieces])
 
 
 def stream_answer(conv: Conversation, text: str, store: ConversationStore | None = None,
-                  batch: int = 16, rng: random.Random | None = None):
-    """Stream an answer token by token, voting brightness and saving every ``batch``."""
-    noise = np.random.default_rng((rng or random.Random(0)).getrandbits(32))
-    turn = conv.begin_turn("assistant")
-    for n, (token_id, piece) in enumerate(tokenize(text), 1):
-        attention = noise.random(conv.live_token_count(), np.float32) ** 4
-        conv.apply_attention(attention / attention.sum())
-        conv.append_token(token_id, piece)
-        if store is not None and n % batch == 0:
-            store.save_stream_progress(conv)
+                  rng: random.Random | None = None):
+    """Stream an answer token by token through a session (brightness, a save every 16)."""
+    session = ChatSession(conv.settings)
+    session.adopt(conv, store)
+    backend = ScriptedBackend(rng, text)
+    session.begin_answer()
+    turn = conv.open_turn
+    for event in backend.stream(**session.generation_request()):
+        session.receive(event)
     conv.end_turn()
     return turn
 
@@ -106,25 +139,29 @@ def content_signature(conv: Conversation, turn_id: int) -> tuple[int, int]:
 def child(db: Path, seed: int, out=sys.stdout) -> None:
     """Chat forever into ``db``, writing a line to ``out`` after each committed turn."""
     rng = random.Random(seed)
+    backend = ScriptedBackend(rng)
+    session = ChatSession(settings(max_context_tokens=600))
+    session.connect(backend, backend.model_info(), FRAMING)
     store = ConversationStore.open(db)
-    conv = store.load(settings(max_context_tokens=600), FRAMING)
+    conv = session.open(store)
     if not conv.system_prompt:
-        fresh = new_conversation()
-        conv.set_system_prompt(fresh.system_prompt, fresh.system_ids, fresh.system_texts)
-        store.save_system_prompt(conv)
+        text = system_text("You are a careful assistant.")
+        session.set_system_prompt(text, tokenize(text))
     print("ready", file=out, flush=True)
     while True:
-        turn = add_user(conv, message(rng, rng.randint(1, 3), rng.randint(8, 30)))
-        store.save_turn(conv, turn)
+        pieces = session.tokenize(message(rng, rng.randint(1, 3), rng.randint(8, 30)))
+        turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
         print("user", turn.turn_id, *content_signature(conv, turn.turn_id), file=out, flush=True)
-        turn = stream_answer(conv, message(rng, rng.randint(1, 4)), store, rng=rng)
-        store.save_turn(conv, turn)
-        store.save_brightness(conv)
+        session.fit_model_window()
+        backend.answer = message(rng, rng.randint(1, 4))
+        session.begin_answer()
+        for event in token_events(backend.stream(**session.generation_request()), backend):
+            session.receive(event)
+        turn = session.finish_turn("stop").turn  # saves the answer and brightness, prunes
         print("assistant", turn.turn_id, *content_signature(conv, turn.turn_id), file=out, flush=True)
-        store.save_chunks(conv, conv.prune_to_fit())
         dead = conv.graveyard()
         if dead and rng.random() < 0.3:
-            store.save_chunks(conv, conv.resurrect([rng.choice(dead).id]))
+            session.resurrect_chunk(rng.choice(dead).id, pin=False)
         if rng.random() < 0.2:
             store.save_tool_data("notes", {"turn": turn.turn_id})
 

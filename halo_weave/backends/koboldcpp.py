@@ -18,7 +18,9 @@ from __future__ import annotations
 import threading
 from typing import Iterator
 
-from ..kobold_client import BackendError, KoboldClient, ModelInfo
+from ..errors import BackendError, ProtocolError
+from ..events import ModelInfo
+from ..kobold_client import KoboldClient
 from .base import ASSUMED_CONTEXT, Capabilities, as_bool, reason_or_none
 from .text_mode import TextModeBackend, TextStream
 
@@ -157,8 +159,6 @@ class StockKobold(TextModeBackend):
 
 
 def raise_protocol(message: str):
-    from ..kobold_client import ProtocolError
-
     raise ProtocolError(message)
 
 

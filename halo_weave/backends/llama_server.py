@@ -19,7 +19,8 @@ import time
 import uuid
 from typing import Iterator, Sequence
 
-from ..kobold_client import BackendError, ModelInfo, ProtocolError, StreamInterrupted
+from ..errors import BackendError, GenerationAborted, ProtocolError, StreamInterrupted
+from ..events import ModelInfo
 from .base import ASSUMED_CONTEXT, Capabilities, Http
 from .text_mode import TextStream
 
@@ -197,8 +198,6 @@ class LlamaStream(TextStream):
             self.done.prompt_tokens = evaluated if isinstance(evaluated, int) else self._prompt_tokens
             self.done.reused_prefix_tokens = cached if isinstance(cached, int) else None
         if self.raise_on_abort and reason == "abort":
-            from ..kobold_client import GenerationAborted
-
             raise self._partial(GenerationAborted, "the generation was aborted")
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..kobold_client import BackendError, ModelInfo, ProtocolError
+from ..errors import BackendError, ProtocolError
+from ..events import ModelInfo
 from .base import ASSUMED_CONTEXT, Capabilities
 from .text_mode import TextModeBackend, TextStream
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..kobold_client import BackendError, BackendUnavailable
+from ..errors import BackendError, BackendUnavailable
 from .base import BackendAuthError, BackendUnusable, Http
 
 KIND_NAMES = {

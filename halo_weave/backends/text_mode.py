@@ -23,17 +23,8 @@ from typing import Iterator, Sequence
 import httpx
 import httpx_sse
 
-from ..kobold_client import (
-    BackendError,
-    BackendTimeout,
-    BackendUnavailable,
-    DoneEvent,
-    GenerationAborted,
-    ProtocolError,
-    StreamInterrupted,
-    StreamStats,
-    TokenEvent,
-)
+from ..errors import BackendError, BackendTimeout, BackendUnavailable, GenerationAborted, ProtocolError, StreamInterrupted
+from ..events import DoneEvent, StreamStats, TokenEvent
 from . import local_tokenizer
 from .base import Http, check_status
 

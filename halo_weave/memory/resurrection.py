@@ -84,6 +84,14 @@ class ResurrectionResult:
         return [c for c in self.revived if not c.framing]
 
 
+def budget(conv: Conversation, user_tokens: int, max_context: int, max_new_tokens: int, cap: int = 0) -> int:
+    """The universal equation: room left after the message and the answer (``cap`` > 0 caps it)."""
+    room = max_context - conv.live_token_count() - user_tokens - max_new_tokens
+    if cap > 0:
+        room = min(room, cap)
+    return max(room, 0)
+
+
 def make_plan(conv: Conversation, matches: Sequence[Match], budget: int) -> ResurrectionPlan:
     """Take matches in order while their cost fits (see the module docstring)."""
     plan = ResurrectionPlan(budget)

@@ -20,6 +20,8 @@ import threading
 import time
 from typing import Callable, Mapping, Sequence
 
+from ..errors import ServerStartError
+
 #: Matches the ready line printed by ``halo_weave.server.__main__``.
 READY_PATTERN = re.compile(r"Halo Weave server ready on (?P<url>http://\S+) \(model (?P<model>.*)\)")
 
@@ -28,10 +30,6 @@ LOG_TAIL_LINES = 200
 
 #: Seconds to wait after SIGTERM before SIGKILL.
 STOP_GRACE_S = 5.0
-
-
-class ServerStartError(RuntimeError):
-    """The server exited or stayed silent before printing its ready line."""
 
 
 class ServerProcess:

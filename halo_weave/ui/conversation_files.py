@@ -12,7 +12,6 @@ from pathlib import Path
 from PySide6.QtCore import QTimer
 
 from ..tools import notebook
-from ..conversation import Framing
 
 log = logging.getLogger("halo_weave.app")
 
@@ -48,21 +47,19 @@ class ConversationFiles:
             self.info.emit("Wait for the answer to finish (or press Esc) before switching.")
             return False
         target = Path(path) if path else new_conversation_path(self.data_dir)
+        old = self.store
         try:
             store = ConversationStore.open(target)
-            conv = store.load(self.settings, self.framing or Framing.none())
+            conv = self.session.open(store)
         except Exception as exc:  # noqa: BLE001
             self.error.emit(exc, f"Opening {target.name}")
             if self.conv is None and path is not None:
                 return self.open_conversation(None)
             return False
-        self._close_store()
-        self.store, self.conv, self.path = store, conv, target
-        if self.framing is not None:
-            conv.framing = self.framing
-        self._index, self._index_tried = None, False  # opened on first use, after the first paint
+        self._close_store(old)
+        self.path = target
+        self._index_tried = False  # the index opens on first use, after the first paint
         self._remember(target)
-        self.last_resurrected = 0
         self.conversation_opened.emit(str(target))
         self.notes_changed.emit()
         self.conversation_changed.emit()
@@ -84,23 +81,23 @@ class ConversationFiles:
     def new_conversation(self) -> bool:
         return self.open_conversation(None)
 
-    def _close_store(self) -> None:
-        if self.store is not None:
+    def _close_store(self, store) -> None:
+        if store is not None:
             # Jobs still queued for it check `index is self.index` and drop their result.
             try:
-                self.store.close()
+                store.close()
             except Exception as exc:  # noqa: BLE001
                 log.warning("closing the conversation file failed: %s", exc)
-        self.store = self._index = self._indexer.index = None
-        self._index_tried = False
+        self._indexer.index = None
 
     @property
     def index(self):
         """The open conversation's semantic index (loaded on first use; None if unusable)."""
-        if self._index is None and not self._index_tried and self.store is not None:
+        session = self.session
+        if session.index is None and not self._index_tried and session.store is not None:
             self._index_tried = True
-            self._index = self._make_index(self.store)
-        return self._index
+            session.index = self._make_index(session.store)
+        return session.index
 
     def _make_index(self, store):
         try:

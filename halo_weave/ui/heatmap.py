@@ -100,12 +100,12 @@ class HeatmapView(QPlainTextEdit):
 
     Signals (user intent, never acted on here): ``pin_requested(chunk_id, pinned)``,
     ``merge_requested(chunk_id)`` (with the next chunk of its turn),
-    ``delete_requested(chunk_id)`` (prune by hand).
+    ``prune_requested(chunk_id)`` (prune by hand).
     """
 
     pin_requested = Signal(int, bool)
     merge_requested = Signal(int)
-    delete_requested = Signal(int)
+    prune_requested = Signal(int)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -282,9 +282,9 @@ class HeatmapView(QPlainTextEdit):
             merge = menu.addAction("Merge with next chunk")
             merge.setEnabled(self._can_merge(chunk))
             merge.triggered.connect(lambda: self.merge_requested.emit(chunk.id))
-            delete = menu.addAction("Delete (prune now)")
-            delete.setEnabled(not self._in_open_turn(chunk))
-            delete.triggered.connect(lambda: self.delete_requested.emit(chunk.id))
+            prune = menu.addAction("Prune now")
+            prune.setEnabled(not self._in_open_turn(chunk))
+            prune.triggered.connect(lambda: self.prune_requested.emit(chunk.id))
             menu.addSeparator()
             copy_chunk = menu.addAction("Copy chunk text")
             copy_chunk.triggered.connect(lambda: self._copy_chunk(chunk.id))

@@ -13,14 +13,11 @@ from typing import Callable, Sequence
 
 from PySide6.QtCore import QObject, Signal
 
+from ..errors import EmbedderUnavailable
 from .workers import EmbedderWorker
 
 #: Chunks embedded per job, so a user message's search waits for one batch at most.
 INDEX_BATCH = 8
-
-
-def _is_embedder_unavailable(exc: BaseException) -> bool:
-    return any(cls.__name__ == "EmbedderUnavailable" for cls in type(exc).__mro__)
 
 
 class IndexQueue(QObject):
@@ -136,7 +133,7 @@ class IndexQueue(QObject):
 
     def _on_failed(self, job: int, tag: str, exc) -> None:
         _, on_fail = self._callbacks.pop(job, (None, None))
-        if _is_embedder_unavailable(exc):
+        if isinstance(exc, EmbedderUnavailable):
             if not self._embedder_failed:
                 self._embedder_failed = True
                 self.failed.emit(exc, "")

@@ -1,12 +1,11 @@
-"""The user's levers on chunks: resurrect from the graveyard, pin, merge, delete.
+"""The user's levers on chunks: resurrect from the graveyard, pin, merge, prune.
 
-A mixin of :class:`~halo_weave.app.TurnController`; the mechanics live in
-:class:`~halo_weave.conversation.Conversation`, this only persists and announces them.
+A mixin of :class:`~halo_weave.app.TurnController`; each lever is a method of
+:class:`~halo_weave.session.ChatSession` (change, save); this refuses them while busy and
+announces what changed.
 """
 
 from __future__ import annotations
-
-from ..settings import MAX_BRIGHTNESS
 
 
 class Levers:
@@ -14,50 +13,28 @@ class Levers:
 
     def resurrect_chunk(self, chunk_id: int) -> bool:
         """Graveyard click: bring a chunk back with its anchors, pinned at 10000."""
-        return self._lever(
-            lambda conv: conv.resurrect([chunk_id], brightness=MAX_BRIGHTNESS, pin=True),
-            lambda conv, changed: self.store.save_chunks(conv, changed + [conv.chunks[chunk_id]]),
-            "Resurrecting",
-        )
+        return self._lever(lambda s: s.resurrect_chunk(chunk_id), "Resurrecting")
 
     def pin(self, chunk_id: int, pinned: bool = True) -> bool:
         """Pin (brightness 10000, never pruned) or unpin a chunk."""
-        return self._lever(
-            lambda conv: [conv.pin(chunk_id, pinned)],
-            lambda conv, changed: self.store.save_chunks(conv, changed),
-            "Pinning" if pinned else "Unpinning",
-        )
+        return self._lever(lambda s: s.pin(chunk_id, pinned), "Pinning" if pinned else "Unpinning")
 
     def merge_with_next(self, chunk_id: int) -> bool:
         """Merge a chunk with the next chunk of its turn (re-indexed as one)."""
-        def act(conv):
-            kept, absorbed = conv.merge_with_next(chunk_id)
-            self.store.save_merge(conv, kept, absorbed)
-            self._index_pending()  # re-embeds the merged chunk, drops the absorbed entry
-            return [kept]
+        return self._lever(lambda s: s.merge_with_next(chunk_id), "Merging")
 
-        return self._lever(act, None, "Merging")
-
-    def delete_chunk(self, chunk_id: int) -> bool:
+    def prune_chunk(self, chunk_id: int) -> bool:
         """Prune a chunk by hand (it goes to the graveyard)."""
-        return self._lever(
-            lambda conv: conv.delete_chunk(chunk_id),
-            lambda conv, changed: self.store.save_chunks(conv, changed),
-            "Deleting",
-        )
+        return self._lever(lambda s: s.prune_chunk(chunk_id), "Pruning")
 
-    def _lever(self, act, persist, context: str) -> bool:
-        conv = self.conv
-        if conv is None or self.store is None:
+    def _lever(self, act, context: str) -> bool:
+        if self.conv is None or self.store is None:
             return False
         if self.busy:
             self.info.emit("Wait for the answer to finish first.")
             return False
         try:
-            changed = act(conv)
-            if persist is not None:
-                persist(conv, list(changed))
-            self.store.save_brightness(conv)
+            act(self.session)
         except Exception as exc:  # noqa: BLE001
             self.error.emit(exc, context)
             return False
@@ -65,4 +42,3 @@ class Levers:
         self.graveyard_changed.emit()
         self.stats_changed.emit()
         return True
-

@@ -203,7 +203,7 @@ class MainWindow(QMainWindow):
         self.stop_button.clicked.connect(c.stop)
         self.heatmap.pin_requested.connect(c.pin)
         self.heatmap.merge_requested.connect(c.merge_with_next)
-        self.heatmap.delete_requested.connect(c.delete_chunk)
+        self.heatmap.prune_requested.connect(c.prune_chunk)
         self.graveyard.resurrect_requested.connect(c.resurrect_chunk)
         self.stats_bar.graveyard_toggled.connect(self._set_graveyard_visible)
         self.graveyard.close_requested.connect(lambda: self._set_graveyard_visible(False))

@@ -10,10 +10,27 @@ serious ones, so the app keeps running and tests never block on a modal box.
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass
 
 from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QMainWindow, QMessageBox
+
+from ..errors import (
+    AttentionError,
+    BackendHTTPError,
+    BackendTimeout,
+    BackendUnavailable,
+    BackendUnusable,
+    ConversationError,
+    EmbedderUnavailable,
+    GenerationAborted,
+    ProtocolError,
+    ServerStartError,
+    StoreError,
+    StreamInterrupted,
+    TransferError,
+)
 
 log = logging.getLogger("halo_weave.ui")
 
@@ -30,66 +47,66 @@ class UserMessage:
     serious: bool = False
 
 
-def _names(exc: BaseException) -> set[str]:
-    # Matched by class name so this module needs none of the backends imported.
-    return {cls.__name__ for cls in type(exc).__mro__}
+def _connect_error(exc: BaseException) -> bool:
+    """A refused connection, built-in or httpx's (httpx is matched only if already loaded)."""
+    httpx = sys.modules.get("httpx")
+    return isinstance(exc, ConnectionError) or (httpx is not None and isinstance(exc, httpx.ConnectError))
 
 
 def describe(exc: BaseException, context: str = "") -> UserMessage:
     """Turn an exception into words a user understands."""
-    names = _names(exc)
     detail = str(exc).strip()
     prefix = f"{context}: " if context else ""
-    if "GenerationAborted" in names:
+    if isinstance(exc, GenerationAborted):
         return UserMessage("Stopped", f"{prefix}Generation stopped; the partial answer was kept.")
-    if "StreamInterrupted" in names:
+    if isinstance(exc, StreamInterrupted):
         return UserMessage(
             "Answer cut off",
             f"{prefix}The connection to the model server broke in the middle of the answer. "
             "What arrived so far was kept. Check that the server is still running, then send again.",
             serious=True,
         )
-    if "BackendTimeout" in names:
+    if isinstance(exc, BackendTimeout):
         return UserMessage(
             "Model server not answering",
             f"{prefix}The model server took too long to answer. It may be overloaded or stuck.",
             serious=True,
         )
-    if "BackendUnavailable" in names or "ConnectError" in names or "ConnectionError" in names:
+    if isinstance(exc, BackendUnavailable) or _connect_error(exc):
         return UserMessage(
             "Model server unreachable",
             f"{prefix}Cannot reach the model server. Start it, or set its address in "
             "File → Settings. Your conversation is safe.",
             serious=True,
         )
-    if "BackendUnusable" in names:  # a server answers but lacks something: its sentence says what
+    if isinstance(exc, BackendUnusable):  # a server answers but lacks something: its sentence says what
         return UserMessage("Model server cannot be used", f"{prefix}{detail}", serious=True)
-    if "BackendHTTPError" in names or "ProtocolError" in names:
+    if isinstance(exc, (BackendHTTPError, ProtocolError)):
         return UserMessage(
             "Model server error",
             f"{prefix}The model server answered with an error: {detail}",
             serious=True,
         )
-    if "EmbedderUnavailable" in names:
+    if isinstance(exc, EmbedderUnavailable):
         return UserMessage(
             "Semantic memory unavailable",
             f"{prefix}The embedding model could not be loaded, so pruned chunks will not come "
             f"back on their own (the graveyard still works). {detail}",
             serious=True,
         )
-    if "StoreRefused" in names or "StoreError" in names:
+    if isinstance(exc, StoreError):
         return UserMessage("Conversation file problem", f"{prefix}{detail}", serious=True)
-    if "TransferError" in names:
+    if isinstance(exc, TransferError):
         return UserMessage("Import/export failed", f"{prefix}{detail}", serious=True)
-    if "ServerStartError" in names or "LauncherError" in names:
+    if isinstance(exc, ServerStartError):
         return UserMessage(
             "Built-in model server did not start",
             f"{prefix}{detail}. You can point the app at another server in File → Settings.",
             serious=True,
         )
-    if "ConversationError" in names:
+    if isinstance(exc, ConversationError):
         return UserMessage("Not possible", f"{prefix}{detail}")
-    if "AttentionError" in names:
+    if isinstance(exc, AttentionError):
         return UserMessage("Attention skipped", f"{prefix}An attention payload was unusable: {detail}")
     log.exception("unexpected error", exc_info=exc)
     return UserMessage(

@@ -2,9 +2,10 @@
 
 A mixin of :class:`~halo_weave.app.TurnController`.  When a round ends on a
 ``<tool>…</tool>`` call, :meth:`ToolRounds._run_tools` hands the answer so far to
-:meth:`halo_weave.notebook.ToolRunner.process_answer` on a thread, appends the compact
-result as tool-result tokens, saves changed notes (``notes_changed`` fires) and starts
-the next round while the runner says so (at most ``notebook.MAX_ROUNDS`` calls).
+:meth:`halo_weave.tools.notebook.ToolRunner.process_answer` on a thread; the session
+appends the compact result as tool-result tokens and saves changed notes
+(``notes_changed`` fires); the next round starts while the runner says so (at most
+``notebook.MAX_ROUNDS`` calls).
 """
 
 from __future__ import annotations
@@ -17,14 +18,6 @@ class ToolRounds:
 
     _tool_runner: notebook.ToolRunner | None = None
 
-    def _answer_text(self) -> str:
-        conv = self.conv
-        return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(conv.open_turn.turn_id))
-
-    def _answer_has_tool_call(self) -> bool:
-        conv = self.conv
-        return conv is not None and conv.open_turn is not None and notebook.OPEN_TAG in self._answer_text()
-
     def _run_tools(self, reason: str, rate) -> None:
         """Run the answer's tool calls on a thread, append the results, maybe go on."""
         worker, self._gen = self._gen, None
@@ -32,7 +25,8 @@ class ToolRounds:
             worker.wait(5000)
             worker.deleteLater()
         self._set_busy(True, "Running the model's notebook tool…")
-        text, client, store = self._answer_text(), self.client, self.store
+        session, store = self.session, self.store
+        text = session.answer_text()
         if self._tool_runner is None:
             self._tool_runner = notebook.ToolRunner()
         runner = self._tool_runner
@@ -45,22 +39,12 @@ class ToolRounds:
 
         def job():
             step = runner.process_answer(text, notes, hit_stop=reason == "stop")
-            prefix = client.tokenize(step.prefix_text, add_special_tokens=False) if step.prefix_text else []
-            result = client.tokenize(step.result_text, add_special_tokens=False) if step.result_text else []
-            return step, prefix, result
+            return step, session.tokenize(step.prefix_text), session.tokenize(step.result_text)
 
         def ok(outcome) -> None:
-            step, prefix, result = outcome
-            conv = self.conv
-            for token_id, piece in prefix:
-                conv.append_token(int(token_id), piece)
-            for token_id, piece in result:
-                conv.append_token(int(token_id), piece, tool_result=True)
-            self._stream_count += len(prefix) + len(result)
-            if step.new_notes is not None:
-                if self._guard(lambda: store.save_tool_data(notebook.NOTES_NAME, step.new_notes), "Saving notes"):
-                    self.notes_changed.emit()
-            self._guard(lambda: store.save_stream_progress(conv), "Saving the answer")
+            step = outcome[0]
+            if session.apply_tool_step(*outcome):
+                self.notes_changed.emit()
             self.tokens_streamed.emit()
             if step.continue_generation and self.client is not None:
                 self._start_generation(continuation=True)

@@ -1,8 +1,8 @@
 """The threads: everything that would block the UI thread for more than a frame.
 
 * :class:`GenerationWorker` reads one SSE stream with the synchronous client.  The client
-  decodes and aggregates attention on this thread; the worker emits one small event per
-  token (id, text, float32 vector) that the controller applies on the UI thread.
+  decodes and aggregates attention on this thread; the worker emits each typed
+  :class:`~halo_weave.events.TokenEvent` as it is, and the session applies it on the UI thread.
 * :class:`EmbedderWorker` is a long-lived thread that owns the sentence-transformers
   model (loaded lazily, on this thread) and runs queued jobs (indexing, search, a
   re-index) one after the other.
@@ -21,6 +21,8 @@ import time
 from typing import Any, Callable
 
 from PySide6.QtCore import QThread, Signal
+
+from ..session import token_events
 
 
 _LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d [\d:,.]+ +[A-Z]+ +[\w.]+: ")
@@ -46,22 +48,21 @@ class CallWorker(QThread):
 
 
 class GenerationWorker(QThread):
-    """Stream one answer; per token emit ``token(token_id, text, attention|None)``.
+    """Stream one answer; per token emit ``token(event)``, a :class:`~halo_weave.events.TokenEvent`.
 
     Ends with exactly one of ``completed(done_event)`` or ``failed(exc)``.  :meth:`stop`
     asks the server to abort; the stream then ends (normally or with GenerationAborted)
-    and the partial answer stays with the controller.
+    and the partial answer stays with the session.
     """
 
-    token = Signal(int, str, object)
+    token = Signal(object)
     completed = Signal(object)
     failed = Signal(object)
 
-    def __init__(self, client, input_ids, params: dict, parent=None) -> None:
+    def __init__(self, client, request: dict, parent=None) -> None:
         super().__init__(parent)
         self._client = client
-        self._input_ids = [int(i) for i in input_ids]
-        self._params = dict(params)
+        self._request = dict(request)
         self._stream = None
         self._stopping = threading.Event()
 
@@ -71,16 +72,10 @@ class GenerationWorker(QThread):
 
     def run(self) -> None:
         try:
-            stream = self._client.stream(input_ids=self._input_ids, **self._params)
+            stream = self._client.stream(**self._request)
             self._stream = stream
-            for event in stream:
-                if event.token_id < 0:
-                    # A server that streams text without ids (stock KoboldCPP): the
-                    # context needs ids, so the piece is tokenized here.
-                    for token_id, text in self._client.tokenize(event.text, add_special_tokens=False):
-                        self.token.emit(int(token_id), text, None)
-                    continue
-                self.token.emit(int(event.token_id), event.text, event.attention)
+            for event in token_events(stream, self._client):
+                self.token.emit(event)
             self.completed.emit(getattr(stream, "done", None))
         except BaseException as exc:  # noqa: BLE001
             self.failed.emit(exc)

@@ -83,15 +83,15 @@ def test_text_mode_through_llama_cpp_python_chat_stop_prune_resurrect_export(qtb
     assert mochi[0].live or mochi[0] in conv.graveyard()
 
     # Stop: Esc mid-answer keeps the partial answer (the stream is closed; the server stops).
-    c.settings = c.settings.replace(max_new_tokens=200)
+    c.apply_settings(c.settings.replace(max_new_tokens=200))
     window.input.setPlainText("Write a long story about a dragon who loves tea.")
     qtbot.keyClick(window.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: c.generating and c._stream_count >= 4, timeout=TURN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: c.generating and c.session.streamed >= 4, timeout=TURN_TIMEOUT_MS)
     with qtbot.wait_signal(c.turn_finished, timeout=30_000) as blocker:
         qtbot.keyClick(window.input, Qt.Key.Key_Escape)
     assert blocker.args == ["aborted"]
     partial = _text(c.conv, max(c.conv.turns))
-    assert partial.strip() and c._stream_count < 200
+    assert partial.strip() and c.session.streamed < 200
     qtbot.waitUntil(lambda: not c.busy, timeout=10_000)
 
     # Export: the whole conversation, the cat included, in the export file.
@@ -207,7 +207,7 @@ def test_settings_test_connection_shows_the_detected_kind_and_the_template_is_ke
         app.window.apply_settings(chosen)
         qtbot.waitUntil(lambda: c.connection_state == "connected" and c.template.name == "llama3"
                         and not c.input_block_reason(), timeout=30_000)
-        assert not c._stop_ids, "no ordinary token (Llama 3's suffix starts with '<') is dropped from answers"
+        assert not c.session._stop_ids, "no ordinary token (Llama 3's suffix starts with '<') is dropped from answers"
         assert app.say("Name three fruits.") == "stop"
         body = replay.bodies("/api/extra/generate/stream")[-1]
         assert body["prompt"].endswith("<|start_header_id|>user<|end_header_id|>\n\nName three fruits.<|eot_id|>"
@@ -217,7 +217,7 @@ def test_settings_test_connection_shows_the_detected_kind_and_the_template_is_ke
 
         # A new conversation starts from the default again; reopening the first brings Llama 3 back.
         first = c.path
-        c.settings = c.settings.replace(chat_template="auto")
+        c.settings = c.session.settings = c.settings.replace(chat_template="auto")  # the default, not this file's
         assert c.new_conversation()
         qtbot.waitUntil(lambda: c.template.name == "chatml" and not c.input_block_reason(), timeout=30_000)
         assert c.open_conversation(first)

@@ -229,7 +229,7 @@ def _action(menu, prefix: str):
 @pytest.mark.parametrize(
     ("label", "signal", "expected"),
     [
-        ("Delete", "delete_requested", lambda c: [c]),
+        ("Prune now", "prune_requested", lambda c: [c]),
         ("Pin", "pin_requested", lambda c: [c, True]),
         ("Merge with next", "merge_requested", lambda c: [c]),
     ],
@@ -275,8 +275,8 @@ def test_system_prompt_offers_no_chunk_actions(view, qtbot):
     assert view.chunk_at(point) is None
     menu = view.context_menu_for(point)
     texts = [a.text() for a in menu.actions()]
-    assert not any(word in t for t in texts for word in ("Delete", "Pin", "Merge"))
-    with qtbot.assert_not_emitted(view.delete_requested), qtbot.assert_not_emitted(view.pin_requested):
+    assert not any(word in t for t in texts for word in ("Prune", "Pin", "Merge"))
+    with qtbot.assert_not_emitted(view.prune_requested), qtbot.assert_not_emitted(view.pin_requested):
         for action in menu.actions():
             if action.isEnabled():
                 action.trigger()

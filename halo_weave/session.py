@@ -1,0 +1,455 @@
+"""One chat session: the turn rules as plain methods, Qt-free.
+
+The app's :class:`~halo_weave.app.TurnController` decides only *when* (threads, timers,
+signals) and calls these; the crash-safety test's writer (``tests/conversation_writer.py``)
+drives the same methods with a scripted backend, so SIGKILL lands in these saves.
+
+A turn, in order (DESIGN.md)::
+
+    pieces = session.tokenize(text)                  blocking: a thread in the app
+    session.resurrect_for(matches, len(pieces))      search results, within the budget
+    turn = session.add_user_message(ids, texts)      DB-first: saved before it is shown
+    session.fit_model_window()                       prompt + answer within the model
+    session.begin_answer(prefix)                     the assistant turn opens
+    for event in token_events(backend.stream(**session.generation_request()), backend):
+        session.receive(event)                       attention, append, save every 16
+    session.finish_turn(reason, rate)                save, queue indexing, prune
+
+The *backend* is any object with ``tokenize(text, add_special_tokens=False)`` →
+``[(id, piece)]``, ``stream(input_ids=…, **params)`` → iterable of
+:class:`~halo_weave.events.TokenEvent` (``.done`` afterwards), ``abort()``,
+``model_info()``, and optionally ``capabilities`` with ``attention`` (True, False, None =
+unknown until the first answer) and ``token_ids`` (False: events carry text only;
+:func:`token_events` tokenizes it).  :class:`~halo_weave.kobold_client.KoboldClient` is one.
+
+Errors of a save are handed to :attr:`report` (the app shows them and goes on; by
+default they are raised), so one failed save never skips the rest of the turn.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Protocol
+
+from .conversation import Chunk, Conversation, Framing, Turn
+from .core.chat_template import TemplateStrings, detect_template, system_text
+from .errors import AttentionError
+from .events import TokenEvent
+from .memory.resurrection import apply_plan
+from .memory.resurrection import budget as resurrection_budget
+from .settings import MAX_BRIGHTNESS, Settings
+from .storage.capture import AttentionRecorder, chunk_snapshot, generation_meta
+from .tools import notebook
+
+#: Where an answer ends (ChatML); the tool tag is added per request.
+STOP_SEQUENCES = ("<|im_end|>", "<|im_start|>")
+
+#: Streamed tokens written to the database per batch (no per-token commit).
+STREAM_SAVE_EVERY = 16
+
+
+class Indexer(Protocol):
+    """Where finished chunks go to be embedded (the app's queue runs it on a thread)."""
+
+    def queue_pending(self, conv: Conversation) -> None: ...
+
+    def queue(self, conv: Conversation, chunk_ids: list[int], label: str = "") -> None: ...
+
+
+def token_events(stream: Iterable[TokenEvent], backend) -> Iterator[TokenEvent]:
+    """The stream's events, each with a token id (blocking; the app's stream thread).
+
+    A server that streams text without ids (stock KoboldCPP) gets its pieces tokenized
+    here by ``backend``: the context needs ids.
+    """
+    for event in stream:
+        if event.token_id < 0:
+            for token_id, text in backend.tokenize(event.text, add_special_tokens=False):
+                yield TokenEvent(int(token_id), text, None)
+        else:
+            yield event
+
+
+def _raise(exc: BaseException, context: str) -> None:
+    raise exc
+
+
+@dataclass
+class TurnEnd:
+    """What :meth:`ChatSession.finish_turn` did (the app announces it)."""
+
+    reason: str
+    turn: Turn | None
+    pruned: list[Chunk] = field(default_factory=list)
+    attention_changed: bool = False
+
+
+class ChatSession:
+    """A conversation, its file and its model server, and every rule of a turn."""
+
+    def __init__(self, settings: Settings | None = None, *, report: Callable[[BaseException, str], None] = _raise):
+        self.settings = settings or Settings()
+        #: Called with (exception, what was being done) when a save or a step fails.
+        self.report = report
+        self.conv: Conversation | None = None
+        self.store = None
+        self.index = None  # the semantic index, when there is one
+        self.indexer: Indexer | None = None
+        self.backend = None
+        self.model_info = None
+        self.framing: Framing | None = None
+        #: False once a server answered without attention: prune oldest first then.
+        self.attention_available = True
+        self.last_resurrected = 0
+        self.tokens_per_s = 0.0
+        self.last_finish_reason = ""
+        #: Tokens of the open answer (all rounds), and when it started streaming.
+        self.streamed = 0
+        self._started = 0.0
+        self._attention_seen = False
+        self._attention_errors = 0
+        self._stop_ids: set[int] = set()
+        self.round = 0
+        self.recorder: AttentionRecorder | None = None
+        self._record_seconds = 0.0
+
+    # ------------------------------------------------------------------ set-up
+    def open(self, store) -> Conversation:
+        """Rehydrate the conversation of ``store`` (an open :class:`~halo_weave.store.ConversationStore`)."""
+        return self.adopt(store.load(self.settings, self.framing or Framing.none()), store)
+
+    def adopt(self, conv: Conversation, store=None) -> Conversation:
+        """Run turns on ``conv``, saved to ``store`` (None: in memory only, e.g. a benchmark)."""
+        if self.framing is not None:
+            conv.framing = self.framing
+        self.store, self.conv, self.index = store, conv, None
+        self.last_resurrected = 0
+        return conv
+
+    def connect(self, backend, info, framing: Framing) -> bool | None:
+        """Adopt a connected server: its model info and the chat-template framing.
+
+        Returns whether it streams attention: True or False when it says so (its
+        ``capabilities``, or ``supports_attention`` declared), None when only its events
+        will tell (the original fork declares nothing).
+        """
+        self.backend, self.model_info, self.framing = backend, info, framing
+        # The answer's end token is dropped when streamed; only a control token (empty piece,
+        # or the template's stop text itself): a Llama 3 suffix split by the bundled tokenizer
+        # starts with "<", which the model may well write.
+        stops = self.template.stops
+        self._stop_ids = {ids[0] for ids, texts in [framing.suffix.get("assistant", ([], []))]
+                          if ids and (texts[0] == "" or texts[0] in stops)}
+        if self.conv is not None:
+            self.conv.framing = framing
+        declared = getattr(getattr(backend, "capabilities", None), "attention", None)
+        if declared is None and getattr(info, "supports_attention", False):
+            declared = True
+        if declared is not None:
+            self.attention_available = bool(declared)
+        return declared
+
+    @property
+    def template(self) -> TemplateStrings:
+        """The chat template in use: the one the connection framed with (the server's own
+        or the conversation's choice), else what the model info and the choice give."""
+        return getattr(self.backend, "template", None) or detect_template(
+            getattr(self.model_info, "chat_template", None), self.template_choice())
+
+    def template_choice(self) -> str:
+        """The conversation's saved template choice, else the settings' (``"auto"``)."""
+        saved = None
+        if self.store is not None:
+            try:
+                saved = self.store.get_meta("chat_template")
+            except Exception:  # noqa: BLE001 - an unreadable meta row falls back to settings
+                saved = None
+        return saved or self.settings.chat_template
+
+    @property
+    def max_context(self) -> int:
+        """The model's context size in tokens (0 when unknown)."""
+        return int(getattr(self.model_info, "max_context", 0) or 0)
+
+    # ------------------------------------------------------------------ system prompt
+    def system_prompt_text(self) -> str | None:
+        """The framed system text to tokenize, or None when the conversation has it already."""
+        conv, prompt, template = self.conv, self.settings.system_prompt, self.template
+        same_template = getattr(conv, "system_template", template.name) == template.name
+        if conv.system_prompt == prompt and same_template and (len(conv.system_ids) > 0 or not prompt.strip()):
+            return None
+        return system_text(prompt, template)
+
+    def set_system_prompt(self, prompt: str, pieces: list[tuple[int, str]]) -> None:
+        """Adopt ``prompt`` tokenized (the text of :meth:`system_prompt_text`) and save it."""
+        conv = self.conv
+        conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
+        conv.system_template = self.template.name
+        self._save(lambda: self.store.save_system_prompt(conv), "Saving the system prompt")
+
+    # ------------------------------------------------------------------ the user's half
+    def tokenize(self, text: str) -> list[tuple[int, str]]:
+        """The backend's tokens of ``text`` (blocking)."""
+        return self.backend.tokenize(text, add_special_tokens=False) if text else []
+
+    def can_resurrect(self) -> bool:
+        """Whether a search for the next message could bring anything back."""
+        index = self.index
+        return bool(index is not None and index.available and index.entry_count > 0 and self.conv.graveyard())
+
+    def resurrection_budget(self, user_tokens: int) -> int:
+        """Seed 001's universal equation: room left after the message and the answer."""
+        s = self.settings
+        return resurrection_budget(self.conv, user_tokens, self.max_context, s.max_new_tokens, s.resurrection_budget_cap)
+
+    def resurrect_for(self, index, matches, user_tokens: int) -> list[Chunk]:
+        """Bring back what the search for the message found, within the budget.
+
+        ``index`` is the index the search ran on: results for one closed since are dropped.
+        Returns the content chunks resurrected.
+        """
+        self.last_resurrected = 0
+        if index is not self.index or self.store is None or not matches:
+            return []
+        conv = self.conv
+        try:
+            plan = index.plan(conv, matches, self.resurrection_budget(user_tokens))
+            result = apply_plan(conv, plan, index.conn, self.settings.resurrection_brightness, self.store)
+        except Exception as err:  # noqa: BLE001
+            self.report(err, "Resurrecting from memory")
+            return []
+        resurrected = [c for c in result.revived if not c.framing]
+        self.last_resurrected = len(resurrected)
+        return resurrected
+
+    def add_user_message(self, ids: list[int], texts: list[str]) -> Turn:
+        """Add the user's turn and save it before anything shows it (DB-first).
+
+        Raises when the save fails: not on disk, so not shown and not answered.
+        """
+        conv = self.conv
+        turn = conv.add_turn("user", ids, texts)
+        if self.store is not None:
+            self.store.save_turn(conv, turn)
+        if self.indexer is not None:
+            self.indexer.queue(conv, [c.id for c in conv.content_chunks(turn.turn_id)])
+        return turn
+
+    def fit_model_window(self) -> list[Chunk]:
+        """Never send more than the model can read: prompt + answer within its context."""
+        if self.max_context <= 0:
+            return []
+        frame = sum(len(ids) for ids, _ in [self.framing.prefix.get("assistant", ([], []))]) if self.framing else 0
+        limit = self.max_context - self.settings.max_new_tokens - frame
+        if self.conv.live_token_count() > limit > 0:
+            return self.prune(limit)
+        return []
+
+    # ------------------------------------------------------------------ the answer
+    def begin_answer(self, prefix: Iterable[tuple[int, str]] = ()) -> None:
+        """Open the assistant turn; ``prefix`` (a prefill) is put at its start."""
+        self.conv.begin_turn("assistant")
+        self.streamed = 0
+        self._started = time.monotonic()
+        self._attention_seen = False
+        self._attention_errors = 0
+        self.round = 0
+        for token_id, piece in prefix:
+            self.conv.append_token(int(token_id), piece)
+            self.streamed += 1
+
+    def generation_request(self) -> dict:
+        """The next round's request: the live context and the sampler settings."""
+        self.round += 1
+        s = self.settings
+        return dict(
+            input_ids=[int(i) for i in self.conv.live_input_ids()],
+            max_length=s.max_new_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            rep_pen=s.rep_pen,
+            sampler_seed=s.sampler_seed,
+            stop_sequence=[*(self.template.stops or STOP_SEQUENCES), notebook.STOP_SEQUENCE],
+            output_attentions=True,
+            attention_format=s.attention_format,
+            request_id=uuid.uuid4().hex,
+        )
+
+    def receive(self, event: TokenEvent) -> bool:
+        """One streamed token: brightness moves, then the token joins; False if dropped.
+
+        The attention covers the context as it was when this token was produced, so it
+        is applied before the token is appended, and not kept afterwards.
+        """
+        conv = self.conv
+        if conv is None or conv.open_turn is None or event.token_id in self._stop_ids:
+            return False
+        attention = event.attention
+        if attention is not None:
+            self._attention_seen = True
+            try:
+                conv.apply_attention(attention)
+            except AttentionError as exc:
+                self._attention_errors += 1
+                if self._attention_errors == 1:
+                    self.report(exc, "Brightness update")
+        if self.recorder is not None and self.recorder.recording:
+            self._record(event.token_id, event.text, attention)
+        conv.append_token(event.token_id, event.text)
+        self.streamed += 1
+        if self.streamed % STREAM_SAVE_EVERY == 0:
+            self._save(lambda: self.store.save_stream_progress(conv), "Saving the answer")
+        return True
+
+    def finish_turn(self, reason: str, rate: float | None = None) -> TurnEnd:
+        """Close the answer: save it and its brightness, queue indexing, prune, save."""
+        conv = self.conv
+        elapsed = max(time.monotonic() - self._started, 1e-6)
+        self.tokens_per_s = float(rate) if rate else self.streamed / elapsed
+        self.last_finish_reason = reason
+        if conv is None or conv.open_turn is None:
+            return TurnEnd(reason, None)
+        turn = conv.end_turn()
+        before = self.attention_available
+        if self.streamed and not self._attention_seen and self.attention_available:
+            self.attention_available = False
+        elif self._attention_seen and not self.attention_available:
+            self.attention_available = True
+        self._save(lambda: self.store.save_turn(conv, turn), "Saving the answer")
+        self._save(lambda: self.store.save_brightness(conv), "Saving brightness")
+        if self.indexer is not None:
+            self.indexer.queue_pending(conv)  # the answer, and the question whose context now has it
+        pruned = self.prune()
+        return TurnEnd(reason, turn, pruned, self.attention_available != before)
+
+    def prune(self, limit: int | None = None) -> list[Chunk]:
+        """Prune to ``limit`` (default: the max-context setting, with hysteresis) and save.
+
+        Never the exchange the user just read.  Without attention brightness says
+        nothing about relevance, so the oldest chunks go first.
+        """
+        conv = self.conv
+        pruned = conv.prune_to_fit(limit, by_age=not self.attention_available, keep_latest_exchange=True)
+        if pruned:
+            self._save(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")
+        return pruned
+
+    def close_open_turn(self) -> None:
+        """Quitting mid-answer keeps the partial answer."""
+        conv, store = self.conv, self.store
+        if conv is not None and store is not None and conv.open_turn is not None:
+            turn = conv.end_turn()
+            self._save(lambda: store.save_turn(conv, turn), "Saving the answer")
+
+    # ------------------------------------------------------------------ tool rounds
+    def answer_text(self) -> str:
+        conv = self.conv
+        return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(conv.open_turn.turn_id))
+
+    def answer_has_tool_call(self) -> bool:
+        conv = self.conv
+        return conv is not None and conv.open_turn is not None and notebook.OPEN_TAG in self.answer_text()
+
+    def apply_tool_step(self, step, prefix, result) -> bool:
+        """Append a tool step's tokens, save changed notes and the answer; True if notes changed."""
+        conv, store = self.conv, self.store
+        for token_id, piece in prefix:
+            conv.append_token(int(token_id), piece)
+        for token_id, piece in result:
+            conv.append_token(int(token_id), piece, tool_result=True)
+        self.streamed += len(prefix) + len(result)
+        notes_saved = step.new_notes is not None and self._save(
+            lambda: store.save_tool_data(notebook.NOTES_NAME, step.new_notes), "Saving notes")
+        self._save(lambda: store.save_stream_progress(conv), "Saving the answer")
+        return notes_saved
+
+    # ------------------------------------------------------------------ the user's levers
+    def resurrect_chunk(self, chunk_id: int, *, pin: bool = True) -> list[Chunk]:
+        """Graveyard click: bring a chunk back with its anchors, at 10000 (pinned)."""
+        conv = self.conv
+        changed = conv.resurrect([chunk_id], brightness=MAX_BRIGHTNESS, pin=pin)
+        self._persist(lambda store: store.save_chunks(conv, changed + [conv.chunks[chunk_id]]))
+        return changed
+
+    def pin(self, chunk_id: int, pinned: bool = True) -> None:
+        """Pin (brightness 10000, never pruned) or unpin a chunk."""
+        conv = self.conv
+        chunk = conv.pin(chunk_id, pinned)
+        self._persist(lambda store: store.save_chunks(conv, [chunk]))
+
+    def merge_with_next(self, chunk_id: int) -> None:
+        """Merge a chunk with the next chunk of its turn (re-indexed as one)."""
+        conv = self.conv
+        kept, absorbed = conv.merge_with_next(chunk_id)
+        self._persist(lambda store: store.save_merge(conv, kept, absorbed), brightness=False)
+        if self.indexer is not None:
+            self.indexer.queue_pending(conv)  # re-embeds the merged chunk, drops the absorbed entry
+        self._persist(lambda store: None)
+
+    def prune_chunk(self, chunk_id: int) -> list[Chunk]:
+        """Prune a chunk by hand (it goes to the graveyard)."""
+        conv = self.conv
+        pruned = conv.delete_chunk(chunk_id)
+        self._persist(lambda store: store.save_chunks(conv, list(pruned)))
+        return pruned
+
+    # ------------------------------------------------------------------ attention capture
+    def start_capture(self, capture_dir, params: dict, path: Any = None) -> None:
+        """Record this round's attention when "Record attention" is on."""
+        if not self.settings.record_attention:
+            return
+        if self.recorder is None or self.recorder.capture_dir != capture_dir:
+            self.recorder = AttentionRecorder(capture_dir)
+        sampler = {k: params[k] for k in ("temperature", "top_p", "top_k", "rep_pen", "sampler_seed")}
+        meta = dict(model=str(getattr(self.model_info, "name", "")), conversation_file=str(path or ""),
+                    round=self.round, sampler=sampler)
+        self._record_seconds = 0.0
+        self._save(lambda: self.recorder.start(generation_meta(self.conv, **meta)),
+                   "Starting the attention recording")
+
+    def _record(self, token_id: int, text: str, attention) -> None:
+        # Views of the live columns: record() writes them out before it returns.
+        table = self.conv.table
+        started = time.perf_counter()
+        try:
+            self.recorder.record(token_id, text, table.position, attention, table.brightness,
+                                 chunk_ids=table.chunk_id)
+        except Exception as exc:  # noqa: BLE001 - a full disk stops the recording, not the answer
+            self.finish_capture("recording failed")
+            self.report(exc, "Recording attention")
+        self._record_seconds += time.perf_counter() - started
+
+    def finish_capture(self, reason: str):
+        """End the recording (if any); the capture folder, or None."""
+        recorder = self.recorder
+        if recorder is None or not recorder.recording:
+            return None
+        per_token = self._record_seconds / recorder.tokens * 1000 if recorder.tokens else 0.0
+        stats = {"finish_reason": reason, "record_ms_per_token": round(per_token, 4),
+                 "chunks": chunk_snapshot(self.conv)}
+        try:
+            return recorder.finish(stats)
+        except Exception as exc:  # noqa: BLE001
+            self.report(exc, "Finishing the attention recording")
+            return None
+
+    # ------------------------------------------------------------------ plumbing
+    def _persist(self, save: Callable[[Any], None], brightness: bool = True) -> None:
+        """A lever's save, then brightness (a lever's errors go to its caller)."""
+        if self.store is not None:
+            save(self.store)
+            if brightness:
+                self.store.save_brightness(self.conv)
+
+    def _save(self, action: Callable[[], Any], context: str) -> bool:
+        if self.store is None:
+            return True
+        try:
+            action()
+        except Exception as exc:  # noqa: BLE001 - reported; the turn goes on
+            self.report(exc, context)
+            return False
+        return True
