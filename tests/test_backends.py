@@ -271,3 +271,54 @@ def test_probe_command_prints_one_json_line_and_exits_by_usability(kobold, llama
     assert probe_main("http://127.0.0.1:9") == 1
     nothing = json.loads(capsys.readouterr().out)
     assert nothing["usable"] is False and "no server answers" in nothing["problem"]
+
+
+class _ForkLike:
+    """The patched KoboldCPP fork's probe answers (PROTOCOL.md): tokenize with pieces, no
+    ``supports_attention`` declared, a KoboldCpp version."""
+
+    def __init__(self, tok) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _json(self, data, status=200) -> None:
+                body = json.dumps(data).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                answers = {"/api/v1/model": {"result": "koboldcpp/SmolLM2", "max_context_length": 4096},
+                           "/api/extra/version": {"result": "KoboldCpp", "version": "1.76"}}
+                self._json(answers.get(self.path, {"detail": "not found"}), 200 if self.path in answers else 404)
+
+            def do_POST(self) -> None:
+                text = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}").get("text", "")
+                if self.path == "/api/v1/tokenize":
+                    self._json({"tokens": [{"token_id": i, "text": p} for i, p in tok.tokenize(text)]})
+                else:
+                    self._json({"detail": "not found"}, 404)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+def test_the_attention_fork_is_told_apart_from_stock_koboldcpp_by_its_endpoints(tok):
+    fork = _ForkLike(tok)
+    try:
+        result = probe(fork.url)
+        with connect(fork.url) as backend:
+            line = status_line(backend, backend.model_info())
+    finally:
+        fork.httpd.shutdown()
+        fork.httpd.server_close()
+    # Same version string as stock 1.76: only its tokenize endpoint tells them apart.
+    assert result.kind == "koboldcpp-fork" and result.version == "1.76"
+    assert result.attention is None and result.token_ids and result.exact_tokens
+    assert line == "KoboldCPP (attention fork) 1.76 · attention unknown · 4096 ctx · SmolLM2"
