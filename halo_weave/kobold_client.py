@@ -192,7 +192,9 @@ class KoboldClient:
 class GenerationStream:
     """Iterable of :class:`TokenEvent`; afterwards ``done`` holds the :class:`DoneEvent`.
 
-    ``text`` and ``tokens`` grow as events arrive.  Iterate once.  ``abort()`` (any
+    ``text`` and ``tokens`` grow as events arrive; ``tokens`` keeps each event's id and text
+    but not its attention (the consumer applies each vector and drops it: at 30k context
+    200 vectors are ~24 MB).  Iterate once.  ``abort()`` (any
     thread) asks the server to stop after the current token; the stream then ends with
     ``done.finish_reason == "abort"``.
     """
@@ -306,7 +308,7 @@ class GenerationStream:
         self._t_first = self._t_first or now
         self._t_last = now
         self.stats.token_events += 1
-        self.tokens.append(event)
+        self.tokens.append(TokenEvent(event.token_id, event.text, None))
         self.text += event.text
         return event
 

@@ -58,12 +58,13 @@ import numpy as np
 from .conversation import Conversation
 from .errors import EmbedderUnavailable, SnapshotInvalid
 from .memory.embedder import Embedder
+from .memory.resurrection import Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan
 from .memory.resurrection import budget as resurrection_budget
-from .memory.resurrection import (Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan,
-                           transaction)
-from .settings import Settings
 from .memory.turn_pair import context_parts, context_pieces, fit_context, signature_hash, text_hash
 from .memory.vector_matrix import SearchTuning, VectorMatrix, one_blas_thread
+from .settings import Settings
+from .storage import index_tables as tables
+from .storage.sql import transaction
 
 __all__ = ["Embedder", "EmbedderUnavailable", "EntryDraft", "Match", "ResurrectionPlan",
            "ResurrectionResult", "SearchTuning", "SemanticIndex"]
@@ -161,9 +162,7 @@ class SemanticIndex:
 
     def _load_table(self) -> None:
         name, dim = self.embedder.name, self.embedder.dim
-        rows = self.conn.execute(
-            "SELECT chunk_id, role, context_hash, model, dim, embedding FROM semantic_entries"
-        ).fetchall()
+        rows = tables.entries(self.conn)
         good = [r for r in rows if r[3] == name and r[4] == dim and r[5] is not None
                 and len(r[5]) == 4 * dim]
         n = len(good)
@@ -197,35 +196,25 @@ class SemanticIndex:
         return True
 
     def _change_log(self) -> tuple[str, int, int] | None:
-        """``(uid, seq, count)`` of the store's change log; None for a file without one."""
-        try:
-            return self.conn.execute("SELECT uid, seq, count FROM semantic_state").fetchone()
-        except sqlite3.OperationalError:
-            return None
+        return tables.change_log(self.conn)
 
     def _changes_since(self, seq: int) -> list[int]:
-        return [r[0] for r in self.conn.execute(
-            "SELECT chunk_id FROM semantic_changes WHERE seq > ?", (seq,))]
+        return tables.changes_since(self.conn, seq)
 
     def _refresh(self, chunk_ids: Sequence[int]) -> None:
         """Re-read the given entries from the table (gone, other model, or new vector)."""
         name, dim = self.embedder.name, self.embedder.dim
         vm = self._vectors
         found = set()
-        for start in range(0, len(chunk_ids), 900):
-            batch = list(chunk_ids[start:start + 900])
-            marks = ",".join("?" * len(batch))
-            for chunk_id, role, digest, model, vdim, blob in self.conn.execute(
-                    "SELECT chunk_id, role, context_hash, model, dim, embedding "
-                    f"FROM semantic_entries WHERE chunk_id IN ({marks})", batch):
-                found.add(chunk_id)
-                if model == name and vdim == dim and blob is not None and len(blob) == 4 * dim:
-                    vm.put_many([chunk_id], [role == "user"], np.frombuffer(blob, "<f4"),
-                                [digest.split(":")[0]])
-                    self._stale.discard(chunk_id)
-                else:
-                    vm.drop(chunk_id)
-                    self._stale.add(chunk_id)
+        for chunk_id, role, digest, model, vdim, blob in tables.entries_of(self.conn, chunk_ids):
+            found.add(chunk_id)
+            if model == name and vdim == dim and blob is not None and len(blob) == 4 * dim:
+                vm.put_many([chunk_id], [role == "user"], np.frombuffer(blob, "<f4"),
+                            [digest.split(":")[0]])
+                self._stale.discard(chunk_id)
+            else:
+                vm.drop(chunk_id)
+                self._stale.add(chunk_id)
         for chunk_id in set(chunk_ids) - found:
             vm.drop(chunk_id)
             self._stale.discard(chunk_id)
@@ -314,18 +303,7 @@ class SemanticIndex:
                  d.context_hash, d.vector.astype("<f4").tobytes(), name, dim, now) for d in drafts]
         with self._lock:
             with transaction(self.conn):
-                self.conn.executemany(
-                    """INSERT INTO semantic_entries (chunk_id, turn_id, sentence_id, role, text,
-                           token_count, context_hash, embedding, model, dim, updated_at)
-                       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                       ON CONFLICT(chunk_id) DO UPDATE SET turn_id = excluded.turn_id,
-                           sentence_id = excluded.sentence_id, role = excluded.role,
-                           text = excluded.text, token_count = excluded.token_count,
-                           context_hash = excluded.context_hash, embedding = excluded.embedding,
-                           model = excluded.model, dim = excluded.dim,
-                           updated_at = excluded.updated_at""",
-                    rows,
-                )
+                tables.upsert(self.conn, rows)
             if self._vectors.dim != dim:  # only reached before any vector of this model
                 self._reset(dim)
             if drafts:
@@ -342,8 +320,7 @@ class SemanticIndex:
             return
         with self._lock:
             with transaction(self.conn):
-                self.conn.executemany("DELETE FROM semantic_entries WHERE chunk_id = ?",
-                                      [(c,) for c in chunk_ids])
+                tables.delete(self.conn, chunk_ids)
             for chunk_id in chunk_ids:
                 self._vectors.drop(chunk_id)
                 self._stale.discard(chunk_id)
@@ -428,7 +405,7 @@ class SemanticIndex:
             ids = vm.ids[top] if rows is None else vm.ids[rows[top]]
             found = {int(c): (float(similarity[i]), float(score[i]),
                               float(bm25[i]) if s.hybrid_search else None) for c, i in zip(ids, top)}
-            meta = self._meta(list(found))
+            meta = tables.meta(self.conn, list(found))
         return [Match(cid, *meta[cid], *found[cid]) for cid in found if cid in meta]
 
     def _bm25(self, text: str, limit: int) -> dict[int, float]:
@@ -443,32 +420,16 @@ class SemanticIndex:
         terms = self._rare_terms(terms) if terms else terms
         if not terms:
             return {}
-        query = " OR ".join(f'"{t}"' for t in terms)
-        rows = self.conn.execute(
-            "SELECT rowid, -bm25(semantic_fts) FROM semantic_fts WHERE semantic_fts MATCH ? "
-            "ORDER BY rank LIMIT ?", (query, limit)).fetchall()
-        return {int(r[0]): max(float(r[1]), 0.0) for r in rows}
+        return tables.bm25(self.conn, " OR ".join(f'"{t}"' for t in terms), limit)
 
     def _rare_terms(self, terms: list[str]) -> list[str]:
-        self.conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.semantic_vocab "
-                          "USING fts5vocab(main, semantic_fts, row)")
         cap = max(RARE_TERM_MIN, RARE_TERM_SHARE * self._vectors.n)
         kept = []
-        for term in terms:  # one seek per term: "term IN (...)" scans the whole vocabulary
-            row = self.conn.execute("SELECT doc FROM temp.semantic_vocab WHERE term = ?",
-                                    (term,)).fetchone()
-            if row is None or row[0] <= cap:  # unknown form (accents): let FTS decide
+        for term in terms:
+            docs = tables.term_documents(self.conn, term)
+            if docs is None or docs <= cap:  # unknown form (accents): let FTS decide
                 kept.append(term)
         return kept
-
-    def _meta(self, chunk_ids: list[int]) -> dict[int, tuple]:
-        if not chunk_ids:
-            return {}
-        marks = ",".join("?" * len(chunk_ids))
-        rows = self.conn.execute(
-            f"SELECT chunk_id, turn_id, sentence_id, role, text, token_count, reference_count "
-            f"FROM semantic_entries WHERE chunk_id IN ({marks})", chunk_ids).fetchall()
-        return {r[0]: tuple(r[1:]) for r in rows}
 
     # ------------------------------------------------------------------ resurrection
     def plan(self, conv: Conversation, matches: Sequence[Match], budget: int) -> ResurrectionPlan:
@@ -496,7 +457,5 @@ class SemanticIndex:
 
 def _default_snapshot(conn: sqlite3.Connection) -> Path | None:
     """``<database file>.vectors``; None for an in-memory or temporary database."""
-    for _, name, file in conn.execute("PRAGMA database_list"):
-        if name == "main":
-            return Path(file + SNAPSHOT_SUFFIX) if file else None
-    return None
+    file = tables.database_file(conn)
+    return Path(file + SNAPSHOT_SUFFIX) if file else None

@@ -224,13 +224,13 @@ class ChatSession:
         self.last_resurrected = len(resurrected)
         return resurrected
 
-    def add_user_message(self, ids: list[int], texts: list[str]) -> Turn:
+    def add_user_message(self, ids: list[int], texts: list[str], created_at: float | None = None) -> Turn:
         """Add the user's turn and save it before anything shows it (DB-first).
 
         Raises when the save fails: not on disk, so not shown and not answered.
         """
         conv = self.conv
-        turn = conv.add_turn("user", ids, texts)
+        turn = conv.add_turn("user", ids, texts, created_at)
         if self.store is not None:
             self.store.save_turn(conv, turn)
         if self.indexer is not None:
@@ -248,9 +248,14 @@ class ChatSession:
         return []
 
     # ------------------------------------------------------------------ the answer
-    def begin_answer(self, prefix: Iterable[tuple[int, str]] = ()) -> None:
-        """Open the assistant turn; ``prefix`` (a prefill) is put at its start."""
-        self.conv.begin_turn("assistant")
+    def begin_answer(self, prefix: Iterable[tuple[int, str]] = (), *, role: str = "assistant",
+                     created_at: float | None = None) -> None:
+        """Open the assistant turn; ``prefix`` (a prefill) is put at its start.
+
+        ``role="user"``: a turn whose tokens stream in like an answer (the memory
+        benchmark scores user turns by their prefill attention that way).
+        """
+        self.conv.begin_turn(role, created_at)
         self.streamed = 0
         self._started = time.monotonic()
         self._attention_seen = False
@@ -304,8 +309,11 @@ class ChatSession:
             self._save(lambda: self.store.save_stream_progress(conv), "Saving the answer")
         return True
 
-    def finish_turn(self, reason: str, rate: float | None = None) -> TurnEnd:
-        """Close the answer: save it and its brightness, queue indexing, prune, save."""
+    def finish_turn(self, reason: str, rate: float | None = None, *, prune: bool = True) -> TurnEnd:
+        """Close the answer: save it and its brightness, queue indexing, prune, save.
+
+        ``prune=False``: the exchange goes on (a turn the benchmark streams mid-exchange).
+        """
         conv = self.conv
         elapsed = max(time.monotonic() - self._started, 1e-6)
         self.tokens_per_s = float(rate) if rate else self.streamed / elapsed
@@ -322,7 +330,7 @@ class ChatSession:
         self._save(lambda: self.store.save_brightness(conv), "Saving brightness")
         if self.indexer is not None:
             self.indexer.queue_pending(conv)  # the answer, and the question whose context now has it
-        pruned = self.prune()
+        pruned = self.prune() if prune else []
         return TurnEnd(reason, turn, pruned, self.attention_available != before)
 
     def prune(self, limit: int | None = None) -> list[Chunk]:

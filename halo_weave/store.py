@@ -27,12 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
-import secrets
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -42,9 +39,17 @@ from sqlite_utils import Database
 from .errors import StoreCorrupt, StoreError, StoreForeign, StoreMissing, StoreRefused, StoreTooNew  # noqa: F401
 from .conversation import Chunk, ChunkTokens, Conversation, Framing, Turn
 from .settings import Settings
+from .storage.files import (  # noqa: F401 - the conversation list, importable from here too
+    CONVERSATIONS_FOLDER,
+    SUFFIX,
+    ConversationSummary,
+    conversations_dir,
+    inspect,
+    list_conversations,
+    new_conversation_path,
+)
+from .storage.sql import batches, transaction
 from .storage.schema import (
-    KNOWN_MIGRATIONS,
-    MIGRATION_SET,
     migrations,
     pack_brightness,
     pack_tokens,
@@ -52,27 +57,11 @@ from .storage.schema import (
     unpack_tokens,
 )
 
-#: Conversation files live in ``<data dir>/conversations`` with this suffix.
-CONVERSATIONS_FOLDER = "conversations"
-SUFFIX = ".halo.db"
-_SQLITE_HEADER = b"SQLite format 3\x00"
 _COUNTERS = ("next_position", "next_turn_id", "next_chunk_id")
 _CHUNK_COLUMNS = (
     "id, turn_id, sentence_id, role, start, token_count, live, pinned, "
     "brightness_at_deletion, tool_result"
 )
-
-
-@dataclass(frozen=True)
-class ConversationSummary:
-    """What the conversation list shows about one file (``error`` when it cannot open)."""
-
-    path: Path
-    title: str
-    updated_at: float
-    turn_count: int
-    token_count: int
-    error: str | None = None
 
 
 class ConversationStore:
@@ -85,7 +74,6 @@ class ConversationStore:
         #: Serialises transactions when the connection is shared with a worker thread.
         self.lock = threading.RLock()
         self._streamed: dict[int, int] = {}  # chunk id -> tokens written while streaming
-        self._depth = 0  # open transaction() blocks (nested ones are savepoints)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -98,7 +86,7 @@ class ConversationStore:
                 raise StoreMissing(f"There is no conversation at {path}.")
             path.parent.mkdir(parents=True, exist_ok=True)
         else:
-            _inspect(path)
+            inspect(path)
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
             conn.execute("PRAGMA busy_timeout = 5000")
@@ -126,44 +114,17 @@ class ConversationStore:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back on any exception).
+        """One transaction on this file (:func:`halo_weave.storage.sql.transaction`).
 
-        Re-entrant: inside an open transaction of this store (same thread) it opens a
-        savepoint instead, so every ``save_*`` call can be part of a larger transaction::
+        Re-entrant: inside an open one it is a savepoint, so every ``save_*`` call can be
+        part of a larger transaction::
 
             with store.transaction() as db:       # one commit for both
-                store.save_chunks(conv, revived)
+                store.save_chunks(conv, resurrected)
                 db.executemany(...)
-
-        An exception leaving a nested block rolls back that block; leaving the outer
-        block, everything.
         """
-        with self.lock:
-            if self._depth:
-                name = f"halo_{self._depth}"
-                self.conn.execute(f"SAVEPOINT {name}")
-                self._depth += 1
-                try:
-                    yield self.conn
-                except BaseException:
-                    self.conn.execute(f"ROLLBACK TO {name}")
-                    self.conn.execute(f"RELEASE {name}")
-                    raise
-                finally:
-                    self._depth -= 1
-                self.conn.execute(f"RELEASE {name}")
-                return
-            self.conn.execute("BEGIN IMMEDIATE")
-            self._depth = 1
-            try:
-                yield self.conn
-                self.conn.execute("COMMIT")
-            except BaseException:
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                raise
-            finally:
-                self._depth = 0
+        with self.lock, transaction(self.conn) as conn:
+            yield conn
 
     # ------------------------------------------------------------------ meta & tools
     def get_meta(self, key: str, default: Any = None) -> Any:
@@ -310,7 +271,7 @@ class ConversationStore:
     def load_chunk_tokens(self, chunk_ids: Sequence[int]) -> dict[int, ChunkTokens]:
         """Tokens of the given chunks (the conversation's ``chunk_loader``)."""
         found = {}
-        for batch in _batches(list(chunk_ids)):
+        for batch in batches(list(chunk_ids)):
             marks = ",".join("?" * len(batch))
             for chunk_id, *blobs in self.conn.execute(
                 "SELECT chunk_id, token_ids, brightness, text, text_lengths "
@@ -325,7 +286,7 @@ class ConversationStore:
     def chunk_texts(self, chunk_ids: Sequence[int]) -> dict[int, str]:
         """Plain text of the given chunks (graveyard previews, indexing)."""
         found = {}
-        for batch in _batches(list(chunk_ids)):
+        for batch in batches(list(chunk_ids)):
             marks = ",".join("?" * len(batch))
             found.update(self.conn.execute(
                 f"SELECT chunk_id, text FROM chunk_tokens WHERE chunk_id IN ({marks})", batch
@@ -441,113 +402,3 @@ class ConversationStore:
 def _chunk_row(c: Chunk) -> tuple:
     return (c.id, c.turn_id, c.sentence_id, c.role, c.start, c.token_count, int(c.live),
             int(c.pinned), c.brightness_at_deletion, int(c.tool_result))
-
-
-def _batches(items: list, size: int = 900) -> Iterator[list]:
-    for i in range(0, len(items), size):
-        yield items[i : i + size]
-
-
-# ---------------------------------------------------------------------- inspection
-def _readonly(path: Path) -> sqlite3.Connection:
-    """A connection that cannot change the file (nor leave -wal/-shm files behind).
-
-    ``immutable`` skips locking and the WAL, so it is used only when there is no WAL
-    content to read; otherwise the -wal and -shm files exist already and ``mode=ro``
-    reads through them.
-    """
-    wal = path.with_name(path.name + "-wal")
-    mode = "mode=ro" if wal.exists() and wal.stat().st_size > 0 else "immutable=1"
-    return sqlite3.connect(f"{path.resolve().as_uri()}?{mode}", uri=True, isolation_level=None)
-
-
-def _inspect(path: Path) -> None:
-    """Raise :class:`StoreRefused` unless ``path`` is a sound conversation we can open."""
-    with open(path, "rb") as f:
-        header = f.read(len(_SQLITE_HEADER))
-    if header != _SQLITE_HEADER:
-        raise StoreCorrupt(f"{path.name} is not a Halo Weave conversation (not an SQLite database).")
-    try:
-        conn = _readonly(path)
-    except sqlite3.Error as exc:
-        raise StoreCorrupt(f"{path.name} cannot be read: {exc}.") from exc
-    try:
-        result = [r[0] for r in conn.execute("PRAGMA integrity_check")]
-        if result != ["ok"]:
-            raise StoreCorrupt(
-                f"{path.name} is damaged (integrity check: {'; '.join(result[:3])}). "
-                "It was left untouched; restore it from a backup or an export."
-            )
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if not tables:
-            return  # an empty database: ours to initialise
-        if "_sqlite_migrations" not in tables:
-            raise StoreForeign(f"{path.name} is an SQLite database but not a Halo Weave conversation.")
-        applied = [r[0] for r in conn.execute(
-            "SELECT name FROM _sqlite_migrations WHERE migration_set = ? ORDER BY rowid", (MIGRATION_SET,)
-        )]
-        if not applied:
-            raise StoreForeign(f"{path.name} is an SQLite database but not a Halo Weave conversation.")
-        unknown = [name for name in applied if name not in KNOWN_MIGRATIONS]
-        if unknown:
-            raise StoreTooNew(
-                f"{path.name} was written by a newer version of Halo Weave (schema {unknown[-1]}). "
-                "Update Halo Weave to open it; the file was left untouched."
-            )
-    except sqlite3.DatabaseError as exc:
-        raise StoreCorrupt(
-            f"{path.name} is damaged ({exc}). It was left untouched; restore it from a backup or an export."
-        ) from exc
-    finally:
-        conn.close()
-
-
-# ---------------------------------------------------------------------- the list
-def conversations_dir(data_dir: Path) -> Path:
-    """The folder holding the conversation files of a data directory."""
-    folder = Path(data_dir) / CONVERSATIONS_FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
-
-
-def new_conversation_path(data_dir: Path) -> Path:
-    """A fresh, unused file name for a new conversation."""
-    folder = conversations_dir(data_dir)
-    while True:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = folder / f"{stamp}-{secrets.token_hex(3)}{SUFFIX}"
-        if not path.exists():
-            return path
-
-
-def list_conversations(data_dir: Path) -> list[ConversationSummary]:
-    """Every conversation file, most recently updated first (read-only, no checks)."""
-    summaries = [_summary(p) for p in conversations_dir(data_dir).glob(f"*{SUFFIX}")]
-    summaries.sort(key=lambda s: s.updated_at, reverse=True)
-    return summaries
-
-
-TITLE_WORDS = 8
-
-
-def _summary(path: Path) -> ConversationSummary:
-    try:
-        conn = _readonly(path)
-        try:
-            updated = conn.execute("SELECT value FROM meta WHERE key = 'updated_at'").fetchone()
-            turns = conn.execute("SELECT COUNT(*) FROM turns").fetchone()[0]
-            tokens = conn.execute("SELECT COALESCE(SUM(token_count), 0) FROM chunks").fetchone()[0]
-            first = conn.execute(
-                "SELECT t.text FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id "
-                "WHERE c.role = 'user' AND c.sentence_id >= 0 ORDER BY c.start LIMIT 1"
-            ).fetchone()
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        return ConversationSummary(path, path.stem, path.stat().st_mtime, 0, 0, f"cannot be read: {exc}")
-    words = re.findall(r"\S+", first[0]) if first else []
-    title = " ".join(words[:TITLE_WORDS]) + (" …" if len(words) > TITLE_WORDS else "")
-    return ConversationSummary(
-        path, title or "New conversation",
-        json.loads(updated[0]) if updated else path.stat().st_mtime, turns, tokens,
-    )

@@ -8,7 +8,7 @@ functions (add_turn / begin_turn / append_token / apply_attention), no server.
 
 Figures (ms; *_cpu_* are process CPU time, robust to a busy machine, the rest wall):
   first_paint_ms          set_conversation() + the first synchronous paint of the view
-  token_p50_ms/_p95_ms    per generated token: append_streamed + refresh_brightness +
+  token_p50_ms/_p95_ms    per generated token: append_streamed (text and colours) +
                           flush (one frame) + the paint Qt then does (the widget's share),
                           with attention shaped like a real model's (sink, recency tail,
                           a few focus tokens): few tokens change colour per step
@@ -159,8 +159,7 @@ def _time_tokens(app, view, conv: Conversation, rng: np.random.Generator, tokens
         conv.apply_attention(attention(i, conv.live_token_count()))
         t1 = time.perf_counter()
         c1 = time.process_time()
-        view.append_streamed()
-        view.refresh_brightness()
+        view.append_streamed()  # the app's one call per token: text and colours, one frame
         view.flush()  # one frame: append text, request repaint of what changed
         app.processEvents()  # ...and Qt paints it
         t2 = time.perf_counter()

@@ -239,6 +239,9 @@ def test_fork_quirks_are_accepted(faulty):
     assert events[1].attention.shape == (4,)
     assert events[2].attention.shape == (6,)
     assert stream.done.total_tokens == 4 and stream.stats.attention_errors == 0
+    # The stream keeps ids and text, not the vectors its consumer applied (memory stays flat).
+    assert [e.text for e in stream.tokens] == ["Hi", " there", "😀"]
+    assert all(e.attention is None for e in stream.tokens)
 
 
 def test_stock_koboldcpp_events_have_no_attention(faulty):

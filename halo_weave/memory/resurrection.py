@@ -15,12 +15,13 @@ back to the graveyard in memory as well.
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Sequence
 
 from ..conversation import Chunk, Conversation
+from ..storage import index_tables
+from ..storage.sql import transaction
 
 
 @dataclass(frozen=True)
@@ -119,21 +120,6 @@ def make_plan(conv: Conversation, matches: Sequence[Match], budget: int) -> Resu
     return plan
 
 
-@contextlib.contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[None]:
-    """``BEGIN IMMEDIATE`` … ``COMMIT`` (rolled back on error); joins an open transaction."""
-    if conn.in_transaction:
-        yield
-        return
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
 def apply_plan(conv: Conversation, plan: ResurrectionPlan, conn: sqlite3.Connection,
                brightness: str | int, store=None) -> ResurrectionResult:
     """Resurrect the plan's chunks and persist it all in one transaction.
@@ -146,16 +132,16 @@ def apply_plan(conv: Conversation, plan: ResurrectionPlan, conn: sqlite3.Connect
     before = conv.live_token_count()
     undo = _UndoResurrect(conv, plan)
     revived = conv.resurrect(plan.chunk_ids, brightness=brightness) if plan.taken else []
-    counts = [(p.match.chunk_id,) for p in plan.taken]
+    counts = [p.match.chunk_id for p in plan.taken]
     try:
         if store is not None:
             with store.transaction() as db:
                 if revived:
                     store.save_chunks(conv, revived)
-                db.executemany(_COUNT_SQL, counts)
+                index_tables.count_references(db, counts)
         elif counts:
             with transaction(conn):
-                conn.executemany(_COUNT_SQL, counts)
+                index_tables.count_references(conn, counts)
     except BaseException:
         undo(revived)
         raise
@@ -190,4 +176,3 @@ class _UndoResurrect:
                 conv._dead_tokens[chunk.id] = tokens
 
 
-_COUNT_SQL = "UPDATE semantic_entries SET reference_count = reference_count + 1 WHERE chunk_id = ?"

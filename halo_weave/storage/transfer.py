@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import TransferError
-from ..store import ConversationStore, conversations_dir, new_conversation_path
+from ..store import ConversationStore
+from .files import conversations_dir, new_conversation_path
 from .schema import pack_tokens, unpack_tokens
 
 FORMAT = "halo-weave"

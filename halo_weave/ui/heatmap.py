@@ -90,9 +90,9 @@ class HeatmapView(QPlainTextEdit):
     """Read-only heatmap of a :class:`Conversation`'s live context.
 
     Methods: ``set_conversation(conv)``; ``rebuild()`` after a prune, resurrection,
-    merge or open; ``append_streamed()`` after tokens were appended to the open turn;
-    ``refresh_brightness()`` after brightness changed; ``flush()`` does the pending
-    frame now (tests, benchmarks); ``chunk_at(viewport_point)``;
+    merge or open; ``append_streamed()`` after tokens were appended to the open turn
+    (their attention moved brightness too); ``refresh_brightness()`` after brightness
+    alone changed; ``flush()`` does the pending frame now (tests, benchmarks); ``chunk_at(viewport_point)``;
     ``scroll_to_chunk(chunk_id)``; ``context_menu_for(viewport_point) -> QMenu``;
     ``tooltip_for(chunk_id) -> str``; ``chunk_rect(chunk_id) -> QRect | None`` (viewport
     rectangle of the chunk's visible part); ``pinned_marker_chunks() -> list[int]``
@@ -106,6 +106,8 @@ class HeatmapView(QPlainTextEdit):
     pin_requested = Signal(int, bool)
     merge_requested = Signal(int)
     prune_requested = Signal(int)
+    #: A frame with streamed tokens was done (the window refreshes its stats with it).
+    streamed_frame = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -184,7 +186,8 @@ class HeatmapView(QPlainTextEdit):
         self._schedule()
 
     def append_streamed(self) -> None:
-        """New tokens were appended to the open turn: show them with the next frame."""
+        """New tokens were appended to the open turn: show them, and the brightness their
+        attention moved, with the next frame (``streamed_frame`` fires after it)."""
         self._pending_append = True
         self._schedule()
 
@@ -197,10 +200,16 @@ class HeatmapView(QPlainTextEdit):
         """Do the pending frame now: append streamed text, then ask Qt to repaint the
         pieces whose colour changed (the whole viewport when many did)."""
         self._frame_timer.stop()
-        if self._pending_append:
+        streamed = self._pending_append
+        if streamed:
             self._pending_append = False
             self._append_pending_text()
-        self._keys = None
+        self._keys = None  # brightness moves with every token: colours are computed once per frame
+        self._request_repaint()
+        if streamed:
+            self.streamed_frame.emit()
+
+    def _request_repaint(self) -> None:
         frame = self._current_frame()
         if frame is None or self._full_update:
             self._full_update = False

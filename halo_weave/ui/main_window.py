@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QSettings, Qt, QUrl, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeyEvent, QKeySequence
 from PySide6.QtWidgets import (
     QFileDialog, QHBoxLayout, QLabel, QMainWindow, QPlainTextEdit, QProgressBar, QPushButton,
@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
 from .messages import MessageCenter
 
 #: Repaint throttle while streaming (one frame at 60 Hz).
-FRAME_MS = 16
 
 #: Widest the connection detail (model name, loading progress) may get, in pixels.
 CONNECTION_DETAIL_PX = 280
@@ -114,10 +113,6 @@ class MainWindow(QMainWindow):
         self.notes_panel.hide()
 
         self._build_menus()
-        self._repaint_timer = QTimer(self)
-        self._repaint_timer.setSingleShot(True)
-        self._repaint_timer.setInterval(FRAME_MS)
-        self._repaint_timer.timeout.connect(self._flush_stream)
         self._closed = False
         self._shown = None  # the conversation the heatmap shows
         self._connection_detail = ""
@@ -184,6 +179,7 @@ class MainWindow(QMainWindow):
         c = self.controller
         c.conversation_changed.connect(self._on_conversation_changed)
         c.tokens_streamed.connect(self._on_tokens_streamed)
+        self.heatmap.streamed_frame.connect(self.refresh_stats)
         c.graveyard_changed.connect(self.refresh_graveyard)
         c.stats_changed.connect(self.refresh_stats)
         c.busy_changed.connect(self._on_busy)
@@ -225,17 +221,8 @@ class MainWindow(QMainWindow):
         self.refresh_stats()
 
     def _on_tokens_streamed(self) -> None:
-        # The heatmap batches appends and repaints to one per frame itself.
+        # The heatmap's one frame timer batches appends, colours and (streamed_frame) the stats.
         self.heatmap.append_streamed()
-        self._schedule_repaint()
-
-    def _schedule_repaint(self) -> None:
-        if not self._repaint_timer.isActive():
-            self._repaint_timer.start()
-
-    def _flush_stream(self) -> None:
-        self.heatmap.refresh_brightness()
-        self.refresh_stats()
 
     def refresh_graveyard(self) -> None:
         conv = self.controller.conv
@@ -294,7 +281,7 @@ class MainWindow(QMainWindow):
 
     def _on_turn_finished(self, reason: str) -> None:
         self.heatmap.flush()
-        self._flush_stream()
+        self.refresh_stats()
         if reason == "aborted":
             self.messages.info("Stopped — the partial answer was kept.")
         elif reason == "length":

@@ -21,7 +21,7 @@ import copy
 from dataclasses import dataclass, field
 
 from halo_weave.conversation import Conversation
-from halo_weave.memory.resurrection import make_plan
+from halo_weave.memory.resurrection import budget, make_plan
 
 from .locomo import Question
 
@@ -133,10 +133,7 @@ def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
                 budget_cap: int = 0) -> Outcome:
     """The app's resurrection for the question, then the question itself."""
     conv = copy.deepcopy(base)
-    budget = q.model_context - conv.live_token_count() - q.framed_tokens - q.max_new_tokens
-    if budget_cap > 0:
-        budget = min(budget, budget_cap)
-    plan = make_plan(conv, matches, max(budget, 0))
+    plan = make_plan(conv, matches, budget(conv, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))
     if plan.taken:
         conv.resurrect(plan.chunk_ids, brightness=rule)
     searched = {m.turn_id for m in matches}

@@ -1,11 +1,14 @@
-"""Turn-by-turn replay of a LoCoMo dialogue through the app's core code.
+"""Turn-by-turn replay of a LoCoMo dialogue through the app's own turn.
 
-Per turn, in the app's order: the turn is tokenized once and added to the
-:class:`~halo_weave.conversation.Conversation`; an assistant turn is teacher-forced
-(one magnitude-voting step per token, applied *before* the token is appended, exactly
-as a streamed answer is); after each exchange (each assistant turn) the context is
-pruned with :meth:`Conversation.prune_to_fit`.  Semantic resurrection does not run
-during the replay: LoCoMo's turns are not memory queries, and keeping it to question
+Per turn, the app's :class:`~halo_weave.session.ChatSession` runs it, in memory (no
+file): a user turn is added with :meth:`~ChatSession.add_user_message`; an assistant turn
+is streamed from :class:`TeacherForced`, a backend whose "answer" is the dialogue's own
+turn with its teacher-forced attention, through :meth:`~ChatSession.receive` (one
+magnitude-voting step per token, applied *before* the token is appended), and
+:meth:`~ChatSession.finish_turn` prunes as the app does after each exchange (the
+policy's ``prune_to`` and ``hysteresis`` are the settings' ``max_context_tokens`` and
+``prune_hysteresis``; the exchange just read is kept).  Semantic resurrection does not
+run during the replay: LoCoMo's turns are not memory queries, and keeping it to question
 time lets the question-time variants share one replay.
 
 A :class:`Policy` is what changes the attention the model pays (what stays live during
@@ -22,6 +25,8 @@ import numpy as np
 
 from halo_weave.core.chat_template import build_framing, system_text
 from halo_weave.conversation import Conversation, Framing
+from halo_weave.events import TokenEvent
+from halo_weave.session import ChatSession
 from halo_weave.settings import Settings
 
 from .locomo import Dialogue
@@ -153,12 +158,37 @@ class Replay:
     trace: Trace
 
 
+class TeacherForced:
+    """The backend interface over an :class:`AttentionSource`: it "answers" with the
+    dialogue's own turn, each token carrying its teacher-forced attention."""
+
+    capabilities = type("Capabilities", (), {"attention": True, "token_ids": True})()
+
+    def __init__(self, source: AttentionSource) -> None:
+        self.source = source
+
+    def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
+        return self.source.tokenize(text)
+
+    def stream(self, *, input_ids, forced: tuple[list[int], list[str]], keys, **params):
+        ids, texts = forced
+        rows = self.source.teacher_force(input_ids, ids, keys)
+        n0 = len(input_ids)
+        for j, (token_id, text) in enumerate(zip(ids, texts)):
+            yield TokenEvent(token_id, text, rows[j, : n0 + j])
+
+    def abort(self) -> bool:
+        return False
+
+
 def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
            source: AttentionSource | None, progress: Callable[[int, int], None] | None = None,
            ) -> Replay:
     """Replay every turn of ``tok`` under ``policy`` (see the module docstring)."""
     started = time.perf_counter()
-    conv = new_conversation(tok, settings, policy.rank)
+    session = ChatSession(settings.replace(max_context_tokens=policy.prune_to, prune_hysteresis=policy.hysteresis))
+    conv = session.adopt(new_conversation(tok, session.settings, policy.rank))
+    backend = TeacherForced(source) if policy.attention else None
     trace = Trace()
     votes = pruned = events = 0
     turns = tok.dialogue.turns
@@ -166,14 +196,23 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
         source.reset()
     for i, turn in enumerate(turns):
         ids, texts = tok.turns[i]
-        forced = policy.attention and (turn.role == "assistant" or policy.score_user)
-        if not forced:
-            conv.add_turn(turn.role, ids, texts, turn.created_at)
-        else:
-            votes += _teacher_forced_turn(conv, source, turn.role, ids, texts, turn.created_at)
         exchange_end = turn.role == "assistant" or i == len(turns) - 1
-        if exchange_end and policy.prune_to > 0 and conv.live_token_count() > policy.prune_to:
-            gone = conv.prune_to_fit(policy.prune_target)
+        gone: list = []
+        if policy.attention and (turn.role == "assistant" or policy.score_user):
+            session.begin_answer(role=turn.role, created_at=turn.created_at)
+            request = session.generation_request()
+            keys = live_keys(conv) + list(range(conv.next_position, conv.next_position + len(ids)))
+            for event in backend.stream(forced=(ids, texts), keys=keys, **request):
+                session.receive(event)
+            votes += len(ids)
+            gone = session.finish_turn("stop", prune=exchange_end).pruned
+        elif turn.role == "user":
+            session.add_user_message(ids, texts, turn.created_at)
+            if exchange_end:
+                gone = session.prune()
+        else:
+            conv.add_turn(turn.role, ids, texts, turn.created_at)  # "full": no model, never pruned
+        if gone:
             pruned += sum(1 for c in gone if not c.framing)
             events += 1
         if exchange_end and policy.attention:
@@ -181,18 +220,3 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
         if progress is not None:
             progress(i + 1, len(turns))
     return Replay(policy, conv, time.perf_counter() - started, votes, pruned, events, trace)
-
-
-def _teacher_forced_turn(conv: Conversation, source: AttentionSource, role: str,
-                         ids: list[int], texts: list[str], created_at: float) -> int:
-    """Add a turn token by token, voting with each token's teacher-forced attention."""
-    conv.begin_turn(role, created_at)
-    context = conv.live_input_ids()
-    keys = live_keys(conv) + list(range(conv.next_position, conv.next_position + len(ids)))
-    rows = source.teacher_force(context, ids, keys)
-    n0 = len(context)
-    for j, (token_id, text) in enumerate(zip(ids, texts)):
-        conv.apply_attention(rows[j, : n0 + j])
-        conv.append_token(token_id, text)
-    conv.end_turn()
-    return len(ids)
