@@ -23,7 +23,15 @@ from typing import Iterator, Sequence
 import httpx
 import httpx_sse
 
-from ..errors import BackendError, BackendTimeout, BackendUnavailable, GenerationAborted, ProtocolError, StreamInterrupted
+from ..errors import (
+    BackendError,
+    BackendTimeout,
+    BackendUnavailable,
+    BackendUnusable,
+    GenerationAborted,
+    ProtocolError,
+    StreamInterrupted,
+)
 from ..events import DoneEvent, StreamStats, TokenEvent
 from . import local_tokenizer
 from .base import Http, check_status
@@ -47,7 +55,13 @@ class TextModeBackend:
     def __init__(self, base_url: str, *, api_key: str | None = None, tokenizer=None, http: Http | None = None) -> None:
         self.http = http or Http(base_url, api_key=api_key)
         self.base_url = self.http.base_url
-        self.local = tokenizer or local_tokenizer.shared()
+        try:
+            self.local = tokenizer or local_tokenizer.shared()
+        except local_tokenizer.TokenizerMissing as exc:
+            self.http.close()
+            raise BackendUnusable(
+                f"The server at {self.base_url} sends text without token ids, and text mode needs the "
+                f"bundled model's tokenizer, which is missing here: {exc}.") from exc
         self.token_ratio = 1.0  # server tokens per bundled token (1.0 when not measured)
         self._info = None
 
