@@ -2,24 +2,26 @@
 
 :class:`TurnController` moves slow work onto threads and announces changes with signals;
 every rule of a turn (what to save when, score, prune, index, resurrect) is a method of
-the Qt-free :class:`~halo_weave.session.ChatSession` it holds as :attr:`session`.  It uses QtCore only, so tests drive it without widgets.  :func:`main` hands it
-to :func:`halo_weave.ui.cli.run`, which parses the command line, builds the window and starts it.
+the Qt-free :class:`~halo_weave.session.ChatSession` it holds as :attr:`session`.  It
+uses QtCore only, so tests drive it without widgets.  :func:`main` hands it to
+:func:`halo_weave.ui.cli.run`, which parses the command line, builds the window and
+starts it.
 
-A turn, as the controller runs it (the module doing each step in brackets)::
+A turn, as the controller runs it (:mod:`halo_weave.ui.turn_flow`; the thread of each
+step on the right)::
 
-    send(text)                                        [ui/user_turn.py]
+    send(text)
       ├─ tokenize once ................................ CallWorker
       ├─ wait ≤ embed_wait_seconds for pending indexing, then
       │  search ....................................... EmbedderWorker (urgent job)
       │  session.resurrect_for: within the budget
       ├─ session.add_user_message: saved, queued for indexing, then shown
-      ├─ session.begin_answer, stream ................ GenerationWorker  [ui/generation_round.py]
+      ├─ session.begin_answer, stream ................ GenerationWorker
       │    per event: session.receive (attention, record, append, save every 16)
       ├─ a round ending on </tool>: run the call, session.apply_tool_step, next round
-      │                                                 [ui/tool_round.py]
       └─ session.finish_turn: save, queue indexing, prune, save; then announce
 
-Here: connection, system prompt, the end of a turn, settings, indexing, shutdown.
+Here: connection, system prompt, settings, indexing, shutdown.
 Conversation files are :mod:`halo_weave.ui.conversation_files`, the chunk levers
 :mod:`halo_weave.ui.levers`.
 """
@@ -40,17 +42,15 @@ from .settings import Settings
 from .ui.cli import build_parser, run  # noqa: F401 - build_parser: the options, for tests
 from .ui.connection import ServerConnection
 from .ui.conversation_files import ConversationFiles
-from .ui.generation_round import GenerationRounds
 from .ui.indexing import IndexQueue
 from .ui.levers import Levers
-from .ui.tool_round import ToolRounds
-from .ui.user_turn import UserTurns
+from .ui.turn_flow import TurnFlow
 from .ui.workers import CallWorker, GenerationWorker
 
 log = logging.getLogger("halo_weave.app")
 
 
-class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, ToolRounds, Levers):
+class TurnController(QObject, ConversationFiles, TurnFlow, Levers):
     """Runs the conversation: connection, turns, the user's levers, files.
 
     The UI reads :attr:`conv` and the signals below and sends intents back through the
@@ -71,6 +71,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
     conversation_opened = Signal(str)  # path of the conversation file
     notes_changed = Signal()  # the model's notes were saved (or another conversation opened)
     capture_saved = Signal(str)  # folder of a finished attention recording
+    message_returned = Signal(str)  # a message that could not be sent, back to the input box
 
     def __init__(
         self,
@@ -116,16 +117,19 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         self._system_syncing = 0  # system prompt tokenizations in flight
         self._system_dirty = False  # settings changed it during a turn
         self._stop_pending = False  # Esc before the answer started
+        self._unsent = ""  # the message being sent, until it is saved
         self._answer_prefix = ()  # tokens the next answer starts with (see send())
 
     # ------------------------------------------------------------------ the session's state
-    @property
-    def conv(self) -> Conversation | None:
-        return self.session.conv
-
-    @property
-    def store(self):
-        return self.session.store
+    # Read-only views for the window and tests; the session owns the state.
+    conv = property(lambda self: self.session.conv)
+    store = property(lambda self: self.session.store)
+    model_info = property(lambda self: self.session.model_info)
+    framing = property(lambda self: self.session.framing)
+    attention_available = property(lambda self: self.session.attention_available)
+    last_resurrected = property(lambda self: self.session.last_resurrected)
+    tokens_per_s = property(lambda self: self.session.tokens_per_s)
+    last_finish_reason = property(lambda self: self.session.last_finish_reason)
 
     @property
     def client(self):
@@ -135,30 +139,6 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
     @client.setter
     def client(self, backend) -> None:
         self.session.backend = backend
-
-    @property
-    def model_info(self):
-        return self.session.model_info
-
-    @property
-    def framing(self) -> Framing | None:
-        return self.session.framing
-
-    @property
-    def attention_available(self) -> bool:
-        return self.session.attention_available
-
-    @property
-    def last_resurrected(self) -> int:
-        return self.session.last_resurrected
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.session.tokens_per_s
-
-    @property
-    def last_finish_reason(self) -> str:
-        return self.session.last_finish_reason
 
     # ------------------------------------------------------------------ start-up
     def start(self, conversation: Path | None = None) -> None:
@@ -273,6 +253,8 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         """Why the user cannot send now ('' when they can)."""
         if self.busy:
             return self.busy_reason
+        if getattr(self.store, "read_only", False):
+            return "This conversation is read-only (see the message) — open another or start a new one"
         if self.connection_state == "loading":
             return "The model is loading…"
         if self.connection_state == "connecting":
@@ -285,38 +267,12 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
             return "Preparing the system prompt…"
         return ""
 
-    def _finish_turn(self, reason: str, rate) -> None:
-        worker, self._gen = self._gen, None
-        if worker is not None:
-            worker.wait(5000)
-            worker.deleteLater()
-        end = self.session.finish_turn(reason, rate)
-        if end.turn is None:
-            self._set_busy(False)
-            return
-        if end.attention_changed:
-            self._announce_attention(True)
-        if end.pruned:
-            self.graveyard_changed.emit()
-        self._set_busy(False)
-        if self._system_dirty:
-            self._system_dirty = False
-            self._sync_system_prompt()
-        (self.conversation_changed if end.pruned else self.tokens_streamed).emit()
-        self.stats_changed.emit()
-        self.turn_finished.emit(reason)
-
     def _prune(self, limit: int | None = None) -> list[Chunk]:
         """Prune to ``limit`` (default: the max-context setting); persist; update the graveyard."""
         pruned = self.session.prune(limit)
         if pruned:
             self.graveyard_changed.emit()
         return pruned
-
-    def _turn_failed_early(self, exc, context: str) -> None:
-        self._set_busy(False)
-        self.error.emit(exc, context)
-        self.turn_finished.emit("error")
 
     def _set_busy(self, busy: bool, reason: str = "") -> None:
         self.busy = busy
@@ -380,14 +336,6 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
         worker.start()
         return worker
 
-    def _guard(self, action: Callable[[], Any], context: str) -> bool:
-        try:
-            action()
-        except Exception as exc:  # noqa: BLE001
-            self.error.emit(exc, context)
-            return False
-        return True
-
     def stats(self) -> dict:
         """Figures for the stats bar."""
         conv = self.conv
@@ -424,7 +372,7 @@ class TurnController(QObject, ConversationFiles, UserTurns, GenerationRounds, To
             worker.wait(3000)
         if self.store is not None:
             try:
-                if self.conv is not None and self.conv.open_turn is None:
+                if self.conv is not None and self.conv.open_turn is None and not self.store.read_only:
                     self.store.save_brightness(self.conv)
                 self.store.close()
             except Exception as exc:  # noqa: BLE001

@@ -11,95 +11,41 @@ Everything that decides what the model sees lives here, Qt-free and without I/O:
   chunk is identified by ``(turn_id, sentence_id, role)``; sentence 0 is the turn's anchor.
 * :meth:`Conversation.apply_attention` runs one magnitude-voting step per generated token.
 * :meth:`Conversation.prune_to_fit` drops the unpinned chunk with the lowest *peak*
-  brightness until the context fits, with seed 001 §9's anchor protection.
+  brightness until the context fits (:mod:`.core.pruning`), with seed 001 §9's anchor
+  protection (:mod:`.core.anchors`: what leaves and comes back together).
 * :meth:`Conversation.resurrect`, :meth:`pin`, :meth:`merge_with_next`,
   :meth:`delete_chunk` are the user's and the semantic index's levers.
 
 Only live tokens are held in the columnar :class:`TokenTable`; a pruned chunk's tokens
 move to a per-chunk record, and chunks that were already dead when the conversation was
-opened are fetched through ``chunk_loader`` (the store) when they come back.
+opened are fetched through ``chunk_loader`` (the store) when they come back.  Turns and
+chunks read from storage stay numpy columns until they are used (:mod:`.core.registry`).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from itertools import groupby
-from operator import attrgetter
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from . import brightness as bright
+from .core import pruning
+from .core.anchors import anchors_of, framing_of, live_content_count, with_framing
 from .core.chunking import BoundaryDetector
 from .core.framing import ROLES, Framing  # noqa: F401 - importable from here too
+from .core.records import (  # noqa: F401 - importable from here too
+    PREFIX_SENTENCE,
+    SUFFIX_SENTENCE,
+    Chunk,
+    ChunkLoader,
+    ChunkTokens,
+    Turn,
+)
+from .core.registry import ChunkColumns, ChunkList, ChunkRegistry, TurnColumns, TurnRegistry
 from .core.token_table import TokenTable
 from .errors import ConversationError
 from .settings import MAX_BRIGHTNESS, Settings
-
-#: Sentence ids of a turn's framing chunks (chat-template tokens before / after content).
-PREFIX_SENTENCE = -1
-SUFFIX_SENTENCE = -2
-
-
-@dataclass
-class Chunk:
-    """A paragraph-sized unit of one turn: the unit of pruning, resurrection and search."""
-
-    id: int
-    turn_id: int
-    sentence_id: int
-    role: str
-    start: int  # absolute position of its first token; positions are contiguous
-    token_count: int = 0
-    live: bool = True
-    pinned: bool = False
-    brightness_at_deletion: int | None = None
-    tool_result: bool = False
-
-    @property
-    def key(self) -> tuple[int, int, str]:
-        """Chunk identity: ``(turn_id, sentence_id, role)``."""
-        return (self.turn_id, self.sentence_id, self.role)
-
-    @property
-    def framing(self) -> bool:
-        return self.sentence_id < 0
-
-    @property
-    def anchor(self) -> bool:
-        return self.sentence_id == 0
-
-    @property
-    def end(self) -> int:
-        return self.start + self.token_count
-
-
-@dataclass
-class Turn:
-    """One message: a role, a time, and its chunks in order (framing included)."""
-
-    turn_id: int
-    role: str
-    created_at: float
-    chunk_ids: list[int] = field(default_factory=list)
-    complete: bool = False
-
-
-@dataclass
-class ChunkTokens:
-    """The tokens of one chunk: ids, texts and brightness, aligned."""
-
-    token_ids: np.ndarray
-    texts: list[str]
-    brightness: np.ndarray
-
-    @property
-    def text(self) -> str:
-        return "".join(self.texts)
-
-
-ChunkLoader = Callable[[Sequence[int]], dict[int, ChunkTokens]]
 
 
 class Conversation:
@@ -108,8 +54,9 @@ class Conversation:
     def __init__(self, settings: Settings | None = None, framing: Framing | None = None) -> None:
         self.settings = settings or Settings()
         self.framing = framing or Framing.none()
-        self.turns: dict[int, Turn] = {}
-        self.chunks: dict[int, Chunk] = {}
+        #: Every chunk / turn by id; those read from storage stay columns until used.
+        self.chunks = ChunkRegistry()
+        self.turns = TurnRegistry(self.chunks.ids_of_turn)
         self.table = TokenTable()
         self.system_ids = np.zeros(0, np.int32)
         self.system_texts: list[str] = []
@@ -125,7 +72,6 @@ class Conversation:
         self._open_turn: Turn | None = None
         self._detector = BoundaryDetector()
         self._boundary_pending = False
-        self._keys: dict[tuple[int, int, str], int] = {}
 
     # ------------------------------------------------------------------ building
     def set_system_prompt(self, text: str, token_ids: Sequence[int], texts: Sequence[str]) -> None:
@@ -197,7 +143,7 @@ class Conversation:
         """Reopen the last turn (restored incomplete after a crash) to close or extend it."""
         if self._open_turn is not None:
             raise ConversationError("another turn is still open")
-        if turn_id != max(self.turns):
+        if turn_id != self.turns.last():
             raise ConversationError("only the last turn can be resumed")
         turn = self.turns[turn_id]
         turn.complete = False
@@ -228,7 +174,6 @@ class Conversation:
         )
         self.next_chunk_id += 1
         self.chunks[chunk.id] = chunk
-        self._keys[chunk.key] = chunk.id
         self._texts[chunk.id] = []
         turn.chunk_ids.append(chunk.id)
         return chunk
@@ -263,8 +208,11 @@ class Conversation:
         return len(self.system_ids) + len(self.table)
 
     def chunk_by_key(self, turn_id: int, sentence_id: int, role: str) -> Chunk | None:
-        chunk_id = self._keys.get((turn_id, sentence_id, role))
-        return self.chunks.get(chunk_id) if chunk_id is not None else None
+        turn = self.turns.get(turn_id)
+        if turn is None or turn.role != role:
+            return None
+        return next((c for c in map(self.chunks.__getitem__, turn.chunk_ids)
+                     if c.sentence_id == sentence_id), None)
 
     def content_chunks(self, turn_id: int) -> list[Chunk]:
         """The non-framing chunks of a turn, in order."""
@@ -333,11 +281,10 @@ class Conversation:
         content = self.table.brightness[~self.table.framing]
         return float(content.mean()) if content.size else float(self.settings.initial_brightness)
 
-    def graveyard(self) -> list[Chunk]:
-        """Pruned content chunks, newest first."""
-        dead = [c for c in self.chunks.values() if not c.live and not c.framing]
-        dead.sort(key=lambda c: c.start, reverse=True)
-        return dead
+    def graveyard(self) -> ChunkList:
+        """Pruned content chunks, newest first (each made an object when first read)."""
+        ids, _ = self.chunks.dead_content()
+        return ChunkList(self.chunks, ids[::-1].tolist())
 
     # ------------------------------------------------------------------ brightness
     def apply_attention(self, attention: np.ndarray) -> None:
@@ -362,36 +309,6 @@ class Conversation:
         )
 
     # ------------------------------------------------------------------ pruning
-    def anchor_partner(self, chunk: Chunk) -> Chunk | None:
-        """The S0 paired with an S0 anchor: the question's or the answer's opening."""
-        if not chunk.anchor:
-            return None
-        other_turn = chunk.turn_id + 1 if chunk.role == "user" else chunk.turn_id - 1
-        other_role = "assistant" if chunk.role == "user" else "user"
-        return self.chunk_by_key(other_turn, 0, other_role)
-
-    def _live_content_count(self, turn_id: int) -> int:
-        return sum(1 for c in self.content_chunks(turn_id) if c.live)
-
-    def prunable_group(self, chunk: Chunk) -> list[Chunk] | None:
-        """What pruning ``chunk`` takes with it, or None when it is protected.
-
-        Seed 001 §9: an S0 anchor goes only when it is the last live chunk of its turn
-        and its partner anchor is too (or is gone); the two then leave together.
-        """
-        if not chunk.live or chunk.pinned or chunk.framing:
-            return None
-        if not chunk.anchor:
-            return [chunk]
-        if self._live_content_count(chunk.turn_id) != 1:
-            return None
-        partner = self.anchor_partner(chunk)
-        if partner is None or not partner.live:
-            return [chunk]
-        if partner.pinned or self._live_content_count(partner.turn_id) != 1:
-            return None
-        return [chunk, partner]
-
     def prune_to_fit(
         self,
         max_tokens: int | None = None,
@@ -420,46 +337,9 @@ class Conversation:
             goal = limit if target is None else target
         if limit <= 0 or self.live_token_count() <= limit:
             return []
-        ids, peaks = self.chunk_peaks()
-        peak_of = dict(zip(ids.tolist(), peaks.tolist()))
-
-        def rank(chunk: Chunk) -> tuple[int, int]:
-            if by_age:
-                return 0, chunk.start
-            partner = self.anchor_partner(chunk)
-            peak = peak_of[chunk.id]
-            if partner is not None and partner.live:
-                peak = max(peak, peak_of[partner.id])
-            return peak, chunk.start
-
-        spared = self._latest_user_turn_id() if keep_latest_exchange else None
-        candidates = sorted(
-            (c for c in map(self.chunks.__getitem__, peak_of)
-             if not c.framing and not c.pinned and (spared is None or c.turn_id < spared)),
-            key=rank,
-        )
-        excess = self.live_token_count() - goal
-        doomed: list[Chunk] = []
-        while excess > 0:
-            group = next(filter(None, map(self.prunable_group, candidates)), None)
-            if group is None:
-                break
-            for member in group:
-                member.live = False  # provisional, so later checks see it gone
-                excess -= member.token_count
-            for turn_id in {m.turn_id for m in group}:
-                if not any(c.live for c in self.content_chunks(turn_id)):
-                    excess -= sum(self.chunks[c].token_count for c in self.turns[turn_id].chunk_ids
-                                  if self.chunks[c].framing)
-            doomed.extend(group)
-            candidates = [c for c in candidates if c.live]
-        for chunk in doomed:
-            chunk.live = True
+        spared = self.turns.last("user") if keep_latest_exchange else None
+        doomed = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared)
         return self._kill(doomed) if doomed else []
-
-    def _latest_user_turn_id(self) -> int | None:
-        users = [t for t, turn in self.turns.items() if turn.role == "user"]
-        return max(users, default=None)
 
     def delete_chunk(self, chunk_id: int) -> list[Chunk]:
         """Prune one chunk by hand (the user's decision overrides anchor protection)."""
@@ -474,14 +354,11 @@ class Conversation:
     def _kill(self, chunks: list[Chunk]) -> list[Chunk]:
         """Move chunks (and framing of turns left empty) out of the live table."""
         gone = {c.id for c in chunks}
-        affected_turns = {c.turn_id for c in chunks}
-        for turn_id in affected_turns:
-            turn = self.turns[turn_id]
-            if turn is self._open_turn:
+        for turn_id in {c.turn_id for c in chunks}:
+            if self._open_turn is not None and turn_id == self._open_turn.turn_id:
                 continue
-            remaining = [c for c in self.content_chunks(turn_id) if c.live and c.id not in gone]
-            if not remaining:
-                gone.update(c for c in turn.chunk_ids if self.chunks[c].framing and self.chunks[c].live)
+            if not live_content_count(self, turn_id, excluding=gone):
+                gone.update(f.id for f in framing_of(self, turn_id) if f.live)
         killed = [self.chunks[c] for c in gone]
         table = self.table
         for chunk in killed:
@@ -501,27 +378,12 @@ class Conversation:
     # ------------------------------------------------------------------ resurrection
     def anchors_of(self, chunk: Chunk) -> list[Chunk]:
         """The anchors a chunk comes back with (seed 001 §8): question S0 and answer S0."""
-        anchors = []
-        if chunk.framing or chunk.role == "system":
-            return anchors
-        own_s0 = self.chunk_by_key(chunk.turn_id, 0, chunk.role)
-        if chunk.role == "assistant":
-            question = self.chunk_by_key(chunk.turn_id - 1, 0, "user")
-            anchors = [question, own_s0]
-        else:
-            answer = self.chunk_by_key(chunk.turn_id + 1, 0, "assistant")
-            anchors = [own_s0, answer]
-        return [a for a in anchors if a is not None and a.id != chunk.id]
+        return anchors_of(self, chunk)
 
     def resurrection_cost(self, chunk: Chunk, with_anchors: bool = True) -> int:
         """Live tokens that bringing ``chunk`` back (with its anchors) would add."""
-        group = [chunk] + (self.anchors_of(chunk) if with_anchors else [])
-        cost = sum(c.token_count for c in group if not c.live)
-        for turn_id in {c.turn_id for c in group if not c.live}:
-            if not any(c.live for c in self.content_chunks(turn_id)):
-                cost += sum(self.chunks[c].token_count for c in self.turns[turn_id].chunk_ids
-                            if self.chunks[c].framing)
-        return cost
+        group = [chunk] + (anchors_of(self, chunk) if with_anchors else [])
+        return sum(c.token_count for c in with_framing(self, group).values() if not c.live)
 
     def resurrect(
         self,
@@ -537,16 +399,10 @@ class Conversation:
         brightness) or a number (manual resurrection uses 10000 with ``pin=True``).
         Returns the chunks that came back (anchors and framing included).
         """
-        wanted: dict[int, Chunk] = {}
-        for chunk_id in chunk_ids:
-            chunk = self.chunks[chunk_id]
-            for c in [chunk] + (self.anchors_of(chunk) if with_anchors else []):
-                wanted[c.id] = c
-        for c in list(wanted.values()):
-            if not any(x.live for x in self.content_chunks(c.turn_id)):
-                for f in self.turns[c.turn_id].chunk_ids:
-                    if self.chunks[f].framing:
-                        wanted[f] = self.chunks[f]
+        chunk_ids = list(chunk_ids)
+        group = [c for chunk in map(self.chunks.__getitem__, chunk_ids)
+                 for c in [chunk] + (anchors_of(self, chunk) if with_anchors else [])]
+        wanted = with_framing(self, group)
         if pin:
             for chunk_id in chunk_ids:
                 self.chunks[chunk_id].pinned = True
@@ -631,7 +487,6 @@ class Conversation:
         chunk.pinned = chunk.pinned or nxt.pinned
         turn.chunk_ids.remove(nxt.id)
         del self.chunks[nxt.id]
-        del self._keys[nxt.key]
         return chunk, nxt
 
     # ------------------------------------------------------------------ restore
@@ -641,54 +496,35 @@ class Conversation:
         Chunks must be restored in position order.  Used by the store's rehydration.
         """
         self.chunks[chunk.id] = chunk
-        self._keys[chunk.key] = chunk.id
         self.turns[chunk.turn_id].chunk_ids.append(chunk.id)
         if chunk.live:
             if tokens is None:
                 raise ConversationError(f"live chunk {chunk.key} has no tokens")
             self._texts[chunk.id] = list(tokens.texts)
-            self.table.append_rows(
-                position=np.arange(chunk.start, chunk.end, dtype=np.int64),
-                token_id=tokens.token_ids,
-                brightness=tokens.brightness,
-                chunk_id=chunk.id,
-                turn_id=chunk.turn_id,
-                framing=chunk.framing,
-            )
+            self.table.append_chunks([chunk.start], [chunk.token_count], [chunk.id], [chunk.turn_id],
+                                     [chunk.framing], tokens.token_ids, tokens.brightness)
 
-    def restore_chunks(self, chunks: Sequence[Chunk], live_tokens: dict[int, ChunkTokens]) -> None:
-        """Re-register many chunks at once (rehydration's fast path).
+    def rehydrate(self, turns: TurnColumns, chunks: ChunkColumns, live_ids: np.ndarray,
+                  counts: np.ndarray, tokens: ChunkTokens) -> None:
+        """Take a stored conversation's records (the store's rehydration).
 
-        ``chunks`` are in position order, after any chunk already here; the live ones'
-        tokens are appended to the table in one step instead of one per chunk (the
-        conversation takes ownership of ``live_tokens``' arrays and lists).
+        Turns and chunks stay columns until they are used (see :mod:`.core.registry`);
+        ``chunks`` are in position order.  ``tokens`` are the live chunks' tokens,
+        concatenated in position order, ``counts`` tokens for each chunk of ``live_ids``;
+        they go to the table in one step (the conversation takes ownership of them).
         """
-        # attrgetter/map/groupby keep the per-chunk loops in C: ~20k chunks per 1M tokens.
-        ids = list(map(attrgetter("id"), chunks))
-        self.chunks.update(zip(ids, chunks))
-        self._keys.update(zip(map(attrgetter("turn_id", "sentence_id", "role"), chunks), ids))
-        for turn_id, group in groupby(chunks, attrgetter("turn_id")):
-            self.turns[turn_id].chunk_ids.extend(map(attrgetter("id"), group))
-        live = list(filter(attrgetter("live"), chunks))
-        missing = [c.key for c in live if c.id not in live_tokens]
-        if missing:
+        self.turns.load(turns)
+        self.chunks.load(chunks)
+        ids = chunks.id[chunks.live]
+        if not np.array_equal(ids, live_ids):
+            missing = sorted(set(ids.tolist()) - set(np.asarray(live_ids).tolist()))
             raise ConversationError(f"live chunks {missing[:3]} have no tokens")
-        if not live:
-            return
-        tokens = [live_tokens[c.id] for c in live]
-        counts = np.fromiter((c.token_count for c in live), np.int64, len(live))
-        held = np.fromiter((len(t.token_ids) for t in tokens), np.int64, len(live))
-        if not np.array_equal(counts, held):
+        held = chunks.token_count[chunks.live]
+        if not np.array_equal(held, counts) or int(held.sum()) != len(tokens.token_ids):
             raise ConversationError("stored tokens disagree with their chunks' token counts")
-        for c, t in zip(live, tokens):
-            self._texts[c.id] = t.texts
-        starts = np.fromiter((c.start for c in live), np.int64, len(live))
-        first_row = np.cumsum(counts) - counts
-        self.table.append_rows(
-            position=np.repeat(starts - first_row, counts) + np.arange(int(counts.sum())),
-            token_id=np.concatenate([t.token_ids for t in tokens]),
-            brightness=np.concatenate([t.brightness for t in tokens]),
-            chunk_id=np.repeat(np.fromiter((c.id for c in live), np.int32, len(live)), counts),
-            turn_id=np.repeat(np.fromiter((c.turn_id for c in live), np.int32, len(live)), counts),
-            framing=np.repeat(np.fromiter((c.sentence_id < 0 for c in live), bool, len(live)), counts),
-        )
+        ends = np.cumsum(held).tolist()
+        texts = tokens.texts
+        self._texts.update(zip(ids.tolist(), map(texts.__getitem__, map(slice, [0, *ends[:-1]], ends))))
+        live = chunks.take(np.flatnonzero(chunks.live))
+        self.table.append_chunks(live.start, held, ids, live.turn_id, live.sentence_id < 0,
+                                 tokens.token_ids, tokens.brightness)

@@ -21,6 +21,8 @@ Callers match these by type (``except StoreError``), never by class name: a name
     ├── ServerStartError          the bundled server exited or stayed silent before it was ready
     ├── StoreError                anything the conversation file cannot do
     │   ├── StoreMissing          open(create=False) on a path with no file
+    │   ├── StoreDamaged          damaged rows found (checksums): open read-only, saving refused
+    │   ├── StoreJournalLost      the file or its -wal vanished while open: saving stopped
     │   └── StoreRefused          the file is left untouched, byte for byte
     │       ├── StoreCorrupt      not SQLite, or PRAGMA integrity_check fails
     │       ├── StoreForeign      an SQLite file that is not a Halo Weave conversation
@@ -124,6 +126,16 @@ class StoreError(HaloError):
 
 class StoreMissing(StoreError):
     """There is no conversation file at the given path."""
+
+
+class StoreDamaged(StoreError):
+    """The file holds damaged rows (:mod:`halo_weave.storage.integrity`): it is open
+    read-only and saving is refused."""
+
+
+class StoreJournalLost(StoreError):
+    """The file or its ``-wal`` was deleted or replaced while open
+    (:mod:`halo_weave.storage.wal_guard`): saving stopped."""
 
 
 class StoreRefused(StoreError):

@@ -55,6 +55,16 @@ from .errors import (  # noqa: F401 - the client's errors, importable from here 
 CONNECT_TIMEOUT_S = 5.0
 TOKENIZE_TIMEOUT_S = 5.0
 
+#: Tokenizing takes time in proportion to the text: a 1M-character paste took 5.5 s on
+#: the bundled server (issue 17), past the fixed 5 s.  The timeout grows by a second per
+#: this many characters, a margin of ~10x over what was measured.
+TOKENIZE_CHARS_PER_S = 20_000
+
+
+def tokenize_timeout(chars: int, base: float = TOKENIZE_TIMEOUT_S) -> float:
+    """Seconds to wait for the tokenization of ``chars`` characters."""
+    return base + chars / TOKENIZE_CHARS_PER_S
+
 
 # ---------------------------------------------------------------- client
 
@@ -63,14 +73,15 @@ class KoboldClient:
     """Typed calls to one server.  Thread-safe: a stream may be aborted from another thread."""
 
     def __init__(self, base_url: str, *, connect_timeout: float = CONNECT_TIMEOUT_S,
-                 tokenize_timeout: float = TOKENIZE_TIMEOUT_S) -> None:
+                 tokenize_timeout: float = TOKENIZE_TIMEOUT_S, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.connect_timeout = connect_timeout
         self.tokenize_timeout = tokenize_timeout
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=httpx.Timeout(tokenize_timeout, connect=connect_timeout),
-            headers={"Accept": "application/json"},
+            headers={"Accept": "application/json",
+                     **({"Authorization": f"Bearer {api_key}"} if api_key else {})},
         )
 
     def close(self) -> None:
@@ -84,9 +95,10 @@ class KoboldClient:
 
     # -- short calls
 
-    def _call(self, method: str, path: str, body: dict | None = None) -> dict:
+    def _call(self, method: str, path: str, body: dict | None = None, timeout: float | None = None) -> dict:
         try:
-            response = self._http.request(method, path, json=body)
+            extra = {"timeout": httpx.Timeout(timeout, connect=self.connect_timeout)} if timeout else {}
+            response = self._http.request(method, path, json=body, **extra)
         except httpx.TimeoutException as exc:
             raise BackendTimeout(f"{self.base_url}{path} did not answer in time ({exc.__class__.__name__})") from exc
         except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
@@ -135,7 +147,8 @@ class KoboldClient:
     def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
         """``(token_id, piece)`` pairs for ``text`` (special-token strings are parsed)."""
         data = self._call("POST", "/api/v1/tokenize",
-                          {"text": text, "add_special_tokens": add_special_tokens, "with_pieces": True})
+                          {"text": text, "add_special_tokens": add_special_tokens, "with_pieces": True},
+                          timeout=tokenize_timeout(len(text), self.tokenize_timeout))
         tokens = data.get("tokens")
         if not isinstance(tokens, list):
             raise ProtocolError("tokenize answer has no token list")

@@ -10,7 +10,7 @@ Public API (Qt-free, blocking; the UI runs the slow calls on its embedder QThrea
     matches = index.search(user_text)         # list[Match], best first
     result = index.resurrect_for(conv, user_text, user_tokens,
                                  model_max_context, max_new_tokens, store=store)
-    result.revived, result.tokens_used, result.budget   # what to show
+    result.resurrected, result.tokens_used, result.budget   # what to show
 
 Finer steps for a worker thread that must not touch the conversation or the database:
 ``drafts = index.prepare(conv, index.pending(conv))`` (UI thread, no model, cheap) ->
@@ -45,7 +45,6 @@ does it on demand.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import threading
 import time
@@ -57,6 +56,7 @@ import numpy as np
 
 from .conversation import Conversation
 from .errors import EmbedderUnavailable, SnapshotInvalid
+from .memory import ranking
 from .memory.embedder import Embedder
 from .memory.resurrection import Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan
 from .memory.resurrection import budget as resurrection_budget
@@ -71,19 +71,7 @@ __all__ = ["Embedder", "EmbedderUnavailable", "EntryDraft", "Match", "Resurrecti
 
 #: The vector snapshot sits next to the conversation file: ``<file>.vectors``.
 SNAPSHOT_SUFFIX = ".vectors"
-#: Hybrid search uses only terms found in at most this share of the entries, or in at
-#: most RARE_TERM_MIN of them (see SemanticIndex._bm25).
-RARE_TERM_SHARE = 0.02
-RARE_TERM_MIN = 1000
-
 Progress = Callable[[int, int], None]
-
-_STOPWORDS = frozenset(
-    "a an and are as at be but by did do does for from had has have how i in is it its me "
-    "my of on or our so that the their them then there these they this to was we were what "
-    "when where which who why will with you your".split()
-)
-
 
 @dataclass
 class EntryDraft:
@@ -375,61 +363,21 @@ class SemanticIndex:
         """:meth:`search` for an already embedded (unit) query; ``text`` feeds BM25."""
         s = self.settings
         limit = s.query_max_results if limit is None else limit
-        boost = s.user_similarity_boost
         with self._lock, one_blas_thread():
-            vm = self._vectors
-            if vm.n == 0 or limit <= 0:
+            if self._vectors.n == 0 or limit <= 0:
                 return []
-            query = np.asarray(query, np.float32)
-            rows = vm.candidates(query, boost, limit)  # None: every row
             bm25_ids = self._bm25(text, max(3 * limit, 50)) if s.hybrid_search and text else {}
-            if rows is not None and bm25_ids:  # blend only candidates: the vector's and BM25's
-                extra = np.fromiter((vm.row[c] for c in bm25_ids if c in vm.row), np.int64)
-                rows = np.union1d(rows, extra)
-            similarity = vm.similarity(query, rows)
-            user = vm.user[: vm.n] if rows is None else vm.user[rows]
-            score = np.where(user, similarity * boost, similarity)
-            bm25 = np.zeros(len(score), np.float32)
-            if s.hybrid_search:
-                for chunk_id, value in bm25_ids.items():
-                    row = vm.row.get(chunk_id)
-                    if row is not None:
-                        bm25[row if rows is None else np.searchsorted(rows, row)] = value
-                if bm25.max() > 0:
-                    bm25 /= bm25.max()
-                score = (1 - s.hybrid_weight) * score + s.hybrid_weight * bm25
-            k = min(limit, len(score))
-            top = np.argpartition(-score, k - 1)[:k]
-            top = top[np.argsort(-score[top], kind="stable")]
-            top = top[score[top] >= s.min_similarity] if s.min_similarity > 0 else top
-            ids = vm.ids[top] if rows is None else vm.ids[rows[top]]
-            found = {int(c): (float(similarity[i]), float(score[i]),
-                              float(bm25[i]) if s.hybrid_search else None) for c, i in zip(ids, top)}
+            found = ranking.rank(self._vectors, np.asarray(query, np.float32), s, limit, bm25_ids)
             meta = tables.meta(self.conn, list(found))
         return [Match(cid, *meta[cid], *found[cid]) for cid in found if cid in meta]
 
     def _bm25(self, text: str, limit: int) -> dict[int, float]:
-        """Chunk id -> BM25 of the ``limit`` best FTS matches of ``text``'s distinctive terms.
-
-        A term found in more than :data:`RARE_TERM_SHARE` of the entries (and more than
-        :data:`RARE_TERM_MIN`) is left out: FTS5 ranks every match before it can apply
-        LIMIT, so one common word costs ~1 us per entry (115 ms at 30k for three), and
-        such a word is not what hybrid search is for (names, codes, rare words).
-        """
-        terms = [t for t in dict.fromkeys(re.findall(r"\w+", text.lower())) if t not in _STOPWORDS]
-        terms = self._rare_terms(terms) if terms else terms
+        """Chunk id -> BM25 of the ``limit`` best FTS matches of ``text``'s distinctive terms
+        (see :func:`halo_weave.memory.ranking.distinctive_terms`)."""
+        terms = ranking.distinctive_terms(text, lambda t: tables.term_documents(self.conn, t), self._vectors.n)
         if not terms:
             return {}
         return tables.bm25(self.conn, " OR ".join(f'"{t}"' for t in terms), limit)
-
-    def _rare_terms(self, terms: list[str]) -> list[str]:
-        cap = max(RARE_TERM_MIN, RARE_TERM_SHARE * self._vectors.n)
-        kept = []
-        for term in terms:
-            docs = tables.term_documents(self.conn, term)
-            if docs is None or docs <= cap:  # unknown form (accents): let FTS decide
-                kept.append(term)
-        return kept
 
     # ------------------------------------------------------------------ resurrection
     def plan(self, conv: Conversation, matches: Sequence[Match], budget: int) -> ResurrectionPlan:

@@ -40,7 +40,7 @@ from .events import TokenEvent
 from .memory.resurrection import apply_plan
 from .memory.resurrection import budget as resurrection_budget
 from .settings import MAX_BRIGHTNESS, Settings
-from .storage.capture import AttentionRecorder, chunk_snapshot, generation_meta
+from .storage.capture import RoundCapture
 from .tools import notebook
 
 #: Where an answer ends (ChatML); the tool tag is added per request.
@@ -112,8 +112,7 @@ class ChatSession:
         self._attention_errors = 0
         self._stop_ids: set[int] = set()
         self.round = 0
-        self.recorder: AttentionRecorder | None = None
-        self._record_seconds = 0.0
+        self.capture = RoundCapture()  # "Record attention": one folder per round
 
     # ------------------------------------------------------------------ set-up
     def open(self, store) -> Conversation:
@@ -220,7 +219,7 @@ class ChatSession:
         except Exception as err:  # noqa: BLE001
             self.report(err, "Resurrecting from memory")
             return []
-        resurrected = [c for c in result.revived if not c.framing]
+        resurrected = result.resurrected
         self.last_resurrected = len(resurrected)
         return resurrected
 
@@ -229,13 +228,35 @@ class ChatSession:
 
         Raises when the save fails: not on disk, so not shown and not answered.
         """
-        conv = self.conv
-        turn = conv.add_turn("user", ids, texts, created_at)
-        if self.store is not None:
-            self.store.save_turn(conv, turn)
-        if self.indexer is not None:
-            self.indexer.queue(conv, [c.id for c in conv.content_chunks(turn.turn_id)])
+        turn = self.save_user_message(ids, texts, created_at)
+        self.index_user_message(turn)
         return turn
+
+    def save_user_message(self, ids: list[int], texts: list[str], created_at: float | None = None) -> Turn:
+        """The saving half of :meth:`add_user_message` (safe on a worker thread).
+
+        When the save fails, the conversation in memory goes back to what the file holds
+        (the unsaved turn is not left behind to be shown or sent later), then it raises.
+        """
+        conv, store = self.conv, self.store
+        turn = conv.add_turn("user", ids, texts, created_at)
+        if store is not None:
+            try:
+                store.save_turn(conv, turn)
+            except BaseException:
+                if self.conv is conv:
+                    try:
+                        self.conv = store.load(self.settings, conv.framing)
+                    except Exception:  # noqa: BLE001 - the save error says what to do
+                        pass
+                raise
+        return turn
+
+    def index_user_message(self, turn: Turn) -> None:
+        """The indexing half of :meth:`add_user_message` (on the thread that owns the queue)."""
+        if self.indexer is not None:
+            conv = self.conv
+            self.indexer.queue(conv, [c.id for c in conv.content_chunks(turn.turn_id)])
 
     def fit_model_window(self) -> list[Chunk]:
         """Never send more than the model can read: prompt + answer within its context."""
@@ -301,8 +322,12 @@ class ChatSession:
                 self._attention_errors += 1
                 if self._attention_errors == 1:
                     self.report(exc, "Brightness update")
-        if self.recorder is not None and self.recorder.recording:
-            self._record(event.token_id, event.text, attention)
+        if self.capture.recording:
+            try:
+                self.capture.record(conv, event.token_id, event.text, attention)
+            except Exception as exc:  # noqa: BLE001 - a full disk stops the recording, not the answer
+                self.finish_capture("recording failed")
+                self.report(exc, "Recording attention")
         conv.append_token(event.token_id, event.text)
         self.streamed += 1
         if self.streamed % STREAM_SAVE_EVERY == 0:
@@ -409,37 +434,20 @@ class ChatSession:
         """Record this round's attention when "Record attention" is on."""
         if not self.settings.record_attention:
             return
-        if self.recorder is None or self.recorder.capture_dir != capture_dir:
-            self.recorder = AttentionRecorder(capture_dir)
         sampler = {k: params[k] for k in ("temperature", "top_p", "top_k", "rep_pen", "sampler_seed")}
         meta = dict(model=str(getattr(self.model_info, "name", "")), conversation_file=str(path or ""),
                     round=self.round, sampler=sampler)
-        self._record_seconds = 0.0
-        self._save(lambda: self.recorder.start(generation_meta(self.conv, **meta)),
-                   "Starting the attention recording")
-
-    def _record(self, token_id: int, text: str, attention) -> None:
-        # Views of the live columns: record() writes them out before it returns.
-        table = self.conv.table
-        started = time.perf_counter()
         try:
-            self.recorder.record(token_id, text, table.position, attention, table.brightness,
-                                 chunk_ids=table.chunk_id)
-        except Exception as exc:  # noqa: BLE001 - a full disk stops the recording, not the answer
-            self.finish_capture("recording failed")
-            self.report(exc, "Recording attention")
-        self._record_seconds += time.perf_counter() - started
+            self.capture.start(capture_dir, self.conv, meta)
+        except Exception as exc:  # noqa: BLE001
+            self.report(exc, "Starting the attention recording")
 
     def finish_capture(self, reason: str):
         """End the recording (if any); the capture folder, or None."""
-        recorder = self.recorder
-        if recorder is None or not recorder.recording:
+        if not self.capture.recording:
             return None
-        per_token = self._record_seconds / recorder.tokens * 1000 if recorder.tokens else 0.0
-        stats = {"finish_reason": reason, "record_ms_per_token": round(per_token, 4),
-                 "chunks": chunk_snapshot(self.conv)}
         try:
-            return recorder.finish(stats)
+            return self.capture.finish(self.conv, reason)
         except Exception as exc:  # noqa: BLE001
             self.report(exc, "Finishing the attention recording")
             return None

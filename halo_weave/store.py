@@ -30,14 +30,19 @@ import json
 import sqlite3
 import threading
 import time
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 from sqlite_utils import Database
 
-from .errors import StoreCorrupt, StoreError, StoreForeign, StoreMissing, StoreRefused, StoreTooNew  # noqa: F401
+from .errors import (  # noqa: F401 - re-exported for callers of the store
+    StoreCorrupt, StoreDamaged, StoreError, StoreForeign, StoreJournalLost, StoreMissing, StoreRefused,
+    StoreTooNew,
+)
 from .conversation import Chunk, ChunkTokens, Conversation, Framing, Turn
+from .core.registry import NO_VALUE, ROLE_CODE, ChunkColumns, TurnColumns
 from .settings import Settings
 from .storage.files import (  # noqa: F401 - the conversation list, importable from here too
     CONVERSATIONS_FOLDER,
@@ -49,11 +54,13 @@ from .storage.files import (  # noqa: F401 - the conversation list, importable f
     new_conversation_path,
 )
 from .storage.sql import batches, transaction
+from .storage import integrity
+from .storage.wal_guard import DatabaseVanished, WalGuard, WalVanished
 from .storage.schema import (
     migrations,
     pack_brightness,
     pack_tokens,
-    unpack_ints,
+    unpack_token_rows,
     unpack_tokens,
 )
 
@@ -74,6 +81,11 @@ class ConversationStore:
         #: Serialises transactions when the connection is shared with a worker thread.
         self.lock = threading.RLock()
         self._streamed: dict[int, int] = {}  # chunk id -> tokens written while streaming
+        #: Damaged rows found on open or on reading tokens back (:mod:`halo_weave.storage.integrity`).
+        self.damage: list[integrity.Damage] = []
+        #: Why saving is refused (damage found, or the -wal file vanished); None = writable.
+        self.refusal: StoreError | None = None
+        self._wal = WalGuard(path)
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -88,6 +100,8 @@ class ConversationStore:
         else:
             inspect(path)
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        integrity.register(conn)  # the checksum triggers call it
+        conn.text_factory = integrity.lenient_text
         try:
             conn.execute("PRAGMA busy_timeout = 5000")
             conn.execute("PRAGMA journal_mode = WAL")
@@ -97,6 +111,7 @@ class ConversationStore:
             if not exists:
                 with store.transaction():
                     store._put_meta({"created_at": time.time(), "updated_at": time.time()})
+            store._wal.remember()
         except sqlite3.Error as exc:
             conn.close()
             raise StoreError(f"Could not open {path.name}: {exc}") from exc
@@ -123,8 +138,43 @@ class ConversationStore:
                 store.save_chunks(conv, resurrected)
                 db.executemany(...)
         """
-        with self.lock, transaction(self.conn) as conn:
-            yield conn
+        with self.lock:
+            if self.refusal is not None and not self.conn.in_transaction:
+                raise type(self.refusal)(str(self.refusal))
+            with transaction(self.conn, before_commit=self._check_wal) as conn:
+                yield conn
+
+    def _check_wal(self) -> None:
+        """Refuse to commit into a -wal file that another program deleted or replaced."""
+        try:
+            self._wal.check()
+        except WalVanished as exc:
+            self.conn.execute("ROLLBACK")
+            if isinstance(exc, DatabaseVanished):
+                rescued = self._wal.rescue_database(self.conn)
+                kept = ("Everything saved before that was written back to it from memory; "
+                        if rescued else "It could not be written back; export the conversation now; ")
+            else:
+                rescued = WalGuard.rescue(self.conn)
+                kept = ("Everything saved before that was written into the conversation file; "
+                        if rescued else "Changes since the last checkpoint may be lost; ")
+            self.refusal = StoreJournalLost(
+                f"Saving stopped: {exc} (a sync tool or cleaner?) while the conversation was open. "
+                + kept + "this last change was not saved. Stop that program from touching the "
+                "conversations folder, then reopen the conversation."
+            )
+            raise type(self.refusal)(str(self.refusal)) from exc
+
+    def _found_damage(self, damage: list) -> None:
+        """Record damage and stop saving: the file is kept as it is (read-only)."""
+        self.damage += [d for d in damage if d not in self.damage]
+        self.refusal = StoreDamaged(integrity.damage_message(self.path.name, self.damage))
+        self.conn.execute("PRAGMA query_only = 1")
+
+    @property
+    def read_only(self) -> bool:
+        """True once saving is refused (damage found, or the -wal file vanished)."""
+        return self.refusal is not None
 
     # ------------------------------------------------------------------ meta & tools
     def get_meta(self, key: str, default: Any = None) -> Any:
@@ -146,6 +196,10 @@ class ConversationStore:
     def load_tool_data(self, name: str) -> dict | None:
         """The tool's saved JSON document (the model's notes), or None."""
         row = self.conn.execute("SELECT json FROM tool_data WHERE name = ?", (name,)).fetchone()
+        damage = integrity.verify_row(self.conn, "tool_data", name) if row else []
+        if damage:
+            self._found_damage(damage)
+            raise StoreDamaged(str(self.refusal))
         return json.loads(row[0]) if row else None
 
     def save_tool_data(self, name: str, obj: Any) -> None:
@@ -166,29 +220,34 @@ class ConversationStore:
         A last turn left incomplete by a crash keeps its partial answer and is closed
         (its suffix framing is added and saved); one with no content is dropped.
         """
-        self._drop_empty_open_turn()
+        try:
+            damage = integrity.verify_on_open(self.conn)
+        except sqlite3.DatabaseError as exc:  # e.g. a column renamed by a flipped schema byte
+            raise StoreCorrupt(
+                f"{self.path.name} is damaged ({exc}). It was left untouched; restore it from a backup "
+                "or an export."
+            ) from exc
+        if damage:
+            self._found_damage(damage)
+        else:
+            self._drop_empty_open_turn()
         conv = Conversation(settings, framing)
-        meta = {k: json.loads(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
+        meta = {k: _json_or_none(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
+        for damaged in self.damage:  # a damaged value is not used (defaults instead)
+            if damaged.table == "meta":
+                meta.pop(damaged.key, None)
         conv.set_system_prompt(
             meta.get("system_prompt", ""), meta.get("system_ids", []), meta.get("system_texts", [])
         )
-        rows = self.conn.execute("SELECT turn_id, role, created_at, complete FROM turns ORDER BY turn_id")
-        columns = list(zip(*rows)) or [(), (), (), ()]
-        conv.turns.update(zip(columns[0], map(
-            Turn, *columns[:3], [[] for _ in columns[0]], map(bool, columns[3])
-        )))
-        live = {
-            chunk_id: unpack_tokens(*blobs)
-            for chunk_id, *blobs in self.conn.execute(
-                "SELECT t.chunk_id, t.token_ids, t.brightness, t.text, t.text_lengths "
-                "FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id WHERE c.live = 1"
-            )
-        }
-        chunks = self._all_chunks(conv.turns)
-        conv.restore_chunks(chunks, live)
-        end = max((c.end for c in chunks[-1:]), default=0)
-        chunk_end = max(conv.chunks, default=-1) + 1
-        turn_end = max(conv.turns, default=-1) + 1
+        skip = integrity.skipped(self.damage)  # damaged records are left out (read-only)
+        turns = self._turn_columns(skip)
+        chunks = self._chunk_columns(turns, skip)
+        # (Rows of chunks left out are dropped there: only the live chunks' order is kept.)
+        conv.rehydrate(turns, chunks, *unpack_token_rows(self._live_token_rows(chunks)))
+        last = len(chunks) - 1
+        end = int(chunks.start[last] + chunks.token_count[last]) if len(chunks) else 0
+        chunk_end = int(chunks.id.max()) + 1 if len(chunks) else 0
+        turn_end = int(turns.turn_id[-1]) + 1 if len(turns) else 0
         conv.next_position = max(meta.get("next_position", 0), end)
         conv.next_turn_id = max(meta.get("next_turn_id", 0), turn_end)
         conv.next_chunk_id = max(meta.get("next_chunk_id", 0), chunk_end)
@@ -197,43 +256,72 @@ class ConversationStore:
         self._close_crashed_turn(conv)
         return conv
 
-    def _all_chunks(self, turns: dict[int, Turn]) -> list[Chunk]:
-        """Every chunk record, in position order.
+    # Opening reads every turn and chunk record as a few comma-joined columns and keeps
+    # them as numpy columns (see halo_weave.core.registry): per-record Python work
+    # dominated opening a long conversation (~20k chunks and ~5k turns per million tokens).
+    def _turn_columns(self, skip: "integrity.Skipped | None" = None) -> TurnColumns:
+        """Every turn record, ascending (but those ``skip`` names: damaged)."""
+        where, args = _not_in("turn_id", skip.turns if skip else ())
+        codes = " ".join(f"WHEN '{role}' THEN {code}" for role, code in ROLE_CODE.items())
+        count, ids, roles, complete = self.conn.execute(
+            f"SELECT count(*), group_concat(turn_id), group_concat(CASE role {codes} ELSE -1 END), "
+            f"group_concat(complete) FROM (SELECT * FROM turns WHERE {where} ORDER BY turn_id)", args,
+        ).fetchone()
+        if not count:
+            return TurnColumns.empty()
+        roles = _ints(roles).astype(np.int8)
+        if (roles < 0).any():
+            raise StoreError(f"{self.path.name} is damaged: a turn has an unknown role.")
+        # REAL as text would lose digits: the times come as floats.
+        created = self.conn.execute(f"SELECT created_at FROM turns WHERE {where} ORDER BY turn_id", args).fetchall()
+        return TurnColumns(
+            _ints(ids), roles, np.fromiter(map(itemgetter(0), created), np.float64, count),
+            _ints(complete) != 0,
+        )
 
-        One row of comma-joined columns instead of a row per chunk: Python-side cost per
-        row dominates opening a long conversation (~20k chunks per million tokens).
+    def _chunk_columns(self, turns: TurnColumns, skip: "integrity.Skipped | None" = None) -> ChunkColumns:
+        """Every chunk record, in position order (roles from their turns).
+
+        ``skip`` (a damaged file, open read-only): chunks with damaged records or of damaged
+        turns are left out, and those with damaged tokens are shown as pruned.
         """
+        where, args = _not_in("id", skip.chunks if skip else ())
+        turn_where, turn_args = _not_in("turn_id", skip.turns if skip else ())
+        live_where, live_args = _not_in("id", skip.tokens if skip else ())
         row = self.conn.execute(
             "SELECT count(*), group_concat(id), group_concat(turn_id), group_concat(sentence_id), "
             "group_concat(start), group_concat(token_count), "
-            "group_concat(ifnull(brightness_at_deletion, '')), "
-            "group_concat(id) FILTER (WHERE live), group_concat(id) FILTER (WHERE pinned), "
-            "group_concat(id) FILTER (WHERE tool_result) "
-            "FROM (SELECT * FROM chunks ORDER BY start)"
+            f"group_concat(ifnull(brightness_at_deletion, {NO_VALUE})), "
+            f"group_concat(((live != 0) AND {live_where}) + 2 * (pinned != 0) + 4 * (tool_result != 0)) "
+            f"FROM chunks WHERE {where} AND {turn_where}",
+            (*live_args, *args, *turn_args),
         ).fetchone()
         if not row[0]:
-            return []
-        # map() chains keep the per-chunk loops in C; the rare flags come as id lists.
-        ids, turn_ids, sentence_ids, starts, counts = (
-            list(map(int, text.split(","))) for text in row[1:6]
-        )
-        at_deletion = [int(v) if v else None for v in row[6].split(",")]
-        live, pinned, tool_result = (
-            list(map(set(map(int, text.split(","))).__contains__, ids)) if text else [False] * len(ids)
-            for text in row[7:10]
-        )
-        role_of = {turn_id: turn.role for turn_id, turn in turns.items()}
-        try:
-            roles = list(map(role_of.__getitem__, turn_ids))
-        except KeyError as exc:
-            raise StoreError(f"{self.path.name} is damaged: a chunk belongs to missing turn {exc}.") from None
-        chunks = list(map(
-            Chunk, ids, turn_ids, sentence_ids, roles, starts, counts, live, pinned, at_deletion,
-            tool_result,
-        ))
-        if not (np.diff(np.asarray(starts)) > 0).all():  # SQLite does not promise the order
-            chunks.sort(key=lambda c: c.start)
+            return ChunkColumns.empty()
+        ids, turn_ids, sentence_ids, starts, counts, at_deletion, flags = map(_ints, row[1:8])
+        live, pinned, tool_result = (flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0
+        at = np.minimum(turns.turn_id.searchsorted(turn_ids), len(turns) - 1)
+        known = turns.turn_id[at] == turn_ids if len(turns) else np.zeros(len(ids), bool)
+        if not known.all():
+            missing = int(turn_ids[np.argmin(known)])
+            raise StoreError(f"{self.path.name} is damaged: a chunk belongs to missing turn {missing}.")
+        chunks = ChunkColumns(ids, turn_ids, sentence_ids, turns.role[at], starts, counts, live, pinned,
+                              at_deletion, tool_result)
+        if not (np.diff(starts) > 0).all():  # SQLite does not promise the order
+            chunks = chunks.take(np.argsort(starts, kind="stable"))
         return chunks
+
+    def _live_token_rows(self, chunks: ChunkColumns) -> list[tuple]:
+        """The live chunks' token rows, in position order."""
+        rows = self.conn.execute(
+            "SELECT t.chunk_id, t.token_ids, t.brightness, t.text, t.text_lengths "
+            "FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id WHERE c.live = 1"
+        ).fetchall()
+        order = chunks.id[chunks.live].tolist()
+        if list(map(itemgetter(0), rows)) != order:  # read in id order: usually position order
+            by_id = {row[0]: row for row in rows}
+            rows = [by_id[c] for c in order if c in by_id]
+        return rows
 
     def _drop_empty_open_turn(self) -> None:
         row = self.conn.execute("SELECT turn_id, complete FROM turns ORDER BY turn_id DESC LIMIT 1").fetchone()
@@ -253,16 +341,18 @@ class ConversationStore:
                 self.conn.execute("DELETE FROM turns WHERE turn_id = ?", (row[0],))
 
     def _close_crashed_turn(self, conv: Conversation) -> None:
-        incomplete = [t for t in conv.turns.values() if not t.complete]
+        incomplete = [conv.turns[t] for t in conv.turns.incomplete()]
         if not incomplete:
             return
-        last = max(conv.turns)
+        last = conv.turns.last()
         for turn in incomplete:
             if turn.turn_id == last:
                 conv.resume_turn(last)
                 conv.end_turn()
             else:  # cannot happen through this API; closing it keeps positions ordered
                 turn.complete = True
+        if self.read_only:
+            return
         with self.transaction():
             for turn in incomplete:
                 self._write_turn(conv, turn)
@@ -278,6 +368,7 @@ class ConversationStore:
                 f"FROM chunk_tokens WHERE chunk_id IN ({marks})", batch,
             ):
                 found[chunk_id] = unpack_tokens(*blobs)
+        self._verify_read(chunk_ids)
         missing = set(chunk_ids) - set(found)
         if missing:
             raise StoreError(f"The conversation file has no tokens for chunks {sorted(missing)}.")
@@ -291,7 +382,15 @@ class ConversationStore:
             found.update(self.conn.execute(
                 f"SELECT chunk_id, text FROM chunk_tokens WHERE chunk_id IN ({marks})", batch
             ))
+        self._verify_read(chunk_ids)
         return found
+
+    def _verify_read(self, chunk_ids: Sequence[int]) -> None:
+        """Raise :class:`StoreDamaged` naming the chunks whose stored tokens fail their checksum."""
+        damage = integrity.verify_chunks(self.conn, chunk_ids)
+        if damage:
+            self._found_damage(damage)
+            raise StoreDamaged(self.refusal and str(self.refusal))
 
     # ------------------------------------------------------------------ saving
     def save_system_prompt(self, conv: Conversation) -> None:
@@ -399,6 +498,25 @@ class ConversationStore:
         })
 
 
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):  # only in a damaged file (the checksum says which key)
+        return None
+
+
 def _chunk_row(c: Chunk) -> tuple:
     return (c.id, c.turn_id, c.sentence_id, c.role, c.start, c.token_count, int(c.live),
             int(c.pinned), c.brightness_at_deletion, int(c.tool_result))
+
+
+def _not_in(column: str, keys) -> tuple[str, tuple]:
+    """``column NOT IN (keys)`` as SQL and its one parameter (``1`` when there are none)."""
+    if not keys:
+        return "1", ()
+    return f"{column} NOT IN (SELECT value FROM json_each(?))", (json.dumps(sorted(keys, key=repr)),)
+
+
+def _ints(text: str) -> np.ndarray:
+    """A comma-joined list of integers (``group_concat``) as an int64 array."""
+    return np.fromstring(text, np.int64, sep=",")

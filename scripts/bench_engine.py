@@ -181,9 +181,9 @@ def bench_store(workdir: Path, total: int, live: int, repeat: int = 7) -> dict:
         store.save_chunks(conv, conv.prune_to_fit(conv.live_token_count() - 1))
 
     def resurrect():
-        revived = conv.resurrect([long_dead.pop(rng.randrange(len(long_dead)))])
-        store.save_chunks(conv, revived)
-        return revived
+        resurrected = conv.resurrect([long_dead.pop(rng.randrange(len(long_dead)))])
+        store.save_chunks(conv, resurrected)
+        return resurrected
 
     for _ in range(30):
         prune_times.measure(prune)

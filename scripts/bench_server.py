@@ -11,6 +11,12 @@
   + aggregation), aggregated at 8k context and per_layer at 30 x 9 x 2048.
 * ``start_to_ready_cold_s`` / ``_warm_s``: server start to ready line with an empty
   model cache and with the dequantized model cached.
+* ``abort_ms_worst_*`` / ``abort_ms_median_*``: round trip of ``/api/extra/abort`` sent
+  every 20 ms while another request is in flight: a 30 MB stop string (refused with 400
+  once read), a 1M-character tokenize, a 262,144-id detokenize (the most accepted), and a running generation (issue 17: under 100 ms).
+
+``--only-abort`` measures just the abort figures, against a server using the model cache
+in ``$HALO_WEAVE_CACHE`` (seconds to start when it is warm).
 
 Usage: ``python scripts/bench_server.py [--json] [--tokens 64] [--threads N]``; the
 last line of output is one JSON object of figures.
@@ -158,17 +164,88 @@ def client_event_ms(shape: tuple[int, ...]) -> float:
     return (time.perf_counter() - start) * 1000 / count
 
 
+ABORT_INTERVAL_S = 0.02
+
+
+def abort_latency(url: str) -> dict:
+    """Worst and median /abort round trips (ms) while each kind of heavy request runs."""
+    import statistics
+    import threading
+
+    chat = CHAT.format("user", "Write a long story about the sea.") + "<|im_start|>assistant\n"
+    with httpx.Client(base_url=url, timeout=120) as http:
+        ids = http.post("/api/v1/tokenize", json={"text": chat}).json()["token_ids"]
+    json_header = {"Content-Type": "application/json"}
+    stop_body = (json.dumps({"input_ids": ids, "max_length": 4})[:-1] + ', "stop_sequence": ["').encode() \
+        + b"z" * (30 * 1024 * 1024) + b'"]}'
+    mixed = ("héllo wörld 你好 مرحبا 🌍 " * 40000)[:1_000_000]
+    heavy = {
+        "stop_string_30mb": lambda c: c.post("/api/extra/generate/stream", content=stop_body, headers=json_header),
+        "tokenize_1m_chars": lambda c: c.post("/api/v1/tokenize", json={"text": mixed}),
+        "detokenize_262k_ids": lambda c: c.post("/api/v1/detokenize", json={"token_ids": [5000] * 262_144}),
+        "generation": lambda c: c.post("/api/extra/generate/stream",
+                                       json={"input_ids": ids, "max_length": 48, "request_id": "bench-heavy"}),
+    }
+    figures = {}
+    for name, request in heavy.items():
+        done = threading.Event()
+
+        outcome = {}
+
+        def run(request=request, outcome=outcome):
+            try:
+                with httpx.Client(base_url=url, timeout=300) as client:
+                    outcome["status"] = request(client).status_code
+            except httpx.HTTPError as exc:
+                outcome["status"] = type(exc).__name__
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        times = []
+        with httpx.Client(base_url=url, timeout=60) as http:
+            time.sleep(0.05)
+            while not done.is_set():
+                # Another request id: measures the answer without stopping the generation.
+                started = time.perf_counter()
+                try:
+                    http.post("/api/extra/abort", json={"request_id": "not-this-one"})
+                except httpx.TimeoutException:  # not answered within the client's 60 s
+                    pass
+                times.append((time.perf_counter() - started) * 1000)
+                time.sleep(ABORT_INTERVAL_S)
+        worker.join()
+        figures[f"abort_ms_worst_{name}"] = round(max(times), 1) if times else None
+        figures[f"abort_ms_median_{name}"] = round(statistics.median(times), 1) if times else None
+        figures[f"abort_samples_{name}"] = len(times)
+        figures[f"heavy_status_{name}"] = outcome.get("status")
+    return figures
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print only the JSON figures line")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per decode-rate run")
     parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1))
     parser.add_argument("--skip-start", action="store_true", help="skip the cold/warm start figures")
+    parser.add_argument("--only-abort", action="store_true",
+                        help="only the /abort latency figures (model cache from $HALO_WEAVE_CACHE)")
     args = parser.parse_args(argv)
     os.environ["HF_HUB_OFFLINE"] = "1"
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr))
     figures: dict = {"threads": args.threads, "cpu_count": os.cpu_count(),
                      "load_average_1m": round(os.getloadavg()[0], 2)}
+    if args.only_abort:
+        process = start_server(port=0, extra_args=["--threads", str(args.threads)])
+        try:
+            process.wait_ready(timeout=600)
+            figures.update(abort_latency(process.url))
+        finally:
+            process.stop()
+        figures["load_average_1m_end"] = round(os.getloadavg()[0], 2)
+        print(json.dumps(figures))
+        return 0
 
     figures["client_event_ms_aggregated_8k"] = round(client_event_ms((8192,)), 3)
     figures["client_event_ms_per_layer_30x9x2048"] = round(client_event_ms((30, 9, 2048)), 3)
@@ -185,6 +262,7 @@ def main(argv=None) -> int:
         try:
             process.wait_ready(timeout=600)
             server_figures, prompt = bench_server(process.url, args.tokens)
+            server_figures.update(abort_latency(process.url))
         finally:
             process.stop()
         figures.update(server_figures)

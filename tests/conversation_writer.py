@@ -5,7 +5,7 @@
   component under test.
 * :class:`ScriptedBackend` is a model server made of test data: it answers with the text
   it is given, that tokenizer's ids, and random attention over the context.
-* :func:`child` (also runnable: ``python conversation_writer.py DB SEED``) chats
+* :func:`child` chats
   forever through the app's own :class:`~halo_weave.session.ChatSession` and the scripted
   backend: user turn (saved DB-first), streamed answer (batched progress), end of turn
   (save, brightness, prune) and the occasional resurrection by hand, printing
@@ -227,6 +227,3 @@ def crash_trials(db: Path, trials: int = 50, seed: int = 0, max_delay: float = 0
             failures.append(f"trial {trial}: {exc}")
     return failures
 
-
-if __name__ == "__main__":
-    child(Path(sys.argv[1]), int(sys.argv[2]))

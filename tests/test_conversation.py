@@ -183,7 +183,6 @@ def seed_turns_3_and_4() -> Conversation:
         say(conv, "user" if conv.next_turn_id % 2 == 0 else "assistant", "filler words here.")
     conv.turns.clear()
     conv.chunks.clear()
-    conv._keys.clear()
     conv.table.keep(np.zeros(len(conv.table), bool))
     conv.next_turn_id = 3
     say(conv, "user", "u zero here.\n\nu one here.\n\nu two here.")
@@ -264,11 +263,11 @@ def test_resurrection_returns_chunk_to_its_place_with_anchors():
     conv.prune_to_fit(len(conv.system_ids) + 1)
     target = conv.chunk_by_key(4, 3, "assistant")
     cost = conv.resurrection_cost(target)
-    revived = conv.resurrect([target.id])
-    assert {c.key for c in revived if not c.framing} == {(4, 3, "assistant"), (3, 0, "user"), (4, 0, "assistant")}
-    assert cost == sum(c.token_count for c in revived)
+    resurrected = conv.resurrect([target.id])
+    assert {c.key for c in resurrected if not c.framing} == {(4, 3, "assistant"), (3, 0, "user"), (4, 0, "assistant")}
+    assert cost == sum(c.token_count for c in resurrected)
     ids = conv.live_input_ids().tolist()
-    # The revived tokens appear in their original order and relative place.
+    # The resurrected tokens appear in their original order and relative place.
     assert ids == [i for i in ids_before.tolist() if i in ids] and ids[:6] == ids_before[:6].tolist()
     assert np.all(np.diff(conv.table.position) > 0)
     # "no gifts": brightness as at deletion

@@ -67,7 +67,7 @@ def test_special_tokens_are_parsed_and_render_empty(http):
 ])
 def test_bad_requests_get_400_with_a_message(http, path, body, fragment):
     if isinstance(body, bytes):
-        response = http.post(path, content=body)
+        response = http.post(path, content=body, headers={"Content-Type": "application/json"})
     else:
         response = http.post(path, json=body)
     assert response.status_code == 400

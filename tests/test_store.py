@@ -8,7 +8,6 @@ import random
 import sqlite3
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from conversation_writer import (
@@ -99,6 +98,32 @@ def test_rehydration_is_exact_and_positions_continue(store, path, reopen):
     assert snapshot(reopen(path)) == after
 
 
+def test_dead_history_stays_columns_until_it_is_used(store, path, reopen):
+    rng = random.Random(4)
+    conv = new_conversation()
+    chat(conv, store, rng, exchanges=8, max_tokens=300)
+    graveyard = [c.id for c in conv.graveyard()]
+    assert len(graveyard) > 3
+    store.close()
+
+    again = reopen(path)
+    live = again.live_chunks()
+    # Only the live chunks are objects; dead chunks and turns are numpy rows until asked for.
+    assert again.chunks.materialised == len(live) and again.turns.materialised == 0
+    assert len(again.chunks) == len(conv.chunks) and len(again.turns) == len(conv.turns)
+    assert list(again.chunks) == sorted(conv.chunks, key=lambda c: conv.chunks[c].start)
+    assert list(again.turns) == sorted(conv.turns)
+    rows = again.graveyard()
+    assert rows.ids == graveyard and again.chunks.materialised == len(live)
+    oldest = rows[-1]
+    assert oldest == conv.chunks[oldest.id] and again.chunks.materialised == len(live) + 1
+    assert oldest.id in again.chunks and again.chunks[oldest.id] is oldest
+    assert again.chunk_by_key(*oldest.key) is oldest
+    assert again.turns[oldest.turn_id] == conv.turns[oldest.turn_id]
+    assert again.turns.last("user") == max(t for t in conv.turns if conv.turns[t].role == "user")
+    assert [c.key for c in again.resurrect([oldest.id])] == [c.key for c in conv.resurrect([oldest.id])]
+
+
 def test_user_turn_is_in_the_file_before_it_is_shown(store, path, reopen):
     conv = new_conversation()
     turn = add_user(conv, "remember the number 4417\n\nand the colour teal")
@@ -159,8 +184,8 @@ def test_prune_resurrect_pin_and_delete_are_persisted(store, path, reopen):
     with ConversationStore.open(path) as store2:
         conv2 = store2.load(settings(), FRAMING)
         target = next(c for c in conv2.graveyard() if not c.anchor)
-        revived = conv2.resurrect([target.id])
-        store2.save_chunks(conv2, revived)
+        resurrected = conv2.resurrect([target.id])
+        store2.save_chunks(conv2, resurrected)
         tokens = conv2.chunk_tokens(target.id)
         assert tokens.token_ids.tolist() == original[target.id].token_ids.tolist()
         assert tokens.texts == original[target.id].texts

@@ -67,7 +67,7 @@ def _detect(http: Http, url: str, api_key: str | None, tokenizer):
             from .koboldcpp import AttentionKobold
 
             ours = "halo_weave" in version or "supports_attention" in model
-            return AttentionKobold(url, kind="halo" if ours else "koboldcpp-fork",
+            return AttentionKobold(url, kind="halo" if ours else "koboldcpp-fork", api_key=api_key,
                                    version=str(version.get("halo_weave") or version.get("version") or "") or None)
         count = _post(http, "/api/extra/tokencount", {"prompt": "hi"})
         if count is None or not isinstance(count.get("value"), int):

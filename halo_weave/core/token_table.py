@@ -60,6 +60,20 @@ class TokenTable:
             col[self._n : self._n + count] = values[name]
         self._n += count
 
+    def append_chunks(self, starts, counts, chunk_ids, turn_ids, framing, token_ids, brightness) -> None:
+        """Append whole chunks, in position order: ``starts`` .. ``framing`` have one value
+        per chunk, ``token_ids`` and ``brightness`` one per token (``counts`` per chunk)."""
+        counts = np.asarray(counts, np.int64)
+        offset = np.asarray(starts, np.int64) - (np.cumsum(counts) - counts)  # position - row
+        self.append_rows(
+            position=np.repeat(offset, counts) + np.arange(int(counts.sum())),
+            token_id=token_ids,
+            brightness=brightness,
+            chunk_id=np.repeat(chunk_ids, counts),
+            turn_id=np.repeat(turn_ids, counts),
+            framing=np.repeat(framing, counts),
+        )
+
     def append_one(self, position: int, token_id: int, brightness: int, chunk_id: int,
                    turn_id: int, framing: bool) -> None:
         """Append one row without building arrays (the per-streamed-token path)."""

@@ -75,14 +75,14 @@ class ResurrectionResult:
 
     budget: int
     tokens_used: int = 0
-    revived: list[Chunk] = field(default_factory=list)  # every chunk made live (with framing)
+    chunks: list[Chunk] = field(default_factory=list)  # every chunk made live (with framing)
     plan: ResurrectionPlan | None = None
     reason: str | None = None  # why nothing was tried (index unavailable)
 
     @property
     def resurrected(self) -> list[Chunk]:
-        """Revived content chunks, i.e. what left the graveyard (framing left out)."""
-        return [c for c in self.revived if not c.framing]
+        """Resurrected content chunks, i.e. what left the graveyard (framing left out)."""
+        return [c for c in self.chunks if not c.framing]
 
 
 def budget(conv: Conversation, user_tokens: int, max_context: int, max_new_tokens: int, cap: int = 0) -> int:
@@ -131,25 +131,25 @@ def apply_plan(conv: Conversation, plan: ResurrectionPlan, conn: sqlite3.Connect
     """
     before = conv.live_token_count()
     undo = _UndoResurrect(conv, plan)
-    revived = conv.resurrect(plan.chunk_ids, brightness=brightness) if plan.taken else []
+    resurrected = conv.resurrect(plan.chunk_ids, brightness=brightness) if plan.taken else []
     counts = [p.match.chunk_id for p in plan.taken]
     try:
         if store is not None:
             with store.transaction() as db:
-                if revived:
-                    store.save_chunks(conv, revived)
+                if resurrected:
+                    store.save_chunks(conv, resurrected)
                 index_tables.count_references(db, counts)
         elif counts:
             with transaction(conn):
                 index_tables.count_references(conn, counts)
     except BaseException:
-        undo(revived)
+        undo(resurrected)
         raise
-    return ResurrectionResult(plan.budget, conv.live_token_count() - before, revived, plan)
+    return ResurrectionResult(plan.budget, conv.live_token_count() - before, resurrected, plan)
 
 
 class _UndoResurrect:
-    """Puts chunks a failed :func:`apply_plan` revived back in the graveyard, exactly.
+    """Puts chunks a failed :func:`apply_plan` resurrected back in the graveyard, exactly.
 
     Conversation has no public inverse of ``resurrect``; this uses its prune step
     (``_kill``) and then restores what pruning recomputes: the brightness at deletion
@@ -159,16 +159,16 @@ class _UndoResurrect:
 
     def __init__(self, conv: Conversation, plan: ResurrectionPlan) -> None:
         self.conv = conv
-        self.at_deletion = {c.id: c.brightness_at_deletion for c in conv.chunks.values() if not c.live}
-        self.dead = {c: conv._dead_tokens.get(c) for c in self.at_deletion}
+        self.dead = dict(conv._dead_tokens)
 
     def __call__(self, revived: list[Chunk]) -> None:
         if not revived:
             return
         conv = self.conv
+        at_deletion = {c.id: c.brightness_at_deletion for c in revived}  # resurrect keeps them
         conv._kill(list(revived))
         for chunk in revived:
-            chunk.brightness_at_deletion = self.at_deletion.get(chunk.id)
+            chunk.brightness_at_deletion = at_deletion[chunk.id]
             tokens = self.dead.get(chunk.id)
             if tokens is None:
                 conv._dead_tokens.pop(chunk.id, None)

@@ -5,8 +5,11 @@ Prints exactly one line to stdout once it accepts connections::
     Halo Weave server ready on http://127.0.0.1:5001 (model SmolLM2-135M-Instruct.Q4_1)
 
 (``--port 0`` picks a free port and reports it there.)  Progress and request logs go
-to stderr.  Exit status: 0 after a clean shutdown, 1 if the address is unusable, 2 if
-the model cannot be loaded.
+to stderr.  Exit status: 0 after a clean shutdown, 1 if the address is unusable (or is
+not loopback and no ``--api-key`` was given), 2 if the model cannot be loaded.
+
+Only loopback by default: ``--host`` beyond it needs ``--api-key``, and every request
+then carries ``Authorization: Bearer KEY`` (see :mod:`halo_weave.server.guard`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ READY_LINE = "Halo Weave server ready on {url} (model {model})"
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5001
+
+#: Environment variable holding the API key (keeps it out of the process list).
+API_KEY_ENV = "HALO_WEAVE_API_KEY"
 
 log = logging.getLogger("halo_weave.server")
 
@@ -49,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="torch CPU threads (default: all cores but one, at least 1)")
     parser.add_argument("--no-model-cache", action="store_true",
                         help="do not save the dequantized model for faster later starts")
+    parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV) or None,
+                        help="require 'Authorization: Bearer KEY' on every request (default: "
+                             f"${API_KEY_ENV}); required with a --host other than loopback")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return parser
 
@@ -62,7 +71,10 @@ def default_threads() -> int:
 
 def bind_socket(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY on accepted connections only
+    # when the listening socket says TCP, and without it every answer waited ~40 ms for
+    # a delayed ACK (Nagle), /abort included.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(128)
@@ -78,6 +90,16 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+    from .guard import is_loopback
+
+    if not is_loopback(args.host) and not args.api_key:
+        print(
+            f"halo-weave-server: refusing to listen on {args.host} without a key: anyone on the "
+            f"network could use the model. Pass --api-key KEY (or set {API_KEY_ENV}), or use the "
+            f"default --host {DEFAULT_HOST}.",
+            file=sys.stderr,
+        )
+        return 1
     try:
         sock = bind_socket(args.host, args.port)
     except OSError as exc:
@@ -116,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.no_attention:
         log.info("attention disabled (--no-attention): serving like stock KoboldCPP")
-    app = create_app(engine, attention=not args.no_attention)
+    app = create_app(engine, attention=not args.no_attention, api_key=args.api_key)
     config = uvicorn.Config(app, log_level=args.log_level, access_log=True,
                             timeout_graceful_shutdown=1, lifespan="off")
     ReadyServer(config).run(sockets=[sock])

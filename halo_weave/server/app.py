@@ -22,6 +22,7 @@ cannot read this local model's output.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -30,12 +31,14 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .. import __version__
-from . import schema
+from . import limits, schema
+from .guard import RequestGuard
 from .engine import Engine, EngineBusy, RequestError
 from .generation import DoneRecord
 
@@ -48,12 +51,41 @@ BUSY_POLL_S = 0.02
 #: Largest request body accepted (KoboldCPP's default ``--maxrequestsize``).
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
+#: Largest ``/abort`` body (it carries at most a request id): read and parsed at once.
+MAX_ABORT_BODY_BYTES = 64 * 1024
+
+#: Bodies larger than this are parsed on a worker thread, not on the event loop.
+PARSE_ON_LOOP_BYTES = 64 * 1024
+
 #: KoboldAI API version reported to clients that probe ``/api/v1/info/version``.
 KOBOLD_API_VERSION = "1.2.5"
 #: The KoboldCPP release whose wire format we follow.
 KOBOLDCPP_VERSION = "1.101.1"
 
 _END = object()
+
+
+def tokenize_answer(ids: list[int], pieces: list[str] | None, slice_items: int = 8192) -> bytes:
+    """The tokenize answer's JSON, encoded in slices without a dict per token.
+
+    One ``json.dumps`` of a million token dicts holds the GIL for most of a second, and
+    the dicts make the garbage collector walk millions of objects: either stalls the
+    event loop (and /abort) even from a worker thread.
+    """
+    dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+    tokens, id_parts = [], []
+    for start in range(0, len(ids), slice_items):
+        part = ids[start : start + slice_items]
+        id_parts.append(dumps(part)[1:-1].encode())
+        if pieces is None:
+            text = ",".join(map('{{"id":{}}}'.format, part))
+        else:
+            texts = map(dumps, pieces[start : start + slice_items])
+            text = ",".join(map('{{"token_id":{},"text":{}}}'.format, part, texts))
+        tokens.append(text.encode("utf-8"))
+    # Bytes joined at the end: one big str would be copied (and widened) at every step.
+    return b"".join([b'{"tokens":[', b",".join(tokens), b'],"token_ids":[', b",".join(id_parts),
+                     b'],"token_count":', str(len(ids)).encode(), b"}"])
 
 
 def error_response(status: int, message: str, kind: str = "bad_input") -> JSONResponse:
@@ -97,8 +129,12 @@ def model_info(engine: Engine, attention: bool = True) -> dict:
     return info
 
 
-def create_app(engine: Engine, *, attention: bool = True) -> Starlette:
-    """The Starlette application serving ``engine`` (``attention=False``: stock KoboldCPP)."""
+def create_app(engine: Engine, *, attention: bool = True, api_key: str | None = None) -> Starlette:
+    """The Starlette application serving ``engine`` (``attention=False``: stock KoboldCPP).
+
+    Every request passes :class:`~halo_weave.server.guard.RequestGuard` (the key when
+    ``api_key`` is set, no foreign Origin, JSON bodies only).
+    """
 
     async def get_model(request: Request) -> JSONResponse:
         return JSONResponse(model_info(engine, attention))
@@ -122,20 +158,22 @@ def create_app(engine: Engine, *, attention: bool = True) -> Starlette:
 
     async def tokenize(request: Request) -> JSONResponse:
         text, add_special, with_pieces = schema.tokenize_args(await _json(request))
-        pairs = await run_in_threadpool(engine.tokenize, text, add_special)
-        ids = [i for i, _ in pairs]
-        if not with_pieces:
-            return JSONResponse({"tokens": [{"id": i} for i in ids], "token_ids": ids, "token_count": len(ids)})
-        tokens = [{"token_id": i, "text": piece} for i, piece in pairs]
-        return JSONResponse({"tokens": tokens, "token_ids": ids, "token_count": len(ids)})
+
+        def answer() -> bytes:  # on a worker: a million tokens take a second to encode
+            ids, pieces = engine.token_columns(text, add_special)
+            return tokenize_answer(ids, pieces if with_pieces else None)
+
+        return Response(await run_in_threadpool(answer), media_type="application/json")
 
     async def detokenize(request: Request) -> JSONResponse:
-        ids = schema.detokenize_ids(await _json(request), engine)
-        return JSONResponse({"text": engine.detokenize(ids)})
+        body = await _json(request)
+        # A million ids take a while to check and join: not on the event loop.
+        text = await run_in_threadpool(lambda: engine.detokenize(schema.detokenize_ids(body, engine)))
+        return JSONResponse({"text": text})
 
     async def abort(request: Request) -> JSONResponse:
         try:
-            body = schema.parse_json_object(await request.body())
+            body = await _json(request, MAX_ABORT_BODY_BYTES)
         except RequestError:
             body = {}
         target = body.get("request_id", body.get("genkey"))
@@ -153,7 +191,8 @@ def create_app(engine: Engine, *, attention: bool = True) -> Starlette:
         deadline = time.monotonic() + BUSY_WAIT_S
         while True:
             try:
-                generation = engine.generate(**kwargs)
+                # On a worker: checking stop strings tokenizes them (never on the event loop).
+                generation = await run_in_threadpool(lambda: engine.generate(**kwargs))
                 break
             except EngineBusy as exc:
                 if time.monotonic() >= deadline:
@@ -185,20 +224,28 @@ def create_app(engine: Engine, *, attention: bool = True) -> Starlette:
         HTTPException: _http_error,
         Exception: _internal_error,
     }
-    return Starlette(routes=routes, exception_handlers=handlers)
+    middleware = [Middleware(RequestGuard, api_key=api_key)]
+    return Starlette(routes=routes, exception_handlers=handlers, middleware=middleware)
 
 
-async def _json(request: Request) -> dict:
+async def _json(request: Request, limit: int = MAX_BODY_BYTES) -> dict:
     declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise HTTPException(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise HTTPException(413, f"request body larger than {limit} bytes")
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise HTTPException(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+        if size > limit:
+            raise HTTPException(413, f"request body larger than {limit} bytes")
         chunks.append(chunk)
-    return schema.parse_json_object(b"".join(chunks))
+    if size <= PARSE_ON_LOOP_BYTES:
+        return schema.parse_json_object(b"".join(chunks))
+    def parse() -> dict:
+        body = b"".join(chunks)
+        limits.check_raw_body(body)
+        return schema.parse_json_object(body)
+
+    return await run_in_threadpool(parse)
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:

@@ -117,9 +117,14 @@ class Engine:
 
     def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
         """``(token_id, piece)`` pairs; pieces join to :meth:`detokenize` of the ids."""
+        return list(zip(*self.token_columns(text, add_special_tokens)))
+
+    def token_columns(self, text: str, add_special_tokens: bool = False) -> tuple[list[int], list[str]]:
+        """The ids and pieces of :meth:`tokenize` as two lists (no per-token objects for
+        the garbage collector to walk: a million of them stalled every thread)."""
         with self._tokenizer_lock:
             ids = self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
-        return list(zip(ids, self.text.pieces(ids)))
+        return ids, self.text.pieces(ids)
 
     def detokenize(self, ids) -> str:
         """Text of ``ids`` (control tokens dropped); raises RequestError on bad ids."""
@@ -266,7 +271,8 @@ class Engine:
         found = set()
         for s in stops if isinstance(stops, (list, tuple)) else ():
             if isinstance(s, str) and s:
-                ids = self.tokenizer.encode(s, add_special_tokens=False)
+                with self._tokenizer_lock:
+                    ids = self.tokenizer.encode(s, add_special_tokens=False)
                 if len(ids) == 1 and ids[0] in self.text.special_ids:
                     found.add(ids[0])
         return found

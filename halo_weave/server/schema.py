@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from . import limits
 from .engine import ATTENTION_FORMATS, PER_LAYER, Engine, RequestError
 from .generation import DoneRecord, TokenRecord
 
@@ -45,6 +46,10 @@ def parse_json_object(body: bytes) -> dict:
         data = json.loads(body.decode("utf-8") if body else "{}")
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RequestError(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise RequestError("request body is nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise RequestError(f"request body is not usable JSON: {exc}") from None
     if not isinstance(data, dict):
         raise RequestError("request body must be a JSON object")
     return data
@@ -52,6 +57,7 @@ def parse_json_object(body: bytes) -> dict:
 
 def generate_kwargs(body: dict, engine: Engine) -> dict[str, Any]:
     """Validated keyword arguments for :meth:`Engine.generate` from a request body."""
+    limits.check_generate(body, engine.context_size)
     kwargs: dict[str, Any] = {"max_length": DEFAULT_MAX_LENGTH}
     for name, (types, keyword) in GENERATE_FIELDS.items():
         if name not in body or body[name] is None:
@@ -130,7 +136,8 @@ def tokenize_args(body: dict) -> tuple[str, bool, bool]:
     text = body.get("text", body.get("content"))
     if not isinstance(text, str):
         raise RequestError("text must be a string")
-    if len(text) > MAX_TOKENIZE_CHARS:
+    limits.check_text(text, "text")
+    if len(text) > min(MAX_TOKENIZE_CHARS, limits.MAX_TEXT_CHARS):
         raise RequestError(f"text longer than {MAX_TOKENIZE_CHARS} characters")
     add = body.get("add_special_tokens", body.get("add_special", False))
     pieces = body.get("with_pieces", True)
@@ -143,6 +150,7 @@ def detokenize_ids(body: dict, engine: Engine) -> list[int]:
     ids = body.get("token_ids", body.get("tokens"))
     if ids is None:
         raise RequestError("token_ids is required")
+    limits.check_detokenize(ids)
     return engine.check_ids(ids, allow_empty=True)
 
 

@@ -177,6 +177,41 @@ class AttentionRecorder:
             self.finish({"aborted": exc[0] is not None})
 
 
+class RoundCapture:
+    """What "Record attention" keeps: one :class:`AttentionRecorder` (re-made when the
+    folder changes), one capture folder per generation round, and the time recording took."""
+
+    def __init__(self) -> None:
+        self.recorder: AttentionRecorder | None = None
+        self._seconds = 0.0
+
+    @property
+    def recording(self) -> bool:
+        return self.recorder is not None and self.recorder.recording
+
+    def start(self, capture_dir: Path, conversation, meta: dict) -> Path:
+        if self.recorder is None or self.recorder.capture_dir != capture_dir:
+            self.recorder = AttentionRecorder(capture_dir)
+        self._seconds = 0.0
+        return self.recorder.start(generation_meta(conversation, **meta))
+
+    def record(self, conversation, token_id: int, text: str, attention) -> None:
+        """One token, before it joins the table (views of the live columns are written out now)."""
+        table = conversation.table
+        started = time.perf_counter()
+        try:
+            self.recorder.record(token_id, text, table.position, attention, table.brightness,
+                                 chunk_ids=table.chunk_id)
+        finally:
+            self._seconds += time.perf_counter() - started
+
+    def finish(self, conversation, reason: str) -> Path:
+        recorder = self.recorder
+        per_token = self._seconds / recorder.tokens * 1000 if recorder.tokens else 0.0
+        return recorder.finish({"finish_reason": reason, "record_ms_per_token": round(per_token, 4),
+                                "chunks": chunk_snapshot(conversation)})
+
+
 @dataclass
 class CaptureRecord:
     """One recorded token event (arrays are read-only memory maps or copies of them)."""

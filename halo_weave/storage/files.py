@@ -80,7 +80,7 @@ def inspect(path: Path) -> None:
                 f"{path.name} was written by a newer version of Halo Weave (schema {unknown[-1]}). "
                 "Update Halo Weave to open it; the file was left untouched."
             )
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # undecodable: a damaged schema
         raise StoreCorrupt(
             f"{path.name} is damaged ({exc}). It was left untouched; restore it from a backup or an export."
         ) from exc

@@ -15,6 +15,7 @@ int32 BLOBs, and its texts are one UTF-8 string plus an int32 BLOB of per-token 
 
 from __future__ import annotations
 
+from itertools import accumulate, pairwise
 from typing import Sequence
 
 import numpy as np
@@ -190,6 +191,18 @@ def m003_semantic_changes_upsert_safe(db: Database) -> None:
         """
     )
 
+
+@_migration
+def m004_row_checksums(db: Database) -> None:
+    """A CRC-32 per row of the conversation tables, kept by triggers (see :mod:`integrity`).
+
+    Computed here for the rows an older file already holds.
+    """
+    from .integrity import schema_sql
+
+    db.executescript(schema_sql())
+
+
 # ---------------------------------------------------------------------- token codec
 _I4 = np.dtype("<i4")
 
@@ -227,3 +240,25 @@ def unpack_tokens(ids_blob: bytes, brightness_blob: bytes, text: str, lengths_bl
 def unpack_ints(blob: bytes) -> np.ndarray:
     """An int32 BLOB as a writable array."""
     return np.frombuffer(blob, _I4).astype(np.int32)
+
+
+def unpack_token_rows(rows: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray, ChunkTokens]:
+    """Many ``(chunk_id, *packed)`` rows at once: (chunk ids, tokens of each, the tokens of
+    all of them concatenated in row order)."""
+    if not rows:
+        empty = np.zeros(0, np.int32)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), ChunkTokens(empty, [], empty.copy())
+    ids, id_blobs, brightness_blobs, texts, length_blobs = zip(*rows)
+    counts = np.fromiter(map(len, id_blobs), np.int64, len(rows)) // _I4.itemsize
+    lengths = np.frombuffer(b"".join(length_blobs), _I4).tolist()
+    text = "".join(texts)
+    return (
+        np.fromiter(ids, np.int64, len(rows)),
+        counts,
+        ChunkTokens(
+            token_ids=np.frombuffer(b"".join(id_blobs), _I4).astype(np.int32),
+            # The fastest split measured (~30k tokens per 30k-token context).
+            texts=[text[a:b] for a, b in pairwise(accumulate(lengths, initial=0))],
+            brightness=np.frombuffer(b"".join(brightness_blobs), _I4).astype(np.int32),
+        ),
+    )

@@ -5,14 +5,18 @@ from __future__ import annotations
 import contextlib
 import itertools
 import sqlite3
-from typing import Iterator
+from typing import Callable, Iterator
 
 _savepoints = itertools.count(1)
 
 
 @contextlib.contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def transaction(conn: sqlite3.Connection, before_commit: Callable[[], None] | None = None
+                ) -> Iterator[sqlite3.Connection]:
     """``BEGIN IMMEDIATE`` … ``COMMIT``, rolled back on any exception.
+
+    ``before_commit`` runs just before the outermost ``COMMIT``; raising there rolls back
+    (the store checks that its -wal file is still the one on disk, see ``wal_guard``).
 
     Inside an open transaction it opens a savepoint instead, so a ``save_*`` call can be
     part of a larger transaction: an exception leaving the inner block rolls back that
@@ -33,6 +37,8 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
+        if before_commit is not None:
+            before_commit()
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

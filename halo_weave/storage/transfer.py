@@ -34,8 +34,10 @@ import numpy as np
 
 from ..errors import TransferError
 from ..store import ConversationStore
+from .file_safety import UnsafePath, check_export_target, read_regular_file
 from .files import conversations_dir, new_conversation_path
 from .schema import pack_tokens, unpack_tokens
+from .transfer_checks import bad_text_path, check_token_ids, check_unicode
 
 FORMAT = "halo-weave"
 VERSION = 1
@@ -49,7 +51,9 @@ MAX_TEXT = 4 << 20  # system prompt, an entry's text, one serialised tool note o
 MAX_NAME = 200
 MAX_INT_DIGITS = 20
 INT32 = (-(1 << 31), (1 << 31) - 1)
-MAX_ID = (1 << 31) - 1
+#: Turn and chunk ids (and the counters after them): the conversation keeps them as int32,
+#: so an imported file leaves room for a billion more before they could overflow.
+MAX_ID = (1 << 30) - 1
 MAX_POSITION = 1 << 48
 MAX_TIME = 1e11  # seconds since 1970: year 5138
 
@@ -120,43 +124,57 @@ def export_document(store: ConversationStore) -> dict:
 
 
 def export_conversation(source: ConversationStore | Path, out_path: Path) -> None:
-    """Write ``source`` (an open store or a conversation file) to ``out_path`` as JSON."""
+    """Write ``source`` (an open store or a conversation file) to ``out_path`` as JSON.
+
+    Refuses a target that is a database or the open conversation's own file (see
+    :mod:`halo_weave.storage.file_safety`); the temporary file is removed whatever happens.
+    """
+    out_path = Path(out_path)
+    protected = [source.path if isinstance(source, ConversationStore) else Path(source)]
+    try:
+        check_export_target(out_path, protected)
+    except UnsafePath as exc:
+        raise TransferError(str(exc)) from None
     if isinstance(source, ConversationStore):
         document = export_document(source)
     else:
         with ConversationStore.open(source, create=False) as store:
             document = export_document(store)
-    out_path = Path(out_path)
     tmp = out_path.with_name(f".{out_path.name}.{secrets.token_hex(4)}.tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump(document, f, ensure_ascii=False, separators=(",", ":"))
         os.replace(tmp, out_path)
+    except UnicodeEncodeError:
+        raise TransferError(
+            f"Could not export: {bad_text_path(document)} holds text that is not valid Unicode "
+            "(a lone surrogate); nothing was written."
+        ) from None
     except OSError as exc:
+        raise TransferError(f"Could not write {out_path}: {exc.strerror or exc}") from exc
+    finally:
         tmp.unlink(missing_ok=True)
-        raise TransferError(f"Could not write {out_path}: {exc}") from exc
 
 
 # ---------------------------------------------------------------------- import
-def import_conversation(path: Path, data_dir: Path) -> Path:
+def import_conversation(path: Path, data_dir: Path, vocab_size: int | None = None) -> Path:
     """Import a document as a new conversation in ``data_dir``; returns its file.
 
+    ``vocab_size`` is the vocabulary of the model the conversation will be used with
+    (the connected server's, else the bundled model's): token ids outside it are refused.
     Raises :class:`TransferError` (and writes nothing) for any invalid document.
     """
     document = read_document(Path(path))
-    plan = validate_document(document)
+    plan = validate_document(document, vocab_size)
     return _write(plan, data_dir)
 
 
 def read_document(path: Path) -> dict:
     """Parse a file into a JSON object, refusing oversize, non-UTF-8 or non-JSON input."""
     try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise TransferError(f"{path.name} is {size >> 20} MB, too large for a conversation export.")
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise TransferError(f"Could not read {path.name}: {exc.strerror or exc}") from exc
+        raw = read_regular_file(path, MAX_FILE_BYTES)
+    except UnsafePath as exc:
+        raise TransferError(str(exc)) from None
     try:
         text = raw.decode("utf-8")
         document = json.loads(text, parse_int=_parse_int, parse_constant=_reject_constant)
@@ -254,8 +272,12 @@ def _bool_column(values: list, where: str) -> np.ndarray:
     return np.array(values, dtype=bool)
 
 
-def validate_document(doc: dict) -> dict:
-    """Check a parsed document completely; returns what :func:`_write` needs."""
+def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
+    """Check a parsed document completely; returns what :func:`_write` needs.
+
+    With ``vocab_size``, every token id must lie in ``0 .. vocab_size - 1``.
+    """
+    check_unicode(doc)
     if doc.get("format") != FORMAT:
         raise TransferError("This file is not a Halo Weave export (its format is not 'halo-weave').")
     version = doc.get("version")
@@ -265,7 +287,10 @@ def validate_document(doc: dict) -> dict:
                                   "tokens", "semantic_entries", "tool_notes"))
 
     metadata = _record(doc["metadata"], "metadata", _COUNTERS + ("extra",))
-    counters = {name: _int(metadata[name], f"metadata.{name}", 0, MAX_POSITION) for name in _COUNTERS}
+    counters = {
+        name: _int(metadata[name], f"metadata.{name}", 0, MAX_POSITION if name == "next_position" else MAX_ID + 1)
+        for name in _COUNTERS
+    }
     extra = metadata["extra"]
     if type(extra) is not dict or len(extra) > 1000:
         _fail("metadata.extra", "must be an object of at most 1000 values")
@@ -285,6 +310,7 @@ def validate_document(doc: dict) -> dict:
         _str(text, f"system_prompt.texts[{i}]", MAX_TOKEN_TEXT)
     if len(sys_ids) != len(sys_texts):
         _fail("system_prompt", "has different numbers of token ids and texts")
+    check_token_ids(sys_ids, "system_prompt.token_ids", vocab_size)
 
     turns: dict[int, dict] = {}
     for i, turn in enumerate(_list(doc["turns"], "turns", MAX_ROWS)):
@@ -324,6 +350,7 @@ def validate_document(doc: dict) -> dict:
         keys.add(key)
 
     tokens = _validate_tokens(doc["tokens"], chunks)
+    check_token_ids(tokens["token_id"], "tokens.token_id", vocab_size)
 
     entries = []
     for i, entry in enumerate(_list(doc["semantic_entries"], "semantic_entries", MAX_ROWS)):

@@ -31,6 +31,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from ..errors import ToolError
+from .json_depth import MAX_DEPTH, too_deep
 from .jq_sandbox import JqWorker, SandboxError
 
 #: Generation stops here so the call can run before the model goes on.
@@ -217,6 +218,11 @@ class ToolRunner:
             outputs = self.worker.run(call.program, notes)
         except SandboxError as exc:
             return _result(call, False, str(exc))
+        except RecursionError:
+            return _result(call, False, "the program is nested too deeply")
+        if too_deep(outputs, MAX_DEPTH + 1):  # the outputs list is one level itself
+            unchanged = "; notes unchanged" if call.write else ""
+            return _result(call, False, f"the result is nested more than {MAX_DEPTH} levels deep{unchanged}")
         if not call.write:
             return _result(call, True, _describe_read(outputs))
         try:

@@ -56,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
              "attention, token_ids, exact_tokens) and exit: 0 when it is usable, 1 otherwise; "
              "an API key comes from $HALO_WEAVE_API_KEY or the one stored for URL",
     )
+    parser.add_argument(
+        "--check", metavar="FILE", type=Path,
+        help="verify a conversation file (SQLite integrity and every checksum), say what is "
+             "wrong, and exit: 0 when sound, 1 when damaged or not a conversation",
+    )
     return parser
 
 
@@ -78,6 +83,12 @@ def run(argv: list[str] | None, controller_class) -> int:
         os.environ["HALO_WEAVE_HOME"] = str(args.data_dir.expanduser())
     if args.probe:
         return probe_main(args.probe)
+    if args.check:
+        from ..storage.integrity import check_file
+
+        sound, lines = check_file(args.check)
+        print("\n".join(lines))
+        return 0 if sound else 1
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -11,6 +11,8 @@ seconds.  QtCore only.
 
 from __future__ import annotations
 
+import os
+
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from ..core.chat_template import AUTO, build_framing, detect_template
@@ -71,7 +73,8 @@ class ServerConnection(QObject):
             # Imported here: httpx costs ~0.2 s, which the window's first paint need not wait for.
             from ..backends import connect
 
-            client = connect(url, api_key=options.get("api_key"))
+            # A key from Settings (keyring) or $HALO_WEAVE_API_KEY (e.g. halo-weave-server --api-key).
+            client = connect(url, api_key=options.get("api_key") or os.environ.get("HALO_WEAVE_API_KEY") or None)
             try:
                 info = client.model_info()
                 template = detect_template(getattr(info, "chat_template", None), options.get("template") or AUTO)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QTimer
 
+from ..core.chat_template import detect_template
 from ..tools import notebook
 
 log = logging.getLogger("halo_weave.app")
@@ -66,13 +67,12 @@ class ConversationFiles:
         self.graveyard_changed.emit()
         self.stats_changed.emit()
         template = getattr(self.client, "template", None)
-        if template is not None and self.model_info is not None:
-            from ..core.chat_template import detect_template
-
-            if detect_template(getattr(self.model_info, "chat_template", None), self.template_choice()) is not template:
-                self.connect_server()  # this conversation was framed with another template
-                return True
-        if self.model_info is not None:
+        if store.refusal is not None:  # damaged: opened read-only, say so and how
+            self.error.emit(store.refusal, f"Opening {target.name}")
+        elif template is not None and self.model_info is not None and detect_template(
+                getattr(self.model_info, "chat_template", None), self.template_choice()) is not template:
+            self.connect_server()  # this conversation was framed with another template
+        elif self.model_info is not None:
             self._sync_system_prompt()
         # Catch-up indexing waits until the window has painted the conversation.
         QTimer.singleShot(INDEX_CATCH_UP_DELAY_MS, lambda: self._index_pending() if self.conv is conv else None)
@@ -156,7 +156,11 @@ class ConversationFiles:
             self._set_busy(False)
             self.error.emit(exc, f"Importing {Path(path).name}")
 
-        self._call(transfer.import_conversation, Path(path), self.data_dir, on_ok=done, on_fail=failed)
+        from ..server.vocab import vocab_size_for
+
+        model_info = self.model_info  # read here: the import runs on a thread
+        self._call(lambda: transfer.import_conversation(Path(path), self.data_dir, vocab_size_for(model_info)),
+                   on_ok=done, on_fail=failed)
 
     def reindex_all(self) -> None:
         """Embed every chunk without a current entry (after an import), with progress."""

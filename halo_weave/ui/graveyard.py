@@ -23,7 +23,6 @@ from PySide6.QtCore import (
     QObject,
     QPersistentModelIndex,
     QPointF,
-    QRect,
     QSize,
     Qt,
     QTimer,
@@ -121,7 +120,8 @@ class GraveyardModel(QAbstractListModel):
         ``preview(chunk_id)`` is called for rows as they are drawn; ``previews(ids)``,
         when given, loads the filter index in one call instead."""
         self.beginResetModel()
-        self._source = list(rows)
+        # A sequence (conv.graveyard()'s) is kept as is: its rows are made as they are read.
+        self._source = rows if isinstance(rows, Sequence) else list(rows)
         self._rows = [None] * len(self._source)
         self._preview = preview
         self._bulk = previews

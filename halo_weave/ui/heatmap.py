@@ -33,17 +33,14 @@ What a streamed token costs is kept to a few lines of painting:
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, QRectF, QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import (
-    QAction,
     QColor,
     QContextMenuEvent,
     QGuiApplication,
     QPainter,
     QPaintEvent,
     QPalette,
-    QPen,
-    QTextBlock,
     QTextCursor,
     QTextOption,
 )
@@ -59,7 +56,9 @@ from .heatmap_frame import (
     colour_keys,
     collect_frame,
     region_of,
+    token_index_at,
 )
+from .heatmap_gutter import Gutter, pin_markers
 from .heatmap_layout import DocumentPlan, build_plan
 
 #: Minimum milliseconds between two repaints (one frame at 60 Hz).
@@ -70,20 +69,6 @@ MAX_DIRTY_LINES = 24
 STREAM_BLOCK_LINES = 4
 #: An update region of at most this many rectangles is painted rectangle by rectangle.
 MAX_SEPARATE_RECTS = 32
-
-
-class _Gutter(QWidget):
-    """The strip left of the text: a role bar per turn and 📌 on pinned chunks."""
-
-    def __init__(self, view: "HeatmapView") -> None:
-        super().__init__(view)
-        self._view = view
-
-    def sizeHint(self) -> QSize:
-        return QSize(self._view.gutter_width(), 0)
-
-    def paintEvent(self, event: QPaintEvent) -> None:
-        self._view._paint_gutter(self, event)
 
 
 class HeatmapView(QPlainTextEdit):
@@ -154,7 +139,7 @@ class HeatmapView(QPlainTextEdit):
         # The view fills its own background (paintEvent), which lets Qt scroll the
         # viewport by moving pixels when a streamed line is added at the bottom.
         self.viewport().setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent, True)
-        self._gutter = _Gutter(self)
+        self._gutter = Gutter(self)
         self.updateRequest.connect(self._on_update_request)
         self._update_margins()
 
@@ -232,14 +217,14 @@ class HeatmapView(QPlainTextEdit):
                 width = viewport.width()
                 for y, h in zip(ys[starts].tolist(), frame.h[order][starts].tolist()):
                     viewport.update(QRectF(0, y, width, h).toAlignedRect())
-        signature = (tuple(frame.bodies), tuple(self._pin_markers(frame)))
+        signature = (tuple(frame.bodies), tuple(pin_markers(self, frame)))
         if signature != self._gutter_signature:
             self._gutter_signature = signature
             self._gutter.update()
 
     def chunk_at(self, point: QPoint | QPointF) -> int | None:
         """The chunk under a viewport point, or None (system prompt, labels, margins)."""
-        index = self._token_index_at(QPoint(int(point.x()), int(point.y())))
+        index = token_index_at(self, self._plan, QPoint(int(point.x()), int(point.y())))
         if index is None or self._conv is None:
             return None
         row = int(self._plan.rows[index])
@@ -320,7 +305,7 @@ class HeatmapView(QPlainTextEdit):
     def pinned_marker_chunks(self) -> list[int]:
         """Pinned chunks whose 📌 is on screen now."""
         frame = self._current_frame()
-        return [chunk_id for chunk_id, _, _ in self._pin_markers(frame)] if frame else []
+        return [chunk_id for chunk_id, _, _ in pin_markers(self, frame)] if frame else []
 
     def gutter_width(self) -> int:
         return int(self.fontMetrics().height() * 1.6)
@@ -535,31 +520,6 @@ class HeatmapView(QPlainTextEdit):
         if self._conv is not None:
             QGuiApplication.clipboard().setText(self._conv.chunk_text(chunk_id))
 
-    def _token_index_at(self, point: QPoint) -> int | None:
-        """Index (into the plan's token arrays) of the token under a viewport point."""
-        plan = self._plan
-        if not plan.rows.size:
-            return None
-        cursor = self.cursorForPosition(point)
-        block = cursor.block()
-        layout = block.layout()
-        geo = self.blockBoundingGeometry(block).translated(self.contentOffset())
-        if layout is None or not geo.contains(QPointF(point)):
-            return None
-        local = QPointF(point) - geo.topLeft()
-        for i in range(layout.lineCount()):
-            line = layout.lineAt(i)
-            if line.y() <= local.y() < line.y() + line.height():
-                if local.x() > line.x() + line.naturalTextWidth():
-                    return None
-                rel = line.xToCursor(local.x(), line.CursorPosition.CursorOnCharacter)
-                position = block.position() + rel
-                index = int(np.searchsorted(plan.starts, position, "right")) - 1
-                if index >= 0 and position < plan.ends[index]:
-                    return index
-                return None
-        return None
-
     def _first_token_of(self, chunk_id: int) -> int | None:
         conv = self._conv
         chunk = conv.chunks.get(chunk_id) if conv else None
@@ -620,55 +580,3 @@ class HeatmapView(QPlainTextEdit):
         valid = rows < len(table)
         chunk_ids[valid] = table.chunk_id[rows[valid]]
         return chunk_ids
-
-    # -- gutter
-    def _pin_markers(self, frame: Frame | None) -> list[tuple[int, float, float]]:
-        """(chunk id, viewport y, line height) of pinned chunks whose start is on screen."""
-        if frame is None or not len(frame.token):
-            return []
-        chunks = self._conv.chunks
-        piece_chunks = self._piece_chunks(frame)
-        markers = []
-        for chunk_id in np.unique(piece_chunks).tolist():
-            chunk = chunks.get(chunk_id)
-            if chunk is None or not chunk.pinned:
-                continue
-            first = self._first_token_of(chunk_id)
-            pieces = np.flatnonzero(frame.token == first) if first is not None else []
-            if len(pieces):
-                i = int(pieces[0])
-                markers.append((chunk_id, float(frame.y[i]), float(frame.h[i])))
-        return markers
-
-    def _paint_gutter(self, gutter: QWidget, event: QPaintEvent) -> None:
-        painter = QPainter(gutter)
-        painter.fillRect(event.rect(), self.palette().color(QPalette.ColorRole.Base).darker(115))
-        frame = self._current_frame()
-        if frame is not None:
-            bar = max(2, gutter.width() // 8)
-            for role, top, height in frame.bodies:
-                color = self._role_colors.get(role)
-                if color is not None:
-                    painter.fillRect(QRectF(gutter.width() - bar - 2, top, bar, height), color.darker(170))
-            for _, y, line_height in self._pin_markers(frame):
-                rect = QRectF(0, y, gutter.width() - bar - 2, line_height)
-                if self._pin_text:
-                    painter.setPen(QColor(255, 255, 255))
-                    painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, self._pin_text)
-                else:
-                    _draw_pin(painter, rect)
-        painter.end()
-
-
-def _draw_pin(painter: QPainter, rect: QRectF) -> None:
-    """A drawn push-pin where no emoji font is installed."""
-    size = min(rect.width(), rect.height())
-    cx, cy = rect.center().x(), rect.center().y()
-    head = size * 0.28
-    painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
-    painter.setPen(QPen(QColor(200, 200, 200), max(1.0, size * 0.08)))
-    painter.drawLine(QPointF(cx, cy), QPointF(cx - size * 0.25, cy + size * 0.4))
-    painter.setPen(Qt.PenStyle.NoPen)
-    painter.setBrush(QColor(230, 70, 70))
-    painter.drawEllipse(QPointF(cx + size * 0.05, cy - size * 0.1), head, head)
-    painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)

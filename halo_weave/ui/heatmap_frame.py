@@ -16,6 +16,7 @@ import bisect
 from dataclasses import dataclass, field
 
 import numpy as np
+from PySide6.QtCore import QPoint, QPointF
 from PySide6.QtGui import QTextBlock
 from PySide6.QtWidgets import QPlainTextEdit
 
@@ -243,3 +244,28 @@ def highlight_steps(conv: Conversation, rows: np.ndarray) -> np.ndarray:
         levels = colors.HIGHLIGHT_LEVELS
         steps[lit] = 1 + np.clip(np.rint(rank * (levels - 1)), 0, levels - 1).astype(np.int64)
     return steps
+
+
+def token_index_at(view, plan, point: QPoint) -> int | None:
+    """Index (into the plan's token arrays) of the token under a viewport point."""
+    if not plan.rows.size:
+        return None
+    cursor = view.cursorForPosition(point)
+    block = cursor.block()
+    layout = block.layout()
+    geo = view.blockBoundingGeometry(block).translated(view.contentOffset())
+    if layout is None or not geo.contains(QPointF(point)):
+        return None
+    local = QPointF(point) - geo.topLeft()
+    for i in range(layout.lineCount()):
+        line = layout.lineAt(i)
+        if line.y() <= local.y() < line.y() + line.height():
+            if local.x() > line.x() + line.naturalTextWidth():
+                return None
+            rel = line.xToCursor(local.x(), line.CursorPosition.CursorOnCharacter)
+            position = block.position() + rel
+            index = int(np.searchsorted(plan.starts, position, "right")) - 1
+            if index >= 0 and position < plan.ends[index]:
+                return index
+            return None
+    return None

@@ -230,8 +230,6 @@ def build_plan(conv: Conversation) -> tuple[DocumentPlan, str]:
     """Lay out the whole live context: returns the plan and the document text."""
     plan = DocumentPlan()
     plan.add_system(conv.system_prompt or "".join(conv.system_texts))
-    dead = np.array(
-        sorted(c.start for c in conv.chunks.values() if not c.live and not c.framing), np.int64
-    )
+    _, dead = conv.chunks.dead_content()
     plan.extend(conv, dead)
     return plan, plan.take_text()

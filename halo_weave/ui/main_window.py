@@ -189,6 +189,7 @@ class MainWindow(QMainWindow):
         c.error.connect(lambda exc, context: self.messages.error(exc, context))
         c.info.connect(self.messages.info)
         c.turn_finished.connect(self._on_turn_finished)
+        c.message_returned.connect(self._on_message_returned)
         c.conversation_opened.connect(self._on_opened)
         c.notes_changed.connect(self.refresh_notes)
         c.capture_saved.connect(self._on_capture_saved)
@@ -256,6 +257,12 @@ class MainWindow(QMainWindow):
             return
         if self.controller.send(text):
             self.input.clear()
+
+    def _on_message_returned(self, text: str) -> None:
+        """A message that could not be sent goes back into the input box (unless the
+        user has started typing another one)."""
+        if not self.input.toPlainText().strip():
+            self.input.setPlainText(text)
 
     def _on_busy(self, busy: bool, reason: str) -> None:
         ready = not busy and not reason

@@ -31,6 +31,7 @@ from ..errors import (
     StreamInterrupted,
     TransferError,
 )
+from .failures import explain
 
 log = logging.getLogger("halo_weave.ui")
 
@@ -94,6 +95,9 @@ def describe(exc: BaseException, context: str = "") -> UserMessage:
             f"back on their own (the graveyard still works). {detail}",
             serious=True,
         )
+    explained = explain(exc, message_kept="your message" in context.lower())
+    if explained is not None:
+        return UserMessage(explained.title, f"{prefix}{explained.text}", serious=True)
     if isinstance(exc, StoreError):
         return UserMessage("Conversation file problem", f"{prefix}{detail}", serious=True)
     if isinstance(exc, TransferError):

@@ -7,7 +7,7 @@ universal equation leaves for the prompt); every method but ``full`` stays withi
 * ``full``: everything (reported, not bounded).
 * ``fifo``: the most recent whole turns that fit with the question.
 * ``rag``: the most recent turns that fit ``P``, then the best-scoring chunks (plain
-  cosine, no anchors, as SillyTavern's vector storage) revived until the budget is spent.
+  cosine, no anchors, as SillyTavern's vector storage) resurrected until the budget is spent.
 * ``brightness``: the replay pruned to the budget; at question time pruned again to make
   room for the question; no resurrection.
 * ``halo``: the replay pruned to ``P``; the question runs the app's resurrection (search,
@@ -144,7 +144,7 @@ def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
         if turn_id in skipped:
             return "over budget"
         if turn_id in searched:
-            return "retrieved, not revived"
+            return "retrieved, not resurrected"
         return "never retrieved"
 
     return q.finish(conv, why)

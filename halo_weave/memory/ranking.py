@@ -1,0 +1,74 @@
+"""How search results are ranked: cosine over the vectors (user entries boosted),
+blended with BM25 over the chunk text when hybrid search is on.  Qt-free, no SQL (the
+caller passes BM25 scores and a term counter, :mod:`halo_weave.storage.index_tables`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import numpy as np
+
+from ..settings import Settings
+from .vector_matrix import VectorMatrix
+
+#: Hybrid search uses only terms found in at most this share of the entries, or in at
+#: most RARE_TERM_MIN of them (see distinctive_terms).
+RARE_TERM_SHARE = 0.02
+RARE_TERM_MIN = 1000
+
+STOPWORDS = frozenset(
+    "a an and are as at be but by did do does for from had has have how i in is it its me "
+    "my of on or our so that the their them then there these they this to was we were what "
+    "when where which who why will with you your".split()
+)
+
+
+def distinctive_terms(text: str, documents: Callable[[str], int | None], entries: int) -> list[str]:
+    """The words of ``text`` worth a full-text query: not stop words, not common.
+
+    A term found in more than :data:`RARE_TERM_SHARE` of the ``entries`` (and more than
+    :data:`RARE_TERM_MIN`) is left out: FTS5 ranks every match before it can apply
+    LIMIT, so one common word costs ~1 us per entry (115 ms at 30k for three), and
+    such a word is not what hybrid search is for (names, codes, rare words).
+    ``documents(term)`` counts the entries holding a term (None: unknown form, e.g.
+    accents: FTS decides).
+    """
+    terms = [t for t in dict.fromkeys(re.findall(r"\w+", text.lower())) if t not in STOPWORDS]
+    cap = max(RARE_TERM_MIN, RARE_TERM_SHARE * entries)
+    kept = []
+    for term in terms:
+        docs = documents(term)
+        if docs is None or docs <= cap:
+            kept.append(term)
+    return kept
+
+
+def rank(vm: VectorMatrix, query: np.ndarray, s: Settings, limit: int,
+         bm25_ids: dict[int, float]) -> dict[int, tuple[float, float, float | None]]:
+    """The ``limit`` best entries: chunk id -> (cosine, score, normalised BM25 or None)."""
+    boost = s.user_similarity_boost
+    rows = vm.candidates(query, boost, limit)  # None: every row
+    if rows is not None and bm25_ids:  # blend only candidates: the vector's and BM25's
+        extra = np.fromiter((vm.row[c] for c in bm25_ids if c in vm.row), np.int64)
+        rows = np.union1d(rows, extra)
+    similarity = vm.similarity(query, rows)
+    user = vm.user[: vm.n] if rows is None else vm.user[rows]
+    score = np.where(user, similarity * boost, similarity)
+    bm25 = np.zeros(len(score), np.float32)
+    if s.hybrid_search:
+        for chunk_id, value in bm25_ids.items():
+            row = vm.row.get(chunk_id)
+            if row is not None:
+                bm25[row if rows is None else np.searchsorted(rows, row)] = value
+        if bm25.max() > 0:
+            bm25 /= bm25.max()
+        score = (1 - s.hybrid_weight) * score + s.hybrid_weight * bm25
+    k = min(limit, len(score))
+    top = np.argpartition(-score, k - 1)[:k]
+    top = top[np.argsort(-score[top], kind="stable")]
+    top = top[score[top] >= s.min_similarity] if s.min_similarity > 0 else top
+    ids = vm.ids[top] if rows is None else vm.ids[rows[top]]
+    return {int(c): (float(similarity[i]), float(score[i]), float(bm25[i]) if s.hybrid_search else None)
+            for c, i in zip(ids, top)}

@@ -1,0 +1,330 @@
+"""Checksums over the stored conversation, so that damage is noticed instead of shown.
+
+SQLite's ``integrity_check`` sees damage to its own structure, not to the values inside
+a row: a flipped bit in a chunk's token-lengths BLOB opened without error and showed
+altered text (issue 17: 34 of 60 single-bit flips).  So every row of the tables that
+hold the conversation (``chunk_tokens``, ``chunks``, ``turns``, ``meta``, ``tool_data``)
+has a CRC-32 in ``row_checksums``, kept by triggers that call :func:`row_sum` (registered
+on every connection :class:`~halo_weave.store.ConversationStore` opens, so every writer
+keeps them, and a program writing the file without it fails instead of leaving stale
+sums).  ``semantic_entries`` is left out: it is an index, rebuilt from the chunks.
+
+Reading verifies what is read: opening checks every row of the small tables and the live
+chunks' tokens; a dead chunk's tokens are checked when they are read back (resurrection,
+graveyard preview).  :func:`check_file` checks everything (``halo-weave --check FILE``).
+Besides the sums, each chunk's BLOBs must agree in length with its ``token_count`` and
+its text with its lengths.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+#: Function name the triggers call.
+SUM_FUNCTION = "halo_row_sum"
+
+#: Checked table -> (key column, value columns).
+CHECKED: dict[str, tuple[str, tuple[str, ...]]] = {
+    "chunk_tokens": ("chunk_id", ("token_ids", "brightness", "text", "text_lengths")),
+    "chunks": ("id", ("turn_id", "sentence_id", "role", "start", "token_count", "live", "pinned",
+                      "brightness_at_deletion", "tool_result")),
+    "turns": ("turn_id", ("role", "created_at", "complete")),
+    "meta": ("key", ("value",)),
+    "tool_data": ("name", ("json",)),
+}
+
+
+def row_sum(table: str, *values) -> int:
+    """CRC-32 of a row's values, each with its length, in order (see :func:`_sum_sql`)."""
+    crc = zlib.crc32(table.encode())
+    for value in values:
+        data = value if type(value) is bytes else repr(value).encode("utf-8", "surrogatepass")
+        crc = zlib.crc32(data, zlib.crc32(b"%d:" % len(data), crc))
+    return crc
+
+
+def register(conn: sqlite3.Connection) -> None:
+    """Make :func:`row_sum` callable from SQL on ``conn`` (needed by the triggers)."""
+    conn.create_function(SUM_FUNCTION, -1, row_sum, deterministic=True)
+
+
+#: BLOB columns, handed to the function as they are.  Every other column goes in one
+#: comma-joined BLOB per row (NULL as ''; integers and reals in SQLite's text form, so 1
+#: and 1.0 differ): a BLOB cannot fail to decode (SQLite hands damaged, non-UTF-8 text
+#: to a Python function as an error), and one argument costs less per call than nine
+#: (opening verifies every chunk record: ~20k per 1M tokens).
+BLOB_COLUMNS = frozenset({"token_ids", "brightness", "text_lengths"})
+
+def _scalars_sql(table: str, ref: str) -> str:
+    _, columns = CHECKED[table]
+    return " || ',' || ".join(f"ifnull({ref}.{c}, '')" for c in columns if c not in BLOB_COLUMNS)
+
+
+#: The record tables opening reads in full (~20k chunks and ~5k turns per 1M tokens) are
+#: summed in SQL arithmetic instead of CRC-32 in Python: a polynomial in the columns modulo
+#: a prime, so a change of any one integer column by any amount below the prime (every
+#: single bit flip of a value) changes the sum, and opening compares one total per table
+#: (locating the damaged rows only when the totals differ).  Roles are summed by length
+#: and by which known role they are; reals by milliseconds; types by their names' length.
+_PRIME = 2147483629
+_ARITH_TERMS: dict[str, tuple[str, ...]] = {
+    "chunks": ("id", "turn_id", "sentence_id", "start", "token_count", "live", "pinned",
+               "ifnull(brightness_at_deletion, -7777777)", "tool_result", "length(role)",
+               "instr(role, 'user') + 2 * instr(role, 'assistant')",
+               "length(typeof(id) || typeof(turn_id) || typeof(sentence_id) || typeof(start) || "
+               "typeof(token_count) || typeof(live) || typeof(pinned) || typeof(tool_result))"),
+    "turns": ("turn_id", "complete", "CAST(round(created_at * 1000) AS INTEGER)", "length(role)",
+              "instr(role, 'user') + 2 * instr(role, 'assistant')",
+              "length(typeof(turn_id) || typeof(complete) || typeof(created_at))"),
+}
+
+
+def _arith_sql(table: str, ref: str) -> str:
+    expr = "0"
+    for term in _ARITH_TERMS[table]:
+        term = re.sub(r"\b(id|turn_id|sentence_id|start|token_count|live|pinned|brightness_at_deletion|"
+                      r"tool_result|role|complete|created_at)\b(?!')", rf"{ref}.\1", term)
+        expr = f"(({expr}) * 1000003 + ({term}) % {_PRIME}) % {_PRIME}"
+    return expr
+
+
+def _sum_sql(table: str, ref: str) -> str:
+    if table in _ARITH_TERMS:
+        return _arith_sql(table, ref)
+    _, columns = CHECKED[table]
+    blobs = [f"{ref}.{c}" for c in columns if c in BLOB_COLUMNS]
+    scalars = _scalars_sql(table, ref)
+    args = [*blobs, f"CAST({scalars} AS BLOB)"] if scalars else blobs
+    return f"{SUM_FUNCTION}('{table}', {', '.join(args)})"
+
+
+def lenient_text(data: bytes) -> str:
+    """A ``text_factory`` that reads damaged (not UTF-8) text instead of failing the query.
+
+    Valid text decodes exactly as by default; damaged bytes become lone surrogates, which
+    the checksums (over the raw bytes) report.
+    """
+    return data.decode("utf-8", "surrogateescape")
+
+
+def schema_sql() -> str:
+    """The ``row_checksums`` table and the triggers that keep it (for the migration)."""
+    parts = [
+        "CREATE TABLE row_checksums ("
+        " tbl TEXT NOT NULL, key NUMERIC NOT NULL, sum INTEGER NOT NULL, PRIMARY KEY (tbl, key)"
+        ") WITHOUT ROWID;"
+    ]
+    for table, (key, _) in CHECKED.items():
+        # Delete-then-insert: a trigger body inherits the outer statement's conflict
+        # policy (see m003), and this form has no conflict to resolve.
+        put = (f"DELETE FROM row_checksums WHERE tbl = '{table}' AND key = new.{key}; "
+               f"INSERT INTO row_checksums (tbl, key, sum) VALUES ('{table}', new.{key}, {_sum_sql(table, 'new')});")
+        drop = f"DELETE FROM row_checksums WHERE tbl = '{table}' AND key = old.{key};"
+        parts += [
+            f"CREATE TRIGGER {table}_sum_ai AFTER INSERT ON {table} BEGIN {put} END;",
+            f"CREATE TRIGGER {table}_sum_au AFTER UPDATE ON {table} BEGIN {drop} {put} END;",
+            f"CREATE TRIGGER {table}_sum_ad AFTER DELETE ON {table} BEGIN {drop} END;",
+        ]
+        parts.append(
+            f"INSERT INTO row_checksums (tbl, key, sum) SELECT '{table}', {key}, {_sum_sql(table, table)} FROM {table};"
+        )
+    return "\n".join(parts)
+
+
+# ---------------------------------------------------------------------- verifying
+@dataclass(frozen=True)
+class Damage:
+    """One damaged row: ``table`` and ``key`` (a chunk id for chunk tables), and what is wrong."""
+
+    table: str
+    key: object
+    problem: str
+
+    def describe(self) -> str:
+        if self.table in ("chunk_tokens", "chunks"):
+            return f"chunk {self.key} ({self.problem})"
+        if self.table == "turns":
+            return f"turn {self.key} ({self.problem})"
+        return f"{self.table} '{self.key}' ({self.problem})"
+
+
+def has_checksums(conn: sqlite3.Connection) -> bool:
+    return conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'row_checksums'"
+    ).fetchone() is not None
+
+
+def _totals_agree(conn: sqlite3.Connection, table: str) -> bool:
+    """One scan per table: the rows' sums, computed now, total what ``row_checksums`` holds."""
+    now = conn.execute(f"SELECT count(*), total({_sum_sql(table, 't')}) FROM {table} t").fetchone()
+    kept = conn.execute("SELECT count(*), total(sum) FROM row_checksums WHERE tbl = ?", (table,)).fetchone()
+    return now == kept
+
+
+def _mismatches(conn: sqlite3.Connection, table: str, where: str = "", args: Sequence = ()) -> list[Damage]:
+    key, _ = CHECKED[table]
+    if not where and table in _ARITH_TERMS and _totals_agree(conn, table):
+        return []
+    rows = conn.execute(
+        f"SELECT t.{key}, s.sum IS NULL FROM {table} t "
+        f"LEFT JOIN row_checksums s ON s.tbl = '{table}' AND s.key = t.{key} "
+        f"WHERE (s.sum IS NULL OR s.sum != {_sum_sql(table, 't')}) {where}",
+        args,
+    ).fetchall()
+    return [Damage(table, k, "no checksum" if missing else "checksum mismatch") for k, missing in rows]
+
+
+def _shape_problems(conn: sqlite3.Connection, where: str = "", args: Sequence = ()) -> list[Damage]:
+    """Chunks whose stored BLOBs disagree with their token count or their text."""
+    found = []
+    for chunk_id, count, ids, brightness, text, lengths in conn.execute(
+        "SELECT c.id, c.token_count, t.token_ids, t.brightness, t.text, t.text_lengths "
+        f"FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id WHERE 1 {where}", args,
+    ):
+        problem = shape_problem(count, ids, brightness, text, lengths)
+        if problem:
+            found.append(Damage("chunk_tokens", chunk_id, problem))
+    return found
+
+
+def shape_problem(count, ids, brightness, text, lengths) -> str | None:
+    """Why a chunk's stored values cannot be its tokens (None when they can)."""
+    if not all(isinstance(b, bytes) for b in (ids, brightness, lengths)) or not isinstance(text, str):
+        return "a value has the wrong type"
+    if not isinstance(count, int) or not len(ids) == len(brightness) == len(lengths) == 4 * count:
+        return "token count disagrees with the stored tokens"
+    total = sum(struct.unpack(f"<{count}i", lengths)) if count else 0
+    if total != len(text) or (count and min(struct.unpack(f"<{count}i", lengths)) < 0):
+        return "token lengths disagree with the text"
+    return None
+
+
+def verify_on_open(conn: sqlite3.Connection) -> list[Damage]:
+    """Damage among the rows opening reads: small tables and the live chunks' tokens."""
+    if not has_checksums(conn):
+        return []
+    live = "AND t.chunk_id IN (SELECT id FROM chunks WHERE live)"
+    damage = [d for table in ("meta", "tool_data") for d in _mismatches(conn, table)]
+    damage += [d for table in ("turns", "chunks") for d in _mismatches(conn, table)]
+    damage += _mismatches(conn, "chunk_tokens", live)
+    damage += _shape_problems(conn, "AND c.live")
+    return _unique(damage)
+
+
+def verify_chunks(conn: sqlite3.Connection, chunk_ids: Iterable[int]) -> list[Damage]:
+    """Damage among the given chunks' tokens (checked when dead chunks are read back)."""
+    ids = list(chunk_ids)
+    if not ids or not has_checksums(conn):
+        return []
+    damage = []
+    for i in range(0, len(ids), 900):
+        batch = ids[i : i + 900]
+        marks = ",".join("?" * len(batch))
+        damage += _mismatches(conn, "chunk_tokens", f"AND t.chunk_id IN ({marks})", batch)
+        damage += _shape_problems(conn, f"AND c.id IN ({marks})", batch)
+    return _unique(damage)
+
+
+def verify_all(conn: sqlite3.Connection) -> list[Damage]:
+    """Every checked row (``--check``)."""
+    damage = [d for table in CHECKED for d in _mismatches(conn, table)]
+    return _unique(damage + _shape_problems(conn))
+
+
+def _unique(damage: list[Damage]) -> list[Damage]:
+    seen, out = set(), []
+    for d in damage:
+        key = ("chunk" if d.table in ("chunks", "chunk_tokens") else d.table, d.key)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+def damage_message(name: str, damage: Sequence[Damage], limit: int = 5) -> str:
+    """The words shown to the user for damage found in the file ``name``."""
+    listed = "; ".join(d.describe() for d in damage[:limit])
+    more = f" and {len(damage) - limit} more" if len(damage) > limit else ""
+    return (
+        f"{name} is damaged: {listed}{more}. The rest of the conversation was opened "
+        "read-only, so nothing more can be lost: read what is intact, and restore the file "
+        f"from a backup to go on. `halo-weave --check {name}` lists every damaged part."
+    )
+
+
+# ---------------------------------------------------------------------- halo-weave --check
+def check_file(path: Path) -> tuple[bool, list[str]]:
+    """Verify a conversation file without changing it: ``(sound, lines to print)``.
+
+    Runs the store's own refusal checks (not SQLite, integrity_check, foreign, too new),
+    then every checksum and chunk shape.  Never writes, and leaves no -wal/-shm behind.
+    """
+    from ..errors import StoreError
+    from .files import _readonly, inspect
+
+    path = Path(path)
+    if not path.is_file():
+        return False, [f"{path}: no such file."]
+    try:
+        inspect(path)
+    except StoreError as exc:
+        return False, [str(exc)]
+    conn = _readonly(path)
+    try:
+        register(conn)
+        conn.text_factory = lenient_text
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "chunk_tokens" not in tables:
+            return False, [f"{path.name} is an empty database, not a conversation yet."]
+        lines = []
+        if "row_checksums" not in tables:
+            lines.append(f"{path.name} was written before checksums; they are added when it is next opened. "
+                         "Only the chunks' shapes were checked.")
+            damage = _shape_problems(conn)
+        else:
+            damage = verify_all(conn)
+        chunks = conn.execute("SELECT COUNT(*), COALESCE(SUM(token_count), 0) FROM chunks").fetchone()
+    except sqlite3.Error as exc:
+        return False, [f"{path.name} cannot be read: {exc}."]
+    finally:
+        conn.close()
+    if damage:
+        lines += [f"{path.name} is damaged: {len(damage)} damaged part(s):"]
+        lines += [f"  {d.describe()}" for d in damage]
+        return False, lines
+    lines.append(f"{path.name} is sound: integrity check ok, {chunks[0]} chunks, {chunks[1]} tokens, "
+                 "every checksum matches.")
+    return True, lines
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """What opening a damaged file leaves out: damaged turn and chunk records, and the
+    chunks whose tokens are damaged (shown as pruned; their tokens are never loaded)."""
+
+    turns: frozenset
+    chunks: frozenset
+    tokens: frozenset
+
+    def __bool__(self) -> bool:
+        return bool(self.turns or self.chunks or self.tokens)
+
+
+def skipped(damage: Sequence[Damage]) -> Skipped:
+    """The :class:`Skipped` records for ``damage`` (empty when there is none)."""
+    keys = {table: frozenset(d.key for d in damage if d.table == table)
+            for table in ("turns", "chunks", "chunk_tokens")}
+    return Skipped(keys["turns"], keys["chunks"], keys["chunk_tokens"])
+
+
+def verify_row(conn: sqlite3.Connection, table: str, key) -> list[Damage]:
+    """Damage of one row (a tool's notes, read on their own)."""
+    if not has_checksums(conn):
+        return []
+    return _mismatches(conn, table, f"AND t.{CHECKED[table][0]} = ?", (key,))

@@ -1,0 +1,74 @@
+"""The heatmap's gutter: a role bar beside each turn and 📌 on pinned chunks."""
+
+from __future__ import annotations
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette, QPen
+from PySide6.QtWidgets import QWidget
+
+from .heatmap_frame import Frame
+
+
+class Gutter(QWidget):
+    """The strip left of the text: a role bar per turn and 📌 on pinned chunks."""
+
+    def __init__(self, view) -> None:
+        super().__init__(view)
+        self._view = view
+
+    def sizeHint(self) -> QSize:
+        return QSize(self._view.gutter_width(), 0)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        view, gutter = self._view, self
+        painter = QPainter(self)
+        painter.fillRect(event.rect(), view.palette().color(QPalette.ColorRole.Base).darker(115))
+        frame = view._current_frame()
+        if frame is not None:
+            bar = max(2, gutter.width() // 8)
+            for role, top, height in frame.bodies:
+                color = view._role_colors.get(role)
+                if color is not None:
+                    painter.fillRect(QRectF(gutter.width() - bar - 2, top, bar, height), color.darker(170))
+            for _, y, line_height in pin_markers(view, frame):
+                rect = QRectF(0, y, gutter.width() - bar - 2, line_height)
+                if view._pin_text:
+                    painter.setPen(QColor(255, 255, 255))
+                    painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, view._pin_text)
+                else:
+                    draw_pin(painter, rect)
+        painter.end()
+
+
+def pin_markers(view, frame: Frame | None) -> list[tuple[int, float, float]]:
+    """(chunk id, viewport y, line height) of pinned chunks whose start is on screen."""
+    if frame is None or not len(frame.token):
+        return []
+    chunks = view._conv.chunks
+    piece_chunks = view._piece_chunks(frame)
+    markers = []
+    for chunk_id in np.unique(piece_chunks).tolist():
+        chunk = chunks.get(chunk_id)
+        if chunk is None or not chunk.pinned:
+            continue
+        first = view._first_token_of(chunk_id)
+        pieces = np.flatnonzero(frame.token == first) if first is not None else []
+        if len(pieces):
+            i = int(pieces[0])
+            markers.append((chunk_id, float(frame.y[i]), float(frame.h[i])))
+    return markers
+
+
+def draw_pin(painter: QPainter, rect: QRectF) -> None:
+    """A drawn push-pin where no emoji font is installed."""
+    size = min(rect.width(), rect.height())
+    cx, cy = rect.center().x(), rect.center().y()
+    head = size * 0.28
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+    painter.setPen(QPen(QColor(200, 200, 200), max(1.0, size * 0.08)))
+    painter.drawLine(QPointF(cx, cy), QPointF(cx - size * 0.25, cy + size * 0.4))
+    painter.setPen(Qt.PenStyle.NoPen)
+    painter.setBrush(QColor(230, 70, 70))
+    painter.drawEllipse(QPointF(cx + size * 0.05, cy - size * 0.1), head, head)
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
