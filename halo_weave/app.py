@@ -290,7 +290,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers):
                 holder.settings = new
         if new.chat_template != old.chat_template and self.store is not None:
             # A template chosen here belongs to this conversation (and is the default for new ones).
-            self._guard(lambda: self.store.set_meta("chat_template", new.chat_template), "Saving the chat template")
+            self.session._save(lambda: self.store.set_meta("chat_template", new.chat_template), "Saving the chat template")
         if new.server_url != old.server_url or new.chat_template != old.chat_template or (
                 new.server_context_tokens != old.server_context_tokens):
             self.connect_server(new.server_url)
