@@ -44,13 +44,14 @@ from .ui.connection import ServerConnection
 from .ui.conversation_files import ConversationFiles
 from .ui.indexing import IndexQueue
 from .ui.levers import Levers
+from .ui.turn_actions import TurnActions
 from .ui.turn_flow import TurnFlow
 from .ui.workers import CallWorker, GenerationWorker
 
 log = logging.getLogger("halo_weave.app")
 
 
-class TurnController(QObject, ConversationFiles, TurnFlow, Levers):
+class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
     """Runs the conversation: connection, turns, the user's levers, files.
 
     The UI reads :attr:`conv` and the signals below and sends intents back through the
@@ -129,6 +130,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers):
     attention_available = property(lambda self: self.session.attention_available)
     last_resurrected = property(lambda self: self.session.last_resurrected)
     tokens_per_s = property(lambda self: self.session.tokens_per_s)
+    clock = property(lambda self: self.session.clock)  # the answer's live speed
     last_finish_reason = property(lambda self: self.session.last_finish_reason)
 
     @property
@@ -348,7 +350,8 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers):
             total_tokens=conv.next_position + len(conv.system_ids),
             pruned_chunks=len(conv.graveyard()),
             mean_brightness=conv.mean_brightness(),
-            tokens_per_s=self.tokens_per_s,
+            tokens_per_s=self.session.clock.tokens_per_s if self.session.clock.running else self.tokens_per_s,
+            first_token_s=self.session.clock.first_token_s,
             last_resurrected=self.last_resurrected,
         )
 

@@ -152,6 +152,66 @@ class Conversation:
         self._boundary_pending = False
         return turn
 
+    def remove_last_turn(self) -> tuple[Turn, list[Chunk]]:
+        """Take the last (closed) turn out of the conversation entirely (regenerate, edit).
+
+        Returns the turn and its chunks; positions and ids are not reused.  The caller
+        deletes them from the store and the semantic index.
+        """
+        if self._open_turn is not None:
+            raise ConversationError("a turn is still open")
+        if not self.turns:
+            raise ConversationError("no turn to remove")
+        turn_id = self.turns.last()
+        turn = self.turns[turn_id]
+        chunks = [self.chunks[c] for c in turn.chunk_ids]
+        ids = np.fromiter((c.id for c in chunks), np.int32, len(chunks))
+        self.table.keep(~np.isin(self.table.chunk_id, ids))
+        for chunk in chunks:
+            del self.chunks[chunk.id]
+            self._texts.pop(chunk.id, None)
+            self._dead_tokens.pop(chunk.id, None)
+        del self.turns[turn_id]
+        return turn, chunks
+
+    def reopen_answer(self) -> tuple[Turn, list[Chunk]]:
+        """Reopen the last turn, an answer, to extend it (Continue).
+
+        Its closing framing is taken away (the model goes on from the last token) and is
+        added again by :meth:`end_turn`; new tokens join its last chunk as if the answer
+        had never stopped, at the positions the framing held (chunks stay contiguous).
+        Returns the turn and the removed framing chunks.
+        """
+        if self._open_turn is not None:
+            raise ConversationError("a turn is still open")
+        last_id = self.turns.last()
+        if last_id is None or self.turns[last_id].role != "assistant":
+            raise ConversationError("the last message is not an answer")
+        turn = self.turns[last_id]
+        last = self._current_content_chunk(turn, False)
+        if last is None or not last.live:
+            raise ConversationError("the answer's last paragraph is not in the context")
+        closing = [self.chunks[c] for c in turn.chunk_ids
+                   if self.chunks[c].framing and self.chunks[c].start > last.start]
+        ids = np.fromiter((c.id for c in closing), np.int32, len(closing))
+        self.table.keep(~np.isin(self.table.chunk_id, ids))
+        for chunk in closing:
+            turn.chunk_ids.remove(chunk.id)
+            del self.chunks[chunk.id]
+            self._texts.pop(chunk.id, None)
+        if closing:
+            # The closing framing held the last positions; the answer's last chunk must stay
+            # contiguous (start + token_count), so the new tokens take them over.
+            self.next_position = min(c.start for c in closing)
+        turn.complete = False
+        self._open_turn = turn
+        self._detector = BoundaryDetector()
+        hit = False
+        for text in self._texts[last.id][-8:]:  # the line state the answer stopped in
+            hit = self._detector.feed(text)
+        self._boundary_pending = hit and last.token_count >= self.settings.min_chunk_tokens
+        return turn, closing
+
     def _current_content_chunk(self, turn: Turn, tool_result: bool) -> Chunk | None:
         for chunk_id in reversed(turn.chunk_ids):
             chunk = self.chunks[chunk_id]

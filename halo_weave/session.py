@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from .conversation import Chunk, Conversation, Framing, Turn
 from .core.chat_template import TemplateStrings, detect_template, system_text
+from .core.stream_clock import StreamClock
 from .errors import AttentionError
 from .events import TokenEvent
 from .memory.resurrection import apply_plan
@@ -72,6 +73,14 @@ def token_events(stream: Iterable[TokenEvent], backend) -> Iterator[TokenEvent]:
             yield event
 
 
+def _turn_edits():
+    """storage.turn_edits, imported on first use: it brings the store (and sqlite-utils),
+    which the window does not need before its first paint."""
+    from .storage import turn_edits
+
+    return turn_edits
+
+
 def _raise(exc: BaseException, context: str) -> None:
     raise exc
 
@@ -104,6 +113,8 @@ class ChatSession:
         self.attention_available = True
         self.last_resurrected = 0
         self.tokens_per_s = 0.0
+        #: Live speed of the answer: started when the user asks, ticked per token.
+        self.clock = StreamClock()
         self.last_finish_reason = ""
         #: Tokens of the open answer (all rounds), and when it started streaming.
         self.streamed = 0
@@ -313,6 +324,7 @@ class ChatSession:
         conv = self.conv
         if conv is None or conv.open_turn is None or event.token_id in self._stop_ids:
             return False
+        self.clock.token()
         attention = event.attention
         if attention is not None:
             self._attention_seen = True
@@ -341,7 +353,8 @@ class ChatSession:
         """
         conv = self.conv
         elapsed = max(time.monotonic() - self._started, 1e-6)
-        self.tokens_per_s = float(rate) if rate else self.streamed / elapsed
+        self.clock.stop()
+        self.tokens_per_s = float(rate) if rate else (self.clock.tokens_per_s or self.streamed / elapsed)
         self.last_finish_reason = reason
         if conv is None or conv.open_turn is None:
             return TurnEnd(reason, None)
@@ -376,6 +389,70 @@ class ChatSession:
         if conv is not None and store is not None and conv.open_turn is not None:
             turn = conv.end_turn()
             self._save(lambda: store.save_turn(conv, turn), "Saving the answer")
+
+    # ------------------------------------------------------------------ the last exchange
+    # Continue, Regenerate, Edit and resend, answer versions: each change is one
+    # transaction of :mod:`halo_weave.storage.turn_edits` (file first, then memory); then
+    # the answer streams as any other (begin_answer / generation_request / receive /
+    # finish_turn; for Continue, resume_answer instead of begin_answer).
+
+    def last_exchange(self) -> tuple[Turn | None, Turn | None]:
+        """(the last question, its answer or None); (None, None) while a turn is open."""
+        if self.conv is None or self.conv.open_turn is not None or not len(self.conv.turns):
+            return None, None
+        return _turn_edits().last_exchange(self.conv)
+
+    def answer_versions(self):
+        """Where the last answer stands among its versions (a ``VersionState``; None
+        without an answer).  Regenerate keeps them."""
+        if self.store is None or self.last_exchange()[1] is None:
+            return None
+        return _turn_edits().version_state(self.conv, self.store)
+
+    def question_text(self) -> str:
+        """The words of the last question (to edit them)."""
+        return _turn_edits().question_text(self.conv, self.store)
+
+    def regenerate(self) -> list[Chunk]:
+        """Take the last answer out (it joins the versions); then answer the question again."""
+        return self._forget(_turn_edits().retire_answer(self.conv, self.store))
+
+    def show_version(self, step: int) -> Turn:
+        """Put the previous (``step`` < 0) or next version of the last answer in its place."""
+        edits = _turn_edits()
+        state = self.answer_versions()
+        target = state and (state.previous if step < 0 else state.next)
+        if not target:
+            raise edits.TurnEditError("No other version of this answer.")
+        turn, removed = edits.show_version(self.conv, self.store, target)
+        self._forget(removed)
+        return turn
+
+    def replace_question(self, ids: list[int], texts: list[str]) -> Turn:
+        """Edit and resend: the last question's new words (its answer joins the versions)."""
+        turn, removed = _turn_edits().replace_question(self.conv, self.store, ids, texts)
+        self._forget(removed)
+        if self.indexer is not None:
+            self.indexer.queue(self.conv, [c.id for c in self.conv.content_chunks(turn.turn_id)])
+        return turn
+
+    def resume_answer(self) -> Turn:
+        """Continue: reopen the last answer; new tokens join its last chunk."""
+        turn = _turn_edits().begin_continue(self.conv, self.store)
+        self.streamed = 0
+        self._started = time.monotonic()
+        self._attention_seen = False
+        self._attention_errors = 0
+        self.round = 0
+        return turn
+
+    def _forget(self, removed: list[Chunk]) -> list[Chunk]:
+        """Drop removed chunks from the index; re-embed what changed context."""
+        if removed and self.index is not None:
+            self._save(lambda: self.index.remove([c.id for c in removed]), "Updating the memory index")
+        if self.indexer is not None:
+            self.indexer.queue_pending(self.conv)
+        return removed
 
     # ------------------------------------------------------------------ tool rounds
     def answer_text(self) -> str:

@@ -30,7 +30,11 @@ class Settings:
     top_p: float = 0.9
     top_k: int = 40
     rep_pen: float = 1.1
-    max_new_tokens: int = 200
+    # scripts/measure_answer_length.py on the bundled model (32 answers to everyday
+    # messages, default sampling and system prompt): median 227 tokens, p90 419; 200 cut
+    # 53 % of answers mid-sentence, 512 lets 91 % end at the model's own end of turn.
+    # Longer ones: Chat → Continue.
+    max_new_tokens: int = 512
     sampler_seed: int = -1
 
     # Context budget and chunking

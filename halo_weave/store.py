@@ -220,17 +220,25 @@ class ConversationStore:
         A last turn left incomplete by a crash keeps its partial answer and is closed
         (its suffix framing is added and saved); one with no content is dropped.
         """
+        held: list = []  # the records, read (and their checksums totalled) once the turns are sound
+
+        def chunks_agree() -> bool:
+            held.extend(self._records_and_check() or ())
+            return bool(held)
+
         try:
-            damage = integrity.verify_on_open(self.conn)
+            damage = integrity.verify_on_open(self.conn, chunks_agree=chunks_agree)
         except sqlite3.DatabaseError as exc:  # e.g. a column renamed by a flipped schema byte
             raise StoreCorrupt(
                 f"{self.path.name} is damaged ({exc}). It was left untouched; restore it from a backup "
                 "or an export."
             ) from exc
+        records = held or None
         if damage:
             self._found_damage(damage)
-        else:
-            self._drop_empty_open_turn()
+            records = None  # read again, leaving the damaged records out
+        elif self._drop_empty_open_turn():
+            records = None
         conv = Conversation(settings, framing)
         meta = {k: _json_or_none(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
         for damaged in self.damage:  # a damaged value is not used (defaults instead)
@@ -240,8 +248,11 @@ class ConversationStore:
             meta.get("system_prompt", ""), meta.get("system_ids", []), meta.get("system_texts", [])
         )
         skip = integrity.skipped(self.damage)  # damaged records are left out (read-only)
-        turns = self._turn_columns(skip)
-        chunks = self._chunk_columns(turns, skip)
+        if records is not None and not skip:
+            turns, chunks, _ = records
+        else:
+            turns = self._turn_columns(skip)
+            chunks = self._chunk_columns(turns, skip)
         # (Rows of chunks left out are dropped there: only the live chunks' order is kept.)
         conv.rehydrate(turns, chunks, *unpack_token_rows(self._live_token_rows(chunks)))
         last = len(chunks) - 1
@@ -279,26 +290,57 @@ class ConversationStore:
             _ints(complete) != 0,
         )
 
-    def _chunk_columns(self, turns: TurnColumns, skip: "integrity.Skipped | None" = None) -> ChunkColumns:
+    def _records_and_check(self) -> tuple[TurnColumns, ChunkColumns, bool] | None:
+        """Every turn and chunk record, and whether the chunk records' checksum total agrees
+        (summed from the same read: :func:`integrity.chunk_records_agree`); None when the
+        records cannot be read as they are (damage: the checks name it)."""
+        try:
+            turns = self._turn_columns()
+            check: dict = {}
+            chunks = self._chunk_columns(turns, check=check)
+        except StoreError:
+            return None
+        return (turns, chunks, True) if check["agree"] else None
+
+    def _chunk_columns(self, turns: TurnColumns, skip: "integrity.Skipped | None" = None,
+                       check: dict | None = None) -> ChunkColumns:
         """Every chunk record, in position order (roles from their turns).
 
         ``skip`` (a damaged file, open read-only): chunks with damaged records or of damaged
-        turns are left out, and those with damaged tokens are shown as pruned.
+        turns are left out, and those with damaged tokens are shown as pruned.  ``check``
+        (a dict): its ``"agree"`` is set to whether the records' checksum total agrees.
         """
         where, args = _not_in("id", skip.chunks if skip else ())
         turn_where, turn_args = _not_in("turn_id", skip.turns if skip else ())
         live_where, live_args = _not_in("id", skip.tokens if skip else ())
+        roles = list(ROLE_CODE)
+        extra = ""
+        if check is not None:
+            codes = " ".join(f"WHEN '{role}' THEN {code}" for role, code in ROLE_CODE.items())
+            extra = "".join(f", group_concat({c})" for c in integrity.CHUNK_CHECK_COLUMNS)
+            extra += f", group_concat(CASE role {codes} ELSE -1 END), sum({integrity.ALL_INTEGERS_SQL})"
         row = self.conn.execute(
             "SELECT count(*), group_concat(id), group_concat(turn_id), group_concat(sentence_id), "
             "group_concat(start), group_concat(token_count), "
             f"group_concat(ifnull(brightness_at_deletion, {NO_VALUE})), "
-            f"group_concat(((live != 0) AND {live_where}) + 2 * (pinned != 0) + 4 * (tool_result != 0)) "
+            f"group_concat(((live != 0) AND {live_where}) + 2 * (pinned != 0) + 4 * (tool_result != 0)){extra} "
             f"FROM chunks WHERE {where} AND {turn_where}",
             (*live_args, *args, *turn_args),
         ).fetchone()
+        if check is not None:  # every summed column an integer (a chunk's types' term holds)
+            check["agree"] = (row[12] or 0) == row[0]
+            if not check["agree"]:  # the values may not even be numbers: the SQL check says
+                return ChunkColumns.empty()
         if not row[0]:
             return ChunkColumns.empty()
-        ids, turn_ids, sentence_ids, starts, counts, at_deletion, flags = map(_ints, row[1:8])
+        values = list(map(_ints, row[1:12] if check is not None else row[1:8]))
+        if check is not None:
+            names = ("id", "turn_id", "sentence_id", "start", "token_count", "brightness_at_deletion",
+                     "flags", *integrity.CHUNK_CHECK_COLUMNS, "role")
+            check["agree"] = integrity.chunk_records_agree(self.conn, dict(zip(names, values)), roles, NO_VALUE)
+            if not check["agree"]:
+                return ChunkColumns.empty()
+        ids, turn_ids, sentence_ids, starts, counts, at_deletion, flags = values[:7]
         live, pinned, tool_result = (flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0
         at = np.minimum(turns.turn_id.searchsorted(turn_ids), len(turns) - 1)
         known = turns.turn_id[at] == turn_ids if len(turns) else np.zeros(len(ids), bool)
@@ -323,22 +365,25 @@ class ConversationStore:
             rows = [by_id[c] for c in order if c in by_id]
         return rows
 
-    def _drop_empty_open_turn(self) -> None:
+    def _drop_empty_open_turn(self) -> bool:
+        """Drop a last turn left open with no content; True when one was dropped."""
         row = self.conn.execute("SELECT turn_id, complete FROM turns ORDER BY turn_id DESC LIMIT 1").fetchone()
         if row is None or row[1]:
-            return
+            return False
         content = self.conn.execute(
             "SELECT COUNT(*) FROM chunks WHERE turn_id = ? AND sentence_id >= 0 AND token_count > 0",
             (row[0],),
         ).fetchone()[0]
-        if content == 0:
-            with self.transaction():
-                self.conn.execute(
-                    "DELETE FROM chunk_tokens WHERE chunk_id IN (SELECT id FROM chunks WHERE turn_id = ?)",
-                    (row[0],),
-                )
-                self.conn.execute("DELETE FROM chunks WHERE turn_id = ?", (row[0],))
-                self.conn.execute("DELETE FROM turns WHERE turn_id = ?", (row[0],))
+        if content:
+            return False
+        with self.transaction():
+            self.conn.execute(
+                "DELETE FROM chunk_tokens WHERE chunk_id IN (SELECT id FROM chunks WHERE turn_id = ?)",
+                (row[0],),
+            )
+            self.conn.execute("DELETE FROM chunks WHERE turn_id = ?", (row[0],))
+            self.conn.execute("DELETE FROM turns WHERE turn_id = ?", (row[0],))
+        return True
 
     def _close_crashed_turn(self, conv: Conversation) -> None:
         incomplete = [conv.turns[t] for t in conv.turns.incomplete()]

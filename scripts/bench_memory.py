@@ -69,8 +69,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--data", default=str(DEFAULT_DATA), help="LoCoMo-format JSON file")
     p.add_argument("--prune-to", type=int, default=1024, help="P: live tokens after each exchange")
     p.add_argument("--context", type=int, default=2048, help="C: the model's context at question time")
-    p.add_argument("--max-new-tokens", type=int, default=None,
-                   help="room kept for the answer (default: the app's setting)")
+    # Pinned to the budget the published figures were measured with, so a change of the
+    # app's default (now 512, chosen for chatting) does not move them.
+    p.add_argument("--max-new-tokens", type=int, default=200,
+                   help="room kept for the answer (default 200, the documented runs' budget)")
     p.add_argument("--hysteresis", type=float, default=0.75,
                    help="halo-hyst prunes to this fraction of P once over P")
     p.add_argument("--conversations", default="", help="comma-separated sample ids (default: all)")

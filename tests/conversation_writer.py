@@ -8,8 +8,10 @@
 * :func:`child` chats
   forever through the app's own :class:`~halo_weave.session.ChatSession` and the scripted
   backend: user turn (saved DB-first), streamed answer (batched progress), end of turn
-  (save, brightness, prune) and the occasional resurrection by hand, printing
-  ``<role> <turn_id> <count> <sum>`` after each turn's commit returns.  :func:`crash_trials` kills it with SIGKILL at random
+  (save, brightness, prune), the occasional resurrection by hand, and now and then
+  Regenerate, Edit and resend, Continue or a flip to another answer version, printing
+  ``<role> <turn_id> <count> <sum>`` after each turn's commit returns (``retiring`` /
+  ``growing`` before such a change, ``removed`` after it).  :func:`crash_trials` kills it with SIGKILL at random
   moments and checks that every reported turn survived.
 """
 
@@ -148,22 +150,85 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
         text = system_text("You are a careful assistant.")
         session.set_system_prompt(text, tokenize(text))
     print("ready", file=out, flush=True)
+
+    def report(role: str, turn) -> None:
+        print(role, turn.turn_id, *content_signature(conv, turn.turn_id), file=out, flush=True)
+
     while True:
-        pieces = session.tokenize(message(rng, rng.randint(1, 3), rng.randint(8, 30)))
-        turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
-        print("user", turn.turn_id, *content_signature(conv, turn.turn_id), file=out, flush=True)
+        if not _edit_last_exchange(session, rng, out, report):
+            pieces = session.tokenize(message(rng, rng.randint(1, 3), rng.randint(8, 30)))
+            turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
+            report("user", turn)
         session.fit_model_window()
         backend.answer = message(rng, rng.randint(1, 4))
         session.begin_answer()
         for event in token_events(backend.stream(**session.generation_request()), backend):
             session.receive(event)
         turn = session.finish_turn("stop").turn  # saves the answer and brightness, prunes
-        print("assistant", turn.turn_id, *content_signature(conv, turn.turn_id), file=out, flush=True)
+        report("assistant", turn)
+        _continue_or_flip(session, backend, rng, out, report)
         dead = conv.graveyard()
         if dead and rng.random() < 0.3:
             session.resurrect_chunk(rng.choice(dead).id, pin=False)
         if rng.random() < 0.2:
             store.save_tool_data("notes", {"turn": turn.turn_id})
+
+
+def _edit_last_exchange(session, rng, out, report) -> bool:
+    """Now and then, instead of a new question: regenerate the last answer or edit the last
+    question (True when the conversation now ends with a question to answer)."""
+    question, answer = session.last_exchange()
+    if question is None or answer is None:
+        return False
+    roll = rng.random()
+    if roll < 0.15:  # Regenerate: the answer becomes a version
+        print("retiring", answer.turn_id, file=out, flush=True)
+        session.regenerate()
+        print("removed", answer.turn_id, file=out, flush=True)
+        return True
+    if roll < 0.25:  # Edit and resend
+        print("retiring", answer.turn_id, file=out, flush=True)
+        print("retiring", question.turn_id, file=out, flush=True)
+        pieces = session.tokenize(message(rng, 1, rng.randint(5, 20)))
+        turn = session.replace_question([i for i, _ in pieces], [t for _, t in pieces])
+        print("removed", answer.turn_id, file=out, flush=True)
+        print("removed", question.turn_id, file=out, flush=True)
+        report("user", turn)
+        return True
+    return False
+
+
+def _continue_or_flip(session, backend, rng, out, report) -> None:
+    """Now and then: continue the last answer, or flip to another version of it."""
+    from halo_weave.storage import turn_edits
+
+    roll = rng.random()
+    _, answer = session.last_exchange()
+    if roll < 0.2:
+        try:
+            print("growing", answer.turn_id, file=out, flush=True)
+            session.resume_answer()
+        except turn_edits.TurnEditError:
+            return
+        backend.answer = " " + message(rng, rng.randint(1, 2))
+        for event in token_events(backend.stream(**session.generation_request()), backend):
+            session.receive(event)
+        turn = session.finish_turn("stop").turn
+        report("assistant", turn)
+    elif roll < 0.3:
+        state = session.answer_versions()
+        if state and state.count > 1:
+            print("retiring", answer.turn_id, file=out, flush=True)
+            turn = session.show_version(-1 if state.previous else 1)
+            print("removed", answer.turn_id, file=out, flush=True)
+            report("assistant", turn)
+
+
+def _version_signatures(store) -> set[tuple[int, int]]:
+    from halo_weave.storage.schema import unpack_ints
+
+    return {(len(ids), int(ids.sum())) for ids in
+            (unpack_ints(blob) for (blob,) in store.conn.execute("SELECT token_ids FROM answer_versions"))}
 
 
 def _start_child(db: Path, seed: int) -> tuple[int, "object"]:
@@ -197,6 +262,9 @@ def crash_trials(db: Path, trials: int = 50, seed: int = 0, max_delay: float = 0
     rng = random.Random(seed)
     failures: list[str] = []
     committed: dict[int, tuple[int, int]] = {}
+    roles: dict[int, str] = {}
+    retiring: set[int] = set()  # being regenerated, edited or flipped: here, or a version
+    growing: set[int] = set()  # being continued: here, at least as long as committed
     for trial in range(trials):
         pid, lines = _start_child(db, seed * 1000 + trial)
         if lines.readline().strip() != "ready":
@@ -207,8 +275,21 @@ def crash_trials(db: Path, trials: int = 50, seed: int = 0, max_delay: float = 0
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         for line in lines.read().splitlines():
-            role, turn_id, count, total = line.split()
-            committed[int(turn_id)] = (int(count), int(total))
+            word, turn_id, *signature = line.split()
+            turn_id = int(turn_id)
+            stats[word] = stats.get(word, 0) + 1
+            if word == "retiring":
+                retiring.add(turn_id)
+            elif word == "growing":
+                growing.add(turn_id)
+            elif word == "removed":
+                retiring.discard(turn_id)
+                growing.discard(turn_id)
+                committed.pop(turn_id, None)
+            else:
+                committed[turn_id] = (int(signature[0]), int(signature[1]))
+                roles[turn_id] = word
+                growing.discard(turn_id)
         lines.close()
         # Read-only peek, so the store below meets the file exactly as the kill left it.
         peek = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
@@ -218,11 +299,25 @@ def crash_trials(db: Path, trials: int = 50, seed: int = 0, max_delay: float = 0
         try:
             with ConversationStore.open(db, create=False) as store:
                 conv = store.load(settings(), FRAMING)
-                for turn_id, signature in committed.items():
-                    if turn_id not in conv.turns or not conv.turns[turn_id].complete:
+                versions = _version_signatures(store)
+                for turn_id, signature in list(committed.items()):
+                    present = turn_id in conv.turns and conv.turns[turn_id].complete
+                    if turn_id in retiring and not present:
+                        # The change committed before the child could say so: an answer
+                        # must then be among the versions (a replaced question is gone).
+                        if roles.get(turn_id) == "assistant" and signature not in versions:
+                            failures.append(f"trial {trial}: retired answer {turn_id} is in no version")
+                        committed.pop(turn_id)
+                    elif not present:
                         failures.append(f"trial {trial}: committed turn {turn_id} is missing")
+                    elif turn_id in growing:
+                        if content_signature(conv, turn_id)[0] < signature[0]:
+                            failures.append(f"trial {trial}: continued turn {turn_id} lost tokens")
+                        committed[turn_id] = content_signature(conv, turn_id)
                     elif content_signature(conv, turn_id) != signature:
                         failures.append(f"trial {trial}: turn {turn_id} content differs")
+                retiring.clear()
+                growing.clear()
         except StoreError as exc:
             failures.append(f"trial {trial}: {exc}")
     return failures

@@ -8,8 +8,14 @@ from halo_weave.store import new_conversation_path
 
 def test_fifty_kills_lose_no_committed_turn(tmp_path):
     # Each trial forks a process that chats into the same file (user turns saved
-    # DB-first, answers streamed in batches, brightness, prune, resurrection) and kills
+    # DB-first, answers streamed in batches, brightness, prune, resurrection, and
+    # Regenerate / Edit and resend / Continue / a flip between answer versions) and kills
     # it at a random moment; the file must then pass integrity_check, rehydrate, and
-    # hold every turn the writer had reported committed, with identical tokens.
-    failures = crash_trials(new_conversation_path(tmp_path), trials=50, seed=7)
+    # hold every turn the writer had reported committed, with identical tokens; an
+    # answer being regenerated, edited away or flipped is either still there or among
+    # the versions, and an answer being continued lost nothing.
+    stats: dict = {}
+    failures = crash_trials(new_conversation_path(tmp_path), trials=50, seed=7, stats=stats)
     assert failures == []
+    assert stats["mid_answer"] > 0, "some kills cut an answer mid-stream"
+    assert stats.get("retiring", 0) > 0 and stats.get("growing", 0) > 0, stats

@@ -203,6 +203,30 @@ def m004_row_checksums(db: Database) -> None:
     db.executescript(schema_sql())
 
 
+@_migration
+def m005_answer_versions(db: Database) -> None:
+    """Earlier versions of the last answer (Regenerate keeps them to flip back to).
+
+    Tokens as in ``chunk_tokens``; ``question`` holds the wording of the question an
+    answer was given to when the question was edited since (else NULL).
+    """
+    db.executescript(
+        """
+        CREATE TABLE answer_versions (
+            id INTEGER PRIMARY KEY,
+            user_turn_id INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            question TEXT,
+            token_ids BLOB NOT NULL,
+            brightness BLOB NOT NULL,
+            text TEXT NOT NULL,
+            text_lengths BLOB NOT NULL
+        );
+        CREATE INDEX answer_versions_by_question ON answer_versions (user_turn_id, created_at);
+        """
+    )
+
+
 # ---------------------------------------------------------------------- token codec
 _I4 = np.dtype("<i4")
 

@@ -94,6 +94,13 @@ def run(argv: list[str] | None, controller_class) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per token otherwise
 
+    from .platform_check import platform_problem
+
+    problem = platform_problem()  # Qt would abort with a message that names no fix
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
+
     from PySide6.QtWidgets import QApplication
 
     from .main_window import MainWindow, app_qsettings

@@ -136,12 +136,34 @@ class ConversationFiles:
         return True
 
     def import_json(self, path: Path) -> None:
-        """Import a JSON export as a new conversation (on a thread), open it, re-index."""
-        from ..storage import transfer
+        """Import a conversation (on a thread), open it, re-index.
+
+        A Halo Weave JSON export, or a chat from another app (a SillyTavern ``.jsonl``, a
+        KoboldAI Lite ``.json``: :mod:`halo_weave.storage.foreign_import`), which is
+        tokenized with the connected server's tokenizer.
+        """
+        from ..storage import foreign_import, transfer
 
         if self.busy:
             self.info.emit("Wait for the answer to finish before importing.")
             return
+        if not foreign_import.is_halo_weave_export(Path(path)):
+            client, framing = self.client, self.framing
+            if client is None or framing is None or self.connection_state != "connected":
+                self.error.emit(transfer.TransferError(
+                    "Importing a chat from another app needs the model server's tokenizer: "
+                    "try again once the model is connected."), f"Importing {Path(path).name}")
+                return
+
+            def tokenize(text: str):
+                return client.tokenize(text, add_special_tokens=False)
+
+            job = (foreign_import.import_foreign, Path(path), self.data_dir, tokenize, framing, self.settings)
+        else:
+            from ..server.vocab import vocab_size_for
+
+            model_info = self.model_info  # read here: the import runs on a thread
+            job = (lambda: transfer.import_conversation(Path(path), self.data_dir, vocab_size_for(model_info)),)
         self._set_busy(True, "Importing…")
         self.progress.emit("Importing conversation", 0, 0)
 
@@ -156,11 +178,7 @@ class ConversationFiles:
             self._set_busy(False)
             self.error.emit(exc, f"Importing {Path(path).name}")
 
-        from ..server.vocab import vocab_size_for
-
-        model_info = self.model_info  # read here: the import runs on a thread
-        self._call(lambda: transfer.import_conversation(Path(path), self.data_dir, vocab_size_for(model_info)),
-                   on_ok=done, on_fail=failed)
+        self._call(*job, on_ok=done, on_fail=failed)
 
     def reindex_all(self) -> None:
         """Embed every chunk without a current entry (after an import), with progress."""

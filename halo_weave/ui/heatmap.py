@@ -32,6 +32,8 @@ What a streamed token costs is kept to a few lines of painting:
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import (
@@ -58,6 +60,8 @@ from .heatmap_frame import (
     region_of,
     token_index_at,
 )
+from .code_blocks import CodeBlockHighlighter, paint_code_backgrounds
+from .follow import Follower
 from .heatmap_gutter import Gutter, pin_markers
 from .heatmap_layout import DocumentPlan, build_plan
 
@@ -79,6 +83,8 @@ class HeatmapView(QPlainTextEdit):
     (their attention moved brightness too); ``refresh_brightness()`` after brightness
     alone changed; ``flush()`` does the pending frame now (tests, benchmarks); ``chunk_at(viewport_point)``;
     ``scroll_to_chunk(chunk_id)``; ``context_menu_for(viewport_point) -> QMenu``;
+    ``turn_at(viewport_point)`` and ``message_text(turn_id)`` (the context menu's "Copy
+    message"); ``follower`` (follows the answer, "Jump to latest");
     ``tooltip_for(chunk_id) -> str``; ``chunk_rect(chunk_id) -> QRect | None`` (viewport
     rectangle of the chunk's visible part); ``pinned_marker_chunks() -> list[int]``
     (pinned chunks whose 📌 is on screen).
@@ -142,12 +148,18 @@ class HeatmapView(QPlainTextEdit):
         self._gutter = Gutter(self)
         self.updateRequest.connect(self._on_update_request)
         self._update_margins()
+        #: Keeps the newest text in view unless the user scrolled up (``follower.button``
+        #: jumps back).
+        self.follower = Follower(self)
+        #: Fenced code in monospace (its background is painted in paintEvent).
+        self._code = CodeBlockHighlighter()
 
     # ------------------------------------------------------------------ public API
     def set_conversation(self, conv: Conversation | None) -> None:
         """Show ``conv`` (None clears the view)."""
         self._conv = conv
         self.rebuild()
+        self.follower.jump_to_latest()  # a conversation opens at its newest text
 
     def conversation(self) -> Conversation | None:
         return self._conv
@@ -155,7 +167,6 @@ class HeatmapView(QPlainTextEdit):
     def rebuild(self) -> None:
         """Lay out the whole live context again (after prune/resurrect/merge/open)."""
         bar = self.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 1
         old_value = bar.value()
         self._rejoin_timer.stop()
         self._geometry.clear()
@@ -166,8 +177,15 @@ class HeatmapView(QPlainTextEdit):
             self.setPlainText("")
         else:
             self._plan, text = build_plan(self._conv)
+            attached = self._code.follow(self.document(), text, replaced=True)
             self.setPlainText(text)
-        bar.setValue(bar.maximum() if at_bottom else min(old_value, bar.maximum()))
+            if attached:
+                self._code.rehighlight()
+        if self.follower.following:
+            self.follower.scroll_to_end()
+        else:
+            bar.setValue(min(old_value, bar.maximum()))
+            self.follower.content_changed(rebuilt=True)
         self._schedule()
 
     def append_streamed(self) -> None:
@@ -282,6 +300,12 @@ class HeatmapView(QPlainTextEdit):
             menu.addSeparator()
             copy_chunk = menu.addAction("Copy chunk text")
             copy_chunk.triggered.connect(lambda: self._copy_chunk(chunk.id))
+        turn_id = self.turn_at(point)
+        if turn_id is not None:
+            role = self._conv.turns[turn_id].role
+            copy_message = menu.addAction("Copy your message" if role == "user" else "Copy the answer")
+            copy_message.setToolTip("The whole message as shown (its pruned paragraphs left out)")
+            copy_message.triggered.connect(lambda: QGuiApplication.clipboard().setText(self.message_text(turn_id)))
         copy = menu.addAction("Copy selection")
         copy.setShortcut("Ctrl+C")
         copy.setEnabled(self.textCursor().hasSelection())
@@ -289,6 +313,20 @@ class HeatmapView(QPlainTextEdit):
         select_all = menu.addAction("Select all")
         select_all.triggered.connect(self.selectAll)
         return menu
+
+    def turn_at(self, point: QPoint | QPointF) -> int | None:
+        """The turn (message) under a viewport point, its label line included; None elsewhere."""
+        if self._conv is None or not self._plan.region_start:
+            return None
+        position = self.cursorForPosition(QPoint(int(point.x()), int(point.y()))).position()
+        i = bisect.bisect_right(self._plan.region_start, position) - 1
+        turn_id = self._plan.region_turn[i] if i >= 0 else -1
+        return turn_id if turn_id >= 0 and turn_id in self._conv.turns else None
+
+    def message_text(self, turn_id: int) -> str:
+        """A message's text as shown: its live chunks, without the chat template."""
+        conv = self._conv
+        return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(turn_id) if c.live)
 
     def chunk_rect(self, chunk_id: int) -> QRect | None:
         """Viewport rectangle covering the visible tokens of a chunk (None if off screen)."""
@@ -341,6 +379,8 @@ class HeatmapView(QPlainTextEdit):
         viewport = self.viewport()
         painter = QPainter(viewport)
         painter.fillRect(bounds, viewport.palette().brush(viewport.backgroundRole()))
+        if self._code.active:
+            paint_code_backgrounds(self, painter, QRectF(bounds))
         painter.setPen(Qt.PenStyle.NoPen)
         for step, batch in self._batches(frame, inside[lit], keys_in[lit] // KEY_STRIDE):
             painter.setBrush(self._highlight_brushes[step - 1])
@@ -454,8 +494,6 @@ class HeatmapView(QPlainTextEdit):
     def _append_pending_text(self) -> None:
         if self._conv is None:
             return
-        bar = self.verticalScrollBar()
-        at_bottom = bar.value() >= bar.maximum() - 1
         if not self._plan.extend(self._conv):
             self.rebuild()
             return
@@ -471,7 +509,10 @@ class HeatmapView(QPlainTextEdit):
             try:
                 cursor = QTextCursor(document)
                 cursor.movePosition(QTextCursor.MoveOperation.End)
+                attached = self._code.follow(document, text)
                 cursor.insertText(text)
+                if attached:
+                    self._code.rehighlight()  # the first fence: format it before it is measured
                 self._cut_streamed_block()
             finally:
                 layout.blockSignals(False)
@@ -480,8 +521,7 @@ class HeatmapView(QPlainTextEdit):
             top = max(int(top), 0)
             viewport.update(0, top, viewport.width(), viewport.height() - top)
             self._gutter.update(0, top, self._gutter.width(), viewport.height() - top)
-        if at_bottom:
-            bar.setValue(bar.maximum())
+            self.follower.content_changed()
 
     def _cut_streamed_block(self) -> None:
         """Start a new block at the last line of a long last block (see module docstring).
@@ -550,7 +590,12 @@ class HeatmapView(QPlainTextEdit):
         if self._conv is None or self._plan.length == 0:
             return None
         offset = self.contentOffset()
-        key = (offset.x(), offset.y(), self.document().revision(), self.viewport().width(),
+        # contentOffset() is relative to the first visible block (often 0, 0): the block
+        # itself and the scroll position belong in the key, or a frame collected at one
+        # scroll position is painted at another (boxes beside their words, or over empty
+        # lines below the last paragraph).
+        key = (self.firstVisibleBlock().blockNumber(), self.verticalScrollBar().value(),
+               offset.x(), offset.y(), self.document().revision(), self.viewport().width(),
                self.viewport().height(), id(self._plan), len(self._plan.rows))
         if self._frame is None or self._frame.key != key:
             self._frame = collect_frame(self, self._plan, self._geometry, key)

@@ -52,6 +52,16 @@ def turn_label(role: str, created_at: float | None, now: float | None = None) ->
     return f"{label} · {stamp}"
 
 
+def displayable(text: str) -> str:
+    """``text`` as the document will hold it, one position per UTF-16 unit.
+
+    Qt turns ``"\\r\\n"`` into one paragraph separator, and a lone ``"\\r"`` into one, so a
+    carriage return would shift every later token by a position once a CRLF is inserted
+    whole (a rebuild) but not when its halves stream in separately: drop them.
+    """
+    return text.replace("\r", "") if "\r" in text else text
+
+
 def gap_label(count: int) -> str:
     return f"⋯ {count} chunk{'s' if count != 1 else ''} pruned here"
 
@@ -159,6 +169,9 @@ class DocumentPlan:
     def _tokens(self, row0: int, texts: list[str]) -> None:
         """Emit the texts of consecutive table rows starting at ``row0``."""
         text = "".join(texts)
+        if "\r" in text:
+            texts = [displayable(t) for t in texts]
+            text = "".join(texts)
         if text.isascii():
             lengths = np.fromiter((len(t) for t in texts), np.int64, len(texts))
         else:
@@ -173,7 +186,7 @@ class DocumentPlan:
     def add_system(self, text: str) -> None:
         if not text:
             return
-        self._block("system", f"{SYSTEM_LABEL}\n{text.rstrip()}", "system")
+        self._block("system", f"{SYSTEM_LABEL}\n{displayable(text).rstrip()}", "system")
 
     def extend(self, conv: Conversation, dead_starts: np.ndarray | None = None) -> bool:
         """Lay out table rows from ``rows_seen`` on.  False when the table no longer
@@ -192,6 +205,8 @@ class DocumentPlan:
         while row < n:
             chunk = conv.chunks[int(chunk_ids[row])]
             run_end = min(n, row + (chunk.end - int(positions[row])))
+            if run_end <= row:  # a chunk whose positions are not contiguous: lay out anew
+                return False
             if chunk.turn_id != self.last_turn_id:
                 if dead_starts is not None:
                     self._gap_before(chunk.start, dead_starts, "", -1)

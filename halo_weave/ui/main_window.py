@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, QUrl, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeyEvent, QKeySequence
+from PySide6.QtCore import QEvent, QSettings, Qt, QUrl, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeyEvent, QKeySequence, QTextCursor
 from PySide6.QtWidgets import (
     QFileDialog, QHBoxLayout, QLabel, QMainWindow, QPlainTextEdit, QProgressBar, QPushButton,
-    QSplitter, QVBoxLayout, QWidget,
+    QSplitter, QToolButton, QVBoxLayout, QWidget,
 )
 
 from .messages import MessageCenter
@@ -56,6 +56,8 @@ class MainWindow(QMainWindow):
 
     def __init__(self, controller, qsettings: QSettings | None = None, parent=None) -> None:
         super().__init__(parent)
+        from ..storage.library import Library
+        from .conversation_list import ConversationList
         from .graveyard import GraveyardPanel
         from .heatmap import HeatmapView
         from .notes_panel import NotesPanel
@@ -87,6 +89,7 @@ class MainWindow(QMainWindow):
         self.progress_bar.hide()
         self.statusBar().addPermanentWidget(self.progress_bar)
 
+        self.answer_bar = self._build_answer_bar()
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
         buttons.addWidget(self.stop_button)
@@ -99,19 +102,30 @@ class MainWindow(QMainWindow):
         column.setContentsMargins(6, 6, 6, 6)
         column.addWidget(self.stats_bar)
         column.addWidget(self.heatmap, 1)
+        column.addWidget(self.answer_bar)
         column.addWidget(self.reason)
         column.addLayout(row)
+        self.library = Library(controller.data_dir)
+        self.conversation_list = ConversationList(self.library)
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(self.conversation_list)
         self.splitter.addWidget(left)
         self.splitter.addWidget(self.graveyard)
-        self.splitter.setStretchFactor(0, 3)
-        self.splitter.setStretchFactor(1, 1)
-        self.splitter.setSizes([860, 320])
+        self.splitter.setStretchFactor(0, 1)
+        self.splitter.setStretchFactor(1, 3)
+        self.splitter.setStretchFactor(2, 1)
+        self.splitter.setSizes([230, 800, 300])
         self.setCentralWidget(self.splitter)
         self.notes_panel = NotesPanel(self)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.notes_panel)
         self.notes_panel.hide()
 
+        from .legend import FirstStartHint
+
+        self._editing = False  # the input holds the last message being edited
+        self.first_start = FirstStartHint(self.heatmap)
+        self.heatmap.installEventFilter(self)
+        self._legend = None
         self._build_menus()
         self._closed = False
         self._shown = None  # the conversation the heatmap shows
@@ -121,6 +135,42 @@ class MainWindow(QMainWindow):
         self._on_busy(False, controller.input_block_reason())
 
     # ------------------------------------------------------------------ building
+    def _build_answer_bar(self) -> QWidget:
+        """Under the chat: ‹ version › · Continue · Regenerate · Edit (the Chat menu's actions)."""
+        bar = QWidget()
+        bar.setObjectName("answerBar")
+        layout = QHBoxLayout(bar)
+        layout.setContentsMargins(0, 2, 0, 2)
+        self.previous_version_button = QToolButton()
+        self.previous_version_button.setText("‹")
+        self.previous_version_button.setToolTip("Previous version of the answer (Alt+Left)")
+        self.version_label = QLabel()
+        self.version_label.setToolTip("Versions of the last answer (Regenerate keeps every one)")
+        self.next_version_button = QToolButton()
+        self.next_version_button.setText("›")
+        self.next_version_button.setToolTip("Next version of the answer (Alt+Right)")
+        self.continue_button = QToolButton()
+        self.continue_button.setText("→ Continue")
+        self.continue_button.setToolTip("Let the model go on with its last answer (Ctrl+Shift+Enter)")
+        self.regenerate_button = QToolButton()
+        self.regenerate_button.setText("↻ Regenerate")
+        self.regenerate_button.setToolTip("Answer your last message again; this answer stays as a version (Ctrl+R)")
+        self.edit_button = QToolButton()
+        self.edit_button.setText("✎ Edit")
+        self.edit_button.setToolTip("Change your last message and send it again (Ctrl+Up)")
+        layout.addStretch(1)
+        for widget in (self.previous_version_button, self.version_label, self.next_version_button):
+            layout.addWidget(widget)
+        layout.addSpacing(12)
+        for widget in (self.continue_button, self.regenerate_button, self.edit_button):
+            layout.addWidget(widget)
+        self.previous_version_button.clicked.connect(lambda: self.controller.show_answer_version(-1))
+        self.next_version_button.clicked.connect(lambda: self.controller.show_answer_version(1))
+        self.continue_button.clicked.connect(self.continue_answer)
+        self.regenerate_button.clicked.connect(self.regenerate)
+        self.edit_button.clicked.connect(self.edit_last_message)
+        return bar
+
     def _action(self, menu, text: str, slot, shortcut=None, tip: str = "") -> QAction:
         action = QAction(text, self)
         if shortcut is not None:
@@ -141,8 +191,9 @@ class MainWindow(QMainWindow):
         file_menu.addSeparator()
         self.export_action = self._action(file_menu, "&Export JSON…", self.export_json, "Ctrl+E",
                                           "Save the whole conversation as a JSON file")
-        self.import_action = self._action(file_menu, "&Import JSON…", self.import_json, "Ctrl+I",
-                                          "Open a JSON export as a new conversation")
+        self.import_action = self._action(file_menu, "&Import…", self.import_json, "Ctrl+I",
+                                          "Open a JSON export, a SillyTavern chat (.jsonl) or a KoboldAI "
+                                          "Lite save (.json) as a new conversation")
         file_menu.addSeparator()
         self.settings_action = self._action(file_menu, "&Settings…", self.open_settings, "Ctrl+,",
                                             "Generation, pruning, memory and server settings")
@@ -156,11 +207,29 @@ class MainWindow(QMainWindow):
         self.send_action.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
         self.stop_action = self._action(chat, "S&top generating", self.controller.stop, "Esc",
                                         "Stop the answer; what arrived so far is kept")
+        chat.addSeparator()
+        self.continue_action = self._action(chat, "&Continue the answer", self.continue_answer,
+                                            "Ctrl+Shift+Return", "Let the model go on with its last answer")
+        self.regenerate_action = self._action(chat, "&Regenerate the answer", self.regenerate, "Ctrl+R",
+                                              "Answer the last message again; this answer stays as a version")
+        self.edit_action = self._action(chat, "&Edit your last message…", self.edit_last_message, "Ctrl+Up",
+                                        "Change your last message and send it again")
+        self.previous_version_action = self._action(chat, "&Previous version of the answer",
+                                                    lambda: self.controller.show_answer_version(-1), "Alt+Left")
+        self.next_version_action = self._action(chat, "&Next version of the answer",
+                                                lambda: self.controller.show_answer_version(1), "Alt+Right")
+        chat.addSeparator()
         self.graveyard_action = self._action(chat, "Show &graveyard", self._toggle_graveyard, "Ctrl+G")
         self.graveyard_action.setCheckable(True)
         self.graveyard_action.setChecked(True)
 
         view = self.menuBar().addMenu("&View")
+        self.legend_action = self._action(view, "Heatmap &legend…", self.show_legend, "F1",
+                                          "What the colours, the graveyard and the numbers mean")
+        self.list_action = self._action(view, "Show conversation &list", self._toggle_list, "Ctrl+Shift+L",
+                                        "The conversations beside the chat: search, rename, delete")
+        self.list_action.setCheckable(True)
+        self.list_action.setChecked(True)
         self.notes_action = self.notes_panel.toggleViewAction()
         self.notes_action.setText("Show &notes")
         self.notes_action.setShortcut(QKeySequence("Ctrl+Shift+N"))
@@ -195,7 +264,7 @@ class MainWindow(QMainWindow):
         c.capture_saved.connect(self._on_capture_saved)
         self.notes_panel.visibilityChanged.connect(lambda visible: visible and self.refresh_notes())
         self.input.submitted.connect(self.send)
-        self.input.stop_requested.connect(c.stop)
+        self.input.stop_requested.connect(self._on_escape)
         self.send_button.clicked.connect(self.send)
         self.stop_button.clicked.connect(c.stop)
         self.heatmap.pin_requested.connect(c.pin)
@@ -205,15 +274,47 @@ class MainWindow(QMainWindow):
         self.stats_bar.graveyard_toggled.connect(self._set_graveyard_visible)
         self.graveyard.close_requested.connect(lambda: self._set_graveyard_visible(False))
         self.stats_bar.set_graveyard_open(True)
+        self.conversation_list.open_requested.connect(c.open_conversation)
+        self.conversation_list.new_requested.connect(self.new_conversation)
+        self.conversation_list.delete_requested.connect(self.delete_conversation)
+        c.turn_finished.connect(lambda _: self.conversation_list.refresh())
 
     # ------------------------------------------------------------------ conversation view
     def _on_opened(self, path: str) -> None:
         self.setWindowTitle(f"Halo Weave — {Path(path).stem}")
+        self.library.mark_opened(Path(path))
+        self.conversation_list.set_current(Path(path))
+
+    # ------------------------------------------------------------------ conversation list
+    def _toggle_list(self) -> None:
+        self.conversation_list.setVisible(not self.conversation_list.isVisible())
+        self.list_action.setChecked(self.conversation_list.isVisible())
+
+    def delete_conversation(self, path: Path, title: str = "") -> bool:
+        """Move a conversation to the trash (Undo in the list); the open one is closed first."""
+        path = Path(path)
+        c = self.controller
+        if c.path is not None and path == Path(c.path):
+            if c.busy:
+                self.messages.info("Wait for the answer to finish (or press Esc) before deleting this conversation.")
+                return False
+            others = [e.path for e in self.library.entries() if e.path != path and e.error is None]
+            if not (c.open_conversation(others[0]) if others else c.new_conversation()):
+                return False
+        try:
+            trashed = self.library.delete(path, title)
+        except OSError as exc:
+            self.messages.error(exc, f"Deleting {path.name}")
+            return False
+        self.conversation_list.offer_undo(trashed)
+        return True
 
     def _on_conversation_changed(self) -> None:
         conv = self.controller.conv
         if conv is None:
             return
+        self._sync_first_start()
+        self._sync_turn_actions()
         if self._shown is not conv:
             self._shown = conv
             self.heatmap.set_conversation(conv)
@@ -221,7 +322,32 @@ class MainWindow(QMainWindow):
             self.heatmap.rebuild()
         self.refresh_stats()
 
+    def _sync_first_start(self) -> None:
+        """The three-line explanation shows while the conversation has no message."""
+        conv = self.controller.conv
+        empty = conv is not None and not conv.turns
+        if empty:
+            self.first_start.place(self.heatmap.viewport().geometry())
+            self.first_start.raise_()
+        self.first_start.setVisible(empty)
+
+    def show_legend(self) -> None:
+        """View → Heatmap legend (non-modal: it can stay open beside the chat)."""
+        from .legend import LegendDialog
+
+        if self._legend is None:
+            self._legend = LegendDialog(self)
+        self._legend.show()
+        self._legend.raise_()
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt API
+        if watched is self.heatmap and event.type() == QEvent.Type.Resize and self.first_start.isVisible():
+            self.first_start.place(self.heatmap.viewport().geometry())
+        return False
+
     def _on_tokens_streamed(self) -> None:
+        if self.first_start.isVisible():
+            self._sync_first_start()
         # The heatmap's one frame timer batches appends, colours and (streamed_frame) the stats.
         self.heatmap.append_streamed()
 
@@ -255,8 +381,66 @@ class MainWindow(QMainWindow):
         text = self.input.toPlainText()
         if not text.strip():
             return
-        if self.controller.send(text):
+        if self._editing:
+            sent = self.controller.edit_last(text)
+        else:
+            sent = self.controller.send(text)
+        if sent:
+            self._editing = False
             self.input.clear()
+            self.heatmap.follower.jump_to_latest()  # the user wants to see the answer
+
+    def _on_escape(self) -> None:
+        if self._editing:
+            self._editing = False
+            self.input.clear()
+            self._on_busy(self.controller.busy, self.controller.input_block_reason())
+        else:
+            self.controller.stop()
+
+    # ------------------------------------------------------------------ the last exchange
+    def continue_answer(self) -> None:
+        if self.controller.continue_answer():
+            self.heatmap.follower.jump_to_latest()
+
+    def regenerate(self) -> None:
+        if self.controller.regenerate():
+            self.heatmap.follower.jump_to_latest()
+
+    def edit_last_message(self) -> None:
+        """Put the last message into the box to change it; Enter resends, Esc cancels."""
+        reason = self.controller.can_change_last_exchange()
+        text = self.controller.last_question_text() if not reason else ""
+        if not text:
+            self.messages.info(reason or "There is no message of yours to edit.")
+            return
+        self._editing = True
+        self.input.setPlainText(text)
+        self.input.moveCursor(QTextCursor.MoveOperation.End)
+        self.input.setFocus()
+        self._on_busy(self.controller.busy, self.controller.input_block_reason())
+
+    def _sync_turn_actions(self) -> None:
+        """Enable Continue / Regenerate / Edit / versions for what the conversation ends with."""
+        c = self.controller
+        free = not c.busy and not c.input_block_reason()
+        question, answer = c.session.last_exchange()
+        state = c.answer_versions() if answer is not None else None
+        for widget in (self.continue_action, self.continue_button):
+            widget.setEnabled(free and answer is not None)
+        for widget in (self.regenerate_action, self.regenerate_button):
+            widget.setEnabled(free and question is not None and answer is not None)
+        for widget in (self.edit_action, self.edit_button):
+            widget.setEnabled(free and question is not None)
+        has_versions = state is not None and state.count > 1
+        for widget in (self.previous_version_action, self.previous_version_button):
+            widget.setEnabled(free and has_versions and state.previous is not None)
+        for widget in (self.next_version_action, self.next_version_button):
+            widget.setEnabled(free and has_versions and state.next is not None)
+        for widget in (self.previous_version_button, self.version_label, self.next_version_button):
+            widget.setVisible(has_versions)
+        self.version_label.setText(f"{state.number} / {state.count}" if has_versions else "")
+        self.answer_bar.setVisible(question is not None or answer is not None)
 
     def _on_message_returned(self, text: str) -> None:
         """A message that could not be sent goes back into the input box (unless the
@@ -278,11 +462,16 @@ class MainWindow(QMainWindow):
         elif self.stats_bar.connection_state() == "generating":
             self.stats_bar.set_connection(self.controller.connection_state, self._connection_detail)
             self._full_connection_tooltip()
-        self.reason.setText(reason)
+        if self._editing and ready:
+            reason = "Editing your last message — Enter sends it again (its answer stays as a version), Esc cancels"
+            self.reason.setText(reason)
+        else:
+            self.reason.setText(reason)
         self.reason.setVisible(bool(reason))
         self.input.setPlaceholderText(
-            reason or "Message — Enter sends, Shift+Enter new line, Esc stops"
+            (reason if not ready else "") or "Message — Enter sends, Shift+Enter new line, Esc stops"
         )
+        self._sync_turn_actions()
         if ready and not self._closed:
             self.input.setFocus()
 
@@ -292,7 +481,9 @@ class MainWindow(QMainWindow):
         if reason == "aborted":
             self.messages.info("Stopped — the partial answer was kept.")
         elif reason == "length":
-            self.messages.info("The answer reached the maximum new tokens (see Settings).")
+            self.messages.info("The answer reached the maximum new tokens (Settings) — "
+                               "→ Continue (Ctrl+Shift+Enter) lets it go on.")
+        self._sync_turn_actions()
 
     def _full_connection_tooltip(self) -> None:
         """The whole connection line (the label may be elided), e.g. with the model's name."""
@@ -378,7 +569,10 @@ class MainWindow(QMainWindow):
             self.controller.export_json(Path(path))
 
     def import_json(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Import conversation", str(Path.home()), "JSON (*.json)")
+        path, _ = QFileDialog.getOpenFileName(
+            self, "Import conversation", str(Path.home()),
+            "Conversations (*.json *.jsonl);;Halo Weave export (*.json);;SillyTavern chat (*.jsonl);;"
+            "KoboldAI Lite save (*.json);;All files (*)")
         if path:
             self.controller.import_json(Path(path))
 

@@ -54,7 +54,8 @@ class StatsBar(QWidget):
     """One line of figures above the heatmap.
 
     Methods: ``update_stats(live_tokens, max_tokens, total_tokens, pruned_chunks,
-    mean_brightness, tokens_per_s, last_resurrected)`` (``max_tokens`` 0 = no pruning);
+    mean_brightness, tokens_per_s, last_resurrected, first_token_s=None)`` (``max_tokens``
+    0 = no pruning; the speed is live while an answer streams);
     ``set_connection(state, detail)`` with state one of ``connecting``, ``loading``,
     ``ready`` (alias ``connected``), ``generating``, ``error``, ``offline``;
     ``set_attention_available(bool)``; ``set_graveyard_open(bool)`` (syncs the toggle
@@ -78,6 +79,8 @@ class StatsBar(QWidget):
         self.brightness_label = QLabel()
         self.brightness_label.setToolTip("Mean brightness of the live tokens")
         self.speed_label = QLabel()
+        self.speed_label.setToolTip("Generation speed of the answer (live while it streams) and the wait from "
+                                    "sending to its first token")
         self.resurrected_label = QLabel()
         self.resurrected_label.setToolTip("Chunks brought back for the last message")
         self.attention_label = QLabel(NO_ATTENTION_TEXT)
@@ -116,6 +119,7 @@ class StatsBar(QWidget):
         mean_brightness: float,
         tokens_per_s: float | None,
         last_resurrected: int,
+        first_token_s: float | None = None,
     ) -> None:
         """Show the figures (see the class docstring)."""
         limit = f"{max_tokens:,}" if max_tokens > 0 else "no limit"
@@ -125,6 +129,8 @@ class StatsBar(QWidget):
         self.totals_label.setText(f"Total {total_tokens:,} · Pruned {pruned_chunks:,}")
         self.brightness_label.setText(f"Mean ☀ {mean_brightness:,.0f}")
         rate = f"{tokens_per_s:.1f} tok/s" if tokens_per_s else "– tok/s"
+        if first_token_s is not None:
+            rate += f" · first token {first_token_s:.1f} s"
         self.speed_label.setText(rate)
         self.resurrected_label.setText(f"Resurrected {last_resurrected:,}")
 

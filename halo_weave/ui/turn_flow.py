@@ -163,6 +163,7 @@ class TurnFlow:
         self._set_busy(True, "Reading your message…")
         self._stop_pending = False
         self.session.streamed = 0
+        self.session.clock.start()
         self._unsent = text
         session = self.session
 

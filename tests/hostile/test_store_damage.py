@@ -213,3 +213,27 @@ def test_older_file_gets_checksums_for_its_existing_chunks(original, tmp_path):
         assert count == len(view["chunks"])
     flip_chunk_text(path, next(iter(view["chunks"])))
     assert run_check(path).returncode != 0
+
+
+@pytest.mark.parametrize("column, change", [
+    ("start", "start + 1"), ("pinned", "1 - pinned"), ("live", "2"), ("role", "'tool'"),
+    ("turn_id", "CAST(CAST(turn_id AS TEXT) AS BLOB)"), ("live", "CAST(CAST(live AS TEXT) AS BLOB)"), ("brightness_at_deletion", "NULL"),
+])
+def test_changed_chunk_record_is_found_by_the_summed_read(original, tmp_path, column, change):
+    """Opening totals the chunk records' checksums from the columns it reads (numpy), not
+    in SQL: a record changed behind the app's back is still named, whatever the change."""
+    source, view = original
+    path = tmp_path / "talk.halo.db"
+    shutil.copy(source, path)
+    with ConversationStore.open(path, create=False) as store:
+        assert store._records_and_check() is not None  # the summed read agrees on a sound file
+    victim = sorted(view["chunks"])[3]
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TRIGGER chunks_sum_au")
+    conn.execute(f"UPDATE chunks SET {column} = {change} WHERE id = ?", (victim,))
+    conn.commit()
+    conn.close()
+    with ConversationStore.open(path, create=False) as store:
+        assert store._records_and_check() is None
+        store.load()
+        assert [d.key for d in store.damage] == [victim] and store.read_only

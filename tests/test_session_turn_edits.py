@@ -1,0 +1,66 @@
+"""ChatSession's Continue, Regenerate (versions), Edit and resend: against the real server
+and a real SQLite file, each change then streamed like any answer."""
+
+from __future__ import annotations
+
+import pytest
+
+from halo_weave.session import token_events
+from halo_weave.store import ConversationStore
+
+from test_session import _session, client  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.slow
+
+
+def _stream(session) -> None:
+    for event in token_events(session.backend.stream(**session.generation_request()), session.backend):
+        session.receive(event)
+
+
+def _ask(session, text):
+    pieces = session.tokenize(text)
+    session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
+    session.begin_answer()
+    _stream(session)
+    return session.finish_turn("stop").turn
+
+
+def _text(conv, turn_id) -> str:
+    return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(turn_id))
+
+
+def test_continue_regenerate_edit_through_the_session(client, tmp_path):
+    session, path = _session(client, tmp_path, max_new_tokens=8, temperature=1.0, sampler_seed=-1)
+    conv = session.conv
+    answer = _ask(session, "Tell me a long story about the sea.")
+    first = _text(conv, answer.turn_id)
+
+    session.resume_answer()  # Continue: same turn, more tokens
+    _stream(session)
+    assert session.finish_turn("stop").turn is answer
+    longer = _text(conv, answer.turn_id)
+    assert longer.startswith(first) and len(longer) > len(first)
+
+    session.regenerate()  # the longer answer becomes a version
+    session.begin_answer()
+    _stream(session)
+    again = session.finish_turn("stop").turn
+    state = session.answer_versions()
+    assert (state.number, state.count) == (2, 2) and state.previous.text == longer
+    session.show_version(-1)
+    assert _text(conv, session.last_exchange()[1].turn_id) == longer
+
+    pieces = session.tokenize("Tell me a short poem about the moon.")
+    question = session.replace_question([i for i, _ in pieces], [t for _, t in pieces])
+    session.begin_answer()
+    _stream(session)
+    session.finish_turn("stop")
+    assert session.question_text() == "Tell me a short poem about the moon."
+    assert session.answer_versions().count == 3, "both earlier answers stay reachable"
+    assert again.turn_id not in conv.turns
+    session.store.close()
+    with ConversationStore.open(path, create=False) as store:
+        reopened = store.load(session.settings, session.framing)
+    assert [t.role for t in (reopened.turns[i] for i in reopened.turns)] == ["user", "assistant"]
+    assert _text(reopened, question.turn_id) == "Tell me a short poem about the moon."

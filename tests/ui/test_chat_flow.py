@@ -1,0 +1,153 @@
+"""Chatting as in the apps people already use, against the real window, server and model:
+the speed shows while the answer streams, and the view follows the answer."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from PySide6.QtCore import Qt
+
+from test_app import TURN_TIMEOUT_MS, make_app  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.slow
+
+LONG_TOPIC = "Tell me a long story about a lighthouse keeper and the sea, in many paragraphs."
+
+
+def test_speed_and_first_token_show_while_the_answer_streams(make_app, qtbot):
+    app = make_app(max_new_tokens=24).start()
+    seen: list[str] = []
+    app.controller.tokens_streamed.connect(lambda: seen.append(app.window.stats_bar.speed_label.text()))
+    app.window.input.setPlainText("Count from one to twenty in words.")
+    with qtbot.wait_signal(app.controller.turn_finished, timeout=TURN_TIMEOUT_MS):
+        qtbot.keyClick(app.window.input, Qt.Key.Key_Return)
+        # Read the label while the answer is still streaming, not after it ended.
+        qtbot.waitUntil(lambda: any(re.search(r"\d+\.\d tok/s", s) for s in seen), timeout=TURN_TIMEOUT_MS)
+        assert app.controller.generating
+    live = [s for s in seen if re.search(r"\d+\.\d tok/s", s)]
+    assert live and "first token" in live[0] and re.search(r"first token \d+\.\d s", live[0])
+    final = app.window.stats_bar.speed_label.text()
+    assert re.search(r"\d+\.\d tok/s", final) and "first token" in final
+
+
+def test_window_follows_a_long_answer_and_respects_a_reader(make_app, qtbot):
+    app = make_app(max_new_tokens=40, max_context_tokens=0).start()
+    app.window.resize(900, 520)
+    for _ in range(4):
+        app.say(LONG_TOPIC)
+    heatmap = app.window.heatmap
+    bar = heatmap.verticalScrollBar()
+    assert bar.maximum() > 0, "the conversation is longer than the window"
+    assert bar.value() == bar.maximum(), "the newest answer is in view after each exchange"
+    # Now the user scrolls up to read while the next answer streams.
+    app.window.input.setPlainText(LONG_TOPIC)
+    with qtbot.wait_signal(app.controller.turn_finished, timeout=TURN_TIMEOUT_MS):
+        qtbot.keyClick(app.window.input, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: app.controller.generating, timeout=TURN_TIMEOUT_MS)
+        bar.triggerAction(bar.SliderAction.SliderToMinimum)
+        assert heatmap.follower.button.isVisible()
+    qtbot.waitUntil(lambda: not app.controller.busy, timeout=10_000)
+    assert bar.value() == 0, "the reader was not moved"
+    qtbot.mouseClick(heatmap.follower.button, Qt.MouseButton.LeftButton)
+    assert bar.value() == bar.maximum()
+
+
+def _answer(conv, turn_id) -> str:
+    return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(turn_id))
+
+
+def _last(conv, role):
+    return max(t for t, turn in conv.turns.items() if turn.role == role)
+
+
+def _press(app, qtbot, widget) -> str:
+    """Click a button of the answer bar and wait for the answer; returns the finish reason."""
+    with qtbot.wait_signal(app.controller.turn_finished, timeout=TURN_TIMEOUT_MS) as blocker:
+        qtbot.mouseClick(widget, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not app.controller.busy, timeout=10_000)
+    return blocker.args[0]
+
+
+def test_continue_extends_a_cut_answer_in_the_same_turn(make_app, qtbot):
+    app = make_app(max_new_tokens=10).start()
+    assert app.say("Write a long story about a lighthouse keeper.") == "length"
+    assert "Continue" in app.window.messages.history[-1].text, "the cut answer points at Continue"
+    conv = app.conv
+    answer_id = _last(conv, "assistant")
+    before = _answer(conv, answer_id)
+    turns = len(conv.turns)
+    assert app.window.continue_button.isEnabled()
+    _press(app, qtbot, app.window.continue_button)
+    after = _answer(conv, answer_id)
+    assert len(conv.turns) == turns and _last(conv, "assistant") == answer_id, "same turn"
+    assert after.startswith(before) and len(after) > len(before)
+    assert after.strip()[-15:] in app.window.heatmap.toPlainText().replace("\u2029", "\n")
+    app.close()
+    # The file holds the longer answer, closed with its framing, like any answer.
+    from halo_weave.store import ConversationStore
+    with ConversationStore.open(app.controller.path or conv_path(app), create=False) as store:
+        saved = store.load(app.controller.settings)
+        assert _answer(saved, answer_id) == after and saved.turns[answer_id].complete
+
+
+def conv_path(app):
+    from halo_weave.store import list_conversations
+    return list_conversations(app.controller.data_dir)[0].path
+
+
+def test_regenerate_keeps_versions_to_flip_through(make_app, qtbot):
+    app = make_app(max_new_tokens=12, temperature=1.0, sampler_seed=-1).start()
+    app.say("Suggest a name for a cat.")
+    conv = app.conv
+    first = _answer(conv, _last(conv, "assistant"))
+    question = _last(conv, "user")
+    window = app.window
+    assert not window.version_label.isVisible()
+    _press(app, qtbot, window.regenerate_button)
+    assert _last(conv, "user") == question, "the same question, answered again"
+    assert len([t for t in conv.turns.values() if t.role == "assistant"]) == 1
+    second = _answer(conv, _last(conv, "assistant"))
+    assert window.version_label.isVisible() and window.version_label.text() == "2 / 2"
+    assert first not in "".join(window._preview(c) for c in conv.graveyard()), "versions stay out of the graveyard"
+    qtbot.mouseClick(window.previous_version_button, Qt.MouseButton.LeftButton)
+    assert _answer(conv, _last(conv, "assistant")) == first
+    assert window.version_label.text() == "1 / 2"
+    assert first.strip()[:15] in window.heatmap.toPlainText()
+    qtbot.mouseClick(window.next_version_button, Qt.MouseButton.LeftButton)
+    assert _answer(conv, _last(conv, "assistant")) == second and window.version_label.text() == "2 / 2"
+
+
+def test_edit_last_message_and_resend(make_app, qtbot):
+    app = make_app(max_new_tokens=8).start()
+    app.say("What colour is the sky?")
+    window, conv = app.window, app.conv
+    qtbot.mouseClick(window.edit_button, Qt.MouseButton.LeftButton)
+    assert window.input.toPlainText() == "What colour is the sky?"
+    assert "Editing" in window.reason.text()
+    window.input.setPlainText("What colour is grass?")
+    with qtbot.wait_signal(app.controller.turn_finished, timeout=TURN_TIMEOUT_MS):
+        qtbot.keyClick(window.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not app.controller.busy, timeout=10_000)
+    users = [t for t in conv.turns.values() if t.role == "user"]
+    assert len(users) == 1 and _answer(conv, users[0].turn_id) == "What colour is grass?"
+    text = window.heatmap.toPlainText()
+    assert "grass" in text and "sky" not in text
+    assert window.version_label.text() == "2 / 2", "the answer to the old wording stays reachable"
+    assert "Editing" not in window.reason.text()
+
+
+def test_import_a_sillytavern_chat_opens_and_indexes_it(make_app, qtbot):
+    from pathlib import Path
+
+    app = make_app().start()
+    source = Path(__file__).parents[1] / "data" / "foreign" / "sillytavern_current.jsonl"
+    with qtbot.wait_signal(app.controller.conversation_opened, timeout=TURN_TIMEOUT_MS):
+        app.controller.import_json(source)
+    app.settle()
+    text = app.window.heatmap.toPlainText()
+    assert "Welcome to the glade" in text and "stay until morning" in text
+    assert app.window.conversation_list.titles()[0] == "Seraphina (SillyTavern)"
+    entries = app.controller.store.conn.execute(
+        "SELECT COUNT(*) FROM semantic_entries WHERE embedding IS NOT NULL").fetchone()[0]
+    assert entries >= 4, "every message is in the memory index"

@@ -1,0 +1,57 @@
+"""An empty window explains the colours, the graveyard and the numbers; View → Heatmap
+legend shows every colour the heatmap uses.  No model needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from halo_weave.app import TurnController
+from halo_weave.settings import Settings
+from halo_weave.ui.main_window import MainWindow, app_qsettings
+
+CLOSED_PORT_URL = "http://127.0.0.1:9"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
+    controller = TurnController(Settings(server_url=CLOSED_PORT_URL, autostart_server=False), tmp_path,
+                                autostart=False)
+    win = MainWindow(controller, app_qsettings(tmp_path))
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitExposed(win)
+    controller.open_conversation(None)
+    yield win
+    win.close()
+
+
+def test_first_start_explains_colours_graveyard_and_numbers(window, qtbot):
+    hint = window.first_start
+    assert hint.isVisible()
+    text = hint.text()
+    assert "Colours" in text and "graveyard" in text and "Live" in text
+    # It sits inside the heatmap, readable, not clipped.
+    area = window.heatmap.viewport().geometry()
+    assert area.contains(hint.geometry().topLeft()) and hint.width() <= area.width()
+    # The first message ends it.
+    conv = window.controller.conv
+    conv.add_turn("user", [1, 2], ["Hello", " there"])
+    window.controller.conversation_changed.emit()
+    assert not hint.isVisible()
+    window.controller.open_conversation(None)  # a new, empty conversation explains again
+    assert hint.isVisible()
+
+
+def test_view_menu_opens_the_legend_with_every_colour(window, qtbot):
+    assert window.legend_action.text().startswith("Heatmap")
+    window.legend_action.trigger()
+    legend = window._legend
+    qtbot.waitExposed(legend)
+    words = " ".join(legend.descriptions)
+    for meaning in ("olive", "gold", "yellow background", "tool", "system prompt", "pruned", "Pinned"):
+        assert meaning in words
+    image = legend.grab().toImage()
+    # The scale swatch really is painted olive → gold.
+    colours = {image.pixelColor(x, y).name() for x in range(0, image.width(), 4) for y in range(0, image.height(), 4)}
+    assert len(colours) > 10
