@@ -79,7 +79,7 @@ class EntryDraft:
 
     chunk_id: int
     turn_id: int
-    sentence_id: int
+    chunk_index: int
     role: str
     text: str
     token_count: int
@@ -287,7 +287,7 @@ class SemanticIndex:
         """Upsert embedded drafts in one transaction and add them to the search matrix."""
         now = time.time()
         name, dim = self.embedder.name, self.embedder.dim
-        rows = [(d.chunk_id, d.turn_id, d.sentence_id, d.role, d.text, d.token_count,
+        rows = [(d.chunk_id, d.turn_id, d.chunk_index, d.role, d.text, d.token_count,
                  d.context_hash, d.vector.astype("<f4").tobytes(), name, dim, now) for d in drafts]
         with self._lock:
             with transaction(self.conn):

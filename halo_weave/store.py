@@ -66,7 +66,7 @@ from .storage.schema import (
 
 _COUNTERS = ("next_position", "next_turn_id", "next_chunk_id")
 _CHUNK_COLUMNS = (
-    "id, turn_id, sentence_id, role, start, token_count, live, pinned, "
+    "id, turn_id, chunk_index, role, start, token_count, live, pinned, "
     "brightness_at_deletion, tool_result"
 )
 
@@ -249,7 +249,7 @@ class ConversationStore:
         )
         skip = integrity.skipped(self.damage)  # damaged records are left out (read-only)
         if records is not None and not skip:
-            turns, chunks, _ = records
+            turns, chunks = records
         else:
             turns = self._turn_columns(skip)
             chunks = self._chunk_columns(turns, skip)
@@ -290,17 +290,17 @@ class ConversationStore:
             _ints(complete) != 0,
         )
 
-    def _records_and_check(self) -> tuple[TurnColumns, ChunkColumns, bool] | None:
-        """Every turn and chunk record, and whether the chunk records' checksum total agrees
-        (summed from the same read: :func:`integrity.chunk_records_agree`); None when the
-        records cannot be read as they are (damage: the checks name it)."""
+    def _records_and_check(self) -> tuple[TurnColumns, ChunkColumns] | None:
+        """Every turn and chunk record, when the chunk records' checksum total agrees
+        (summed from the same read: :func:`integrity.chunk_records_agree`); None when it
+        does not or the records cannot be read as they are (the SQL checks then say why)."""
         try:
             turns = self._turn_columns()
             check: dict = {}
             chunks = self._chunk_columns(turns, check=check)
         except StoreError:
             return None
-        return (turns, chunks, True) if check["agree"] else None
+        return (turns, chunks) if check["agree"] else None
 
     def _chunk_columns(self, turns: TurnColumns, skip: "integrity.Skipped | None" = None,
                        check: dict | None = None) -> ChunkColumns:
@@ -313,14 +313,13 @@ class ConversationStore:
         where, args = _not_in("id", skip.chunks if skip else ())
         turn_where, turn_args = _not_in("turn_id", skip.turns if skip else ())
         live_where, live_args = _not_in("id", skip.tokens if skip else ())
-        roles = list(ROLE_CODE)
         extra = ""
         if check is not None:
             codes = " ".join(f"WHEN '{role}' THEN {code}" for role, code in ROLE_CODE.items())
             extra = "".join(f", group_concat({c})" for c in integrity.CHUNK_CHECK_COLUMNS)
             extra += f", group_concat(CASE role {codes} ELSE -1 END), sum({integrity.ALL_INTEGERS_SQL})"
         row = self.conn.execute(
-            "SELECT count(*), group_concat(id), group_concat(turn_id), group_concat(sentence_id), "
+            "SELECT count(*), group_concat(id), group_concat(turn_id), group_concat(chunk_index), "
             "group_concat(start), group_concat(token_count), "
             f"group_concat(ifnull(brightness_at_deletion, {NO_VALUE})), "
             f"group_concat(((live != 0) AND {live_where}) + 2 * (pinned != 0) + 4 * (tool_result != 0)){extra} "
@@ -335,19 +334,20 @@ class ConversationStore:
             return ChunkColumns.empty()
         values = list(map(_ints, row[1:12] if check is not None else row[1:8]))
         if check is not None:
-            names = ("id", "turn_id", "sentence_id", "start", "token_count", "brightness_at_deletion",
+            names = ("id", "turn_id", "chunk_index", "start", "token_count", "brightness_at_deletion",
                      "flags", *integrity.CHUNK_CHECK_COLUMNS, "role")
-            check["agree"] = integrity.chunk_records_agree(self.conn, dict(zip(names, values)), roles, NO_VALUE)
+            check["agree"] = integrity.chunk_records_agree(
+                self.conn, dict(zip(names, values)), list(ROLE_CODE), NO_VALUE)
             if not check["agree"]:
                 return ChunkColumns.empty()
-        ids, turn_ids, sentence_ids, starts, counts, at_deletion, flags = values[:7]
+        ids, turn_ids, chunk_indices, starts, counts, at_deletion, flags = values[:7]
         live, pinned, tool_result = (flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0
         at = np.minimum(turns.turn_id.searchsorted(turn_ids), len(turns) - 1)
         known = turns.turn_id[at] == turn_ids if len(turns) else np.zeros(len(ids), bool)
         if not known.all():
             missing = int(turn_ids[np.argmin(known)])
             raise StoreError(f"{self.path.name} is damaged: a chunk belongs to missing turn {missing}.")
-        chunks = ChunkColumns(ids, turn_ids, sentence_ids, turns.role[at], starts, counts, live, pinned,
+        chunks = ChunkColumns(ids, turn_ids, chunk_indices, turns.role[at], starts, counts, live, pinned,
                               at_deletion, tool_result)
         if not (np.diff(starts) > 0).all():  # SQLite does not promise the order
             chunks = chunks.take(np.argsort(starts, kind="stable"))
@@ -371,7 +371,7 @@ class ConversationStore:
         if row is None or row[1]:
             return False
         content = self.conn.execute(
-            "SELECT COUNT(*) FROM chunks WHERE turn_id = ? AND sentence_id >= 0 AND token_count > 0",
+            "SELECT COUNT(*) FROM chunks WHERE turn_id = ? AND chunk_index >= 0 AND token_count > 0",
             (row[0],),
         ).fetchone()[0]
         if content:

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS semantic_entries (chunk_id INTEGER PRIMARY KEY, turn_id INTEGER NOT NULL,
-    sentence_id INTEGER NOT NULL, role TEXT NOT NULL, text TEXT NOT NULL,
+    chunk_index INTEGER NOT NULL, role TEXT NOT NULL, text TEXT NOT NULL,
     token_count INTEGER NOT NULL, context_hash TEXT NOT NULL, embedding BLOB, model TEXT,
     dim INTEGER, reference_count INTEGER NOT NULL DEFAULT 0, updated_at REAL NOT NULL);
 CREATE VIRTUAL TABLE IF NOT EXISTS semantic_fts USING fts5(text, content='semantic_entries',

@@ -208,7 +208,7 @@ def test_merge_is_persisted_and_drops_the_absorbed_index_entry(store, path, reop
     first, second = conv.content_chunks(turn.turn_id)[:2]
     for chunk in (first, second):
         store.conn.execute(
-            "INSERT INTO semantic_entries (chunk_id, turn_id, sentence_id, role, text, token_count,"
+            "INSERT INTO semantic_entries (chunk_id, turn_id, chunk_index, role, text, token_count,"
             " context_hash, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'h', 0)",
             (chunk.id, *chunk.key, conv.chunk_text(chunk.id), chunk.token_count),
         )
@@ -372,7 +372,7 @@ def test_an_index_entry_can_be_re_embedded_again_and_again(store):
     upserts its entry; the change log that keeps the vector snapshot honest must not
     refuse the second write (it did: a UNIQUE error shown in the status bar)."""
     upsert = (
-        "INSERT INTO semantic_entries (chunk_id, turn_id, sentence_id, role, text, token_count,"
+        "INSERT INTO semantic_entries (chunk_id, turn_id, chunk_index, role, text, token_count,"
         " context_hash, embedding, model, dim, updated_at) VALUES (7, 0, 0, 'user', 'x', 1, ?,"
         " x'0000803f', 'm', 1, 0) ON CONFLICT(chunk_id) DO UPDATE SET"
         " context_hash = excluded.context_hash, embedding = excluded.embedding"

@@ -32,7 +32,7 @@ def build(path: Path) -> None:
         store.save_chunks(conv, [conv.pin(conv.live_chunks()[-2].id)])
         for chunk in list(conv.chunks.values())[:6]:
             store.conn.execute(
-                "INSERT INTO semantic_entries (chunk_id, turn_id, sentence_id, role, text, token_count,"
+                "INSERT INTO semantic_entries (chunk_id, turn_id, chunk_index, role, text, token_count,"
                 " context_hash, embedding, model, dim, reference_count, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'all-MiniLM-L6-v2', 384, 2, 1700000000.5)",
                 (chunk.id, *chunk.key, conv.chunk_text(chunk.id), chunk.token_count,
@@ -57,9 +57,36 @@ def exported(tmp_path_factory, data_dir) -> Path:
     return out
 
 
+def test_a_version_1_document_is_still_read(exported, tmp_path):
+    """Version 1 named ``chunk_index`` ``sentence_id``; importing it gives the same conversation."""
+    current = json.loads(exported.read_text())
+    assert all("chunk_index" in c and "sentence_id" not in c for c in current["chunks"])
+    assert current["semantic_entries"] and all("chunk_index" in e for e in current["semantic_entries"])
+    old = copy.deepcopy(current)
+    old["version"] = 1
+    for row in old["chunks"] + old["semantic_entries"]:
+        row["sentence_id"] = row.pop("chunk_index")
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps(old))
+
+    imported = import_conversation(path, tmp_path)
+    with ConversationStore.open(imported, create=False) as store:
+        assert export_document(store) == current
+        conv = store.load(settings(), FRAMING)
+        assert {c["id"]: c["chunk_index"] for c in current["chunks"]} == {
+            c.id: c.key[1] for c in conv.chunks.values()}
+
+    # A version-1 document that uses the new name is refused like any unknown field.
+    mixed = copy.deepcopy(current)
+    mixed["version"] = 1
+    path.write_text(json.dumps(mixed))
+    with pytest.raises(TransferError, match="sentence_id"):
+        import_conversation(path, tmp_path)
+
+
 def test_export_import_round_trip(exported, data_dir, tmp_path):
     original = json.loads(exported.read_text())
-    assert original["format"] == FORMAT and original["version"] == 1
+    assert original["format"] == FORMAT and original["version"] == 2
     assert any(t is True for t in original["tokens"]["deleted"])
     assert any(t is True for t in original["tokens"]["pinned"])
     assert all("embedding" not in e for e in original["semantic_entries"])
@@ -126,7 +153,7 @@ def _deleted_mismatch(doc):
 
 MUTATIONS = {
     "wrong format": (_set("format", "chatgpt-export"), "not a Halo Weave export"),
-    "newer version": (_set("version", 2), "version 2"),
+    "newer version": (_set("version", 3), "version 3"),
     "version as text": (_set("version", "1"), "version '1'"),
     "token id as text": (_set("tokens.token_id.3", "17"), "tokens.token_id"),
     "brightness as float": (_set("tokens.brightness.0", 12.5), "tokens.brightness"),
@@ -156,7 +183,7 @@ RAW = {
     "truncated": (lambda text: text[: len(text) // 2], "not valid JSON"),
     "not an object": (lambda text: "[1, 2, 3]", "expected a JSON object"),
     "NaN": (lambda text: text.replace('"reference_count":2', '"reference_count":NaN', 1), "NaN"),
-    "number with 400 digits": (lambda text: text.replace('"version":1', '"version":' + "9" * 400, 1),
+    "number with 400 digits": (lambda text: text.replace('"version":2', '"version":' + "9" * 400, 1),
                                "out of range"),
     "deep nesting": (lambda text: text[:-1] + ',"x":' + "[" * 100_000 + "]" * 100_000 + "}",
                      "not a usable export"),

@@ -30,7 +30,7 @@ class Match:
 
     chunk_id: int
     turn_id: int
-    sentence_id: int
+    chunk_index: int
     role: str
     text: str
     token_count: int
@@ -41,7 +41,7 @@ class Match:
 
     @property
     def key(self) -> tuple[int, int, str]:
-        return (self.turn_id, self.sentence_id, self.role)
+        return (self.turn_id, self.chunk_index, self.role)
 
 
 @dataclass(frozen=True)

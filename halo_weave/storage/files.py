@@ -125,7 +125,7 @@ def _summary(path: Path) -> ConversationSummary:
             tokens = conn.execute("SELECT COALESCE(SUM(token_count), 0) FROM chunks").fetchone()[0]
             first = conn.execute(
                 "SELECT t.text FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id "
-                "WHERE c.role = 'user' AND c.sentence_id >= 0 ORDER BY c.start LIMIT 1"
+                "WHERE c.role = 'user' AND c.chunk_index >= 0 ORDER BY c.start LIMIT 1"
             ).fetchone()
         finally:
             conn.close()

@@ -40,14 +40,14 @@ def changes_since(conn: sqlite3.Connection, seq: int) -> list[int]:
 
 
 def upsert(conn: sqlite3.Connection, rows: list[tuple]) -> None:
-    """Insert or replace entries: ``(chunk_id, turn_id, sentence_id, role, text,
+    """Insert or replace entries: ``(chunk_id, turn_id, chunk_index, role, text,
     token_count, context_hash, embedding, model, dim, updated_at)`` each."""
     conn.executemany(
-        """INSERT INTO semantic_entries (chunk_id, turn_id, sentence_id, role, text,
+        """INSERT INTO semantic_entries (chunk_id, turn_id, chunk_index, role, text,
                token_count, context_hash, embedding, model, dim, updated_at)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT(chunk_id) DO UPDATE SET turn_id = excluded.turn_id,
-               sentence_id = excluded.sentence_id, role = excluded.role,
+               chunk_index = excluded.chunk_index, role = excluded.role,
                text = excluded.text, token_count = excluded.token_count,
                context_hash = excluded.context_hash, embedding = excluded.embedding,
                model = excluded.model, dim = excluded.dim,
@@ -67,12 +67,12 @@ def count_references(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> None
 
 
 def meta(conn: sqlite3.Connection, chunk_ids: list[int]) -> dict[int, tuple]:
-    """Chunk id -> ``(turn_id, sentence_id, role, text, token_count, reference_count)``."""
+    """Chunk id -> ``(turn_id, chunk_index, role, text, token_count, reference_count)``."""
     if not chunk_ids:
         return {}
     marks = ",".join("?" * len(chunk_ids))
     rows = conn.execute(
-        f"SELECT chunk_id, turn_id, sentence_id, role, text, token_count, reference_count "
+        f"SELECT chunk_id, turn_id, chunk_index, role, text, token_count, reference_count "
         f"FROM semantic_entries WHERE chunk_id IN ({marks})", chunk_ids).fetchall()
     return {r[0]: tuple(r[1:]) for r in rows}
 

@@ -34,7 +34,7 @@ SUM_FUNCTION = "halo_row_sum"
 #: Checked table -> (key column, value columns).
 CHECKED: dict[str, tuple[str, tuple[str, ...]]] = {
     "chunk_tokens": ("chunk_id", ("token_ids", "brightness", "text", "text_lengths")),
-    "chunks": ("id", ("turn_id", "sentence_id", "role", "start", "token_count", "live", "pinned",
+    "chunks": ("id", ("turn_id", "chunk_index", "role", "start", "token_count", "live", "pinned",
                       "brightness_at_deletion", "tool_result")),
     "turns": ("turn_id", ("role", "created_at", "complete")),
     "meta": ("key", ("value",)),
@@ -76,10 +76,10 @@ def _scalars_sql(table: str, ref: str) -> str:
 #: and by which known role they are; reals by milliseconds; types by their names' length.
 _PRIME = 2147483629
 _ARITH_TERMS: dict[str, tuple[str, ...]] = {
-    "chunks": ("id", "turn_id", "sentence_id", "start", "token_count", "live", "pinned",
+    "chunks": ("id", "turn_id", "chunk_index", "start", "token_count", "live", "pinned",
                "ifnull(brightness_at_deletion, -7777777)", "tool_result", "length(role)",
                "instr(role, 'user') + 2 * instr(role, 'assistant')",
-               "length(typeof(id) || typeof(turn_id) || typeof(sentence_id) || typeof(start) || "
+               "length(typeof(id) || typeof(turn_id) || typeof(chunk_index) || typeof(start) || "
                "typeof(token_count) || typeof(live) || typeof(pinned) || typeof(tool_result))"),
     "turns": ("turn_id", "complete", "CAST(round(created_at * 1000) AS INTEGER)", "length(role)",
               "instr(role, 'user') + 2 * instr(role, 'assistant')",
@@ -90,7 +90,7 @@ _ARITH_TERMS: dict[str, tuple[str, ...]] = {
 def _arith_sql(table: str, ref: str) -> str:
     expr = "0"
     for term in _ARITH_TERMS[table]:
-        term = re.sub(r"\b(id|turn_id|sentence_id|start|token_count|live|pinned|brightness_at_deletion|"
+        term = re.sub(r"\b(id|turn_id|chunk_index|start|token_count|live|pinned|brightness_at_deletion|"
                       r"tool_result|role|complete|created_at)\b(?!')", rf"{ref}.\1", term)
         expr = f"(({expr}) * 1000003 + ({term}) % {_PRIME}) % {_PRIME}"
     return expr
@@ -115,8 +115,11 @@ def lenient_text(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
-def schema_sql() -> str:
-    """The ``row_checksums`` table and the triggers that keep it (for the migration)."""
+def schema_sql(chunk_column: str = "chunk_index") -> str:
+    """The ``row_checksums`` table and the triggers that keep it (for the migration).
+
+    ``chunk_column`` names the chunks' index column as the calling migration knows it.
+    """
     parts = [
         "CREATE TABLE row_checksums ("
         " tbl TEXT NOT NULL, key NUMERIC NOT NULL, sum INTEGER NOT NULL, PRIMARY KEY (tbl, key)"
@@ -136,7 +139,7 @@ def schema_sql() -> str:
         parts.append(
             f"INSERT INTO row_checksums (tbl, key, sum) SELECT '{table}', {key}, {_sum_sql(table, table)} FROM {table};"
         )
-    return "\n".join(parts)
+    return re.sub(r"\bchunk_index\b", chunk_column, "\n".join(parts))
 
 
 # ---------------------------------------------------------------------- verifying
@@ -175,7 +178,7 @@ CHUNK_CHECK_COLUMNS = ("live", "pinned", "tool_result")
 #: checksum (their types) that the values read as text cannot show (a BLOB of digits).
 ALL_INTEGERS_SQL = " AND ".join(
     [f"typeof({c}) = 'integer'"
-     for c in ("turn_id", "sentence_id", "start", "token_count", "live", "pinned", "tool_result")]
+     for c in ("turn_id", "chunk_index", "start", "token_count", "live", "pinned", "tool_result")]
     + ["typeof(brightness_at_deletion) IN ('integer', 'null')"])
 
 
@@ -201,7 +204,7 @@ def chunk_records_agree(conn: sqlite3.Connection, columns: dict[str, np.ndarray]
     lengths = np.array([len(r) for r in roles], np.int64)[role]
     codes = np.array([(r.find("user") + 1) + 2 * (r.find("assistant") + 1) for r in roles], np.int64)[role]
     at = np.where(columns["brightness_at_deletion"] == no_value, -7777777, columns["brightness_at_deletion"])
-    terms = [columns[c] for c in ("id", "turn_id", "sentence_id", "start", "token_count", "live", "pinned")]
+    terms = [columns[c] for c in ("id", "turn_id", "chunk_index", "start", "token_count", "live", "pinned")]
     terms += [at, columns["tool_result"], lengths, codes]
     expr = np.zeros(count, np.int64)
     for term in terms:  # SQLite's % truncates like C: np.fmod

@@ -200,7 +200,8 @@ def m004_row_checksums(db: Database) -> None:
     """
     from .integrity import schema_sql
 
-    db.executescript(schema_sql())
+    # The column was still called ``sentence_id`` here; m006 renames it.
+    db.executescript(schema_sql(chunk_column="sentence_id"))
 
 
 @_migration
@@ -223,6 +224,21 @@ def m005_answer_versions(db: Database) -> None:
             text_lengths BLOB NOT NULL
         );
         CREATE INDEX answer_versions_by_question ON answer_versions (user_turn_id, created_at);
+        """
+    )
+
+
+@_migration
+def m006_chunk_index(db: Database) -> None:
+    """``sentence_id`` becomes ``chunk_index``: it numbers a turn's paragraph chunks.
+
+    ``RENAME COLUMN`` (SQLite >= 3.25) rewrites the unique index and the checksum triggers
+    with it; the checksums are over values only, so they stay valid.
+    """
+    db.executescript(
+        """
+        ALTER TABLE chunks RENAME COLUMN sentence_id TO chunk_index;
+        ALTER TABLE semantic_entries RENAME COLUMN sentence_id TO chunk_index;
         """
     )
 

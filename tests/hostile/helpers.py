@@ -25,7 +25,7 @@ def build_conversation(path: Path, exchanges: int = 4, seed: int = 5) -> None:
         with store.transaction() as db:
             for chunk in list(conv.chunks.values())[:8]:
                 db.execute(
-                    "INSERT INTO semantic_entries (chunk_id, turn_id, sentence_id, role, text, token_count,"
+                    "INSERT INTO semantic_entries (chunk_id, turn_id, chunk_index, role, text, token_count,"
                     " context_hash, embedding, model, dim, reference_count, updated_at)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'all-MiniLM-L6-v2', 384, 0, 1700000000.5)",
                     (chunk.id, *chunk.key, conv.chunk_text(chunk.id), chunk.token_count,

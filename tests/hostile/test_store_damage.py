@@ -204,6 +204,10 @@ def test_older_file_gets_checksums_for_its_existing_chunks(original, tmp_path):
             conn.execute(f"DROP TRIGGER {table}_sum_{suffix}")
     conn.execute("DROP TABLE row_checksums")
     conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm004_row_checksums'")
+    # ... and so from before m006 too: the chunk index column still had its old name.
+    conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm006_chunk_index'")
+    for table in ("chunks", "semantic_entries"):
+        conn.execute(f"ALTER TABLE {table} RENAME COLUMN chunk_index TO sentence_id")
     conn.commit()
     conn.close()
     with ConversationStore.open(path, create=False) as store:
