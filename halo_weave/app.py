@@ -108,6 +108,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
         self.connection.connected.connect(self._on_connected)
         self.connection.failed.connect(self.error)
         self.connection.progress.connect(self.progress)
+        self.connection.options = self._connection_options
         self._pending_send: Callable[[], None] | None = None
         self._wait_timer = QTimer(self)
         self._wait_timer.setSingleShot(True)
@@ -158,16 +159,43 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
         self.connection.connect_to(url or self.settings.server_url)
 
     def _on_connected(self, client, info, framing: Framing) -> None:
+        from .backends import status_line
+
+        self._apply_context_override(client, info)
         before = self.session.attention_available
         declared = self.session.connect(client, info, framing)
         if declared is not None:
             # A server that does not declare it (the original fork) is judged by its events.
             self._announce_attention(self.session.attention_available != before)
-        name = str(getattr(info, "name", "model")).rsplit("/", 1)[-1]
         self.connection_state = "connected"
         self._sync_system_prompt()  # before input opens: the prefix is part of every turn
-        self._set_connection("connected", f"{name} · {getattr(info, 'max_context', '?')} ctx")
+        self._set_connection("connected", status_line(client, info))
         self.stats_changed.emit()
+
+    def _apply_context_override(self, client, info) -> None:
+        """A server that does not say its context size gets the one set in Settings."""
+        value = self.settings.server_context_tokens
+        if value <= 0 or getattr(info, "context_known", True):
+            return
+        if hasattr(client, "server_context"):
+            client.server_context = value  # KoboldCPP cuts prompts to what the request says
+        info.server_max_context = value
+        info.max_context = client.table_context(value) if hasattr(client, "table_context") else value
+        info.context_known = True
+
+    @property
+    def template(self):
+        """The chat template in use (the server's own, or the conversation's choice)."""
+        return self.session.template
+
+    def template_choice(self) -> str:
+        """The conversation's saved template choice, else the settings' ("auto")."""
+        return self.session.template_choice()
+
+    def _connection_options(self) -> dict:
+        from .backends.api_keys import get_key
+
+        return {"api_key": get_key(self.settings.server_url), "template": self.template_choice()}
 
     def _set_connection(self, state: str, detail: str) -> None:
         self.connection_state = state
@@ -262,7 +290,11 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
         for holder in (self.conv, self.index):
             if holder is not None and hasattr(holder, "settings"):
                 holder.settings = new
-        if new.server_url != old.server_url:
+        if new.chat_template != old.chat_template and self.store is not None:
+            # A template chosen here belongs to this conversation (and is the default for new ones).
+            self.session._save(lambda: self.store.set_meta("chat_template", new.chat_template), "Saving the chat template")
+        if new.server_url != old.server_url or new.chat_template != old.chat_template or (
+                new.server_context_tokens != old.server_context_tokens):
             self.connect_server(new.server_url)
         elif new.system_prompt != old.system_prompt:
             self._sync_system_prompt()

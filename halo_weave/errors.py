@@ -12,6 +12,8 @@ Callers match these by type (``except StoreError``), never by class name: a name
     │   ├── BackendUnavailable    nothing answers at the URL (refused, unknown host, reset)
     │   ├── BackendTimeout        connecting, or a short call, took too long
     │   ├── BackendHTTPError      the server answered 4xx/5xx: .status, .message (its words)
+    │   ├── BackendUnusable       a server answers but lacks what the app needs (the sentence says what)
+    │   │   └── BackendAuthError  it wants an API key, or refused the one given
     │   └── PartialError          a stream that ended early; .partial_text, .tokens
     │       ├── ProtocolError     the answer breaks the protocol (not SSE, bad JSON, types)
     │       ├── StreamInterrupted the stream broke before its done event
@@ -80,6 +82,14 @@ class BackendHTTPError(BackendError):
         super().__init__(f"HTTP {status}: {message}")
         self.status = status
         self.message = message
+
+
+class BackendUnusable(BackendError):
+    """A server answers at the URL but lacks something the app needs; the message says what."""
+
+
+class BackendAuthError(BackendUnusable):
+    """The server wants an API key (none given, or the one given was refused)."""
 
 
 class PartialError(BackendError):

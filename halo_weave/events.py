@@ -37,6 +37,11 @@ class ModelInfo:
     chat_template: str | None
     supports_attention: bool
     raw: dict
+    # What kind of server answered (halo_weave.backends): set by the backend.
+    kind: str = "halo"
+    version: str | None = None
+    server_max_context: int | None = None  # in the server's tokens (max_context: table units)
+    context_known: bool = True  # False: the server does not say; max_context is assumed
 
 
 @dataclass

@@ -295,6 +295,8 @@ class GenerationStream:
             reason = data.get("finish_reason")
             if not isinstance(text, str) or not (reason is None or isinstance(reason, str)):
                 raise self._partial(ProtocolError, f"malformed text event {data!r:.120}")
+            if isinstance(reason, str) and reason.strip() in ("", "null", "None"):
+                reason = None  # stock KoboldCPP sends the *string* "null" until the end
             if text:
                 yield self._add(TokenEvent(NO_TOKEN_ID, text, None))
             if reason:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from .conversation import Chunk, Conversation, Framing, Turn
-from .core.chat_template import detect_template, system_text
+from .core.chat_template import TemplateStrings, detect_template, system_text
 from .core.stream_clock import StreamClock
 from .errors import AttentionError
 from .events import TokenEvent
@@ -146,7 +146,12 @@ class ChatSession:
         will tell (the original fork declares nothing).
         """
         self.backend, self.model_info, self.framing = backend, info, framing
-        self._stop_ids = {ids[0] for ids, _ in [framing.suffix.get("assistant", ([], []))] if ids}
+        # The answer's end token is dropped when streamed; only a control token (empty piece,
+        # or the template's stop text itself): a Llama 3 suffix split by the bundled tokenizer
+        # starts with "<", which the model may well write.
+        stops = self.template.stops
+        self._stop_ids = {ids[0] for ids, texts in [framing.suffix.get("assistant", ([], []))]
+                          if ids and (texts[0] == "" or texts[0] in stops)}
         if self.conv is not None:
             self.conv.framing = framing
         declared = getattr(getattr(backend, "capabilities", None), "attention", None)
@@ -157,6 +162,23 @@ class ChatSession:
         return declared
 
     @property
+    def template(self) -> TemplateStrings:
+        """The chat template in use: the one the connection framed with (the server's own
+        or the conversation's choice), else what the model info and the choice give."""
+        return getattr(self.backend, "template", None) or detect_template(
+            getattr(self.model_info, "chat_template", None), self.template_choice())
+
+    def template_choice(self) -> str:
+        """The conversation's saved template choice, else the settings' (``"auto"``)."""
+        saved = None
+        if self.store is not None:
+            try:
+                saved = self.store.get_meta("chat_template")
+            except Exception:  # noqa: BLE001 - an unreadable meta row falls back to settings
+                saved = None
+        return saved or self.settings.chat_template
+
+    @property
     def max_context(self) -> int:
         """The model's context size in tokens (0 when unknown)."""
         return int(getattr(self.model_info, "max_context", 0) or 0)
@@ -164,15 +186,17 @@ class ChatSession:
     # ------------------------------------------------------------------ system prompt
     def system_prompt_text(self) -> str | None:
         """The framed system text to tokenize, or None when the conversation has it already."""
-        conv, prompt = self.conv, self.settings.system_prompt
-        if conv.system_prompt == prompt and (len(conv.system_ids) > 0 or not prompt.strip()):
+        conv, prompt, template = self.conv, self.settings.system_prompt, self.template
+        same_template = getattr(conv, "system_template", template.name) == template.name
+        if conv.system_prompt == prompt and same_template and (len(conv.system_ids) > 0 or not prompt.strip()):
             return None
-        return system_text(prompt, detect_template(getattr(self.model_info, "chat_template", None)))
+        return system_text(prompt, template)
 
     def set_system_prompt(self, prompt: str, pieces: list[tuple[int, str]]) -> None:
         """Adopt ``prompt`` tokenized (the text of :meth:`system_prompt_text`) and save it."""
         conv = self.conv
         conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
+        conv.system_template = self.template.name
         self._save(lambda: self.store.save_system_prompt(conv), "Saving the system prompt")
 
     # ------------------------------------------------------------------ the user's half
@@ -285,7 +309,7 @@ class ChatSession:
             top_k=s.top_k,
             rep_pen=s.rep_pen,
             sampler_seed=s.sampler_seed,
-            stop_sequence=[*STOP_SEQUENCES, notebook.STOP_SEQUENCE],
+            stop_sequence=[*(self.template.stops or STOP_SEQUENCES), notebook.STOP_SEQUENCE],
             output_attentions=True,
             attention_format=s.attention_format,
             request_id=uuid.uuid4().hex,

@@ -68,6 +68,11 @@ class Settings:
     server_url: str = "http://127.0.0.1:5001"
     autostart_server: bool = True
     attention_format: str = "aggregated"  # or "per_layer"
+    # "auto": the server's own template, else ChatML; or a name in chat_template.TEMPLATES.
+    # A choice made for a conversation is saved in its file and wins over this default.
+    chat_template: str = "auto"
+    # The model's context on a server that does not say (OpenAI-compatible ones); 0 = assume 2048.
+    server_context_tokens: int = 0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
 
     # Debugging

@@ -30,7 +30,6 @@ import json
 import sqlite3
 import threading
 import time
-from operator import itemgetter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -42,7 +41,7 @@ from .errors import (  # noqa: F401 - re-exported for callers of the store
     StoreTooNew,
 )
 from .conversation import Chunk, ChunkTokens, Conversation, Framing, Turn
-from .core.registry import NO_VALUE, ROLE_CODE, ChunkColumns, TurnColumns
+from .core.registry import ChunkColumns, TurnColumns
 from .settings import Settings
 from .storage.files import (  # noqa: F401 - the conversation list, importable from here too
     CONVERSATIONS_FOLDER,
@@ -55,6 +54,7 @@ from .storage.files import (  # noqa: F401 - the conversation list, importable f
 )
 from .storage.sql import batches, transaction
 from .storage import integrity
+from .storage.record_columns import chunk_columns, live_token_rows, turn_columns
 from .storage.wal_guard import DatabaseVanished, WalGuard, WalVanished
 from .storage.schema import (
     migrations,
@@ -251,10 +251,10 @@ class ConversationStore:
         if records is not None and not skip:
             turns, chunks = records
         else:
-            turns = self._turn_columns(skip)
-            chunks = self._chunk_columns(turns, skip)
+            turns = turn_columns(self.conn, self.path.name, skip)
+            chunks = chunk_columns(self.conn, self.path.name, turns, skip)
         # (Rows of chunks left out are dropped there: only the live chunks' order is kept.)
-        conv.rehydrate(turns, chunks, *unpack_token_rows(self._live_token_rows(chunks)))
+        conv.rehydrate(turns, chunks, *unpack_token_rows(live_token_rows(self.conn, chunks)))
         last = len(chunks) - 1
         end = int(chunks.start[last] + chunks.token_count[last]) if len(chunks) else 0
         chunk_end = int(chunks.id.max()) + 1 if len(chunks) else 0
@@ -270,100 +270,17 @@ class ConversationStore:
     # Opening reads every turn and chunk record as a few comma-joined columns and keeps
     # them as numpy columns (see halo_weave.core.registry): per-record Python work
     # dominated opening a long conversation (~20k chunks and ~5k turns per million tokens).
-    def _turn_columns(self, skip: "integrity.Skipped | None" = None) -> TurnColumns:
-        """Every turn record, ascending (but those ``skip`` names: damaged)."""
-        where, args = _not_in("turn_id", skip.turns if skip else ())
-        codes = " ".join(f"WHEN '{role}' THEN {code}" for role, code in ROLE_CODE.items())
-        count, ids, roles, complete = self.conn.execute(
-            f"SELECT count(*), group_concat(turn_id), group_concat(CASE role {codes} ELSE -1 END), "
-            f"group_concat(complete) FROM (SELECT * FROM turns WHERE {where} ORDER BY turn_id)", args,
-        ).fetchone()
-        if not count:
-            return TurnColumns.empty()
-        roles = _ints(roles).astype(np.int8)
-        if (roles < 0).any():
-            raise StoreError(f"{self.path.name} is damaged: a turn has an unknown role.")
-        # REAL as text would lose digits: the times come as floats.
-        created = self.conn.execute(f"SELECT created_at FROM turns WHERE {where} ORDER BY turn_id", args).fetchall()
-        return TurnColumns(
-            _ints(ids), roles, np.fromiter(map(itemgetter(0), created), np.float64, count),
-            _ints(complete) != 0,
-        )
-
     def _records_and_check(self) -> tuple[TurnColumns, ChunkColumns] | None:
         """Every turn and chunk record, when the chunk records' checksum total agrees
         (summed from the same read: :func:`integrity.chunk_records_agree`); None when it
         does not or the records cannot be read as they are (the SQL checks then say why)."""
         try:
-            turns = self._turn_columns()
+            turns = turn_columns(self.conn, self.path.name)
             check: dict = {}
-            chunks = self._chunk_columns(turns, check=check)
+            chunks = chunk_columns(self.conn, self.path.name, turns, check=check)
         except StoreError:
             return None
         return (turns, chunks) if check["agree"] else None
-
-    def _chunk_columns(self, turns: TurnColumns, skip: "integrity.Skipped | None" = None,
-                       check: dict | None = None) -> ChunkColumns:
-        """Every chunk record, in position order (roles from their turns).
-
-        ``skip`` (a damaged file, open read-only): chunks with damaged records or of damaged
-        turns are left out, and those with damaged tokens are shown as pruned.  ``check``
-        (a dict): its ``"agree"`` is set to whether the records' checksum total agrees.
-        """
-        where, args = _not_in("id", skip.chunks if skip else ())
-        turn_where, turn_args = _not_in("turn_id", skip.turns if skip else ())
-        live_where, live_args = _not_in("id", skip.tokens if skip else ())
-        extra = ""
-        if check is not None:
-            codes = " ".join(f"WHEN '{role}' THEN {code}" for role, code in ROLE_CODE.items())
-            extra = "".join(f", group_concat({c})" for c in integrity.CHUNK_CHECK_COLUMNS)
-            extra += f", group_concat(CASE role {codes} ELSE -1 END), sum({integrity.ALL_INTEGERS_SQL})"
-        row = self.conn.execute(
-            "SELECT count(*), group_concat(id), group_concat(turn_id), group_concat(chunk_index), "
-            "group_concat(start), group_concat(token_count), "
-            f"group_concat(ifnull(brightness_at_deletion, {NO_VALUE})), "
-            f"group_concat(((live != 0) AND {live_where}) + 2 * (pinned != 0) + 4 * (tool_result != 0)){extra} "
-            f"FROM chunks WHERE {where} AND {turn_where}",
-            (*live_args, *args, *turn_args),
-        ).fetchone()
-        if check is not None:  # every summed column an integer (a chunk's types' term holds)
-            check["agree"] = (row[12] or 0) == row[0]
-            if not check["agree"]:  # the values may not even be numbers: the SQL check says
-                return ChunkColumns.empty()
-        if not row[0]:
-            return ChunkColumns.empty()
-        values = list(map(_ints, row[1:12] if check is not None else row[1:8]))
-        if check is not None:
-            names = ("id", "turn_id", "chunk_index", "start", "token_count", "brightness_at_deletion",
-                     "flags", *integrity.CHUNK_CHECK_COLUMNS, "role")
-            check["agree"] = integrity.chunk_records_agree(
-                self.conn, dict(zip(names, values)), list(ROLE_CODE), NO_VALUE)
-            if not check["agree"]:
-                return ChunkColumns.empty()
-        ids, turn_ids, chunk_indices, starts, counts, at_deletion, flags = values[:7]
-        live, pinned, tool_result = (flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0
-        at = np.minimum(turns.turn_id.searchsorted(turn_ids), len(turns) - 1)
-        known = turns.turn_id[at] == turn_ids if len(turns) else np.zeros(len(ids), bool)
-        if not known.all():
-            missing = int(turn_ids[np.argmin(known)])
-            raise StoreError(f"{self.path.name} is damaged: a chunk belongs to missing turn {missing}.")
-        chunks = ChunkColumns(ids, turn_ids, chunk_indices, turns.role[at], starts, counts, live, pinned,
-                              at_deletion, tool_result)
-        if not (np.diff(starts) > 0).all():  # SQLite does not promise the order
-            chunks = chunks.take(np.argsort(starts, kind="stable"))
-        return chunks
-
-    def _live_token_rows(self, chunks: ChunkColumns) -> list[tuple]:
-        """The live chunks' token rows, in position order."""
-        rows = self.conn.execute(
-            "SELECT t.chunk_id, t.token_ids, t.brightness, t.text, t.text_lengths "
-            "FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id WHERE c.live = 1"
-        ).fetchall()
-        order = chunks.id[chunks.live].tolist()
-        if list(map(itemgetter(0), rows)) != order:  # read in id order: usually position order
-            by_id = {row[0]: row for row in rows}
-            rows = [by_id[c] for c in order if c in by_id]
-        return rows
 
     def _drop_empty_open_turn(self) -> bool:
         """Drop a last turn left open with no content; True when one was dropped."""
@@ -553,15 +470,3 @@ def _json_or_none(text: str) -> Any:
 def _chunk_row(c: Chunk) -> tuple:
     return (c.id, c.turn_id, c.sentence_id, c.role, c.start, c.token_count, int(c.live),
             int(c.pinned), c.brightness_at_deletion, int(c.tool_result))
-
-
-def _not_in(column: str, keys) -> tuple[str, tuple]:
-    """``column NOT IN (keys)`` as SQL and its one parameter (``1`` when there are none)."""
-    if not keys:
-        return "1", ()
-    return f"{column} NOT IN (SELECT value FROM json_each(?))", (json.dumps(sorted(keys, key=repr)),)
-
-
-def _ints(text: str) -> np.ndarray:
-    """A comma-joined list of integers (``group_concat``) as an int64 array."""
-    return np.fromstring(text, np.int64, sep=",")

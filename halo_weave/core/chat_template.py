@@ -1,13 +1,14 @@
-"""Chat framing: the template tokens wrapped around each turn.
+"""Chat framing: the template text wrapped around each turn, and where an answer stops.
 
-Framing is tokenized once per conversation (with the server's tokenizer) and stored with
-the turns it belongs to.  ChatML is the default; a server that publishes another template
-can be matched here by name.
+Framing is tokenized once per conversation (with the backend's tokenizer) and stored with
+the turns it belongs to.  The template is the model's own when the server publishes one
+(matched here by its marker tokens); otherwise the user picks one in Settings (ChatML,
+Llama 3, Mistral, Gemma, Alpaca, plain), saved per conversation.  ChatML is the default.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .framing import ROLES, Framing
@@ -15,37 +16,90 @@ from .framing import ROLES, Framing
 #: tokenize(text) -> [(token_id, text)], with special-token strings parsed as specials.
 Tokenize = Callable[[str], Sequence[tuple[int, str]]]
 
+#: The choice that means "the server's own template, else ChatML".
+AUTO = "auto"
+
 
 @dataclass(frozen=True)
 class TemplateStrings:
-    """Text before and after a message of each role."""
+    """Text before and after a message of each role, and the answer's stop strings.
+
+    ``prefix``/``suffix`` apply to every role (``{role}`` is filled in, with
+    ``role_names`` renaming a role, e.g. Gemma's ``model``); ``prefixes``/``suffixes``
+    override them per role.
+    """
 
     name: str
     prefix: str  # with {role}
     suffix: str
+    label: str = ""
+    stops: tuple[str, ...] = ()
+    prefixes: dict = field(default_factory=dict)
+    suffixes: dict = field(default_factory=dict)
+    role_names: dict = field(default_factory=dict)
+
+    def prefix_for(self, role: str) -> str:
+        text = self.prefixes.get(role, self.prefix)
+        return text.format(role=self.role_names.get(role, role))
+
+    def suffix_for(self, role: str) -> str:
+        return self.suffixes.get(role, self.suffix)
 
     def wrap(self, role: str, content: str) -> str:
-        return self.prefix.format(role=role) + content + self.suffix
+        return self.prefix_for(role) + content + self.suffix_for(role)
+
+    def preview(self, system: str = "You are a helpful assistant.", user: str = "What is tea?",
+                answer: str = "A drink made from leaves.") -> str:
+        """One framed exchange, as the server will read it (Settings shows it)."""
+        return (self.wrap("system", system) if system else "") + self.wrap("user", user) + self.wrap("assistant", answer)
 
 
-CHATML = TemplateStrings("chatml", "<|im_start|>{role}\n", "<|im_end|>\n")
+CHATML = TemplateStrings("chatml", "<|im_start|>{role}\n", "<|im_end|>\n", "ChatML",
+                         stops=("<|im_end|>", "<|im_start|>"))
+LLAMA3 = TemplateStrings("llama3", "<|start_header_id|>{role}<|end_header_id|>\n\n", "<|eot_id|>", "Llama 3",
+                         stops=("<|eot_id|>", "<|start_header_id|>"))
+MISTRAL = TemplateStrings("mistral", "", "", "Mistral",
+                          stops=("</s>", "[INST]"),
+                          prefixes={"user": "[INST] ", "system": "[INST] "},
+                          suffixes={"user": " [/INST]", "system": " [/INST]Understood.</s>", "assistant": "</s>"})
+GEMMA = TemplateStrings("gemma", "<start_of_turn>{role}\n", "<end_of_turn>\n", "Gemma",
+                        stops=("<end_of_turn>", "<start_of_turn>"),
+                        role_names={"assistant": "model", "system": "user"})
+ALPACA = TemplateStrings("alpaca", "", "\n\n", "Alpaca", stops=("### Instruction:", "### Response:"),
+                         prefixes={"user": "### Instruction:\n", "assistant": "### Response:\n"})
+PLAIN = TemplateStrings("plain", "", "\n\n", "Plain (User: / Assistant:)", stops=("\nUser:", "\nAssistant:"),
+                        prefixes={"user": "User: ", "assistant": "Assistant: "})
 
-TEMPLATES = {CHATML.name: CHATML}
+TEMPLATES = {t.name: t for t in (CHATML, LLAMA3, MISTRAL, GEMMA, ALPACA, PLAIN)}
+
+#: Marker text in a published Jinja template → our framing.
+_MARKERS = (("<|im_start|>", CHATML), ("<|start_header_id|>", LLAMA3), ("<start_of_turn>", GEMMA),
+            ("[INST]", MISTRAL), ("### Instruction", ALPACA))
 
 
-def detect_template(chat_template: str | None) -> TemplateStrings:
-    """Pick the framing for a server's published Jinja template (ChatML by default)."""
-    if chat_template and "<|im_start|>" in chat_template:
-        return CHATML
-    return CHATML
+def match_template(chat_template: str | None) -> TemplateStrings | None:
+    """Our framing for a server's published Jinja template (None: not recognised / none)."""
+    if not chat_template:
+        return None
+    for marker, template in _MARKERS:
+        if marker in chat_template:
+            return template
+    return None
+
+
+def detect_template(chat_template: str | None, choice: str = AUTO) -> TemplateStrings:
+    """The framing to use: the user's choice, else the server's own, else ChatML."""
+    if choice and choice != AUTO and choice in TEMPLATES:
+        return TEMPLATES[choice]
+    return match_template(chat_template) or CHATML
 
 
 def build_framing(tokenize: Tokenize, template: TemplateStrings = CHATML) -> Framing:
     """Tokenize each role's prefix and suffix once."""
     prefix, suffix = {}, {}
     for role in ROLES:
-        prefix[role] = _split(tokenize(template.prefix.format(role=role)))
-        suffix[role] = _split(tokenize(template.suffix))
+        prefix[role] = _split(tokenize(template.prefix_for(role)))
+        suffix[role] = _split(tokenize(template.suffix_for(role)))
     return Framing(prefix=prefix, suffix=suffix)
 
 

@@ -161,13 +161,13 @@ class _UndoResurrect:
         self.conv = conv
         self.dead = dict(conv._dead_tokens)
 
-    def __call__(self, revived: list[Chunk]) -> None:
-        if not revived:
+    def __call__(self, resurrected: list[Chunk]) -> None:
+        if not resurrected:
             return
         conv = self.conv
-        at_deletion = {c.id: c.brightness_at_deletion for c in revived}  # resurrect keeps them
-        conv._kill(list(revived))
-        for chunk in revived:
+        at_deletion = {c.id: c.brightness_at_deletion for c in resurrected}  # resurrect keeps them
+        conv._kill(list(resurrected))
+        for chunk in resurrected:
             chunk.brightness_at_deletion = at_deletion[chunk.id]
             tokens = self.dead.get(chunk.id)
             if tokens is None:

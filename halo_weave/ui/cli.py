@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--server-url", metavar="URL",
-        help="attention-capable KoboldCPP-compatible server (default: the saved setting, "
+        help="model server: ours, KoboldCPP, llama-server or any OpenAI-compatible one (default: the saved setting, "
              f"initially {DEFAULT_SERVER_URL}); kept in the settings",
     )
     parser.add_argument(
@@ -51,6 +51,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="never start the built-in model server; wait for the configured one",
     )
     parser.add_argument(
+        "--probe", metavar="URL",
+        help="say what model server answers at URL as one JSON line (kind, version, context size, "
+             "attention, token_ids, exact_tokens) and exit: 0 when it is usable, 1 otherwise; "
+             "an API key comes from $HALO_WEAVE_API_KEY or the one stored for URL",
+    )
+    parser.add_argument(
         "--check", metavar="FILE", type=Path,
         help="verify a conversation file (SQLite integrity and every checksum), say what is "
              "wrong, and exit: 0 when sound, 1 when damaged or not a conversation",
@@ -58,9 +64,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def probe_main(url: str) -> int:
+    """``halo-weave --probe URL``: one JSON line, exit 0 when something usable answers."""
+    import json
+
+    from ..backends.api_keys import get_key
+    from ..backends import probe
+
+    result = probe(url, api_key=os.environ.get("HALO_WEAVE_API_KEY") or get_key(url))
+    print(json.dumps(result.as_json()), flush=True)
+    return 0 if result.usable else 1
+
+
 def run(argv: list[str] | None, controller_class) -> int:
     """The ``halo-weave`` console script, with :class:`~halo_weave.app.TurnController`."""
     args = build_parser().parse_args(argv)
+    if args.data_dir:
+        os.environ["HALO_WEAVE_HOME"] = str(args.data_dir.expanduser())
+    if args.probe:
+        return probe_main(args.probe)
     if args.check:
         from ..storage.integrity import check_file
 
@@ -71,8 +93,6 @@ def run(argv: list[str] | None, controller_class) -> int:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per token otherwise
-    if args.data_dir:
-        os.environ["HALO_WEAVE_HOME"] = str(args.data_dir.expanduser())
 
     from .platform_check import platform_problem
 

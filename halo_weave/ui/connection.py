@@ -1,9 +1,12 @@
 """The link to the model server: connect, autostart the bundled one, reconnect.
 
-:class:`ServerConnection` asks a server for its model and tokenizes the chat framing on
-a thread; when nothing answers at the default URL it starts the bundled reference
-server as a child process (progress while the model loads) and stops it on
-:meth:`shutdown`.  After a lost server it retries quietly every few seconds.  QtCore only.
+:class:`ServerConnection` probes the URL on a thread (:func:`halo_weave.backends.connect`:
+whatever kind of server answers there is used), reads its model and tokenizes the chat
+framing; only when *nothing* answers at the default URL does it start the bundled
+reference server as a child process (progress while the model loads), stopped on
+:meth:`shutdown`.  A server that answers but cannot be used is reported with the
+sentence saying what is missing.  After a lost server it retries quietly every few
+seconds.  QtCore only.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import os
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from ..core.chat_template import build_framing, detect_template
+from ..core.chat_template import AUTO, build_framing, detect_template
 from ..settings import Settings
 from .workers import CallWorker, ServerStartWorker
 
@@ -54,6 +57,8 @@ class ServerConnection(QObject):
         self._probe: CallWorker | None = None
         self._starter: ServerStartWorker | None = None
         self._closed = False
+        #: ``() -> {"api_key": str | None, "template": str}``, read at each connect.
+        self.options = lambda: {}
 
     def connect_to(self, url: str, *, quiet: bool = False) -> None:
         """Probe ``url`` on a thread.  ``quiet``: on failure retry later without a message."""
@@ -62,15 +67,22 @@ class ServerConnection(QObject):
         self.url = url
         self._set_state("connecting", f"Connecting to {url}…")
 
+        options = dict(self.options() or {})
+
         def probe():
             # Imported here: httpx costs ~0.2 s, which the window's first paint need not wait for.
-            from ..kobold_client import KoboldClient
+            from ..backends import connect
 
-            # A server listening beyond loopback needs a key (halo-weave-server --api-key).
-            client = KoboldClient(url, api_key=os.environ.get("HALO_WEAVE_API_KEY") or None)
-            info = client.model_info()
-            template = detect_template(getattr(info, "chat_template", None))
-            framing = build_framing(lambda text: client.tokenize(text, add_special_tokens=False), template)
+            # A key from Settings (keyring) or $HALO_WEAVE_API_KEY (e.g. halo-weave-server --api-key).
+            client = connect(url, api_key=options.get("api_key") or os.environ.get("HALO_WEAVE_API_KEY") or None)
+            try:
+                info = client.model_info()
+                template = detect_template(getattr(info, "chat_template", None), options.get("template") or AUTO)
+                framing = build_framing(lambda text: client.tokenize(text, add_special_tokens=False), template)
+            except BaseException:
+                client.close()
+                raise
+            client.template = template
             return client, info, framing
 
         def ok(result) -> None:
@@ -83,10 +95,13 @@ class ServerConnection(QObject):
         def fail(exc) -> None:
             if attempt != self._attempt or self._closed:
                 return
-            if self.autostart and self.server is None and is_default_url(url):
+            nothing_answers = {c.__name__ for c in type(exc).__mro__} & {"BackendUnavailable", "BackendTimeout"}
+            # A server that answers is used or explained, never replaced by the bundled one.
+            if nothing_answers and self.autostart and self.server is None and is_default_url(url):
                 self.start_bundled_server()
                 return
-            self._set_state("offline", f"No model server at {url}")
+            self._set_state("offline", f"No model server at {url}" if nothing_answers
+                            else f"The server at {url} cannot be used")
             if quiet:
                 self.reconnect_later()
             else:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QTimer
 
+from ..core.chat_template import detect_template
 from ..tools import notebook
 
 log = logging.getLogger("halo_weave.app")
@@ -65,8 +66,12 @@ class ConversationFiles:
         self.conversation_changed.emit()
         self.graveyard_changed.emit()
         self.stats_changed.emit()
+        template = getattr(self.client, "template", None)
         if store.refusal is not None:  # damaged: opened read-only, say so and how
             self.error.emit(store.refusal, f"Opening {target.name}")
+        elif template is not None and self.model_info is not None and detect_template(
+                getattr(self.model_info, "chat_template", None), self.template_choice()) is not template:
+            self.connect_server()  # this conversation was framed with another template
         elif self.model_info is not None:
             self._sync_system_prompt()
         # Catch-up indexing waits until the window has painted the conversation.

@@ -63,7 +63,7 @@ class GraveRow:
     chunk_id: int
     turn_id: int
     role: str
-    sentence_id: int
+    chunk_index: int
     token_count: int
     brightness_at_deletion: int | None
     tool_result: bool = False
@@ -79,7 +79,7 @@ class GraveRow:
         """"T12 · assistant · S3 · 45 tok · ☀ 812"."""
         role = "tool result" if self.tool_result else self.role
         bright = "?" if self.brightness_at_deletion is None else f"{self.brightness_at_deletion:,}"
-        return f"T{self.turn_id} · {role} · S{self.sentence_id} · {self.token_count:,} tok · ☀ {bright}"
+        return f"T{self.turn_id} · {role} · S{self.chunk_index} · {self.token_count:,} tok · ☀ {bright}"
 
 
 def clean_preview(text: str) -> str:

@@ -458,8 +458,10 @@ class MainWindow(QMainWindow):
             action.setEnabled(not busy)
         if self.controller.generating:
             self.stats_bar.set_connection("generating", self._connection_detail)
+            self._full_connection_tooltip()
         elif self.stats_bar.connection_state() == "generating":
             self.stats_bar.set_connection(self.controller.connection_state, self._connection_detail)
+            self._full_connection_tooltip()
         if self._editing and ready:
             reason = "Editing your last message — Enter sends it again (its answer stays as a version), Esc cancels"
             self.reason.setText(reason)
@@ -483,12 +485,20 @@ class MainWindow(QMainWindow):
                                "→ Continue (Ctrl+Shift+Enter) lets it go on.")
         self._sync_turn_actions()
 
+    def _full_connection_tooltip(self) -> None:
+        """The whole connection line (the label may be elided), e.g. with the model's name."""
+        full = getattr(self, "_connection_full", "")
+        if full:
+            self.stats_bar.connection_label.setToolTip(full)
+
     def _on_connection(self, state: str, detail: str) -> None:
         # A long detail (a loader log line) must not widen the stats bar, and so the window.
         metrics = self.stats_bar.connection_label.fontMetrics()
+        self._connection_full = detail
         detail = metrics.elidedText(detail, Qt.TextElideMode.ElideRight, CONNECTION_DETAIL_PX)
         self._connection_detail = detail
         self.stats_bar.set_connection(state, detail)
+        self._full_connection_tooltip()
         if state == "loading":
             self.statusBar().showMessage(detail)
         elif state == "connected":
@@ -569,9 +579,20 @@ class MainWindow(QMainWindow):
     def open_settings(self) -> None:
         from .settings_dialog import SettingsDialog
 
-        dialog = SettingsDialog(self.controller.settings, self)
+        from ..backends.api_keys import get_key, keyring_available, set_key
+
+        url = self.controller.settings.server_url
+        old_key = get_key(url) or ""
+        dialog = SettingsDialog(self.controller.settings, self, api_key=old_key, keyring=keyring_available())
         if dialog.exec():
-            self.apply_settings(dialog.result_settings())
+            new = dialog.result_settings()
+            fields = dialog.server_fields
+            if fields is not None and (fields.api_key() != old_key or new.server_url != url):
+                if fields.api_key() or old_key:
+                    self.messages.info(set_key(new.server_url, fields.api_key(), to_file=fields.key_to_file.isChecked()))
+                if new.server_url == url:
+                    self.controller.connect_server()  # the new key takes effect now
+            self.apply_settings(new)
 
     def apply_settings(self, new) -> None:
         """Adopt settings from the dialog: persist them, then let the controller react."""

@@ -21,6 +21,7 @@ from ..errors import (
     BackendHTTPError,
     BackendTimeout,
     BackendUnavailable,
+    BackendUnusable,
     ConversationError,
     EmbedderUnavailable,
     GenerationAborted,
@@ -79,6 +80,8 @@ def describe(exc: BaseException, context: str = "") -> UserMessage:
             "File → Settings. Your conversation is safe.",
             serious=True,
         )
+    if isinstance(exc, BackendUnusable):  # a server answers but lacks something: its sentence says what
+        return UserMessage("Model server cannot be used", f"{prefix}{detail}", serious=True)
     if isinstance(exc, (BackendHTTPError, ProtocolError)):
         return UserMessage(
             "Model server error",

@@ -39,8 +39,11 @@ class SettingsDialog(QDialog):
     ``error_label``.  Editors are reachable as ``editors[field_name]`` (tests).
     """
 
-    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+    def __init__(self, settings: Settings, parent: QWidget | None = None, *, api_key: str | None = None,
+                 keyring: bool = True) -> None:
         super().__init__(parent)
+        self._api_key, self._keyring = api_key, keyring
+        self.server_fields = None
         self.setWindowTitle("Settings")
         self._original = settings
         self.editors: dict[str, QWidget] = {}
@@ -130,6 +133,11 @@ class SettingsDialog(QDialog):
         url.setPlaceholderText("http://127.0.0.1:5001")
         self.editors["server_url"] = url
         form.addRow("Server URL", url)
+        from .server_settings import ServerFields
+
+        self.server_fields = ServerFields(self, form, url, s, self._api_key, self._keyring)
+        form.addRow("Model context", self._int("server_context_tokens", s.server_context_tokens,
+                                               "As the server says (2048 if it does not)"))
         form.addRow("Attention format", self._combo("attention_format", s.attention_format, ATTENTION_FORMATS))
         form.addRow("", self._check("autostart_server", s.autostart_server,
                                     "Start the built-in server when none answers at this URL"))

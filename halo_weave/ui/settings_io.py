@@ -26,6 +26,7 @@ GROUP = "settings"
 CHOICES: dict[str, tuple[str, ...]] = {
     "resurrection_brightness": ("at_deletion", "mean"),
     "attention_format": ("aggregated", "per_layer"),
+    "chat_template": ("auto", "chatml", "llama3", "mistral", "gemma", "alpaca", "plain"),
 }
 
 #: Earlier versions' defaults, replaced by the current default when loaded.
@@ -42,6 +43,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "max_new_tokens": (1, 1_000_000),
     "sampler_seed": (-1, 2**31 - 1),
     "max_context_tokens": (0, 10_000_000),
+    "server_context_tokens": (0, 10_000_000),
     "min_chunk_tokens": (1, 100_000),
     "initial_brightness": (0, 1_000_000),
     "brightness_cap": (1, 1_000_000),

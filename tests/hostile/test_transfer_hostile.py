@@ -172,9 +172,9 @@ def test_folder_and_missing_file_are_refused(tmp_path):
 
 
 def test_oversize_file_is_refused_without_reading_it(tmp_path, monkeypatch):
-    from halo_weave.storage import transfer
+    from halo_weave.storage import transfer_document
 
-    monkeypatch.setattr(transfer, "MAX_FILE_BYTES", 1000)  # a 1 GB file takes too long to write
+    monkeypatch.setattr(transfer_document, "MAX_FILE_BYTES", 1000)  # a 1 GB file takes too long to write
     big = tmp_path / "big.json"
     big.write_bytes(b" " * 2000)
     refused(big, tmp_path / "home", "more than the")

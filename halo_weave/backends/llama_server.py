@@ -1,0 +1,207 @@
+"""llama.cpp's ``llama-server``, native API: exact token ids, so prefix caching works.
+
+Endpoints used (llama.cpp ``tools/server/README.md``): ``GET /props`` (context size
+``default_generation_settings.n_ctx``, the model's ``chat_template``, ``build_info``),
+``POST /tokenize {"content", "with_pieces": true}`` → ``{"tokens": [{"id", "piece"}]}``
+(a piece that is not valid UTF-8 comes as a list of bytes), ``POST /detokenize
+{"tokens"}`` → ``{"content"}``, ``POST /completion`` with the prompt as a token-id list,
+``"stream": true``, ``"cache_prompt": true`` and ``"return_tokens": true``: SSE
+``data: {"content", "tokens", "stop": false}`` … ending with ``"stop": true``,
+``stop_type`` (``eos``/``word``/``limit``), ``tokens_evaluated``, ``tokens_cached``.
+Aborting closes the connection: the server stops a slot whose client went away.
+No attention.  Qt-free.
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+import uuid
+from typing import Iterator, Sequence
+
+from ..errors import BackendError, GenerationAborted, ProtocolError, StreamInterrupted
+from ..events import ModelInfo
+from .base import ASSUMED_CONTEXT, Capabilities, Http
+from .text_mode import TextStream
+
+CAPABILITIES = Capabilities(
+    attention=False, token_ids=True, exact_tokens=True,
+    prefix_cache="yes (token-id prompt, cache_prompt)",
+    abort="yes (closing the stream frees the slot)",
+    template="the model's own (from /props), else chosen in Settings")
+
+STOP_TYPES = {"eos": "stop", "word": "stop", "limit": "length"}
+
+
+class LlamaServer:
+    """``llama-server`` with token ids; the interface of :class:`KoboldClient`."""
+
+    kind = "llama-server"
+    capabilities = CAPABILITIES
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, props: dict | None = None) -> None:
+        self.http = Http(base_url, api_key=api_key)
+        self.base_url = self.http.base_url
+        self._props = props
+        self.version: str | None = None
+        self._info: ModelInfo | None = None
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def label(self) -> str:
+        return f"llama-server {self.version}" if self.version else "llama-server"
+
+    def model_info(self) -> ModelInfo:
+        if self._info is not None:
+            return self._info
+        props = self._props or self.http.request("GET", "/props")
+        settings = props.get("default_generation_settings") or {}
+        n_ctx = settings.get("n_ctx", props.get("n_ctx"))
+        known = isinstance(n_ctx, int) and n_ctx > 0
+        build = props.get("build_info")
+        self.version = str(build) if build else None
+        template = props.get("chat_template")
+        name = props.get("model_alias") or props.get("model_path") or "llama-server model"
+        info = ModelInfo(
+            name=str(name).replace("\\", "/").rsplit("/", 1)[-1], num_layers=0, num_heads=0, num_kv_heads=0,
+            hidden_size=0, max_context=n_ctx if known else ASSUMED_CONTEXT, bos_token_id=None,
+            eos_token_id=None, chat_template=template if isinstance(template, str) and template else None,
+            supports_attention=False, raw=props)
+        info.kind, info.version = self.kind, self.version
+        info.server_max_context, info.context_known = info.max_context, known
+        self._info = info
+        return info
+
+    def table_context(self, server_context: int) -> int:
+        return server_context
+
+    # -- tokens: the server's own
+
+    def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
+        if not text:
+            return []
+        data = self.http.request("POST", "/tokenize", {"content": text, "add_special": add_special_tokens,
+                                                       "parse_special": True, "with_pieces": True})
+        tokens = data.get("tokens")
+        if not isinstance(tokens, list):
+            raise ProtocolError("/tokenize answered without a token list")
+        ids, chunks = [], []
+        for item in tokens:
+            if isinstance(item, int) and not isinstance(item, bool):  # an older server: ids only
+                ids.append(item)
+                chunks.append(None)
+                continue
+            if not isinstance(item, dict) or not isinstance(item.get("id"), int):
+                raise ProtocolError(f"/tokenize answered a malformed token {item!r:.80}")
+            piece = item.get("piece", "")
+            ids.append(item["id"])
+            chunks.append(bytes(piece) if isinstance(piece, list) else str(piece).encode("utf-8"))
+        if any(c is None for c in chunks):
+            chunks = [self.detokenize([i]).encode("utf-8") for i in ids]
+        return list(zip(ids, _pieces(chunks)))
+
+    def detokenize(self, ids) -> str:
+        data = self.http.request("POST", "/detokenize", {"tokens": [int(i) for i in ids]})
+        text = data.get("content")
+        if not isinstance(text, str):
+            raise ProtocolError("/detokenize answered without content")
+        return text
+
+    def count_tokens(self, text: str) -> tuple[int, bool]:
+        return len(self.tokenize(text)), True
+
+    # -- streaming
+
+    def stream(self, *, input_ids=None, prompt=None, max_length: int = 200, temperature: float = 0.7,
+               top_p: float = 0.9, top_k: int = 40, rep_pen: float = 1.1, sampler_seed: int = -1,
+               stop_sequence: Sequence[str] = (), request_id: str | None = None,
+               raise_on_abort: bool = False, **_ignored) -> "LlamaStream":
+        if (input_ids is None) == (prompt is None):
+            raise ValueError("pass exactly one of input_ids and prompt")
+        body = {
+            "prompt": [int(i) for i in input_ids] if input_ids is not None else prompt,
+            "n_predict": max_length, "temperature": temperature, "top_p": top_p, "top_k": top_k,
+            "repeat_penalty": rep_pen, "seed": sampler_seed, "stop": list(stop_sequence),
+            "stream": True, "cache_prompt": True, "return_tokens": True,
+        }
+        return LlamaStream(self, body, request_id=request_id or f"hw-{uuid.uuid4().hex[:12]}",
+                           prompt_tokens=len(input_ids) if input_ids is not None else None,
+                           raise_on_abort=raise_on_abort)
+
+    def abort(self, request_id: str | None = None) -> bool:
+        return False  # a stream is aborted through itself (closing its connection)
+
+    def abort_stream(self, stream: TextStream) -> None:
+        stream.close_response()
+
+
+class LlamaStream(TextStream):
+    """The ``/completion`` stream: one event per token id, several when the server merges."""
+
+    def __init__(self, backend: LlamaServer, body: dict, **kwargs) -> None:
+        super().__init__(backend, "", {}, **kwargs)
+        self.body = body
+
+    def _events(self):
+        self._t0 = time.perf_counter()
+        reason = None
+        final: dict = {}
+        try:
+            for data in self.sse("/completion", self.body):
+                if "error" in data:
+                    error = data["error"]
+                    message = error.get("message") if isinstance(error, dict) else error
+                    raise self._partial(StreamInterrupted, f"the server reported an error: {message}")
+                content = data.get("content", "")
+                ids = data.get("tokens")
+                if not isinstance(content, str):
+                    raise ProtocolError(f"an event without text content: {data!r:.120}")
+                if ids is None:
+                    ids = [i for i, _ in self.backend.tokenize(content)] if content else []
+                if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+                    raise ProtocolError(f"an event with malformed token ids: {data!r:.120}")
+                for n, token_id in enumerate(ids):
+                    yield self._add(token_id, content if n == len(ids) - 1 else "")
+                if not ids and content:  # text without an id: keep the text
+                    yield self._add(-1, content)
+                if data.get("stop") is True:
+                    final = data
+                    reason = STOP_TYPES.get(str(data.get("stop_type")), "stop")
+                    break
+                if self._abort_requested:
+                    break
+        except Exception as exc:  # noqa: BLE001 - translated below
+            if not self._abort_requested:
+                if isinstance(exc, BackendError) and hasattr(exc, "partial_text"):
+                    raise
+                raise self._translate(exc) from exc
+        finally:
+            self.close_response()
+        if self._abort_requested:
+            reason = "abort"
+        if reason is None:
+            raise self._partial(StreamInterrupted, "the stream ended before the server said it was done")
+        self.raw_final = final
+        self._finish(reason)
+        if self.done is not None:
+            timings = final.get("timings") or {}
+            evaluated = final.get("tokens_evaluated")
+            cached = final.get("tokens_cached", timings.get("cache_n"))
+            self.done.prompt_tokens = evaluated if isinstance(evaluated, int) else self._prompt_tokens
+            self.done.reused_prefix_tokens = cached if isinstance(cached, int) else None
+        if self.raise_on_abort and reason == "abort":
+            raise self._partial(GenerationAborted, "the generation was aborted")
+
+
+def _pieces(chunks: list[bytes]) -> list[str]:
+    """Per-token text following the app's rule: split characters go to the completing token."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    return [decoder.decode(c, final=False) for c in chunks]

@@ -1,0 +1,134 @@
+"""Any OpenAI-compatible completions server (Ollama, LM Studio, vLLM, Jan,
+llama-cpp-python's server, hosted APIs), in text mode.
+
+``GET /v1/models`` names the model (and, on some servers, its context: vLLM's
+``max_model_len``, LM Studio's ``max_context_length``, llama.cpp's ``meta.n_ctx_train``);
+``POST /v1/completions`` with ``"stream": true`` streams ``data: {"choices": [{"text",
+"finish_reason"}]}`` lines ending with ``data: [DONE]``.  An API key goes in
+``Authorization: Bearer``.  Counting: llama-cpp-python's ``/extras/tokenize/count`` or
+vLLM's ``/tokenize`` when present (exact), else the bundled tokenizer (an estimate).
+Aborting closes the connection.  Only standard request fields are sent (strict servers
+refuse unknown ones), at most four stop strings (OpenAI's limit).  Qt-free.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..errors import BackendError, ProtocolError
+from ..events import ModelInfo
+from .base import ASSUMED_CONTEXT, Capabilities
+from .text_mode import TextModeBackend, TextStream
+
+#: OpenAI accepts at most this many stop strings.
+MAX_STOPS = 4
+
+#: (path, body key, answer key) of the token counters some servers add.
+COUNTERS = (("/extras/tokenize/count", "input", "count"), ("/tokenize", "prompt", "count"))
+
+
+class OpenAICompat(TextModeBackend):
+    """``/v1/completions`` + ``/v1/models``."""
+
+    kind = "openai"
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, models: dict | None = None, **kwargs) -> None:
+        base_url = base_url.rstrip("/")
+        if base_url.endswith("/v1"):
+            base_url = base_url[:-3]
+        super().__init__(base_url, api_key=api_key, **kwargs)
+        self._models = models
+        self.model_id: str | None = None
+        self.server_context = 0
+        self._counter: tuple[str, str, str] | None = None
+        self._counter_checked = False
+
+    @property
+    def label(self) -> str:
+        return "OpenAI-compatible"
+
+    @property
+    def capabilities(self) -> Capabilities:
+        exact = self._counter is not None
+        return Capabilities(
+            attention=False, token_ids=False, exact_tokens=exact,
+            prefix_cache="server-side only, if the server caches text prompts",
+            abort="yes (closing the stream; the server stops when it notices)",
+            template="chosen in Settings (the completions API does not publish one)")
+
+    def server_count(self, text: str) -> int | None:
+        if not self._counter_checked:
+            self._counter_checked = True
+            for path, key, answer in COUNTERS:
+                body = {key: "hi"} if key == "input" else {key: "hi", "model": self.model_id or ""}
+                try:
+                    data = self.http.post_json(path, body)
+                except BackendError:
+                    data = None
+                if data is not None and isinstance(data.get(answer), int):
+                    self._counter = (path, key, answer)
+                    break
+        if self._counter is None:
+            return None
+        path, key, answer = self._counter
+        body = {key: text} if key == "input" else {key: text, "model": self.model_id or ""}
+        data = self.http.post_json(path, body) or {}
+        value = data.get(answer)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def model_info(self) -> ModelInfo:
+        if self._info is not None:
+            return self._info
+        models = self._models or self.http.request("GET", "/v1/models")
+        entries = models.get("data")
+        if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
+            raise ProtocolError("/v1/models lists no model")
+        first = entries[0]
+        self.model_id = str(first.get("id", ""))
+        context = 0
+        meta = first.get("meta") if isinstance(first.get("meta"), dict) else {}
+        for value in (first.get("max_model_len"), first.get("max_context_length"), first.get("context_length"),
+                      meta.get("n_ctx"), meta.get("n_ctx_train")):
+            if isinstance(value, int) and value > 0:
+                context = value
+                break
+        self.server_context = context or ASSUMED_CONTEXT
+        self.calibrate()
+        info = ModelInfo(
+            name=self.model_id or "model", num_layers=0, num_heads=0, num_kv_heads=0, hidden_size=0,
+            max_context=self.table_context(self.server_context), bos_token_id=None, eos_token_id=None,
+            chat_template=None, supports_attention=False, raw=models)
+        info.kind, info.version = self.kind, None
+        info.server_max_context, info.context_known = self.server_context, context > 0
+        self._info = info
+        return info
+
+    def open_stream(self, stream: TextStream) -> Iterator[tuple[str, str | None]]:
+        p = stream.params
+        try:
+            stream.server_prompt_tokens = self.server_count(stream.prompt)
+        except BackendError:
+            stream.server_prompt_tokens = None
+        body = {"model": self.model_id or "", "prompt": stream.prompt, "max_tokens": p["max_length"],
+                "temperature": p["temperature"], "top_p": p["top_p"], "stream": True}
+        if p["stop_sequence"]:
+            body["stop"] = list(p["stop_sequence"])[:MAX_STOPS]
+        if p["sampler_seed"] is not None and p["sampler_seed"] >= 0:
+            body["seed"] = p["sampler_seed"]
+        for data in stream.sse("/v1/completions", body):
+            if "error" in data:
+                error = data["error"]
+                message = error.get("message") if isinstance(error, dict) else error
+                raise ProtocolError(f"the server reported an error mid-answer: {message}")
+            choices = data.get("choices")
+            if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+                continue  # e.g. a usage-only chunk
+            choice = choices[0]
+            text = choice.get("text") or ""
+            if not isinstance(text, str):
+                raise ProtocolError(f"a completion chunk without text: {data!r:.120}")
+            reason = choice.get("finish_reason")
+            yield text, reason if isinstance(reason, str) and reason not in ("", "null") else None
+
+    def abort(self, request_id: str | None = None) -> bool:
+        return False  # a stream is aborted through itself (closing its connection)

@@ -1,0 +1,286 @@
+"""Real loopback HTTP servers that answer like stock KoboldCPP 1.76 and llama-server.
+
+:class:`KoboldReplay` answers with the exchanges recorded from a real, unmodified
+KoboldCPP 1.76 (``shared/data/koboldcpp-1.76``: headers and bodies as recorded) and
+keeps their quirks where a request differs from the recording: several tokens of text
+per event, the *string* ``"null"`` finish reason, ``input_ids`` ignored, string booleans
+from abort and an aborted stream ending with ``"length"``, HTTP 500 ``bad_input`` for
+malformed JSON, 404 for ``/api/v1/tokenize``.  Token counts come from the same SmolLM2
+vocabulary the recording was made with (BOS included, as recorded).
+
+:class:`LlamaReplay` follows llama.cpp's server documentation (``/props``,
+``/tokenize`` with pieces, ``/detokenize``, ``/completion`` streaming with token ids,
+``stop_type``, ``tokens_cached``).  Both speak HTTP/1.0 and close after each answer.
+
+A test scripts the answer (``answer_chunks``), a delay between events (to press Stop),
+or ``die_after`` events (the connection is reset, as when the server process dies).
+"""
+
+from __future__ import annotations
+
+import json
+
+import socket
+import struct
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+RECORDINGS = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "koboldcpp-1.76"
+if not RECORDINGS.exists():  # a worktree beside the main checkout
+    RECORDINGS = Path("/work/shared/data/koboldcpp-1.76")
+
+
+def load_recording(name: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    """``(status, headers, body)`` of one recorded response file."""
+    raw = (RECORDINGS / name).read_bytes().decode("utf-8")
+    lines = raw.split("\n")
+    start = 1 if lines[0].startswith("###") else 0
+    status = int(lines[start].split()[1])
+    headers, i = [], start + 1
+    while i < len(lines) and lines[i].strip():
+        key, _, value = lines[i].partition(":")
+        headers.append((key.strip(), value.strip()))
+        i += 1
+    body = "\n".join(lines[i + 1:])
+    return status, headers, body.encode("utf-8")
+
+
+def recorded_events(name: str) -> list[dict]:
+    """The ``data:`` payloads of a recorded SSE body."""
+    _, _, body = load_recording(name) if not name.endswith(".body.txt") else (0, [], (RECORDINGS / name).read_bytes())
+    return [json.loads(line[5:]) for line in body.decode().splitlines() if line.startswith("data:")]
+
+
+class _Base:
+    def __init__(self, tokenizer) -> None:
+        self.tok = tokenizer
+        self.requests: list[tuple[str, dict | None]] = []
+        self.answer_chunks: list[str] | None = None  # None: the recorded answer
+        self.delay = 0.0
+        self.die_after: int | None = None
+        self.streams_started = threading.Event()
+        self.aborted = threading.Event()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.0"
+            server_version = owner.server_header
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                owner.requests.append((self.path, None))
+                owner.get(self)
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+                try:
+                    body = json.loads(raw or b"{}")
+                except ValueError:
+                    owner.requests.append((self.path, None))
+                    owner.malformed(self)
+                    return
+                owner.requests.append((self.path, body))
+                owner.post(self, body)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    server_header = "Replay"
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def bodies(self, path: str) -> list[dict]:
+        return [b for p, b in self.requests if p == path and b is not None]
+
+    # -- helpers
+
+    @staticmethod
+    def send(handler, status: int, body: bytes, content_type: str = "application/json", headers=()) -> None:
+        handler.send_response(status)
+        sent = {"content-type"}
+        handler.send_header("Content-Type", content_type)
+        for key, value in headers:
+            if key.lower() not in sent | {"content-length", "server", "date"}:
+                handler.send_header(key, value)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    def send_json(self, handler, data: dict, status: int = 200) -> None:
+        self.send(handler, status, json.dumps(data).encode())
+
+    def stream_events(self, handler, payloads, *, kobold: bool) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Cache-Control", "no-cache")
+        handler.end_headers()
+        self.streams_started.set()
+        for n, payload in enumerate(payloads):
+            if self.die_after is not None and n >= self.die_after:
+                # The process dies: the connection is reset, not closed cleanly.
+                handler.wfile.flush()
+                handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                handler.connection.close()
+                return
+            prefix = "event: message\n" if kobold else ""
+            try:
+                handler.wfile.write(f"{prefix}data: {json.dumps(payload)}\n\n".encode())
+                handler.wfile.flush()
+            except OSError:
+                return  # the client went away (an abort by closing)
+            if self.delay:
+                time.sleep(self.delay)
+
+
+class KoboldReplay(_Base):
+    """Stock KoboldCPP 1.76, from its recorded exchanges."""
+
+    server_header = "ConcedoLlamaForKoboldServer"
+
+    def __init__(self, tokenizer) -> None:
+        super().__init__(tokenizer)
+        self._abort_keys: set[str] = set()
+        self.ignore_abort = False  # a server that says it stopped but streams on
+
+    def recorded(self, handler, name: str) -> None:
+        status, headers, body = load_recording(name)
+        content_type = dict((k.lower(), v) for k, v in headers).get("content-type", "application/json")
+        self.send(handler, status, body, content_type, headers)
+
+    def get(self, handler) -> None:
+        files = {"/api/v1/model": "01_model.txt", "/api/extra/version": "02_version.txt",
+                 "/api/extra/true_max_context_length": "03_true_max_context.txt",
+                 "/api/v1/config/max_context_length": "04_max_context.txt"}
+        if handler.path in files:
+            self.recorded(handler, files[handler.path])
+        else:
+            self.send(handler, 404, b"", "text/html")
+
+    def malformed(self, handler) -> None:
+        self.recorded(handler, "13_bad_json.txt")
+
+    def post(self, handler, body: dict) -> None:
+        path = handler.path
+        if path == "/api/extra/tokencount":
+            ids = [1] + self.tok.ids(str(body.get("prompt", "")))  # BOS included, as recorded
+            self.send_json(handler, {"value": len(ids), "ids": ids})
+        elif path == "/api/v1/tokenize":
+            self.recorded(handler, "06_tokenize_missing.txt")
+        elif path == "/api/extra/abort":
+            self._abort_keys.add(str(body.get("genkey")))
+            self.aborted.set()
+            self.recorded(handler, "15_abort.txt")
+        elif path == "/api/extra/generate/check":
+            self.recorded(handler, "14_check.txt")
+        elif path == "/api/extra/generate/stream":
+            if "prompt" not in body:  # input_ids alone: silently ignored, as recorded
+                self.stream_events(handler, recorded_events("09_input_ids.txt"), kobold=True)
+                return
+            self.stream_events(handler, self._answer(body), kobold=True)
+        else:
+            self.send(handler, 404, b"", "text/html")
+
+    def _answer(self, body: dict):
+        chunks = self.answer_chunks if self.answer_chunks is not None else [
+            e["token"] for e in recorded_events("07_stream.txt") if e["token"]]
+        key = str(body.get("genkey"))
+        limit = int(body.get("max_length", 100))
+        for n, chunk in enumerate(chunks[:limit]):
+            if key in self._abort_keys and not self.ignore_abort:
+                # As recorded: after an abort the stream ends with "length".
+                yield {"token": chunk, "finish_reason": "length"}
+                return
+            last = n == len(chunks) - 1 or n == limit - 1
+            reason = ("stop" if n == len(chunks) - 1 else "length") if last else "null"
+            if last and reason == "stop":
+                yield {"token": chunk, "finish_reason": "null"}
+                yield {"token": "", "finish_reason": "stop"}
+            else:
+                yield {"token": chunk, "finish_reason": reason}
+
+
+class LlamaReplay(_Base):
+    """llama-server's native API as documented."""
+
+    server_header = "llama.cpp"
+
+    def __init__(self, tokenizer, n_ctx: int = 4096) -> None:
+        super().__init__(tokenizer)
+        self.n_ctx = n_ctx
+        self._last_prompt: list[int] = []
+
+    def get(self, handler) -> None:
+        if handler.path == "/props":
+            self.send_json(handler, {
+                "default_generation_settings": {"n_ctx": self.n_ctx, "temperature": 0.8},
+                "total_slots": 1, "model_path": "/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                "chat_template": "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+                                 "{{ message['content'] }}<|im_end|>\n{% endfor %}",
+                "build_info": "b4000-replay"})
+        elif handler.path == "/health":
+            self.send_json(handler, {"status": "ok"})
+        else:
+            self.send_json(handler, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}, 404)
+
+    def malformed(self, handler) -> None:
+        self.send_json(handler, {"error": {"code": 500, "message": "[json.exception.parse_error.101] parse error",
+                                           "type": "server_error"}}, 500)
+
+    def post(self, handler, body: dict) -> None:
+        if handler.path == "/tokenize":
+            ids = self.tok.ids(str(body.get("content", "")))
+            if body.get("with_pieces"):
+                tokens = []
+                for i in ids:
+                    raw = self.tok.token_bytes(i)
+                    try:
+                        piece = raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        piece = list(raw)  # documented: bytes when not valid UTF-8
+                    tokens.append({"id": i, "piece": piece})
+                self.send_json(handler, {"tokens": tokens})
+            else:
+                self.send_json(handler, {"tokens": ids})
+        elif handler.path == "/detokenize":
+            self.send_json(handler, {"content": self.tok.detokenize(body.get("tokens", []), keep_control=False)})
+        elif handler.path == "/completion":
+            prompt = body.get("prompt")
+            if not isinstance(prompt, list):
+                self.send_json(handler, {"error": {"code": 400, "message": "this replay wants token ids",
+                                                   "type": "invalid_request_error"}}, 400)
+                return
+            cached = 0
+            while cached < min(len(prompt), len(self._last_prompt)) and prompt[cached] == self._last_prompt[cached]:
+                cached += 1
+            self._last_prompt = list(prompt)
+            self.stream_events(handler, self._answer(body, len(prompt), cached), kobold=False)
+        else:
+            self.send_json(handler, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}, 404)
+
+    def _answer(self, body: dict, n_prompt: int, cached: int):
+        chunks = self.answer_chunks if self.answer_chunks is not None else ["1", ".", " Ban", "anas", "\n", "2", ".", " Or", "anges"]
+        limit = int(body.get("n_predict", 100))
+        n = 0
+        for chunk in chunks:
+            ids = self.tok.ids(chunk)
+            if n + len(ids) > limit:
+                break
+            n += len(ids)
+            self._last_prompt.extend(ids)  # the slot's cache holds what it generated too
+            yield {"content": chunk, "tokens": ids, "stop": False, "id_slot": 0}
+        yield {"content": "", "tokens": [], "stop": True, "stop_type": "eos" if n < limit else "limit",
+               "tokens_predicted": n, "tokens_evaluated": n_prompt, "tokens_cached": cached,
+               "timings": {"cache_n": cached, "prompt_n": n_prompt - cached}}
+
+
+

@@ -1,0 +1,227 @@
+"""The window with the servers people already run.
+
+* llama-cpp-python's real OpenAI-compatible server (the bundled GGUF, behind an API key):
+  chat, Stop, pruning, resurrection and export in text mode.
+* Stock KoboldCPP 1.76 (replayed from its recordings) on the default URL: it is used,
+  not replaced by the bundled server.
+* A web server that is not a model server on the default URL: a sentence, no bundled server.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from PySide6.QtCore import Qt
+
+from halo_weave.backends import api_keys
+from halo_weave.app import TurnController
+from halo_weave.settings import MAX_BRIGHTNESS, Settings
+from halo_weave.ui import connection as connection_mod
+from halo_weave.ui.main_window import MainWindow, app_qsettings
+from halo_weave.ui.stats_bar import NO_ATTENTION_TEXT
+
+from llama_cpp_server import LlamaCppServer
+from replay_servers import KoboldReplay
+from test_app import LONG_MESSAGE, SHORT_SYSTEM_PROMPT, TURN_TIMEOUT_MS, App
+from test_backends import _NotAModelServer
+
+pytestmark = pytest.mark.slow
+
+API_KEY = "sk-halo-weave-test"
+
+
+@pytest.fixture(scope="module")
+def llama_cpp():
+    server = LlamaCppServer(api_key=API_KEY)
+    yield server
+    server.stop()
+
+
+def _text(conv, turn_id: int) -> str:
+    return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(turn_id))
+
+
+def test_text_mode_through_llama_cpp_python_chat_stop_prune_resurrect_export(qtbot, tmp_path, monkeypatch, llama_cpp):
+    monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
+    api_keys.forget_session()
+    api_keys.set_key(llama_cpp.url, API_KEY, data_dir=tmp_path)  # no keyring here: this session only
+    settings = Settings(server_url=llama_cpp.url, autostart_server=False, temperature=0.0, max_new_tokens=12,
+                        max_context_tokens=150, min_chunk_tokens=16, system_prompt=SHORT_SYSTEM_PROMPT)
+    app = App(qtbot, tmp_path, settings).start()
+    c, window = app.controller, app.window
+    detail = window.stats_bar.connection_label.toolTip()
+    assert detail.startswith("OpenAI-compatible · no attention · 2048 ctx (assumed) · text mode"), detail
+    assert window.stats_bar.attention_label.isVisible()
+    assert window.stats_bar.attention_label.text() == NO_ATTENTION_TEXT
+
+    # Chat: the answer streams in as text and lands in the table as the bundled tokenizer splits it.
+    assert app.say("My cat is called Mochi and she likes boxes.") in ("stop", "length")
+    conv = app.conv
+    user, answer = sorted(conv.turns)[-2:]
+    assert "Mochi" in _text(conv, user) and _text(conv, answer).strip(), "the model answered"
+    assert _text(conv, answer).strip()[:15] in window.heatmap.toPlainText()
+    assert (conv.table.brightness[~conv.table.framing] == MAX_BRIGHTNESS).all(), "no attention moved brightness"
+
+    # Prune: long messages push the oldest chunks (the cat) into the graveyard, oldest first.
+    for _ in range(2):
+        assert app.say(LONG_MESSAGE) in ("stop", "length")
+    dead = conv.graveyard()
+    assert dead and window.graveyard.model().total_count() == len(dead)
+    live = [ch for ch in conv.live_chunks() if not ch.framing]
+    assert min(ch.start for ch in dead) < min(ch.start for ch in live), "the oldest went first"
+    mochi = [ch for ch in dead if ch.role == "user" and "Mochi" in conv.chunk_text(ch.id)]
+    assert mochi, "the user's chunk about the cat was pruned"
+
+    # Resurrect: asking about the cat brings its chunk back from the semantic index.
+    app.settle()
+    seen_live = []
+    c.tokens_streamed.connect(lambda: seen_live.append(mochi[0].live) if not seen_live else None)
+    assert app.say("What is the name of my cat? Mochi?") in ("stop", "length")
+    assert c.last_resurrected > 0 and seen_live == [True], "the pruned chunk was back while the model answered"
+    # Oldest-first ranks by position: after the answer, a resurrected chunk is again the oldest.
+    assert mochi[0].live or mochi[0] in conv.graveyard()
+
+    # Stop: Esc mid-answer keeps the partial answer (the stream is closed; the server stops).
+    c.apply_settings(c.settings.replace(max_new_tokens=200))
+    window.input.setPlainText("Write a long story about a dragon who loves tea.")
+    qtbot.keyClick(window.input, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: c.generating and c.session.streamed >= 4, timeout=TURN_TIMEOUT_MS)
+    with qtbot.wait_signal(c.turn_finished, timeout=30_000) as blocker:
+        qtbot.keyClick(window.input, Qt.Key.Key_Escape)
+    assert blocker.args == ["aborted"]
+    partial = _text(c.conv, max(c.conv.turns))
+    assert partial.strip() and c.session.streamed < 200
+    qtbot.waitUntil(lambda: not c.busy, timeout=10_000)
+
+    # Export: the whole conversation, the cat included, in the export file.
+    export = tmp_path / "export.json"
+    assert c.export_json(export)
+    document = json.loads(export.read_text(encoding="utf-8"))
+    exported = "".join(document["tokens"]["text"])
+    assert "My cat is called Mochi" in exported and partial in exported
+
+    # The server does not say its context: the one set in Settings is used (and shown).
+    app.window.apply_settings(c.settings.replace(server_context_tokens=1536))
+    qtbot.waitUntil(lambda: c.connection_state == "connected" and c.model_info.server_max_context == 1536
+                    and not c.input_block_reason(), timeout=30_000)
+    assert window.stats_bar.connection_label.toolTip().startswith("OpenAI-compatible · no attention · 1536 ctx · ")
+    app.close()
+
+
+def test_llama_cpp_python_asks_for_its_key_in_a_sentence(llama_cpp):
+    from halo_weave.backends import BackendAuthError, connect, probe
+
+    with pytest.raises(BackendAuthError) as caught:
+        connect(llama_cpp.url)
+    assert "asks for an API key" in str(caught.value)
+    result = probe(llama_cpp.url, api_key=API_KEY)
+    assert result.usable and result.kind == "openai" and result.exact_tokens, json.dumps(result.as_json())
+
+
+def _window_on_default_url(qtbot, tmp_path, monkeypatch, url: str):
+    monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
+    monkeypatch.setattr(connection_mod, "DEFAULT_SERVER_URL", url)  # this server sits on "the default URL"
+    settings = Settings(server_url=url, autostart_server=True, temperature=0.0, max_new_tokens=24,
+                        system_prompt=SHORT_SYSTEM_PROMPT)
+    controller = TurnController(settings, tmp_path, autostart=True)
+    window = MainWindow(controller, app_qsettings(tmp_path))
+    qtbot.addWidget(window)
+    window.show()
+    started = []
+    monkeypatch.setattr(controller.connection, "start_bundled_server", lambda: started.append(True))
+    return controller, window, started
+
+
+def test_a_stock_koboldcpp_on_the_default_url_is_used_not_replaced(qtbot, tmp_path, monkeypatch):
+    from halo_weave.backends.local_tokenizer import shared
+
+    replay = KoboldReplay(shared())
+    try:
+        controller, window, started = _window_on_default_url(qtbot, tmp_path, monkeypatch, replay.url)
+        controller.start()
+        qtbot.waitUntil(lambda: controller.connection_state == "connected" and not controller.input_block_reason(),
+                        timeout=60_000)
+        assert not started and controller.server is None, "the bundled server was not started"
+        assert window.stats_bar.connection_label.toolTip().startswith("KoboldCPP 1.76 · no attention · 4096 ctx")
+        window.input.setPlainText("Name three fruits.")
+        with qtbot.wait_signal(controller.turn_finished, timeout=TURN_TIMEOUT_MS) as blocker:
+            qtbot.keyClick(window.input, Qt.Key.Key_Return)
+        assert blocker.args == ["stop"]
+        assert "1. Bananas\n2. Oranges\n3. Grapes" in _text(controller.conv, max(controller.conv.turns))
+        assert "Grapes" in window.heatmap.toPlainText()
+        sent = replay.bodies("/api/extra/generate/stream")[-1]["prompt"]
+        assert sent.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nName three fruits.")
+        window.close()
+    finally:
+        replay.close()
+
+
+def test_a_web_server_that_is_not_a_model_server_gets_a_sentence_and_no_bundled_server(qtbot, tmp_path, monkeypatch):
+    other = _NotAModelServer()
+    try:
+        controller, window, started = _window_on_default_url(qtbot, tmp_path, monkeypatch, other.url)
+        controller.start()
+        qtbot.waitUntil(lambda: controller.connection_state == "offline" and bool(window.messages.history), timeout=30_000)
+        assert not started, "something answers there: it is explained, not replaced"
+        text = window.messages.history[-1].text
+        assert "not a model server" in text and "404" not in text
+        window.close()
+    finally:
+        other.httpd.shutdown()
+        other.httpd.server_close()
+
+
+def test_settings_test_connection_shows_the_detected_kind_and_the_template_is_kept_per_conversation(
+        qtbot, tmp_path, monkeypatch):
+    from halo_weave.backends.local_tokenizer import shared
+    from halo_weave.ui.settings_dialog import SettingsDialog
+
+    replay = KoboldReplay(shared())
+    try:
+        monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
+        settings = Settings(server_url=replay.url, autostart_server=False, temperature=0.0, max_new_tokens=24,
+                            system_prompt=SHORT_SYSTEM_PROMPT)
+        app = App(qtbot, tmp_path, settings).start()
+        c = app.controller
+
+        # Settings → Server → Test connection: the kind that answers, in words.
+        dialog = SettingsDialog(c.settings, app.window, keyring=False)
+        qtbot.addWidget(dialog)
+        fields = dialog.server_fields
+        fields.test_connection()
+        qtbot.waitUntil(lambda: fields.result_label.text().startswith("✓"), timeout=30_000)
+        assert fields.result_label.text().startswith("✓ KoboldCPP 1.76 · no attention · 4096 ctx · text mode")
+        fields.url_edit.setText("http://127.0.0.1:9")
+        fields.test_connection()
+        qtbot.waitUntil(lambda: fields.result_label.text().startswith("✗"), timeout=30_000)
+        assert "Cannot reach the model server" in fields.result_label.text()
+        assert not fields.key_to_file.isHidden(), "no keyring: the private-file choice is offered"
+
+        # KoboldCPP publishes no template: the user picks Llama 3, with a preview.
+        fields.template.setCurrentIndex(fields.template.findData("llama3"))
+        assert fields.preview.toPlainText().startswith("<|start_header_id|>system<|end_header_id|>")
+        dialog.editors["server_url"].setText(replay.url)
+        chosen = dialog.current_settings()
+        assert chosen.chat_template == "llama3"
+        app.window.apply_settings(chosen)
+        qtbot.waitUntil(lambda: c.connection_state == "connected" and c.template.name == "llama3"
+                        and not c.input_block_reason(), timeout=30_000)
+        assert not c.session._stop_ids, "no ordinary token (Llama 3's suffix starts with '<') is dropped from answers"
+        assert app.say("Name three fruits.") == "stop"
+        body = replay.bodies("/api/extra/generate/stream")[-1]
+        assert body["prompt"].endswith("<|start_header_id|>user<|end_header_id|>\n\nName three fruits.<|eot_id|>"
+                                       "<|start_header_id|>assistant<|end_header_id|>\n\n")
+        assert "<|eot_id|>" in body["stop_sequence"]
+        assert c.store.get_meta("chat_template") == "llama3", "saved with this conversation"
+
+        # A new conversation starts from the default again; reopening the first brings Llama 3 back.
+        first = c.path
+        c.settings = c.session.settings = c.settings.replace(chat_template="auto")  # the default, not this file's
+        assert c.new_conversation()
+        qtbot.waitUntil(lambda: c.template.name == "chatml" and not c.input_block_reason(), timeout=30_000)
+        assert c.open_conversation(first)
+        qtbot.waitUntil(lambda: c.template.name == "llama3" and not c.input_block_reason(), timeout=30_000)
+        app.close()
+    finally:
+        replay.close()
