@@ -164,7 +164,7 @@ def test_a_web_server_that_is_not_a_model_server_gets_a_sentence_and_no_bundled_
         controller.start()
         qtbot.waitUntil(lambda: controller.connection_state == "offline" and bool(window.messages.history), timeout=30_000)
         assert not started, "something answers there: it is explained, not replaced"
-        text = window.messages.history[-1].text
+        text = window.messages.history[-1].text.replace(other.url, "<url>")  # the port may contain "404"
         assert "not a model server" in text and "404" not in text
         window.close()
     finally:
