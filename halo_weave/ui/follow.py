@@ -40,7 +40,7 @@ class Follower(QObject):
         bar = view.verticalScrollBar()
         bar.actionTriggered.connect(self._on_user_action)
         bar.valueChanged.connect(self._on_value)
-        bar.rangeChanged.connect(lambda *_: self._sync_button())
+        bar.rangeChanged.connect(self._on_range)
         self.button = QToolButton(view)
         self.button.setObjectName("jumpToLatest")
         self.button.setText("↓ Jump to latest")
@@ -119,6 +119,14 @@ class Follower(QObject):
             self._set_following(True)  # scrolled back down to the newest text
         else:
             self._sync_button()
+
+    def _on_range(self, _minimum: int, maximum: int) -> None:
+        # Qt lays out text lazily: the range can still grow after the last scroll (a
+        # block laid out late, the stats line wrapping), so following sticks to the end.
+        bar = self._view.verticalScrollBar()
+        if self._following and bar.value() != maximum:
+            bar.setValue(maximum)
+        self._sync_button()
 
     def _sync_button(self) -> None:
         show = not self._following and not self.at_end()
