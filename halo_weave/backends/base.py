@@ -98,20 +98,14 @@ class Http:
 
     def get_json(self, path: str) -> dict | None:
         """``path``'s JSON object, or ``None`` when the server has no such endpoint / no JSON."""
-        response = self.request("GET", path, raw=True)
-        if response.status_code in (401, 403):
-            raise BackendAuthError(auth_sentence(self.base_url, response.status_code))
-        if response.status_code >= 400:
-            return None
-        try:
-            data = response.json()
-        except ValueError:
-            return None
-        return data if isinstance(data, dict) else None
+        return self._object_or_none(self.request("GET", path, raw=True))
 
     def post_json(self, path: str, body: dict) -> dict | None:
         """Like :meth:`get_json` for a POST."""
-        response = self.request("POST", path, body, raw=True)
+        return self._object_or_none(self.request("POST", path, body, raw=True))
+
+    def _object_or_none(self, response) -> dict | None:
+        """The answer's JSON object; ``None`` for an error status or no object; auth raises."""
         if response.status_code in (401, 403):
             raise BackendAuthError(auth_sentence(self.base_url, response.status_code))
         if response.status_code >= 400:

