@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import calendar
 import json
-import os
 import re
-import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,8 +43,8 @@ from typing import Any, Callable, Sequence
 from ..conversation import Conversation, Framing
 from ..errors import TransferError
 from ..settings import Settings
-from ..store import ConversationStore, conversations_dir, new_conversation_path
-from .transfer import MAX_FILE_BYTES
+from ..store import ConversationStore
+from .transfer import MAX_FILE_BYTES, write_new_conversation
 
 #: The longest single message accepted (characters).
 MAX_MESSAGE_CHARS = 4 << 20
@@ -408,24 +406,14 @@ def write_chat(chat: ForeignChat, data_dir: Path, tokenize: Tokenize, framing: F
     pruned = []
     if settings.max_context_tokens > 0:  # no attention yet: the oldest go first
         pruned = conv.prune_to_fit(settings.max_context_tokens, by_age=True, keep_latest_exchange=True)
-    final = new_conversation_path(data_dir)
-    tmp = conversations_dir(data_dir) / f".import-{secrets.token_hex(6)}.tmp"
-    try:
-        store = ConversationStore.open(tmp)
-        try:
-            with store.transaction():
-                for turn in conv.turns.values():
-                    store.save_turn(conv, turn)
-                if pruned:
-                    store.save_chunks(conv, pruned)
-                store.set_meta("title", chat.title)
-                store.set_meta("imported_from", {"app": chat.source, "messages": len(chat.messages),
-                                                 "skipped": chat.skipped})
-        finally:
-            store.close()
-        os.replace(tmp, final)
-    except BaseException:
-        for suffix in ("", "-wal", "-shm"):
-            Path(f"{tmp}{suffix}").unlink(missing_ok=True)
-        raise
-    return final
+    def fill(store: ConversationStore) -> None:
+        with store.transaction():
+            for turn in conv.turns.values():
+                store.save_turn(conv, turn)
+            if pruned:
+                store.save_chunks(conv, pruned)
+            store.set_meta("title", chat.title)
+            store.set_meta("imported_from", {"app": chat.source, "messages": len(chat.messages),
+                                             "skipped": chat.skipped})
+
+    return write_new_conversation(data_dir, fill)

@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 from pathlib import Path
+from typing import Callable
 
 from ..errors import TransferError
 from ..store import ConversationStore
@@ -129,13 +130,22 @@ def import_conversation(path: Path, data_dir: Path, vocab_size: int | None = Non
 
 # ---------------------------------------------------------------------- writing
 def _write(plan: dict, data_dir: Path) -> Path:
+    def fill(store: ConversationStore) -> None:
+        with store.transaction() as conn:
+            _insert(conn, plan)
+
+    return write_new_conversation(data_dir, fill)
+
+
+def write_new_conversation(data_dir: Path, fill: Callable[[ConversationStore], None]) -> Path:
+    """Create a conversation file all at once: ``fill`` writes a hidden temporary file,
+    which then takes its final name; on any failure nothing is left behind."""
     final = new_conversation_path(data_dir)
     tmp = conversations_dir(data_dir) / f".import-{secrets.token_hex(6)}.tmp"
     try:
         store = ConversationStore.open(tmp)
         try:
-            with store.transaction() as conn:
-                _insert(conn, plan)
+            fill(store)
         finally:
             store.close()
         os.replace(tmp, final)
