@@ -8,16 +8,16 @@ Everything that decides what the model sees lives here, Qt-free and without I/O:
   content chunk of their turn is live.  The system prompt is a fixed prefix of the input,
   never scored and never pruned.
 * Content is cut into chunks at paragraph / code boundaries (see :mod:`.core.chunking`).  A
-  chunk is identified by ``(turn_id, sentence_id, role)``; sentence 0 is the turn's anchor.
+  chunk is identified by ``(turn_id, chunk_index, role)``; chunk 0 is the turn's anchor.
 * :meth:`Conversation.apply_attention` runs one magnitude-voting step per generated token.
 * :meth:`Conversation.prune_to_fit` drops the unpinned chunk with the lowest *peak*
   brightness until the context fits (:mod:`.core.pruning`), with seed 001 §9's anchor
   protection (:mod:`.core.anchors`: what leaves and comes back together).
 * :meth:`Conversation.resurrect`, :meth:`pin`, :meth:`merge_with_next`,
-  :meth:`delete_chunk` are the user's and the semantic index's levers.
+  :meth:`prune_chunk` are the user's and the semantic index's levers.
 
 Only live tokens are held in the columnar :class:`TokenTable`; a pruned chunk's tokens
-move to a per-chunk record, and chunks that were already dead when the conversation was
+move to a per-chunk record, and chunks that were already pruned when the conversation was
 opened are fetched through ``chunk_loader`` (the store) when they come back.  Turns and
 chunks read from storage stay numpy columns until they are used (:mod:`.core.registry`).
 """
@@ -35,8 +35,8 @@ from .core.anchors import anchors_of, framing_of, live_content_count, with_frami
 from .core.chunking import BoundaryDetector
 from .core.framing import ROLES, Framing  # noqa: F401 - importable from here too
 from .core.records import (  # noqa: F401 - importable from here too
-    PREFIX_SENTENCE,
-    SUFFIX_SENTENCE,
+    PREFIX_INDEX,
+    SUFFIX_INDEX,
     Chunk,
     ChunkLoader,
     ChunkTokens,
@@ -64,10 +64,10 @@ class Conversation:
         self.next_position = 0
         self.next_turn_id = 0
         self.next_chunk_id = 0
-        #: Texts of the live chunks (and of dead chunks pruned in this session).
+        #: Texts of the live chunks (and of pruned chunks pruned in this session).
         self._texts: dict[int, list[str]] = {}
         #: Token data of chunks pruned in this session, kept for cheap resurrection.
-        self._dead_tokens: dict[int, ChunkTokens] = {}
+        self._pruned_tokens: dict[int, ChunkTokens] = {}
         self.chunk_loader: ChunkLoader | None = None
         self._open_turn: Turn | None = None
         self._detector = BoundaryDetector()
@@ -107,7 +107,7 @@ class Conversation:
         self._detector = BoundaryDetector()
         self._boundary_pending = False
         ids, texts = self.framing.prefix.get(role, ([], []))
-        self._add_framing(turn, PREFIX_SENTENCE, ids, texts)
+        self._add_framing(turn, PREFIX_INDEX, ids, texts)
         return turn
 
     def append_token(self, token_id: int, text: str, *, tool_result: bool = False) -> Chunk:
@@ -117,7 +117,7 @@ class Conversation:
             raise ConversationError("no open turn to append to")
         chunk = self._current_content_chunk(turn, tool_result)
         if chunk is None or self._boundary_pending or chunk.tool_result != tool_result:
-            chunk = self._new_chunk(turn, self._next_sentence_id(turn), tool_result=tool_result)
+            chunk = self._new_chunk(turn, self._next_chunk_index(turn), tool_result=tool_result)
             self._boundary_pending = False
         self._append_row(chunk, token_id, text, framing=False)
         if self._detector.feed(text) and chunk.token_count >= self.settings.min_chunk_tokens:
@@ -130,7 +130,7 @@ class Conversation:
         if turn is None:
             raise ConversationError("no open turn to end")
         ids, texts = self.framing.suffix.get(turn.role, ([], []))
-        self._add_framing(turn, SUFFIX_SENTENCE, ids, texts)
+        self._add_framing(turn, SUFFIX_INDEX, ids, texts)
         turn.complete = True
         self._open_turn = None
         return turn
@@ -140,7 +140,7 @@ class Conversation:
         return self._open_turn
 
     def resume_turn(self, turn_id: int) -> Turn:
-        """Reopen the last turn (restored incomplete after a crash) to close or extend it."""
+        """Reopen the last turn (rehydrated incomplete after a crash) to close or extend it."""
         if self._open_turn is not None:
             raise ConversationError("another turn is still open")
         if turn_id != self.turns.last():
@@ -170,7 +170,7 @@ class Conversation:
         for chunk in chunks:
             del self.chunks[chunk.id]
             self._texts.pop(chunk.id, None)
-            self._dead_tokens.pop(chunk.id, None)
+            self._pruned_tokens.pop(chunk.id, None)
         del self.turns[turn_id]
         return turn, chunks
 
@@ -219,15 +219,15 @@ class Conversation:
                 return chunk
         return None
 
-    def _next_sentence_id(self, turn: Turn) -> int:
-        content = [self.chunks[c].sentence_id for c in turn.chunk_ids if not self.chunks[c].framing]
+    def _next_chunk_index(self, turn: Turn) -> int:
+        content = [self.chunks[c].chunk_index for c in turn.chunk_ids if not self.chunks[c].framing]
         return max(content) + 1 if content else 0
 
-    def _new_chunk(self, turn: Turn, sentence_id: int, *, tool_result: bool = False) -> Chunk:
+    def _new_chunk(self, turn: Turn, chunk_index: int, *, tool_result: bool = False) -> Chunk:
         chunk = Chunk(
             id=self.next_chunk_id,
             turn_id=turn.turn_id,
-            sentence_id=sentence_id,
+            chunk_index=chunk_index,
             role=turn.role,
             start=self.next_position,
             tool_result=tool_result,
@@ -238,10 +238,10 @@ class Conversation:
         turn.chunk_ids.append(chunk.id)
         return chunk
 
-    def _add_framing(self, turn: Turn, sentence_id: int, ids: Sequence[int], texts: Sequence[str]) -> None:
+    def _add_framing(self, turn: Turn, chunk_index: int, ids: Sequence[int], texts: Sequence[str]) -> None:
         if not ids:
             return
-        chunk = self._new_chunk(turn, sentence_id)
+        chunk = self._new_chunk(turn, chunk_index)
         for token_id, text in zip(ids, texts, strict=True):
             self._append_row(chunk, token_id, text, framing=True)
 
@@ -267,12 +267,12 @@ class Conversation:
         """Tokens the model sees now, system prompt included."""
         return len(self.system_ids) + len(self.table)
 
-    def chunk_by_key(self, turn_id: int, sentence_id: int, role: str) -> Chunk | None:
+    def chunk_by_key(self, turn_id: int, chunk_index: int, role: str) -> Chunk | None:
         turn = self.turns.get(turn_id)
         if turn is None or turn.role != role:
             return None
         return next((c for c in map(self.chunks.__getitem__, turn.chunk_ids)
-                     if c.sentence_id == sentence_id), None)
+                     if c.chunk_index == chunk_index), None)
 
     def content_chunks(self, turn_id: int) -> list[Chunk]:
         """The non-framing chunks of a turn, in order."""
@@ -280,7 +280,7 @@ class Conversation:
 
     def live_chunks(self) -> list[Chunk]:
         """Live chunks in position order (framing included)."""
-        ids, _ = self.table.segments()
+        ids, _ = self.table.chunk_spans()
         return [self.chunks[int(c)] for c in ids]
 
     def chunk_rows(self, chunk: Chunk) -> slice:
@@ -290,16 +290,16 @@ class Conversation:
         return self.table.rows_of_chunk(chunk.id, chunk.start, chunk.token_count)
 
     def chunk_texts(self, chunk_id: int) -> list[str]:
-        """Token texts of a chunk (loading a long-dead chunk through the store)."""
+        """Token texts of a chunk (loading a long-pruned chunk through the store)."""
         if chunk_id not in self._texts:
-            self._texts[chunk_id] = self._load_dead([chunk_id])[chunk_id].texts
+            self._texts[chunk_id] = self._load_pruned([chunk_id])[chunk_id].texts
         return self._texts[chunk_id]
 
     def chunk_text(self, chunk_id: int) -> str:
         return "".join(self.chunk_texts(chunk_id))
 
     def chunk_tokens(self, chunk_id: int) -> ChunkTokens:
-        """A copy of a chunk's tokens, live or dead."""
+        """A copy of a chunk's tokens, live or pruned."""
         chunk = self.chunks[chunk_id]
         if chunk.live:
             rows = self.chunk_rows(chunk)
@@ -307,18 +307,18 @@ class Conversation:
                 self.table.token_id[rows].copy(), list(self._texts[chunk_id]),
                 self.table.brightness[rows].copy(),
             )
-        return self._load_dead([chunk_id])[chunk_id]
+        return self._load_pruned([chunk_id])[chunk_id]
 
     def tokens_in_memory(self, chunk_id: int) -> ChunkTokens | None:
         """A chunk's tokens when held in memory (live, or pruned this session), else None."""
         chunk = self.chunks[chunk_id]
         if chunk.live:
             return self.chunk_tokens(chunk_id)
-        return self._dead_tokens.get(chunk_id)
+        return self._pruned_tokens.get(chunk_id)
 
     def chunk_peaks(self) -> tuple[np.ndarray, np.ndarray]:
         """(chunk ids, peak brightness) of the live chunks, in position order."""
-        ids, starts = self.table.segments()
+        ids, starts = self.table.chunk_spans()
         if len(ids) == 0:
             return ids, np.zeros(0, np.int32)
         return ids, np.maximum.reduceat(self.table.brightness, starts)
@@ -327,7 +327,7 @@ class Conversation:
         chunk = self.chunks[chunk_id]
         if chunk.live:
             return int(self.table.brightness[self.chunk_rows(chunk)].max())
-        return int(chunk.brightness_at_deletion or 0)
+        return int(chunk.brightness_at_prune or 0)
 
     def scored_mask(self) -> np.ndarray:
         """Rows that attention votes on: content tokens (and not the open turn, if so set)."""
@@ -343,7 +343,7 @@ class Conversation:
 
     def graveyard(self) -> ChunkList:
         """Pruned content chunks, newest first (each made an object when first read)."""
-        ids, _ = self.chunks.dead_content()
+        ids, _ = self.chunks.pruned_content()
         return ChunkList(self.chunks, ids[::-1].tolist())
 
     # ------------------------------------------------------------------ brightness
@@ -398,20 +398,20 @@ class Conversation:
         if limit <= 0 or self.live_token_count() <= limit:
             return []
         spared = self.turns.last("user") if keep_latest_exchange else None
-        doomed = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared)
-        return self._kill(doomed) if doomed else []
+        chosen = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared)
+        return self._prune_chunks(chosen) if chosen else []
 
-    def delete_chunk(self, chunk_id: int) -> list[Chunk]:
+    def prune_chunk(self, chunk_id: int) -> list[Chunk]:
         """Prune one chunk by hand (the user's decision overrides anchor protection)."""
         chunk = self.chunks[chunk_id]
         if chunk.framing or not chunk.live:
-            raise ConversationError(f"chunk {chunk.key} cannot be deleted")
+            raise ConversationError(f"chunk {chunk.key} cannot be pruned")
         if self._open_turn is not None and chunk.turn_id == self._open_turn.turn_id:
-            raise ConversationError("cannot delete from the turn being generated")
+            raise ConversationError("cannot prune from the turn being generated")
         chunk.pinned = False
-        return self._kill([chunk])
+        return self._prune_chunks([chunk])
 
-    def _kill(self, chunks: list[Chunk]) -> list[Chunk]:
+    def _prune_chunks(self, chunks: list[Chunk]) -> list[Chunk]:
         """Move chunks (and framing of turns left empty) out of the live table."""
         gone = {c.id for c in chunks}
         for turn_id in {c.turn_id for c in chunks}:
@@ -419,21 +419,21 @@ class Conversation:
                 continue
             if not live_content_count(self, turn_id, excluding=gone):
                 gone.update(f.id for f in framing_of(self, turn_id) if f.live)
-        killed = [self.chunks[c] for c in gone]
+        pruned = [self.chunks[c] for c in gone]
         table = self.table
-        for chunk in killed:
+        for chunk in pruned:
             rows = self.chunk_rows(chunk)
             values = table.brightness[rows].copy()
-            self._dead_tokens[chunk.id] = ChunkTokens(
+            self._pruned_tokens[chunk.id] = ChunkTokens(
                 table.token_id[rows].copy(), self._texts[chunk.id], values
             )
-            chunk.brightness_at_deletion = int(values.max()) if values.size else 0
+            chunk.brightness_at_prune = int(values.max()) if values.size else 0
         mask = ~np.isin(table.chunk_id, np.fromiter(gone, np.int32, len(gone)))
         table.keep(mask)
-        for chunk in killed:
+        for chunk in pruned:
             chunk.live = False
-        killed.sort(key=lambda c: c.start)
-        return killed
+        pruned.sort(key=lambda c: c.start)
+        return pruned
 
     # ------------------------------------------------------------------ resurrection
     def anchors_of(self, chunk: Chunk) -> list[Chunk]:
@@ -449,13 +449,13 @@ class Conversation:
         self,
         chunk_ids: Iterable[int],
         *,
-        brightness: str | int = "at_deletion",
+        brightness: str | int = "at_prune",
         pin: bool = False,
         with_anchors: bool = True,
     ) -> list[Chunk]:
-        """Bring dead chunks back at their original place.
+        """Bring pruned chunks back at their original place.
 
-        ``brightness`` is ``"at_deletion"`` (no gifts), ``"mean"`` (mean live
+        ``brightness`` is ``"at_prune"`` (no gifts), ``"mean"`` (mean live
         brightness) or a number (manual resurrection uses 10000 with ``pin=True``).
         Returns the chunks that came back (anchors and framing included).
         """
@@ -466,12 +466,12 @@ class Conversation:
         if pin:
             for chunk_id in chunk_ids:
                 self.chunks[chunk_id].pinned = True
-        revived = sorted((c for c in wanted.values() if not c.live), key=lambda c: c.start)
-        if not revived:
+        resurrected = sorted((c for c in wanted.values() if not c.live), key=lambda c: c.start)
+        if not resurrected:
             return []
         mean = int(round(self.mean_brightness()))
-        tokens = self._load_dead([c.id for c in revived])
-        for chunk in revived:
+        tokens = self._load_pruned([c.id for c in resurrected])
+        for chunk in resurrected:
             data = tokens[chunk.id]
             values = self._resurrected_brightness(chunk, data, brightness, mean)
             self.table.insert_rows(
@@ -483,9 +483,9 @@ class Conversation:
                 framing=chunk.framing,
             )
             self._texts[chunk.id] = list(data.texts)
-            self._dead_tokens.pop(chunk.id, None)
+            self._pruned_tokens.pop(chunk.id, None)
             chunk.live = True
-        return revived
+        return resurrected
 
     def _resurrected_brightness(self, chunk: Chunk, data: ChunkTokens, rule, mean: int) -> np.ndarray:
         count = chunk.token_count
@@ -495,17 +495,17 @@ class Conversation:
             return np.full(count, int(rule), np.int32)
         if rule == "mean":
             return np.full(count, mean, np.int32)
-        if rule == "at_deletion":
+        if rule == "at_prune":
             # Token-level values as they were when pruned: the earned shape survives.
             return data.brightness.astype(np.int32)
         raise ConversationError(f"unknown resurrection brightness rule {rule!r}")
 
-    def _load_dead(self, chunk_ids: Sequence[int]) -> dict[int, ChunkTokens]:
-        found = {c: self._dead_tokens[c] for c in chunk_ids if c in self._dead_tokens}
+    def _load_pruned(self, chunk_ids: Sequence[int]) -> dict[int, ChunkTokens]:
+        found = {c: self._pruned_tokens[c] for c in chunk_ids if c in self._pruned_tokens}
         missing = [c for c in chunk_ids if c not in found]
         if missing:
             if self.chunk_loader is None:
-                raise ConversationError(f"no tokens for dead chunks {missing}")
+                raise ConversationError(f"no tokens for pruned chunks {missing}")
             found.update(self.chunk_loader(missing))
         return found
 
@@ -549,11 +549,11 @@ class Conversation:
         del self.chunks[nxt.id]
         return chunk, nxt
 
-    # ------------------------------------------------------------------ restore
-    def restore_chunk(self, chunk: Chunk, tokens: ChunkTokens | None) -> None:
+    # ------------------------------------------------------------------ rehydration
+    def rehydrate_chunk(self, chunk: Chunk, tokens: ChunkTokens | None) -> None:
         """Re-register a chunk read from storage; ``tokens`` are given for live chunks.
 
-        Chunks must be restored in position order.  Used by the store's rehydration.
+        Chunks must come in position order.  Used by the store's rehydration.
         """
         self.chunks[chunk.id] = chunk
         self.turns[chunk.turn_id].chunk_ids.append(chunk.id)
@@ -586,5 +586,5 @@ class Conversation:
         texts = tokens.texts
         self._texts.update(zip(ids.tolist(), map(texts.__getitem__, map(slice, [0, *ends[:-1]], ends))))
         live = chunks.take(np.flatnonzero(chunks.live))
-        self.table.append_chunks(live.start, held, ids, live.turn_id, live.sentence_id < 0,
+        self.table.append_chunks(live.start, held, ids, live.turn_id, live.chunk_index < 0,
                                  tokens.token_ids, tokens.brightness)

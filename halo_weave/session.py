@@ -502,7 +502,7 @@ class ChatSession:
     def prune_chunk(self, chunk_id: int) -> list[Chunk]:
         """Prune a chunk by hand (it goes to the graveyard)."""
         conv = self.conv
-        pruned = conv.delete_chunk(chunk_id)
+        pruned = conv.prune_chunk(chunk_id)
         self._persist(lambda store: store.save_chunks(conv, list(pruned)))
         return pruned
 

@@ -13,7 +13,7 @@ from a ``tokens(position PK, ...)`` table through a ``(live, position)`` index a
 from chunk BLOBs, and the file held 38 vs 21 bytes per token; pruning or resurrecting a
 chunk is one row update instead of one per token.  Positions need no column: a chunk's
 tokens occupy ``start .. start + token_count``.  Chunk metadata lives in its own narrow
-table so that opening a conversation does not read every dead chunk's tokens, and it is
+table so that opening a conversation does not read every pruned chunk's tokens, and it is
 read as one row of joined columns (per-row Python cost dominates opening: ~20k chunks
 per million tokens).
 
@@ -67,7 +67,7 @@ from .storage.schema import (
 _COUNTERS = ("next_position", "next_turn_id", "next_chunk_id")
 _CHUNK_COLUMNS = (
     "id, turn_id, chunk_index, role, start, token_count, live, pinned, "
-    "brightness_at_deletion, tool_result"
+    "brightness_at_prune, tool_result"
 )
 
 
@@ -398,19 +398,19 @@ class ConversationStore:
 
     def save_brightness(self, conv: Conversation) -> None:
         """Persist the brightness of every live token (after a generation)."""
-        ids, starts = conv.table.segments()
-        pieces = np.split(conv.table.brightness, starts[1:])
+        ids, starts = conv.table.chunk_spans()
+        per_chunk = np.split(conv.table.brightness, starts[1:])
         with self.transaction():
             self.conn.executemany(
                 "UPDATE chunk_tokens SET brightness = ? WHERE chunk_id = ?",
-                [(pack_brightness(p), int(c)) for c, p in zip(ids, pieces)],
+                [(pack_brightness(p), int(c)) for c, p in zip(ids, per_chunk)],
             )
             self._touch()
 
     def save_chunks(self, conv: Conversation, chunks: Iterable[Chunk]) -> None:
-        """Persist state, pin, brightness at deletion and brightness of ``chunks``.
+        """Persist state, pin, brightness at prune and brightness of ``chunks``.
 
-        One transaction: use it for a prune, a resurrection, a pin or a deletion; inside
+        One transaction: use it for a prune, a resurrection, a pin or a prune by hand; inside
         :meth:`transaction` it joins the caller's transaction.
         """
         with self.transaction():
@@ -444,7 +444,7 @@ class ConversationStore:
         rows = []
         for chunk in chunks:
             tokens = conv.tokens_in_memory(chunk.id)
-            if tokens is not None:  # else long dead: its stored tokens are already right
+            if tokens is not None:  # else long pruned: its stored tokens are already right
                 rows.append((chunk.id, *pack_tokens(tokens.token_ids, tokens.texts, tokens.brightness)))
         self.conn.executemany(
             "INSERT OR REPLACE INTO chunk_tokens (chunk_id, token_ids, brightness, text, text_lengths) "
@@ -468,5 +468,5 @@ def _json_or_none(text: str) -> Any:
 
 
 def _chunk_row(c: Chunk) -> tuple:
-    return (c.id, c.turn_id, c.sentence_id, c.role, c.start, c.token_count, int(c.live),
-            int(c.pinned), c.brightness_at_deletion, int(c.tool_result))
+    return (c.id, c.turn_id, c.chunk_index, c.role, c.start, c.token_count, int(c.live),
+            int(c.pinned), c.brightness_at_prune, int(c.tool_result))

@@ -123,10 +123,10 @@ def main() -> None:
         pause(0.5)
         shot("04_pruned_graveyard")
 
-        dead = controller.conv.graveyard()
-        if dead:
-            controller.resurrect_chunk(dead[-1].id)
-            window.heatmap.scroll_to_chunk(dead[-1].id)
+        pruned = controller.conv.graveyard()
+        if pruned:
+            controller.resurrect_chunk(pruned[-1].id)
+            window.heatmap.scroll_to_chunk(pruned[-1].id)
             shot("05_resurrected")
 
         heatmap = window.heatmap

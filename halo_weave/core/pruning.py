@@ -34,7 +34,7 @@ def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None
          if not c.framing and not c.pinned and (spared is None or c.turn_id < spared)),
         key=rank,
     )
-    doomed: list[Chunk] = []
+    chosen: list[Chunk] = []
     while excess > 0:
         group = next(filter(None, (prunable_group(conv, c) for c in candidates)), None)
         if group is None:
@@ -45,8 +45,8 @@ def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None
         for turn_id in {m.turn_id for m in group}:
             if not live_content_count(conv, turn_id):
                 excess -= sum(f.token_count for f in framing_of(conv, turn_id))
-        doomed.extend(group)
+        chosen.extend(group)
         candidates = [c for c in candidates if c.live]
-    for chunk in doomed:
+    for chunk in chosen:
         chunk.live = True
-    return doomed
+    return chosen

@@ -272,9 +272,9 @@ class HeatmapView(QPlainTextEdit):
         if chunk is None:
             return ""
         kind = "tool result" if chunk.tool_result else chunk.role
-        anchor = " (anchor)" if chunk.anchor else ""
+        anchor = ", anchor" if chunk.anchor else ""
         lines = [
-            f"Turn {chunk.turn_id} · {kind} · chunk {chunk.id} (sentence {chunk.sentence_id}{anchor})",
+            f"Turn {chunk.turn_id} · {kind} · chunk {chunk.id} (S{chunk.chunk_index} of its turn{anchor})",
             f"{chunk.token_count:,} tokens · peak brightness {conv.chunk_peak(chunk_id):,}",
         ]
         if chunk.pinned:
