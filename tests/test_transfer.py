@@ -168,7 +168,7 @@ def _pruned_mismatch(doc):
 
 MUTATIONS = {
     "wrong format": (_set("format", "chatgpt-export"), "not a Halo Weave export"),
-    "newer version": (_set("version", 3), "version 3"),
+    "newer version": (_set("version", 4), "version 4"),
     "version as text": (_set("version", "1"), "version '1'"),
     "token id as text": (_set("tokens.token_id.3", "17"), "tokens.token_id"),
     "brightness as float": (_set("tokens.brightness.0", 12.5), "tokens.brightness"),
@@ -198,7 +198,7 @@ RAW = {
     "truncated": (lambda text: text[: len(text) // 2], "not valid JSON"),
     "not an object": (lambda text: "[1, 2, 3]", "expected a JSON object"),
     "NaN": (lambda text: text.replace('"reference_count":2', '"reference_count":NaN', 1), "NaN"),
-    "number with 400 digits": (lambda text: text.replace('"version":2', '"version":' + "9" * 400, 1),
+    "number with 400 digits": (lambda text: text.replace('"version":3', '"version":' + "9" * 400, 1),
                                "out of range"),
     "deep nesting": (lambda text: text[:-1] + ',"x":' + "[" * 100_000 + "]" * 100_000 + "}",
                      "not a usable export"),
