@@ -163,8 +163,8 @@ def main() -> None:
         shot("09_open_dialog", picker)
         picker.close()
 
-        window.notes_action.trigger()  # View → Show notes
-        window.record_action.trigger()  # View → Record attention
+        window.menus.notes_action.trigger()  # View → Show notes
+        window.menus.record_action.trigger()  # View → Record attention
         controller.send("Please note where I'm travelling.", answer_prefix=NOTES_CALL)
         wait(lambda: not controller.busy)
         controller.wait_for_indexing(120)
