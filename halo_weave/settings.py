@@ -75,6 +75,13 @@ class Settings:
     server_context_tokens: int = 0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
 
+    # Proxy attention, for a server that sends none: the bundled model reads each finished
+    # exchange and its attention lights the heatmap.  It drives pruning only when asked:
+    # docs/memory-benchmark.md found the bundled model's attention pruning no better than
+    # oldest-first (fifo-halo 0.603 vs halo 0.578 on conv-30).
+    proxy_attention: bool = True
+    proxy_pruning: bool = False
+
     # Debugging
     record_attention: bool = False  # stream every token's attention to <data dir>/captures
 
