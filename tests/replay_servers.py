@@ -10,7 +10,7 @@ vocabulary the recording was made with (BOS included, as recorded).
 
 :class:`LlamaReplay` follows llama.cpp's server documentation (``/props``,
 ``/tokenize`` with pieces, ``/detokenize``, ``/completion`` streaming with token ids,
-``stop_type``, ``tokens_cached``).  Both speak HTTP/1.0 and close after each answer.
+``stop_type``, ``timings.cache_n``; checked against a real llama-server).  Both speak HTTP/1.0 and close after each answer.
 
 A test scripts the answer (``answer_chunks``), a delay between events (to press Stop),
 or ``die_after`` events (the connection is reset, as when the server process dies).
@@ -276,10 +276,14 @@ class LlamaReplay(_Base):
             if n + len(ids) > limit:
                 break
             n += len(ids)
-            self._last_prompt.extend(ids)  # the slot's cache holds what it generated too
+            self._last_prompt.extend(ids)  # the slot's cache holds what it generated too…
             yield {"content": chunk, "tokens": ids, "stop": False, "id_slot": 0}
+        if n:
+            self._last_prompt.pop()  # …but its last token, sampled and never evaluated
         yield {"content": "", "tokens": [], "stop": True, "stop_type": "eos" if n < limit else "limit",
-               "tokens_predicted": n, "tokens_evaluated": n_prompt, "tokens_cached": cached,
+               # As a real llama-server says it: tokens_cached is what the slot holds now
+               # (prompt + answer but its last token), timings.cache_n the reused prefix.
+               "tokens_predicted": n, "tokens_evaluated": n_prompt, "tokens_cached": n_prompt + max(0, n - 1),
                "timings": {"cache_n": cached, "prompt_n": n_prompt - cached}}
 
 
