@@ -52,7 +52,7 @@ class Settings:
     highlight_fraction: float = 0.20  # brightest share of tokens highlighted in the heatmap
 
     # Semantic resurrection
-    resurrection_brightness: str = "at_deletion"  # or "mean"
+    resurrection_brightness: str = "at_prune"  # or "mean"
     resurrection_budget_cap: int = 0  # 0 = no cap beyond the universal equation
     query_max_results: int = 20
     user_similarity_boost: float = 1.5

@@ -37,7 +37,7 @@ def test_anchor_pairs_leave_together_and_only_last():
     conv = _conversation()
     pruned = conv.prune_to_fit(conv.live_token_count() - 5, by_age=True)
     # The oldest non-anchor goes first; the question's S0 stays while its turn has more.
-    assert [(c.turn_id, c.sentence_id) for c in pruned if not c.framing] == [(0, 1)]
+    assert [(c.turn_id, c.chunk_index) for c in pruned if not c.framing] == [(0, 1)]
     conv.prune_to_fit(conv.live_token_count() // 2, by_age=True)
     user_s0, answer_s0 = conv.chunk_by_key(0, 0, "user"), conv.chunk_by_key(1, 0, "assistant")
     assert user_s0.live == answer_s0.live

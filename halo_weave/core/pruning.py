@@ -3,15 +3,16 @@
 Chunks are ranked by peak brightness; an anchor pair leaves together, so it is ranked by
 its brighter member and goes only once both have dimmed (:mod:`.anchors`).  Ranked by age
 instead, the oldest go first (a server that sends no attention gives brightness no
-meaning).  The selection is a function of a
-:class:`~halo_weave.conversation.Conversation` (``conv``); pruning itself is the
-conversation's.
+meaning).  Both the selection and the taking out are functions of a
+:class:`~halo_weave.conversation.Conversation` (``conv``).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from .anchors import anchor_partner, framing_of, live_content_count, prunable_group
-from .records import Chunk
+from .records import Chunk, ChunkTokens
 
 
 def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None) -> list[Chunk]:
@@ -34,7 +35,7 @@ def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None
          if not c.framing and not c.pinned and (spared is None or c.turn_id < spared)),
         key=rank,
     )
-    doomed: list[Chunk] = []
+    chosen: list[Chunk] = []
     while excess > 0:
         group = next(filter(None, (prunable_group(conv, c) for c in candidates)), None)
         if group is None:
@@ -45,8 +46,33 @@ def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None
         for turn_id in {m.turn_id for m in group}:
             if not live_content_count(conv, turn_id):
                 excess -= sum(f.token_count for f in framing_of(conv, turn_id))
-        doomed.extend(group)
+        chosen.extend(group)
         candidates = [c for c in candidates if c.live]
-    for chunk in doomed:
+    for chunk in chosen:
         chunk.live = True
-    return doomed
+    return chosen
+
+
+def take_out(conv, chunks: list[Chunk]) -> list[Chunk]:
+    """Prune ``chunks``: move them (and the framing of turns left empty) out of the live
+    table, keeping their tokens for a cheap resurrection and their peak as
+    ``brightness_at_prune``.  Returns every chunk pruned, in position order."""
+    gone = {c.id for c in chunks}
+    open_turn = conv.open_turn
+    for turn_id in {c.turn_id for c in chunks}:
+        if open_turn is not None and turn_id == open_turn.turn_id:
+            continue
+        if not live_content_count(conv, turn_id, excluding=gone):
+            gone.update(f.id for f in framing_of(conv, turn_id) if f.live)
+    pruned = [conv.chunks[c] for c in gone]
+    table = conv.table
+    for chunk in pruned:
+        rows = conv.chunk_rows(chunk)
+        values = table.brightness[rows].copy()
+        conv._pruned_tokens[chunk.id] = ChunkTokens(table.token_id[rows].copy(), conv._texts[chunk.id], values)
+        chunk.brightness_at_prune = int(values.max()) if values.size else 0
+    table.keep(~np.isin(table.chunk_id, np.fromiter(gone, np.int32, len(gone))))
+    for chunk in pruned:
+        chunk.live = False
+    pruned.sort(key=lambda c: c.start)
+    return pruned

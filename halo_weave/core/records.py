@@ -7,9 +7,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-#: Sentence ids of a turn's framing chunks (chat-template tokens before / after content).
-PREFIX_SENTENCE = -1
-SUFFIX_SENTENCE = -2
+#: Chunk indices of a turn's framing chunks (chat-template tokens before / after content).
+PREFIX_INDEX = -1
+SUFFIX_INDEX = -2
 
 
 @dataclass
@@ -18,27 +18,27 @@ class Chunk:
 
     id: int
     turn_id: int
-    sentence_id: int
+    chunk_index: int
     role: str
     start: int  # absolute position of its first token; positions are contiguous
     token_count: int = 0
     live: bool = True
     pinned: bool = False
-    brightness_at_deletion: int | None = None
+    brightness_at_prune: int | None = None
     tool_result: bool = False
 
     @property
     def key(self) -> tuple[int, int, str]:
-        """Chunk identity: ``(turn_id, sentence_id, role)``."""
-        return (self.turn_id, self.sentence_id, self.role)
+        """Chunk identity: ``(turn_id, chunk_index, role)``."""
+        return (self.turn_id, self.chunk_index, self.role)
 
     @property
     def framing(self) -> bool:
-        return self.sentence_id < 0
+        return self.chunk_index < 0
 
     @property
     def anchor(self) -> bool:
-        return self.sentence_id == 0
+        return self.chunk_index == 0
 
     @property
     def end(self) -> int:

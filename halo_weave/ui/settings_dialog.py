@@ -23,7 +23,7 @@ from ..settings import DEFAULT_SYSTEM_PROMPT, Settings
 from .settings_io import RANGES, settings_problems
 
 BRIGHTNESS_RULES = (
-    ("at_deletion", "Brightness when pruned (no gifts)"),
+    ("at_prune", "Brightness when pruned (no gifts)"),
     ("mean", "Mean live brightness"),
 )
 ATTENTION_FORMATS = (

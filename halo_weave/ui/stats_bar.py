@@ -8,6 +8,9 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
 
 from . import colors
 
+#: Widest the connection detail (model name, loading progress) may get, in pixels.
+CONNECTION_DETAIL_PX = 280
+
 #: Connection state -> (light colour, words for the tooltip).
 CONNECTION_STATES: dict[str, tuple[tuple[int, int, int], str]] = {
     "connecting": ((230, 180, 60), "Connecting"),
@@ -70,6 +73,9 @@ class StatsBar(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        #: The connection's detail as shown (elided), and whole (in the tooltip).
+        self.connection_detail = ""
+        self._connection_full = ""
         self.setObjectName("statsBar")
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.budget_label = QLabel()
@@ -143,6 +149,18 @@ class StatsBar(QWidget):
         self.connection_light.setToolTip(tip)
         self.connection_label.setToolTip(tip)
         self._state = state
+
+    def show_connection(self, state: str, detail: str | None = None) -> None:
+        """:meth:`set_connection` with a new ``detail`` elided to fit (a loader log line must
+        not widen the bar, and so the window) and whole in the tooltip; without ``detail``
+        the last one stays."""
+        if detail is not None:
+            self._connection_full = detail
+            self.connection_detail = self.connection_label.fontMetrics().elidedText(
+                detail, Qt.TextElideMode.ElideRight, CONNECTION_DETAIL_PX)
+        self.set_connection(state, self.connection_detail)
+        if self._connection_full:
+            self.connection_label.setToolTip(self._connection_full)
 
     def connection_state(self) -> str:
         return self._state

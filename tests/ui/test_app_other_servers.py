@@ -66,11 +66,11 @@ def test_text_mode_through_llama_cpp_python_chat_stop_prune_resurrect_export(qtb
     # Prune: long messages push the oldest chunks (the cat) into the graveyard, oldest first.
     for _ in range(2):
         assert app.say(LONG_MESSAGE) in ("stop", "length")
-    dead = conv.graveyard()
-    assert dead and window.graveyard.model().total_count() == len(dead)
+    pruned = conv.graveyard()
+    assert pruned and window.graveyard.model().total_count() == len(pruned)
     live = [ch for ch in conv.live_chunks() if not ch.framing]
-    assert min(ch.start for ch in dead) < min(ch.start for ch in live), "the oldest went first"
-    mochi = [ch for ch in dead if ch.role == "user" and "Mochi" in conv.chunk_text(ch.id)]
+    assert min(ch.start for ch in pruned) < min(ch.start for ch in live), "the oldest went first"
+    mochi = [ch for ch in pruned if ch.role == "user" and "Mochi" in conv.chunk_text(ch.id)]
     assert mochi, "the user's chunk about the cat was pruned"
 
     # Resurrect: asking about the cat brings its chunk back from the semantic index.

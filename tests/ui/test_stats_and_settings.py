@@ -137,7 +137,7 @@ def test_dialog_shows_seed_defaults(dialog):
     assert e["top_p"].value() == pytest.approx(0.9)
     assert e["max_context_tokens"].value() == 2000
     assert e["min_chunk_tokens"].value() == 64
-    assert e["resurrection_brightness"].currentData() == "at_deletion"
+    assert e["resurrection_brightness"].currentData() == "at_prune"
     assert e["attention_format"].currentData() == "aggregated"
     assert e["system_prompt"].toPlainText() == Settings().system_prompt
     e["max_context_tokens"].setValue(0)
