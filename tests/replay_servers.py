@@ -10,7 +10,7 @@ vocabulary the recording was made with (BOS included, as recorded).
 
 :class:`LlamaReplay` follows llama.cpp's server documentation (``/props``,
 ``/tokenize`` with pieces, ``/detokenize``, ``/completion`` streaming with token ids,
-``stop_type``, ``tokens_cached``).  Both speak HTTP/1.0 and close after each answer.
+``stop_type``, ``timings.cache_n``; checked against a real llama-server).  Both speak HTTP/1.0 and close after each answer.
 
 A test scripts the answer (``answer_chunks``), a delay between events (to press Stop),
 or ``die_after`` events (the connection is reset, as when the server process dies).
@@ -151,6 +151,7 @@ class KoboldReplay(_Base):
         super().__init__(tokenizer)
         self._abort_keys: set[str] = set()
         self.ignore_abort = False  # a server that says it stopped but streams on
+        self.password: str | None = None  # as `koboldcpp.py --password`: POSTs need the key
 
     def recorded(self, handler, name: str) -> None:
         status, headers, body = load_recording(name)
@@ -161,7 +162,9 @@ class KoboldReplay(_Base):
         files = {"/api/v1/model": "01_model.txt", "/api/extra/version": "02_version.txt",
                  "/api/extra/true_max_context_length": "03_true_max_context.txt",
                  "/api/v1/config/max_context_length": "04_max_context.txt"}
-        if handler.path in files:
+        if handler.path == "/api/v1/model" and self.password:
+            self.send_json(handler, {"result": "koboldcpp/protected-model"})  # the name is hidden
+        elif handler.path in files:
             self.recorded(handler, files[handler.path])
         else:
             self.send(handler, 404, b"", "text/html")
@@ -171,8 +174,17 @@ class KoboldReplay(_Base):
 
     def post(self, handler, body: dict) -> None:
         path = handler.path
+        if self.password and handler.headers.get("Authorization") != f"Bearer {self.password}":
+            # What a real KoboldCPP 1.76 started with --password answers.
+            self.send_json(handler, {"detail": {"error": "Unauthorized", "msg": "Authentication key is missing or "
+                                                "invalid.", "type": "unauthorized"}}, 401)
+            return
         if path == "/api/extra/tokencount":
-            ids = [1] + self.tok.ids(str(body.get("prompt", "")))  # BOS included, as recorded
+            ids = self.tok.ids(str(body.get("prompt", "")))
+            # As recorded and as a real 1.76 counts: a BOS (id 1) is added unless the text
+            # starts with one or the request says "special": false.
+            if body.get("special", True) is not False and ids[:1] != [1]:
+                ids = [1] + ids
             self.send_json(handler, {"value": len(ids), "ids": ids})
         elif path == "/api/v1/tokenize":
             self.recorded(handler, "06_tokenize_missing.txt")
@@ -276,10 +288,14 @@ class LlamaReplay(_Base):
             if n + len(ids) > limit:
                 break
             n += len(ids)
-            self._last_prompt.extend(ids)  # the slot's cache holds what it generated too
+            self._last_prompt.extend(ids)  # the slot's cache holds what it generated too…
             yield {"content": chunk, "tokens": ids, "stop": False, "id_slot": 0}
+        if n:
+            self._last_prompt.pop()  # …but its last token, sampled and never evaluated
         yield {"content": "", "tokens": [], "stop": True, "stop_type": "eos" if n < limit else "limit",
-               "tokens_predicted": n, "tokens_evaluated": n_prompt, "tokens_cached": cached,
+               # As a real llama-server says it: tokens_cached is what the slot holds now
+               # (prompt + answer but its last token), timings.cache_n the reused prefix.
+               "tokens_predicted": n, "tokens_evaluated": n_prompt, "tokens_cached": n_prompt + max(0, n - 1),
                "timings": {"cache_n": cached, "prompt_n": n_prompt - cached}}
 
 

@@ -69,7 +69,9 @@ def _detect(http: Http, url: str, api_key: str | None, tokenizer):
             ours = "halo_weave" in version or "supports_attention" in model
             return AttentionKobold(url, kind="halo" if ours else "koboldcpp-fork", api_key=api_key,
                                    version=str(version.get("halo_weave") or version.get("version") or "") or None)
-        count = _post(http, "/api/extra/tokencount", {"prompt": "hi"})
+        # Not _post: a --password server refuses the counter without the key, and that is
+        # what the user must be told (not that the counter is missing).
+        count = http.post_json("/api/extra/tokencount", {"prompt": "hi"})
         if count is None or not isinstance(count.get("value"), int):
             raise BackendUnusable(
                 f"The server at {url} looks like KoboldCPP {version.get('version', '')}".rstrip()
@@ -78,7 +80,7 @@ def _detect(http: Http, url: str, api_key: str | None, tokenizer):
         from .koboldcpp import StockKobold
 
         return StockKobold(url, version=str(version["version"]) if version.get("version") else None,
-                           tokenizer=tokenizer)
+                           api_key=api_key, tokenizer=tokenizer)
 
     props = get("/props")
     if props is not None and ("default_generation_settings" in props or "total_slots" in props):
