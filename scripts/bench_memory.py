@@ -60,7 +60,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--methods", default="", help="comma-separated methods (default: all)")
     p.add_argument("--max-turns", type=int, default=0,
                    help="replay only the first N turns (questions whose evidence lies there)")
-    p.add_argument("--kv", choices=["llamacpp", "shift", "exact", "engine"], default="llamacpp",
+    p.add_argument("--kv", choices=["llamacpp", "shift", "exact", "engine"], default="shift",
                    help="teacher-forcing source: the llama.cpp engine with its KV surgery "
                         "(default; the only one giving log-likelihoods), or transformers "
                         "(memory_bench/attention.py)")

@@ -122,8 +122,9 @@ class LlamaForcing:
             self.stats.restored_tokens += report.restored
             self.stats.by_mode[report.mode] = self.stats.by_mode.get(report.mode, 0) + 1
 
-    def force(self, input_ids: Sequence[int], forced_ids: Sequence[int]) -> Forced:
-        """Attention rows and log-probabilities of ``forced_ids`` after ``input_ids``."""
+    def force(self, input_ids: Sequence[int], forced_ids: Sequence[int], keys=None) -> Forced:
+        """Attention rows and log-probabilities of ``forced_ids`` after ``input_ids``
+        (``keys`` is not needed: the sync finds the edits from the ids)."""
         ids = [int(i) for i in input_ids]
         forced = [int(i) for i in forced_ids]
         if not ids or not forced:

@@ -3,6 +3,11 @@
 A *replay policy* is what stays live while the conversation is read (its own
 teacher-forced pass); a *method* is a replay plus a question-time rule.  Methods that
 only change question-time search share their replay (and its fidelity figures).
+
+Replays prune only (what attention keeps, against oldest-first), except the ``*-live``
+ones, which also resurrect on every user message as the app does (searching only what
+was said before it): those make the resurrection-brightness rule measurable, at several
+times the model work (every resurrected span not in the kept cells is run).
 """
 
 from __future__ import annotations
@@ -15,10 +20,10 @@ from .replay import Policy
 METHODS = [
     ("full", None, {}),
     ("fifo", "fifo", {}),
-    ("rag", "rag", {}),
+    ("rag", "fifo-halo", {}),  # between questions rag keeps the most recent P tokens
     ("brightness", "brightness", {}),
     ("halo", "halo", {}),
-    ("halo-mean", "halo-mean", {"rule": "mean"}),
+    ("halo-mean", "halo", {"rule": "mean"}),
     ("halo-noboost", "halo", {"user_similarity_boost": 1.0}),
     ("halo-hybrid", "halo", {"hybrid_search": True}),
     ("halo-vector", "halo", {"hybrid_search": False}),  # vector search only
@@ -34,33 +39,38 @@ METHODS = [
     ("halo-decay", "decay", {}),  # attention mass with a half-life of 256 generated tokens
     ("halo-decay-topk", "decay-topk", {}),  # ... chunks ranked by their top-4 mean
     ("halo-mass", "mass", {}),  # accumulated attention mass (H2O), new tokens at the median
+    # The app's resurrection on every user message during the replay too.
+    ("halo-live", "live", {}),
+    ("halo-live-mean", "live-mean", {"rule": "mean"}),
+    ("fifo-halo-live", "fifo-live", {}),
+    ("halo-decay-live", "decay-live", {}),
 ]
 
-QUICK_METHODS = ["full", "fifo", "rag", "brightness", "halo", "halo-mean", "halo-vector",
-                 "fifo-halo", "halo-decay", "halo-decay-topk", "halo-median", "halo-mass"]
+QUICK_METHODS = ["full", "fifo", "rag", "halo", "halo-mean", "halo-vector", "fifo-halo",
+                 "halo-decay", "halo-decay-topk", "halo-median", "halo-mass",
+                 "halo-live", "halo-live-mean", "fifo-halo-live"]
 
 
 def policies(prune_to: int, budget: int, hysteresis: float, half_life: int = 256) -> dict[str, Policy]:
     """Every replay policy by key (``budget``: C - max_new_tokens)."""
     age = (("prune_order", "age"),)
-    res = "at_deletion"
+    decay = (("brightness_rule", "decay"), ("brightness_half_life", half_life))
     return {
         "fifo": Policy("fifo", budget, settings=age),
         "brightness": Policy("brightness", budget),
-        "halo": Policy("halo", prune_to, resurrect=res),
-        "halo-mean": Policy("halo-mean", prune_to, resurrect="mean"),
-        "prefill": Policy("prefill", prune_to, score_user=True, resurrect=res),
-        "hyst": Policy("hyst", prune_to, hysteresis=hysteresis, resurrect=res),
-        "meanrank": Policy("meanrank", prune_to, rank="mean", resurrect=res),
-        "fifo-halo": Policy("fifo-halo", prune_to, settings=age, resurrect=res),
-        "rag": Policy("rag", prune_to, settings=age, resurrect="plain"),
-        "median": Policy("median", prune_to, settings=(("new_token_brightness", "median"),), resurrect=res),
-        "decay": Policy("decay", prune_to, resurrect=res, settings=(
-            ("brightness_rule", "decay"), ("brightness_half_life", half_life))),
-        "decay-topk": Policy("decay-topk", prune_to, resurrect=res, settings=(
-            ("brightness_rule", "decay"), ("brightness_half_life", half_life), ("chunk_rank", "topk"))),
-        "mass": Policy("mass", prune_to, resurrect=res, settings=(
-            ("brightness_rule", "mass"), ("new_token_brightness", "median"))),
+        "halo": Policy("halo", prune_to),
+        "prefill": Policy("prefill", prune_to, score_user=True),
+        "hyst": Policy("hyst", prune_to, hysteresis=hysteresis),
+        "meanrank": Policy("meanrank", prune_to, rank="mean"),
+        "fifo-halo": Policy("fifo-halo", prune_to, settings=age),
+        "median": Policy("median", prune_to, settings=(("new_token_brightness", "median"),)),
+        "decay": Policy("decay", prune_to, settings=decay),
+        "decay-topk": Policy("decay-topk", prune_to, settings=decay + (("chunk_rank", "topk"),)),
+        "mass": Policy("mass", prune_to, settings=(("brightness_rule", "mass"), ("new_token_brightness", "median"))),
+        "live": Policy("live", prune_to, resurrect="at_deletion"),
+        "live-mean": Policy("live-mean", prune_to, resurrect="mean"),
+        "fifo-live": Policy("fifo-live", prune_to, settings=age, resurrect="at_deletion"),
+        "decay-live": Policy("decay-live", prune_to, settings=decay, resurrect="at_deletion"),
     }
 
 

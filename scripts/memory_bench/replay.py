@@ -184,7 +184,7 @@ def force(source, input_ids, forced_ids, keys):
     """``(rows, logprobs)`` from a source with ``force`` (llama.cpp: one decode, log-probs
     too) or with ``teacher_force`` only (log-probs unknown: NaN)."""
     if hasattr(source, "force"):
-        out = source.force(input_ids, forced_ids)
+        out = source.force(input_ids, forced_ids, keys)
         return out.rows, out.logprobs
     rows = source.teacher_force(input_ids, forced_ids, keys)
     return rows, np.full(len(forced_ids), np.nan)
