@@ -32,7 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory_bench import fidelity, locomo  # noqa: E402
+from memory_bench import fidelity, locomo, retrieval  # noqa: E402
 from memory_bench.methods import (QuestionContext, answer_brightness, answer_full,  # noqa: E402
                                   answer_halo, answer_rag, keep_recent)
 from memory_bench.policies import METHODS, QUICK_METHODS, past_search, policies  # noqa: E402
@@ -165,7 +165,8 @@ def main(argv=None) -> int:
 
         # The reference for continuation fidelity: one pass, shared by every method.
         t = time.perf_counter()
-        reference = fidelity.reference_pass(full, tok.turns, source, args.window, args.prune_to)
+        reference = (fidelity.reference_pass(full, tok.turns, source, args.window, args.prune_to)
+                     if needed else {})  # no replay, nothing to compare
         reference_seconds += time.perf_counter() - t
         log(f"  reference ({args.window}-token window): {len(reference)} turns in "
             f"{time.perf_counter() - t:.0f} s; {_stats(source)}")
@@ -193,7 +194,8 @@ def main(argv=None) -> int:
             evidence_turns[dialogue.sample_id] = {turn_of[d] for q in dialogue.questions
                                                   for d in q.evidence}
         recent = (keep_recent(full, args.prune_to)
-                  if any(m[0] in ("rag", "fifo-halo") for m in methods) else None)
+                  if any(m[0] == "rag" or m[0].startswith("recent-") for m in methods) else None)
+        session_of = [t.session for t in dialogue.turns]
 
         for name, key, _ in methods:
             if key:
@@ -201,6 +203,8 @@ def main(argv=None) -> int:
                 results[name].fidelity.add(fidelity.score(replays[key].fidelity, reference))
             elif name == "full":
                 results[name].fidelity.add(fidelity.identity(reference))
+            elif name.startswith("recent-") and "fifo-halo" in replays:  # same live context
+                results[name].fidelity.add(fidelity.score(replays["fifo-halo"].fidelity, reference))
 
         fifo_cache: dict[int, object] = {}
         per_question: dict[str, list] = {name: [] for name, _, _ in methods}
@@ -223,6 +227,16 @@ def main(argv=None) -> int:
                     matches = _index(indexes, store, settings, embedder, plain,
                                      SemanticIndex).search(question.question, RAG_CANDIDATES)
                     out = answer_rag(recent, matches, ctx)
+                elif name.startswith("recent-"):
+                    index = _index(indexes, store, settings, embedder, {}, SemanticIndex)
+                    variant = options["retrieval"]
+                    matches = (retrieval.search(variant, index, recent, question.question, session_of,
+                                                settings.query_max_results)
+                               if variant else index.search(question.question))
+                    out = answer_halo(recent, matches, ctx, settings.resurrection_brightness,
+                                      settings.resurrection_budget_cap)
+                    for reason in out.missing.values():
+                        results[name].missing_reasons[reason] += 1
                 elif name == "brightness":
                     out = answer_brightness(replays[key].conv, ctx)
                 else:

@@ -39,6 +39,11 @@ METHODS = [
     ("halo-decay", "decay", {}),  # attention mass with a half-life of 256 generated tokens
     ("halo-decay-topk", "decay-topk", {}),  # ... chunks ranked by their top-4 mean
     ("halo-mass", "mass", {}),  # accumulated attention mass (H2O), new tokens at the median
+    # Retrieval ideas at question time, on the most recent P tokens (no replay, no model).
+    ("recent-halo", None, {"retrieval": ""}),
+    ("recent-split", None, {"retrieval": "split"}),
+    ("recent-neighbours", None, {"retrieval": "neighbours"}),
+    ("recent-split-neighbours", None, {"retrieval": "split-neighbours"}),
     # The app's resurrection on every user message during the replay too.
     ("halo-live", "live", {}),
     ("halo-live-mean", "live-mean", {"rule": "mean"}),

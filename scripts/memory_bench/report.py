@@ -99,7 +99,8 @@ def table(results: list[MethodResult]) -> str:
     for r in results:
         f = r.figures()
         cells = [r.name] + [_fmt(r.recall(c)) for c in CATEGORIES] + [
-            _fmt(r.recall()), f"{f['delta_nll']:.3f}", f"{f['kept_attention_mass']:.3f}", str(f["questions"]), f"{f['mean_tokens']:.0f}", str(f["max_tokens"]),
+            _fmt(r.recall()), *((f"{f['delta_nll']:.3f}", f"{f['kept_attention_mass']:.3f}")
+                                if f["fidelity_turns"] else ("—", "—")), str(f["questions"]), f"{f['mean_tokens']:.0f}", str(f["max_tokens"]),
             f"{r.replay_seconds:.0f}" + ("*" if r.replay_shared_with else ""),
             f"{r.question_seconds:.1f}"]
         rows.append(cells)
