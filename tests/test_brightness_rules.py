@@ -97,15 +97,15 @@ def test_prune_order_age_prunes_the_oldest_whatever_the_brightness():
     old = conv.content_chunks(0)[1]
     _attend(conv, list(range(conv.chunk_rows(old).start, conv.chunk_rows(old).stop)), 50)
     pruned = conv.prune_to_fit(conv.live_token_count() - 5)
-    assert [(c.turn_id, c.sentence_id) for c in pruned if not c.framing] == [(0, 1)]
+    assert [(c.turn_id, c.chunk_index) for c in pruned if not c.framing] == [(0, 1)]
 
 
-def test_resurrection_brings_back_the_score_at_deletion_no_gift():
+def test_resurrection_brings_back_the_score_at_prune_no_gift():
     conv = _conversation(brightness_rule="decay", brightness_half_life=16)
     _attend(conv, [1], 100)
     chunk = conv.content_chunks(2)[1]
     before = conv.table.brightness[conv.chunk_rows(chunk)].copy()
-    conv.delete_chunk(chunk.id)
-    conv.resurrect([chunk.id], brightness="at_deletion")
+    conv.prune_chunk(chunk.id)
+    conv.resurrect([chunk.id], brightness="at_prune")
     assert conv.table.brightness[conv.chunk_rows(chunk)].tolist() == before.tolist()
     assert before.max() < MAX_BRIGHTNESS

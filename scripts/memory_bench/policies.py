@@ -72,10 +72,10 @@ def policies(prune_to: int, budget: int, hysteresis: float, half_life: int = 256
         "decay": Policy("decay", prune_to, settings=decay),
         "decay-topk": Policy("decay-topk", prune_to, settings=decay + (("chunk_rank", "topk"),)),
         "mass": Policy("mass", prune_to, settings=(("brightness_rule", "mass"), ("new_token_brightness", "median"))),
-        "live": Policy("live", prune_to, resurrect="at_deletion"),
+        "live": Policy("live", prune_to, resurrect="at_prune"),
         "live-mean": Policy("live-mean", prune_to, resurrect="mean"),
-        "fifo-live": Policy("fifo-live", prune_to, settings=age, resurrect="at_deletion"),
-        "decay-live": Policy("decay-live", prune_to, settings=decay, resurrect="at_deletion"),
+        "fifo-live": Policy("fifo-live", prune_to, settings=age, resurrect="at_prune"),
+        "decay-live": Policy("decay-live", prune_to, settings=decay, resurrect="at_prune"),
     }
 
 

@@ -65,7 +65,7 @@ class Policy:
     rank: str = "peak"  # "mean": an experiment, prune by mean chunk brightness (see below)
     #: Settings the policy changes (brightness_rule, chunk_rank, prune_order, ...).
     settings: tuple = ()
-    #: Resurrect on every user message with this rule ("at_deletion" / "mean"); "" = never.
+    #: Resurrect on every user message with this rule ("at_prune" / "mean"); "" = never.
     resurrect: str = ""
 
     @property
@@ -115,7 +115,7 @@ class MeanRankConversation(Conversation):
     """
 
     def chunk_peaks(self):
-        ids, starts = self.table.segments()
+        ids, starts = self.table.chunk_spans()
         if len(ids) == 0:
             return ids, np.zeros(0, np.int32)
         sums = np.add.reduceat(self.table.brightness.astype(np.int64), starts)

@@ -62,7 +62,7 @@ def with_neighbours(conv: Conversation, matches: list[Match], session_of: list[i
             content = conv.content_chunks(turn_id) if turn_id in conv.turns else []
             if content:
                 c = content[0]
-                add(replace(match, chunk_id=c.id, turn_id=turn_id, chunk_index=c.sentence_id,
+                add(replace(match, chunk_id=c.id, turn_id=turn_id, chunk_index=c.chunk_index,
                             role=c.role, token_count=c.token_count))
         if len(out) >= limit:
             break

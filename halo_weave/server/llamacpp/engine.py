@@ -41,9 +41,11 @@ class LlamaEngine(EngineBase):
     loaded_from_cache = False
 
     def __init__(self, path: Path, *, context_size: int | None = None, threads: int | None = None,
-                 attention_format: str = AGGREGATED, capture_threads: int | None = None) -> None:
+                 attention_format: str = AGGREGATED, capture_threads: int | None = None,
+                 kept_tokens: int = KEPT_TOKENS) -> None:
         """``threads`` run prefill and plain decoding; ``capture_threads`` a decode whose
-        attention is read (default: 1 for models under 1B parameters, else ``threads``)."""
+        attention is read (default: 1 for models under 1B parameters, else ``threads``);
+        ``kept_tokens``: cells kept for pruned spans (0: none, a smaller cache)."""
         if attention_format not in ATTENTION_FORMATS:
             raise ValueError(f"attention format must be one of {ATTENTION_FORMATS}")
         self._init_locks()
@@ -66,7 +68,7 @@ class LlamaEngine(EngineBase):
         self._n_layer = int(L.llama_model_n_layer(model))
         self._n_head = int(L.llama_model_n_head(model))
         n_vocab = int(L.llama_vocab_n_tokens(self.vocab))
-        n_cells = -(-(self.context_size + KEPT_TOKENS) // CELL_PAD) * CELL_PAD
+        n_cells = -(-(self.context_size + kept_tokens) // CELL_PAD) * CELL_PAD
 
         cp = L.llama_context_default_params()
         cp.n_ctx = n_cells
@@ -85,6 +87,7 @@ class LlamaEngine(EngineBase):
         self.ctx = ctx
         cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab)
         cache.threads = threads
+        cache.kept_tokens, cache.keep_pruned = kept_tokens, kept_tokens > 0
         small = L.llama_model_n_params(model) < SMALL_MODEL_PARAMS
         cache.capture_threads = capture_threads or (1 if small else threads)
         self._kv = cache
