@@ -229,6 +229,7 @@ class LlamaReplay(_Base):
     def __init__(self, tokenizer, n_ctx: int = 4096) -> None:
         super().__init__(tokenizer)
         self.n_ctx = n_ctx
+        self.eos_id = 2  # SmolLM2's <|im_end|>
         self._last_prompt: list[int] = []
 
     def get(self, handler) -> None:
@@ -290,7 +291,11 @@ class LlamaReplay(_Base):
             n += len(ids)
             self._last_prompt.extend(ids)  # the slot's cache holds what it generated too…
             yield {"content": chunk, "tokens": ids, "stop": False, "id_slot": 0}
-        if n:
+        if n < limit:
+            # The end token comes as an event of its own, without text (as a real server sends
+            # it); it is the last token sampled, so it is not in the cache.
+            yield {"content": "", "tokens": [self.eos_id], "stop": False, "id_slot": 0}
+        elif n:
             self._last_prompt.pop()  # …but its last token, sampled and never evaluated
         yield {"content": "", "tokens": [], "stop": True, "stop_type": "eos" if n < limit else "limit",
                # As a real llama-server says it: tokens_cached is what the slot holds now
