@@ -7,7 +7,7 @@ made of whole turns in the first third), for each engine and each case:
 * ``insert``: the cache holds the context without the span (exactly prefilled); the request
   puts the span back and adds the question: the span is run at its positions;
 * ``restore`` (llama.cpp): right after the prune, the request puts the span back; its
-  cells were kept, so nothing is run.
+  states were stored in host memory, so nothing is run.
 
 Compared with the same ids prefilled from scratch: next-token KL (nats, exact || surgery),
 top-1 agreement, the Pearson correlation of the first generated token's attention row

@@ -236,11 +236,23 @@ def test_transformers_prunes_and_inserts_by_rotating_keys(transformers_engine):
     exact = next_token_distribution(engine, pruned)
     assert kl(exact, surgery) < 0.05 and exact.argmax() == surgery.argmax()
 
+    engine.kv.store.clear()  # the prune stored the span: forget it, so that it is run
+    engine.kv.sync(pruned[:-1])
     report = engine.kv.sync((ids + q)[:-1])  # put the span back: only it runs
     assert report.inserted == b - a and report.computed == b - a
     surgery = next_token_distribution(engine, ids + q)
     engine.kv.reset()
-    assert kl(next_token_distribution(engine, ids + q), surgery) < 0.05
+    exact_full = next_token_distribution(engine, ids + q)
+    assert kl(exact_full, surgery) < 0.05
+
+    engine.kv.sync(ids + q[:-1])
+    engine.kv.sync(pruned[:-1])  # prune again: stored
+    engine.kv.reset()
+    engine.kv.sync(pruned[:-1])  # the cache no longer holds the span at all
+    report = engine.kv.sync((ids + q)[:-1])
+    assert report.restored == b - a and report.computed == 0
+    restored = next_token_distribution(engine, ids + q)
+    assert kl(exact_full, restored) < 0.05 and exact_full.argmax() == restored.argmax()
 
 
 # ---------------------------------------------------------------- choosing the engine

@@ -73,7 +73,7 @@ def load_engine(
         from .llamacpp.engine import LlamaEngine
 
         engine = LlamaEngine(source.path / source.gguf_file, context_size=context_size,
-                             threads=threads, attention_format=attention_format, store_bytes=store_bytes)
+                             threads=threads, attention_format=attention_format)
     else:
         from .engine import Engine
 
@@ -81,4 +81,5 @@ def load_engine(
                              attention_format=attention_format, cache_model=cache_model,
                              threads=threads if device != "cuda" else None)
     engine.kv.mode = kv_mode
+    engine.kv.store.max_bytes = store_bytes
     return engine

@@ -77,6 +77,9 @@ class SyncReport:
     rerun: int = 0  # tokens re-run because the exact path was taken
     spans_removed: int = 0
     spans_inserted: int = 0
+    store_s: float = 0.0  # seconds saving pruned spans' states
+    restore_s: float = 0.0  # seconds putting stored states back
+    insert_s: float = 0.0  # seconds running inserted tokens
 
     @property
     def computed(self) -> int:
@@ -84,7 +87,10 @@ class SyncReport:
         return self.inserted + self.appended + self.rerun
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        for key in ("store_s", "restore_s", "insert_s"):
+            out[key] = round(out[key], 4)
+        return out
 
 
 def plan_edits(cached: list[int], wanted: list[int], anchor: int = ANCHOR_TOKENS) -> list[Edit]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import numpy as np
 
 from .. import kv_surgery
@@ -217,10 +218,12 @@ class LlamaCache:
         if middle:
             surgery = self.mode != EXACT
             if surgery:  # before anything moves: no K-shift is pending now
+                started = time.perf_counter()
                 for e in middle:
                     if e.removed:
                         report.stored += self.spill.save(self.ids[e.cached_start:e.cached_end],
                                                          e.cached_start, e.cached_end)
+                report.store_s = time.perf_counter() - started
             covers = [self.store.cover(ids[e.start:e.end]) if surgery else [] for e in middle]
             running = sum(to_run(c) for c in covers)
             if not surgery or kv_surgery.prefer_exact(middle, len(ids), running):
@@ -271,15 +274,19 @@ class LlamaCache:
             live = np.concatenate([self.cells[:s], self.cells[s + removed:]])
             for piece in pieces:
                 at = s + piece.start
+                started = time.perf_counter()
                 cells = self.spill.restore(piece, at, live) if piece.entry is not None else None
                 if cells is not None:
                     report.restored += len(piece)
+                    report.restore_s += time.perf_counter() - started
                 else:
                     if should_stop():
                         self.reset()
                         return False
+                    started = time.perf_counter()
                     cells = self._run_inserted(ids[at:s + piece.end], at)
                     report.inserted += len(piece)
+                    report.insert_s += time.perf_counter() - started
                 found.append(cells)
                 live = np.concatenate([live, cells])
             if added:

@@ -18,7 +18,6 @@ from .. import loader
 from ..engine_api import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, STOP_TOKEN_NAMES, EngineBase
 from ..tokens import TokenText
 from . import bindings
-from ..span_store import DEFAULT_STORE_BYTES, SpanStore
 from .cache import N_SEQ, SPARE_CELLS, LlamaCache
 
 log = logging.getLogger("halo_weave.server")
@@ -42,11 +41,9 @@ class LlamaEngine(EngineBase):
     loaded_from_cache = False
 
     def __init__(self, path: Path, *, context_size: int | None = None, threads: int | None = None,
-                 attention_format: str = AGGREGATED, capture_threads: int | None = None,
-                 store_bytes: int = DEFAULT_STORE_BYTES) -> None:
+                 attention_format: str = AGGREGATED, capture_threads: int | None = None) -> None:
         """``threads`` run prefill and plain decoding; ``capture_threads`` a decode whose
-        attention is read (default: 1 for models under 1B parameters, else ``threads``);
-        ``store_bytes`` bounds the host memory holding pruned spans' states."""
+        attention is read (default: 1 for models under 1B parameters, else ``threads``)."""
         if attention_format not in ATTENTION_FORMATS:
             raise ValueError(f"attention format must be one of {ATTENTION_FORMATS}")
         self._init_locks()
@@ -86,8 +83,7 @@ class LlamaEngine(EngineBase):
         if not ctx:
             raise RuntimeError("llama.cpp could not create a context")
         self.ctx = ctx
-        cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab,
-                       store=SpanStore(store_bytes))
+        cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab)
         cache.threads = threads
         small = L.llama_model_n_params(model) < SMALL_MODEL_PARAMS
         cache.capture_threads = capture_threads or (1 if small else threads)
