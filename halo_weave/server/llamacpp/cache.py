@@ -37,7 +37,7 @@ import numpy as np
 
 from .. import kv_surgery
 from ..kv_surgery import EXACT, SURGERY, SyncReport
-from ..span_store import MAX_ENTRY_TOKENS, SpanStore, to_run
+from ..span_store import SpanStore, to_run
 from .bindings import Bindings
 from .states import StateSpill
 
@@ -47,9 +47,6 @@ LIVE_SEQ = 0
 SCRATCH_SEQ = 1
 #: Sequences in the context: live and scratch.
 N_SEQ = 2
-#: Spare cells beyond the context: a restore loads a whole stored entry into the scratch
-#: sequence before moving the wanted part into the live one.
-SPARE_CELLS = MAX_ENTRY_TOKENS
 
 SOFTMAX_PREFIX = b"kq_soft_max-"
 K_CACHE_LAYER0 = b"cache_k_l0 (view)"

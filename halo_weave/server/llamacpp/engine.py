@@ -18,7 +18,7 @@ from .. import loader
 from ..engine_api import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, STOP_TOKEN_NAMES, EngineBase
 from ..tokens import TokenText
 from . import bindings
-from .cache import N_SEQ, SPARE_CELLS, LlamaCache
+from .cache import N_SEQ, LlamaCache
 
 log = logging.getLogger("halo_weave.server")
 
@@ -66,7 +66,9 @@ class LlamaEngine(EngineBase):
         self._n_layer = int(L.llama_model_n_layer(model))
         self._n_head = int(L.llama_model_n_head(model))
         n_vocab = int(L.llama_vocab_n_tokens(self.vocab))
-        n_cells = -(-(self.context_size + SPARE_CELLS) // CELL_PAD) * CELL_PAD
+        # No spare cells: a restore that finds no room for a whole stored entry in the
+        # scratch sequence (a prompt near the full context) runs the span instead.
+        n_cells = -(-self.context_size // CELL_PAD) * CELL_PAD
 
         cp = L.llama_context_default_params()
         cp.n_ctx = n_cells
