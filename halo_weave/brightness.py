@@ -1,6 +1,6 @@
 """Attention payloads in, brightness out.
 
-Two concerns live here, both pure numpy:
+Three concerns live here, all pure numpy:
 
 * :func:`decode_attention` turns one wire payload (``per_layer`` ``[layers, heads, ctx]``
   or ``aggregated`` ``[ctx]``, base64 float32) into one float32 vector over the context,
@@ -10,6 +10,7 @@ Two concerns live here, both pure numpy:
 * :func:`magnitude_vote` is seed 001's "Magnitude Voting v3": per generated token, every
   scored token whose attention beats its fair share gains ``floor(a / threshold)``
   (capped), every other scored token loses a flat ``decay``.
+* :func:`resurrected` gives a chunk that comes back its brightness.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import binascii
 
 import numpy as np
 
-from .errors import AttentionError
+from .errors import AttentionError, ConversationError
 from .settings import MAX_BRIGHTNESS
 
 #: Largest payload we accept (float32 values): 64 layers x 64 heads x 128k context.
@@ -170,3 +171,17 @@ def magnitude_vote(
         np.multiply(gain, mask, out=gain)
     brightness += gain
     np.minimum(brightness, np.int32(cap), out=brightness)
+
+
+def resurrected(rule: str | int, at_prune: np.ndarray, mean: int) -> np.ndarray:
+    """A resurrected content chunk's brightness: ``"at_prune"`` (no gifts: token-level
+    values as they were when pruned, so the earned shape survives), ``"mean"`` (the mean
+    live brightness) or a number (manual resurrection uses 10000)."""
+    count = len(at_prune)
+    if isinstance(rule, (int, np.integer)):
+        return np.full(count, int(rule), np.int32)
+    if rule == "mean":
+        return np.full(count, mean, np.int32)
+    if rule == "at_prune":
+        return at_prune.astype(np.int32)
+    raise ConversationError(f"unknown resurrection brightness rule {rule!r}")

@@ -8,42 +8,34 @@ Everything that decides what the model sees lives here, Qt-free and without I/O:
   content chunk of their turn is live.  The system prompt is a fixed prefix of the input,
   never scored and never pruned.
 * Content is cut into chunks at paragraph / code boundaries (see :mod:`.core.chunking`).  A
-  chunk is identified by ``(turn_id, sentence_id, role)``; sentence 0 is the turn's anchor.
+  chunk is identified by ``(turn_id, chunk_index, role)``; chunk 0 is the turn's anchor.
 * :meth:`Conversation.apply_attention` runs one magnitude-voting step per generated token.
 * :meth:`Conversation.prune_to_fit` drops the unpinned chunk with the lowest *peak*
   brightness until the context fits (:mod:`.core.pruning`), with seed 001 §9's anchor
   protection (:mod:`.core.anchors`: what leaves and comes back together).
 * :meth:`Conversation.resurrect`, :meth:`pin`, :meth:`merge_with_next`,
-  :meth:`delete_chunk` are the user's and the semantic index's levers.
+  :meth:`prune_chunk` are the user's and the semantic index's levers.
 
 Only live tokens are held in the columnar :class:`TokenTable`; a pruned chunk's tokens
-move to a per-chunk record, and chunks that were already dead when the conversation was
+move to a per-chunk record, and chunks that were already pruned when the conversation was
 opened are fetched through ``chunk_loader`` (the store) when they come back.  Turns and
 chunks read from storage stay numpy columns until they are used (:mod:`.core.registry`).
 """
 
 from __future__ import annotations
 
-import time
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from . import brightness as bright
-from .core import pruning
-from .core.anchors import anchors_of, framing_of, live_content_count, with_framing
-from .core.chunking import BoundaryDetector
-from .core.framing import ROLES, Framing  # noqa: F401 - importable from here too
-from .core.records import (  # noqa: F401 - importable from here too
-    PREFIX_SENTENCE,
-    SUFFIX_SENTENCE,
-    Chunk,
-    ChunkLoader,
-    ChunkTokens,
-    Turn,
-)
+from .core import pruning, rehydration
+from .core.anchors import anchors_of, with_framing
+from .core.framing import Framing  # noqa: F401 - importable from here too
+from .core.records import Chunk, ChunkLoader, ChunkTokens, Turn  # noqa: F401 - importable from here too
 from .core.registry import ChunkColumns, ChunkList, ChunkRegistry, TurnColumns, TurnRegistry
 from .core.token_table import TokenTable
+from .core.turn_writer import TurnWriter
 from .errors import ConversationError
 from .settings import MAX_BRIGHTNESS, Settings
 
@@ -64,14 +56,12 @@ class Conversation:
         self.next_position = 0
         self.next_turn_id = 0
         self.next_chunk_id = 0
-        #: Texts of the live chunks (and of dead chunks pruned in this session).
+        #: Texts of the live chunks (and of pruned chunks pruned in this session).
         self._texts: dict[int, list[str]] = {}
         #: Token data of chunks pruned in this session, kept for cheap resurrection.
-        self._dead_tokens: dict[int, ChunkTokens] = {}
+        self._pruned_tokens: dict[int, ChunkTokens] = {}
         self.chunk_loader: ChunkLoader | None = None
-        self._open_turn: Turn | None = None
-        self._detector = BoundaryDetector()
-        self._boundary_pending = False
+        self._writer = TurnWriter(self)
 
     # ------------------------------------------------------------------ building
     def set_system_prompt(self, text: str, token_ids: Sequence[int], texts: Sequence[str]) -> None:
@@ -96,61 +86,27 @@ class Conversation:
 
     def begin_turn(self, role: str, created_at: float | None = None) -> Turn:
         """Open a turn (its prefix framing is added); tokens then stream in."""
-        if role not in ("user", "assistant"):
-            raise ConversationError(f"cannot add a {role!r} turn")
-        if self._open_turn is not None:
-            raise ConversationError("the previous turn is still open")
-        turn = Turn(self.next_turn_id, role, created_at if created_at is not None else time.time())
-        self.next_turn_id += 1
-        self.turns[turn.turn_id] = turn
-        self._open_turn = turn
-        self._detector = BoundaryDetector()
-        self._boundary_pending = False
-        ids, texts = self.framing.prefix.get(role, ([], []))
-        self._add_framing(turn, PREFIX_SENTENCE, ids, texts)
-        return turn
+        return self._writer.begin(role, created_at)
 
     def append_token(self, token_id: int, text: str, *, tool_result: bool = False) -> Chunk:
         """Append one content token to the open turn; returns the chunk it joined."""
-        turn = self._open_turn
-        if turn is None:
-            raise ConversationError("no open turn to append to")
-        chunk = self._current_content_chunk(turn, tool_result)
-        if chunk is None or self._boundary_pending or chunk.tool_result != tool_result:
-            chunk = self._new_chunk(turn, self._next_sentence_id(turn), tool_result=tool_result)
-            self._boundary_pending = False
-        self._append_row(chunk, token_id, text, framing=False)
-        if self._detector.feed(text) and chunk.token_count >= self.settings.min_chunk_tokens:
-            self._boundary_pending = True
-        return chunk
+        return self._writer.append(token_id, text, tool_result)
 
     def end_turn(self) -> Turn:
         """Close the open turn (its suffix framing is added)."""
-        turn = self._open_turn
-        if turn is None:
-            raise ConversationError("no open turn to end")
-        ids, texts = self.framing.suffix.get(turn.role, ([], []))
-        self._add_framing(turn, SUFFIX_SENTENCE, ids, texts)
-        turn.complete = True
-        self._open_turn = None
-        return turn
+        return self._writer.end()
 
     @property
     def open_turn(self) -> Turn | None:
-        return self._open_turn
+        return self._writer.turn
 
     def resume_turn(self, turn_id: int) -> Turn:
-        """Reopen the last turn (restored incomplete after a crash) to close or extend it."""
-        if self._open_turn is not None:
-            raise ConversationError("another turn is still open")
-        if turn_id != self.turns.last():
-            raise ConversationError("only the last turn can be resumed")
-        turn = self.turns[turn_id]
-        turn.complete = False
-        self._open_turn = turn
-        self._detector = BoundaryDetector()
-        self._boundary_pending = False
-        return turn
+        """Reopen the last turn (rehydrated incomplete after a crash) to close or extend it."""
+        return self._writer.resume(turn_id)
+
+    def reopen_answer(self) -> tuple[Turn, list[Chunk]]:
+        """Reopen the last answer to extend it (Continue): see :meth:`TurnWriter.reopen_answer`."""
+        return self._writer.reopen_answer()
 
     def remove_last_turn(self) -> tuple[Turn, list[Chunk]]:
         """Take the last (closed) turn out of the conversation entirely (regenerate, edit).
@@ -158,7 +114,7 @@ class Conversation:
         Returns the turn and its chunks; positions and ids are not reused.  The caller
         deletes them from the store and the semantic index.
         """
-        if self._open_turn is not None:
+        if self.open_turn is not None:
             raise ConversationError("a turn is still open")
         if not self.turns:
             raise ConversationError("no turn to remove")
@@ -170,89 +126,9 @@ class Conversation:
         for chunk in chunks:
             del self.chunks[chunk.id]
             self._texts.pop(chunk.id, None)
-            self._dead_tokens.pop(chunk.id, None)
+            self._pruned_tokens.pop(chunk.id, None)
         del self.turns[turn_id]
         return turn, chunks
-
-    def reopen_answer(self) -> tuple[Turn, list[Chunk]]:
-        """Reopen the last turn, an answer, to extend it (Continue).
-
-        Its closing framing is taken away (the model goes on from the last token) and is
-        added again by :meth:`end_turn`; new tokens join its last chunk as if the answer
-        had never stopped, at the positions the framing held (chunks stay contiguous).
-        Returns the turn and the removed framing chunks.
-        """
-        if self._open_turn is not None:
-            raise ConversationError("a turn is still open")
-        last_id = self.turns.last()
-        if last_id is None or self.turns[last_id].role != "assistant":
-            raise ConversationError("the last message is not an answer")
-        turn = self.turns[last_id]
-        last = self._current_content_chunk(turn, False)
-        if last is None or not last.live:
-            raise ConversationError("the answer's last paragraph is not in the context")
-        closing = [self.chunks[c] for c in turn.chunk_ids
-                   if self.chunks[c].framing and self.chunks[c].start > last.start]
-        ids = np.fromiter((c.id for c in closing), np.int32, len(closing))
-        self.table.keep(~np.isin(self.table.chunk_id, ids))
-        for chunk in closing:
-            turn.chunk_ids.remove(chunk.id)
-            del self.chunks[chunk.id]
-            self._texts.pop(chunk.id, None)
-        if closing:
-            # The closing framing held the last positions; the answer's last chunk must stay
-            # contiguous (start + token_count), so the new tokens take them over.
-            self.next_position = min(c.start for c in closing)
-        turn.complete = False
-        self._open_turn = turn
-        self._detector = BoundaryDetector()
-        hit = False
-        for text in self._texts[last.id][-8:]:  # the line state the answer stopped in
-            hit = self._detector.feed(text)
-        self._boundary_pending = hit and last.token_count >= self.settings.min_chunk_tokens
-        return turn, closing
-
-    def _current_content_chunk(self, turn: Turn, tool_result: bool) -> Chunk | None:
-        for chunk_id in reversed(turn.chunk_ids):
-            chunk = self.chunks[chunk_id]
-            if not chunk.framing:
-                return chunk
-        return None
-
-    def _next_sentence_id(self, turn: Turn) -> int:
-        content = [self.chunks[c].sentence_id for c in turn.chunk_ids if not self.chunks[c].framing]
-        return max(content) + 1 if content else 0
-
-    def _new_chunk(self, turn: Turn, sentence_id: int, *, tool_result: bool = False) -> Chunk:
-        chunk = Chunk(
-            id=self.next_chunk_id,
-            turn_id=turn.turn_id,
-            sentence_id=sentence_id,
-            role=turn.role,
-            start=self.next_position,
-            tool_result=tool_result,
-        )
-        self.next_chunk_id += 1
-        self.chunks[chunk.id] = chunk
-        self._texts[chunk.id] = []
-        turn.chunk_ids.append(chunk.id)
-        return chunk
-
-    def _add_framing(self, turn: Turn, sentence_id: int, ids: Sequence[int], texts: Sequence[str]) -> None:
-        if not ids:
-            return
-        chunk = self._new_chunk(turn, sentence_id)
-        for token_id, text in zip(ids, texts, strict=True):
-            self._append_row(chunk, token_id, text, framing=True)
-
-    def _append_row(self, chunk: Chunk, token_id: int, text: str, *, framing: bool) -> None:
-        self.table.append_one(
-            self.next_position, token_id, self.settings.initial_brightness,
-            chunk.id, chunk.turn_id, framing,
-        )
-        self._texts[chunk.id].append(text)
-        chunk.token_count += 1
-        self.next_position += 1
 
     # ------------------------------------------------------------------ reading
     def live_input_ids(self) -> np.ndarray:
@@ -267,12 +143,12 @@ class Conversation:
         """Tokens the model sees now, system prompt included."""
         return len(self.system_ids) + len(self.table)
 
-    def chunk_by_key(self, turn_id: int, sentence_id: int, role: str) -> Chunk | None:
+    def chunk_by_key(self, turn_id: int, chunk_index: int, role: str) -> Chunk | None:
         turn = self.turns.get(turn_id)
         if turn is None or turn.role != role:
             return None
         return next((c for c in map(self.chunks.__getitem__, turn.chunk_ids)
-                     if c.sentence_id == sentence_id), None)
+                     if c.chunk_index == chunk_index), None)
 
     def content_chunks(self, turn_id: int) -> list[Chunk]:
         """The non-framing chunks of a turn, in order."""
@@ -280,7 +156,7 @@ class Conversation:
 
     def live_chunks(self) -> list[Chunk]:
         """Live chunks in position order (framing included)."""
-        ids, _ = self.table.segments()
+        ids, _ = self.table.chunk_spans()
         return [self.chunks[int(c)] for c in ids]
 
     def chunk_rows(self, chunk: Chunk) -> slice:
@@ -290,16 +166,16 @@ class Conversation:
         return self.table.rows_of_chunk(chunk.id, chunk.start, chunk.token_count)
 
     def chunk_texts(self, chunk_id: int) -> list[str]:
-        """Token texts of a chunk (loading a long-dead chunk through the store)."""
+        """Token texts of a chunk (loading a long-pruned chunk through the store)."""
         if chunk_id not in self._texts:
-            self._texts[chunk_id] = self._load_dead([chunk_id])[chunk_id].texts
+            self._texts[chunk_id] = self._load_pruned([chunk_id])[chunk_id].texts
         return self._texts[chunk_id]
 
     def chunk_text(self, chunk_id: int) -> str:
         return "".join(self.chunk_texts(chunk_id))
 
     def chunk_tokens(self, chunk_id: int) -> ChunkTokens:
-        """A copy of a chunk's tokens, live or dead."""
+        """A copy of a chunk's tokens, live or pruned."""
         chunk = self.chunks[chunk_id]
         if chunk.live:
             rows = self.chunk_rows(chunk)
@@ -307,18 +183,18 @@ class Conversation:
                 self.table.token_id[rows].copy(), list(self._texts[chunk_id]),
                 self.table.brightness[rows].copy(),
             )
-        return self._load_dead([chunk_id])[chunk_id]
+        return self._load_pruned([chunk_id])[chunk_id]
 
     def tokens_in_memory(self, chunk_id: int) -> ChunkTokens | None:
         """A chunk's tokens when held in memory (live, or pruned this session), else None."""
         chunk = self.chunks[chunk_id]
         if chunk.live:
             return self.chunk_tokens(chunk_id)
-        return self._dead_tokens.get(chunk_id)
+        return self._pruned_tokens.get(chunk_id)
 
     def chunk_peaks(self) -> tuple[np.ndarray, np.ndarray]:
         """(chunk ids, peak brightness) of the live chunks, in position order."""
-        ids, starts = self.table.segments()
+        ids, starts = self.table.chunk_spans()
         if len(ids) == 0:
             return ids, np.zeros(0, np.int32)
         return ids, np.maximum.reduceat(self.table.brightness, starts)
@@ -327,13 +203,13 @@ class Conversation:
         chunk = self.chunks[chunk_id]
         if chunk.live:
             return int(self.table.brightness[self.chunk_rows(chunk)].max())
-        return int(chunk.brightness_at_deletion or 0)
+        return int(chunk.brightness_at_prune or 0)
 
     def scored_mask(self) -> np.ndarray:
         """Rows that attention votes on: content tokens (and not the open turn, if so set)."""
         mask = ~self.table.framing
-        if not self.settings.score_current_turn and self._open_turn is not None:
-            mask &= self.table.turn_id != self._open_turn.turn_id
+        if not self.settings.score_current_turn and self.open_turn is not None:
+            mask &= self.table.turn_id != self.open_turn.turn_id
         return mask
 
     def mean_brightness(self) -> float:
@@ -343,7 +219,7 @@ class Conversation:
 
     def graveyard(self) -> ChunkList:
         """Pruned content chunks, newest first (each made an object when first read)."""
-        ids, _ = self.chunks.dead_content()
+        ids, _ = self.chunks.pruned_content()
         return ChunkList(self.chunks, ids[::-1].tolist())
 
     # ------------------------------------------------------------------ brightness
@@ -387,7 +263,8 @@ class Conversation:
         both have dimmed.  ``by_age`` ranks oldest-first instead (a server that sends no
         attention gives brightness no meaning).  ``keep_latest_exchange`` spares the last
         user turn and its answer (the app's automatic pruning: what the user just read
-        stays).  Returns every chunk pruned (framing included).
+        stays, with what was resurrected for that message).  Returns every chunk pruned
+        (framing included).
         """
         if max_tokens is None:
             limit = self.settings.max_context_tokens
@@ -398,42 +275,29 @@ class Conversation:
         if limit <= 0 or self.live_token_count() <= limit:
             return []
         spared = self.turns.last("user") if keep_latest_exchange else None
-        doomed = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared)
-        return self._kill(doomed) if doomed else []
+        # What was resurrected for that message belongs to its exchange too.
+        spared_from = self._turn_start(spared) if spared is not None else None
+        chosen = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared,
+                                spared_from=spared_from)
+        return self._prune_chunks(chosen) if chosen else []
 
-    def delete_chunk(self, chunk_id: int) -> list[Chunk]:
+    def _turn_start(self, turn_id: int) -> int | None:
+        ids = self.turns[turn_id].chunk_ids
+        return min(self.chunks[c].start for c in ids) if ids else None
+
+    def prune_chunk(self, chunk_id: int) -> list[Chunk]:
         """Prune one chunk by hand (the user's decision overrides anchor protection)."""
         chunk = self.chunks[chunk_id]
         if chunk.framing or not chunk.live:
-            raise ConversationError(f"chunk {chunk.key} cannot be deleted")
-        if self._open_turn is not None and chunk.turn_id == self._open_turn.turn_id:
-            raise ConversationError("cannot delete from the turn being generated")
+            raise ConversationError(f"chunk {chunk.key} cannot be pruned")
+        if self.open_turn is not None and chunk.turn_id == self.open_turn.turn_id:
+            raise ConversationError("cannot prune from the turn being generated")
         chunk.pinned = False
-        return self._kill([chunk])
+        return self._prune_chunks([chunk])
 
-    def _kill(self, chunks: list[Chunk]) -> list[Chunk]:
+    def _prune_chunks(self, chunks: list[Chunk]) -> list[Chunk]:
         """Move chunks (and framing of turns left empty) out of the live table."""
-        gone = {c.id for c in chunks}
-        for turn_id in {c.turn_id for c in chunks}:
-            if self._open_turn is not None and turn_id == self._open_turn.turn_id:
-                continue
-            if not live_content_count(self, turn_id, excluding=gone):
-                gone.update(f.id for f in framing_of(self, turn_id) if f.live)
-        killed = [self.chunks[c] for c in gone]
-        table = self.table
-        for chunk in killed:
-            rows = self.chunk_rows(chunk)
-            values = table.brightness[rows].copy()
-            self._dead_tokens[chunk.id] = ChunkTokens(
-                table.token_id[rows].copy(), self._texts[chunk.id], values
-            )
-            chunk.brightness_at_deletion = int(values.max()) if values.size else 0
-        mask = ~np.isin(table.chunk_id, np.fromiter(gone, np.int32, len(gone)))
-        table.keep(mask)
-        for chunk in killed:
-            chunk.live = False
-        killed.sort(key=lambda c: c.start)
-        return killed
+        return pruning.take_out(self, chunks)
 
     # ------------------------------------------------------------------ resurrection
     def anchors_of(self, chunk: Chunk) -> list[Chunk]:
@@ -449,13 +313,13 @@ class Conversation:
         self,
         chunk_ids: Iterable[int],
         *,
-        brightness: str | int = "at_deletion",
+        brightness: str | int = "at_prune",
         pin: bool = False,
         with_anchors: bool = True,
     ) -> list[Chunk]:
-        """Bring dead chunks back at their original place.
+        """Bring pruned chunks back at their original place.
 
-        ``brightness`` is ``"at_deletion"`` (no gifts), ``"mean"`` (mean live
+        ``brightness`` is ``"at_prune"`` (no gifts), ``"mean"`` (mean live
         brightness) or a number (manual resurrection uses 10000 with ``pin=True``).
         Returns the chunks that came back (anchors and framing included).
         """
@@ -466,14 +330,15 @@ class Conversation:
         if pin:
             for chunk_id in chunk_ids:
                 self.chunks[chunk_id].pinned = True
-        revived = sorted((c for c in wanted.values() if not c.live), key=lambda c: c.start)
-        if not revived:
+        resurrected = sorted((c for c in wanted.values() if not c.live), key=lambda c: c.start)
+        if not resurrected:
             return []
         mean = int(round(self.mean_brightness()))
-        tokens = self._load_dead([c.id for c in revived])
-        for chunk in revived:
+        tokens = self._load_pruned([c.id for c in resurrected])
+        for chunk in resurrected:
             data = tokens[chunk.id]
-            values = self._resurrected_brightness(chunk, data, brightness, mean)
+            values = (np.full(chunk.token_count, self.settings.initial_brightness, np.int32) if chunk.framing
+                      else bright.resurrected(brightness, data.brightness, mean))
             self.table.insert_rows(
                 position=np.arange(chunk.start, chunk.end, dtype=np.int64),
                 token_id=data.token_ids,
@@ -483,29 +348,17 @@ class Conversation:
                 framing=chunk.framing,
             )
             self._texts[chunk.id] = list(data.texts)
-            self._dead_tokens.pop(chunk.id, None)
+            self._pruned_tokens.pop(chunk.id, None)
             chunk.live = True
-        return revived
+            chunk.resurrected_at = self.next_position
+        return resurrected
 
-    def _resurrected_brightness(self, chunk: Chunk, data: ChunkTokens, rule, mean: int) -> np.ndarray:
-        count = chunk.token_count
-        if chunk.framing:
-            return np.full(count, self.settings.initial_brightness, np.int32)
-        if isinstance(rule, (int, np.integer)):
-            return np.full(count, int(rule), np.int32)
-        if rule == "mean":
-            return np.full(count, mean, np.int32)
-        if rule == "at_deletion":
-            # Token-level values as they were when pruned: the earned shape survives.
-            return data.brightness.astype(np.int32)
-        raise ConversationError(f"unknown resurrection brightness rule {rule!r}")
-
-    def _load_dead(self, chunk_ids: Sequence[int]) -> dict[int, ChunkTokens]:
-        found = {c: self._dead_tokens[c] for c in chunk_ids if c in self._dead_tokens}
+    def _load_pruned(self, chunk_ids: Sequence[int]) -> dict[int, ChunkTokens]:
+        found = {c: self._pruned_tokens[c] for c in chunk_ids if c in self._pruned_tokens}
         missing = [c for c in chunk_ids if c not in found]
         if missing:
             if self.chunk_loader is None:
-                raise ConversationError(f"no tokens for dead chunks {missing}")
+                raise ConversationError(f"no tokens for pruned chunks {missing}")
             found.update(self.chunk_loader(missing))
         return found
 
@@ -535,7 +388,7 @@ class Conversation:
         index = next(i for i, c in enumerate(content) if c.id == chunk_id)
         if chunk.framing or index + 1 >= len(content):
             raise ConversationError("there is no next chunk in this turn to merge with")
-        if turn is self._open_turn:
+        if turn is self.open_turn:
             raise ConversationError("cannot merge while the turn is being generated")
         nxt = content[index + 1]
         if not (chunk.live and nxt.live) or nxt.start != chunk.end:
@@ -549,42 +402,12 @@ class Conversation:
         del self.chunks[nxt.id]
         return chunk, nxt
 
-    # ------------------------------------------------------------------ restore
-    def restore_chunk(self, chunk: Chunk, tokens: ChunkTokens | None) -> None:
-        """Re-register a chunk read from storage; ``tokens`` are given for live chunks.
-
-        Chunks must be restored in position order.  Used by the store's rehydration.
-        """
-        self.chunks[chunk.id] = chunk
-        self.turns[chunk.turn_id].chunk_ids.append(chunk.id)
-        if chunk.live:
-            if tokens is None:
-                raise ConversationError(f"live chunk {chunk.key} has no tokens")
-            self._texts[chunk.id] = list(tokens.texts)
-            self.table.append_chunks([chunk.start], [chunk.token_count], [chunk.id], [chunk.turn_id],
-                                     [chunk.framing], tokens.token_ids, tokens.brightness)
+    # ------------------------------------------------------------------ rehydration
+    def rehydrate_chunk(self, chunk: Chunk, tokens: ChunkTokens | None) -> None:
+        """Re-register one chunk read from storage (see :func:`.core.rehydration.add_chunk`)."""
+        rehydration.add_chunk(self, chunk, tokens)
 
     def rehydrate(self, turns: TurnColumns, chunks: ChunkColumns, live_ids: np.ndarray,
                   counts: np.ndarray, tokens: ChunkTokens) -> None:
-        """Take a stored conversation's records (the store's rehydration).
-
-        Turns and chunks stay columns until they are used (see :mod:`.core.registry`);
-        ``chunks`` are in position order.  ``tokens`` are the live chunks' tokens,
-        concatenated in position order, ``counts`` tokens for each chunk of ``live_ids``;
-        they go to the table in one step (the conversation takes ownership of them).
-        """
-        self.turns.load(turns)
-        self.chunks.load(chunks)
-        ids = chunks.id[chunks.live]
-        if not np.array_equal(ids, live_ids):
-            missing = sorted(set(ids.tolist()) - set(np.asarray(live_ids).tolist()))
-            raise ConversationError(f"live chunks {missing[:3]} have no tokens")
-        held = chunks.token_count[chunks.live]
-        if not np.array_equal(held, counts) or int(held.sum()) != len(tokens.token_ids):
-            raise ConversationError("stored tokens disagree with their chunks' token counts")
-        ends = np.cumsum(held).tolist()
-        texts = tokens.texts
-        self._texts.update(zip(ids.tolist(), map(texts.__getitem__, map(slice, [0, *ends[:-1]], ends))))
-        live = chunks.take(np.flatnonzero(chunks.live))
-        self.table.append_chunks(live.start, held, ids, live.turn_id, live.sentence_id < 0,
-                                 tokens.token_ids, tokens.brightness)
+        """Take a stored conversation's records (see :func:`.core.rehydration.take_records`)."""
+        rehydration.take_records(self, turns, chunks, live_ids, counts, tokens)

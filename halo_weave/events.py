@@ -10,6 +10,7 @@ other for their types.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Iterable, Iterator
 
 import numpy as np
 
@@ -89,3 +90,17 @@ class StreamStats:
     attention_errors: int = 0
     ignored_events: int = 0
     last_attention_error: str | None = None
+
+
+def token_events(stream: Iterable[TokenEvent], backend) -> Iterator[TokenEvent]:
+    """The stream's events, each with a token id (blocking; the app's stream thread).
+
+    A server that streams text without ids (stock KoboldCPP) gets its text tokenized
+    here by ``backend``: the context needs ids.
+    """
+    for event in stream:
+        if event.token_id < 0:
+            for token_id, text in backend.tokenize(event.text, add_special_tokens=False):
+                yield TokenEvent(int(token_id), text, None)
+        else:
+            yield event

@@ -269,7 +269,7 @@ class SemanticIndex:
             parts = context_parts(conv, chunk)
             pieces = context_pieces(conv, parts)
             digest = f"{signature_hash(parts, limit)}:{text_hash(chr(30).join(t for _, t in pieces))}"
-            drafts.append(EntryDraft(chunk.id, chunk.turn_id, chunk.sentence_id, chunk.role,
+            drafts.append(EntryDraft(chunk.id, chunk.turn_id, chunk.chunk_index, chunk.role,
                                      pieces[0][1], chunk.token_count, pieces, digest))
         return drafts
 
@@ -387,7 +387,7 @@ class SemanticIndex:
     def resurrect_for(self, conv: Conversation, user_text: str, user_tokens: int,
                       model_max_context: int, max_new_tokens: int,
                       store=None) -> ResurrectionResult:
-        """Search with the user's message and bring the best dead chunks back in place.
+        """Search with the user's message and bring the best pruned chunks back in place.
 
         Budget (seed 001): ``model_max_context - live tokens - user_tokens -
         max_new_tokens``, capped by ``resurrection_budget_cap`` when it is > 0.  The

@@ -52,7 +52,7 @@ class Settings:
     highlight_fraction: float = 0.20  # brightest share of tokens highlighted in the heatmap
 
     # Semantic resurrection
-    resurrection_brightness: str = "at_deletion"  # or "mean"
+    resurrection_brightness: str = "at_prune"  # or "mean"
     resurrection_budget_cap: int = 0  # 0 = no cap beyond the universal equation
     query_max_results: int = 20
     user_similarity_boost: float = 1.5
@@ -74,6 +74,14 @@ class Settings:
     # The model's context on a server that does not say (OpenAI-compatible ones); 0 = assume 2048.
     server_context_tokens: int = 0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+
+    # Proxy attention, for a server that sends none: the bundled model reads each finished
+    # exchange and its attention lights the heatmap.  It drives pruning only when asked:
+    # docs/memory-benchmark.md (whose attention is this reader's: the bundled model,
+    # teacher-forced) found it level with oldest-first (halo 0.564 vs fifo-halo 0.575 and
+    # 0.706 vs 0.702 evidence recall on the LoCoMo dev set).
+    proxy_attention: bool = True
+    proxy_pruning: bool = False
 
     # Debugging
     record_attention: bool = False  # stream every token's attention to <data dir>/captures

@@ -13,7 +13,7 @@ from a ``tokens(position PK, ...)`` table through a ``(live, position)`` index a
 from chunk BLOBs, and the file held 38 vs 21 bytes per token; pruning or resurrecting a
 chunk is one row update instead of one per token.  Positions need no column: a chunk's
 tokens occupy ``start .. start + token_count``.  Chunk metadata lives in its own narrow
-table so that opening a conversation does not read every dead chunk's tokens, and it is
+table so that opening a conversation does not read every pruned chunk's tokens, and it is
 read as one row of joined columns (per-row Python cost dominates opening: ~20k chunks
 per million tokens).
 
@@ -41,7 +41,6 @@ from .errors import (  # noqa: F401 - re-exported for callers of the store
     StoreTooNew,
 )
 from .conversation import Chunk, ChunkTokens, Conversation, Framing, Turn
-from .core.registry import ChunkColumns, TurnColumns
 from .settings import Settings
 from .storage.files import (  # noqa: F401 - the conversation list, importable from here too
     CONVERSATIONS_FOLDER,
@@ -53,21 +52,19 @@ from .storage.files import (  # noqa: F401 - the conversation list, importable f
     new_conversation_path,
 )
 from .storage.sql import batches, transaction
-from .storage import integrity
-from .storage.record_columns import chunk_columns, live_token_rows, turn_columns
+from .storage import integrity, rehydration
 from .storage.wal_guard import DatabaseVanished, WalGuard, WalVanished
 from .storage.schema import (
     migrations,
     pack_brightness,
     pack_tokens,
-    unpack_token_rows,
     unpack_tokens,
 )
 
 _COUNTERS = ("next_position", "next_turn_id", "next_chunk_id")
 _CHUNK_COLUMNS = (
     "id, turn_id, chunk_index, role, start, token_count, live, pinned, "
-    "brightness_at_deletion, tool_result"
+    "brightness_at_prune, tool_result"
 )
 
 
@@ -215,110 +212,14 @@ class ConversationStore:
 
     # ------------------------------------------------------------------ rehydration
     def load(self, settings: Settings | None = None, framing: Framing | None = None) -> Conversation:
-        """Rebuild the conversation exactly as last saved.
+        """Rebuild the conversation exactly as last saved (:func:`.storage.rehydration.load`).
 
         A last turn left incomplete by a crash keeps its partial answer and is closed
         (its suffix framing is added and saved); one with no content is dropped.
         """
-        held: list = []  # the records, read (and their checksums totalled) once the turns are sound
-
-        def chunks_agree() -> bool:
-            held.extend(self._records_and_check() or ())
-            return bool(held)
-
-        try:
-            damage = integrity.verify_on_open(self.conn, chunks_agree=chunks_agree)
-        except sqlite3.DatabaseError as exc:  # e.g. a column renamed by a flipped schema byte
-            raise StoreCorrupt(
-                f"{self.path.name} is damaged ({exc}). It was left untouched; restore it from a backup "
-                "or an export."
-            ) from exc
-        records = held or None
-        if damage:
-            self._found_damage(damage)
-            records = None  # read again, leaving the damaged records out
-        elif self._drop_empty_open_turn():
-            records = None
-        conv = Conversation(settings, framing)
-        meta = {k: _json_or_none(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
-        for damaged in self.damage:  # a damaged value is not used (defaults instead)
-            if damaged.table == "meta":
-                meta.pop(damaged.key, None)
-        conv.set_system_prompt(
-            meta.get("system_prompt", ""), meta.get("system_ids", []), meta.get("system_texts", [])
-        )
-        skip = integrity.skipped(self.damage)  # damaged records are left out (read-only)
-        if records is not None and not skip:
-            turns, chunks = records
-        else:
-            turns = turn_columns(self.conn, self.path.name, skip)
-            chunks = chunk_columns(self.conn, self.path.name, turns, skip)
-        # (Rows of chunks left out are dropped there: only the live chunks' order is kept.)
-        conv.rehydrate(turns, chunks, *unpack_token_rows(live_token_rows(self.conn, chunks)))
-        last = len(chunks) - 1
-        end = int(chunks.start[last] + chunks.token_count[last]) if len(chunks) else 0
-        chunk_end = int(chunks.id.max()) + 1 if len(chunks) else 0
-        turn_end = int(turns.turn_id[-1]) + 1 if len(turns) else 0
-        conv.next_position = max(meta.get("next_position", 0), end)
-        conv.next_turn_id = max(meta.get("next_turn_id", 0), turn_end)
-        conv.next_chunk_id = max(meta.get("next_chunk_id", 0), chunk_end)
-        conv.chunk_loader = self.load_chunk_tokens
+        conv = rehydration.load(self, settings, framing)
         self._streamed.clear()
-        self._close_crashed_turn(conv)
         return conv
-
-    # Opening reads every turn and chunk record as a few comma-joined columns and keeps
-    # them as numpy columns (see halo_weave.core.registry): per-record Python work
-    # dominated opening a long conversation (~20k chunks and ~5k turns per million tokens).
-    def _records_and_check(self) -> tuple[TurnColumns, ChunkColumns] | None:
-        """Every turn and chunk record, when the chunk records' checksum total agrees
-        (summed from the same read: :func:`integrity.chunk_records_agree`); None when it
-        does not or the records cannot be read as they are (the SQL checks then say why)."""
-        try:
-            turns = turn_columns(self.conn, self.path.name)
-            check: dict = {}
-            chunks = chunk_columns(self.conn, self.path.name, turns, check=check)
-        except StoreError:
-            return None
-        return (turns, chunks) if check["agree"] else None
-
-    def _drop_empty_open_turn(self) -> bool:
-        """Drop a last turn left open with no content; True when one was dropped."""
-        row = self.conn.execute("SELECT turn_id, complete FROM turns ORDER BY turn_id DESC LIMIT 1").fetchone()
-        if row is None or row[1]:
-            return False
-        content = self.conn.execute(
-            "SELECT COUNT(*) FROM chunks WHERE turn_id = ? AND chunk_index >= 0 AND token_count > 0",
-            (row[0],),
-        ).fetchone()[0]
-        if content:
-            return False
-        with self.transaction():
-            self.conn.execute(
-                "DELETE FROM chunk_tokens WHERE chunk_id IN (SELECT id FROM chunks WHERE turn_id = ?)",
-                (row[0],),
-            )
-            self.conn.execute("DELETE FROM chunks WHERE turn_id = ?", (row[0],))
-            self.conn.execute("DELETE FROM turns WHERE turn_id = ?", (row[0],))
-        return True
-
-    def _close_crashed_turn(self, conv: Conversation) -> None:
-        incomplete = [conv.turns[t] for t in conv.turns.incomplete()]
-        if not incomplete:
-            return
-        last = conv.turns.last()
-        for turn in incomplete:
-            if turn.turn_id == last:
-                conv.resume_turn(last)
-                conv.end_turn()
-            else:  # cannot happen through this API; closing it keeps positions ordered
-                turn.complete = True
-        if self.read_only:
-            return
-        with self.transaction():
-            for turn in incomplete:
-                self._write_turn(conv, turn)
-            self._write_counters(conv)
 
     def load_chunk_tokens(self, chunk_ids: Sequence[int]) -> dict[int, ChunkTokens]:
         """Tokens of the given chunks (the conversation's ``chunk_loader``)."""
@@ -398,19 +299,19 @@ class ConversationStore:
 
     def save_brightness(self, conv: Conversation) -> None:
         """Persist the brightness of every live token (after a generation)."""
-        ids, starts = conv.table.segments()
-        pieces = np.split(conv.table.brightness, starts[1:])
+        ids, starts = conv.table.chunk_spans()
+        per_chunk = np.split(conv.table.brightness, starts[1:])
         with self.transaction():
             self.conn.executemany(
                 "UPDATE chunk_tokens SET brightness = ? WHERE chunk_id = ?",
-                [(pack_brightness(p), int(c)) for c, p in zip(ids, pieces)],
+                [(pack_brightness(p), int(c)) for c, p in zip(ids, per_chunk)],
             )
             self._touch()
 
     def save_chunks(self, conv: Conversation, chunks: Iterable[Chunk]) -> None:
-        """Persist state, pin, brightness at deletion and brightness of ``chunks``.
+        """Persist state, pin, brightness at prune and brightness of ``chunks``.
 
-        One transaction: use it for a prune, a resurrection, a pin or a deletion; inside
+        One transaction: use it for a prune, a resurrection, a pin or a prune by hand; inside
         :meth:`transaction` it joins the caller's transaction.
         """
         with self.transaction():
@@ -444,7 +345,7 @@ class ConversationStore:
         rows = []
         for chunk in chunks:
             tokens = conv.tokens_in_memory(chunk.id)
-            if tokens is not None:  # else long dead: its stored tokens are already right
+            if tokens is not None:  # else long pruned: its stored tokens are already right
                 rows.append((chunk.id, *pack_tokens(tokens.token_ids, tokens.texts, tokens.brightness)))
         self.conn.executemany(
             "INSERT OR REPLACE INTO chunk_tokens (chunk_id, token_ids, brightness, text, text_lengths) "
@@ -460,13 +361,6 @@ class ConversationStore:
         })
 
 
-def _json_or_none(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except (TypeError, ValueError):  # only in a damaged file (the checksum says which key)
-        return None
-
-
 def _chunk_row(c: Chunk) -> tuple:
-    return (c.id, c.turn_id, c.sentence_id, c.role, c.start, c.token_count, int(c.live),
-            int(c.pinned), c.brightness_at_deletion, int(c.tool_result))
+    return (c.id, c.turn_id, c.chunk_index, c.role, c.start, c.token_count, int(c.live),
+            int(c.pinned), c.brightness_at_prune, int(c.tool_result))

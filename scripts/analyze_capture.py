@@ -130,7 +130,7 @@ def plot_brightness(capture: Capture, out: Path, highlight: set[int]) -> Path:
     steps = np.arange(len(capture))
     for k, chunk_id in enumerate(ids):
         row = rows.get(chunk_id, {})
-        if row.get("sentence_id", 0) < 0:
+        if row.get("chunk_index", 0) < 0:
             continue  # framing is never scored
         colour = TOOL_COLOUR if row.get("tool_result") else ROLE_COLOURS.get(row.get("role"), "#999999")
         hot = chunk_id in highlight
@@ -168,7 +168,7 @@ def plot_prune_next(capture: Capture, out: Path, forecast: list[list[dict]]) -> 
     for a, b in zip(starts, ends):
         chunk_id = int(ids[a])
         row = rows.get(chunk_id, {})
-        if row.get("sentence_id", 0) < 0:
+        if row.get("chunk_index", 0) < 0:
             continue  # framing: never scored, leaves with its turn
         content[a:b] = True
         peak = int(brightness[a:b].max())
@@ -198,7 +198,7 @@ def plot_prune_next(capture: Capture, out: Path, forecast: list[list[dict]]) -> 
     lines = ["order  chunk  turn/s  role       tokens  peak   text"]
     for n, group in enumerate(forecast, 1):
         for row in group:
-            lines.append(f"{n:>5}  {row['id']:>5}  {row['turn_id']:>3}/{row['sentence_id']:<2} "
+            lines.append(f"{n:>5}  {row['id']:>5}  {row['turn_id']:>3}/{row['chunk_index']:<2} "
                          f"{row['role']:<10} {row['token_count']:>6}  {row['peak']:>5}  "
                          f"{_label(row.get('preview', ''), 60)}")
     if len(lines) == 1:

@@ -94,9 +94,9 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
     for n, text in enumerate(messages):
         t0 = time.perf_counter()
         pieces = session.tokenize(text)
-        revived = []
+        resurrected = []
         if session.can_resurrect():
-            revived = session.resurrect_for(index, index.search(text), len(pieces))
+            resurrected = session.resurrect_for(index, index.search(text), len(pieces))
         session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
         session.fit_model_window()
         session.begin_answer()
@@ -133,8 +133,8 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
             "prompt_tokens": len(request["input_ids"]),
             "generated": len(stream.tokens),
             "tokens_per_s": done.get("timings", {}).get("tokens_per_s"),
-            "resurrected_chunks": len(revived),
-            "resurrected_tokens": sum(c.token_count for c in revived),
+            "resurrected_chunks": len(resurrected),
+            "resurrected_tokens": sum(c.token_count for c in resurrected),
             "pruned_chunks": sum(1 for c in end.pruned if not c.framing),
             "user_tokens": len(pieces),
             **{f"kv_{k}": v for k, v in kv.items()},

@@ -7,7 +7,7 @@
 * decode + aggregate one ``per_layer`` payload of 28 x 28 x 8192 float32 (base64)
 * open (integrity check) and rehydrate a file of ``--tokens`` tokens with ``--live``
   live (goal <= 50 ms for the rehydration)
-* prune one chunk / resurrect one long-dead chunk (with its anchors), each including
+* prune one chunk / resurrect one long-pruned chunk (with its anchors), each including
   its DB transaction (goal <= 5 ms each)
 * DB bytes per token
 * crash safety: a writer SIGKILLed ``--trials`` times at random moments
@@ -121,8 +121,8 @@ def build_file(path: Path, total: int, live: int, seed: int = 2) -> None:
         size = rng.randint(60, 120) if role == "user" else rng.randint(150, 450)
         pieces = [(-1, PREFIX)] + [(i, n) for i, n in enumerate(_split(size))] + [(-2, SUFFIX)]
         turns.append((turn_id, role, 1.7e9 + turn_id * 30.0, 1))
-        for sentence_id, count in pieces:
-            chunks.append([len(chunks), turn_id, sentence_id, role, position, count])
+        for chunk_index, count in pieces:
+            chunks.append([len(chunks), turn_id, chunk_index, role, position, count])
             position += count
         turn_id += 1
     live_turns, seen = set(), 0
@@ -173,7 +173,7 @@ def bench_store(workdir: Path, total: int, live: int, repeat: int = 7) -> dict:
         "open_ms": summary(open_times), "rehydrate_ms": summary(load_times),
     }
     rng = random.Random(3)
-    long_dead = [c.id for c in conv.chunks.values()
+    long_pruned = [c.id for c in conv.chunks.values()
                  if not c.live and not c.framing and not c.anchor]
     prune_times, resurrect_times, sizes = Times(), Times(), []
 
@@ -181,7 +181,7 @@ def bench_store(workdir: Path, total: int, live: int, repeat: int = 7) -> dict:
         store.save_chunks(conv, conv.prune_to_fit(conv.live_token_count() - 1))
 
     def resurrect():
-        resurrected = conv.resurrect([long_dead.pop(rng.randrange(len(long_dead)))])
+        resurrected = conv.resurrect([long_pruned.pop(rng.randrange(len(long_pruned)))])
         store.save_chunks(conv, resurrected)
         return resurrected
 

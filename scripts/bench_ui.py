@@ -90,7 +90,7 @@ def synthetic_conversation(live_tokens: int = 30_000, seed: int = 0, settings: S
     table = conv.table
     # Brightness shaped like real runs: most tokens decayed a little, a few chunks hot.
     table.brightness[:] = 10_000 - rng.integers(0, 3000, len(table))
-    ids, starts = table.segments()
+    ids, starts = table.chunk_spans()
     hot = rng.choice(len(ids), max(1, len(ids) // 10), replace=False)
     bounds = list(starts) + [len(table)]
     for i in hot:
@@ -249,7 +249,7 @@ def bench_graveyard(count: int, frames: int = 120) -> dict:
     rng = np.random.default_rng(2)
     rows = [
         Chunk(i, i // 3, i % 3, "user" if (i // 3) % 2 == 0 else "assistant", start=10_000_000 - 64 * i,
-              token_count=int(rng.integers(64, 200)), live=False, brightness_at_deletion=int(rng.integers(7000, 10000)))
+              token_count=int(rng.integers(64, 200)), live=False, brightness_at_prune=int(rng.integers(7000, 10000)))
         for i in range(count)
     ]
     texts = {r.id: " ".join(WORDS[j % len(WORDS)] for j in range(r.id % 17, r.id % 17 + 40)) for r in rows}

@@ -123,10 +123,10 @@ def main() -> None:
         pause(0.5)
         shot("04_pruned_graveyard")
 
-        dead = controller.conv.graveyard()
-        if dead:
-            controller.resurrect_chunk(dead[-1].id)
-            window.heatmap.scroll_to_chunk(dead[-1].id)
+        pruned = controller.conv.graveyard()
+        if pruned:
+            controller.resurrect_chunk(pruned[-1].id)
+            window.heatmap.scroll_to_chunk(pruned[-1].id)
             shot("05_resurrected")
 
         heatmap = window.heatmap
@@ -163,8 +163,8 @@ def main() -> None:
         shot("09_open_dialog", picker)
         picker.close()
 
-        window.notes_action.trigger()  # View → Show notes
-        window.record_action.trigger()  # View → Record attention
+        window.menus.notes_action.trigger()  # View → Show notes
+        window.menus.record_action.trigger()  # View → Record attention
         controller.send("Please note where I'm travelling.", answer_prefix=NOTES_CALL)
         wait(lambda: not controller.busy)
         controller.wait_for_indexing(120)

@@ -167,9 +167,9 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
         turn = session.finish_turn("stop").turn  # saves the answer and brightness, prunes
         report("assistant", turn)
         _continue_or_flip(session, backend, rng, out, report)
-        dead = conv.graveyard()
-        if dead and rng.random() < 0.3:
-            session.resurrect_chunk(rng.choice(dead).id, pin=False)
+        pruned = conv.graveyard()
+        if pruned and rng.random() < 0.3:
+            session.resurrect_chunk(rng.choice(pruned).id, pin=False)
         if rng.random() < 0.2:
             store.save_tool_data("notes", {"turn": turn.turn_id})
 

@@ -10,7 +10,7 @@ vocabulary the recording was made with (BOS included, as recorded).
 
 :class:`LlamaReplay` follows llama.cpp's server documentation (``/props``,
 ``/tokenize`` with pieces, ``/detokenize``, ``/completion`` streaming with token ids,
-``stop_type``, ``tokens_cached``).  Both speak HTTP/1.0 and close after each answer.
+``stop_type``, ``timings.cache_n``; checked against a real llama-server).  Both speak HTTP/1.0 and close after each answer.
 
 A test scripts the answer (``answer_chunks``), a delay between events (to press Stop),
 or ``die_after`` events (the connection is reset, as when the server process dies).
@@ -151,6 +151,7 @@ class KoboldReplay(_Base):
         super().__init__(tokenizer)
         self._abort_keys: set[str] = set()
         self.ignore_abort = False  # a server that says it stopped but streams on
+        self.password: str | None = None  # as `koboldcpp.py --password`: POSTs need the key
 
     def recorded(self, handler, name: str) -> None:
         status, headers, body = load_recording(name)
@@ -161,7 +162,9 @@ class KoboldReplay(_Base):
         files = {"/api/v1/model": "01_model.txt", "/api/extra/version": "02_version.txt",
                  "/api/extra/true_max_context_length": "03_true_max_context.txt",
                  "/api/v1/config/max_context_length": "04_max_context.txt"}
-        if handler.path in files:
+        if handler.path == "/api/v1/model" and self.password:
+            self.send_json(handler, {"result": "koboldcpp/protected-model"})  # the name is hidden
+        elif handler.path in files:
             self.recorded(handler, files[handler.path])
         else:
             self.send(handler, 404, b"", "text/html")
@@ -171,8 +174,17 @@ class KoboldReplay(_Base):
 
     def post(self, handler, body: dict) -> None:
         path = handler.path
+        if self.password and handler.headers.get("Authorization") != f"Bearer {self.password}":
+            # What a real KoboldCPP 1.76 started with --password answers.
+            self.send_json(handler, {"detail": {"error": "Unauthorized", "msg": "Authentication key is missing or "
+                                                "invalid.", "type": "unauthorized"}}, 401)
+            return
         if path == "/api/extra/tokencount":
-            ids = [1] + self.tok.ids(str(body.get("prompt", "")))  # BOS included, as recorded
+            ids = self.tok.ids(str(body.get("prompt", "")))
+            # As recorded and as a real 1.76 counts: a BOS (id 1) is added unless the text
+            # starts with one or the request says "special": false.
+            if body.get("special", True) is not False and ids[:1] != [1]:
+                ids = [1] + ids
             self.send_json(handler, {"value": len(ids), "ids": ids})
         elif path == "/api/v1/tokenize":
             self.recorded(handler, "06_tokenize_missing.txt")
@@ -276,11 +288,130 @@ class LlamaReplay(_Base):
             if n + len(ids) > limit:
                 break
             n += len(ids)
-            self._last_prompt.extend(ids)  # the slot's cache holds what it generated too
+            self._last_prompt.extend(ids)  # the slot's cache holds what it generated too…
             yield {"content": chunk, "tokens": ids, "stop": False, "id_slot": 0}
+        if n:
+            self._last_prompt.pop()  # …but its last token, sampled and never evaluated
         yield {"content": "", "tokens": [], "stop": True, "stop_type": "eos" if n < limit else "limit",
-               "tokens_predicted": n, "tokens_evaluated": n_prompt, "tokens_cached": cached,
+               # As a real llama-server says it: tokens_cached is what the slot holds now
+               # (prompt + answer but its last token), timings.cache_n the reused prefix.
+               "tokens_predicted": n, "tokens_evaluated": n_prompt, "tokens_cached": n_prompt + max(0, n - 1),
                "timings": {"cache_n": cached, "prompt_n": n_prompt - cached}}
 
 
 
+
+
+class OpenAIReplay(_Base):
+    """An OpenAI-compatible completions server: ``/v1/models``, ``/v1/completions`` (SSE
+    ``data: {"choices": [{"text", "finish_reason"}]}`` ending ``data: [DONE]``)."""
+
+    model_id = "replay-model"
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [{"id": self.model_id, "object": "model", "owned_by": "replay"}]}
+
+    def get(self, handler) -> None:
+        if handler.path == "/v1/models":
+            self.send_json(handler, self.models())
+        else:
+            self.native_get(handler)
+
+    def native_get(self, handler) -> None:
+        self.send(handler, 404, b"404 page not found", "text/plain")
+
+    def native_post(self, handler, body: dict) -> None:
+        self.send(handler, 404, b"404 page not found", "text/plain")
+
+    def malformed(self, handler) -> None:
+        self.send_json(handler, {"error": {"message": "invalid JSON", "type": "invalid_request_error"}}, 400)
+
+    def post(self, handler, body: dict) -> None:
+        if handler.path == "/v1/completions":
+            self.stream_events(handler, self._answer(body), kobold=False)
+            handler.wfile.write(b"data: [DONE]\n\n")
+        else:
+            self.native_post(handler, body)
+
+    def _answer(self, body: dict):
+        chunks = self.answer_chunks if self.answer_chunks is not None else ["Mochi", " is", " your", " cat", "."]
+        limit = int(body.get("max_tokens", 100))
+        for n, chunk in enumerate(chunks[:limit]):
+            last = n == len(chunks) - 1 or n == limit - 1
+            reason = ("stop" if n == len(chunks) - 1 else "length") if last else None
+            yield {"id": "cmpl-replay", "object": "text_completion", "model": self.model_id,
+                   "choices": [{"index": 0, "text": chunk, "finish_reason": reason}]}
+
+
+class OllamaReplay(OpenAIReplay):
+    """Ollama as its API documentation describes it: the OpenAI-compatible ``/v1`` beside
+    the native ``/api/version``, ``/api/show`` (``model_info["<arch>.context_length"]``,
+    Modelfile ``parameters`` text with ``num_ctx``) and ``/api/ps`` (running models with the
+    ``context_length`` they were loaded with).  ``num_ctx`` / ``running_ctx`` of ``None``
+    leave that fact out, as a stock model that is not loaded yet."""
+
+    server_header = "Go-http-client"
+    model_id = "llama3.2:latest"
+
+    def __init__(self, tokenizer, *, train_ctx: int = 131072, num_ctx: int | None = None,
+                 running_ctx: int | None = None) -> None:
+        super().__init__(tokenizer)
+        self.train_ctx, self.num_ctx, self.running_ctx = train_ctx, num_ctx, running_ctx
+
+    def native_get(self, handler) -> None:
+        if handler.path == "/api/version":
+            self.send_json(handler, {"version": "0.12.6"})
+        elif handler.path == "/api/ps":
+            running = [] if self.running_ctx is None else [{
+                "name": self.model_id, "model": self.model_id, "size": 2019393189, "digest": "a80c4f17acd5",
+                "details": {"format": "gguf", "family": "llama", "parameter_size": "3.2B",
+                            "quantization_level": "Q4_K_M"},
+                "expires_at": "2026-11-23T12:34:56Z", "size_vram": 0, "context_length": self.running_ctx}]
+            self.send_json(handler, {"models": running})
+        elif handler.path == "/":
+            self.send(handler, 200, b"Ollama is running", "text/plain")
+        else:
+            super().native_get(handler)
+
+    def native_post(self, handler, body: dict) -> None:
+        if handler.path == "/api/show":
+            if body.get("model") not in (self.model_id, self.model_id.removesuffix(":latest")):
+                self.send_json(handler, {"error": f"model '{body.get('model')}' not found"}, 404)
+                return
+            parameters = 'stop                           "<|eot_id|>"'
+            if self.num_ctx is not None:
+                parameters = f"num_ctx                        {self.num_ctx}\n" + parameters
+            self.send_json(handler, {
+                "modelfile": "FROM /models/llama3.2\n", "parameters": parameters,
+                "template": "{{ .Prompt }}", "details": {"family": "llama", "parameter_size": "3.2B"},
+                "model_info": {"general.architecture": "llama", "general.parameter_count": 3212749888,
+                               "llama.context_length": self.train_ctx, "llama.embedding_length": 3072},
+                "capabilities": ["completion", "tools"]})
+        else:
+            super().native_post(handler, body)
+
+
+class LMStudioReplay(OpenAIReplay):
+    """LM Studio as its REST API documentation describes it: ``/v1`` plus ``/api/v0/models``
+    with each model's ``state``, ``max_context_length`` and, once loaded,
+    ``loaded_context_length``."""
+
+    server_header = "LM Studio"
+    model_id = "meta-llama-3.1-8b-instruct"
+
+    def __init__(self, tokenizer, *, max_ctx: int = 131072, loaded_ctx: int | None = 8192) -> None:
+        super().__init__(tokenizer)
+        self.max_ctx, self.loaded_ctx = max_ctx, loaded_ctx
+
+    def native_get(self, handler) -> None:
+        if handler.path == "/api/v0/models":
+            loaded = {"id": self.model_id, "object": "model", "type": "llm", "publisher": "lmstudio-community",
+                      "arch": "llama", "compatibility_type": "gguf", "quantization": "Q4_K_M",
+                      "state": "loaded" if self.loaded_ctx else "not-loaded", "max_context_length": self.max_ctx}
+            if self.loaded_ctx:
+                loaded["loaded_context_length"] = self.loaded_ctx
+            other = {"id": "qwen2-vl-7b-instruct", "object": "model", "type": "vlm", "arch": "qwen2_vl",
+                     "state": "not-loaded", "max_context_length": 32768}
+            self.send_json(handler, {"object": "list", "data": [other, loaded]})
+        else:
+            self.send_json(handler, {"error": f"Unexpected endpoint or method. ({handler.command} {handler.path})"}, 200)

@@ -78,7 +78,32 @@ def test_stock_koboldcpp_chat_in_text_mode_with_its_quirks(kobold, tok):
     # input_ids would be silently ignored: the prompt goes as text, the true context with it.
     assert "input_ids" not in body and body["prompt"] == PROMPT
     assert body["max_context_length"] == 4096 and body["genkey"] == stream.request_id
-    assert stream.done.raw["server_prompt_tokens"] == len(ids) + 1  # KoboldCPP's own count (BOS)
+    # KoboldCPP's own count: the BOS it adds is the prompt's first token (<|im_start|>) here.
+    assert stream.done.raw["server_prompt_tokens"] == len(ids)
+
+
+def test_stock_koboldcpp_counts_text_without_the_bos_it_adds_to_prompts(kobold, tok):
+    # Seen on a real KoboldCPP 1.76: /api/extra/tokencount adds a BOS to any text; a budget
+    # counting a message that way was one token over, and the model window one step short.
+    with connect(kobold.url) as backend:
+        assert backend.count_tokens("Name three fruits.") == (len(tok.ids("Name three fruits.")), True)
+        assert backend.model_info().max_context == 4096, "same vocabulary: the table's window is the server's"
+
+
+def test_password_protected_koboldcpp_asks_for_the_key_and_works_with_it(kobold, tok):
+    from halo_weave.backends import BackendAuthError
+
+    kobold.password = "sekrit"
+    with pytest.raises(BackendAuthError) as caught:
+        connect(kobold.url)
+    assert "asks for an API key" in str(caught.value), "not 'no token counter'"
+    result = probe(kobold.url, api_key="sekrit")
+    assert result.usable and result.kind == "koboldcpp" and result.exact_tokens
+    with connect(kobold.url, api_key="sekrit") as backend:
+        assert backend.count_tokens("Name three fruits.") == (len(tok.ids("Name three fruits.")), True)
+        stream = backend.stream(input_ids=ids_of(backend), max_length=24, stop_sequence=["<|im_end|>"])
+        list(stream)
+    assert stream.text == "1. Bananas\n2. Oranges\n3. Grapes" and stream.done.finish_reason == "stop"
 
 
 def test_stock_koboldcpp_stop_ends_as_aborted_not_length(kobold):
@@ -158,7 +183,9 @@ def test_llama_server_exact_token_ids_and_prefix_cache(llama, tok):
         again = backend.stream(input_ids=ids + [e.token_id for e in events] + ids_of(backend, "<|im_end|>\n"),
                                max_length=3)
         list(again)
-        assert again.done.reused_prefix_tokens == len(ids) + len(events)
+        # The server reuses the shared prefix but the answer's last token (sampled, never
+        # evaluated): its timings.cache_n, not tokens_cached (prompt + answer so far).
+        assert again.done.reused_prefix_tokens == len(ids) + len(events) - 1
         assert again.done.finish_reason == "length"
 
 

@@ -175,7 +175,7 @@ def test_every_bounded_method_fits_the_prompt_budget(dialogue, settings):
     bright = replay(tok, Policy("brightness", budget), settings, source).conv
     recent = keep_recent(full, prune_to)
     # Every content chunk as a match, oldest first: plenty to overfill the budget.
-    matches = [Match(c.id, c.turn_id, c.sentence_id, c.role, "", c.token_count, 0, 0.9, 0.9)
+    matches = [Match(c.id, c.turn_id, c.chunk_index, c.role, "", c.token_count, 0, 0.9, 0.9)
                for c in sorted(full.chunks.values(), key=lambda c: c.start) if not c.framing]
     for i in range(len(dialogue.questions)):
         ctx = _question(tok, i, budget, context, max_new)
@@ -184,7 +184,7 @@ def test_every_bounded_method_fits_the_prompt_budget(dialogue, settings):
             "fifo": answer_fifo(full, ctx),
             "rag": answer_rag(recent, matches, ctx),
             "brightness": answer_brightness(bright, ctx),
-            "halo": answer_halo(halo, matches, ctx, "at_deletion"),
+            "halo": answer_halo(halo, matches, ctx, "at_prune"),
             "halo-mean": answer_halo(halo, matches, ctx, "mean"),
         }
         for name, out in outcomes.items():
@@ -200,14 +200,14 @@ def test_halo_reports_why_evidence_is_missing(dialogue, settings):
     tok = tokenize_dialogue(dialogue, source.tokenize, settings)
     halo = replay(tok, Policy("halo", 120), settings, source).conv
     ctx = _question(tok, 1, 240, 260, settings.max_new_tokens)
-    assert answer_halo(halo, [], ctx, "at_deletion").missing["D2:7"] == "never retrieved"
+    assert answer_halo(halo, [], ctx, "at_prune").missing["D2:7"] == "never retrieved"
     turn = dialogue.turn_index()["D2:7"]
     chunk = halo.content_chunks(turn)[0]
     assert not chunk.live
     huge = Match(chunk.id, turn, 0, chunk.role, "", chunk.token_count, 0, 0.9, 0.9)
     tight = _question(tok, 1, 240, halo.live_token_count() + ctx.framed_tokens + 20 + 1, 20)
-    assert answer_halo(halo, [huge], tight, "at_deletion").missing["D2:7"] == "over budget"
-    assert answer_halo(halo, [huge], ctx, "at_deletion").missing.get("D2:7") is None
+    assert answer_halo(halo, [huge], tight, "at_prune").missing["D2:7"] == "over budget"
+    assert answer_halo(halo, [huge], ctx, "at_prune").missing.get("D2:7") is None
 
 
 def test_kv_shift_matches_exact_on_a_one_layer_model():

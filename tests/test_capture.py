@@ -178,7 +178,7 @@ def test_prune_forecast_follows_the_conversations_own_rule(tmp_path):
     live_ids = set(np.unique(last.chunk_ids).tolist())
     for chunk in list(twin.chunks.values()):
         if chunk.live and chunk.id not in live_ids:
-            twin._kill([chunk])
+            twin._prune_chunks([chunk])
     expected = []
     for _ in range(len(forecast)):
         pruned = [c.id for c in twin.prune_to_fit(twin.live_token_count() - 1) if not c.framing]
@@ -186,6 +186,13 @@ def test_prune_forecast_follows_the_conversations_own_rule(tmp_path):
     assert [[row["id"] for row in group] for group in forecast][:2] == expected[:2]
     peaks = [group[0]["peak"] for group in forecast]
     assert all(isinstance(p, int) for p in peaks)
+
+    # A capture written before the chunk index had its name (``sentence_id``) reads the same.
+    for name in ("meta.json", "stats.json"):
+        file = path / name
+        file.write_text(file.read_text("utf-8").replace('"chunk_index"', '"sentence_id"'), "utf-8")
+    assert '"sentence_id"' in (path / "stats.json").read_text("utf-8")
+    assert prune_forecast(load_capture(path), groups=4) == forecast
 
 
 def test_analyze_script_writes_the_pngs(tmp_path):

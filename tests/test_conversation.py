@@ -37,8 +37,8 @@ def say(conv: Conversation, role: str, text: str):
     return conv.add_turn(role, ids, texts)
 
 
-def set_peak(conv: Conversation, turn_id: int, sentence_id: int, role: str, value: int) -> None:
-    chunk = conv.chunk_by_key(turn_id, sentence_id, role)
+def set_peak(conv: Conversation, turn_id: int, chunk_index: int, role: str, value: int) -> None:
+    chunk = conv.chunk_by_key(turn_id, chunk_index, role)
     conv.table.brightness[conv.chunk_rows(chunk)] = value
 
 
@@ -110,7 +110,7 @@ def test_positions_are_never_reused_after_pruning():
     say(conv, "user", "alpha beta gamma.\n\ndelta epsilon zeta.\n\neta theta iota.")
     say(conv, "assistant", "one two three.\n\nfour five six.")
     before = conv.next_position
-    conv.delete_chunk(conv.chunk_by_key(0, 1, "user").id)
+    conv.prune_chunk(conv.chunk_by_key(0, 1, "user").id)
     say(conv, "user", "kappa lambda mu.")
     assert conv.chunks[max(conv.chunks)].start >= before
     assert np.all(np.diff(conv.table.position) > 0)
@@ -238,11 +238,11 @@ def test_pinned_chunks_and_system_prompt_survive_any_budget():
     assert conv.live_input_ids()[:6].tolist() == [90, 91, 500, 501, 94, 95]
 
 
-def test_prune_records_brightness_at_deletion_and_fills_the_graveyard():
+def test_prune_records_brightness_at_prune_and_fills_the_graveyard():
     conv = seed_turns_3_and_4()
     pruned = conv.prune_to_fit(conv.live_token_count() - 1)
     chunk = pruned[0]
-    assert chunk.brightness_at_deletion == 10 and not chunk.live
+    assert chunk.brightness_at_prune == 10 and not chunk.live
     assert conv.graveyard()[0].key == chunk.key
     assert conv.chunk_text(chunk.id).strip() == "a four here."
 
@@ -251,7 +251,7 @@ def test_framing_leaves_with_the_last_chunk_of_its_turn():
     conv = make(min_chunk=3)
     say(conv, "user", "only chunk here.")
     say(conv, "assistant", "reply chunk here.")
-    conv.delete_chunk(conv.chunk_by_key(0, 0, "user").id)
+    conv.prune_chunk(conv.chunk_by_key(0, 0, "user").id)
     assert 92 not in conv.live_input_ids().tolist()  # "user\n" framing gone
     assert 93 in conv.live_input_ids().tolist()
 
@@ -270,7 +270,7 @@ def test_resurrection_returns_chunk_to_its_place_with_anchors():
     # The resurrected tokens appear in their original order and relative place.
     assert ids == [i for i in ids_before.tolist() if i in ids] and ids[:6] == ids_before[:6].tolist()
     assert np.all(np.diff(conv.table.position) > 0)
-    # "no gifts": brightness as at deletion
+    # "no gifts": brightness as at prune
     assert conv.chunk_peak(target.id) == 8000
 
 
@@ -320,11 +320,11 @@ def test_pin_sets_full_brightness_and_unpin_allows_pruning_again():
     assert [c.key for c in conv.prune_to_fit(conv.live_token_count() - 1)] == [chunk.key]
 
 
-def test_dead_chunks_from_storage_load_through_the_loader():
+def test_pruned_chunks_from_storage_load_through_the_loader():
     conv = seed_turns_3_and_4()
     pruned = conv.prune_to_fit(conv.live_token_count() - 1)
     saved = {c.id: conv.chunk_tokens(c.id) for c in pruned}
-    conv._dead_tokens.clear()  # as if the conversation had just been reopened
+    conv._pruned_tokens.clear()  # as if the conversation had just been reopened
     calls = []
     conv.chunk_loader = lambda ids: calls.append(list(ids)) or {i: saved[i] for i in ids}
     conv.resurrect([pruned[0].id])

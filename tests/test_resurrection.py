@@ -96,14 +96,14 @@ def long_chat(embedder, tmp_path_factory):  # noqa: F811
     conv = new_conversation(embedder, max_context_tokens=KEEP)
     index = SemanticIndex(store.conn, conv.settings, embedder, lock=store.lock)
     exchange(conv, store, index, embedder, BOAT_QUESTION, *BOAT_ANSWER)
-    dead_by_turn_40 = None
+    pruned_by_turn_40 = None
     for i in range(39):
         question, *answer = TOPICS[i % len(TOPICS)]
         exchange(conv, store, index, embedder, question, *answer)
         if conv.next_turn_id == 40:
-            dead_by_turn_40 = not chunk_with(conv, "Marigold Drifter").live
+            pruned_by_turn_40 = not chunk_with(conv, "Marigold Drifter").live
     store.close()
-    return path, conv.settings, dead_by_turn_40
+    return path, conv.settings, pruned_by_turn_40
 
 
 @pytest.fixture()
@@ -211,14 +211,14 @@ def test_shared_anchors_are_paid_once(chat, embedder):  # noqa: F811
 def memory_state(conv):
     """What the user sees of the conversation: live tokens and every chunk's state."""
     return ({name: getattr(conv.table, name).tolist() for name in ("position", "token_id", "brightness")},
-            {c.id: (c.live, c.brightness_at_deletion) for c in conv.chunks.values()},
+            {c.id: (c.live, c.brightness_at_prune) for c in conv.chunks.values()},
             {c.id: conv.chunk_tokens(c.id).brightness.tolist() for c in conv.graveyard()})
 
 
 @pytest.mark.parametrize("failure", ["read-only", "locked"])
 def test_a_failed_save_leaves_the_chunks_in_the_graveyard(chat, embedder, failure):  # noqa: F811
     """A write that fails (a read-only file; another process holding the write lock)
-    leaves the conversation as it was: nothing shows as live that the file holds dead.
+    leaves the conversation as it was: nothing shows as live that the file holds pruned.
 
     (A full disk cannot be staged here: resurrecting rewrites rows in place and needs
     no new page, so a tiny ``max_page_count`` does not stop it.)

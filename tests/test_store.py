@@ -30,7 +30,7 @@ def snapshot(conv) -> dict:
         "chunks": {c: dataclasses.asdict(chunk) for c, chunk in conv.chunks.items()},
         "table": table,
         "texts": {c.id: conv.chunk_texts(c.id) for c in conv.live_chunks()},
-        "dead": {c: conv.chunk_tokens(c).text for c, chunk in conv.chunks.items() if not chunk.live},
+        "pruned": {c: conv.chunk_tokens(c).text for c, chunk in conv.chunks.items() if not chunk.live},
     }
 
 
@@ -58,7 +58,7 @@ def store(path):
 
 @pytest.fixture
 def reopen():
-    """Load a file in a fresh store, kept open (dead chunks load lazily) until teardown."""
+    """Load a file in a fresh store, kept open (pruned chunks load lazily) until teardown."""
     stores = []
 
     def load(path: Path, **changes):
@@ -77,9 +77,9 @@ def test_rehydration_is_exact_and_positions_continue(store, path, reopen):
     chat(conv, store, rng, exchanges=6, max_tokens=500)
     pinned = next(c for c in conv.live_chunks() if not c.framing and not c.anchor)
     store.save_chunks(conv, [conv.pin(pinned.id)])
-    dead = conv.graveyard()
-    assert dead, "the conversation should have pruned something"
-    store.save_chunks(conv, conv.resurrect([dead[-1].id]))
+    pruned = conv.graveyard()
+    assert pruned, "the conversation should have pruned something"
+    store.save_chunks(conv, conv.resurrect([pruned[-1].id]))
     before = snapshot(conv)
     store.close()
 
@@ -88,17 +88,17 @@ def test_rehydration_is_exact_and_positions_continue(store, path, reopen):
 
     # The next turn continues after every position ever used, and survives a reopen too.
     with ConversationStore.open(path) as store2:
-        restored = store2.load(settings(), FRAMING)
-        turn = add_user(restored, "a question after the restart")
-        store2.save_turn(restored, turn)
-        first = restored.chunks[turn.chunk_ids[0]].start
+        rehydrated = store2.load(settings(), FRAMING)
+        turn = add_user(rehydrated, "a question after the restart")
+        store2.save_turn(rehydrated, turn)
+        first = rehydrated.chunks[turn.chunk_ids[0]].start
         assert first == before["counters"][0]
-        assert restored.turns[turn.turn_id].turn_id == before["counters"][1]
-        after = snapshot(restored)
+        assert rehydrated.turns[turn.turn_id].turn_id == before["counters"][1]
+        after = snapshot(rehydrated)
     assert snapshot(reopen(path)) == after
 
 
-def test_dead_history_stays_columns_until_it_is_used(store, path, reopen):
+def test_pruned_history_stays_columns_until_it_is_used(store, path, reopen):
     rng = random.Random(4)
     conv = new_conversation()
     chat(conv, store, rng, exchanges=8, max_tokens=300)
@@ -108,7 +108,7 @@ def test_dead_history_stays_columns_until_it_is_used(store, path, reopen):
 
     again = reopen(path)
     live = again.live_chunks()
-    # Only the live chunks are objects; dead chunks and turns are numpy rows until asked for.
+    # Only the live chunks are objects; pruned chunks and turns are numpy rows until asked for.
     assert again.chunks.materialised == len(live) and again.turns.materialised == 0
     assert len(again.chunks) == len(conv.chunks) and len(again.turns) == len(conv.turns)
     assert list(again.chunks) == sorted(conv.chunks, key=lambda c: conv.chunks[c].start)
@@ -166,7 +166,7 @@ def test_crash_before_any_answer_token_drops_the_empty_turn(store, path, reopen)
     assert recovered.next_position >= conv.next_position  # positions are never reused
 
 
-def test_prune_resurrect_pin_and_delete_are_persisted(store, path, reopen):
+def test_prune_resurrect_pin_and_prune_by_hand_are_persisted(store, path, reopen):
     rng = random.Random(3)
     conv = new_conversation()
     chat(conv, store, rng, exchanges=5, max_tokens=0)
@@ -178,7 +178,7 @@ def test_prune_resurrect_pin_and_delete_are_persisted(store, path, reopen):
     loaded = reopen(path)
     for chunk in pruned:
         stored = loaded.chunks[chunk.id]
-        assert not stored.live and stored.brightness_at_deletion == chunk.brightness_at_deletion
+        assert not stored.live and stored.brightness_at_prune == chunk.brightness_at_prune
 
     # Resurrect in a later session: the tokens come back lazily from the file.
     with ConversationStore.open(path) as store2:
@@ -191,7 +191,7 @@ def test_prune_resurrect_pin_and_delete_are_persisted(store, path, reopen):
         assert tokens.texts == original[target.id].texts
         victim = next(c for c in conv2.live_chunks() if not c.framing and c.id != target.id)
         store2.save_chunks(conv2, [conv2.pin(target.id)])
-        store2.save_chunks(conv2, conv2.delete_chunk(victim.id))
+        store2.save_chunks(conv2, conv2.prune_chunk(victim.id))
         expected = snapshot(conv2)
     final = reopen(path)
     assert snapshot(final) == expected

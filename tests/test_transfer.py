@@ -57,17 +57,30 @@ def exported(tmp_path_factory, data_dir) -> Path:
     return out
 
 
-def test_a_version_1_document_is_still_read(exported, tmp_path):
-    """Version 1 named ``chunk_index`` ``sentence_id``; importing it gives the same conversation."""
+def as_version(current: dict, version: int) -> dict:
+    """Today's document as an older version wrote it (only names differ)."""
+    old = copy.deepcopy(current)
+    old["version"] = version
+    for row in old["chunks"]:
+        row["brightness_at_deletion"] = row.pop("brightness_at_prune")
+    old["tokens"]["deleted"] = old["tokens"].pop("pruned")
+    if version == 1:
+        for row in old["chunks"] + old["semantic_entries"]:
+            row["sentence_id"] = row.pop("chunk_index")
+    return old
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_version_document_is_still_read(exported, tmp_path, version):
+    """Version 2 named ``brightness_at_prune`` ``brightness_at_deletion`` and the ``pruned``
+    token column ``deleted``; version 1 also named ``chunk_index`` ``sentence_id``.
+    Importing either gives the same conversation."""
     current = json.loads(exported.read_text())
     assert all("chunk_index" in c and "sentence_id" not in c for c in current["chunks"])
     assert current["semantic_entries"] and all("chunk_index" in e for e in current["semantic_entries"])
-    old = copy.deepcopy(current)
-    old["version"] = 1
-    for row in old["chunks"] + old["semantic_entries"]:
-        row["sentence_id"] = row.pop("chunk_index")
-    path = tmp_path / "v1.json"
-    path.write_text(json.dumps(old))
+    assert any(c["brightness_at_prune"] is not None for c in current["chunks"])
+    path = tmp_path / f"v{version}.json"
+    path.write_text(json.dumps(as_version(current, version)))
 
     imported = import_conversation(path, tmp_path)
     with ConversationStore.open(imported, create=False) as store:
@@ -75,19 +88,21 @@ def test_a_version_1_document_is_still_read(exported, tmp_path):
         conv = store.load(settings(), FRAMING)
         assert {c["id"]: c["chunk_index"] for c in current["chunks"]} == {
             c.id: c.key[1] for c in conv.chunks.values()}
+        assert {c["id"]: c["brightness_at_prune"] for c in current["chunks"]} == {
+            c.id: c.brightness_at_prune for c in conv.chunks.values()}
 
-    # A version-1 document that uses the new name is refused like any unknown field.
+    # An older document that uses a newer name is refused like any unknown field.
     mixed = copy.deepcopy(current)
-    mixed["version"] = 1
+    mixed["version"] = version
     path.write_text(json.dumps(mixed))
-    with pytest.raises(TransferError, match="sentence_id"):
+    with pytest.raises(TransferError, match="sentence_id" if version == 1 else "brightness_at_deletion"):
         import_conversation(path, tmp_path)
 
 
 def test_export_import_round_trip(exported, data_dir, tmp_path):
     original = json.loads(exported.read_text())
-    assert original["format"] == FORMAT and original["version"] == 2
-    assert any(t is True for t in original["tokens"]["deleted"])
+    assert original["format"] == FORMAT and original["version"] == 3
+    assert any(t is True for t in original["tokens"]["pruned"])
     assert any(t is True for t in original["tokens"]["pinned"])
     assert all("embedding" not in e for e in original["semantic_entries"])
 
@@ -147,13 +162,13 @@ def _shorter_column(doc):
     doc["tokens"]["text"].pop()
 
 
-def _deleted_mismatch(doc):
-    doc["tokens"]["deleted"][0] = not doc["tokens"]["deleted"][0]
+def _pruned_mismatch(doc):
+    doc["tokens"]["pruned"][0] = not doc["tokens"]["pruned"][0]
 
 
 MUTATIONS = {
     "wrong format": (_set("format", "chatgpt-export"), "not a Halo Weave export"),
-    "newer version": (_set("version", 3), "version 3"),
+    "newer version": (_set("version", 4), "version 4"),
     "version as text": (_set("version", "1"), "version '1'"),
     "token id as text": (_set("tokens.token_id.3", "17"), "tokens.token_id"),
     "brightness as float": (_set("tokens.brightness.0", 12.5), "tokens.brightness"),
@@ -166,7 +181,7 @@ MUTATIONS = {
     "chunk of a missing turn": (_drop_turn, "not in the file"),
     "index entry of a missing chunk": (_orphan_entry, "not in the file"),
     "columns of different lengths": (_shorter_column, "different lengths"),
-    "deleted flag disagreeing": (_deleted_mismatch, "disagrees"),
+    "pruned flag disagreeing": (_pruned_mismatch, "disagrees"),
     "counter behind the data": (_set("metadata.next_chunk_id", 0), "next_chunk_id"),
     "extra field": (_set("chunks.0.colour", "red"), "unknown fields"),
     "time as text": (_set("turns.0.created_at", "yesterday"), "time"),
@@ -183,7 +198,7 @@ RAW = {
     "truncated": (lambda text: text[: len(text) // 2], "not valid JSON"),
     "not an object": (lambda text: "[1, 2, 3]", "expected a JSON object"),
     "NaN": (lambda text: text.replace('"reference_count":2', '"reference_count":NaN', 1), "NaN"),
-    "number with 400 digits": (lambda text: text.replace('"version":2', '"version":' + "9" * 400, 1),
+    "number with 400 digits": (lambda text: text.replace('"version":3', '"version":' + "9" * 400, 1),
                                "out of range"),
     "deep nesting": (lambda text: text[:-1] + ',"x":' + "[" * 100_000 + "]" * 100_000 + "}",
                      "not a usable export"),

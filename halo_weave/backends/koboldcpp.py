@@ -9,8 +9,11 @@ with pieces and silently ignores ``input_ids``, so it runs in text mode
 (:class:`StockKobold`).  Its quirks, handled here: several tokens of text per event;
 ``finish_reason`` is the *string* ``"null"`` until the last event; abort answers string
 booleans (``{"success": "true"}``) and the aborted stream ends with ``"length"``;
-``/api/extra/tokencount`` (BOS included) is the only counter; the prompt is cut to the
-request's ``max_context_length`` (a small default), so the true context is always sent.
+``/api/extra/tokencount`` is the only counter: it adds a BOS unless told ``"special": false``
+(or the text starts with one), as the server does to a prompt, so a prompt is counted
+with it and any other text without; the prompt is cut to the request's
+``max_context_length`` (a small default), so the true context is always sent.  A server
+started with ``--password`` wants the key on every POST, the counter's included.
 """
 
 from __future__ import annotations
@@ -89,8 +92,9 @@ class StockKobold(TextModeBackend):
     def label(self) -> str:
         return f"KoboldCPP {self.version}" if self.version else "KoboldCPP"
 
-    def server_count(self, text: str) -> int | None:
-        data = self.http.post_json("/api/extra/tokencount", {"prompt": text})
+    def server_count(self, text: str, *, prompt: bool = False) -> int | None:
+        """The server's count of ``text``; ``prompt``: as a whole prompt (the BOS it adds counted)."""
+        data = self.http.post_json("/api/extra/tokencount", {"prompt": text, "special": prompt})
         value = (data or {}).get("value")
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -123,7 +127,7 @@ class StockKobold(TextModeBackend):
     def open_stream(self, stream: TextStream) -> Iterator[tuple[str, str | None]]:
         p = stream.params
         try:
-            stream.server_prompt_tokens = self.server_count(stream.prompt)
+            stream.server_prompt_tokens = self.server_count(stream.prompt, prompt=True)
         except BackendError:
             stream.server_prompt_tokens = None
         body = {

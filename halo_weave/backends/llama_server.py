@@ -7,7 +7,10 @@ Endpoints used (llama.cpp ``tools/server/README.md``): ``GET /props`` (context s
 {"tokens"}`` → ``{"content"}``, ``POST /completion`` with the prompt as a token-id list,
 ``"stream": true``, ``"cache_prompt": true`` and ``"return_tokens": true``: SSE
 ``data: {"content", "tokens", "stop": false}`` … ending with ``"stop": true``,
-``stop_type`` (``eos``/``word``/``limit``), ``tokens_evaluated``, ``tokens_cached``.
+``stop_type`` (``eos``/``word``/``limit``), ``tokens_evaluated`` (the prompt's tokens) and
+``timings.cache_n`` (those reused from the slot's cache; ``tokens_cached`` is not that, it
+counts what the slot holds after the answer, generated tokens included, as seen on a real
+llama-server).
 Aborting closes the connection: the server stops a slot whose client went away.
 No attention.  Qt-free.
 """
@@ -194,7 +197,7 @@ class LlamaStream(TextStream):
         if self.done is not None:
             timings = final.get("timings") or {}
             evaluated = final.get("tokens_evaluated")
-            cached = final.get("tokens_cached", timings.get("cache_n"))
+            cached = timings.get("cache_n")
             self.done.prompt_tokens = evaluated if isinstance(evaluated, int) else self._prompt_tokens
             self.done.reused_prefix_tokens = cached if isinstance(cached, int) else None
         if self.raise_on_abort and reason == "abort":

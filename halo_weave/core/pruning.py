@@ -3,26 +3,31 @@
 Chunks are ranked by peak brightness; an anchor pair leaves together, so it is ranked by
 its brighter member and goes only once both have dimmed (:mod:`.anchors`).  Ranked by age
 instead, the oldest go first (a server that sends no attention gives brightness no
-meaning).  The selection is a function of a
-:class:`~halo_weave.conversation.Conversation` (``conv``); pruning itself is the
-conversation's.
+meaning); a resurrected chunk's age counts from its resurrection, so the chunk brought
+back for a message is not the first to go once that message is answered.  Both the
+selection and the taking out are functions of a
+:class:`~halo_weave.conversation.Conversation` (``conv``).
 """
 
 from __future__ import annotations
 
+import numpy as np
+
 from .anchors import anchor_partner, framing_of, live_content_count, prunable_group
-from .records import Chunk
+from .records import Chunk, ChunkTokens
 
 
-def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None) -> list[Chunk]:
+def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None,
+           spared_from: int | None = None) -> list[Chunk]:
     """Chunks whose pruning frees at least ``excess`` tokens (framing they free counted),
-    or as many as the rules allow; ``spared``: no chunk of that turn or later."""
+    or as many as the rules allow; ``spared``: no chunk of that turn or later;
+    ``spared_from``: no chunk resurrected at that position or later (for that turn)."""
     ids, peaks = conv.chunk_peaks()
     peak_of = dict(zip(ids.tolist(), peaks.tolist()))
 
     def rank(chunk: Chunk) -> tuple[int, int]:
         if by_age:
-            return 0, chunk.start
+            return 0, chunk.age_key
         partner = anchor_partner(conv, chunk)
         peak = peak_of[chunk.id]
         if partner is not None and partner.live:
@@ -31,10 +36,11 @@ def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None
 
     candidates = sorted(
         (c for c in map(conv.chunks.__getitem__, peak_of)
-         if not c.framing and not c.pinned and (spared is None or c.turn_id < spared)),
+         if not c.framing and not c.pinned and (spared is None or c.turn_id < spared)
+         and (spared_from is None or c.resurrected_at is None or c.resurrected_at < spared_from)),
         key=rank,
     )
-    doomed: list[Chunk] = []
+    chosen: list[Chunk] = []
     while excess > 0:
         group = next(filter(None, (prunable_group(conv, c) for c in candidates)), None)
         if group is None:
@@ -45,8 +51,33 @@ def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None
         for turn_id in {m.turn_id for m in group}:
             if not live_content_count(conv, turn_id):
                 excess -= sum(f.token_count for f in framing_of(conv, turn_id))
-        doomed.extend(group)
+        chosen.extend(group)
         candidates = [c for c in candidates if c.live]
-    for chunk in doomed:
+    for chunk in chosen:
         chunk.live = True
-    return doomed
+    return chosen
+
+
+def take_out(conv, chunks: list[Chunk]) -> list[Chunk]:
+    """Prune ``chunks``: move them (and the framing of turns left empty) out of the live
+    table, keeping their tokens for a cheap resurrection and their peak as
+    ``brightness_at_prune``.  Returns every chunk pruned, in position order."""
+    gone = {c.id for c in chunks}
+    open_turn = conv.open_turn
+    for turn_id in {c.turn_id for c in chunks}:
+        if open_turn is not None and turn_id == open_turn.turn_id:
+            continue
+        if not live_content_count(conv, turn_id, excluding=gone):
+            gone.update(f.id for f in framing_of(conv, turn_id) if f.live)
+    pruned = [conv.chunks[c] for c in gone]
+    table = conv.table
+    for chunk in pruned:
+        rows = conv.chunk_rows(chunk)
+        values = table.brightness[rows].copy()
+        conv._pruned_tokens[chunk.id] = ChunkTokens(table.token_id[rows].copy(), conv._texts[chunk.id], values)
+        chunk.brightness_at_prune = int(values.max()) if values.size else 0
+    table.keep(~np.isin(table.chunk_id, np.fromiter(gone, np.int32, len(gone))))
+    for chunk in pruned:
+        chunk.live = False
+    pruned.sort(key=lambda c: c.start)
+    return pruned

@@ -7,9 +7,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-#: Sentence ids of a turn's framing chunks (chat-template tokens before / after content).
-PREFIX_SENTENCE = -1
-SUFFIX_SENTENCE = -2
+#: Chunk indices of a turn's framing chunks (chat-template tokens before / after content).
+PREFIX_INDEX = -1
+SUFFIX_INDEX = -2
 
 
 @dataclass
@@ -18,27 +18,36 @@ class Chunk:
 
     id: int
     turn_id: int
-    sentence_id: int
+    chunk_index: int
     role: str
     start: int  # absolute position of its first token; positions are contiguous
     token_count: int = 0
     live: bool = True
     pinned: bool = False
-    brightness_at_deletion: int | None = None
+    brightness_at_prune: int | None = None
     tool_result: bool = False
+    #: ``next_position`` when it was last resurrected (None: never, in this session):
+    #: oldest-first pruning counts its age from then, not from where it sits.
+    resurrected_at: int | None = None
+
+    @property
+    def age_key(self) -> int:
+        """Where it ranks among chunks by age: its start, or when it came back if later."""
+        at = self.resurrected_at
+        return self.start if at is None or at < self.start else at
 
     @property
     def key(self) -> tuple[int, int, str]:
-        """Chunk identity: ``(turn_id, sentence_id, role)``."""
-        return (self.turn_id, self.sentence_id, self.role)
+        """Chunk identity: ``(turn_id, chunk_index, role)``."""
+        return (self.turn_id, self.chunk_index, self.role)
 
     @property
     def framing(self) -> bool:
-        return self.sentence_id < 0
+        return self.chunk_index < 0
 
     @property
     def anchor(self) -> bool:
-        return self.sentence_id == 0
+        return self.chunk_index == 0
 
     @property
     def end(self) -> int:

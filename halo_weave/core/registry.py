@@ -25,7 +25,7 @@ import numpy as np
 from .framing import ROLES
 from .records import Chunk, Turn
 
-#: ``at_deletion`` of a chunk that has none (NULL in the file).
+#: ``at_prune`` of a chunk that has none (NULL in the file).
 NO_VALUE = np.iinfo(np.int64).min
 ROLE_CODE = {role: code for code, role in enumerate(ROLES)}
 
@@ -45,13 +45,13 @@ class ChunkColumns(_Columns):
 
     id: np.ndarray  # int64, like every integer column
     turn_id: np.ndarray
-    sentence_id: np.ndarray
+    chunk_index: np.ndarray
     role: np.ndarray  # int8
     start: np.ndarray
     token_count: np.ndarray
     live: np.ndarray  # bool
     pinned: np.ndarray  # bool
-    at_deletion: np.ndarray  # NO_VALUE where None
+    at_prune: np.ndarray  # NO_VALUE where None
     tool_result: np.ndarray  # bool
 
     @classmethod
@@ -60,9 +60,9 @@ class ChunkColumns(_Columns):
         return cls(i8, i8, i8, np.zeros(0, np.int8), i8, i8, b, b, i8, b)
 
     def record(self, row: int) -> Chunk:
-        at = self.at_deletion.item(row)
+        at = self.at_prune.item(row)
         return Chunk(
-            self.id.item(row), self.turn_id.item(row), self.sentence_id.item(row),
+            self.id.item(row), self.turn_id.item(row), self.chunk_index.item(row),
             ROLES[self.role.item(row)], self.start.item(row), self.token_count.item(row),
             self.live.item(row), self.pinned.item(row), None if at == NO_VALUE else at,
             self.tool_result.item(row),
@@ -71,10 +71,10 @@ class ChunkColumns(_Columns):
     def records(self, rows: np.ndarray) -> list[Chunk]:
         """The rows as objects (one ``tolist`` per column: no numpy scalars leak out)."""
         cols = self.take(rows)
-        at = cols.at_deletion.astype(object)
-        at[cols.at_deletion == NO_VALUE] = None
+        at = cols.at_prune.astype(object)
+        at[cols.at_prune == NO_VALUE] = None
         return list(map(
-            Chunk, cols.id.tolist(), cols.turn_id.tolist(), cols.sentence_id.tolist(),
+            Chunk, cols.id.tolist(), cols.turn_id.tolist(), cols.chunk_index.tolist(),
             map(ROLES.__getitem__, cols.role.tolist()), cols.start.tolist(),
             cols.token_count.tolist(), cols.live.tolist(), cols.pinned.tolist(), at.tolist(),
             cols.tool_result.tolist(),
@@ -259,9 +259,9 @@ class ChunkRegistry(_Registry):
         return [c for c, cold in zip(self._ids[rows].tolist(), self._cold[rows].tolist())
                 if cold or c in hot]
 
-    def dead_content(self) -> tuple[np.ndarray, np.ndarray]:
+    def pruned_content(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, starts) of the pruned content chunks, in position order."""
-        rows = np.flatnonzero(self._cold & (self._cols.sentence_id >= 0))
+        rows = np.flatnonzero(self._cold & (self._cols.chunk_index >= 0))
         hot = [c for c in self._hot.values() if not c.live and not c.framing]
         ids = np.concatenate((self._ids[rows], np.fromiter(map(_chunk_id, hot), np.int64, len(hot))))
         starts = np.concatenate((

@@ -112,7 +112,7 @@ class TokenTable:
         at = int(np.searchsorted(self.position, start_position))
         return slice(at, at + count)
 
-    def segments(self) -> tuple[np.ndarray, np.ndarray]:
+    def chunk_spans(self) -> tuple[np.ndarray, np.ndarray]:
         """(chunk ids, first row of each) for the runs of equal chunk id, in order."""
         if self._n == 0:
             return np.zeros(0, np.int32), np.zeros(0, np.int64)

@@ -2,8 +2,8 @@
 
 For each search match, best first, the cost is the tokens that would become live: the
 target and the anchors it comes back with (the question's user S0 and the answer's
-assistant S0), counting only dead chunks, never a chunk already planned (so S0 is paid
-once), plus the framing of turns that come back from fully dead.  A match is taken when
+assistant S0), counting only pruned chunks, never a chunk already planned (so S0 is paid
+once), plus the framing of turns that come back from fully pruned.  A match is taken when
 its cost fits in what is left of the budget and skipped otherwise (a later, cheaper
 match may still fit).  Already-live chunks cost nothing.
 
@@ -107,8 +107,8 @@ def make_plan(conv: Conversation, matches: Sequence[Match], budget: int) -> Resu
         new = [c for c in group if not c.live and c.id not in planned]
         cost = sum(c.token_count for c in new)
         turns = {c.turn_id for c in new} - framed_turns
-        dead_turns = {t for t in turns if not any(c.live for c in conv.content_chunks(t))}
-        cost += sum(conv.chunks[f].token_count for t in dead_turns
+        pruned_turns = {t for t in turns if not any(c.live for c in conv.content_chunks(t))}
+        cost += sum(conv.chunks[f].token_count for t in pruned_turns
                     for f in conv.turns[t].chunk_ids if conv.chunks[f].framing)
         if cost <= left:
             plan.taken.append(PlannedMatch(match, cost))
@@ -127,7 +127,7 @@ def apply_plan(conv: Conversation, plan: ResurrectionPlan, conn: sqlite3.Connect
     With a ``store`` the chunks and the ``reference_count`` increments are written in one
     of its transactions; without one only the counts are written (through ``conn``).
     When writing fails the resurrection is undone in memory too and the error raised:
-    the conversation never shows chunks as live that the file holds as dead.
+    the conversation never shows chunks as live that the file holds as pruned.
     """
     before = conv.live_token_count()
     undo = _UndoResurrect(conv, plan)
@@ -152,27 +152,27 @@ class _UndoResurrect:
     """Puts chunks a failed :func:`apply_plan` resurrected back in the graveyard, exactly.
 
     Conversation has no public inverse of ``resurrect``; this uses its prune step
-    (``_kill``) and then restores what pruning recomputes: the brightness at deletion
-    and the dead tokens as they were (those long dead are left to reload from the file,
+    (``_prune_chunks``) and then puts back what pruning recomputes: the brightness at prune
+    and the pruned tokens as they were (those long pruned are left to reload from the file,
     which the rolled-back transaction left unchanged).
     """
 
     def __init__(self, conv: Conversation, plan: ResurrectionPlan) -> None:
         self.conv = conv
-        self.dead = dict(conv._dead_tokens)
+        self.pruned_tokens = dict(conv._pruned_tokens)
 
     def __call__(self, resurrected: list[Chunk]) -> None:
         if not resurrected:
             return
         conv = self.conv
-        at_deletion = {c.id: c.brightness_at_deletion for c in resurrected}  # resurrect keeps them
-        conv._kill(list(resurrected))
+        at_prune = {c.id: c.brightness_at_prune for c in resurrected}  # resurrect keeps them
+        conv._prune_chunks(list(resurrected))
         for chunk in resurrected:
-            chunk.brightness_at_deletion = at_deletion[chunk.id]
-            tokens = self.dead.get(chunk.id)
+            chunk.brightness_at_prune = at_prune[chunk.id]
+            tokens = self.pruned_tokens.get(chunk.id)
             if tokens is None:
-                conv._dead_tokens.pop(chunk.id, None)
+                conv._pruned_tokens.pop(chunk.id, None)
             else:
-                conv._dead_tokens[chunk.id] = tokens
+                conv._pruned_tokens[chunk.id] = tokens
 
 

@@ -258,6 +258,8 @@ class Capture:
             raise CaptureError(f"unsupported capture format {self.meta.get('format_version')!r}")
         stats = self.path / "stats.json"
         self.stats = json.loads(stats.read_text("utf-8")) if stats.exists() else None
+        for holder in (self.generation, self.stats or {}):
+            _rename_chunk_fields(holder.get("chunks"))
         with open(self.path / "index.jsonl", encoding="utf-8") as f:
             # A crash may leave a half-written last line: everything before it is good.
             self.index = []
@@ -321,14 +323,21 @@ def list_captures(capture_dir: str | Path | None = None) -> list[Path]:
 
 
 # ---------------------------------------------------------------------- metadata helpers
+def _rename_chunk_fields(rows) -> None:
+    """Chunk rows of a capture written before ``sentence_id`` was named ``chunk_index``."""
+    for row in rows if isinstance(rows, list) else ():
+        if isinstance(row, dict) and "sentence_id" in row:
+            row.setdefault("chunk_index", row.pop("sentence_id"))
+
+
 def chunk_snapshot(conversation) -> list[dict]:
     """Every chunk of a :class:`~halo_weave.conversation.Conversation`, as plain JSON."""
     rows = []
     for chunk in sorted(conversation.chunks.values(), key=lambda c: c.start):
-        # Dead chunks would have to be read from the store: not worth it for a preview.
+        # Pruned chunks would have to be read from the store: not worth it for a preview.
         text = conversation.chunk_text(chunk.id) if chunk.live else ""
         rows.append({
-            "id": chunk.id, "turn_id": chunk.turn_id, "sentence_id": chunk.sentence_id,
+            "id": chunk.id, "turn_id": chunk.turn_id, "chunk_index": chunk.chunk_index,
             "role": chunk.role, "start": chunk.start, "token_count": chunk.token_count,
             "live": chunk.live, "pinned": chunk.pinned, "tool_result": chunk.tool_result,
             "preview": text[:80],
@@ -378,18 +387,18 @@ def prune_forecast(capture: Capture, record: int = -1, groups: int = 10) -> list
     live_rows = {}
     for a, b in zip(starts, ends):
         chunk_id = int(ids[a])
-        row = known.get(chunk_id, {"id": chunk_id, "turn_id": -1, "sentence_id": 1, "role": "assistant",
+        row = known.get(chunk_id, {"id": chunk_id, "turn_id": -1, "chunk_index": 1, "role": "assistant",
                                    "pinned": False, "tool_result": False, "preview": ""})
         live_rows[chunk_id] = dict(row, start=int(positions[a]), token_count=int(b - a),
                                    peak=int(brightness[a:b].max()))
     for row in sorted(live_rows.values(), key=lambda r: r["start"]):
         if row["turn_id"] not in conv.turns:
             conv.turns[row["turn_id"]] = Turn(row["turn_id"], row["role"], 0.0, complete=True)
-        chunk = Chunk(row["id"], row["turn_id"], row["sentence_id"], row["role"], row["start"],
+        chunk = Chunk(row["id"], row["turn_id"], row["chunk_index"], row["role"], row["start"],
                       row["token_count"], live=True, pinned=row["pinned"], tool_result=row["tool_result"])
         a = int(np.searchsorted(positions, row["start"]))
         n = row["token_count"]
-        conv.restore_chunk(chunk, ChunkTokens(np.zeros(n, np.int32), [""] * n, brightness[a:a + n].copy()))
+        conv.rehydrate_chunk(chunk, ChunkTokens(np.zeros(n, np.int32), [""] * n, brightness[a:a + n].copy()))
     forecast = []
     while len(forecast) < groups and conv.live_token_count() > 0:
         pruned = [c for c in conv.prune_to_fit(conv.live_token_count() - 1) if not c.framing]

@@ -10,7 +10,7 @@ keeps them, and a program writing the file without it fails instead of leaving s
 sums).  ``semantic_entries`` is left out: it is an index, rebuilt from the chunks.
 
 Reading verifies what is read: opening checks every row of the small tables and the live
-chunks' tokens; a dead chunk's tokens are checked when they are read back (resurrection,
+chunks' tokens; a pruned chunk's tokens are checked when they are read back (resurrection,
 graveyard preview).  :func:`check_file` checks everything (``halo-weave --check FILE``).
 Besides the sums, each chunk's BLOBs must agree in length with its ``token_count`` and
 its text with its lengths.
@@ -35,7 +35,7 @@ SUM_FUNCTION = "halo_row_sum"
 CHECKED: dict[str, tuple[str, tuple[str, ...]]] = {
     "chunk_tokens": ("chunk_id", ("token_ids", "brightness", "text", "text_lengths")),
     "chunks": ("id", ("turn_id", "chunk_index", "role", "start", "token_count", "live", "pinned",
-                      "brightness_at_deletion", "tool_result")),
+                      "brightness_at_prune", "tool_result")),
     "turns": ("turn_id", ("role", "created_at", "complete")),
     "meta": ("key", ("value",)),
     "tool_data": ("name", ("json",)),
@@ -77,7 +77,7 @@ def _scalars_sql(table: str, ref: str) -> str:
 _PRIME = 2147483629
 _ARITH_TERMS: dict[str, tuple[str, ...]] = {
     "chunks": ("id", "turn_id", "chunk_index", "start", "token_count", "live", "pinned",
-               "ifnull(brightness_at_deletion, -7777777)", "tool_result", "length(role)",
+               "ifnull(brightness_at_prune, -7777777)", "tool_result", "length(role)",
                "instr(role, 'user') + 2 * instr(role, 'assistant')",
                "length(typeof(id) || typeof(turn_id) || typeof(chunk_index) || typeof(start) || "
                "typeof(token_count) || typeof(live) || typeof(pinned) || typeof(tool_result))"),
@@ -90,7 +90,7 @@ _ARITH_TERMS: dict[str, tuple[str, ...]] = {
 def _arith_sql(table: str, ref: str) -> str:
     expr = "0"
     for term in _ARITH_TERMS[table]:
-        term = re.sub(r"\b(id|turn_id|chunk_index|start|token_count|live|pinned|brightness_at_deletion|"
+        term = re.sub(r"\b(id|turn_id|chunk_index|start|token_count|live|pinned|brightness_at_prune|"
                       r"tool_result|role|complete|created_at)\b(?!')", rf"{ref}.\1", term)
         expr = f"(({expr}) * 1000003 + ({term}) % {_PRIME}) % {_PRIME}"
     return expr
@@ -115,10 +115,10 @@ def lenient_text(data: bytes) -> str:
     return data.decode("utf-8", "surrogateescape")
 
 
-def schema_sql(chunk_column: str = "chunk_index") -> str:
+def schema_sql(names: dict[str, str] | None = None) -> str:
     """The ``row_checksums`` table and the triggers that keep it (for the migration).
 
-    ``chunk_column`` names the chunks' index column as the calling migration knows it.
+    ``names`` maps a column's name today to its name as the calling migration knows it.
     """
     parts = [
         "CREATE TABLE row_checksums ("
@@ -139,7 +139,10 @@ def schema_sql(chunk_column: str = "chunk_index") -> str:
         parts.append(
             f"INSERT INTO row_checksums (tbl, key, sum) SELECT '{table}', {key}, {_sum_sql(table, table)} FROM {table};"
         )
-    return re.sub(r"\bchunk_index\b", chunk_column, "\n".join(parts))
+    sql = "\n".join(parts)
+    for name, then in (names or {}).items():
+        sql = re.sub(rf"\b{name}\b", then, sql)
+    return sql
 
 
 # ---------------------------------------------------------------------- verifying
@@ -179,7 +182,7 @@ CHUNK_CHECK_COLUMNS = ("live", "pinned", "tool_result")
 ALL_INTEGERS_SQL = " AND ".join(
     [f"typeof({c}) = 'integer'"
      for c in ("turn_id", "chunk_index", "start", "token_count", "live", "pinned", "tool_result")]
-    + ["typeof(brightness_at_deletion) IN ('integer', 'null')"])
+    + ["typeof(brightness_at_prune) IN ('integer', 'null')"])
 
 
 def chunk_records_agree(conn: sqlite3.Connection, columns: dict[str, np.ndarray],
@@ -190,7 +193,7 @@ def chunk_records_agree(conn: sqlite3.Connection, columns: dict[str, np.ndarray]
 
     ``columns``: every chunk's values, read where every summed column is an integer
     (:data:`ALL_INTEGERS_SQL`, so their types' term is a constant), with
-    ``brightness_at_deletion`` NULL as ``no_value`` and ``role`` the role's index in
+    ``brightness_at_prune`` NULL as ``no_value`` and ``role`` the role's index in
     ``roles`` (-1 for any other text).  True only when the total agrees; False (the
     caller runs the exact SQL check) for an unknown role or a total that differs.
     """
@@ -203,7 +206,7 @@ def chunk_records_agree(conn: sqlite3.Connection, columns: dict[str, np.ndarray]
         return False
     lengths = np.array([len(r) for r in roles], np.int64)[role]
     codes = np.array([(r.find("user") + 1) + 2 * (r.find("assistant") + 1) for r in roles], np.int64)[role]
-    at = np.where(columns["brightness_at_deletion"] == no_value, -7777777, columns["brightness_at_deletion"])
+    at = np.where(columns["brightness_at_prune"] == no_value, -7777777, columns["brightness_at_prune"])
     terms = [columns[c] for c in ("id", "turn_id", "chunk_index", "start", "token_count", "live", "pinned")]
     terms += [at, columns["tool_result"], lengths, codes]
     expr = np.zeros(count, np.int64)
@@ -270,7 +273,7 @@ def verify_on_open(conn: sqlite3.Connection, chunks_agree: Callable[[], bool] | 
 
 
 def verify_chunks(conn: sqlite3.Connection, chunk_ids: Iterable[int]) -> list[Damage]:
-    """Damage among the given chunks' tokens (checked when dead chunks are read back)."""
+    """Damage among the given chunks' tokens (checked when pruned chunks are read back)."""
     ids = list(chunk_ids)
     if not ids or not has_checksums(conn):
         return []

@@ -58,7 +58,7 @@ def chunk_columns(conn: sqlite3.Connection, name: str, turns: TurnColumns,
     row = conn.execute(
         "SELECT count(*), group_concat(id), group_concat(turn_id), group_concat(chunk_index), "
         "group_concat(start), group_concat(token_count), "
-        f"group_concat(ifnull(brightness_at_deletion, {NO_VALUE})), "
+        f"group_concat(ifnull(brightness_at_prune, {NO_VALUE})), "
         f"group_concat(((live != 0) AND {live_where}) + 2 * (pinned != 0) + 4 * (tool_result != 0)){extra} "
         f"FROM chunks WHERE {where} AND {turn_where}",
         (*live_args, *args, *turn_args),
@@ -71,13 +71,13 @@ def chunk_columns(conn: sqlite3.Connection, name: str, turns: TurnColumns,
         return ChunkColumns.empty()
     values = list(map(_ints, row[1:12] if check is not None else row[1:8]))
     if check is not None:
-        names = ("id", "turn_id", "chunk_index", "start", "token_count", "brightness_at_deletion",
+        names = ("id", "turn_id", "chunk_index", "start", "token_count", "brightness_at_prune",
                  "flags", *integrity.CHUNK_CHECK_COLUMNS, "role")
         check["agree"] = integrity.chunk_records_agree(
             conn, dict(zip(names, values)), list(ROLE_CODE), NO_VALUE)
         if not check["agree"]:
             return ChunkColumns.empty()
-    ids, turn_ids, chunk_indices, starts, counts, at_deletion, flags = values[:7]
+    ids, turn_ids, chunk_indices, starts, counts, at_prune, flags = values[:7]
     live, pinned, tool_result = (flags & 1) != 0, (flags & 2) != 0, (flags & 4) != 0
     at = np.minimum(turns.turn_id.searchsorted(turn_ids), len(turns) - 1)
     known = turns.turn_id[at] == turn_ids if len(turns) else np.zeros(len(ids), bool)
@@ -85,7 +85,7 @@ def chunk_columns(conn: sqlite3.Connection, name: str, turns: TurnColumns,
         missing = int(turn_ids[np.argmin(known)])
         raise StoreError(f"{name} is damaged: a chunk belongs to missing turn {missing}.")
     chunks = ChunkColumns(ids, turn_ids, chunk_indices, turns.role[at], starts, counts, live, pinned,
-                          at_deletion, tool_result)
+                          at_prune, tool_result)
     if not (np.diff(starts) > 0).all():  # SQLite does not promise the order
         chunks = chunks.take(np.argsort(starts, kind="stable"))
     return chunks

@@ -63,7 +63,7 @@ def m001_conversation(db: Database) -> None:
         );
         CREATE INDEX chunks_start ON chunks (start);
         -- Kept apart from chunks so that reading every chunk's metadata on open does
-        -- not drag every dead chunk's tokens through the page cache.
+        -- not drag every pruned chunk's tokens through the page cache.
         CREATE TABLE chunk_tokens (
             chunk_id INTEGER PRIMARY KEY REFERENCES chunks(id),
             token_ids BLOB NOT NULL,
@@ -200,8 +200,8 @@ def m004_row_checksums(db: Database) -> None:
     """
     from .integrity import schema_sql
 
-    # The column was still called ``sentence_id`` here; m006 renames it.
-    db.executescript(schema_sql(chunk_column="sentence_id"))
+    # Two columns still had their first names here; m006 and m007 rename them.
+    db.executescript(schema_sql(names={"chunk_index": "sentence_id", "brightness_at_prune": "brightness_at_deletion"}))
 
 
 @_migration
@@ -241,6 +241,15 @@ def m006_chunk_index(db: Database) -> None:
         ALTER TABLE semantic_entries RENAME COLUMN sentence_id TO chunk_index;
         """
     )
+
+
+@_migration
+def m007_brightness_at_prune(db: Database) -> None:
+    """``brightness_at_deletion`` becomes ``brightness_at_prune`` (one word per concept).
+
+    As in m006, ``RENAME COLUMN`` rewrites the checksum triggers; the sums stay valid.
+    """
+    db.execute("ALTER TABLE chunks RENAME COLUMN brightness_at_deletion TO brightness_at_prune")
 
 
 # ---------------------------------------------------------------------- token codec

@@ -35,7 +35,7 @@ def export_document(store: ConversationStore) -> dict:
     chunks, columns = [], {name: [] for name in _TOKEN_COLUMNS}
     rows = conn.execute(
         "SELECT c.id, c.turn_id, c.chunk_index, c.role, c.start, c.token_count, c.live, c.pinned, "
-        "c.brightness_at_deletion, c.tool_result, t.token_ids, t.brightness, t.text, t.text_lengths "
+        "c.brightness_at_prune, c.tool_result, t.token_ids, t.brightness, t.text, t.text_lengths "
         "FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id ORDER BY c.start"
     )
     for row in rows:
@@ -50,7 +50,7 @@ def export_document(store: ConversationStore) -> dict:
         columns["token_id"].extend(tokens.token_ids.tolist())
         columns["text"].extend(tokens.texts)
         columns["brightness"].extend(tokens.brightness.tolist())
-        columns["deleted"].extend([not chunk["live"]] * count)
+        columns["pruned"].extend([not chunk["live"]] * count)
         columns["pinned"].extend([chunk["pinned"]] * count)
     return {
         "format": FORMAT,

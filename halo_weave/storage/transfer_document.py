@@ -1,22 +1,23 @@
 """The export document: its format, reading a file into one, and validating it.
 
-The document (``{"format": "halo-weave", "version": 2, ...}``)::
+The document (``{"format": "halo-weave", "version": 3, ...}``)::
 
     metadata          counters (next_position, next_turn_id, next_chunk_id) and "extra":
                       every other meta value (created_at, updated_at, ...)
     system_prompt     {text, token_ids, texts}
     turns             [{turn_id, role, created_at, complete}]
     chunks            [{id, turn_id, chunk_index, role, start, token_count, live, pinned,
-                        brightness_at_deletion, tool_result}]
+                        brightness_at_prune, tool_result}]
     tokens            columns, in position order: {position, chunk_id, token_id, text,
-                      brightness, deleted, pinned}
+                      brightness, pruned, pinned}
     semantic_entries  [{chunk_id, turn_id, chunk_index, role, text, token_count,
                         context_hash, reference_count, updated_at}]  (no embeddings: the
                       app re-embeds imported entries, whose embedding is NULL)
     tool_notes        {name: JSON document}
 
-Version 1 differed only in naming ``chunk_index`` ``sentence_id`` (in chunks and semantic
-entries); it is still read.  Validation checks the entire document (types, ranges, sizes,
+Older versions differ only in names, and are still read: version 2 named
+``brightness_at_prune`` ``brightness_at_deletion`` and the ``pruned`` column ``deleted``;
+version 1 also named ``chunk_index`` ``sentence_id`` (in chunks and semantic entries).  Validation checks the entire document (types, ranges, sizes,
 references, positions) before :mod:`.transfer` writes anything.
 """
 
@@ -34,9 +35,9 @@ from .file_safety import UnsafePath, read_regular_file
 from .transfer_checks import check_token_ids, check_unicode
 
 FORMAT = "halo-weave"
-VERSION = 2
-#: Versions still read; version 1 named ``chunk_index`` ``sentence_id``.
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+#: Versions still read (see :data:`RENAMES` for how they differ).
+READABLE_VERSIONS = (1, 2, 3)
 
 #: Limits that keep a hostile file from exhausting memory or time.
 MAX_FILE_BYTES = 1 << 30
@@ -57,8 +58,8 @@ _COUNTERS = ("next_position", "next_turn_id", "next_chunk_id")
 _SYSTEM_KEYS = ("system_prompt", "system_ids", "system_texts")
 _TURN_FIELDS = ("turn_id", "role", "created_at", "complete")
 _CHUNK_FIELDS = ("id", "turn_id", "chunk_index", "role", "start", "token_count", "live",
-                 "pinned", "brightness_at_deletion", "tool_result")
-_TOKEN_COLUMNS = ("position", "chunk_id", "token_id", "text", "brightness", "deleted", "pinned")
+                 "pinned", "brightness_at_prune", "tool_result")
+_TOKEN_COLUMNS = ("position", "chunk_id", "token_id", "text", "brightness", "pruned", "pinned")
 _ENTRY_FIELDS = ("chunk_id", "turn_id", "chunk_index", "role", "text", "token_count",
                  "context_hash", "reference_count", "updated_at")
 _ROLES = ("user", "assistant")
@@ -167,24 +168,37 @@ def _bool_column(values: list, where: str) -> np.ndarray:
     return np.array(values, dtype=bool)
 
 
-def _upgrade_v1(doc: dict) -> dict:
-    """A version-1 document as version 2 (a new dict; ``doc`` is not changed)."""
-    def renamed(name: str) -> Any:
-        rows = doc.get(name)
-        if type(rows) is not list:
-            return rows  # validation reports it
-        upgraded = []
-        for i, row in enumerate(rows):
-            if type(row) is dict:
-                if "chunk_index" in row:
-                    _fail(f"{name}[{i}]", "has the version-2 field 'chunk_index' in a version-1 "
-                                          "document (which names it 'sentence_id')")
-                row = {("chunk_index" if k == "sentence_id" else k): v for k, v in row.items()}
-            upgraded.append(row)
-        return upgraded
+#: Version -> the renames it made: part of the document -> {old field: new field}.
+RENAMES: dict[int, dict[str, dict[str, str]]] = {
+    2: {"chunks": {"sentence_id": "chunk_index"}, "semantic_entries": {"sentence_id": "chunk_index"}},
+    3: {"chunks": {"brightness_at_deletion": "brightness_at_prune"}, "tokens": {"deleted": "pruned"}},
+}
 
-    return {**doc, "version": VERSION, "chunks": renamed("chunks"),
-            "semantic_entries": renamed("semantic_entries")}
+
+def _upgrade(doc: dict, version: int) -> dict:
+    """An older document with today's field names (a new dict; ``doc`` is not changed)."""
+    doc = dict(doc)
+    for step in range(version + 1, VERSION + 1):
+        for part, renames in RENAMES[step].items():
+            doc[part] = _renamed(doc.get(part), part, renames, step)
+    doc["version"] = VERSION
+    return doc
+
+
+def _renamed(value: Any, part: str, renames: dict[str, str], step: int) -> Any:
+    """``value`` (a list of records, or one record of columns) with the fields renamed."""
+    def rename(row: dict, where: str) -> dict:
+        for old, new in renames.items():
+            if new in row:
+                _fail(where, f"has the version-{step} field '{new}' in a version-{step - 1} "
+                             f"document (which names it '{old}')")
+        return {renames.get(k, k): v for k, v in row.items()}
+
+    if type(value) is dict:
+        return rename(value, part)
+    if type(value) is not list:
+        return value  # validation reports it
+    return [rename(row, f"{part}[{i}]") if type(row) is dict else row for i, row in enumerate(value)]
 
 
 def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
@@ -199,8 +213,8 @@ def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
     if type(version) is not int or version not in READABLE_VERSIONS:
         raise TransferError(f"This export has version {version!r}; this Halo Weave reads versions "
                             f"{READABLE_VERSIONS[0]} to {READABLE_VERSIONS[-1]}.")
-    if version == 1:
-        doc = _upgrade_v1(doc)
+    if version != VERSION:
+        doc = _upgrade(doc, version)
     _record(doc, "the document", ("format", "version", "metadata", "system_prompt", "turns", "chunks",
                                   "tokens", "semantic_entries", "tool_notes"))
 
@@ -259,8 +273,8 @@ def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
         _int(chunk["token_count"], f"{where}.token_count", 1, MAX_TOKENS)
         for flag in ("live", "pinned", "tool_result"):
             _bool(chunk[flag], f"{where}.{flag}")
-        if chunk["brightness_at_deletion"] is not None:
-            _int(chunk["brightness_at_deletion"], f"{where}.brightness_at_deletion", *INT32)
+        if chunk["brightness_at_prune"] is not None:
+            _int(chunk["brightness_at_prune"], f"{where}.brightness_at_prune", *INT32)
         key = (chunk["turn_id"], chunk["chunk_index"], chunk["role"])
         if chunk_id in chunks or key in keys:
             _fail(where, f"repeats chunk {chunk_id} / {key}")
@@ -314,7 +328,7 @@ def _validate_tokens(columns: Any, chunks: dict[int, dict]) -> dict[str, Any]:
         "chunk_id": _int_column(lists["chunk_id"], "tokens.chunk_id", 0, MAX_ID, np.int64),
         "token_id": _int_column(lists["token_id"], "tokens.token_id", 0, MAX_ID, np.int32),
         "brightness": _int_column(lists["brightness"], "tokens.brightness", *INT32, np.int32),
-        "deleted": _bool_column(lists["deleted"], "tokens.deleted"),
+        "pruned": _bool_column(lists["pruned"], "tokens.pruned"),
         "pinned": _bool_column(lists["pinned"], "tokens.pinned"),
         "text": lists["text"],
     }
@@ -341,8 +355,8 @@ def _validate_tokens(columns: Any, chunks: dict[int, dict]) -> dict[str, Any]:
     owners = np.repeat(np.array([c["id"] for c in ordered], np.int64), counts)
     if not np.array_equal(owners, out["chunk_id"]):
         _fail("tokens.chunk_id", "does not match the chunks holding those positions")
-    if not np.array_equal(np.repeat([not c["live"] for c in ordered], counts), out["deleted"]):
-        _fail("tokens.deleted", "disagrees with the state of its chunk")
+    if not np.array_equal(np.repeat([not c["live"] for c in ordered], counts), out["pruned"]):
+        _fail("tokens.pruned", "disagrees with the state of its chunk")
     if not np.array_equal(np.repeat([c["pinned"] for c in ordered], counts), out["pinned"]):
         _fail("tokens.pinned", "disagrees with its chunk")
     out["ordered"] = ordered

@@ -65,20 +65,20 @@ class GraveRow:
     role: str
     chunk_index: int
     token_count: int
-    brightness_at_deletion: int | None
+    brightness_at_prune: int | None
     tool_result: bool = False
 
     @classmethod
     def from_chunk(cls, chunk) -> "GraveRow":
         return cls(
-            chunk.id, chunk.turn_id, chunk.role, chunk.sentence_id, chunk.token_count,
-            chunk.brightness_at_deletion, bool(getattr(chunk, "tool_result", False)),
+            chunk.id, chunk.turn_id, chunk.role, chunk.chunk_index, chunk.token_count,
+            chunk.brightness_at_prune, bool(getattr(chunk, "tool_result", False)),
         )
 
     def meta(self) -> str:
         """"T12 · assistant · S3 · 45 tok · ☀ 812"."""
         role = "tool result" if self.tool_result else self.role
-        bright = "?" if self.brightness_at_deletion is None else f"{self.brightness_at_deletion:,}"
+        bright = "?" if self.brightness_at_prune is None else f"{self.brightness_at_prune:,}"
         return f"T{self.turn_id} · {role} · S{self.chunk_index} · {self.token_count:,} tok · ☀ {bright}"
 
 

@@ -18,16 +18,11 @@ Token geometry (x range and line of each token) is cached per block, keyed by th
 block's revision and the viewport width, so a brightness change costs only numpy work
 plus the rectangle batches.
 
-What a streamed token costs is kept to a few lines of painting:
-
-* a frame asks Qt to repaint only the lines where a token's colour key changed (one
-  rectangle per line, spanning the changed tokens), and :meth:`HeatmapView.paintEvent`
-  paints each rectangle of a scattered update on its own, so Qt draws the text of
-  those lines only rather than of everything between them;
-* the growing paragraph is cut into blocks where its lines wrap anyway
-  (:data:`STREAM_BLOCK_LINES`), so Qt's re-layout and repaint of the changed block
-  stay a few lines long; :meth:`HeatmapView.rebuild` at the end of the turn (or
-  after a width change) joins them again, and copied text never contains the cuts.
+What a streamed token costs is kept to a few lines of painting: a frame asks Qt to
+repaint only the lines where a token's colour key changed, and each rectangle of a
+scattered update is painted on its own (:mod:`.heatmap_paint`); the growing paragraph is
+cut into short blocks while it streams (:mod:`.heatmap_stream`).  The tooltip and the
+context menu are :mod:`.heatmap_menu`.
 """
 
 from __future__ import annotations
@@ -39,40 +34,32 @@ from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, QRectF, Qt
 from PySide6.QtGui import (
     QColor,
     QContextMenuEvent,
-    QGuiApplication,
     QPainter,
     QPaintEvent,
     QPalette,
-    QTextCursor,
     QTextOption,
 )
 from PySide6.QtWidgets import QMenu, QPlainTextEdit, QToolTip, QWidget
 
-from ..conversation import Chunk, Conversation
+from ..conversation import Conversation
 from . import colors
 from .heatmap_frame import (
-    KEY_STRIDE,
-    TOOL_TINT,
     BlockGeometry,
     Frame,
     colour_keys,
     collect_frame,
-    region_of,
     token_index_at,
 )
-from .code_blocks import CodeBlockHighlighter, paint_code_backgrounds
+from . import heatmap_menu
+from .code_blocks import CodeBlockHighlighter
 from .follow import Follower
 from .heatmap_gutter import Gutter, pin_markers
 from .heatmap_layout import DocumentPlan, build_plan
+from .heatmap_paint import FramePainter, pieces_in, request_lines, update_rects
+from .heatmap_stream import append_pending_text
 
 #: Minimum milliseconds between two repaints (one frame at 60 Hz).
 FRAME_MS = 16
-#: Beyond this many recoloured lines a frame repaints the whole viewport at once.
-MAX_DIRTY_LINES = 24
-#: A streamed paragraph is cut into a new block once its last block has this many lines.
-STREAM_BLOCK_LINES = 4
-#: An update region of at most this many rectangles is painted rectangle by rectangle.
-MAX_SEPARATE_RECTS = 32
 
 
 class HeatmapView(QPlainTextEdit):
@@ -133,14 +120,8 @@ class HeatmapView(QPlainTextEdit):
         self._rejoin_timer.setSingleShot(True)
         self._rejoin_timer.setInterval(120)
         self._rejoin_timer.timeout.connect(self.rebuild)
-        self._level_brushes = colors.level_colors()
-        self._highlight_brushes = colors.highlight_colors()
-        self._tool_color = colors.qcolor(colors.TOOL_CYAN)
-        self._kind_colors = {
-            "system": colors.qcolor(colors.UNSCORED_GREY),
-            "gap": colors.qcolor(colors.UNSCORED_GREY),
-        }
-        self._role_colors = {r: colors.qcolor(c) for r, c in colors.ROLE_COLORS.items()}
+        #: The layers' brushes and the painting of an update (:mod:`.heatmap_paint`).
+        self.painter = FramePainter()
         self._pin_text = colors.emoji_or(self.font(), "📌", "")
         # The view fills its own background (paintEvent), which lets Qt scroll the
         # viewport by moving pixels when a streamed line is added at the bottom.
@@ -206,7 +187,7 @@ class HeatmapView(QPlainTextEdit):
         streamed = self._pending_append
         if streamed:
             self._pending_append = False
-            self._append_pending_text()
+            append_pending_text(self)
         self._keys = None  # brightness moves with every token: colours are computed once per frame
         self._request_repaint()
         if streamed:
@@ -219,22 +200,8 @@ class HeatmapView(QPlainTextEdit):
             self.viewport().update()
             self._gutter.update()
             return
-        keys = self._current_keys(frame)
-        changed = np.flatnonzero(keys != self._shown_keys(frame.token))
-        viewport = self.viewport()
-        if len(changed):
-            # One rectangle per line with a changed piece.
-            order = changed[np.argsort(frame.y[changed], kind="stable")]
-            ys = frame.y[order]
-            starts = np.flatnonzero(np.concatenate(([True], ys[1:] != ys[:-1])))
-            if len(starts) > MAX_DIRTY_LINES:
-                viewport.update()
-            else:
-                # Whole lines: Qt draws a line's text whole anyway, and adjacent lines
-                # merge into one rectangle of the update region.
-                width = viewport.width()
-                for y, h in zip(ys[starts].tolist(), frame.h[order][starts].tolist()):
-                    viewport.update(QRectF(0, y, width, h).toAlignedRect())
+        changed = np.flatnonzero(self._current_keys(frame) != self._shown_keys(frame.token))
+        request_lines(self.viewport(), frame, changed)
         signature = (tuple(frame.bodies), tuple(pin_markers(self, frame)))
         if signature != self._gutter_signature:
             self._gutter_signature = signature
@@ -267,52 +234,11 @@ class HeatmapView(QPlainTextEdit):
 
     def tooltip_for(self, chunk_id: int) -> str:
         """Turn, role, chunk id, token count and peak brightness of a chunk."""
-        conv = self._conv
-        chunk = conv.chunks.get(chunk_id) if conv else None
-        if chunk is None:
-            return ""
-        kind = "tool result" if chunk.tool_result else chunk.role
-        anchor = " (anchor)" if chunk.anchor else ""
-        lines = [
-            f"Turn {chunk.turn_id} · {kind} · chunk {chunk.id} (sentence {chunk.sentence_id}{anchor})",
-            f"{chunk.token_count:,} tokens · peak brightness {conv.chunk_peak(chunk_id):,}",
-        ]
-        if chunk.pinned:
-            lines.append("📌 pinned: never pruned")
-        return "\n".join(lines)
+        return heatmap_menu.tooltip(self._conv, chunk_id)
 
     def context_menu_for(self, point: QPoint | QPointF) -> QMenu:
         """The context menu at a viewport point (chunk actions only over a chunk)."""
-        menu = QMenu(self)
-        chunk_id = self.chunk_at(point)
-        chunk = self._conv.chunks.get(chunk_id) if (self._conv and chunk_id is not None) else None
-        if chunk is not None:
-            title = menu.addAction(f"Chunk {chunk.id} · turn {chunk.turn_id} · {chunk.role}")
-            title.setEnabled(False)
-            pin = menu.addAction("Unpin" if chunk.pinned else "📌 Pin (never prune)")
-            pin.triggered.connect(lambda: self.pin_requested.emit(chunk.id, not chunk.pinned))
-            merge = menu.addAction("Merge with next chunk")
-            merge.setEnabled(self._can_merge(chunk))
-            merge.triggered.connect(lambda: self.merge_requested.emit(chunk.id))
-            prune = menu.addAction("Prune now")
-            prune.setEnabled(not self._in_open_turn(chunk))
-            prune.triggered.connect(lambda: self.prune_requested.emit(chunk.id))
-            menu.addSeparator()
-            copy_chunk = menu.addAction("Copy chunk text")
-            copy_chunk.triggered.connect(lambda: self._copy_chunk(chunk.id))
-        turn_id = self.turn_at(point)
-        if turn_id is not None:
-            role = self._conv.turns[turn_id].role
-            copy_message = menu.addAction("Copy your message" if role == "user" else "Copy the answer")
-            copy_message.setToolTip("The whole message as shown (its pruned paragraphs left out)")
-            copy_message.triggered.connect(lambda: QGuiApplication.clipboard().setText(self.message_text(turn_id)))
-        copy = menu.addAction("Copy selection")
-        copy.setShortcut("Ctrl+C")
-        copy.setEnabled(self.textCursor().hasSelection())
-        copy.triggered.connect(self.copy)
-        select_all = menu.addAction("Select all")
-        select_all.triggered.connect(self.selectAll)
-        return menu
+        return heatmap_menu.context_menu(self, point)
 
     def turn_at(self, point: QPoint | QPointF) -> int | None:
         """The turn (message) under a viewport point, its label line included; None elsewhere."""
@@ -358,79 +284,13 @@ class HeatmapView(QPlainTextEdit):
             painter.end()
             super().paintEvent(event)
             return
-        region, bounds = event.region(), event.rect()
-        rects = [bounds]
-        if 1 < region.rectCount() <= MAX_SEPARATE_RECTS:
-            parts = list(region)
-            if sum(r.width() * r.height() for r in parts) * 2 < bounds.width() * bounds.height():
-                rects = parts
-        keys = self._current_keys(frame)
-        hit = np.zeros(len(frame.token), bool)
-        for rect in rects:
-            hit |= ((frame.y + frame.h >= rect.top()) & (frame.y <= rect.bottom())
-                    & (frame.x1 >= rect.left()) & (frame.x0 <= rect.right()))
-        inside = np.flatnonzero(hit)
-        keys_in = keys[inside]
+        rects = update_rects(event)
+        inside = pieces_in(frame, rects)
+        keys_in = self._current_keys(frame)[inside]
         if len(inside):
             self._shown_keys(frame.token)  # grows the array when tokens were added
             self._shown[frame.token[inside]] = keys_in
-        lit = keys_in >= KEY_STRIDE
-        # The system clip is the update region: nothing outside it is touched.
-        viewport = self.viewport()
-        painter = QPainter(viewport)
-        painter.fillRect(bounds, viewport.palette().brush(viewport.backgroundRole()))
-        if self._code.active:
-            paint_code_backgrounds(self, painter, QRectF(bounds))
-        painter.setPen(Qt.PenStyle.NoPen)
-        for step, batch in self._batches(frame, inside[lit], keys_in[lit] // KEY_STRIDE):
-            painter.setBrush(self._highlight_brushes[step - 1])
-            painter.drawRects(batch)
-        painter.end()
-        if len(rects) == 1:
-            super().paintEvent(event)
-        else:
-            # Scattered lines: QPlainTextEdit draws every block that meets the bounding
-            # rectangle of an update, so let it draw each rectangle on its own.
-            for rect in rects:
-                super().paintEvent(QPaintEvent(rect))
-        painter = QPainter(self.viewport())
-        painter.setPen(Qt.PenStyle.NoPen)
-        painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Darken)
-        for tint, batch in self._batches(frame, inside[~lit], keys_in[~lit]):
-            painter.setBrush(self._tool_color if tint == TOOL_TINT else self._level_brushes[tint])
-            painter.drawRects(batch)
-        for kind, role, x, y, w, h in frame.lines:
-            if y + h >= bounds.top() and y <= bounds.bottom():
-                color = self._kind_colors.get(kind) or self._role_colors.get(role)
-                if color is not None:
-                    painter.setBrush(color)
-                    painter.drawRect(QRectF(x, y, w, h))
-        painter.end()
-
-    @staticmethod
-    def _batches(frame: Frame, pieces: np.ndarray, keys: np.ndarray) -> list[tuple[int, list[QRectF]]]:
-        """(key, rectangles) per distinct key of these pieces; adjacent pieces of one key
-        on one line are merged into one rectangle."""
-        if not len(pieces):
-            return []
-        order = np.lexsort((pieces, keys))
-        pieces, keys = pieces[order], keys[order]
-        x0, x1, y, h = frame.x0[pieces], frame.x1[pieces], frame.y[pieces], frame.h[pieces]
-        # A run continues while the next piece has the same key, is on the same line and
-        # touches this one.
-        joins = ((keys[1:] == keys[:-1]) & (y[1:] == y[:-1]) & (np.abs(x0[1:] - x1[:-1]) < 0.5)
-                 & (np.diff(pieces) == 1))
-        starts = np.flatnonzero(np.concatenate(([True], ~joins)))
-        ends = np.concatenate((starts[1:], [len(pieces)])) - 1
-        rects = [
-            QRectF(a, b, c, d)
-            for a, b, c, d in zip(x0[starts].tolist(), y[starts].tolist(),
-                                  (x1[ends] - x0[starts]).tolist(), h[starts].tolist())
-        ]
-        run_keys = keys[starts]
-        groups = np.flatnonzero(np.concatenate(([True], run_keys[1:] != run_keys[:-1]))).tolist()
-        bounds = groups[1:] + [len(rects)]
-        return [(int(run_keys[g]), rects[g:e]) for g, e in zip(groups, bounds)]
+        self.painter.paint(self, event, rects, frame, inside, keys_in)
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
@@ -490,75 +350,6 @@ class HeatmapView(QPlainTextEdit):
             self._gutter.scroll(0, dy)
         else:
             self._gutter.update(0, rect.y(), self._gutter.width(), rect.height())
-
-    def _append_pending_text(self) -> None:
-        if self._conv is None:
-            return
-        if not self._plan.extend(self._conv):
-            self.rebuild()
-            return
-        text = self._plan.take_text()
-        if text:
-            document = self.document()
-            layout = document.documentLayout()
-            top = self.blockBoundingGeometry(document.lastBlock()).translated(self.contentOffset()).top()
-            # QPlainTextDocumentLayout asks for a repaint of the whole viewport whenever
-            # a block changes height (a streamed line wraps); only the last block(s)
-            # changed, so hold its signals and repaint from that block down ourselves.
-            layout.blockSignals(True)
-            try:
-                cursor = QTextCursor(document)
-                cursor.movePosition(QTextCursor.MoveOperation.End)
-                attached = self._code.follow(document, text)
-                cursor.insertText(text)
-                if attached:
-                    self._code.rehighlight()  # the first fence: format it before it is measured
-                self._cut_streamed_block()
-            finally:
-                layout.blockSignals(False)
-            layout.documentSizeChanged.emit(layout.documentSize())
-            viewport = self.viewport()
-            top = max(int(top), 0)
-            viewport.update(0, top, viewport.width(), viewport.height() - top)
-            self._gutter.update(0, top, self._gutter.width(), viewport.height() - top)
-            self.follower.content_changed()
-
-    def _cut_streamed_block(self) -> None:
-        """Start a new block at the last line of a long last block (see module docstring).
-
-        Wrapping is greedy, so the lines before the cut stay where they are and the
-        last line starts a block of its own exactly where it already was."""
-        block = self.document().lastBlock()
-        layout = block.layout()
-        if layout is None or layout.lineCount() < STREAM_BLOCK_LINES:
-            return
-        if region_of(self._plan, block.position())[0] != "body":
-            return
-        position = block.position() + layout.lineAt(layout.lineCount() - 1).textStart()
-        cursor = QTextCursor(self.document())
-        cursor.setPosition(position)
-        cursor.insertBlock()
-        self._plan.soft_break(position)
-        self._split_width = self.viewport().width()
-
-    def _in_open_turn(self, chunk: Chunk) -> bool:
-        turn = self._conv.open_turn if self._conv else None
-        return turn is not None and turn.turn_id == chunk.turn_id
-
-    def _can_merge(self, chunk: Chunk) -> bool:
-        """Whether "merge with next" can apply (the core has the final word)."""
-        if self._in_open_turn(chunk):
-            return False
-        content = self._conv.content_chunks(chunk.turn_id)
-        index = next((i for i, c in enumerate(content) if c.id == chunk.id), None)
-        if index is None or index + 1 >= len(content):
-            return False
-        nxt = content[index + 1]
-        return nxt.live and nxt.start == chunk.end
-
-    def _copy_chunk(self, chunk_id: int) -> None:
-        if self._conv is not None:
-            QGuiApplication.clipboard().setText(self._conv.chunk_text(chunk_id))
 
     def _first_token_of(self, chunk_id: int) -> int | None:
         conv = self._conv

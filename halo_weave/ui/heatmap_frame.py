@@ -199,16 +199,16 @@ def colour_keys(conv: Conversation, rows: np.ndarray) -> np.ndarray:
     table = conv.table
     brightness = table.brightness
     framing = table.framing
-    ids, starts = table.segments()
+    ids, starts = table.chunk_spans()
     if not len(ids):
         return np.zeros(len(rows), np.int64)
     peaks = np.maximum.reduceat(brightness, starts)
     content = ~framing[starts]
     lo = float(peaks[content].min()) if content.any() else 0.0
     hi = float(peaks[content].max()) if content.any() else 0.0
-    segment = np.searchsorted(starts, rows, "right") - 1
-    tint = colors.peak_levels(peaks[segment], lo, hi)
-    visible_ids = ids[np.unique(segment)].tolist()
+    span = np.searchsorted(starts, rows, "right") - 1
+    tint = colors.peak_levels(peaks[span], lo, hi)
+    visible_ids = ids[np.unique(span)].tolist()
     tool_ids = [c for c in visible_ids if conv.chunks[c].tool_result]
     if tool_ids:
         tint[np.isin(table.chunk_id[rows], tool_ids)] = TOOL_TINT

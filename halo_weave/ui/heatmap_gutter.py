@@ -28,7 +28,7 @@ class Gutter(QWidget):
         if frame is not None:
             bar = max(2, gutter.width() // 8)
             for role, top, height in frame.bodies:
-                color = view._role_colors.get(role)
+                color = view.painter.role_colors.get(role)
                 if color is not None:
                     painter.fillRect(QRectF(gutter.width() - bar - 2, top, bar, height), color.darker(170))
             for _, y, line_height in pin_markers(view, frame):

@@ -188,7 +188,7 @@ class DocumentPlan:
             return
         self._block("system", f"{SYSTEM_LABEL}\n{displayable(text).rstrip()}", "system")
 
-    def extend(self, conv: Conversation, dead_starts: np.ndarray | None = None) -> bool:
+    def extend(self, conv: Conversation, pruned_starts: np.ndarray | None = None) -> bool:
         """Lay out table rows from ``rows_seen`` on.  False when the table no longer
         matches the plan (a prune, resurrection or merge happened): rebuild instead."""
         table = conv.table
@@ -208,8 +208,8 @@ class DocumentPlan:
             if run_end <= row:  # a chunk whose positions are not contiguous: lay out anew
                 return False
             if chunk.turn_id != self.last_turn_id:
-                if dead_starts is not None:
-                    self._gap_before(chunk.start, dead_starts, "", -1)
+                if pruned_starts is not None:
+                    self._gap_before(chunk.start, pruned_starts, "", -1)
                 turn = conv.turns[chunk.turn_id]
                 if self.length:
                     self._newline()
@@ -218,8 +218,8 @@ class DocumentPlan:
                 self._block("header", turn_label(turn.role, turn.created_at), turn.role, chunk.turn_id)
                 self._region("body", turn.role, chunk.turn_id)
                 self.last_turn_id = chunk.turn_id
-            elif dead_starts is not None and not chunk.framing:
-                self._gap_before(chunk.start, dead_starts, chunk.role, chunk.turn_id)
+            elif pruned_starts is not None and not chunk.framing:
+                self._gap_before(chunk.start, pruned_starts, chunk.role, chunk.turn_id)
             if not chunk.framing:
                 texts = conv.chunk_texts(chunk.id)
                 first = int(positions[row]) - chunk.start
@@ -229,12 +229,12 @@ class DocumentPlan:
         self.rows_seen = n
         return True
 
-    def _gap_before(self, start: int, dead_starts: np.ndarray, role: str, turn_id: int) -> None:
+    def _gap_before(self, start: int, pruned_starts: np.ndarray, role: str, turn_id: int) -> None:
         """A marker where pruned chunks lay between the previous live token and ``start``."""
-        if not len(dead_starts):
+        if not len(pruned_starts):
             return
-        lo = np.searchsorted(dead_starts, self.last_position, "right") if self.last_position >= 0 else 0
-        hi = np.searchsorted(dead_starts, start, "left")
+        lo = np.searchsorted(pruned_starts, self.last_position, "right") if self.last_position >= 0 else 0
+        hi = np.searchsorted(pruned_starts, start, "left")
         if hi > lo:
             self._block("gap", gap_label(int(hi - lo)), role, turn_id)
             if turn_id >= 0:
@@ -245,6 +245,6 @@ def build_plan(conv: Conversation) -> tuple[DocumentPlan, str]:
     """Lay out the whole live context: returns the plan and the document text."""
     plan = DocumentPlan()
     plan.add_system(conv.system_prompt or "".join(conv.system_texts))
-    _, dead = conv.chunks.dead_content()
-    plan.extend(conv, dead)
+    _, pruned_starts = conv.chunks.pruned_content()
+    plan.extend(conv, pruned_starts)
     return plan, plan.take_text()

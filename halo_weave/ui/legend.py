@@ -20,7 +20,7 @@ FIRST_START_LINES = (
     "<b>Colours</b> show what the model reads: each paragraph goes from olive (ignored "
     "lately) to gold (read a lot); the words it attends to most get a yellow background.",
     "<b>The graveyard</b> (right) holds paragraphs pruned when the context is full; a later "
-    "question brings the right ones back in place, or click one to restore it.",
+    "question brings the right ones back in place, or click one to resurrect it.",
     "<b>The numbers</b> above: <i>Live</i> tokens the model sees / the limit, <i>Total</i> ever "
     "written, ☀ mean brightness, speed. View → Heatmap legend explains every colour.",
 )
@@ -108,7 +108,7 @@ class LegendDialog(QDialog):
             (_fill(colors.ROLE_COLORS["user"]), "Bar in the left margin and label of your messages."),
             (_fill(colors.ROLE_COLORS["assistant"]), "Bar and label of the model's answers."),
             (_text((255, 255, 255), f" {pin}"), "Pinned: never pruned (right-click a paragraph to pin; "
-             "restoring from the graveyard pins too)."),
+             "resurrecting from the graveyard pins too)."),
         ]
         grid = QGridLayout()
         grid.setColumnStretch(1, 1)

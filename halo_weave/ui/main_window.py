@@ -1,26 +1,24 @@
-"""The main window: heatmap, input, stats bar, graveyard, menus.
+"""The main window: heatmap, input, stats bar, graveyard, conversation list, notes.
 
 Widgets only display and forward intent; every action goes through the
-:class:`~halo_weave.app.TurnController`.  Streamed tokens repaint at most once per frame.
+:class:`~halo_weave.app.TurnController`.  Streamed tokens repaint at most once per frame
+(the heatmap's frame timer).  The menus are :mod:`.window_menus`; the message box and
+the bar under the chat are :mod:`.answer_bar`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QSettings, Qt, QUrl, Signal
-from PySide6.QtGui import QAction, QCloseEvent, QDesktopServices, QKeyEvent, QKeySequence, QTextCursor
+from PySide6.QtCore import QEvent, QSettings, Qt
+from PySide6.QtGui import QCloseEvent, QTextCursor
 from PySide6.QtWidgets import (
-    QFileDialog, QHBoxLayout, QLabel, QMainWindow, QPlainTextEdit, QProgressBar, QPushButton,
-    QSplitter, QToolButton, QVBoxLayout, QWidget,
+    QHBoxLayout, QLabel, QMainWindow, QProgressBar, QPushButton, QSplitter, QVBoxLayout, QWidget,
 )
 
+from .answer_bar import AnswerBar, MessageInput
 from .messages import MessageCenter
-
-#: Repaint throttle while streaming (one frame at 60 Hz).
-
-#: Widest the connection detail (model name, loading progress) may get, in pixels.
-CONNECTION_DETAIL_PX = 280
+from .window_menus import WindowMenus
 
 #: Characters of a chunk shown in the graveyard.
 PREVIEW_CHARS = 160
@@ -29,26 +27,6 @@ PREVIEW_CHARS = 160
 def app_qsettings(data_dir: Path) -> QSettings:
     """The settings file of a data directory (so HALO_WEAVE_HOME isolates everything)."""
     return QSettings(str(Path(data_dir) / "settings.ini"), QSettings.Format.IniFormat)
-
-
-class MessageInput(QPlainTextEdit):
-    """The message box: Enter sends, Shift+Enter starts a new line, Esc stops."""
-
-    submitted = Signal()
-    stop_requested = Signal()
-
-    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt API
-        key = event.key()
-        if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):
-            if event.modifiers() & Qt.KeyboardModifier.ShiftModifier:
-                self.insertPlainText("\n")
-            else:
-                self.submitted.emit()
-            return
-        if key == Qt.Key.Key_Escape:
-            self.stop_requested.emit()
-            return
-        super().keyPressEvent(event)
 
 
 class MainWindow(QMainWindow):
@@ -89,7 +67,7 @@ class MainWindow(QMainWindow):
         self.progress_bar.hide()
         self.statusBar().addPermanentWidget(self.progress_bar)
 
-        self.answer_bar = self._build_answer_bar()
+        self.answer_bar = AnswerBar()
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
         buttons.addWidget(self.stop_button)
@@ -126,123 +104,12 @@ class MainWindow(QMainWindow):
         self.first_start = FirstStartHint(self.heatmap)
         self.heatmap.installEventFilter(self)
         self._legend = None
-        self._build_menus()
+        self.menus = WindowMenus(self)
         self._closed = False
         self._shown = None  # the conversation the heatmap shows
-        self._connection_detail = ""
         self._wire()
         self._restore_geometry()
         self._on_busy(False, controller.input_block_reason())
-
-    # ------------------------------------------------------------------ building
-    def _build_answer_bar(self) -> QWidget:
-        """Under the chat: ‹ version › · Continue · Regenerate · Edit (the Chat menu's actions)."""
-        bar = QWidget()
-        bar.setObjectName("answerBar")
-        layout = QHBoxLayout(bar)
-        layout.setContentsMargins(0, 2, 0, 2)
-        self.previous_version_button = QToolButton()
-        self.previous_version_button.setText("‹")
-        self.previous_version_button.setToolTip("Previous version of the answer (Alt+Left)")
-        self.version_label = QLabel()
-        self.version_label.setToolTip("Versions of the last answer (Regenerate keeps every one)")
-        self.next_version_button = QToolButton()
-        self.next_version_button.setText("›")
-        self.next_version_button.setToolTip("Next version of the answer (Alt+Right)")
-        self.continue_button = QToolButton()
-        self.continue_button.setText("→ Continue")
-        self.continue_button.setToolTip("Let the model go on with its last answer (Ctrl+Shift+Enter)")
-        self.regenerate_button = QToolButton()
-        self.regenerate_button.setText("↻ Regenerate")
-        self.regenerate_button.setToolTip("Answer your last message again; this answer stays as a version (Ctrl+R)")
-        self.edit_button = QToolButton()
-        self.edit_button.setText("✎ Edit")
-        self.edit_button.setToolTip("Change your last message and send it again (Ctrl+Up)")
-        layout.addStretch(1)
-        for widget in (self.previous_version_button, self.version_label, self.next_version_button):
-            layout.addWidget(widget)
-        layout.addSpacing(12)
-        for widget in (self.continue_button, self.regenerate_button, self.edit_button):
-            layout.addWidget(widget)
-        self.previous_version_button.clicked.connect(lambda: self.controller.show_answer_version(-1))
-        self.next_version_button.clicked.connect(lambda: self.controller.show_answer_version(1))
-        self.continue_button.clicked.connect(self.continue_answer)
-        self.regenerate_button.clicked.connect(self.regenerate)
-        self.edit_button.clicked.connect(self.edit_last_message)
-        return bar
-
-    def _action(self, menu, text: str, slot, shortcut=None, tip: str = "") -> QAction:
-        action = QAction(text, self)
-        if shortcut is not None:
-            action.setShortcut(QKeySequence(shortcut))
-            action.setShortcutVisibleInContextMenu(True)
-        if tip:
-            action.setStatusTip(tip)
-        action.triggered.connect(slot)
-        menu.addAction(action)
-        return action
-
-    def _build_menus(self) -> None:
-        file_menu = self.menuBar().addMenu("&File")
-        self.new_action = self._action(file_menu, "&New conversation", self.new_conversation,
-                                       QKeySequence.StandardKey.New, "Start a new, empty conversation")
-        self.open_action = self._action(file_menu, "&Open conversation…", self.open_conversation,
-                                        QKeySequence.StandardKey.Open, "Open a conversation from the data folder")
-        file_menu.addSeparator()
-        self.export_action = self._action(file_menu, "&Export JSON…", self.export_json, "Ctrl+E",
-                                          "Save the whole conversation as a JSON file")
-        self.import_action = self._action(file_menu, "&Import…", self.import_json, "Ctrl+I",
-                                          "Open a JSON export, a SillyTavern chat (.jsonl) or a KoboldAI "
-                                          "Lite save (.json) as a new conversation")
-        file_menu.addSeparator()
-        self.settings_action = self._action(file_menu, "&Settings…", self.open_settings, "Ctrl+,",
-                                            "Generation, pruning, memory and server settings")
-        file_menu.addSeparator()
-        self._action(file_menu, "&Quit", self.close, QKeySequence.StandardKey.Quit)
-
-        chat = self.menuBar().addMenu("&Chat")
-        self.send_action = self._action(chat, "&Send message", self.send, "Return",
-                                        "Send the message (Shift+Enter for a new line)")
-        # Enter belongs to the message box; the menu only shows the key.
-        self.send_action.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
-        self.stop_action = self._action(chat, "S&top generating", self.controller.stop, "Esc",
-                                        "Stop the answer; what arrived so far is kept")
-        chat.addSeparator()
-        self.continue_action = self._action(chat, "&Continue the answer", self.continue_answer,
-                                            "Ctrl+Shift+Return", "Let the model go on with its last answer")
-        self.regenerate_action = self._action(chat, "&Regenerate the answer", self.regenerate, "Ctrl+R",
-                                              "Answer the last message again; this answer stays as a version")
-        self.edit_action = self._action(chat, "&Edit your last message…", self.edit_last_message, "Ctrl+Up",
-                                        "Change your last message and send it again")
-        self.previous_version_action = self._action(chat, "&Previous version of the answer",
-                                                    lambda: self.controller.show_answer_version(-1), "Alt+Left")
-        self.next_version_action = self._action(chat, "&Next version of the answer",
-                                                lambda: self.controller.show_answer_version(1), "Alt+Right")
-        chat.addSeparator()
-        self.graveyard_action = self._action(chat, "Show &graveyard", self._toggle_graveyard, "Ctrl+G")
-        self.graveyard_action.setCheckable(True)
-        self.graveyard_action.setChecked(True)
-
-        view = self.menuBar().addMenu("&View")
-        self.legend_action = self._action(view, "Heatmap &legend…", self.show_legend, "F1",
-                                          "What the colours, the graveyard and the numbers mean")
-        self.list_action = self._action(view, "Show conversation &list", self._toggle_list, "Ctrl+Shift+L",
-                                        "The conversations beside the chat: search, rename, delete")
-        self.list_action.setCheckable(True)
-        self.list_action.setChecked(True)
-        self.notes_action = self.notes_panel.toggleViewAction()
-        self.notes_action.setText("Show &notes")
-        self.notes_action.setShortcut(QKeySequence("Ctrl+Shift+N"))
-        self.notes_action.setStatusTip("The model's notebook (notes.json) of this conversation, read-only")
-        view.addAction(self.notes_action)
-        view.addSeparator()
-        self.record_action = self._action(view, "&Record attention", self._toggle_recording, None,
-                                          "Write every token's attention to the captures folder "
-                                          "(for scripts/analyze_capture.py)")
-        self.record_action.setCheckable(True)
-        self.record_action.setChecked(self.controller.settings.record_attention)
-        self.captures_action = self._action(view, "Open &captures folder", self.open_captures_folder, None,
-                                            f"Open {self.controller.capture_dir}")
 
     def _wire(self) -> None:
         c = self.controller
@@ -253,7 +120,7 @@ class MainWindow(QMainWindow):
         c.stats_changed.connect(self.refresh_stats)
         c.busy_changed.connect(self._on_busy)
         c.connection_changed.connect(self._on_connection)
-        c.attention_changed.connect(self.stats_bar.set_attention_available)
+        c.attention_changed.connect(lambda _available: self.stats_bar.set_brightness_source(*c.reader_status()))
         c.progress.connect(self._on_progress)
         c.error.connect(lambda exc, context: self.messages.error(exc, context))
         c.info.connect(self.messages.info)
@@ -261,18 +128,21 @@ class MainWindow(QMainWindow):
         c.message_returned.connect(self._on_message_returned)
         c.conversation_opened.connect(self._on_opened)
         c.notes_changed.connect(self.refresh_notes)
-        c.capture_saved.connect(self._on_capture_saved)
         self.notes_panel.visibilityChanged.connect(lambda visible: visible and self.refresh_notes())
         self.input.submitted.connect(self.send)
         self.input.stop_requested.connect(self._on_escape)
+        self.answer_bar.version_requested.connect(c.show_answer_version)
+        self.answer_bar.continue_requested.connect(self.continue_answer)
+        self.answer_bar.regenerate_requested.connect(self.regenerate)
+        self.answer_bar.edit_requested.connect(self.edit_last_message)
         self.send_button.clicked.connect(self.send)
         self.stop_button.clicked.connect(c.stop)
         self.heatmap.pin_requested.connect(c.pin)
         self.heatmap.merge_requested.connect(c.merge_with_next)
         self.heatmap.prune_requested.connect(c.prune_chunk)
         self.graveyard.resurrect_requested.connect(c.resurrect_chunk)
-        self.stats_bar.graveyard_toggled.connect(self._set_graveyard_visible)
-        self.graveyard.close_requested.connect(lambda: self._set_graveyard_visible(False))
+        self.stats_bar.graveyard_toggled.connect(self.set_graveyard_visible)
+        self.graveyard.close_requested.connect(lambda: self.set_graveyard_visible(False))
         self.stats_bar.set_graveyard_open(True)
         self.conversation_list.open_requested.connect(c.open_conversation)
         self.conversation_list.new_requested.connect(self.new_conversation)
@@ -286,9 +156,9 @@ class MainWindow(QMainWindow):
         self.conversation_list.set_current(Path(path))
 
     # ------------------------------------------------------------------ conversation list
-    def _toggle_list(self) -> None:
+    def toggle_list(self) -> None:
         self.conversation_list.setVisible(not self.conversation_list.isVisible())
-        self.list_action.setChecked(self.conversation_list.isVisible())
+        self.menus.list_action.setChecked(self.conversation_list.isVisible())
 
     def delete_conversation(self, path: Path, title: str = "") -> bool:
         """Move a conversation to the trash (Undo in the list); the open one is closed first."""
@@ -422,24 +292,23 @@ class MainWindow(QMainWindow):
 
     def _sync_turn_actions(self) -> None:
         """Enable Continue / Regenerate / Edit / versions for what the conversation ends with."""
-        c = self.controller
+        c, menus = self.controller, self.menus
         free = not c.busy and not c.input_block_reason()
         question, answer = c.session.last_exchange()
         state = c.answer_versions() if answer is not None else None
-        for widget in (self.continue_action, self.continue_button):
-            widget.setEnabled(free and answer is not None)
-        for widget in (self.regenerate_action, self.regenerate_button):
-            widget.setEnabled(free and question is not None and answer is not None)
-        for widget in (self.edit_action, self.edit_button):
-            widget.setEnabled(free and question is not None)
         has_versions = state is not None and state.count > 1
-        for widget in (self.previous_version_action, self.previous_version_button):
-            widget.setEnabled(free and has_versions and state.previous is not None)
-        for widget in (self.next_version_action, self.next_version_button):
-            widget.setEnabled(free and has_versions and state.next is not None)
-        for widget in (self.previous_version_button, self.version_label, self.next_version_button):
-            widget.setVisible(has_versions)
-        self.version_label.setText(f"{state.number} / {state.count}" if has_versions else "")
+        enabled = {
+            "continue": free and answer is not None,
+            "regenerate": free and question is not None and answer is not None,
+            "edit": free and question is not None,
+            "previous": free and has_versions and state.previous is not None,
+            "next": free and has_versions and state.next is not None,
+        }
+        self.answer_bar.sync(enabled, f"{state.number} / {state.count}" if has_versions else "")
+        for name, action in (("continue", menus.continue_action), ("regenerate", menus.regenerate_action),
+                             ("edit", menus.edit_action), ("previous", menus.previous_version_action),
+                             ("next", menus.next_version_action)):
+            action.setEnabled(enabled[name])
         self.answer_bar.setVisible(question is not None or answer is not None)
 
     def _on_message_returned(self, text: str) -> None:
@@ -453,15 +322,13 @@ class MainWindow(QMainWindow):
         self.input.setReadOnly(not ready)
         self.send_button.setEnabled(ready)
         self.stop_button.setEnabled(self.controller.generating)
-        self.stop_action.setEnabled(self.controller.generating)
-        for action in (self.new_action, self.open_action, self.import_action):
+        self.menus.stop_action.setEnabled(self.controller.generating)
+        for action in (self.menus.new_action, self.menus.open_action, self.menus.import_action):
             action.setEnabled(not busy)
         if self.controller.generating:
-            self.stats_bar.set_connection("generating", self._connection_detail)
-            self._full_connection_tooltip()
+            self.stats_bar.show_connection("generating")
         elif self.stats_bar.connection_state() == "generating":
-            self.stats_bar.set_connection(self.controller.connection_state, self._connection_detail)
-            self._full_connection_tooltip()
+            self.stats_bar.show_connection(self.controller.connection_state)
         if self._editing and ready:
             reason = "Editing your last message — Enter sends it again (its answer stays as a version), Esc cancels"
             self.reason.setText(reason)
@@ -485,24 +352,12 @@ class MainWindow(QMainWindow):
                                "→ Continue (Ctrl+Shift+Enter) lets it go on.")
         self._sync_turn_actions()
 
-    def _full_connection_tooltip(self) -> None:
-        """The whole connection line (the label may be elided), e.g. with the model's name."""
-        full = getattr(self, "_connection_full", "")
-        if full:
-            self.stats_bar.connection_label.setToolTip(full)
-
     def _on_connection(self, state: str, detail: str) -> None:
-        # A long detail (a loader log line) must not widen the stats bar, and so the window.
-        metrics = self.stats_bar.connection_label.fontMetrics()
-        self._connection_full = detail
-        detail = metrics.elidedText(detail, Qt.TextElideMode.ElideRight, CONNECTION_DETAIL_PX)
-        self._connection_detail = detail
-        self.stats_bar.set_connection(state, detail)
-        self._full_connection_tooltip()
+        self.stats_bar.show_connection(state, detail)
         if state == "loading":
-            self.statusBar().showMessage(detail)
+            self.statusBar().showMessage(self.stats_bar.connection_detail)
         elif state == "connected":
-            self.statusBar().showMessage(f"Connected: {detail}", 5000)
+            self.statusBar().showMessage(f"Connected: {self.stats_bar.connection_detail}", 5000)
 
     def _on_progress(self, what: str, done: int, total: int) -> None:
         if total <= 0:
@@ -518,81 +373,14 @@ class MainWindow(QMainWindow):
             self.progress_bar.show()
 
     # ------------------------------------------------------------------ graveyard
-    def _toggle_graveyard(self) -> None:
-        self._set_graveyard_visible(not self.graveyard.isVisible())
-
-    def _set_graveyard_visible(self, visible: bool) -> None:
+    def set_graveyard_visible(self, visible: bool) -> None:
         self.graveyard.setVisible(visible)
-        self.graveyard_action.setChecked(visible)
+        self.menus.graveyard_action.setChecked(visible)
         self.stats_bar.set_graveyard_open(visible)
-
-    # ------------------------------------------------------------------ attention capture
-    def _toggle_recording(self, on: bool) -> None:
-        self.apply_settings(self.controller.settings.replace(record_attention=bool(on)))
-        if on:
-            self.statusBar().showMessage(
-                f"Recording attention of every answer to {self.controller.capture_dir} "
-                "(View → Open captures folder)"
-            )
-        else:
-            self.statusBar().showMessage("Attention recording off.", 5000)
-
-    def _on_capture_saved(self, path: str) -> None:
-        self.record_action.setToolTip(f"Last capture: {path}")
-        self.statusBar().showMessage(f"Attention recorded to {path}", 10000)
-
-    def open_captures_folder(self) -> None:
-        folder = Path(self.controller.capture_dir)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            self.messages.error(exc, "Opening the captures folder")
-            return
-        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
-            self.messages.info(f"Captures are in {folder}")
 
     # ------------------------------------------------------------------ file menu
     def new_conversation(self) -> None:
         self.controller.new_conversation()
-
-    def open_conversation(self) -> None:
-        from .conversation_picker import ConversationPicker
-
-        picker = ConversationPicker(self.controller.data_dir, self.controller.path, self)
-        if picker.exec() and picker.selected_path() is not None:
-            self.controller.open_conversation(picker.selected_path())
-
-    def export_json(self) -> None:
-        start = str(Path.home() / f"{self.controller.path.stem if self.controller.path else 'conversation'}.json")
-        path, _ = QFileDialog.getSaveFileName(self, "Export conversation", start, "JSON (*.json)")
-        if path:
-            self.controller.export_json(Path(path))
-
-    def import_json(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(
-            self, "Import conversation", str(Path.home()),
-            "Conversations (*.json *.jsonl);;Halo Weave export (*.json);;SillyTavern chat (*.jsonl);;"
-            "KoboldAI Lite save (*.json);;All files (*)")
-        if path:
-            self.controller.import_json(Path(path))
-
-    def open_settings(self) -> None:
-        from .settings_dialog import SettingsDialog
-
-        from ..backends.api_keys import get_key, keyring_available, set_key
-
-        url = self.controller.settings.server_url
-        old_key = get_key(url) or ""
-        dialog = SettingsDialog(self.controller.settings, self, api_key=old_key, keyring=keyring_available())
-        if dialog.exec():
-            new = dialog.result_settings()
-            fields = dialog.server_fields
-            if fields is not None and (fields.api_key() != old_key or new.server_url != url):
-                if fields.api_key() or old_key:
-                    self.messages.info(set_key(new.server_url, fields.api_key(), to_file=fields.key_to_file.isChecked()))
-                if new.server_url == url:
-                    self.controller.connect_server()  # the new key takes effect now
-            self.apply_settings(new)
 
     def apply_settings(self, new) -> None:
         """Adopt settings from the dialog: persist them, then let the controller react."""
@@ -600,9 +388,10 @@ class MainWindow(QMainWindow):
 
         save_settings(new, self.qsettings)
         self.controller.apply_settings(new)
-        self.record_action.blockSignals(True)
-        self.record_action.setChecked(new.record_attention)
-        self.record_action.blockSignals(False)
+        record = self.menus.record_action
+        record.blockSignals(True)
+        record.setChecked(new.record_attention)
+        record.blockSignals(False)
         self.refresh_stats()
 
     # ------------------------------------------------------------------ lifetime

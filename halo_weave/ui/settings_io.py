@@ -24,9 +24,14 @@ GROUP = "settings"
 
 #: Allowed values of the multiple-choice settings.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "resurrection_brightness": ("at_deletion", "mean"),
+    "resurrection_brightness": ("at_prune", "mean"),
     "attention_format": ("aggregated", "per_layer"),
     "chat_template": ("auto", "chatml", "llama3", "mistral", "gemma", "alpaca", "plain"),
+}
+
+#: Choices an earlier version named otherwise: field -> {old value: today's value}.
+RENAMED_CHOICES: dict[str, dict[str, str]] = {
+    "resurrection_brightness": {"at_deletion": "at_prune"},
 }
 
 #: Earlier versions' defaults, replaced by the current default when loaded.
@@ -155,6 +160,7 @@ def load_settings(qsettings: QSettings | None = None) -> Settings:
                 continue
             if value in LEGACY_DEFAULTS.get(f.name, ()):
                 continue
+            value = RENAMED_CHOICES.get(f.name, {}).get(value, value)
             if field_problem(f.name, value) is None:
                 values[f.name] = value
     finally:

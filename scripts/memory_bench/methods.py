@@ -63,7 +63,7 @@ def keep_recent(conv: Conversation, limit: int) -> Conversation:
     for turn_id in turn_ids[cut:]:
         for chunk in conv.content_chunks(turn_id):
             if chunk.live:
-                conv.delete_chunk(chunk.id)
+                conv.prune_chunk(chunk.id)
     return conv
 
 

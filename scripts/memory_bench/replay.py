@@ -105,7 +105,7 @@ class MeanRankConversation(Conversation):
     """
 
     def chunk_peaks(self):
-        ids, starts = self.table.segments()
+        ids, starts = self.table.chunk_spans()
         if len(ids) == 0:
             return ids, np.zeros(0, np.int32)
         sums = np.add.reduceat(self.table.brightness.astype(np.int64), starts)

@@ -36,16 +36,16 @@ def build_conversation(path: Path, exchanges: int = 4, seed: int = 5) -> None:
 def what_the_user_sees(store: ConversationStore) -> dict:
     """Everything a user can read of a conversation: prompt, turns, every chunk's text, notes.
 
-    Dead chunks' tokens are read too (as the graveyard and resurrection do), so a damaged
-    dead chunk raises like it would in the app.
+    Pruned chunks' tokens are read too (as the graveyard and resurrection do), so a damaged
+    pruned chunk raises like it would in the app.
     """
     conv = store.load(settings(), FRAMING)
     ids = sorted(conv.chunks)
-    dead = store.load_chunk_tokens([i for i in ids if not conv.chunks[i].live])
+    pruned = store.load_chunk_tokens([i for i in ids if not conv.chunks[i].live])
     chunks = {}
     for i in ids:
         chunk = conv.chunks[i]
-        tokens = conv.chunk_tokens(i) if chunk.live else dead[i]
+        tokens = conv.chunk_tokens(i) if chunk.live else pruned[i]
         chunks[i] = (chunk.turn_id, chunk.start, chunk.live, chunk.pinned,
                      "".join(tokens.texts), tokens.token_ids.tolist())
     return {

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from halo_weave.storage import integrity
+from halo_weave.storage import integrity, rehydration
 from halo_weave.store import ConversationStore, StoreDamaged, StoreError
 
 from .helpers import build_conversation, what_the_user_sees
@@ -144,17 +144,17 @@ def test_damaged_live_chunk_is_named_and_the_rest_opens_read_only(original, tmp_
     assert store.refusal is not None
 
 
-def test_damaged_dead_chunk_is_reported_when_read_back(original, tmp_path):
+def test_damaged_pruned_chunk_is_reported_when_read_back(original, tmp_path):
     source, view = original
     path = tmp_path / "talk.halo.db"
     shutil.copy(source, path)
-    dead = [i for i, c in view["chunks"].items() if not c[2]]
-    flip_chunk_text(path, dead[0])
+    pruned = [i for i, c in view["chunks"].items() if not c[2]]
+    flip_chunk_text(path, pruned[0])
     with ConversationStore.open(path, create=False) as store:
         conv = store.load()
-        assert not store.damage and not store.read_only  # opening reads no dead tokens
-        with pytest.raises(StoreDamaged, match=f"chunk {dead[0]}"):
-            conv.resurrect([dead[0]])
+        assert not store.damage and not store.read_only  # opening reads no pruned tokens
+        with pytest.raises(StoreDamaged, match=f"chunk {pruned[0]}"):
+            conv.resurrect([pruned[0]])
         assert store.read_only
 
 
@@ -204,10 +204,11 @@ def test_older_file_gets_checksums_for_its_existing_chunks(original, tmp_path):
             conn.execute(f"DROP TRIGGER {table}_sum_{suffix}")
     conn.execute("DROP TABLE row_checksums")
     conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm004_row_checksums'")
-    # ... and so from before m006 too: the chunk index column still had its old name.
-    conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm006_chunk_index'")
+    # ... and so from before m006 and m007 too: two columns still had their old names.
+    conn.execute("DELETE FROM _sqlite_migrations WHERE name IN ('m006_chunk_index', 'm007_brightness_at_prune')")
     for table in ("chunks", "semantic_entries"):
         conn.execute(f"ALTER TABLE {table} RENAME COLUMN chunk_index TO sentence_id")
+    conn.execute("ALTER TABLE chunks RENAME COLUMN brightness_at_prune TO brightness_at_deletion")
     conn.commit()
     conn.close()
     with ConversationStore.open(path, create=False) as store:
@@ -221,7 +222,7 @@ def test_older_file_gets_checksums_for_its_existing_chunks(original, tmp_path):
 
 @pytest.mark.parametrize("column, change", [
     ("start", "start + 1"), ("pinned", "1 - pinned"), ("live", "2"), ("role", "'tool'"),
-    ("turn_id", "CAST(CAST(turn_id AS TEXT) AS BLOB)"), ("live", "CAST(CAST(live AS TEXT) AS BLOB)"), ("brightness_at_deletion", "NULL"),
+    ("turn_id", "CAST(CAST(turn_id AS TEXT) AS BLOB)"), ("live", "CAST(CAST(live AS TEXT) AS BLOB)"), ("brightness_at_prune", "NULL"),
 ])
 def test_changed_chunk_record_is_found_by_the_summed_read(original, tmp_path, column, change):
     """Opening totals the chunk records' checksums from the columns it reads (numpy), not
@@ -230,7 +231,7 @@ def test_changed_chunk_record_is_found_by_the_summed_read(original, tmp_path, co
     path = tmp_path / "talk.halo.db"
     shutil.copy(source, path)
     with ConversationStore.open(path, create=False) as store:
-        assert store._records_and_check() is not None  # the summed read agrees on a sound file
+        assert rehydration.records_and_check(store) is not None  # the summed read agrees on a sound file
     victim = sorted(view["chunks"])[3]
     conn = sqlite3.connect(path)
     conn.execute("DROP TRIGGER chunks_sum_au")
@@ -238,6 +239,6 @@ def test_changed_chunk_record_is_found_by_the_summed_read(original, tmp_path, co
     conn.commit()
     conn.close()
     with ConversationStore.open(path, create=False) as store:
-        assert store._records_and_check() is None
+        assert rehydration.records_and_check(store) is None
         store.load()
         assert [d.key for d in store.damage] == [victim] and store.read_only

@@ -68,7 +68,7 @@ def test_damaged_file_opens_read_only_and_says_what_to_do(offline, tmp_path):
     path.parent.mkdir(exist_ok=True)
     build_conversation(path)
     with ConversationStore.open(path, create=False) as store:
-        live = [c.id for c in store.load().live_chunks() if c.sentence_id >= 0]
+        live = [c.id for c in store.load().live_chunks() if c.chunk_index >= 0]
     flip_chunk_text(path, live[0])
     before = path.read_bytes()
     assert offline.controller.open_conversation(path)

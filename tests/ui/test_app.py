@@ -145,19 +145,19 @@ def test_input_disabled_with_reason_while_generating_and_stop_keeps_partial(make
         assert _assistant_text(again, answer) == partial
 
 
-def test_pruning_fills_graveyard_and_click_restores_pinned_in_place(make_app, qtbot):
+def test_pruning_fills_graveyard_and_click_resurrects_pinned_in_place(make_app, qtbot):
     app = make_app(max_new_tokens=16, max_context_tokens=150, min_chunk_tokens=16).start()
     for _ in range(3):
         app.say(LONG_MESSAGE)
     conv = app.conv
     assert conv.live_token_count() <= 150 or any(c.pinned for c in conv.chunks.values())
-    dead = conv.graveyard()
-    assert dead, "pruned chunks are in the graveyard"
+    pruned = conv.graveyard()
+    assert pruned, "pruned chunks are in the graveyard"
     panel = app.window.graveyard
-    assert panel.model().total_count() == len(dead)
+    assert panel.model().total_count() == len(pruned)
 
     # Click the newest grave: the first row.
-    target = dead[0]
+    target = pruned[0]
     view = panel.list_view()
     rect = view.visualRect(panel.model().index(0))
     with qtbot.wait_signal(app.controller.conversation_changed, timeout=10_000):
@@ -188,7 +188,7 @@ def _menu_action(app, chunk_id: int, label: str):
     return next(a for a in menu.actions() if label in a.text())
 
 
-def test_pin_merge_delete_through_context_menu(make_app, qtbot):
+def test_pin_merge_prune_through_context_menu(make_app, qtbot):
     app = make_app(max_new_tokens=12, min_chunk_tokens=8, max_context_tokens=0).start()
     app.say(LONG_MESSAGE)
     conv = app.conv
@@ -261,7 +261,7 @@ def _snapshot(conv):
     table = conv.table
     return (
         table.position.tolist(), table.token_id.tolist(), table.brightness.tolist(),
-        sorted((c.id, c.turn_id, c.sentence_id, c.role, c.live, c.pinned, c.token_count)
+        sorted((c.id, c.turn_id, c.chunk_index, c.role, c.live, c.pinned, c.token_count)
                for c in conv.chunks.values()),
         [conv.chunk_text(c.id) for c in conv.live_chunks()],
         conv.system_prompt, conv.next_position,

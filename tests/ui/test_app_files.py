@@ -62,7 +62,7 @@ def test_menus_show_shortcuts():
 
 
 def test_menu_shortcuts_are_shown(window):
-    shortcuts = {a.text().replace("&", ""): a.shortcut().toString() for a in window.findChildren(type(window.new_action))}
+    shortcuts = {a.text().replace("&", ""): a.shortcut().toString() for a in window.findChildren(type(window.menus.new_action))}
     assert shortcuts["New conversation"] == "Ctrl+N"
     assert shortcuts["Open conversation…"] == "Ctrl+O"
     assert shortcuts["Export JSON…"] == "Ctrl+E"

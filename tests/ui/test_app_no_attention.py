@@ -60,12 +60,12 @@ def test_no_attention_is_explained_chat_works_and_oldest_chunks_are_pruned(app, 
 
     # The exchange just read is never pruned automatically; the next message makes it old.
     assert app.say("Thanks! One more word?") in ("stop", "length"), "chatting goes on"
-    dead = conv.graveyard()
-    assert dead, "the small max context pruned something"
-    live = [c for c in conv.live_chunks() if not c.framing and not c.pinned and c.sentence_id != 0]
-    first_prunable = min([c for c in dead] + [c for c in live if c.turn_id < max(conv.turns) - 1], key=lambda c: c.start)
-    assert first_prunable in dead, "the oldest prunable chunk went first"
-    assert all(d.start < c.start for d in dead for c in live), "pruned oldest-first"
-    assert window.graveyard.model().total_count() == len(dead)
+    pruned = conv.graveyard()
+    assert pruned, "the small max context pruned something"
+    live = [c for c in conv.live_chunks() if not c.framing and not c.pinned and c.chunk_index != 0]
+    first_prunable = min([c for c in pruned] + [c for c in live if c.turn_id < max(conv.turns) - 1], key=lambda c: c.start)
+    assert first_prunable in pruned, "the oldest prunable chunk went first"
+    assert all(d.start < c.start for d in pruned for c in live), "pruned oldest-first"
+    assert window.graveyard.model().total_count() == len(pruned)
 
 

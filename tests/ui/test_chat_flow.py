@@ -77,8 +77,8 @@ def test_continue_extends_a_cut_answer_in_the_same_turn(make_app, qtbot):
     answer_id = _last(conv, "assistant")
     before = _answer(conv, answer_id)
     turns = len(conv.turns)
-    assert app.window.continue_button.isEnabled()
-    _press(app, qtbot, app.window.continue_button)
+    assert app.window.answer_bar.continue_button.isEnabled()
+    _press(app, qtbot, app.window.answer_bar.continue_button)
     after = _answer(conv, answer_id)
     assert len(conv.turns) == turns and _last(conv, "assistant") == answer_id, "same turn"
     assert after.startswith(before) and len(after) > len(before)
@@ -103,26 +103,26 @@ def test_regenerate_keeps_versions_to_flip_through(make_app, qtbot):
     first = _answer(conv, _last(conv, "assistant"))
     question = _last(conv, "user")
     window = app.window
-    assert not window.version_label.isVisible()
-    _press(app, qtbot, window.regenerate_button)
+    assert not window.answer_bar.version_label.isVisible()
+    _press(app, qtbot, window.answer_bar.regenerate_button)
     assert _last(conv, "user") == question, "the same question, answered again"
     assert len([t for t in conv.turns.values() if t.role == "assistant"]) == 1
     second = _answer(conv, _last(conv, "assistant"))
-    assert window.version_label.isVisible() and window.version_label.text() == "2 / 2"
+    assert window.answer_bar.version_label.isVisible() and window.answer_bar.version_label.text() == "2 / 2"
     assert first not in "".join(window._preview(c) for c in conv.graveyard()), "versions stay out of the graveyard"
-    qtbot.mouseClick(window.previous_version_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.answer_bar.previous_version_button, Qt.MouseButton.LeftButton)
     assert _answer(conv, _last(conv, "assistant")) == first
-    assert window.version_label.text() == "1 / 2"
+    assert window.answer_bar.version_label.text() == "1 / 2"
     assert first.strip()[:15] in window.heatmap.toPlainText()
-    qtbot.mouseClick(window.next_version_button, Qt.MouseButton.LeftButton)
-    assert _answer(conv, _last(conv, "assistant")) == second and window.version_label.text() == "2 / 2"
+    qtbot.mouseClick(window.answer_bar.next_version_button, Qt.MouseButton.LeftButton)
+    assert _answer(conv, _last(conv, "assistant")) == second and window.answer_bar.version_label.text() == "2 / 2"
 
 
 def test_edit_last_message_and_resend(make_app, qtbot):
     app = make_app(max_new_tokens=8).start()
     app.say("What colour is the sky?")
     window, conv = app.window, app.conv
-    qtbot.mouseClick(window.edit_button, Qt.MouseButton.LeftButton)
+    qtbot.mouseClick(window.answer_bar.edit_button, Qt.MouseButton.LeftButton)
     assert window.input.toPlainText() == "What colour is the sky?"
     assert "Editing" in window.reason.text()
     window.input.setPlainText("What colour is grass?")
@@ -133,7 +133,7 @@ def test_edit_last_message_and_resend(make_app, qtbot):
     assert len(users) == 1 and _answer(conv, users[0].turn_id) == "What colour is grass?"
     text = window.heatmap.toPlainText()
     assert "grass" in text and "sky" not in text
-    assert window.version_label.text() == "2 / 2", "the answer to the old wording stays reachable"
+    assert window.answer_bar.version_label.text() == "2 / 2", "the answer to the old wording stays reachable"
     assert "Editing" not in window.reason.text()
 
 

@@ -44,8 +44,8 @@ def test_first_start_explains_colours_graveyard_and_numbers(window, qtbot):
 
 
 def test_view_menu_opens_the_legend_with_every_colour(window, qtbot):
-    assert window.legend_action.text().startswith("Heatmap")
-    window.legend_action.trigger()
+    assert window.menus.legend_action.text().startswith("Heatmap")
+    window.menus.legend_action.trigger()
     legend = window._legend
     qtbot.waitExposed(legend)
     words = " ".join(legend.descriptions)

@@ -44,18 +44,18 @@ def panel(qtbot, conv):
 
 def test_rows_newest_first_with_details(panel, conv):
     model = panel.model()
-    dead = conv.graveyard()
-    assert model.rowCount() == len(dead) > 2
+    pruned = conv.graveyard()
+    assert model.rowCount() == len(pruned) > 2
     ids = [model.index(i).data(GraveyardModel.ChunkIdRole) for i in range(model.rowCount())]
-    assert ids == [c.id for c in dead]
+    assert ids == [c.id for c in pruned]
     starts = [conv.chunks[i].start for i in ids]
     assert starts == sorted(starts, reverse=True)
-    first = dead[0]
+    first = pruned[0]
     meta = model.index(0).data(Qt.ItemDataRole.DisplayRole)
-    assert f"T{first.turn_id}" in meta and first.role in meta and f"S{first.sentence_id}" in meta
-    assert f"{first.token_count} tok" in meta and f"{first.brightness_at_deletion:,}" in meta
+    assert f"T{first.turn_id}" in meta and first.role in meta and f"S{first.chunk_index}" in meta
+    assert f"{first.token_count} tok" in meta and f"{first.brightness_at_prune:,}" in meta
     assert model.index(0).data(GraveyardModel.PreviewRole) == " ".join(conv.chunk_text(first.id).split())
-    assert f"{len(dead)} chunks" in panel.count_label.text()
+    assert f"{len(pruned)} chunks" in panel.count_label.text()
 
 
 def test_click_requests_resurrection_of_that_chunk(panel, qtbot, conv):
@@ -101,7 +101,7 @@ def test_filter_by_role_and_turn(panel, conv):
     panel.set_filter("user")
     assert panel.model().rowCount() == sum(1 for c in conv.graveyard() if c.role == "user")
     first = conv.graveyard()[0]
-    panel.set_filter(f"T{first.turn_id} S{first.sentence_id}")
+    panel.set_filter(f"T{first.turn_id} S{first.chunk_index}")
     ids = [panel.model().index(i).data(GraveyardModel.ChunkIdRole) for i in range(panel.model().rowCount())]
     assert first.id in ids
 
@@ -116,7 +116,7 @@ def test_previews_are_loaded_lazily(qtbot):
     from halo_weave.conversation import Chunk
 
     rows = [Chunk(i, i // 4, i % 4, "user", start=10_000 - i, token_count=64, live=False,
-                  brightness_at_deletion=i) for i in range(10_000)]
+                  brightness_at_prune=i) for i in range(10_000)]
     panel = GraveyardPanel()
     qtbot.addWidget(panel)
     panel.resize(360, 400)

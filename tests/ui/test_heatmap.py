@@ -199,7 +199,7 @@ def test_prune_then_rebuild_hides_chunk_and_marks_the_gap(view):
     beta, gamma = chunk_with(conv, "beta"), chunk_with(conv, "gamma")
     focus_attention(conv, gamma)
     show(view, conv)
-    conv.delete_chunk(beta)
+    conv.prune_chunk(beta)
     view.rebuild()
     view.flush()
     assert "beta" not in view.toPlainText()

@@ -209,9 +209,9 @@ def test_overlay_after_resize_prune_and_resurrection(view, qtbot):
     view.resize(480, 520)
     qtbot.wait(200)  # the view re-lays out after a resize settles
     check(view, False, "after a resize")
-    victims = [c.id for c in conv.live_chunks() if not c.framing and c.sentence_id > 0][:6]
+    victims = [c.id for c in conv.live_chunks() if not c.framing and c.chunk_index > 0][:6]
     for chunk_id in victims:
-        conv.delete_chunk(chunk_id)
+        conv.prune_chunk(chunk_id)
     view.rebuild()
     assert "pruned here" in view.toPlainText()
     bar = view.verticalScrollBar()

@@ -53,7 +53,7 @@ def test_notes_panel_shows_notes_after_a_tool_round_and_after_restart(make_app, 
     app = make_app(max_new_tokens=8).start()
     window = app.window
     assert not window.notes_panel.isVisible()
-    window.notes_action.trigger()  # View → Show notes
+    window.menus.notes_action.trigger()  # View → Show notes
     assert window.notes_panel.isVisible()
     assert window.notes_panel.text() == "", "a new conversation has no notes yet"
 
@@ -83,8 +83,8 @@ def test_notes_panel_shows_notes_after_a_tool_round_and_after_restart(make_app, 
 def test_record_attention_writes_one_capture_per_answer_that_analyze_capture_plots(make_app, qtbot, tmp_path):
     app = make_app(max_new_tokens=10).start()
     controller, window = app.controller, app.window
-    assert not window.record_action.isChecked()
-    window.record_action.trigger()  # View → Record attention
+    assert not window.menus.record_action.isChecked()
+    window.menus.record_action.trigger()  # View → Record attention
     assert controller.settings.record_attention
     assert load_settings(app.qsettings).record_attention, "the toggle is saved"
     assert str(controller.capture_dir) in window.statusBar().currentMessage()
@@ -116,7 +116,7 @@ def test_record_attention_writes_one_capture_per_answer_that_analyze_capture_plo
     assert {"heatmap.png", "brightness.png", "prune_next.png"} <= pngs
     assert all((out / name).stat().st_size > 5_000 for name in pngs)
 
-    window.record_action.trigger()  # off again
+    window.menus.record_action.trigger()  # off again
     assert not controller.settings.record_attention
     before = list_captures(controller.capture_dir)
     with qtbot.assert_not_emitted(controller.capture_saved):

@@ -84,6 +84,9 @@ class LlamaCache:
         self._new_cells: list[np.ndarray] = []
         self._idx_tensor: int | None = None
         self._capture = False
+        #: While :meth:`attend_all` runs: the layer-and-head sums of every query's row.
+        self._sums: np.ndarray | None = None
+        self._block_scratch = np.zeros(0, dtype=np.float32)
         self._error: BaseException | None = None
         self._layout_checked = False
         self._lock = threading.Lock()
@@ -110,6 +113,13 @@ class LlamaCache:
                 n_kv, n_tok, n_head, _ = lib.tensor_shape(tensor)
                 layer = int(name[len(SOFTMAX_PREFIX):])
                 size = n_kv * n_tok * n_head
+                if self._sums is not None:  # every query of the batch (teacher forcing)
+                    if self._block_scratch.size < size:
+                        self._block_scratch = np.zeros(size, dtype=np.float32)
+                    lib.read(tensor, self._block_scratch[:size])
+                    self._sums[:n_tok, :n_kv] += self._block_scratch[:size].reshape(n_head, n_tok, n_kv).sum(axis=0)
+                    self._layers_seen += 1
+                    return True
                 lib.read(tensor, self._scratch[:size])
                 block = self._scratch[:size].reshape(n_head, n_tok, n_kv)
                 self._rows[layer, :, :n_kv] = block[:, -1, :]
@@ -188,6 +198,31 @@ class LlamaCache:
         if per_layer:
             return logits, np.ascontiguousarray(rows)
         return logits, rows.mean(axis=(0, 1), dtype=np.float64).astype(np.float32)
+
+    def attend_all(self, ids: list[int], block: int = 32) -> np.ndarray:
+        """Run ``ids`` after the context reading *every* one's attention (teacher forcing).
+
+        Returns float32 ``[len(ids), positions after]``: row *i* is the layer-and-head
+        mean attention of ``ids[i]`` as a query over every position up to its own (the
+        causal mask leaves the later ones 0).  ``block`` queries share one decode, so a
+        whole answer costs about a prefill plus the readout, not a decode per token.
+        """
+        start = len(self.ids)
+        out = np.zeros((len(ids), start + len(ids)), dtype=np.float32)
+        scale = np.float32(1.0 / (self.n_layer * self.n_head))
+        try:
+            for first in range(0, len(ids), block):
+                part = ids[first:first + block]
+                self._sums = np.zeros((len(part), self._rows.shape[2]), dtype=np.float32)
+                cells = self._decode(part, len(self.ids), LIVE_SEQ, logits=False, capture=True)
+                self._append(part, cells)
+                out[first:first + len(part), :len(self.ids)] = self._sums[:, self.cells] * scale
+        except BaseException:
+            self.reset()
+            raise
+        finally:
+            self._sums = None
+        return out
 
     def _append(self, ids: list[int], cells: np.ndarray) -> None:
         self.ids.extend(ids)

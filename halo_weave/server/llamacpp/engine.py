@@ -18,6 +18,7 @@ from .. import loader
 from ..engine_api import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, STOP_TOKEN_NAMES, EngineBase
 from ..tokens import TokenText
 from . import bindings
+from ..span_store import DEFAULT_STORE_BYTES
 from .cache import N_SEQ, LlamaCache
 
 log = logging.getLogger("halo_weave.server")
@@ -41,9 +42,11 @@ class LlamaEngine(EngineBase):
     loaded_from_cache = False
 
     def __init__(self, path: Path, *, context_size: int | None = None, threads: int | None = None,
-                 attention_format: str = AGGREGATED, capture_threads: int | None = None) -> None:
+                 attention_format: str = AGGREGATED, capture_threads: int | None = None,
+                 store_bytes: int = DEFAULT_STORE_BYTES) -> None:
         """``threads`` run prefill and plain decoding; ``capture_threads`` a decode whose
-        attention is read (default: 1 for models under 1B parameters, else ``threads``)."""
+        attention is read (default: 1 for models under 1B parameters, else ``threads``);
+        ``store_bytes`` bounds the host memory keeping pruned spans' states (0: none)."""
         if attention_format not in ATTENTION_FORMATS:
             raise ValueError(f"attention format must be one of {ATTENTION_FORMATS}")
         self._init_locks()
@@ -87,6 +90,7 @@ class LlamaEngine(EngineBase):
         self.ctx = ctx
         cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab)
         cache.threads = threads
+        cache.store.max_bytes = store_bytes
         small = L.llama_model_n_params(model) < SMALL_MODEL_PARAMS
         cache.capture_threads = capture_threads or (1 if small else threads)
         self._kv = cache

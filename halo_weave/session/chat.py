@@ -1,48 +1,24 @@
-"""One chat session: the turn rules as plain methods, Qt-free.
-
-The app's :class:`~halo_weave.app.TurnController` decides only *when* (threads, timers,
-signals) and calls these; the crash-safety test's writer (``tests/conversation_writer.py``)
-drives the same methods with a scripted backend, so SIGKILL lands in these saves.
-
-A turn, in order (DESIGN.md)::
-
-    pieces = session.tokenize(text)                  blocking: a thread in the app
-    session.resurrect_for(matches, len(pieces))      search results, within the budget
-    turn = session.add_user_message(ids, texts)      DB-first: saved before it is shown
-    session.fit_model_window()                       prompt + answer within the model
-    session.begin_answer(prefix)                     the assistant turn opens
-    for event in token_events(backend.stream(**session.generation_request()), backend):
-        session.receive(event)                       attention, append, save every 16
-    session.finish_turn(reason, rate)                save, queue indexing, prune
-
-The *backend* is any object with ``tokenize(text, add_special_tokens=False)`` →
-``[(id, piece)]``, ``stream(input_ids=…, **params)`` → iterable of
-:class:`~halo_weave.events.TokenEvent` (``.done`` afterwards), ``abort()``,
-``model_info()``, and optionally ``capabilities`` with ``attention`` (True, False, None =
-unknown until the first answer) and ``token_ids`` (False: events carry text only;
-:func:`token_events` tokenizes it).  :class:`~halo_weave.kobold_client.KoboldClient` is one.
-
-Errors of a save are handed to :attr:`report` (the app shows them and goes on; by
-default they are raised), so one failed save never skips the rest of the turn.
-"""
+"""The :class:`ChatSession`: a conversation, its file and its model server, and every
+rule of a turn (see :mod:`halo_weave.session` for a turn's steps in order)."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
-from .conversation import Chunk, Conversation, Framing, Turn
-from .core.chat_template import TemplateStrings, detect_template, system_text
-from .core.stream_clock import StreamClock
-from .errors import AttentionError
-from .events import TokenEvent
-from .memory.resurrection import apply_plan
-from .memory.resurrection import budget as resurrection_budget
-from .settings import MAX_BRIGHTNESS, Settings
-from .storage.capture import RoundCapture
-from .tools import notebook
+from ..conversation import Chunk, Conversation, Framing, Turn
+from ..core.chat_template import TemplateStrings, detect_template, system_text
+from ..core.stream_clock import StreamClock
+from ..errors import AttentionError
+from ..events import TokenEvent
+from ..memory.resurrection import apply_plan
+from ..memory.resurrection import budget as resurrection_budget
+from ..settings import Settings
+from ..storage.capture import RoundCapture
+from ..tools import notebook
+from . import last_exchange, levers, rounds
 
 #: Where an answer ends (ChatML); the tool tag is added per request.
 STOP_SEQUENCES = ("<|im_end|>", "<|im_start|>")
@@ -57,28 +33,6 @@ class Indexer(Protocol):
     def queue_pending(self, conv: Conversation) -> None: ...
 
     def queue(self, conv: Conversation, chunk_ids: list[int], label: str = "") -> None: ...
-
-
-def token_events(stream: Iterable[TokenEvent], backend) -> Iterator[TokenEvent]:
-    """The stream's events, each with a token id (blocking; the app's stream thread).
-
-    A server that streams text without ids (stock KoboldCPP) gets its pieces tokenized
-    here by ``backend``: the context needs ids.
-    """
-    for event in stream:
-        if event.token_id < 0:
-            for token_id, text in backend.tokenize(event.text, add_special_tokens=False):
-                yield TokenEvent(int(token_id), text, None)
-        else:
-            yield event
-
-
-def _turn_edits():
-    """storage.turn_edits, imported on first use: it brings the store (and sqlite-utils),
-    which the window does not need before its first paint."""
-    from .storage import turn_edits
-
-    return turn_edits
 
 
 def _raise(exc: BaseException, context: str) -> None:
@@ -111,6 +65,8 @@ class ChatSession:
         self.framing: Framing | None = None
         #: False once a server answered without attention: prune oldest first then.
         self.attention_available = True
+        #: True while the reader's attention (proxy attention) may rank chunks for pruning.
+        self.proxy_ranks = False
         self.last_resurrected = 0
         self.tokens_per_s = 0.0
         #: Live speed of the answer: started when the user asks, ticked per token.
@@ -288,14 +244,17 @@ class ChatSession:
         benchmark scores user turns by their prefill attention that way).
         """
         self.conv.begin_turn(role, created_at)
+        self._new_answer()
+        for token_id, piece in prefix:
+            self.conv.append_token(int(token_id), piece)
+            self.streamed += 1
+
+    def _new_answer(self) -> None:
         self.streamed = 0
         self._started = time.monotonic()
         self._attention_seen = False
         self._attention_errors = 0
         self.round = 0
-        for token_id, piece in prefix:
-            self.conv.append_token(int(token_id), piece)
-            self.streamed += 1
 
     def generation_request(self) -> dict:
         """The next round's request: the live context and the sampler settings."""
@@ -375,10 +334,12 @@ class ChatSession:
         """Prune to ``limit`` (default: the max-context setting, with hysteresis) and save.
 
         Never the exchange the user just read.  Without attention brightness says
-        nothing about relevance, so the oldest chunks go first.
+        nothing about relevance, so the oldest chunks go first (unless the reader's
+        attention is asked to rank them: :attr:`proxy_ranks`).
         """
         conv = self.conv
-        pruned = conv.prune_to_fit(limit, by_age=not self.attention_available, keep_latest_exchange=True)
+        by_age = not (self.attention_available or self.proxy_ranks)
+        pruned = conv.prune_to_fit(limit, by_age=by_age, keep_latest_exchange=True)
         if pruned:
             self._save(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")
         return pruned
@@ -391,152 +352,63 @@ class ChatSession:
             self._save(lambda: store.save_turn(conv, turn), "Saving the answer")
 
     # ------------------------------------------------------------------ the last exchange
-    # Continue, Regenerate, Edit and resend, answer versions: each change is one
-    # transaction of :mod:`halo_weave.storage.turn_edits` (file first, then memory); then
-    # the answer streams as any other (begin_answer / generation_request / receive /
-    # finish_turn; for Continue, resume_answer instead of begin_answer).
-
+    # Continue, Regenerate, Edit and resend, answer versions: see :mod:`.last_exchange`.
     def last_exchange(self) -> tuple[Turn | None, Turn | None]:
-        """(the last question, its answer or None); (None, None) while a turn is open."""
-        if self.conv is None or self.conv.open_turn is not None or not len(self.conv.turns):
-            return None, None
-        return _turn_edits().last_exchange(self.conv)
+        return last_exchange.last_exchange(self)
 
     def answer_versions(self):
-        """Where the last answer stands among its versions (a ``VersionState``; None
-        without an answer).  Regenerate keeps them."""
-        if self.store is None or self.last_exchange()[1] is None:
-            return None
-        return _turn_edits().version_state(self.conv, self.store)
+        return last_exchange.answer_versions(self)
 
     def question_text(self) -> str:
-        """The words of the last question (to edit them)."""
-        return _turn_edits().question_text(self.conv, self.store)
+        return last_exchange.question_text(self)
 
     def regenerate(self) -> list[Chunk]:
-        """Take the last answer out (it joins the versions); then answer the question again."""
-        return self._forget(_turn_edits().retire_answer(self.conv, self.store))
+        return last_exchange.regenerate(self)
 
     def show_version(self, step: int) -> Turn:
-        """Put the previous (``step`` < 0) or next version of the last answer in its place."""
-        edits = _turn_edits()
-        state = self.answer_versions()
-        target = state and (state.previous if step < 0 else state.next)
-        if not target:
-            raise edits.TurnEditError("No other version of this answer.")
-        turn, removed = edits.show_version(self.conv, self.store, target)
-        self._forget(removed)
-        return turn
+        return last_exchange.show_version(self, step)
 
     def replace_question(self, ids: list[int], texts: list[str]) -> Turn:
-        """Edit and resend: the last question's new words (its answer joins the versions)."""
-        turn, removed = _turn_edits().replace_question(self.conv, self.store, ids, texts)
-        self._forget(removed)
-        if self.indexer is not None:
-            self.indexer.queue(self.conv, [c.id for c in self.conv.content_chunks(turn.turn_id)])
-        return turn
+        return last_exchange.replace_question(self, ids, texts)
 
     def resume_answer(self) -> Turn:
         """Continue: reopen the last answer; new tokens join its last chunk."""
-        turn = _turn_edits().begin_continue(self.conv, self.store)
-        self.streamed = 0
-        self._started = time.monotonic()
-        self._attention_seen = False
-        self._attention_errors = 0
-        self.round = 0
+        turn = last_exchange.resume_answer(self)
+        self._new_answer()
         return turn
 
-    def _forget(self, removed: list[Chunk]) -> list[Chunk]:
-        """Drop removed chunks from the index; re-embed what changed context."""
-        if removed and self.index is not None:
-            self._save(lambda: self.index.remove([c.id for c in removed]), "Updating the memory index")
-        if self.indexer is not None:
-            self.indexer.queue_pending(self.conv)
-        return removed
-
-    # ------------------------------------------------------------------ tool rounds
+    # ------------------------------------------------------------------ tool rounds, capture
+    # See :mod:`.rounds`.
     def answer_text(self) -> str:
-        conv = self.conv
-        return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(conv.open_turn.turn_id))
+        return rounds.answer_text(self)
 
     def answer_has_tool_call(self) -> bool:
-        conv = self.conv
-        return conv is not None and conv.open_turn is not None and notebook.OPEN_TAG in self.answer_text()
+        return rounds.answer_has_tool_call(self)
 
     def apply_tool_step(self, step, prefix, result) -> bool:
-        """Append a tool step's tokens, save changed notes and the answer; True if notes changed."""
-        conv, store = self.conv, self.store
-        for token_id, piece in prefix:
-            conv.append_token(int(token_id), piece)
-        for token_id, piece in result:
-            conv.append_token(int(token_id), piece, tool_result=True)
-        self.streamed += len(prefix) + len(result)
-        notes_saved = step.new_notes is not None and self._save(
-            lambda: store.save_tool_data(notebook.NOTES_NAME, step.new_notes), "Saving notes")
-        self._save(lambda: store.save_stream_progress(conv), "Saving the answer")
-        return notes_saved
+        return rounds.apply_tool_step(self, step, prefix, result)
 
-    # ------------------------------------------------------------------ the user's levers
-    def resurrect_chunk(self, chunk_id: int, *, pin: bool = True) -> list[Chunk]:
-        """Graveyard click: bring a chunk back with its anchors, at 10000 (pinned)."""
-        conv = self.conv
-        changed = conv.resurrect([chunk_id], brightness=MAX_BRIGHTNESS, pin=pin)
-        self._persist(lambda store: store.save_chunks(conv, changed + [conv.chunks[chunk_id]]))
-        return changed
-
-    def pin(self, chunk_id: int, pinned: bool = True) -> None:
-        """Pin (brightness 10000, never pruned) or unpin a chunk."""
-        conv = self.conv
-        chunk = conv.pin(chunk_id, pinned)
-        self._persist(lambda store: store.save_chunks(conv, [chunk]))
-
-    def merge_with_next(self, chunk_id: int) -> None:
-        """Merge a chunk with the next chunk of its turn (re-indexed as one)."""
-        conv = self.conv
-        kept, absorbed = conv.merge_with_next(chunk_id)
-        self._persist(lambda store: store.save_merge(conv, kept, absorbed), brightness=False)
-        if self.indexer is not None:
-            self.indexer.queue_pending(conv)  # re-embeds the merged chunk, drops the absorbed entry
-        self._persist(lambda store: None)
-
-    def prune_chunk(self, chunk_id: int) -> list[Chunk]:
-        """Prune a chunk by hand (it goes to the graveyard)."""
-        conv = self.conv
-        pruned = conv.delete_chunk(chunk_id)
-        self._persist(lambda store: store.save_chunks(conv, list(pruned)))
-        return pruned
-
-    # ------------------------------------------------------------------ attention capture
     def start_capture(self, capture_dir, params: dict, path: Any = None) -> None:
-        """Record this round's attention when "Record attention" is on."""
-        if not self.settings.record_attention:
-            return
-        sampler = {k: params[k] for k in ("temperature", "top_p", "top_k", "rep_pen", "sampler_seed")}
-        meta = dict(model=str(getattr(self.model_info, "name", "")), conversation_file=str(path or ""),
-                    round=self.round, sampler=sampler)
-        try:
-            self.capture.start(capture_dir, self.conv, meta)
-        except Exception as exc:  # noqa: BLE001
-            self.report(exc, "Starting the attention recording")
+        rounds.start_capture(self, capture_dir, params, path)
 
     def finish_capture(self, reason: str):
-        """End the recording (if any); the capture folder, or None."""
-        if not self.capture.recording:
-            return None
-        try:
-            return self.capture.finish(self.conv, reason)
-        except Exception as exc:  # noqa: BLE001
-            self.report(exc, "Finishing the attention recording")
-            return None
+        return rounds.finish_capture(self, reason)
+
+    # ------------------------------------------------------------------ the user's levers
+    # See :mod:`.levers`.
+    def resurrect_chunk(self, chunk_id: int, *, pin: bool = True) -> list[Chunk]:
+        return levers.resurrect_chunk(self, chunk_id, pin)
+
+    def pin(self, chunk_id: int, pinned: bool = True) -> None:
+        levers.pin(self, chunk_id, pinned)
+
+    def merge_with_next(self, chunk_id: int) -> None:
+        levers.merge_with_next(self, chunk_id)
+
+    def prune_chunk(self, chunk_id: int) -> list[Chunk]:
+        return levers.prune_chunk(self, chunk_id)
 
     # ------------------------------------------------------------------ plumbing
-    def _persist(self, save: Callable[[Any], None], brightness: bool = True) -> None:
-        """A lever's save, then brightness (a lever's errors go to its caller)."""
-        if self.store is not None:
-            save(self.store)
-            if brightness:
-                self.store.save_brightness(self.conv)
-
     def _save(self, action: Callable[[], Any], context: str) -> bool:
         if self.store is None:
             return True

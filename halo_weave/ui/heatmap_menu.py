@@ -1,0 +1,80 @@
+"""What the heatmap says about a chunk: its tooltip, and its context menu (pin, merge,
+prune, copy).  The menu only emits the view's signals; the controller acts on them."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPoint, QPointF
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QMenu
+
+from ..conversation import Chunk, Conversation
+
+
+def tooltip(conv: Conversation | None, chunk_id: int) -> str:
+    """Turn, role, chunk id, token count and peak brightness of a chunk."""
+    chunk = conv.chunks.get(chunk_id) if conv else None
+    if chunk is None:
+        return ""
+    kind = "tool result" if chunk.tool_result else chunk.role
+    anchor = ", anchor" if chunk.anchor else ""
+    lines = [
+        f"Turn {chunk.turn_id} · {kind} · chunk {chunk.id} (S{chunk.chunk_index} of its turn{anchor})",
+        f"{chunk.token_count:,} tokens · peak brightness {conv.chunk_peak(chunk_id):,}",
+    ]
+    if chunk.pinned:
+        lines.append("📌 pinned: never pruned")
+    return "\n".join(lines)
+
+
+def in_open_turn(conv: Conversation | None, chunk: Chunk) -> bool:
+    turn = conv.open_turn if conv else None
+    return turn is not None and turn.turn_id == chunk.turn_id
+
+
+def can_merge(conv: Conversation, chunk: Chunk) -> bool:
+    """Whether "merge with next" can apply (the core has the final word)."""
+    if in_open_turn(conv, chunk):
+        return False
+    content = conv.content_chunks(chunk.turn_id)
+    index = next((i for i, c in enumerate(content) if c.id == chunk.id), None)
+    if index is None or index + 1 >= len(content):
+        return False
+    nxt = content[index + 1]
+    return nxt.live and nxt.start == chunk.end
+
+
+def context_menu(view, point: QPoint | QPointF) -> QMenu:
+    """The context menu of a :class:`~halo_weave.ui.heatmap.HeatmapView` at a viewport
+    point (chunk actions only over a chunk)."""
+    conv = view.conversation()
+    menu = QMenu(view)
+    chunk_id = view.chunk_at(point)
+    chunk = conv.chunks.get(chunk_id) if (conv and chunk_id is not None) else None
+    clipboard = QGuiApplication.clipboard()
+    if chunk is not None:
+        title = menu.addAction(f"Chunk {chunk.id} · turn {chunk.turn_id} · {chunk.role}")
+        title.setEnabled(False)
+        pin = menu.addAction("Unpin" if chunk.pinned else "📌 Pin (never prune)")
+        pin.triggered.connect(lambda: view.pin_requested.emit(chunk.id, not chunk.pinned))
+        merge = menu.addAction("Merge with next chunk")
+        merge.setEnabled(can_merge(conv, chunk))
+        merge.triggered.connect(lambda: view.merge_requested.emit(chunk.id))
+        prune = menu.addAction("Prune now")
+        prune.setEnabled(not in_open_turn(conv, chunk))
+        prune.triggered.connect(lambda: view.prune_requested.emit(chunk.id))
+        menu.addSeparator()
+        copy_chunk = menu.addAction("Copy chunk text")
+        copy_chunk.triggered.connect(lambda: clipboard.setText(conv.chunk_text(chunk.id)))
+    turn_id = view.turn_at(point)
+    if turn_id is not None:
+        role = conv.turns[turn_id].role
+        copy_message = menu.addAction("Copy your message" if role == "user" else "Copy the answer")
+        copy_message.setToolTip("The whole message as shown (its pruned paragraphs left out)")
+        copy_message.triggered.connect(lambda: clipboard.setText(view.message_text(turn_id)))
+    copy = menu.addAction("Copy selection")
+    copy.setShortcut("Ctrl+C")
+    copy.setEnabled(view.textCursor().hasSelection())
+    copy.triggered.connect(view.copy)
+    select_all = menu.addAction("Select all")
+    select_all.triggered.connect(view.selectAll)
+    return menu

@@ -1,0 +1,73 @@
+"""Streamed text into the heatmap's document, at a cost of a few lines per frame.
+
+The growing paragraph is cut into blocks where its lines wrap anyway
+(:data:`STREAM_BLOCK_LINES`), so Qt's re-layout and repaint of the changed block stay a
+few lines long; :meth:`~halo_weave.ui.heatmap.HeatmapView.rebuild` at the end of the
+turn (or after a width change) joins them again, and copied text never contains the
+cuts (the plan's ``soft_breaks``).
+"""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QTextCursor
+
+from .heatmap_frame import region_of
+
+#: A streamed paragraph is cut into a new block once its last block has this many lines.
+STREAM_BLOCK_LINES = 4
+
+
+def append_pending_text(view) -> None:
+    """Add the plan's new text (the tokens streamed since the last frame) to ``view``'s
+    document; a plan that cannot be extended is rebuilt instead."""
+    conv, plan = view.conversation(), view._plan
+    if conv is None:
+        return
+    if not plan.extend(conv):
+        view.rebuild()
+        return
+    text = plan.take_text()
+    if not text:
+        return
+    document = view.document()
+    layout = document.documentLayout()
+    top = view.blockBoundingGeometry(document.lastBlock()).translated(view.contentOffset()).top()
+    # QPlainTextDocumentLayout asks for a repaint of the whole viewport whenever a block
+    # changes height (a streamed line wraps); only the last block(s) changed, so hold its
+    # signals and repaint from that block down here.
+    layout.blockSignals(True)
+    try:
+        cursor = QTextCursor(document)
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        attached = view._code.follow(document, text)
+        cursor.insertText(text)
+        if attached:
+            view._code.rehighlight()  # the first fence: format it before it is measured
+        _cut_streamed_block(view)
+    finally:
+        layout.blockSignals(False)
+    layout.documentSizeChanged.emit(layout.documentSize())
+    viewport, gutter = view.viewport(), view._gutter
+    top = max(int(top), 0)
+    viewport.update(0, top, viewport.width(), viewport.height() - top)
+    gutter.update(0, top, gutter.width(), viewport.height() - top)
+    view.follower.content_changed()
+
+
+def _cut_streamed_block(view) -> None:
+    """Start a new block at the last line of a long last block.
+
+    Wrapping is greedy, so the lines before the cut stay where they are and the last
+    line starts a block of its own exactly where it already was."""
+    block = view.document().lastBlock()
+    layout = block.layout()
+    if layout is None or layout.lineCount() < STREAM_BLOCK_LINES:
+        return
+    if region_of(view._plan, block.position())[0] != "body":
+        return
+    position = block.position() + layout.lineAt(layout.lineCount() - 1).textStart()
+    cursor = QTextCursor(view.document())
+    cursor.setPosition(position)
+    cursor.insertBlock()
+    view._plan.soft_break(position)
+    view._split_width = view.viewport().width()

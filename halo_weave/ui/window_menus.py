@@ -1,0 +1,163 @@
+"""The main window's menus (File, Chat, View) and what the File menu and the attention
+recording open: dialogs, the captures folder.  Every action goes through the
+:class:`~halo_weave.app.TurnController`; the window owns one :class:`WindowMenus`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QAction, QDesktopServices, QKeySequence
+from PySide6.QtWidgets import QFileDialog
+
+
+class WindowMenus:
+    """Builds the menu bar of ``window`` (a :class:`~halo_weave.ui.main_window.MainWindow`);
+    its actions are attributes (``new_action``, ``record_action``, …)."""
+
+    def __init__(self, window) -> None:
+        self.window = window
+        self.controller = c = window.controller
+        bar = window.menuBar()
+        add = self._action
+
+        file_menu = bar.addMenu("&File")
+        self.new_action = add(file_menu, "&New conversation", window.new_conversation,
+                              QKeySequence.StandardKey.New, "Start a new, empty conversation")
+        self.open_action = add(file_menu, "&Open conversation…", self.open_conversation,
+                               QKeySequence.StandardKey.Open, "Open a conversation from the data folder")
+        file_menu.addSeparator()
+        self.export_action = add(file_menu, "&Export JSON…", self.export_json, "Ctrl+E",
+                                 "Save the whole conversation as a JSON file")
+        self.import_action = add(file_menu, "&Import…", self.import_json, "Ctrl+I",
+                                 "Open a JSON export, a SillyTavern chat (.jsonl) or a KoboldAI "
+                                 "Lite save (.json) as a new conversation")
+        file_menu.addSeparator()
+        self.settings_action = add(file_menu, "&Settings…", self.open_settings, "Ctrl+,",
+                                   "Generation, pruning, memory and server settings")
+        file_menu.addSeparator()
+        add(file_menu, "&Quit", window.close, QKeySequence.StandardKey.Quit)
+
+        chat = bar.addMenu("&Chat")
+        self.send_action = add(chat, "&Send message", window.send, "Return",
+                               "Send the message (Shift+Enter for a new line)")
+        # Enter belongs to the message box; the menu only shows the key.
+        self.send_action.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
+        self.stop_action = add(chat, "S&top generating", c.stop, "Esc",
+                               "Stop the answer; what arrived so far is kept")
+        chat.addSeparator()
+        self.continue_action = add(chat, "&Continue the answer", window.continue_answer,
+                                   "Ctrl+Shift+Return", "Let the model go on with its last answer")
+        self.regenerate_action = add(chat, "&Regenerate the answer", window.regenerate, "Ctrl+R",
+                                     "Answer the last message again; this answer stays as a version")
+        self.edit_action = add(chat, "&Edit your last message…", window.edit_last_message, "Ctrl+Up",
+                               "Change your last message and send it again")
+        self.previous_version_action = add(chat, "&Previous version of the answer",
+                                           lambda: c.show_answer_version(-1), "Alt+Left")
+        self.next_version_action = add(chat, "&Next version of the answer",
+                                       lambda: c.show_answer_version(1), "Alt+Right")
+        chat.addSeparator()
+        self.graveyard_action = add(chat, "Show &graveyard",
+                                    lambda: window.set_graveyard_visible(not window.graveyard.isVisible()), "Ctrl+G")
+        self.graveyard_action.setCheckable(True)
+        self.graveyard_action.setChecked(True)
+
+        view = bar.addMenu("&View")
+        self.legend_action = add(view, "Heatmap &legend…", window.show_legend, "F1",
+                                 "What the colours, the graveyard and the numbers mean")
+        self.list_action = add(view, "Show conversation &list", window.toggle_list, "Ctrl+Shift+L",
+                               "The conversations beside the chat: search, rename, delete")
+        self.list_action.setCheckable(True)
+        self.list_action.setChecked(True)
+        self.notes_action = window.notes_panel.toggleViewAction()
+        self.notes_action.setText("Show &notes")
+        self.notes_action.setShortcut(QKeySequence("Ctrl+Shift+N"))
+        self.notes_action.setStatusTip("The model's notebook (notes.json) of this conversation, read-only")
+        view.addAction(self.notes_action)
+        view.addSeparator()
+        self.record_action = add(view, "&Record attention", self.toggle_recording, None,
+                                 "Write every token's attention to the captures folder "
+                                 "(for scripts/analyze_capture.py)")
+        self.record_action.setCheckable(True)
+        self.record_action.setChecked(c.settings.record_attention)
+        self.captures_action = add(view, "Open &captures folder", self.open_captures_folder, None,
+                                   f"Open {c.capture_dir}")
+        c.capture_saved.connect(self._on_capture_saved)
+
+    def _action(self, menu, text: str, slot, shortcut=None, tip: str = "") -> QAction:
+        action = QAction(text, self.window)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+            action.setShortcutVisibleInContextMenu(True)
+        if tip:
+            action.setStatusTip(tip)
+        action.triggered.connect(slot)
+        menu.addAction(action)
+        return action
+
+    # ------------------------------------------------------------------ file menu
+    def open_conversation(self) -> None:
+        from .conversation_picker import ConversationPicker
+
+        picker = ConversationPicker(self.controller.data_dir, self.controller.path, self.window)
+        if picker.exec() and picker.selected_path() is not None:
+            self.controller.open_conversation(picker.selected_path())
+
+    def export_json(self) -> None:
+        start = str(Path.home() / f"{self.controller.path.stem if self.controller.path else 'conversation'}.json")
+        path, _ = QFileDialog.getSaveFileName(self.window, "Export conversation", start, "JSON (*.json)")
+        if path:
+            self.controller.export_json(Path(path))
+
+    def import_json(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self.window, "Import conversation", str(Path.home()),
+            "Conversations (*.json *.jsonl);;Halo Weave export (*.json);;SillyTavern chat (*.jsonl);;"
+            "KoboldAI Lite save (*.json);;All files (*)")
+        if path:
+            self.controller.import_json(Path(path))
+
+    def open_settings(self) -> None:
+        from ..backends.api_keys import get_key, keyring_available, set_key
+        from .settings_dialog import SettingsDialog
+
+        window, controller = self.window, self.controller
+        url = controller.settings.server_url
+        old_key = get_key(url) or ""
+        dialog = SettingsDialog(controller.settings, window, api_key=old_key, keyring=keyring_available())
+        if dialog.exec():
+            new = dialog.result_settings()
+            fields = dialog.server_fields
+            if fields is not None and (fields.api_key() != old_key or new.server_url != url):
+                if fields.api_key() or old_key:
+                    window.messages.info(set_key(new.server_url, fields.api_key(),
+                                                 to_file=fields.key_to_file.isChecked()))
+                if new.server_url == url:
+                    controller.connect_server()  # the new key takes effect now
+            window.apply_settings(new)
+
+    # ------------------------------------------------------------------ attention capture
+    def toggle_recording(self, on: bool) -> None:
+        window = self.window
+        window.apply_settings(self.controller.settings.replace(record_attention=bool(on)))
+        if on:
+            window.statusBar().showMessage(
+                f"Recording attention of every answer to {self.controller.capture_dir} "
+                "(View → Open captures folder)"
+            )
+        else:
+            window.statusBar().showMessage("Attention recording off.", 5000)
+
+    def _on_capture_saved(self, path: str) -> None:
+        self.record_action.setToolTip(f"Last capture: {path}")
+        self.window.statusBar().showMessage(f"Attention recorded to {path}", 10000)
+
+    def open_captures_folder(self) -> None:
+        folder = Path(self.controller.capture_dir)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self.window.messages.error(exc, "Opening the captures folder")
+            return
+        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+            self.window.messages.info(f"Captures are in {folder}")
