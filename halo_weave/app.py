@@ -29,7 +29,6 @@ Conversation files are :mod:`halo_weave.ui.conversation_files`, the chunk levers
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,6 +43,7 @@ from .ui.connection import ServerConnection
 from .ui.conversation_files import ConversationFiles
 from .ui.indexing import IndexQueue
 from .ui.levers import Levers
+from .ui.proxy_reading import ProxyReading
 from .ui.turn_actions import TurnActions
 from .ui.turn_flow import TurnFlow
 from .ui.workers import CallWorker, GenerationWorker
@@ -51,7 +51,7 @@ from .ui.workers import CallWorker, GenerationWorker
 log = logging.getLogger("halo_weave.app")
 
 
-class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
+class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions, ProxyReading):
     """Runs the conversation: connection, turns, the user's levers, files.
 
     The UI reads :attr:`conv` and the signals below and sends intents back through the
@@ -120,6 +120,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
         self._stop_pending = False  # Esc before the answer started
         self._unsent = ""  # the message being sent, until it is saved
         self._answer_prefix = ()  # tokens the next answer starts with (see send())
+        self._init_proxy()
 
     # ------------------------------------------------------------------ the session's state
     # Read-only views for the window and tests; the session owns the state.
@@ -164,6 +165,8 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
         self._apply_context_override(client, info)
         before = self.session.attention_available
         declared = self.session.connect(client, info, framing)
+        self._reader_problem = ""  # a new server: the reader may try again
+        self._sync_proxy_ranks()
         if declared is not None:
             # A server that does not declare it (the original fork) is judged by its events.
             self._announce_attention(self.session.attention_available != before)
@@ -207,11 +210,9 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
 
     def _announce_attention(self, changed: bool) -> None:
         available = self.session.attention_available
+        self._sync_proxy_ranks()
         if changed and not available:
-            self.info.emit(
-                "This server sends no attention: chatting works, but brightness cannot "
-                "be measured, so the oldest chunks are pruned first."
-            )
+            self.info.emit(self.no_attention_sentence())
         self.attention_changed.emit(available)
 
     def _sync_system_prompt(self) -> None:
@@ -298,6 +299,9 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
             self.connect_server(new.server_url)
         elif new.system_prompt != old.system_prompt:
             self._sync_system_prompt()
+        if (new.proxy_attention, new.proxy_pruning) != (old.proxy_attention, old.proxy_pruning):
+            self._sync_proxy_ranks()
+            self.attention_changed.emit(self.session.attention_available)
         if new.max_context_tokens != old.max_context_tokens and self.conv is not None and not self.busy:
             self._prune()  # a smaller budget takes effect now, not after the next answer
             self.conversation_changed.emit()
@@ -350,6 +354,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
             total_tokens=conv.next_position + len(conv.system_ids),
             pruned_chunks=len(conv.graveyard()),
             mean_brightness=conv.mean_brightness(),
+            brightness_source=self.reader_status()[0],
             tokens_per_s=self.session.clock.tokens_per_s if self.session.clock.running else self.tokens_per_s,
             first_token_s=self.session.clock.first_token_s,
             last_resurrected=self.last_resurrected,
@@ -373,6 +378,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions):
         self._indexer.shutdown(timeout_ms=60_000)
         for worker in list(self._calls):
             worker.wait(3000)
+        self._close_reader()
         if self.store is not None:
             try:
                 if self.conv is not None and self.conv.open_turn is None and not self.store.read_only:
@@ -406,7 +412,3 @@ class _IndexFeed:
 def main(argv: list[str] | None = None) -> int:
     """The ``halo-weave`` console script."""
     return run(argv, TurnController)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

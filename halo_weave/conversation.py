@@ -263,7 +263,8 @@ class Conversation:
         both have dimmed.  ``by_age`` ranks oldest-first instead (a server that sends no
         attention gives brightness no meaning).  ``keep_latest_exchange`` spares the last
         user turn and its answer (the app's automatic pruning: what the user just read
-        stays).  Returns every chunk pruned (framing included).
+        stays, with what was resurrected for that message).  Returns every chunk pruned
+        (framing included).
         """
         if max_tokens is None:
             limit = self.settings.max_context_tokens
@@ -274,8 +275,15 @@ class Conversation:
         if limit <= 0 or self.live_token_count() <= limit:
             return []
         spared = self.turns.last("user") if keep_latest_exchange else None
-        chosen = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared)
+        # What was resurrected for that message belongs to its exchange too.
+        spared_from = self._turn_start(spared) if spared is not None else None
+        chosen = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared,
+                                spared_from=spared_from)
         return self._prune_chunks(chosen) if chosen else []
+
+    def _turn_start(self, turn_id: int) -> int | None:
+        ids = self.turns[turn_id].chunk_ids
+        return min(self.chunks[c].start for c in ids) if ids else None
 
     def prune_chunk(self, chunk_id: int) -> list[Chunk]:
         """Prune one chunk by hand (the user's decision overrides anchor protection)."""
@@ -342,6 +350,7 @@ class Conversation:
             self._texts[chunk.id] = list(data.texts)
             self._pruned_tokens.pop(chunk.id, None)
             chunk.live = True
+            chunk.resurrected_at = self.next_position
         return resurrected
 
     def _load_pruned(self, chunk_ids: Sequence[int]) -> dict[int, ChunkTokens]:

@@ -305,3 +305,118 @@ class LlamaReplay(_Base):
 
 
 
+
+
+class OpenAIReplay(_Base):
+    """An OpenAI-compatible completions server: ``/v1/models``, ``/v1/completions`` (SSE
+    ``data: {"choices": [{"text", "finish_reason"}]}`` ending ``data: [DONE]``)."""
+
+    model_id = "replay-model"
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [{"id": self.model_id, "object": "model", "owned_by": "replay"}]}
+
+    def get(self, handler) -> None:
+        if handler.path == "/v1/models":
+            self.send_json(handler, self.models())
+        else:
+            self.native_get(handler)
+
+    def native_get(self, handler) -> None:
+        self.send(handler, 404, b"404 page not found", "text/plain")
+
+    def native_post(self, handler, body: dict) -> None:
+        self.send(handler, 404, b"404 page not found", "text/plain")
+
+    def malformed(self, handler) -> None:
+        self.send_json(handler, {"error": {"message": "invalid JSON", "type": "invalid_request_error"}}, 400)
+
+    def post(self, handler, body: dict) -> None:
+        if handler.path == "/v1/completions":
+            self.stream_events(handler, self._answer(body), kobold=False)
+            handler.wfile.write(b"data: [DONE]\n\n")
+        else:
+            self.native_post(handler, body)
+
+    def _answer(self, body: dict):
+        chunks = self.answer_chunks if self.answer_chunks is not None else ["Mochi", " is", " your", " cat", "."]
+        limit = int(body.get("max_tokens", 100))
+        for n, chunk in enumerate(chunks[:limit]):
+            last = n == len(chunks) - 1 or n == limit - 1
+            reason = ("stop" if n == len(chunks) - 1 else "length") if last else None
+            yield {"id": "cmpl-replay", "object": "text_completion", "model": self.model_id,
+                   "choices": [{"index": 0, "text": chunk, "finish_reason": reason}]}
+
+
+class OllamaReplay(OpenAIReplay):
+    """Ollama as its API documentation describes it: the OpenAI-compatible ``/v1`` beside
+    the native ``/api/version``, ``/api/show`` (``model_info["<arch>.context_length"]``,
+    Modelfile ``parameters`` text with ``num_ctx``) and ``/api/ps`` (running models with the
+    ``context_length`` they were loaded with).  ``num_ctx`` / ``running_ctx`` of ``None``
+    leave that fact out, as a stock model that is not loaded yet."""
+
+    server_header = "Go-http-client"
+    model_id = "llama3.2:latest"
+
+    def __init__(self, tokenizer, *, train_ctx: int = 131072, num_ctx: int | None = None,
+                 running_ctx: int | None = None) -> None:
+        super().__init__(tokenizer)
+        self.train_ctx, self.num_ctx, self.running_ctx = train_ctx, num_ctx, running_ctx
+
+    def native_get(self, handler) -> None:
+        if handler.path == "/api/version":
+            self.send_json(handler, {"version": "0.12.6"})
+        elif handler.path == "/api/ps":
+            running = [] if self.running_ctx is None else [{
+                "name": self.model_id, "model": self.model_id, "size": 2019393189, "digest": "a80c4f17acd5",
+                "details": {"format": "gguf", "family": "llama", "parameter_size": "3.2B",
+                            "quantization_level": "Q4_K_M"},
+                "expires_at": "2026-11-23T12:34:56Z", "size_vram": 0, "context_length": self.running_ctx}]
+            self.send_json(handler, {"models": running})
+        elif handler.path == "/":
+            self.send(handler, 200, b"Ollama is running", "text/plain")
+        else:
+            super().native_get(handler)
+
+    def native_post(self, handler, body: dict) -> None:
+        if handler.path == "/api/show":
+            if body.get("model") not in (self.model_id, self.model_id.removesuffix(":latest")):
+                self.send_json(handler, {"error": f"model '{body.get('model')}' not found"}, 404)
+                return
+            parameters = 'stop                           "<|eot_id|>"'
+            if self.num_ctx is not None:
+                parameters = f"num_ctx                        {self.num_ctx}\n" + parameters
+            self.send_json(handler, {
+                "modelfile": "FROM /models/llama3.2\n", "parameters": parameters,
+                "template": "{{ .Prompt }}", "details": {"family": "llama", "parameter_size": "3.2B"},
+                "model_info": {"general.architecture": "llama", "general.parameter_count": 3212749888,
+                               "llama.context_length": self.train_ctx, "llama.embedding_length": 3072},
+                "capabilities": ["completion", "tools"]})
+        else:
+            super().native_post(handler, body)
+
+
+class LMStudioReplay(OpenAIReplay):
+    """LM Studio as its REST API documentation describes it: ``/v1`` plus ``/api/v0/models``
+    with each model's ``state``, ``max_context_length`` and, once loaded,
+    ``loaded_context_length``."""
+
+    server_header = "LM Studio"
+    model_id = "meta-llama-3.1-8b-instruct"
+
+    def __init__(self, tokenizer, *, max_ctx: int = 131072, loaded_ctx: int | None = 8192) -> None:
+        super().__init__(tokenizer)
+        self.max_ctx, self.loaded_ctx = max_ctx, loaded_ctx
+
+    def native_get(self, handler) -> None:
+        if handler.path == "/api/v0/models":
+            loaded = {"id": self.model_id, "object": "model", "type": "llm", "publisher": "lmstudio-community",
+                      "arch": "llama", "compatibility_type": "gguf", "quantization": "Q4_K_M",
+                      "state": "loaded" if self.loaded_ctx else "not-loaded", "max_context_length": self.max_ctx}
+            if self.loaded_ctx:
+                loaded["loaded_context_length"] = self.loaded_ctx
+            other = {"id": "qwen2-vl-7b-instruct", "object": "model", "type": "vlm", "arch": "qwen2_vl",
+                     "state": "not-loaded", "max_context_length": 32768}
+            self.send_json(handler, {"object": "list", "data": [other, loaded]})
+        else:
+            self.send_json(handler, {"error": f"Unexpected endpoint or method. ({handler.command} {handler.path})"}, 200)

@@ -51,3 +51,25 @@ def test_pinned_chunks_stay_and_zero_means_never():
     assert conv.live_token_count() == before
     conv.prune_to_fit(1, by_age=True)
     assert conv.content_chunks(0)[1].live
+
+
+def test_a_resurrected_chunk_survives_the_exchange_it_came_back_for_then_ages_from_then():
+    conv = _conversation(6)
+    oldest = conv.content_chunks(0)[1]
+    conv.prune_to_fit(conv.live_token_count() - 5, by_age=True)
+    assert not oldest.live
+    # Brought back for the next message (before it is added, as the session does).
+    conv.resurrect([oldest.id], with_anchors=False)
+    assert oldest.live
+    _say(conv, "user", PARAGRAPHS)
+    _say(conv, "assistant", PARAGRAPHS)
+    # The prune after the answer: the chunk is at the very start, but it is part of this exchange.
+    pruned = conv.prune_to_fit(conv.live_token_count() * 2 // 3, by_age=True, keep_latest_exchange=True)
+    assert pruned and oldest.live, "pruned again right after the answer it was brought back for"
+    # One exchange later it ranks by when it came back: the turns before that go first.
+    _say(conv, "user", PARAGRAPHS)
+    _say(conv, "assistant", PARAGRAPHS)
+    before_resurrection = [c for c in conv.live_chunks() if not c.framing and c.turn_id in (2, 3, 4, 5)]
+    assert before_resurrection
+    conv.prune_to_fit(conv.live_token_count() - 5, by_age=True, keep_latest_exchange=True)
+    assert oldest.live and not all(c.live for c in before_resurrection)

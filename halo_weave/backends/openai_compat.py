@@ -17,6 +17,7 @@ from typing import Iterator
 
 from ..errors import BackendError, ProtocolError
 from ..events import ModelInfo
+from . import native_context
 from .base import ASSUMED_CONTEXT, Capabilities
 from .text_mode import TextModeBackend, TextStream
 
@@ -42,9 +43,12 @@ class OpenAICompat(TextModeBackend):
         self.server_context = 0
         self._counter: tuple[str, str, str] | None = None
         self._counter_checked = False
+        self.native: native_context.NativeContext | None = None
 
     @property
     def label(self) -> str:
+        if self.native is not None:
+            return f"{self.native.label} {self.version}" if self.version else self.native.label
         return "OpenAI-compatible"
 
     @property
@@ -92,14 +96,20 @@ class OpenAICompat(TextModeBackend):
             if isinstance(value, int) and value > 0:
                 context = value
                 break
+        known = context > 0
+        self.native = native_context.read(self.http, self.model_id)
+        if self.native is not None:
+            self.version = self.native.version
+            if not known or self.native.known:
+                context, known = self.native.context, self.native.known
         self.server_context = context or ASSUMED_CONTEXT
         self.calibrate()
         info = ModelInfo(
             name=self.model_id or "model", num_layers=0, num_heads=0, num_kv_heads=0, hidden_size=0,
             max_context=self.table_context(self.server_context), bos_token_id=None, eos_token_id=None,
             chat_template=None, supports_attention=False, raw=models)
-        info.kind, info.version = self.kind, None
-        info.server_max_context, info.context_known = self.server_context, context > 0
+        info.kind, info.version = self.kind, self.version
+        info.server_max_context, info.context_known = self.server_context, known
         self._info = info
         return info
 

@@ -93,7 +93,8 @@ def _detect(http: Http, url: str, api_key: str | None, tokenizer):
         return LlamaServer(url, api_key=api_key, props=props)
 
     models = get("/v1/models")
-    if models is None and url.endswith("/v1"):
+    if (models is None or not isinstance(models.get("data"), list)) and url.endswith("/v1"):
+        # LM Studio answers an unknown path with HTTP 200 and {"error": ...}.
         models = get("/models")
     if models is not None and isinstance(models.get("data"), list):
         if not models["data"]:
@@ -124,6 +125,7 @@ class ProbeResult:
     url: str
     usable: bool
     kind: str | None = None
+    server: str | None = None  # what the window calls it: "Ollama 0.12.6", "KoboldCPP 1.76"
     version: str | None = None
     model: str | None = None
     context_size: int | None = None
@@ -135,7 +137,7 @@ class ProbeResult:
 
     def as_json(self) -> dict:
         return {
-            "url": self.url, "usable": self.usable, "kind": self.kind, "version": self.version,
+            "url": self.url, "usable": self.usable, "kind": self.kind, "server": self.server, "version": self.version,
             "model": self.model, "context_size": self.context_size, "context_known": self.context_known,
             "attention": self.attention, "token_ids": self.token_ids, "exact_tokens": self.exact_tokens,
             "problem": self.problem,
@@ -153,6 +155,7 @@ def probe(url: str, *, api_key: str | None = None, tokenizer=None) -> ProbeResul
         caps = backend.capabilities
         return ProbeResult(
             url=url, usable=True, kind=backend.kind, version=backend.version, model=info.name,
+            server=getattr(backend, "label", None) or KIND_NAMES.get(backend.kind),
             context_size=info.server_max_context or info.max_context, context_known=info.context_known,
             attention=caps.attention if caps.attention is not None else None,
             token_ids=caps.token_ids, exact_tokens=caps.exact_tokens)

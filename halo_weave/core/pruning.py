@@ -3,7 +3,9 @@
 Chunks are ranked by peak brightness; an anchor pair leaves together, so it is ranked by
 its brighter member and goes only once both have dimmed (:mod:`.anchors`).  Ranked by age
 instead, the oldest go first (a server that sends no attention gives brightness no
-meaning).  Both the selection and the taking out are functions of a
+meaning); a resurrected chunk's age counts from its resurrection, so the chunk brought
+back for a message is not the first to go once that message is answered.  Both the
+selection and the taking out are functions of a
 :class:`~halo_weave.conversation.Conversation` (``conv``).
 """
 
@@ -15,15 +17,17 @@ from .anchors import anchor_partner, framing_of, live_content_count, prunable_gr
 from .records import Chunk, ChunkTokens
 
 
-def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None) -> list[Chunk]:
+def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None,
+           spared_from: int | None = None) -> list[Chunk]:
     """Chunks whose pruning frees at least ``excess`` tokens (framing they free counted),
-    or as many as the rules allow; ``spared``: no chunk of that turn or later."""
+    or as many as the rules allow; ``spared``: no chunk of that turn or later;
+    ``spared_from``: no chunk resurrected at that position or later (for that turn)."""
     ids, peaks = conv.chunk_peaks()
     peak_of = dict(zip(ids.tolist(), peaks.tolist()))
 
     def rank(chunk: Chunk) -> tuple[int, int]:
         if by_age:
-            return 0, chunk.start
+            return 0, chunk.age_key
         partner = anchor_partner(conv, chunk)
         peak = peak_of[chunk.id]
         if partner is not None and partner.live:
@@ -32,7 +36,8 @@ def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None
 
     candidates = sorted(
         (c for c in map(conv.chunks.__getitem__, peak_of)
-         if not c.framing and not c.pinned and (spared is None or c.turn_id < spared)),
+         if not c.framing and not c.pinned and (spared is None or c.turn_id < spared)
+         and (spared_from is None or c.resurrected_at is None or c.resurrected_at < spared_from)),
         key=rank,
     )
     chosen: list[Chunk] = []

@@ -26,6 +26,15 @@ class Chunk:
     pinned: bool = False
     brightness_at_prune: int | None = None
     tool_result: bool = False
+    #: ``next_position`` when it was last resurrected (None: never, in this session):
+    #: oldest-first pruning counts its age from then, not from where it sits.
+    resurrected_at: int | None = None
+
+    @property
+    def age_key(self) -> int:
+        """Where it ranks among chunks by age: its start, or when it came back if later."""
+        at = self.resurrected_at
+        return self.start if at is None or at < self.start else at
 
     @property
     def key(self) -> tuple[int, int, str]:

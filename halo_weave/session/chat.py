@@ -65,6 +65,8 @@ class ChatSession:
         self.framing: Framing | None = None
         #: False once a server answered without attention: prune oldest first then.
         self.attention_available = True
+        #: True while the reader's attention (proxy attention) may rank chunks for pruning.
+        self.proxy_ranks = False
         self.last_resurrected = 0
         self.tokens_per_s = 0.0
         #: Live speed of the answer: started when the user asks, ticked per token.
@@ -332,10 +334,12 @@ class ChatSession:
         """Prune to ``limit`` (default: the max-context setting, with hysteresis) and save.
 
         Never the exchange the user just read.  Without attention brightness says
-        nothing about relevance, so the oldest chunks go first.
+        nothing about relevance, so the oldest chunks go first (unless the reader's
+        attention is asked to rank them: :attr:`proxy_ranks`).
         """
         conv = self.conv
-        pruned = conv.prune_to_fit(limit, by_age=not self.attention_available, keep_latest_exchange=True)
+        by_age = not (self.attention_available or self.proxy_ranks)
+        pruned = conv.prune_to_fit(limit, by_age=by_age, keep_latest_exchange=True)
         if pruned:
             self._save(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")
         return pruned

@@ -120,7 +120,7 @@ class MainWindow(QMainWindow):
         c.stats_changed.connect(self.refresh_stats)
         c.busy_changed.connect(self._on_busy)
         c.connection_changed.connect(self._on_connection)
-        c.attention_changed.connect(self.stats_bar.set_attention_available)
+        c.attention_changed.connect(lambda _available: self.stats_bar.set_brightness_source(*c.reader_status()))
         c.progress.connect(self._on_progress)
         c.error.connect(lambda exc, context: self.messages.error(exc, context))
         c.info.connect(self.messages.info)

@@ -125,6 +125,12 @@ class SettingsDialog(QDialog):
                                     "Score the turn being generated (its own tokens gain brightness)"))
         form.addRow("", self._check("hybrid_search", s.hybrid_search,
                                     "Hybrid search (keywords + meaning; helps with names and numbers)"))
+        form.addRow("Servers without attention", self._check(
+            "proxy_attention", s.proxy_attention,
+            "Let the bundled SmolLM2-135M read each exchange and light the heatmap (its attention, not your model's)"))
+        form.addRow("", self._check(
+            "proxy_pruning", s.proxy_pruning,
+            "…and prune by its attention (off: oldest-first; in our memory benchmark it kept no more than oldest-first)"))
         return page
 
     def _server_page(self, s: Settings) -> QWidget:

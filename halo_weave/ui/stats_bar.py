@@ -23,6 +23,8 @@ CONNECTION_STATES: dict[str, tuple[tuple[int, int, int], str]] = {
 }
 
 NO_ATTENTION_TEXT = "no attention from this server — pruning oldest-first"
+#: The brightness figure when nothing measures brightness (every token stays at 10,000).
+NO_BRIGHTNESS_TEXT = "☀ not measured"
 
 
 class ConnectionLight(QWidget):
@@ -61,7 +63,9 @@ class StatsBar(QWidget):
     0 = no pruning; the speed is live while an answer streams);
     ``set_connection(state, detail)`` with state one of ``connecting``, ``loading``,
     ``ready`` (alias ``connected``), ``generating``, ``error``, ``offline``;
-    ``set_attention_available(bool)``; ``set_graveyard_open(bool)`` (syncs the toggle
+    ``set_attention_available(bool)``; ``set_brightness_source(source, words)`` (who
+    measures brightness: ``"server"``, ``"reader"`` (proxy attention, ``words`` say whose)
+    or ``"none"``); ``set_graveyard_open(bool)`` (syncs the toggle
     without emitting).  Widgets: ``budget_label``, ``totals_label``, ``brightness_label``,
     ``speed_label``, ``resurrected_label``, ``connection_light``, ``connection_label``,
     ``attention_label``, ``graveyard_button``.
@@ -113,6 +117,8 @@ class StatsBar(QWidget):
         layout.addWidget(self.connection_light)
         layout.addWidget(self.connection_label)
         layout.addWidget(self.graveyard_button)
+        self._source = "server"
+        self._mean = 0.0
         self.update_stats(0, 0, 0, 0, 0.0, None, 0)
         self.set_connection("offline", "")
 
@@ -126,6 +132,7 @@ class StatsBar(QWidget):
         tokens_per_s: float | None,
         last_resurrected: int,
         first_token_s: float | None = None,
+        brightness_source: str | None = None,
     ) -> None:
         """Show the figures (see the class docstring)."""
         limit = f"{max_tokens:,}" if max_tokens > 0 else "no limit"
@@ -133,7 +140,10 @@ class StatsBar(QWidget):
         over = max_tokens > 0 and live_tokens > max_tokens
         self.budget_label.setStyleSheet("color: #e6b450;" if over else "")
         self.totals_label.setText(f"Total {total_tokens:,} · Pruned {pruned_chunks:,}")
-        self.brightness_label.setText(f"Mean ☀ {mean_brightness:,.0f}")
+        self._mean = mean_brightness
+        if brightness_source is not None:
+            self._source = brightness_source
+        self._show_brightness()
         rate = f"{tokens_per_s:.1f} tok/s" if tokens_per_s else "– tok/s"
         if first_token_s is not None:
             rate += f" · first token {first_token_s:.1f} s"
@@ -167,7 +177,29 @@ class StatsBar(QWidget):
 
     def set_attention_available(self, available: bool) -> None:
         """Warn when the server sends no attention (pruning falls back to oldest-first)."""
-        self.attention_label.setVisible(not available)
+        self.set_brightness_source("server" if available else "none")
+
+    def set_brightness_source(self, source: str, words: str = "") -> None:
+        """Who measures brightness; ``words`` replace the no-attention warning (see the class)."""
+        self._source = source
+        self.attention_label.setText(words or NO_ATTENTION_TEXT)
+        self.attention_label.setVisible(source != "server")
+        self._show_brightness()
+
+    def _show_brightness(self) -> None:
+        label = self.brightness_label
+        if self._source == "none":
+            # Nothing votes: a mean of 10,000 would read as "everything is relevant".
+            label.setText(NO_BRIGHTNESS_TEXT)
+            label.setToolTip("This server sends no attention, so brightness is not measured: every token "
+                             "keeps its starting value and the oldest chunks are pruned first.")
+        elif self._source == "reader":
+            label.setText(f"Mean ☀ {self._mean:,.0f} (reader)")
+            label.setToolTip("Mean brightness of the live tokens, from the bundled reader model's attention "
+                             "over each finished exchange (not the attention of the server's model)")
+        else:
+            label.setText(f"Mean ☀ {self._mean:,.0f}")
+            label.setToolTip("Mean brightness of the live tokens")
 
     def set_graveyard_open(self, open_: bool) -> None:
         """Check or uncheck the ⚰️ toggle without emitting ``graveyard_toggled``."""

@@ -118,10 +118,11 @@ class TurnFlow:
         if worker is not None:
             worker.wait(5000)
             worker.deleteLater()
-        end = self.session.finish_turn(reason, rate)
+        end = self.session.finish_turn(reason, rate, prune=not self._proxy_prunes_after_read())
         if end.turn is None:
             self._set_busy(False)
             return
+        self._read_exchange()  # proxy attention, on a thread (a no-op where the server sends attention)
         if end.attention_changed:
             self._announce_attention(True)
         if end.pruned:

@@ -69,6 +69,21 @@ def test_attention_warning(bar):
     assert bar.attention_label.isHidden()
 
 
+def test_brightness_says_when_nothing_measures_it_and_when_the_reader_does(bar):
+    bar.update_stats(500, 2000, 500, 0, 10000.0, None, 0)
+    assert bar.brightness_label.text() == "Mean ☀ 10,000"
+    # A server without attention: a mean of 10,000 would claim everything is relevant.
+    bar.set_attention_available(False)
+    assert "10,000" not in bar.brightness_label.text() and "not measured" in bar.brightness_label.text()
+    assert "no attention" in bar.brightness_label.toolTip()
+    # The bundled reader measures it: the figure is back, said to be the reader's.
+    words = "heatmap: SmolLM2-135M's attention (the bundled reader), not llama3's · pruning oldest-first"
+    bar.set_brightness_source("reader", words)
+    bar.update_stats(500, 2000, 500, 0, 7321.0, None, 0, brightness_source="reader")
+    assert bar.brightness_label.text() == "Mean ☀ 7,321 (reader)"
+    assert not bar.attention_label.isHidden() and bar.attention_label.text() == words
+
+
 def test_graveyard_toggle(bar, qtbot):
     with qtbot.wait_signal(bar.graveyard_toggled, timeout=1000) as blocker:
         qtbot.mouseClick(bar.graveyard_button, Qt.MouseButton.LeftButton)

@@ -1,0 +1,166 @@
+"""The controller's proxy attention: the bundled model reads each finished exchange of a
+server that sends no attention, off the UI thread, and its votes light the heatmap.
+
+Mixed into :class:`~halo_weave.app.TurnController` (QtCore only).  One read runs at a
+time on a :class:`~halo_weave.ui.workers.CallWorker`; an exchange that ends while one
+runs waits (only the newest: an older answer's read is superseded).  The reader, the
+bundled GGUF on llama.cpp in this process (:mod:`halo_weave.server.reader`), is loaded
+by the first read.  By default it lights the heatmap only and pruning stays
+oldest-first; ``Settings.proxy_pruning`` lets it rank chunks (then the prune waits for
+the read).  What the window shows about it: :meth:`reader_status`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+log = logging.getLogger("halo_weave.app")
+
+
+class ProxyReading:
+    """Mixin state: ``_reader``, ``_reading``, ``_read_waiting``, ``last_read``."""
+
+    def _init_proxy(self) -> None:
+        self._reader = None
+        self._reader_lock = threading.Lock()
+        self._reading = None  # the CallWorker of the read in flight
+        self._read_waiting = False  # an exchange ended while a read ran
+        self._reader_problem = ""
+        #: The last read's figures: ms, context and answer tokens, tokens run.
+        self.last_read: dict | None = None
+        self.reads_done = 0
+
+    # ------------------------------------------------------------------ state
+    def proxy_active(self) -> bool:
+        """Whether the reader reads this server's exchanges (setting on, server without
+        attention whose tokens the reader shares, and the reader could load)."""
+        from ..server.reader import readable
+
+        return (self.settings.proxy_attention and not self._reader_problem and self.client is not None
+                and not self.session.attention_available and readable(self.client))
+
+    def reader_status(self) -> tuple[str, str]:
+        """``(source, words)`` for the window: source ``"server"``, ``"reader"`` or ``"none"``."""
+        if self.session.attention_available:
+            return "server", ""
+        if self.proxy_active():
+            name = self._reader.name if self._reader is not None else "SmolLM2-135M"
+            served = str(getattr(self.model_info, "name", "") or "the server's model").replace("\\", "/").rsplit("/", 1)[-1]
+            prune = "pruning by its attention" if self.settings.proxy_pruning else "pruning oldest-first"
+            return "reader", (f"heatmap: {name}'s attention (the bundled reader), not {served}'s · {prune}")
+        if self._reader_problem:
+            return "none", f"no attention from this server, and the reader failed ({self._reader_problem}) — pruning oldest-first"
+        return "none", ""
+
+    def no_attention_sentence(self) -> str:
+        """What the window says once it knows the server sends no attention."""
+        if not self.proxy_active():
+            return ("This server sends no attention: chatting works, but brightness cannot "
+                    "be measured, so the oldest chunks are pruned first.")
+        return ("This server sends no attention: the bundled SmolLM2-135M reads each finished exchange "
+                "and its attention lights the heatmap (its attention, not your model's). "
+                + ("It also ranks chunks for pruning." if self.settings.proxy_pruning else
+                   "Pruning stays oldest-first (Settings → Context can change that)."))
+
+    def _sync_proxy_ranks(self) -> None:
+        self.session.proxy_ranks = self.proxy_active() and self.settings.proxy_pruning
+
+    # ------------------------------------------------------------------ reading
+    def _proxy_prunes_after_read(self) -> bool:
+        """True when the prune after this answer must wait for the reader's votes."""
+        self._sync_proxy_ranks()
+        return self.session.proxy_ranks
+
+    def _read_exchange(self) -> None:
+        """Read the last answer (called when a turn ends); queued if a read is running."""
+        if not self.proxy_active() or self._shutting_down:
+            return
+        if self._reading is not None:
+            self._read_waiting = True
+            return
+        from ..memory import proxy
+        from ..server.reader import READER_WINDOW
+
+        conv = self.conv
+        plan = proxy.plan_read(conv, self._reader.window if self._reader is not None else READER_WINDOW)
+        if plan is None:
+            self._after_read_prune(conv)
+            return
+        settings = self.settings
+
+        def job():
+            reader = self._load_reader()
+            result = reader.read(plan.context_ids, plan.answer_ids)
+            return result, proxy.votes(plan, result.rows, cap=settings.brightness_cap, decay=settings.decay_per_step)
+
+        def ok(outcome) -> None:
+            result, delta = outcome
+            self._reading = None
+            if self.conv is conv and not self._shutting_down:
+                changed = proxy.apply(conv, plan, delta, settings.brightness_cap)
+                self.reads_done += 1
+                self.last_read = dict(ms=round(result.seconds * 1000, 1), context=result.context_tokens,
+                                      answer=result.answer_tokens, run=result.run_tokens, rows_changed=changed)
+                if conv.open_turn is None and self.store is not None:
+                    self.session._save(lambda: self.store.save_brightness(conv), "Saving brightness")
+                self._after_read_prune(conv)
+                self.conversation_changed.emit()
+                self.stats_changed.emit()
+            self._next_read()
+
+        def fail(exc) -> None:
+            self._reading = None
+            self._reader_problem = str(exc) or exc.__class__.__name__
+            log.warning("the proxy reader failed: %s", exc)
+            self.session.proxy_ranks = False
+            self._after_read_prune(conv)
+            self.attention_changed.emit(self.session.attention_available)
+            self.stats_changed.emit()
+
+        self._read_waiting = False
+        self._reading = self._call(job, on_ok=ok, on_fail=fail)
+
+    def _next_read(self) -> None:
+        if self._read_waiting and not self._shutting_down:
+            self._read_waiting = False
+            self._read_exchange()
+
+    def _after_read_prune(self, conv) -> None:
+        """The prune the end of the turn left to the reader (reader-ranked pruning only)."""
+        if self.session.proxy_ranks and self.conv is conv and conv.open_turn is None and not self.busy:
+            if self._prune():
+                self.conversation_changed.emit()
+
+    def _load_reader(self):
+        """The reader, loaded on first use (on the read's thread)."""
+        with self._reader_lock:
+            if self._reader is None:
+                from ..server.reader import ProxyReader
+
+                started = time.perf_counter()
+                self._reader = ProxyReader.load()
+                log.info("proxy reader %s loaded in %.2f s", self._reader.name, time.perf_counter() - started)
+            return self._reader
+
+    def wait_for_reading(self, timeout_ms: int = 60_000) -> bool:
+        """Block until the read in flight (and the one waiting) is applied (tests, scripts)."""
+        from PySide6.QtCore import QCoreApplication, QDeadlineTimer
+
+        deadline = QDeadlineTimer(timeout_ms)
+        while self._reading is not None or self._read_waiting:
+            if deadline.hasExpired():
+                return False
+            QCoreApplication.processEvents()
+            if self._reading is not None:
+                self._reading.wait(20)
+        return True
+
+    def _close_reader(self) -> None:
+        if self._reading is not None:
+            self._reading.wait(30_000)
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
