@@ -242,6 +242,10 @@ class LlamaReplay(_Base):
                 "build_info": "b4000-replay"})
         elif handler.path == "/health":
             self.send_json(handler, {"status": "ok"})
+        elif handler.path == "/v1/models":  # its OpenAI-compatible side, as a real b1-0c1e570 answers
+            self.send_json(handler, {"object": "list", "data": [{
+                "id": "/models/SmolLM2-135M-Instruct.Q4_1.gguf", "object": "model", "owned_by": "llamacpp",
+                "meta": {"n_vocab": 49152, "n_ctx": self.n_ctx, "n_ctx_train": 8192}}]})
         else:
             self.send_json(handler, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}, 404)
 

@@ -192,6 +192,15 @@ def test_llama_server_exact_token_ids_and_prefix_cache(llama, tok):
         assert again.done.finish_reason == "length"
 
 
+def test_a_v1_url_of_llama_server_uses_its_own_api_with_token_ids(llama):
+    # People paste the OpenAI base URL (".../v1"); seen with a real llama-server: the app then
+    # ran it as a plain OpenAI-compatible server (counts estimated, no token ids).
+    result = probe(f"{llama.url}/v1")
+    assert result.usable and result.kind == "llama-server" and result.token_ids and result.exact_tokens
+    with connect(f"{llama.url}/v1/") as backend:
+        assert backend.base_url == llama.url
+
+
 def test_llama_server_failures_read_as_sentences(llama):
     import httpx
 
