@@ -190,7 +190,7 @@ class LlamaStream(TextStream):
                     reason = STOP_TYPES.get(str(data.get("stop_type")), "stop")
                     if data.get("stop_type") == "eos" and held:
                         # The end token is not part of the answer: the chat framing closes the
-                        # turn, and kept, it would stand twice in every later prompt.
+                        # turn (an end token other than the template's would stay in the table).
                         held.pop()
                     break
                 if self._abort_requested:

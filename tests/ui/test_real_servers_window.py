@@ -125,3 +125,27 @@ def test_real_koboldcpp_on_the_default_url_is_used_not_replaced(qtbot, tmp_path,
         window.close()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("kind", ["koboldcpp", "llama-server"])
+def test_real_server_killed_mid_answer_keeps_the_partial_answer_and_says_so(qtbot, tmp_path, monkeypatch, kind):
+    monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
+    server = KoboldCppProcess(n_ctx=1024) if kind == "koboldcpp" else LlamaServerProcess(n_ctx=1024)
+    try:
+        app = App(qtbot, tmp_path, Settings(server_url=server.url, autostart_server=False, max_new_tokens=200,
+                                            system_prompt=SHORT_SYSTEM_PROMPT)).start()
+        c, window = app.controller, app.window
+        window.input.setPlainText("Tell me a long story about a lighthouse keeper.")
+        qtbot.keyClick(window.input, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: c.session.streamed >= 3, timeout=TURN_TIMEOUT_MS)
+        with qtbot.wait_signal(c.turn_finished, timeout=60_000) as blocker:
+            server.kill()
+        assert blocker.args == ["error"]
+        shown = [m for m in window.messages.history if m.serious]
+        assert shown and any("server" in m.text.lower() for m in shown), [m.text for m in shown]
+        answer = max(c.conv.turns)
+        assert c.conv.turns[answer].complete and _text(c.conv, answer).strip(), "the partial answer was kept"
+        assert not c.busy and window.reason.text(), "the input says why it cannot send"
+        window.close()
+    finally:
+        server.stop()
