@@ -85,7 +85,8 @@ class LlamaForcing:
     def reset(self, keep_pruned: bool = True) -> None:
         """Forget the cache (a new replay); ``keep_pruned``: keep pruned spans' cells."""
         self.kv.reset()
-        self.kv.keep_pruned = keep_pruned
+        if hasattr(self.kv, "keep_pruned"):
+            self.kv.keep_pruned = keep_pruned
 
     # ------------------------------------------------------------------ callback
     def _callback(self, tensor, ask, user_data) -> bool:
