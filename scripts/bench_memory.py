@@ -87,7 +87,7 @@ def log(*args) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.merge:
-        return merge_outputs(args.merge, args.json)
+        return merge_outputs(args.merge, args.json, args.plot)
     started = time.perf_counter()
     from halo_weave.memory.embedder import Embedder
     from halo_weave.semantic_index import SemanticIndex
@@ -291,7 +291,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def merge_outputs(paths: list[str], as_json: bool) -> int:
+def merge_outputs(paths: list[str], as_json: bool, plot: str = "") -> int:
     """Print the table of several runs combined (each file: a run's stdout with --json)."""
     from memory_bench.report import merge
 
@@ -302,6 +302,12 @@ def merge_outputs(paths: list[str], as_json: bool) -> int:
           f"{sum(r['questions'] for r in runs)} questions; "
           f"wall {sum(r['wall_seconds'] for r in runs):.0f} s in {len(runs)} runs")
     print(table(results))
+    if plot:
+        from memory_bench.report import plot_fidelity
+
+        plot_fidelity({r.name: r.figures() for r in results}, plot,
+                      f"continuation fidelity and recall: {', '.join(convs)}")
+        print(f"plot saved to {plot}")
     if as_json:
         print(json.dumps({"conversations": convs, "runs": len(runs),
                           "wall_seconds": sum(r["wall_seconds"] for r in runs),

@@ -174,3 +174,28 @@ def plot_brightness(traces, evidence_turns, path: str, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_fidelity(figures: dict[str, dict], path: str, title: str) -> None:
+    """Each method as a point: ΔNLL (left, lower is better) and kept attention mass
+    (right) against evidence recall."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n, f in figures.items() if f.get("fidelity_turns") and f.get("recall_overall") is not None]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    for ax, key, label in ((axes[0], "delta_nll", "ΔNLL vs the 8k-window reference (nats/token)"),
+                           (axes[1], "kept_attention_mass", "share of the reference's attention kept")):
+        for name in names:
+            f = figures[name]
+            ax.plot(f[key], f["recall_overall"], "o", color="C1" if "fifo" in name or name == "rag" else "C0")
+            ax.annotate(name, (f[key], f["recall_overall"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel(label)
+        ax.set_ylabel("evidence recall (overall)")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
