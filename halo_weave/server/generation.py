@@ -64,6 +64,7 @@ class DoneRecord:
     sampler_seed: int
     stop_sequence: str | None = None
     prefill_s: float = 0.0
+    sync_s: float = 0.0  # of prefill_s: making the cache hold the prompt but its last token
     time_to_first_token_s: float = 0.0
     decode_s: float = 0.0
     tokens_per_s: float = 0.0
@@ -151,6 +152,7 @@ class Generation:
         # one runs alone with it, so the first generated token has attention as well.
         generated, ran_last = 0, False
         report = kv.sync(ids[:-1], should_stop=self._abort.is_set)
+        synced = time.perf_counter()
         if report is None:
             yield done("abort")
             return
@@ -197,6 +199,7 @@ class Generation:
             finish,
             stop_sequence=matched,
             prefill_s=round(prefill_s, 4),
+            sync_s=round(synced - started, 4),
             time_to_first_token_s=round(ttft, 4),
             decode_s=round(decode_s, 4),
             tokens_per_s=round((generated - 1) / decode_s, 3) if decode_s > 0 else 0.0,
