@@ -179,10 +179,12 @@ class StatsBar(QWidget):
         """Warn when the server sends no attention (pruning falls back to oldest-first)."""
         self.set_brightness_source("server" if available else "none")
 
-    def set_brightness_source(self, source: str, words: str = "") -> None:
-        """Who measures brightness; ``words`` replace the no-attention warning (see the class)."""
+    def set_brightness_source(self, source: str, words: str = "", detail: str = "") -> None:
+        """Who measures brightness; ``words`` replace the no-attention warning (see the
+        class), ``detail`` is its tooltip (kept short: this line sets the window's width)."""
         self._source = source
         self.attention_label.setText(words or NO_ATTENTION_TEXT)
+        self.attention_label.setToolTip(detail or words or NO_ATTENTION_TEXT)
         self.attention_label.setVisible(source != "server")
         self._show_brightness()
 
