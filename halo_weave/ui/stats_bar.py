@@ -55,6 +55,21 @@ class ConnectionLight(QWidget):
         painter.end()
 
 
+class ElidedLabel(QLabel):
+    """A one-line label that shrinks with the window, its text elided ("…"), instead of
+    holding the window wider than the screen; the whole text stays in the tooltip."""
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(self.fontMetrics().horizontalAdvance("heatmap…"), super().minimumSizeHint().height())
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        painter.drawText(self.contentsRect(), int(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft), text)
+        painter.end()
+
+
 class StatsBar(QWidget):
     """One line of figures above the heatmap.
 
@@ -93,7 +108,7 @@ class StatsBar(QWidget):
                                     "sending to its first token")
         self.resurrected_label = QLabel()
         self.resurrected_label.setToolTip("Chunks brought back for the last message")
-        self.attention_label = QLabel(NO_ATTENTION_TEXT)
+        self.attention_label = ElidedLabel(NO_ATTENTION_TEXT)
         self.attention_label.setObjectName("attentionWarning")
         self.attention_label.setStyleSheet("color: #e6b450;")
         self.attention_label.hide()

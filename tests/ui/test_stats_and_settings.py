@@ -85,6 +85,14 @@ def test_brightness_says_when_nothing_measures_it_and_when_the_reader_does(bar):
     assert "not the attention of llama3" in bar.attention_label.toolTip()
 
 
+def test_a_long_attention_line_does_not_widen_the_window(bar):
+    bar.set_attention_available(False)
+    short = bar.minimumSizeHint().width()
+    bar.set_brightness_source("reader", "heatmap: SmolLM2-135M reader's attention · pruning oldest-first " * 4)
+    assert bar.minimumSizeHint().width() == short
+    assert bar.attention_label.toolTip().startswith("heatmap: SmolLM2-135M"), "the whole text stays readable"
+
+
 def test_graveyard_toggle(bar, qtbot):
     with qtbot.wait_signal(bar.graveyard_toggled, timeout=1000) as blocker:
         qtbot.mouseClick(bar.graveyard_button, Qt.MouseButton.LeftButton)
