@@ -86,7 +86,7 @@ def test_brightness_says_when_nothing_measures_it_and_when_the_reader_does(bar):
 
 
 def test_a_long_attention_line_does_not_widen_the_window(bar):
-    bar.set_attention_available(False)
+    bar.set_brightness_source("reader", "heatmap: reader")
     short = bar.minimumSizeHint().width()
     bar.set_brightness_source("reader", "heatmap: SmolLM2-135M reader's attention · pruning oldest-first " * 4)
     assert bar.minimumSizeHint().width() == short
