@@ -54,7 +54,7 @@ class ProxyReading:
                       f"reader model, reading each finished exchange — not the attention of {served}. "
                       + ("It also ranks chunks for pruning." if self.settings.proxy_pruning else
                          "Pruning stays oldest-first (Settings → Context)."))
-            return "reader", f"heatmap: {name} reader's attention · {prune}", detail
+            return "reader", f"reader's attention ({name}) · {prune}", detail
         if self._reader_problem:
             return "none", "no attention; the reader failed — pruning oldest-first", (
                 f"This server sends no attention and the bundled reader could not run: {self._reader_problem}")

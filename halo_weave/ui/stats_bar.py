@@ -60,7 +60,8 @@ class ElidedLabel(QLabel):
     holding the window wider than the screen; the whole text stays in the tooltip."""
 
     def minimumSizeHint(self) -> QSize:
-        return QSize(self.fontMetrics().horizontalAdvance("heatmap…"), super().minimumSizeHint().height())
+        # Room for the words that say whose attention lights the heatmap, at least.
+        return QSize(self.fontMetrics().horizontalAdvance("reader's attention…"), super().minimumSizeHint().height())
 
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)

@@ -132,7 +132,7 @@ def test_the_bundled_reader_lights_the_heatmap_of_a_server_without_attention(qtb
     c, window, bar = app.controller, app.window, app.window.stats_bar
     assert bar.attention_label.isVisible()
     words = bar.attention_label.text()
-    assert words == "heatmap: SmolLM2-135M reader's attention · pruning oldest-first"
+    assert words == "reader's attention (SmolLM2-135M) · pruning oldest-first"
     assert "not the attention of" in bar.attention_label.toolTip()
     assert any("reads each finished exchange" in m.text for m in window.messages.history)
 
