@@ -29,7 +29,6 @@ Conversation files are :mod:`halo_weave.ui.conversation_files`, the chunk levers
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -413,7 +412,3 @@ class _IndexFeed:
 def main(argv: list[str] | None = None) -> int:
     """The ``halo-weave`` console script."""
     return run(argv, TurnController)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

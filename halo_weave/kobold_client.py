@@ -205,8 +205,8 @@ class KoboldClient:
 class GenerationStream:
     """Iterable of :class:`TokenEvent`; afterwards ``done`` holds the :class:`DoneEvent`.
 
-    ``text`` and ``tokens`` grow as events arrive; ``tokens`` keeps each event's id and text
-    but not its attention (the consumer applies each vector and drops it: at 30k context
+    ``tokens`` grows as events arrive (``text`` joins their texts); it keeps each event's id
+    and text but not its attention (the consumer applies each vector and drops it: at 30k context
     200 vectors are ~24 MB).  Iterate once.  ``abort()`` (any
     thread) asks the server to stop after the current token; the stream then ends with
     ``done.finish_reason == "abort"``.
@@ -217,7 +217,6 @@ class GenerationStream:
         self.body = body
         self.request_id: str = body["request_id"]
         self.raise_on_abort = raise_on_abort
-        self.text = ""
         self.tokens: list[TokenEvent] = []
         self.done: DoneEvent | None = None
         self.stats = StreamStats()
@@ -226,6 +225,11 @@ class GenerationStream:
         self._started = False
         self._abort_requested = False
         self._t0 = self._t_first = self._t_last = 0.0
+
+    @property
+    def text(self) -> str:
+        """The text so far, joined from :attr:`tokens` (not kept as a second copy)."""
+        return "".join(t.text for t in self.tokens)
 
     def abort(self) -> bool:
         """Ask the server to stop this generation."""
@@ -322,7 +326,6 @@ class GenerationStream:
         self._t_last = now
         self.stats.token_events += 1
         self.tokens.append(TokenEvent(event.token_id, event.text, None))
-        self.text += event.text
         return event
 
     def _attention(self, payload) -> np.ndarray | None:

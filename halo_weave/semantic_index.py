@@ -60,6 +60,7 @@ from .memory import ranking
 from .memory.embedder import Embedder
 from .memory.resurrection import Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan
 from .memory.resurrection import budget as resurrection_budget
+from .memory.pending import AgreedSignatures, due_chunks
 from .memory.turn_pair import context_parts, context_pieces, fit_context, signature_hash, text_hash
 from .memory.vector_matrix import SearchTuning, VectorMatrix, one_blas_thread
 from .settings import Settings
@@ -107,6 +108,8 @@ class SemanticIndex:
         self._lock = lock if lock is not None else threading.RLock()
         self._snapshot_path = snapshot_path if snapshot_path is not None else _default_snapshot(conn)
         self._changed = 0  # entries changed since the snapshot was written
+        #: The signatures last found to agree with their entries' digests (:meth:`pending`).
+        self._checked = AgreedSignatures()
         #: Where the last :meth:`load` read the vectors: "snapshot", "table" or None.
         self.loaded_from: str | None = None
         self._reset(embedder.dim or 1)
@@ -239,20 +242,10 @@ class SemanticIndex:
 
     # ------------------------------------------------------------------ what to index
     def pending(self, conv: Conversation) -> list[int]:
-        """Content chunks of complete turns whose entry is missing, changed or stale."""
-        limit = self.settings.embedding_max_tokens
-        open_turn = conv.open_turn.turn_id if conv.open_turn is not None else None
-        out = []
+        """Content chunks of complete turns whose entry is missing, changed or stale
+        (:func:`.memory.pending.due_chunks`: no chunk object is made)."""
         with self._lock:
-            rows, structure = self._vectors.row, self._vectors.structure
-            for chunk in conv.chunks.values():
-                if chunk.framing or chunk.turn_id == open_turn:
-                    continue
-                row = rows.get(chunk.id)
-                if row is None or structure[row].decode() != signature_hash(
-                        context_parts(conv, chunk), limit):
-                    out.append(chunk.id)
-        return sorted(out)
+            return due_chunks(conv, self._vectors, self._checked, self.settings.embedding_max_tokens)
 
     def orphans(self, conv: Conversation) -> list[int]:
         """Entries whose chunk no longer exists (absorbed by a merge)."""

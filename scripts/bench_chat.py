@@ -114,10 +114,20 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
         end = session.finish_turn(stream.done.finish_reason, stream.done.tokens_per_s)
         done = stream.done.raw
         kv = done.get("kv") or {}
+        timings = done.get("timings", {})
+        ttft = (first or ended) - sent
+        server_ttft = timings.get("time_to_first_token_s") or 0.0
+        prefill = timings.get("prefill_s") or 0.0
         row = {
             "message": n,
-            "ttft_s": round((first or ended) - sent, 4),
-            "server_ttft_s": done.get("timings", {}).get("time_to_first_token_s"),
+            "ttft_s": round(ttft, 4),
+            "server_ttft_s": server_ttft,
+            # where the time went: sync (surgery + new tokens), the last prompt token (its
+            # attention read, K-shift), the first sample, and the rest (HTTP, parsing, client)
+            "sync_s": timings.get("sync_s"),
+            "last_prompt_token_s": round(prefill - (timings.get("sync_s") or 0.0), 4),
+            "first_sample_s": round(server_ttft - prefill, 4),
+            "http_and_client_s": round(ttft - server_ttft, 4),
             "prepare_s": round(prepared_s, 4),
             "finish_s": round(time.perf_counter() - t_finish, 4),
             "prompt_tokens": len(request["input_ids"]),

@@ -7,7 +7,7 @@ made of whole turns in the first third), for each engine and each case:
 * ``insert``: the cache holds the context without the span (exactly prefilled); the request
   puts the span back and adds the question: the span is run at its positions;
 * ``restore`` (llama.cpp): right after the prune, the request puts the span back; its
-  cells were kept, so nothing is run.
+  states were stored in host memory, so nothing is run.
 
 Compared with the same ids prefilled from scratch: next-token KL (nats, exact || surgery),
 top-1 agreement, the Pearson correlation of the first generated token's attention row
@@ -111,7 +111,7 @@ def measure(engine, cases: list[dict], say=lambda *a: None) -> dict:
         ctx, (a, b), q = case["context"], case["span"], case["question"]
         pruned = ctx[:a] + ctx[b:] + q
         full = ctx + q
-        # prune (and keep the span's cells on llama.cpp)
+        # prune (the span's states are stored)
         engine.kv.reset()
         engine.kv.sync(ctx)
         got = run(engine, pruned)
@@ -127,13 +127,11 @@ def measure(engine, cases: list[dict], say=lambda *a: None) -> dict:
         else:
             ref_full = exact(engine, full)
         # insert by running the span: from an exact cache of the pruned context
+        store = getattr(engine.kv, "store", None)
+        if store is not None:  # forget stored states so that the span is run
+            store.clear()
         exact(engine, pruned)
-        if llama:
-            engine.kv.keep_pruned = False
-            engine.kv.kept.clear()
         got = run(engine, full)
-        if llama:
-            engine.kv.keep_pruned = True
         kinds["insert"].append(compare(ref_full, got))
         say(f"case {n}: context {len(ctx)}, span {b - a}: "
             + ", ".join(f"{k} KL {v[-1]['kl']:.4f} top1 {v[-1]['top1']} corr {v[-1]['attention_corr']:.4f}"

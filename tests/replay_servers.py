@@ -229,6 +229,7 @@ class LlamaReplay(_Base):
     def __init__(self, tokenizer, n_ctx: int = 4096) -> None:
         super().__init__(tokenizer)
         self.n_ctx = n_ctx
+        self.eos_id = 2  # SmolLM2's <|im_end|>
         self._last_prompt: list[int] = []
 
     def get(self, handler) -> None:
@@ -241,6 +242,10 @@ class LlamaReplay(_Base):
                 "build_info": "b4000-replay"})
         elif handler.path == "/health":
             self.send_json(handler, {"status": "ok"})
+        elif handler.path == "/v1/models":  # its OpenAI-compatible side, as a real b1-0c1e570 answers
+            self.send_json(handler, {"object": "list", "data": [{
+                "id": "/models/SmolLM2-135M-Instruct.Q4_1.gguf", "object": "model", "owned_by": "llamacpp",
+                "meta": {"n_vocab": 49152, "n_ctx": self.n_ctx, "n_ctx_train": 8192}}]})
         else:
             self.send_json(handler, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}, 404)
 
@@ -290,7 +295,11 @@ class LlamaReplay(_Base):
             n += len(ids)
             self._last_prompt.extend(ids)  # the slot's cache holds what it generated too…
             yield {"content": chunk, "tokens": ids, "stop": False, "id_slot": 0}
-        if n:
+        if n < limit:
+            # The end token comes as an event of its own, without text (as a real server sends
+            # it); it is the last token sampled, so it is not in the cache.
+            yield {"content": "", "tokens": [self.eos_id], "stop": False, "id_slot": 0}
+        elif n:
             self._last_prompt.pop()  # …but its last token, sampled and never evaluated
         yield {"content": "", "tokens": [], "stop": True, "stop_type": "eos" if n < limit else "limit",
                # As a real llama-server says it: tokens_cached is what the slot holds now

@@ -176,7 +176,10 @@ def test_llama_server_exact_token_ids_and_prefix_cache(llama, tok):
         first = backend.stream(input_ids=ids, max_length=50, stop_sequence=["<|im_end|>"])
         events = list(first)
         assert first.text == "1. Bananas\n2. Oranges" and first.done.finish_reason == "stop"
+        # The end token the server streams (no text) is not kept: the framing closes the turn,
+        # and the next prompt would carry <|im_end|> twice (seen on a real llama-server).
         assert tok.detokenize([e.token_id for e in events]) == first.text
+        assert llama.eos_id not in [e.token_id for e in events]
         body = llama.bodies("/completion")[-1]
         assert body["prompt"] == ids and body["cache_prompt"] is True
         # The next turn starts with this one: the server reuses the whole shared prefix.
@@ -185,8 +188,17 @@ def test_llama_server_exact_token_ids_and_prefix_cache(llama, tok):
         list(again)
         # The server reuses the shared prefix but the answer's last token (sampled, never
         # evaluated): its timings.cache_n, not tokens_cached (prompt + answer so far).
-        assert again.done.reused_prefix_tokens == len(ids) + len(events) - 1
+        assert again.done.reused_prefix_tokens == len(ids) + len(events)
         assert again.done.finish_reason == "length"
+
+
+def test_a_v1_url_of_llama_server_uses_its_own_api_with_token_ids(llama):
+    # People paste the OpenAI base URL (".../v1"); seen with a real llama-server: the app then
+    # ran it as a plain OpenAI-compatible server (counts estimated, no token ids).
+    result = probe(f"{llama.url}/v1")
+    assert result.usable and result.kind == "llama-server" and result.token_ids and result.exact_tokens
+    with connect(f"{llama.url}/v1/") as backend:
+        assert backend.base_url == llama.url
 
 
 def test_llama_server_failures_read_as_sentences(llama):

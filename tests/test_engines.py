@@ -140,6 +140,54 @@ def test_resurrecting_a_recently_pruned_span_runs_nothing(llama):
     assert record.attention[a:b].sum() > 0  # the restored tokens are attended to again
 
 
+def test_a_span_pruned_long_ago_comes_back_from_host_memory_without_a_run(llama):
+    ids, spans = conversation(llama)
+    a, b = spans[1]
+    q = question(llama)
+    pruned = ids[:a] + ids[b:] + q
+    llama.kv.reset()
+    first_token(llama, ids + q)
+    first_token(llama, pruned)  # prune: the span's states go to host memory
+    # Nothing of it is left in the cache: cleared, refilled without the span, and its
+    # freed cells reused by other text.
+    llama.kv.reset()
+    first_token(llama, pruned)
+    first_token(llama, pruned + question(llama, "What does Pavlov steal? " * 8))
+    assert len(llama.kv.ids) == llama.kv.L.llama_memory_seq_pos_max(llama.kv.mem, 0) + 1
+    record, done = first_token(llama, ids + q)  # resurrect the span in place
+    assert done.kv["restored"] == b - a and done.kv["inserted"] == 0 and done.kv["rerun"] == 0
+    assert done.processed_prompt_tokens == 1
+    assert record.attention.shape == (len(ids + q),)
+    assert record.attention[a:b].sum() > 0
+    surgery = next_token_distribution(llama, ids + q)
+    llama.kv.reset()
+    exact = next_token_distribution(llama, ids + q)
+    exact_record, _ = first_token(llama, ids + q)
+    assert exact.argmax() == surgery.argmax() and kl(exact, surgery) < 0.05
+    assert exact_record.token_id == record.token_id
+    assert np.corrcoef(record.attention, exact_record.attention)[0, 1] > 0.999
+
+
+def test_the_store_forgets_the_oldest_span_when_full(llama):
+    ids, spans = conversation(llama)
+    (a1, b1), (a2, b2) = spans[1], spans[3]
+    q = question(llama)
+    llama.kv.reset()
+    store = llama.kv.store
+    saved_bound, store.max_bytes = store.max_bytes, 0
+    store.clear()
+    try:
+        first_token(llama, ids + q)
+        store.max_bytes = 60 * 23_040  # ~60 tokens of SmolLM2's keys and values: one span
+        first_token(llama, ids[:a1] + ids[b1:] + q)  # prune span 1: stored
+        first_token(llama, ids[:a1] + ids[b1:a2] + ids[b2:] + q)  # prune span 3: span 1 forgotten
+        assert len(store) == 1 and store.nbytes <= store.max_bytes
+        _, done = first_token(llama, ids + q)
+    finally:
+        store.max_bytes = saved_bound
+    assert done.kv["restored"] == b2 - a2 and done.kv["inserted"] == b1 - a1
+
+
 def test_an_insertion_without_kept_state_runs_only_the_span(llama):
     ids, spans = conversation(llama)
     a, b = spans[2]
@@ -188,11 +236,23 @@ def test_transformers_prunes_and_inserts_by_rotating_keys(transformers_engine):
     exact = next_token_distribution(engine, pruned)
     assert kl(exact, surgery) < 0.05 and exact.argmax() == surgery.argmax()
 
+    engine.kv.store.clear()  # the prune stored the span: forget it, so that it is run
+    engine.kv.sync(pruned[:-1])
     report = engine.kv.sync((ids + q)[:-1])  # put the span back: only it runs
     assert report.inserted == b - a and report.computed == b - a
     surgery = next_token_distribution(engine, ids + q)
     engine.kv.reset()
-    assert kl(next_token_distribution(engine, ids + q), surgery) < 0.05
+    exact_full = next_token_distribution(engine, ids + q)
+    assert kl(exact_full, surgery) < 0.05
+
+    engine.kv.sync(ids + q[:-1])
+    engine.kv.sync(pruned[:-1])  # prune again: stored
+    engine.kv.reset()
+    engine.kv.sync(pruned[:-1])  # the cache no longer holds the span at all
+    report = engine.kv.sync((ids + q)[:-1])
+    assert report.restored == b - a and report.computed == 0
+    restored = next_token_distribution(engine, ids + q)
+    assert kl(exact_full, restored) < 0.05 and exact_full.argmax() == restored.argmax()
 
 
 # ---------------------------------------------------------------- choosing the engine

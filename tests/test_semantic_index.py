@@ -290,3 +290,45 @@ def test_unavailable_embedder_degrades_to_no_search(tmp_path):
     result = index.resurrect_for(conv, "hello", 3, 2048, 200)
     assert result.resurrected == [] and result.reason
     assert conv.live_token_count() == 3  # chat goes on untouched
+
+
+def test_pending_after_a_reopen_reads_only_the_columns(embedder, tmp_path):
+    """Reopening a long conversation: the check for chunks to (re-)embed makes no object of
+    the pruned history (the UI thread runs it), and after a change it finds exactly the
+    chunks whose embedding context changed, as :func:`context_parts` defines them."""
+    import random
+
+    from conversation_writer import FRAMING, add_user, message, settings
+    from conversation_writer import new_conversation as scripted
+    from conversation_writer import tokenize as tokenize_scripted
+    from halo_weave.memory.turn_pair import context_parts, signature_hash
+    from halo_weave.store import ConversationStore, new_conversation_path
+    from test_store import chat
+
+    path = new_conversation_path(tmp_path)
+    with ConversationStore.open(path) as store:
+        conv = scripted()
+        chat(conv, store, random.Random(11), exchanges=6, max_tokens=300)
+        index = SemanticIndex(store.conn, conv.settings, embedder, lock=store.lock)
+        index.load()
+        index.index_pending(conv)
+    with ConversationStore.open(path, create=False) as store:
+        conv = store.load(settings(), FRAMING)
+        index = SemanticIndex(store.conn, conv.settings, embedder, lock=store.lock)
+        index.load()
+        made = conv.chunks.materialised
+        assert len(conv.graveyard()) > 5, "the reopened conversation has a pruned history"
+        assert index.pending(conv) == [] and index.pending(conv) == []
+        assert conv.chunks.materialised == made, "no pruned chunk was made an object"
+
+        # A new exchange, and its answer's opening merged with its next paragraph: the new
+        # chunks and every chunk embedded with the merged opening are due.
+        add_user(conv, message(random.Random(5), 2))
+        answer = conv.add_turn("assistant", *zip(*tokenize_scripted(message(random.Random(6), 3))))
+        first = conv.content_chunks(answer.turn_id)[0]
+        conv.merge_with_next(first.id)
+        stored = index._vectors.structure_of()
+        limit = conv.settings.embedding_max_tokens
+        expected = sorted(c.id for c in conv.chunks.values() if not c.framing
+                          and stored.get(c.id) != signature_hash(context_parts(conv, c), limit))
+        assert first.id in expected and index.pending(conv) == expected

@@ -157,6 +157,7 @@ class LlamaStream(TextStream):
         self._t0 = time.perf_counter()
         reason = None
         final: dict = {}
+        held: list[int] = []  # token ids that came without text (see below)
         try:
             for data in self.sse("/completion", self.body):
                 if "error" in data:
@@ -171,13 +172,26 @@ class LlamaStream(TextStream):
                     ids = [i for i, _ in self.backend.tokenize(content)] if content else []
                 if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
                     raise ProtocolError(f"an event with malformed token ids: {data!r:.120}")
-                for n, token_id in enumerate(ids):
+                if not content:
+                    # No text yet: the first bytes of a split character, or the end-of-generation
+                    # token (a real llama-server streams it as {"content": "", "tokens": [2]}).
+                    # Held until text or the end says which.
+                    held.extend(ids)
+                else:
+                    for token_id in held:
+                        yield self._add(token_id, "")
+                    held.clear()
+                for n, token_id in enumerate(ids if content else ()):
                     yield self._add(token_id, content if n == len(ids) - 1 else "")
                 if not ids and content:  # text without an id: keep the text
                     yield self._add(-1, content)
                 if data.get("stop") is True:
                     final = data
                     reason = STOP_TYPES.get(str(data.get("stop_type")), "stop")
+                    if data.get("stop_type") == "eos" and held:
+                        # The end token is not part of the answer: the chat framing closes the
+                        # turn (an end token other than the template's would stay in the table).
+                        held.pop()
                     break
                 if self._abort_requested:
                     break
@@ -188,6 +202,8 @@ class LlamaStream(TextStream):
                 raise self._translate(exc) from exc
         finally:
             self.close_response()
+        for token_id in held:
+            yield self._add(token_id, "")
         if self._abort_requested:
             reason = "abort"
         if reason is None:

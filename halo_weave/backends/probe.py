@@ -29,9 +29,25 @@ KIND_NAMES = {
 }
 
 
+#: Kinds whose own API, found at the root of a ".../v1" URL, beats their OpenAI-compatible one.
+NATIVE_KINDS = ("halo", "koboldcpp-fork", "koboldcpp", "llama-server")
+
+
 def connect(url: str, *, api_key: str | None = None, tokenizer=None):
     """The backend for the server at ``url`` (its model info is read once here)."""
     url = url.strip().rstrip("/")
+    if url.endswith("/v1"):
+        # Many tools ask for an OpenAI base URL, so people paste ".../v1"; llama-server's own
+        # API sits at the root and gives exact token ids (seen: at /v1 a real llama-server
+        # ran as a plain OpenAI-compatible server, counts estimated, no prefix cache by ids).
+        try:
+            native = connect(url[:-3], api_key=api_key, tokenizer=tokenizer)
+        except BackendError:
+            native = None
+        if native is not None and native.kind in NATIVE_KINDS:
+            return native
+        if native is not None:
+            native.close()
     http = Http(url, api_key=api_key)
     try:
         backend = _detect(http, url, api_key, tokenizer)

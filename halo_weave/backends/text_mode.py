@@ -198,7 +198,6 @@ class TextStream:
         self.params = params
         self.request_id = request_id
         self.raise_on_abort = raise_on_abort
-        self.text = ""
         self.tokens: list[TokenEvent] = []
         self.done: DoneEvent | None = None
         self.stats = StreamStats()
@@ -209,6 +208,11 @@ class TextStream:
         self._abort_requested = False
         self._t0 = self._t_first = self._t_last = 0.0
         self.raw_final: dict = {}
+
+    @property
+    def text(self) -> str:
+        """The text so far, joined from :attr:`tokens` (not kept as a second copy)."""
+        return "".join(t.text for t in self.tokens)
 
     @property
     def aborting(self) -> bool:
@@ -321,7 +325,6 @@ class TextStream:
         self.stats.token_events += 1
         self.stats.attention_missing += 1
         self.tokens.append(event)
-        self.text += piece
         return event
 
     def _finish(self, reason: str) -> None:

@@ -259,6 +259,21 @@ class ChunkRegistry(_Registry):
         return [c for c, cold in zip(self._ids[rows].tolist(), self._cold[rows].tolist())
                 if cold or c in hot]
 
+    def current_columns(self) -> tuple[np.ndarray, ...]:
+        """(id, turn_id, chunk_index, role code, token_count) of every chunk as it is now:
+        cold rows as read, the others from their objects; no object is made."""
+        rows = np.flatnonzero(self._cold)
+        hot = list(self._hot.values())
+        cols = self._cols
+
+        def column(cold: np.ndarray, values) -> np.ndarray:
+            return np.concatenate((cold[rows].astype(np.int64), np.fromiter(values, np.int64, len(hot))))
+
+        return (column(cols.id, (c.id for c in hot)), column(cols.turn_id, (c.turn_id for c in hot)),
+                column(cols.chunk_index, (c.chunk_index for c in hot)),
+                column(cols.role, (ROLE_CODE[c.role] for c in hot)),
+                column(cols.token_count, (c.token_count for c in hot)))
+
     def pruned_content(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, starts) of the pruned content chunks, in position order."""
         rows = np.flatnonzero(self._cold & (self._cols.chunk_index >= 0))

@@ -23,8 +23,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
 
 from ..conversation import Chunk, Conversation
+from ..core.registry import ROLE_CODE
 
 #: Word-piece parts shorter than this are dropped rather than cut to a stub.
 MIN_PART_PIECES = 8
@@ -63,10 +67,43 @@ def context_parts(conv: Conversation, chunk: Chunk) -> ContextParts:
     return ContextParts(chunk, cross, same)
 
 
-def signature_hash(parts: ContextParts, max_tokens: int) -> str:
+def signature_hash(parts: ContextParts | Signature, max_tokens: int) -> str:
     """Short digest of a context's structure (and of the word-piece limit)."""
-    raw = f"{max_tokens}|" + ",".join(map(str, parts.signature))
+    signature = parts.signature if isinstance(parts, ContextParts) else parts
+    raw = f"{max_tokens}|" + ",".join(map(str, signature))
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def signatures(ids, turn_ids, chunk_index, roles, counts, incomplete: Sequence[int]) -> np.ndarray:
+    """The :attr:`ContextParts.signature` of many chunks at once, from their columns
+    (:meth:`ChunkRegistry.current_columns`), one row each: the same parts
+    :func:`context_parts` picks, without a chunk object.  ``incomplete``: turn ids not
+    complete (an answer still streaming is no user chunk's part yet)."""
+    system, user, assistant = (ROLE_CODE[r] for r in ("system", "user", "assistant"))
+    key = turn_ids * 4 + roles  # (turn, role) of a turn's S0
+    s0 = np.flatnonzero(chunk_index == 0)
+    order = np.argsort(key[s0], kind="stable")
+    s0_keys, s0_rows = key[s0][order], s0[order]
+
+    def s0_row(keys: np.ndarray) -> np.ndarray:
+        if not len(s0_keys):
+            return np.full(len(keys), -1, np.int64)
+        at = np.minimum(np.searchsorted(s0_keys, keys), len(s0_keys) - 1)
+        return np.where(s0_keys[at] == keys, s0_rows[at], -1)
+
+    cross = s0_row(np.where(roles == assistant, (turn_ids - 1) * 4 + user, (turn_ids + 1) * 4 + assistant))
+    if len(incomplete):
+        cross[(roles == user) & np.isin(turn_ids + 1, np.asarray(incomplete, np.int64))] = -1
+    same = s0_row(key)
+    same[chunk_index == 0] = -1
+    cross[roles == system] = same[roles == system] = -1
+    out = np.empty((len(ids), 6), np.int64)
+    out[:, 0], out[:, 1] = ids, counts
+    for column, part in ((2, cross), (4, same)):
+        found = part >= 0
+        out[:, column] = np.where(found, ids[part], -1)
+        out[:, column + 1] = np.where(found, counts[part], 0)
+    return out
 
 
 def text_hash(text: str) -> str:

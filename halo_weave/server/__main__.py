@@ -25,6 +25,8 @@ READY_LINE = "Halo Weave server ready on {url} (model {model})"
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5001
+#: Default bound of the pruned-span store (``span_store.DEFAULT_STORE_BYTES``, in MiB).
+DEFAULT_STORE_MB = 1024
 
 #: Environment variable holding the API key (keeps it out of the process list).
 API_KEY_ENV = "HALO_WEAVE_API_KEY"
@@ -47,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how a prompt with pruned or resurrected spans meets the KV cache: "
                              "surgery (default: cut, shift, run only inserted spans) or exact "
                              "(re-run everything from the first change)")
+    parser.add_argument("--kv-store-mb", type=int, default=DEFAULT_STORE_MB,
+                        help="host memory (MiB) keeping the states of pruned spans, so that resurrecting "
+                             "them runs nothing (default %(default)s; 0 turns it off)")
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default %(default)s)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help="port (default %(default)s; 0 picks a free one)")
@@ -70,10 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def default_threads() -> int:
-    """All cores but one: the app's UI and embedder need a core, and an oversubscribed
-    OpenMP pool spin-waits (measured here: ~10x slower tokens with 2 threads on a busy
-    2-core machine, against 1)."""
-    return max(1, (os.cpu_count() or 2) - 1)
+    """Every core.  The OpenMP pools wait passively (``OMP_WAIT_POLICY``, set in
+    :func:`main`), so a thread that waits gives its core back to the app's UI and
+    embedder; spinning, 2 threads on a busy 2-core machine were ~10x slower than 1."""
+    return max(1, os.cpu_count() or 1)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -96,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     # The model ships on disk: never reach for the network.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Before torch or llama.cpp start OpenMP: waiting threads sleep instead of spinning
+    # on a core the working thread needs (see default_threads).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
     from .guard import is_loopback
 
@@ -122,7 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         engine = load_engine(args.engine, args.model, device=args.device, context_size=args.context_size,
                              attention_format=args.attention_format, threads=args.threads or default_threads(),
-                             cache_model=not args.no_model_cache, kv_mode=args.kv_mode)
+                             cache_model=not args.no_model_cache, kv_mode=args.kv_mode,
+                             store_bytes=max(0, args.kv_store_mb) << 20)
     except Exception as exc:  # noqa: BLE001 - any load failure is reported, not traced
         log.debug("model load failed", exc_info=True)
         print(f"halo-weave-server: cannot load the model: {exc}", file=sys.stderr)

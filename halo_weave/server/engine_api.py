@@ -149,7 +149,7 @@ class EngineBase:
         acquired = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(False)
         if not acquired:
             raise EngineBusy("another generation is running; abort it or retry when it ends")
-        generation = Generation(self, request, release=self._release)
+        generation = Generation(self.kv, self.text, request, release=self._release)
         self._running = generation
         return generation
 

@@ -13,6 +13,7 @@ import logging
 from . import loader
 from .engine_api import AGGREGATED, EngineBase
 from .kv_surgery import KV_MODES, SURGERY
+from .span_store import DEFAULT_STORE_BYTES
 
 log = logging.getLogger("halo_weave.server")
 
@@ -56,8 +57,10 @@ def load_engine(
     threads: int | None = None,
     cache_model: bool = True,
     kv_mode: str = SURGERY,
+    store_bytes: int = DEFAULT_STORE_BYTES,
 ) -> EngineBase:
-    """Load ``model`` (``None``: the bundled SmolLM2) on the engine ``kind`` names."""
+    """Load ``model`` (``None``: the bundled SmolLM2) on the engine ``kind`` names;
+    ``store_bytes`` bounds the host memory keeping pruned spans' states."""
     if kv_mode not in KV_MODES:
         raise ValueError(f"kv mode must be one of {KV_MODES}")
     source = loader.resolve(model)
@@ -78,4 +81,5 @@ def load_engine(
                              attention_format=attention_format, cache_model=cache_model,
                              threads=threads if device != "cuda" else None)
     engine.kv.mode = kv_mode
+    engine.kv.store.max_bytes = store_bytes
     return engine

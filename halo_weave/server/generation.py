@@ -10,14 +10,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 
 from .sampling import Sampler, SamplerSettings
-
-if TYPE_CHECKING:
-    from .engine_api import EngineBase as Engine
 
 
 @dataclass(frozen=True)
@@ -67,6 +64,7 @@ class DoneRecord:
     sampler_seed: int
     stop_sequence: str | None = None
     prefill_s: float = 0.0
+    sync_s: float = 0.0  # of prefill_s: making the cache hold the prompt but its last token
     time_to_first_token_s: float = 0.0
     decode_s: float = 0.0
     tokens_per_s: float = 0.0
@@ -77,10 +75,17 @@ class DoneRecord:
 
 
 class Generation:
-    """Iterator of :class:`TokenRecord` followed by exactly one :class:`DoneRecord`."""
+    """Iterator of :class:`TokenRecord` followed by exactly one :class:`DoneRecord`.
 
-    def __init__(self, engine: "Engine", request: GenerationRequest, release: Callable) -> None:
-        self.engine = engine
+    It runs on what it is given, not on the engine (which imports this module): ``kv``,
+    the context cache (``sync(ids, should_stop=…)`` -> a report or None, ``step(ids,
+    attention=…, per_layer=…)`` -> (logits, attention row)), and ``text``, the engine's
+    token text (``stream()`` -> a piece stream with ``push(token) -> str``).
+    """
+
+    def __init__(self, kv, text, request: GenerationRequest, release: Callable) -> None:
+        self.kv = kv
+        self.text = text
         self.request = request
         self._release = release
         self._abort = threading.Event()
@@ -126,7 +131,7 @@ class Generation:
 
     def _run(self) -> Iterator[TokenRecord | DoneRecord]:
         started = time.perf_counter()
-        req, kv, engine = self.request, self.engine.kv, self.engine
+        req, kv = self.request, self.kv
         ids = req.input_ids
         sampler = Sampler(req.sampler)
 
@@ -147,6 +152,7 @@ class Generation:
         # one runs alone with it, so the first generated token has attention as well.
         generated, ran_last = 0, False
         report = kv.sync(ids[:-1], should_stop=self._abort.is_set)
+        synced = time.perf_counter()
         if report is None:
             yield done("abort")
             return
@@ -154,7 +160,7 @@ class Generation:
         ran_last = True
         prefill_s = time.perf_counter() - started
 
-        pieces = engine.text.stream()
+        pieces = self.text.stream()
         history = list(ids)
         longest_stop = max((len(s) for s in req.stop_sequences), default=0)
         recent = ""
@@ -193,6 +199,7 @@ class Generation:
             finish,
             stop_sequence=matched,
             prefill_s=round(prefill_s, 4),
+            sync_s=round(synced - started, 4),
             time_to_first_token_s=round(ttft, 4),
             decode_s=round(decode_s, 4),
             tokens_per_s=round((generated - 1) / decode_s, 3) if decode_s > 0 else 0.0,

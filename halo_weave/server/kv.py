@@ -7,17 +7,21 @@ attention a client wants run with ``eager`` and ``output_attentions``.
 
 A prompt that differs from the cached ids inside the context (a prune, a resurrection)
 goes through :mod:`.kv_surgery`: removed spans are cut out of the key and value tensors
-and the later keys RoPE-rotated back; inserted spans are run on the cache cropped in
-front of them, and the keys after them rotated forward.
+(and kept in a :class:`~.span_store.SpanStore`) and the later keys RoPE-rotated back;
+inserted spans are put back from the store (keys rotated to their new place) or run on
+the cache cropped in front of them, and the keys after them rotated forward.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import torch
 
 from . import kv_surgery
 from .kv_surgery import EXACT, SURGERY, SyncReport
+from .span_store import MAX_ENTRY_TOKENS, SpanStore, to_run
 
 #: Longest slice of prompt run in one forward pass: bounds memory on 8k prompts.
 PREFILL_CHUNK = 2048
@@ -29,8 +33,9 @@ SDPA = "sdpa"
 class ContextCache:
     """A ``DynamicCache`` plus the token ids whose keys and values it holds."""
 
-    def __init__(self, model, device: str) -> None:
+    def __init__(self, model, device: str, store: SpanStore | None = None) -> None:
         self.model = model
+        self.store = store if store is not None else SpanStore()
         self.device = device
         self.ids: list[int] = []
         self._cache = None
@@ -121,7 +126,17 @@ class ContextCache:
         edits = kv_surgery.plan_edits(self.ids, ids)
         middle, tail = kv_surgery.split_tail(edits, len(self.ids), len(ids))
         report = SyncReport()
-        if middle and (self.mode == EXACT or middle[0].start == 0 or kv_surgery.prefer_exact(middle, len(ids))):
+        covers = []
+        if middle and self.mode != EXACT:
+            started = time.perf_counter()
+            for e in middle:
+                if e.removed:
+                    report.stored += self._save(e.cached_start, e.cached_end)
+            report.store_s = time.perf_counter() - started
+            covers = [self.store.cover(ids[e.start:e.end]) for e in middle]
+        running = sum(to_run(c) for c in covers)
+        if middle and (self.mode == EXACT or middle[0].start == 0
+                       or kv_surgery.prefer_exact(middle, len(ids), running)):
             keep = middle[0].start
             report.mode, report.rerun, report.dropped = EXACT, len(ids) - keep, len(self.ids) - keep
             report.reused = keep
@@ -131,21 +146,55 @@ class ContextCache:
             return report
         if middle:
             report.mode = SURGERY
-            if not self._apply(middle, ids, report, should_stop):
+            if not self._apply(middle, covers, ids, report, should_stop):
                 return None
         keep = tail.start if tail else len(self.ids)  # new coordinates once surgery ran
         if tail:
             report.dropped += tail.removed
             self.rewind(keep)
-        report.reused = len(self.ids) - report.inserted
+        report.reused = len(self.ids) - report.inserted - report.restored
         if len(ids) > len(self.ids):
             report.appended = len(ids) - len(self.ids)
             if self.prefill(ids[len(self.ids):], should_stop) is None:
                 return None
         return report
 
-    def _apply(self, middle, ids, report: SyncReport, should_stop) -> bool:
-        """Cut removed spans, run inserted ones, rotate what moved (see the module docstring)."""
+    def _save(self, start: int, end: int) -> int:
+        """Store the keys and values of cached positions ``[start, end)``; tokens stored."""
+        if self.store.max_bytes <= 0:
+            return 0
+        saved = 0
+        for a in range(start, end, MAX_ENTRY_TOKENS):
+            b = min(end, a + MAX_ENTRY_TOKENS)
+            key = tuple(self.ids[a:b])
+            if key in self.store.entries:
+                self.store.touch(self.store.entries[key])
+                saved += b - a
+                continue
+            layers = [(layer.keys[..., a:b, :].clone(), layer.values[..., a:b, :].clone())
+                      for layer in self._cache.layers]
+            nbytes = sum(k.nbytes + v.nbytes for k, v in layers)
+            if self.store.put(key, a, layers, nbytes) is not None:
+                saved += b - a
+        return saved
+
+    def _restore(self, piece, at: int) -> None:
+        """Append a stored piece's keys (rotated to ``at..``) and values to the cache."""
+        entry, n = piece.entry, len(piece)
+        delta = at - (entry.pos + piece.offset)
+        inv_freq = self.model.model.rotary_emb.inv_freq
+        o = piece.offset
+        for layer, (keys, values) in zip(self._cache.layers, entry.payload):
+            k, v = keys[..., o:o + n, :], values[..., o:o + n, :]
+            if delta:
+                k = kv_surgery.rotate_keys(k, delta, inv_freq)
+            layer.keys = torch.cat([layer.keys, k], dim=-2)
+            layer.values = torch.cat([layer.values, v], dim=-2)
+        self.ids = self.ids + list(entry.ids[o:o + n])
+        self.store.touch(entry)
+
+    def _apply(self, middle, covers, ids, report: SyncReport, should_stop) -> bool:
+        """Cut removed spans, put back or run inserted ones, rotate what moved."""
         old_ids = self.ids
         old = [(layer.keys, layer.values) for layer in self._cache.layers]
         inv_freq = self.model.model.rotary_emb.inv_freq
@@ -153,13 +202,21 @@ class ContextCache:
         for n, edit in enumerate(middle):
             report.dropped += edit.removed
             report.spans_removed += edit.removed > 0
-            if edit.inserted:
+            for piece in covers[n]:
+                at = edit.start + piece.start
+                started = time.perf_counter()
+                if piece.entry is not None:
+                    self._restore(piece, at)
+                    report.restored += len(piece)
+                    report.restore_s += time.perf_counter() - started
+                    continue
                 if should_stop():
                     self.reset()
                     return False
-                self.prefill(ids[edit.start : edit.end])
-                report.inserted += edit.inserted
-                report.spans_inserted += 1
+                self.prefill(ids[at : edit.start + piece.end])
+                report.inserted += len(piece)
+                report.insert_s += time.perf_counter() - started
+            report.spans_inserted += edit.inserted > 0
             # The cached run after this edit, up to the next one, moves by `delta`.
             a = edit.cached_end
             b = middle[n + 1].cached_start if n + 1 < len(middle) else len(old_ids)

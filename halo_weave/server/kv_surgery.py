@@ -14,7 +14,8 @@ with the requested ones and returns the differences as :class:`Edit`\\ s; an eng
 * runs new tokens at the end as usual.
 
 Re-running from the first edit is the exact path: chosen by the engine's ``kv_mode``
-(``"exact"``) or by :func:`prefer_exact` when the inserted spans cost nearly as much as
+(``"exact"``) or by :func:`prefer_exact` when the inserted tokens that must be *run*
+(not those put back from stored states, :mod:`.span_store`) cost nearly as much as
 re-running.  :class:`SyncReport` says what happened; it travels in the done event.
 
 Pure Python (torch is imported by :func:`rotate_keys` only).
@@ -70,11 +71,15 @@ class SyncReport:
     moved: int = 0  # of those, tokens whose position changed
     dropped: int = 0  # cached tokens removed (pruned spans and a changed tail)
     inserted: int = 0  # tokens run at their own place inside the context (surgery)
-    restored: int = 0  # inserted tokens taken from kept states instead of being run
+    restored: int = 0  # inserted tokens put back from stored states instead of being run
+    stored: int = 0  # pruned tokens whose states were saved for a later resurrection
     appended: int = 0  # new tokens run at the end
     rerun: int = 0  # tokens re-run because the exact path was taken
     spans_removed: int = 0
     spans_inserted: int = 0
+    store_s: float = 0.0  # seconds saving pruned spans' states
+    restore_s: float = 0.0  # seconds putting stored states back
+    insert_s: float = 0.0  # seconds running inserted tokens
 
     @property
     def computed(self) -> int:
@@ -82,7 +87,10 @@ class SyncReport:
         return self.inserted + self.appended + self.rerun
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        for key in ("store_s", "restore_s", "insert_s"):
+            out[key] = round(out[key], 4)
+        return out
 
 
 def plan_edits(cached: list[int], wanted: list[int], anchor: int = ANCHOR_TOKENS) -> list[Edit]:

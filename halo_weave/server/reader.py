@@ -72,10 +72,9 @@ class ProxyReader:
             raise ReaderUnavailable("the bundled model is not a GGUF file")
         from .llamacpp.engine import LlamaEngine
 
-        # No cells kept for pruned spans: the reader never brings a span back quickly
-        # enough to pay for them (a resurrected chunk is simply run), and the cache is
-        # then ~95 MB for 4096 tokens instead of twice that.
-        engine = LlamaEngine(source.path / source.gguf_file, context_size=window, threads=threads, kept_tokens=0)
+        # No store of pruned spans' states: the reader never brings a span back quickly
+        # enough to pay for the memory (a resurrected chunk is simply run).
+        engine = LlamaEngine(source.path / source.gguf_file, context_size=window, threads=threads, store_bytes=0)
         return cls(engine)
 
     def tokenize(self, text: str) -> list[int]:

@@ -202,6 +202,7 @@ def done_event(record: DoneRecord) -> str:
         kv=record.kv,
         timings={
             "prefill_s": record.prefill_s,
+            "sync_s": record.sync_s,
             "time_to_first_token_s": record.time_to_first_token_s,
             "decode_s": record.decode_s,
             "tokens_per_s": record.tokens_per_s,

@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import StoreCorrupt, StoreForeign, StoreTooNew
+from ..errors import StoreCorrupt, StoreError, StoreForeign, StoreTooNew
+from . import integrity
 from .schema import KNOWN_MIGRATIONS, MIGRATION_SET
 
 #: Conversation files live in ``<data dir>/conversations`` with this suffix.
@@ -137,3 +138,45 @@ def _summary(path: Path) -> ConversationSummary:
         path, title or "New conversation",
         json.loads(updated[0]) if updated else path.stat().st_mtime, turns, tokens,
     )
+
+
+# ---------------------------------------------------------------------- halo-weave --check
+def check_file(path: Path) -> tuple[bool, list[str]]:
+    """Verify a conversation file without changing it: ``(sound, lines to print)``.
+
+    Runs the store's own refusal checks (not SQLite, integrity_check, foreign, too new),
+    then every checksum and chunk shape.  Never writes, and leaves no -wal/-shm behind.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return False, [f"{path}: no such file."]
+    try:
+        inspect(path)
+    except StoreError as exc:
+        return False, [str(exc)]
+    conn = _readonly(path)
+    try:
+        integrity.register(conn)
+        conn.text_factory = integrity.lenient_text
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "chunk_tokens" not in tables:
+            return False, [f"{path.name} is an empty database, not a conversation yet."]
+        lines = []
+        if "row_checksums" not in tables:
+            lines.append(f"{path.name} was written before checksums; they are added when it is next opened. "
+                         "Only the chunks' shapes were checked.")
+            damage = integrity.shape_problems(conn)
+        else:
+            damage = integrity.verify_all(conn)
+        chunks = conn.execute("SELECT COUNT(*), COALESCE(SUM(token_count), 0) FROM chunks").fetchone()
+    except sqlite3.Error as exc:
+        return False, [f"{path.name} cannot be read: {exc}."]
+    finally:
+        conn.close()
+    if damage:
+        lines += [f"{path.name} is damaged: {len(damage)} damaged part(s):"]
+        lines += [f"  {d.describe()}" for d in damage]
+        return False, lines
+    lines.append(f"{path.name} is sound: integrity check ok, {chunks[0]} chunks, {chunks[1]} tokens, "
+                 "every checksum matches.")
+    return True, lines

@@ -11,7 +11,7 @@ sums).  ``semantic_entries`` is left out: it is an index, rebuilt from the chunk
 
 Reading verifies what is read: opening checks every row of the small tables and the live
 chunks' tokens; a pruned chunk's tokens are checked when they are read back (resurrection,
-graveyard preview).  :func:`check_file` checks everything (``halo-weave --check FILE``).
+graveyard preview).  :func:`.files.check_file` checks everything (``halo-weave --check FILE``).
 Besides the sums, each chunk's BLOBs must agree in length with its ``token_count`` and
 its text with its lengths.
 """
@@ -229,7 +229,7 @@ def _mismatches(conn: sqlite3.Connection, table: str, where: str = "", args: Seq
     return [Damage(table, k, "no checksum" if missing else "checksum mismatch") for k, missing in rows]
 
 
-def _shape_problems(conn: sqlite3.Connection, where: str = "", args: Sequence = ()) -> list[Damage]:
+def shape_problems(conn: sqlite3.Connection, where: str = "", args: Sequence = ()) -> list[Damage]:
     """Chunks whose stored BLOBs disagree with their token count or their text."""
     found = []
     for chunk_id, count, ids, brightness, text, lengths in conn.execute(
@@ -268,7 +268,7 @@ def verify_on_open(conn: sqlite3.Connection, chunks_agree: Callable[[], bool] | 
     if damage or chunks_agree is None or not chunks_agree():
         damage += _mismatches(conn, "chunks")
     damage += _mismatches(conn, "chunk_tokens", live)
-    damage += _shape_problems(conn, "AND c.live")
+    damage += shape_problems(conn, "AND c.live")
     return _unique(damage)
 
 
@@ -282,14 +282,14 @@ def verify_chunks(conn: sqlite3.Connection, chunk_ids: Iterable[int]) -> list[Da
         batch = ids[i : i + 900]
         marks = ",".join("?" * len(batch))
         damage += _mismatches(conn, "chunk_tokens", f"AND t.chunk_id IN ({marks})", batch)
-        damage += _shape_problems(conn, f"AND c.id IN ({marks})", batch)
+        damage += shape_problems(conn, f"AND c.id IN ({marks})", batch)
     return _unique(damage)
 
 
 def verify_all(conn: sqlite3.Connection) -> list[Damage]:
     """Every checked row (``--check``)."""
     damage = [d for table in CHECKED for d in _mismatches(conn, table)]
-    return _unique(damage + _shape_problems(conn))
+    return _unique(damage + shape_problems(conn))
 
 
 def _unique(damage: list[Damage]) -> list[Damage]:
@@ -311,51 +311,6 @@ def damage_message(name: str, damage: Sequence[Damage], limit: int = 5) -> str:
         "read-only, so nothing more can be lost: read what is intact, and restore the file "
         f"from a backup to go on. `halo-weave --check {name}` lists every damaged part."
     )
-
-
-# ---------------------------------------------------------------------- halo-weave --check
-def check_file(path: Path) -> tuple[bool, list[str]]:
-    """Verify a conversation file without changing it: ``(sound, lines to print)``.
-
-    Runs the store's own refusal checks (not SQLite, integrity_check, foreign, too new),
-    then every checksum and chunk shape.  Never writes, and leaves no -wal/-shm behind.
-    """
-    from ..errors import StoreError
-    from .files import _readonly, inspect
-
-    path = Path(path)
-    if not path.is_file():
-        return False, [f"{path}: no such file."]
-    try:
-        inspect(path)
-    except StoreError as exc:
-        return False, [str(exc)]
-    conn = _readonly(path)
-    try:
-        register(conn)
-        conn.text_factory = lenient_text
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if "chunk_tokens" not in tables:
-            return False, [f"{path.name} is an empty database, not a conversation yet."]
-        lines = []
-        if "row_checksums" not in tables:
-            lines.append(f"{path.name} was written before checksums; they are added when it is next opened. "
-                         "Only the chunks' shapes were checked.")
-            damage = _shape_problems(conn)
-        else:
-            damage = verify_all(conn)
-        chunks = conn.execute("SELECT COUNT(*), COALESCE(SUM(token_count), 0) FROM chunks").fetchone()
-    except sqlite3.Error as exc:
-        return False, [f"{path.name} cannot be read: {exc}."]
-    finally:
-        conn.close()
-    if damage:
-        lines += [f"{path.name} is damaged: {len(damage)} damaged part(s):"]
-        lines += [f"  {d.describe()}" for d in damage]
-        return False, lines
-    lines.append(f"{path.name} is sound: integrity check ok, {chunks[0]} chunks, {chunks[1]} tokens, "
-                 "every checksum matches.")
-    return True, lines
 
 
 @dataclass(frozen=True)

@@ -84,7 +84,7 @@ def run(argv: list[str] | None, controller_class) -> int:
     if args.probe:
         return probe_main(args.probe)
     if args.check:
-        from ..storage.integrity import check_file
+        from ..storage.files import check_file
 
         sound, lines = check_file(args.check)
         print("\n".join(lines))

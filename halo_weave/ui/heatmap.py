@@ -55,7 +55,7 @@ from .code_blocks import CodeBlockHighlighter
 from .follow import Follower
 from .heatmap_gutter import Gutter, pin_markers
 from .heatmap_layout import DocumentPlan, build_plan
-from .heatmap_paint import FramePainter, pieces_in, request_lines, update_rects
+from .heatmap_paint import FramePainter, boxes_in, request_lines, update_rects
 from .heatmap_stream import append_pending_text
 
 #: Minimum milliseconds between two repaints (one frame at 60 Hz).
@@ -111,7 +111,7 @@ class HeatmapView(QPlainTextEdit):
         self._frame_timer.setInterval(FRAME_MS)
         self._frame_timer.timeout.connect(self.flush)
         self._frame: Frame | None = None
-        self._keys: np.ndarray | None = None  # colour key per piece of self._frame
+        self._keys: np.ndarray | None = None  # colour key per box of self._frame
         self._shown = np.zeros(0, np.int64)  # last painted colour key per plan token
         self._full_update = True
         self._gutter_signature: tuple = ()
@@ -182,7 +182,7 @@ class HeatmapView(QPlainTextEdit):
 
     def flush(self) -> None:
         """Do the pending frame now: append streamed text, then ask Qt to repaint the
-        pieces whose colour changed (the whole viewport when many did)."""
+        boxes whose colour changed (the whole viewport when many did)."""
         self._frame_timer.stop()
         streamed = self._pending_append
         if streamed:
@@ -259,7 +259,7 @@ class HeatmapView(QPlainTextEdit):
         frame = self._current_frame()
         if frame is None or not len(frame.token):
             return None
-        mine = np.flatnonzero(self._piece_chunks(frame) == chunk_id)
+        mine = np.flatnonzero(self._box_chunks(frame) == chunk_id)
         if not len(mine):
             return None
         left, right = frame.x0[mine].min(), frame.x1[mine].max()
@@ -285,7 +285,7 @@ class HeatmapView(QPlainTextEdit):
             super().paintEvent(event)
             return
         rects = update_rects(event)
-        inside = pieces_in(frame, rects)
+        inside = boxes_in(frame, rects)
         keys_in = self._current_keys(frame)[inside]
         if len(inside):
             self._shown_keys(frame.token)  # grows the array when tokens were added
@@ -377,7 +377,7 @@ class HeatmapView(QPlainTextEdit):
             self._full_update = True
 
     def _current_frame(self) -> Frame | None:
-        """The visible pieces, recollected when the view scrolled, resized or changed."""
+        """The visible boxes, recollected when the view scrolled, resized or changed."""
         if self._conv is None or self._plan.length == 0:
             return None
         offset = self.contentOffset()
@@ -409,7 +409,7 @@ class HeatmapView(QPlainTextEdit):
             self._shown = grown
         return self._shown[tokens]
 
-    def _piece_chunks(self, frame: Frame) -> np.ndarray:
+    def _box_chunks(self, frame: Frame) -> np.ndarray:
         rows = self._plan.rows[frame.token]
         table = self._conv.table
         chunk_ids = np.full(len(rows), -1, np.int64)

@@ -1,13 +1,13 @@
 """What one heatmap frame paints: token geometry on screen and each token's colour key.
 
 :func:`collect_frame` walks the visible blocks of a ``QPlainTextEdit`` once and returns
-numpy arrays of token pieces (a token split at line wraps gives several pieces) in
-viewport coordinates; per-block piece geometry is cached by the caller in a dict keyed
+numpy arrays of token boxes (a token split at line wraps gives several boxes) in
+viewport coordinates; per-block box geometry is cached by the caller in a dict keyed
 by block number and checked against the block's revision and the viewport width.  A
-block that only grew at its end (the streamed answer) keeps the pieces of its settled
+block that only grew at its end (the streamed answer) keeps the boxes of its settled
 lines and measures only from its last old line on, so a token costs O(one line).
-:func:`colour_keys` turns brightness into one small integer per piece: the overlay
-repaints only pieces whose key changed since they were last painted.
+:func:`colour_keys` turns brightness into one small integer per box: the overlay
+repaints only boxes whose key changed since they were last painted.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ KEY_STRIDE = colors.LEVELS + 1
 
 @dataclass
 class BlockGeometry:
-    """Pieces of one laid-out block, relative to the block's top-left."""
+    """Boxes of one laid-out block, relative to the block's top-left."""
 
     key: tuple
     kind: str
@@ -42,7 +42,7 @@ class BlockGeometry:
     x1: np.ndarray
     y: np.ndarray
     h: np.ndarray
-    #: Line number of each piece inside the block.
+    #: Line number of each box inside the block.
     line: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     line_count: int = 0
 
@@ -72,7 +72,7 @@ def region_of(plan: DocumentPlan, position: int) -> tuple[str, str]:
 
 def block_geometry(view: QPlainTextEdit, block: QTextBlock, plan: DocumentPlan,
                    cache: dict[int, BlockGeometry]) -> BlockGeometry | None:
-    """Token pieces of a laid-out block (cached), or None when it is not laid out."""
+    """Token boxes of a laid-out block (cached), or None when it is not laid out."""
     layout = block.layout()
     if layout is None or layout.lineCount() == 0:
         return None
@@ -91,7 +91,7 @@ def block_geometry(view: QPlainTextEdit, block: QTextBlock, plan: DocumentPlan,
         settled = max(cached.line_count - 1, 0)
         keep = cached.line < settled
         start = layout.lineAt(settled).textStart() if settled < layout.lineCount() else blen - 1
-        fresh = _body_pieces(layout, plan, bpos, bpos + blen - 1, start)
+        fresh = _body_boxes(layout, plan, bpos, bpos + blen - 1, start)
         geometry = BlockGeometry(
             key, kind, role,
             *(np.concatenate((getattr(cached, name)[keep], part))
@@ -99,14 +99,14 @@ def block_geometry(view: QPlainTextEdit, block: QTextBlock, plan: DocumentPlan,
             line_count=layout.lineCount(),
         )
     else:
-        geometry = BlockGeometry(key, kind, role, *_body_pieces(layout, plan, bpos, bpos + blen - 1, 0),
+        geometry = BlockGeometry(key, kind, role, *_body_boxes(layout, plan, bpos, bpos + blen - 1, 0),
                                  line_count=layout.lineCount())
     cache[block.blockNumber()] = geometry
     return geometry
 
 
 def _line_geometry(key: tuple, kind: str, role: str, layout) -> BlockGeometry:
-    """One piece (token -1) per non-empty line of a label, prompt or gap block."""
+    """One box (token -1) per non-empty line of a label, prompt or gap block."""
     x0, x1, y, h = [], [], [], []
     for i in range(layout.lineCount()):
         line = layout.lineAt(i)
@@ -120,8 +120,8 @@ def _line_geometry(key: tuple, kind: str, role: str, layout) -> BlockGeometry:
                          np.array(y, float), np.array(h, float), np.zeros(n, np.int64), layout.lineCount())
 
 
-def _body_pieces(layout, plan: DocumentPlan, bpos: int, bend: int, first: int) -> tuple[np.ndarray, ...]:
-    """(token, x0, x1, y, h, line) of the token pieces from block offset ``first`` on;
+def _body_boxes(layout, plan: DocumentPlan, bpos: int, bend: int, first: int) -> tuple[np.ndarray, ...]:
+    """(token, x0, x1, y, h, line) of the token boxes from block offset ``first`` on;
     ``bend`` is the block's last document position (its separator is not drawn)."""
     token, x0, x1, y, h, number = [], [], [], [], [], []
     lo = int(np.searchsorted(plan.ends, bpos + first, "right"))
@@ -135,9 +135,9 @@ def _body_pieces(layout, plan: DocumentPlan, bpos: int, bend: int, first: int) -
                 line = layout.lineForTextPosition(s)
                 line_start = line.textStart()
                 line_end = line_start + line.textLength()
-            piece_end = min(e, line_end)
+            box_end = min(e, line_end)
             left = line.cursorToX(s)[0]
-            right = line.cursorToX(piece_end)[0]
+            right = line.cursorToX(box_end)[0]
             if right > left:
                 token.append(lo + offset)
                 x0.append(left)
@@ -145,9 +145,9 @@ def _body_pieces(layout, plan: DocumentPlan, bpos: int, bend: int, first: int) -
                 y.append(line.y())
                 h.append(line.height())
                 number.append(line.lineNumber())
-            if piece_end <= s:
+            if box_end <= s:
                 break
-            s = piece_end
+            s = box_end
     return (np.array(token, np.int64), np.array(x0, float), np.array(x1, float), np.array(y, float),
             np.array(h, float), np.array(number, np.int64))
 
@@ -170,7 +170,7 @@ def visible_blocks(view: QPlainTextEdit, plan: DocumentPlan, cache: dict[int, Bl
 
 def collect_frame(view: QPlainTextEdit, plan: DocumentPlan, cache: dict[int, BlockGeometry],
                   key: tuple) -> Frame:
-    """Every piece on screen, in viewport coordinates."""
+    """Every box on screen, in viewport coordinates."""
     tokens, x0, x1, y, h = [], [], [], [], []
     lines, bodies = [], []
     for _, rect, g in visible_blocks(view, plan, cache):
@@ -197,12 +197,11 @@ def collect_frame(view: QPlainTextEdit, plan: DocumentPlan, cache: dict[int, Blo
 def colour_keys(conv: Conversation, rows: np.ndarray) -> np.ndarray:
     """One colour key per table row (see :data:`KEY_STRIDE`)."""
     table = conv.table
-    brightness = table.brightness
     framing = table.framing
     ids, starts = table.chunk_spans()
     if not len(ids):
         return np.zeros(len(rows), np.int64)
-    peaks = np.maximum.reduceat(brightness, starts)
+    peaks = conv.chunk_peaks()[1]  # the score pruning ranks by (peak or top-k mean)
     content = ~framing[starts]
     lo = float(peaks[content].min()) if content.any() else 0.0
     hi = float(peaks[content].max()) if content.any() else 0.0

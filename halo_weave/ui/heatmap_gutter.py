@@ -46,16 +46,16 @@ def pin_markers(view, frame: Frame | None) -> list[tuple[int, float, float]]:
     if frame is None or not len(frame.token):
         return []
     chunks = view._conv.chunks
-    piece_chunks = view._piece_chunks(frame)
+    box_chunks = view._box_chunks(frame)
     markers = []
-    for chunk_id in np.unique(piece_chunks).tolist():
+    for chunk_id in np.unique(box_chunks).tolist():
         chunk = chunks.get(chunk_id)
         if chunk is None or not chunk.pinned:
             continue
         first = view._first_token_of(chunk_id)
-        pieces = np.flatnonzero(frame.token == first) if first is not None else []
-        if len(pieces):
-            i = int(pieces[0])
+        boxes = np.flatnonzero(frame.token == first) if first is not None else []
+        if len(boxes):
+            i = int(boxes[0])
             markers.append((chunk_id, float(frame.y[i]), float(frame.h[i])))
     return markers
 

@@ -1,6 +1,6 @@
 """Painting one update of the heatmap: the three layers of :mod:`.heatmap` (highlight
 under the text, the text, the chunk colours over it in *darken* mode), one batch of
-rectangles per colour, for the visible token pieces only."""
+rectangles per colour, for the visible token boxes only."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ MAX_DIRTY_LINES = 24
 
 
 def request_lines(viewport, frame: Frame, changed: np.ndarray) -> None:
-    """Ask Qt to repaint the lines of the ``changed`` pieces: one rectangle per line
+    """Ask Qt to repaint the lines of the ``changed`` boxes: one rectangle per line
     (whole lines: Qt draws a line's text whole anyway, and adjacent lines merge into one
     rectangle of the update region), or the whole viewport past :data:`MAX_DIRTY_LINES`."""
     if not len(changed):
@@ -47,8 +47,8 @@ def update_rects(event: QPaintEvent) -> list:
     return [bounds]
 
 
-def pieces_in(frame: Frame, rects: list) -> np.ndarray:
-    """Indices of the frame's pieces that meet any of ``rects``."""
+def boxes_in(frame: Frame, rects: list) -> np.ndarray:
+    """Indices of the frame's boxes that meet any of ``rects``."""
     hit = np.zeros(len(frame.token), bool)
     for rect in rects:
         hit |= ((frame.y + frame.h >= rect.top()) & (frame.y <= rect.bottom())
@@ -68,7 +68,7 @@ class FramePainter:
 
     def paint(self, view: QPlainTextEdit, event: QPaintEvent, rects: list, frame: Frame,
               inside: np.ndarray, keys_in: np.ndarray) -> None:
-        """Paint ``event`` on ``view``: the pieces ``inside`` with their colour keys."""
+        """Paint ``event`` on ``view``: the boxes ``inside`` with their colour keys."""
         bounds = event.rect()
         lit = keys_in >= KEY_STRIDE
         # The system clip is the update region: nothing outside it is touched.
@@ -104,20 +104,20 @@ class FramePainter:
         painter.end()
 
 
-def batches(frame: Frame, pieces: np.ndarray, keys: np.ndarray) -> list[tuple[int, list[QRectF]]]:
-    """(key, rectangles) per distinct key of these pieces; adjacent pieces of one key on
+def batches(frame: Frame, boxes: np.ndarray, keys: np.ndarray) -> list[tuple[int, list[QRectF]]]:
+    """(key, rectangles) per distinct key of these boxes; adjacent boxes of one key on
     one line are merged into one rectangle."""
-    if not len(pieces):
+    if not len(boxes):
         return []
-    order = np.lexsort((pieces, keys))
-    pieces, keys = pieces[order], keys[order]
-    x0, x1, y, h = frame.x0[pieces], frame.x1[pieces], frame.y[pieces], frame.h[pieces]
-    # A run continues while the next piece has the same key, is on the same line and
+    order = np.lexsort((boxes, keys))
+    boxes, keys = boxes[order], keys[order]
+    x0, x1, y, h = frame.x0[boxes], frame.x1[boxes], frame.y[boxes], frame.h[boxes]
+    # A run continues while the next box has the same key, is on the same line and
     # touches this one.
     joins = ((keys[1:] == keys[:-1]) & (y[1:] == y[:-1]) & (np.abs(x0[1:] - x1[:-1]) < 0.5)
-             & (np.diff(pieces) == 1))
+             & (np.diff(boxes) == 1))
     starts = np.flatnonzero(np.concatenate(([True], ~joins)))
-    ends = np.concatenate((starts[1:], [len(pieces)])) - 1
+    ends = np.concatenate((starts[1:], [len(boxes)])) - 1
     rects = [
         QRectF(a, b, c, d)
         for a, b, c, d in zip(x0[starts].tolist(), y[starts].tolist(),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from halo_weave.storage import integrity, rehydration
+from halo_weave.storage import files, integrity, rehydration
 from halo_weave.store import ConversationStore, StoreDamaged, StoreError
 
 from .helpers import build_conversation, what_the_user_sees
@@ -95,7 +95,7 @@ def test_bit_flips_in_every_table_are_detected_or_harmless(original, tmp_path):
             result = outcome(copy, view)
             counts[result] += 1
             if result != "harmless":
-                sound, _ = integrity.check_file(copy)
+                sound, _ = files.check_file(copy)
                 assert not sound, f"--check missed a flip that the app noticed ({table}, byte {offset})"
             for leftover in tmp_path.glob(f"{copy.name}*"):
                 leftover.unlink()

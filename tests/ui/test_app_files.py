@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
@@ -72,7 +73,8 @@ def test_menu_shortcuts_are_shown(window):
 
 
 def test_help_runs_as_console_script():
-    result = subprocess.run([sys.executable, "-m", "halo_weave.app", "--help"], capture_output=True, text=True, timeout=120)
+    script = Path(sys.executable).with_name("halo-weave")  # installed beside this interpreter
+    result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0
     assert "--no-autostart" in result.stdout and "--conversation FILE" in result.stdout
 

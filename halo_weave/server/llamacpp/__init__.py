@@ -1,8 +1,8 @@
 """The llama.cpp engine (GGUF models): attention read out of llama.cpp's graph, KV surgery.
 
 * :mod:`.bindings` - llama-cpp-python's C API plus the ggml calls bound here;
-* :mod:`.cache` - the context as the server's KV cache: attention readout, cells,
-  surgery, kept spans;
+* :mod:`.cache` - the context as the server's KV cache: attention readout, cells, surgery;
+* :mod:`.states` - pruned spans' states saved to host memory and put back without a run;
 * :mod:`.engine` - :class:`LlamaEngine`, the engine the server serves.
 
 Importing this package loads nothing heavy; llama-cpp-python is imported when an

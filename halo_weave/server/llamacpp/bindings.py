@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 from pathlib import Path
 
 #: ggml limits the struct layout depends on (ggml.h).
@@ -49,6 +50,10 @@ NAME_OFFSET = GgmlTensor.name.offset
 OP_OFFSET = GgmlTensor.op.offset
 NE_OFFSET = GgmlTensor.ne.offset
 SRC_OFFSET = GgmlTensor.src.offset
+NB_OFFSET = GgmlTensor.nb.offset
+DATA_OFFSET = GgmlTensor.data.offset
+BUFFER_OFFSET = GgmlTensor.buffer.offset
+VIEW_SRC_OFFSET = GgmlTensor.view_src.offset
 
 
 class Bindings:
@@ -79,6 +84,21 @@ class Bindings:
     def tensor_src(self, tensor: int, index: int) -> int | None:
         return ctypes.c_void_p.from_address(tensor + SRC_OFFSET + index * ctypes.sizeof(ctypes.c_void_p)).value
 
+    def tensor_view_src(self, tensor: int) -> int | None:
+        """The tensor a view looks into (a SET_ROWS node's destination)."""
+        return ctypes.c_void_p.from_address(tensor + VIEW_SRC_OFFSET).value
+
+    def tensor_host_rows(self, tensor: int) -> tuple[int | None, int, int]:
+        """``(data address, bytes per row, rows)`` of a tensor in host memory (address
+        None when its buffer is not host memory)."""
+        buffer = ctypes.c_void_p.from_address(tensor + BUFFER_OFFSET).value
+        if not buffer or not self.ggml.ggml_backend_buffer_is_host(buffer):
+            return None, 0, 0
+        ne = self.tensor_shape(tensor)
+        row_bytes = ctypes.c_size_t.from_address(tensor + NB_OFFSET + ctypes.sizeof(ctypes.c_size_t)).value
+        data = ctypes.c_void_p.from_address(tensor + DATA_OFFSET).value
+        return data, row_bytes, ne[1] * ne[2] * ne[3]
+
     def read(self, tensor: int, into) -> None:
         """Copy the tensor's bytes into the NumPy array ``into`` (sized to fit)."""
         n = self.ggml.ggml_nbytes(tensor)
@@ -95,6 +115,12 @@ class Bindings:
 @functools.lru_cache(maxsize=1)
 def load() -> Bindings:
     """Import llama-cpp-python and bind ggml (once); :class:`LlamaUnavailable` if absent."""
+    # ggml's CPU threads meet at a barrier after every graph node; with OpenMP's default
+    # (active) waiting, a thread that reaches it first spins, and on a busy machine it
+    # spins on the core the other thread needs: measured here (2 cores, load ~10-15), 2
+    # threads took 0.4-9.8 s per token spinning against 32-64 ms waiting passively.
+    # Read once, when OpenMP starts: set before the library loads.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import llama_cpp.llama_cpp as llama
     except Exception as exc:  # noqa: BLE001 - ImportError, or OSError from the shared library
@@ -112,5 +138,7 @@ def load() -> Bindings:
     ggml.ggml_nbytes.argtypes = [ctypes.c_void_p]
     ggml.ggml_backend_tensor_get.restype = None
     ggml.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+    ggml.ggml_backend_buffer_is_host.restype = ctypes.c_bool
+    ggml.ggml_backend_buffer_is_host.argtypes = [ctypes.c_void_p]
     llama.llama_backend_init()
     return Bindings(llama, ggml)

@@ -15,39 +15,38 @@ raised after the decode.
 
 **Surgery** (see :mod:`halo_weave.server.kv_surgery`) on sequence 0, the live context:
 
-* removal: ``seq_rm`` the span, ``seq_add`` the rest back (llama.cpp re-rotates the keys);
-  the span's cells are moved to a *kept* sequence (2 .. ``n_seq_max - 1``) instead of
-  being freed, up to :data:`KEPT_TOKENS`;
-* insertion of a span that is kept: ``seq_add`` the later cells forward, move the kept
-  cells to their new positions and copy them into sequence 0 — no model run at all;
-* insertion of anything else: ``seq_add`` the later cells forward, ``seq_cp`` the prefix
-  into sequence 1, decode the span there at its positions (a decode below a sequence's
-  last position is refused), ``seq_cp`` it into sequence 0 and drop sequence 1.
-  Needs ``kv_unified`` (``seq_cp`` works on a unified cache only).
+* removal: the span's states are saved to host memory (:mod:`.states`, a bounded
+  :class:`~halo_weave.server.span_store.SpanStore`), then ``seq_rm`` the span and
+  ``seq_add`` the rest back (llama.cpp re-rotates the keys at the next decode);
+* insertion: ``seq_add`` the later cells forward, then, piece by piece, put back what the
+  store holds (no model run) and run the rest: ``seq_cp`` the prefix into sequence 1,
+  decode the piece there at its positions (a decode below a sequence's last position is
+  refused), ``seq_cp`` it into sequence 0 and drop sequence 1.  Needs ``kv_unified``
+  (``seq_cp`` works on a unified cache only).
+
+Every surgery ends with sequence 1 empty, so the cache holds the live context and nothing
+else: a decode attends over as many cells as the context has (plus padding).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
-
+import time
 import numpy as np
 
 from .. import kv_surgery
 from ..kv_surgery import EXACT, SURGERY, SyncReport
+from ..span_store import SpanStore, to_run
 from .bindings import Bindings
+from .states import StateSpill
 
 log = logging.getLogger("halo_weave.server")
 
 LIVE_SEQ = 0
 SCRATCH_SEQ = 1
-FIRST_KEPT_SEQ = 2
-#: Sequences in the context: live, scratch, and one per kept span.
-N_SEQ = 64
-#: Tokens of pruned spans kept in the cache for a later resurrection (extra cells; the
-#: default budget resurrects thousands of tokens a turn and prunes them again after it).
-KEPT_TOKENS = 4096
+#: Sequences in the context: live and scratch.
+N_SEQ = 2
 
 SOFTMAX_PREFIX = b"kq_soft_max-"
 K_CACHE_LAYER0 = b"cache_k_l0 (view)"
@@ -57,38 +56,24 @@ class DecodeError(RuntimeError):
     """llama_decode refused a batch or the evaluation callback failed."""
 
 
-@dataclass
-class KeptSpan:
-    """Pruned tokens whose cells still hold their keys and values, in sequence ``seq``."""
-
-    seq: int
-    pos: int  # current position of ids[0] in its sequence
-    ids: tuple[int, ...]
-    cells: np.ndarray
-    age: int
-
-
 class LlamaCache:
     """Sequence 0 of a llama.cpp context, mirrored by ``ids`` and ``cells``."""
 
     def __init__(self, lib: Bindings, ctx, model, n_layer: int, n_head: int, n_cells: int,
-                 n_batch: int, n_vocab: int) -> None:
+                 n_batch: int, n_vocab: int, store: SpanStore | None = None) -> None:
         self.lib, self.L = lib, lib.llama
         self.ctx, self.model = ctx, model
         self.mem = self.L.llama_get_memory(ctx)
         self.n_layer, self.n_head, self.n_vocab, self.n_batch = n_layer, n_head, n_vocab, n_batch
         self.mode = SURGERY
-        self.keep_pruned = True
-        #: Threads for prefill and plain decoding, and for a decode whose attention is read:
-        #: reading splits the graph in ~31 parts, and every part ends in a barrier of the
-        #: thread pool, which costs more than a second thread gains for one token.
+        #: Threads for prefill and plain decoding, and for a decode whose attention is read
+        #: (set by the engine; with passive waiting, 2 threads helped both here).
         self.threads = self.capture_threads = 1
         self._threads_set = None
-        self.kept_tokens = KEPT_TOKENS
         self.ids: list[int] = []
         self.cells = np.zeros(0, dtype=np.int64)
-        self.kept: list[KeptSpan] = []
-        self._age = 0
+        self.store = store if store is not None else SpanStore()
+        self.spill = StateSpill(lib, ctx, self.mem, self.store, LIVE_SEQ, SCRATCH_SEQ)
         self._batch = self.L.llama_batch_init(n_batch, 0, 1)
         # Filled by the callback: per-layer softmax rows of the last query, and cell indices.
         self._rows = np.zeros((n_layer, n_head, n_cells), dtype=np.float32)
@@ -120,6 +105,7 @@ class LlamaCache:
                     return self._capture
                 if name == K_CACHE_LAYER0 and lib.tensor_op(tensor) == lib.op_set_rows:
                     self._idx_tensor = lib.tensor_src(tensor, 1)
+                    self.spill.see_key_tensor(lib.tensor_view_src(tensor))
                     return True
                 return False
             if name.startswith(SOFTMAX_PREFIX):
@@ -244,7 +230,7 @@ class LlamaCache:
     def reset(self) -> None:
         """Forget everything (also after a failed decode, which may leave half a step)."""
         self.L.llama_memory_clear(self.mem, True)
-        self.ids, self.cells, self.kept = [], np.zeros(0, np.int64), []
+        self.ids, self.cells = [], np.zeros(0, np.int64)
 
     # ------------------------------------------------------------ sync and surgery
 
@@ -261,8 +247,17 @@ class LlamaCache:
         middle, tail = kv_surgery.split_tail(edits, len(self.ids), len(ids))
         report = SyncReport()
         if middle:
-            to_run = sum(e.inserted for e in middle if self._kept_match(ids[e.start:e.end]) is None)
-            if self.mode == EXACT or kv_surgery.prefer_exact(middle, len(ids), to_run):
+            surgery = self.mode != EXACT
+            if surgery:  # before anything moves: no K-shift is pending now
+                started = time.perf_counter()
+                for e in middle:
+                    if e.removed:
+                        report.stored += self.spill.save(self.ids[e.cached_start:e.cached_end],
+                                                         e.cached_start, e.cached_end)
+                report.store_s = time.perf_counter() - started
+            covers = [self.store.cover(ids[e.start:e.end]) if surgery else [] for e in middle]
+            running = sum(to_run(c) for c in covers)
+            if not surgery or kv_surgery.prefer_exact(middle, len(ids), running):
                 keep = middle[0].start
                 report.mode, report.reused = EXACT, keep
                 report.dropped = len(self.ids) - keep
@@ -270,7 +265,7 @@ class LlamaCache:
                 report.rerun = len(ids) - keep
                 return report if self._extend(ids, should_stop) else None
             report.mode = SURGERY
-            if not self._surgery(middle, ids, report, should_stop):
+            if not self._surgery(middle, covers, ids, report, should_stop):
                 return None
         if tail:
             report.dropped += tail.removed
@@ -295,32 +290,40 @@ class LlamaCache:
             del self.ids[keep:]
             self.cells = self.cells[:keep]
 
-    def _surgery(self, middle, ids, report: SyncReport, should_stop) -> bool:
+    def _surgery(self, middle, covers, ids, report: SyncReport, should_stop) -> bool:
         L, mem = self.L, self.mem
-        for edit in middle:
+        for edit, pieces in zip(middle, covers):
             s, removed, added = edit.start, edit.removed, edit.inserted
             if removed:
-                self._keep(s, s + removed)
                 L.llama_memory_seq_rm(mem, LIVE_SEQ, s, s + removed)
                 report.dropped += removed
                 report.spans_removed += 1
             if removed != added:
                 L.llama_memory_seq_add(mem, LIVE_SEQ, s + removed, -1, added - removed)
                 report.moved += len(self.ids) - s - removed
-            new_cells = np.zeros(0, np.int64)
-            if added:
-                span = ids[s:s + added]
-                new_cells = self._restore(span, s)
-                if new_cells is not None:
-                    report.restored += added
+            found = []
+            live = np.concatenate([self.cells[:s], self.cells[s + removed:]])
+            for piece in pieces:
+                at = s + piece.start
+                started = time.perf_counter()
+                cells = self.spill.restore(piece, at, live) if piece.entry is not None else None
+                if cells is not None:
+                    report.restored += len(piece)
+                    report.restore_s += time.perf_counter() - started
                 else:
                     if should_stop():
                         self.reset()
                         return False
-                    new_cells = self._run_inserted(span, s)
-                    report.inserted += added
+                    started = time.perf_counter()
+                    cells = self._run_inserted(ids[at:s + piece.end], at)
+                    report.inserted += len(piece)
+                    report.insert_s += time.perf_counter() - started
+                found.append(cells)
+                live = np.concatenate([live, cells])
+            if added:
                 report.spans_inserted += 1
             self.ids[s:s + removed] = ids[s:s + added]
+            new_cells = np.concatenate(found) if found else np.zeros(0, np.int64)
             self.cells = np.concatenate([self.cells[:s], new_cells, self.cells[s + removed:]])
         return True
 
@@ -334,63 +337,6 @@ class LlamaCache:
             L.llama_memory_seq_cp(mem, SCRATCH_SEQ, LIVE_SEQ, at, at + len(span))
         finally:
             L.llama_memory_seq_rm(mem, SCRATCH_SEQ, -1, -1)
-        return cells
-
-    # ------------------------------------------------------------ kept states
-
-    def _keep(self, start: int, end: int) -> None:
-        """Keep the cells of positions ``[start, end)`` of sequence 0 in a kept sequence."""
-        n = end - start
-        if not self.keep_pruned or n <= 0 or n > self.kept_tokens:
-            return
-        while self.kept and (sum(len(k.ids) for k in self.kept) + n > self.kept_tokens
-                             or len({k.seq for k in self.kept}) >= N_SEQ - FIRST_KEPT_SEQ):
-            self._forget(min(self.kept, key=lambda k: k.age).seq)
-        used = {k.seq for k in self.kept}
-        seq = next(s for s in range(FIRST_KEPT_SEQ, N_SEQ) if s not in used)
-        self.L.llama_memory_seq_cp(self.mem, LIVE_SEQ, seq, start, end)
-        self._age += 1
-        self.kept.append(KeptSpan(seq, start, tuple(self.ids[start:end]), self.cells[start:end].copy(), self._age))
-
-    def _forget(self, seq: int) -> None:
-        self.L.llama_memory_seq_rm(self.mem, seq, -1, -1)
-        self.kept = [k for k in self.kept if k.seq != seq]
-
-    def _kept_match(self, span: list[int]) -> tuple[KeptSpan, int] | None:
-        """A kept span holding ``span`` as a contiguous run: ``(kept, offset)``."""
-        if not span:
-            return None
-        n, first = len(span), span[0]
-        wanted = tuple(span)
-        for kept in reversed(self.kept):
-            ids = kept.ids
-            for o in range(len(ids) - n + 1):
-                if ids[o] == first and ids[o:o + n] == wanted:
-                    return kept, o
-        return None
-
-    def _restore(self, span: list[int], at: int) -> np.ndarray | None:
-        """Bring kept cells holding ``span`` to positions ``at..`` of sequence 0, or None."""
-        match = self._kept_match(span)
-        if match is None:
-            return None
-        kept, offset = match
-        L, mem, n = self.L, self.mem, len(span)
-        delta = at - (kept.pos + offset)
-        if delta:
-            L.llama_memory_seq_add(mem, kept.seq, -1, -1, delta)
-            for other in self.kept:
-                if other.seq == kept.seq:
-                    other.pos += delta
-        L.llama_memory_seq_cp(mem, kept.seq, LIVE_SEQ, at, at + n)
-        L.llama_memory_seq_rm(mem, kept.seq, at, at + n)
-        cells = kept.cells[offset:offset + n].copy()
-        # What is left of the kept span stays kept, as up to two spans in the same sequence.
-        self.kept.remove(kept)
-        if offset:
-            self.kept.append(KeptSpan(kept.seq, kept.pos, kept.ids[:offset], kept.cells[:offset], kept.age))
-        if offset + n < len(kept.ids):
-            self.kept.append(KeptSpan(kept.seq, at + n, kept.ids[offset + n:], kept.cells[offset + n:], kept.age))
         return cells
 
     def close(self) -> None:

@@ -3,7 +3,7 @@
 Built on llama-cpp-python's low-level API (the high-level ``Llama`` class takes no
 evaluation callback).  The context is created with flash attention off (the softmax
 nodes the attention is read from only exist then), a unified KV cache and
-:data:`~.cache.N_SEQ` sequences (for insertions and kept spans, see :mod:`.cache`).
+:data:`~.cache.N_SEQ` sequences (live and scratch, see :mod:`.cache`).
 Tokenization, stop tokens and generation behave as in the transformers engine; text
 pieces come from each token's bytes as llama.cpp stores them.
 """
@@ -18,7 +18,8 @@ from .. import loader
 from ..engine_api import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, STOP_TOKEN_NAMES, EngineBase
 from ..tokens import TokenText
 from . import bindings
-from .cache import KEPT_TOKENS, N_SEQ, LlamaCache
+from ..span_store import DEFAULT_STORE_BYTES
+from .cache import N_SEQ, LlamaCache
 
 log = logging.getLogger("halo_weave.server")
 
@@ -26,9 +27,6 @@ log = logging.getLogger("halo_weave.server")
 N_BATCH = 512
 #: ggml log levels relayed to our log (the others are debug, info and continuations).
 WARN_LEVEL, ERROR_LEVEL = 3, 4
-#: Below this many parameters a token is too little work to share between threads while
-#: its attention is read (each of the ~31 graph parts ends in a thread barrier).
-SMALL_MODEL_PARAMS = 1_000_000_000
 #: llama.cpp pads the KV cache to this many cells.
 CELL_PAD = 256
 
@@ -42,10 +40,10 @@ class LlamaEngine(EngineBase):
 
     def __init__(self, path: Path, *, context_size: int | None = None, threads: int | None = None,
                  attention_format: str = AGGREGATED, capture_threads: int | None = None,
-                 kept_tokens: int = KEPT_TOKENS) -> None:
+                 store_bytes: int = DEFAULT_STORE_BYTES) -> None:
         """``threads`` run prefill and plain decoding; ``capture_threads`` a decode whose
-        attention is read (default: 1 for models under 1B parameters, else ``threads``);
-        ``kept_tokens``: cells kept for pruned spans (0: none, a smaller cache)."""
+        attention is read (default: ``threads``);
+        ``store_bytes`` bounds the host memory keeping pruned spans' states (0: none)."""
         if attention_format not in ATTENTION_FORMATS:
             raise ValueError(f"attention format must be one of {ATTENTION_FORMATS}")
         self._init_locks()
@@ -68,7 +66,9 @@ class LlamaEngine(EngineBase):
         self._n_layer = int(L.llama_model_n_layer(model))
         self._n_head = int(L.llama_model_n_head(model))
         n_vocab = int(L.llama_vocab_n_tokens(self.vocab))
-        n_cells = -(-(self.context_size + kept_tokens) // CELL_PAD) * CELL_PAD
+        # No spare cells: a restore that finds no room for a whole stored entry in the
+        # scratch sequence (a prompt near the full context) runs the span instead.
+        n_cells = -(-self.context_size // CELL_PAD) * CELL_PAD
 
         cp = L.llama_context_default_params()
         cp.n_ctx = n_cells
@@ -76,7 +76,7 @@ class LlamaEngine(EngineBase):
         cp.n_seq_max = N_SEQ
         cp.kv_unified = True
         cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        threads = threads or max(1, (os.cpu_count() or 2) - 1)
+        threads = threads or max(1, os.cpu_count() or 1)
         cp.n_threads = cp.n_threads_batch = threads
         cache = LlamaCache.__new__(LlamaCache)  # the callback must exist before the context
         self._callback = L.ggml_backend_sched_eval_callback(lambda t, ask, ud: cache.callback(t, ask, ud))
@@ -87,9 +87,8 @@ class LlamaEngine(EngineBase):
         self.ctx = ctx
         cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab)
         cache.threads = threads
-        cache.kept_tokens, cache.keep_pruned = kept_tokens, kept_tokens > 0
-        small = L.llama_model_n_params(model) < SMALL_MODEL_PARAMS
-        cache.capture_threads = capture_threads or (1 if small else threads)
+        cache.store.max_bytes = store_bytes
+        cache.capture_threads = capture_threads or threads
         self._kv = cache
         self.threads = threads
         self.text = TokenText.from_table(*self._token_table(n_vocab))

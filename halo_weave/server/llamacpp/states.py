@@ -1,0 +1,184 @@
+"""Pruned spans of llama.cpp's sequence 0 saved to host memory and put back without a run.
+
+**Save** (at a prune, before any cell of this sync is moved, so no K-shift is pending):
+``seq_cp`` the span's positions from sequence 0 into the scratch sequence, copy that
+sequence out with ``llama_state_seq_get_data`` (positions, keys and values of every
+layer) and drop it.  The blob goes into a :class:`~halo_weave.server.span_store.SpanStore`;
+the cells are freed with the prune, so the live cache (``n_kv``, what every decode
+attends over) stays as wide as the live context.
+
+**Restore**: ``llama_state_seq_set_data`` the blob into the scratch sequence (llama.cpp
+picks free cells and writes keys and values there), ``seq_add`` it to its new place
+(llama.cpp re-rotates the keys at the next decode), ``seq_cp`` the wanted positions into
+sequence 0 and drop the scratch sequence.
+
+llama.cpp does not say *which* cells ``set_data`` used, and the attention readout needs
+each position's cell.  They are found by content: the blob holds every cell's layer-0
+key row, and the layer-0 key tensor of the cache is host memory (read through a NumPy
+view, no copy).  Before the restore, free cells whose stale row equals one of the blob's
+are zeroed (a free cell's content is never read: the mask hides it); after it, each blob
+row is found in exactly one cell that sequence 0 does not hold.  Anything unexpected
+(a row found twice or not at all, a blob of an unknown layout) makes the restore report
+failure and the caller runs the span instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+
+import numpy as np
+
+from ..span_store import MAX_ENTRY_TOKENS, Piece, SpanStore
+
+log = logging.getLogger("halo_weave.server")
+
+#: llama.cpp's sequence-state magic (``io_magic`` in llama-context.cpp).
+STATE_MAGIC = 0xAF143CD8
+#: Bytes per cell in the blob's metadata: position, seq-id count, one seq id.
+META_BYTES = 12
+#: Odd multipliers of the row hash (any fixed values do).
+_HASH_SEED = 0x9E3779B97F4A7C15
+
+
+class StateSpill:
+    """Saves pruned spans of sequence ``live`` and restores them (see the module docstring)."""
+
+    def __init__(self, lib, ctx, mem, store: SpanStore, live: int, scratch: int) -> None:
+        self.lib, self.L = lib, lib.llama
+        self.ctx, self.mem = ctx, mem
+        self.store = store
+        self.live, self.scratch = live, scratch
+        self.k_tensor: int | None = None  # layer 0's key cache, seen by the evaluation callback
+        self._k_rows: np.ndarray | None = None
+        self.saved_tokens = 0
+
+    # ------------------------------------------------------------ layer-0 keys
+
+    def see_key_tensor(self, tensor: int | None) -> None:
+        """Called with the cache's layer-0 key tensor (the destination of its SET_ROWS)."""
+        if tensor and tensor != self.k_tensor:
+            self.k_tensor, self._k_rows = tensor, None
+
+    def key_rows(self) -> np.ndarray | None:
+        """Layer 0's key cache as ``[cells, row_bytes]`` uint8 (a view), or None."""
+        if self._k_rows is None and self.k_tensor:
+            lib = self.lib
+            data, row_bytes, n_cells = lib.tensor_host_rows(self.k_tensor)
+            if data and row_bytes % 8 == 0:
+                buf = (ctypes.c_uint8 * (row_bytes * n_cells)).from_address(data)
+                self._k_rows = np.frombuffer(buf, dtype=np.uint8).reshape(n_cells, row_bytes)
+        return self._k_rows
+
+    # ------------------------------------------------------------ save
+
+    def save(self, ids: list[int], start: int, end: int) -> int:
+        """Store positions ``[start, end)`` of the live sequence (``ids`` their tokens) in
+        pieces of at most MAX_ENTRY_TOKENS; returns the tokens stored."""
+        if self.store.max_bytes <= 0 or self.key_rows() is None:
+            return 0
+        saved = 0
+        for a in range(start, end, MAX_ENTRY_TOKENS):
+            b = min(end, a + MAX_ENTRY_TOKENS)
+            key = tuple(ids[a - start:b - start])
+            if key in self.store.entries:  # same states (restored from there): keep the entry
+                self.store.touch(self.store.entries[key])
+                saved += b - a
+                continue
+            blob = self._copy_out(a, b)
+            if blob is not None and self.store.put(key, a, blob, len(blob)) is not None:
+                saved += b - a
+        self.saved_tokens += saved
+        return saved
+
+    def _copy_out(self, a: int, b: int) -> bytes | None:
+        L, mem, s = self.L, self.mem, self.scratch
+        L.llama_memory_seq_rm(mem, s, -1, -1)
+        L.llama_memory_seq_cp(mem, self.live, s, a, b)
+        try:
+            size = L.llama_state_seq_get_size(self.ctx, s)
+            buf = (ctypes.c_uint8 * size)()
+            n = L.llama_state_seq_get_data(self.ctx, buf, size, s)
+        finally:
+            L.llama_memory_seq_rm(mem, s, -1, -1)
+        if n == 0:
+            return None
+        return bytes(memoryview(buf)[:n])
+
+    # ------------------------------------------------------------ restore
+
+    def restore(self, piece: Piece, at: int, live_cells: np.ndarray) -> np.ndarray | None:
+        """Put ``piece`` (a stored run) at live positions ``at..``; its cells, or None if
+        it could not be done (nothing changed in the live sequence then)."""
+        entry = piece.entry
+        rows = self.key_rows()
+        layout = _blob_layout(entry.payload, rows.shape[1] if rows is not None else 0)
+        if rows is None or layout is None:
+            return None
+        positions, blob_rows = layout
+        if len(positions) != len(entry.ids):
+            return None
+        want = _row_hashes(blob_rows)
+        if len(np.unique(want)) != len(want):
+            return None
+        free = np.ones(len(rows), dtype=bool)
+        free[live_cells] = False
+        free_idx = np.flatnonzero(free)
+        stale = free_idx[np.isin(_row_hashes(rows[free_idx]), want)]
+        rows[stale] = 0  # a free cell's content is masked out: make it unmistakable
+        L, mem, s = self.L, self.mem, self.scratch
+        blob = entry.payload
+        src = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+        try:
+            if L.llama_state_seq_set_data(self.ctx, src, len(blob), s) == 0:
+                return None
+            found = _row_hashes(rows[free_idx])
+            order = np.argsort(found)
+            where = np.searchsorted(found[order], want)
+            where = np.minimum(where, len(order) - 1)
+            cells = free_idx[order[where]]
+            if not np.array_equal(found[order][where], want) or not np.array_equal(rows[cells], blob_rows):
+                log.warning("restored states not found in the cache; running the span instead")
+                return None
+            first = entry.pos + piece.offset
+            n = len(piece)
+            delta = at - first
+            if delta:
+                L.llama_memory_seq_add(mem, s, -1, -1, delta)
+            L.llama_memory_seq_cp(mem, s, self.live, at, at + n)
+        finally:
+            L.llama_memory_seq_rm(mem, s, -1, -1)
+        self.store.touch(entry)
+        by_pos = np.empty(len(positions), dtype=np.int64)
+        by_pos[positions - entry.pos] = cells
+        return by_pos[piece.offset:piece.offset + n]
+
+
+def _blob_layout(blob: bytes, row_bytes: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each cell's position and layer-0 key row in a one-stream sequence-state blob."""
+    if row_bytes <= 0 or len(blob) < 16:
+        return None
+    magic, _seq, n_stream, count = np.frombuffer(blob, dtype=np.uint32, count=4)
+    if magic != STATE_MAGIC or n_stream != 1 or count == 0:
+        return None
+    meta = np.frombuffer(blob, dtype=np.int32, count=3 * count, offset=16).reshape(count, 3)
+    if not (meta[:, 1] == 1).all():  # one sequence id per cell, no extension fields
+        return None
+    at = 16 + META_BYTES * count
+    _v_trans, _n_layer, _k_type = np.frombuffer(blob, dtype=np.int32, count=3, offset=at)
+    (k_row,) = np.frombuffer(blob, dtype=np.uint64, count=1, offset=at + 12)
+    if k_row != row_bytes:
+        return None
+    start = at + 20
+    if len(blob) < start + count * row_bytes:
+        return None
+    rows = np.frombuffer(blob, dtype=np.uint8, count=count * row_bytes, offset=start).reshape(count, row_bytes)
+    return meta[:, 0].astype(np.int64), rows
+
+
+def _row_hashes(rows: np.ndarray) -> np.ndarray:
+    """A 64-bit hash per row (rows of a multiple of 8 bytes)."""
+    words = np.ascontiguousarray(rows).view(np.uint64)
+    mult = (np.arange(1, words.shape[1] + 1, dtype=np.uint64) * np.uint64(_HASH_SEED)) | np.uint64(1)
+    with np.errstate(over="ignore"):
+        return (words * mult).sum(axis=1, dtype=np.uint64) ^ (words[:, ::2].sum(axis=1, dtype=np.uint64) << np.uint64(7))

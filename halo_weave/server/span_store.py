@@ -1,0 +1,160 @@
+"""The keys and values of pruned spans, kept in host memory for a later resurrection.
+
+A prune takes a span out of the KV cache; a later turn often brings it back (semantic
+resurrection).  Running it again costs a prefill of every token (~5-20 ms each on two
+cores), so an engine saves a span's states here when it prunes it, and a resurrection
+that finds its tokens here puts them back at their new place (a RoPE rotation of the
+keys) without a model run.
+
+The store is bounded in bytes (``--kv-store-mb``) and forgets the least recently used
+entry first.  Entries are at most :data:`MAX_ENTRY_TOKENS` long (a long prune is saved
+in pieces), so restoring one never needs more than that many spare cells.  What an entry
+holds is the engine's business (llama.cpp: a sequence-state blob; transformers: key and
+value tensors); the store only knows its token ids, the position its keys were rotated
+for, and its size.
+
+:meth:`SpanStore.cover` splits a span to insert into stored runs and runs to compute,
+longest stored match first, so a resurrected span made of two chunks pruned at different
+times, or starting a token earlier than the chunk it came from, is still found.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+#: Tokens that must agree for a stored run to count (shorter runs are chat framing that
+#: repeats everywhere, and are cheaper to run than to look up).
+MIN_RUN = 8
+#: Longest entry; a longer pruned span is saved as several.
+MAX_ENTRY_TOKENS = 512
+#: Default bound on the store (SmolLM2-135M: ~23 KB per token in f16, ~46k tokens).
+DEFAULT_STORE_BYTES = 1 << 30
+#: Candidates examined per lookup (most recent first): framing runs repeat in many entries.
+CANDIDATES = 32
+
+
+@dataclass(eq=False)
+class Entry:
+    """A stored span: ``ids`` whose keys were rotated for positions ``pos..``."""
+
+    ids: tuple[int, ...]
+    pos: int
+    payload: Any = field(repr=False)
+    nbytes: int = 0
+
+
+@dataclass(frozen=True)
+class Piece:
+    """``[start, end)`` of a span to insert: from ``entry`` (at ``offset``), or run if None."""
+
+    start: int
+    end: int
+    entry: Entry | None = None
+    offset: int = 0
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+
+@dataclass
+class SpanStore:
+    """Stored spans by token ids, least recently used forgotten first (see the module)."""
+
+    max_bytes: int = DEFAULT_STORE_BYTES
+    entries: OrderedDict = field(default_factory=OrderedDict)  # ids -> Entry, oldest first
+    nbytes: int = 0
+    _index: dict = field(default_factory=dict)  # first MIN_RUN ids -> {Entry: [offsets]}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(e.ids) for e in self.entries.values())
+
+    def wants(self, n_tokens: int, bytes_per_token: int) -> bool:
+        """Whether a span of this size could be stored at all."""
+        return self.max_bytes > 0 and n_tokens >= MIN_RUN and n_tokens * bytes_per_token <= self.max_bytes
+
+    def put(self, ids: Sequence[int], pos: int, payload: Any, nbytes: int) -> Entry | None:
+        """Store a span (replacing one with the same ids); None if it cannot fit at all."""
+        if nbytes > self.max_bytes or len(ids) < MIN_RUN:
+            return None
+        key = tuple(ids)
+        if key in self.entries:
+            self._drop(self.entries[key])
+        while self.entries and self.nbytes + nbytes > self.max_bytes:
+            self._drop(next(iter(self.entries.values())))
+        entry = Entry(key, pos, payload, nbytes)
+        self.entries[key] = entry
+        self.nbytes += nbytes
+        for o in range(len(key) - MIN_RUN + 1):
+            self._index.setdefault(key[o:o + MIN_RUN], {}).setdefault(entry, []).append(o)
+        return entry
+
+    def touch(self, entry: Entry) -> None:
+        """Mark ``entry`` as just used."""
+        if self.entries.get(entry.ids) is entry:
+            self.entries.move_to_end(entry.ids)
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self._index.clear()
+        self.nbytes = 0
+
+    def _drop(self, entry: Entry) -> None:
+        del self.entries[entry.ids]
+        self.nbytes -= entry.nbytes
+        ids = entry.ids
+        for o in range(len(ids) - MIN_RUN + 1):
+            where = self._index.get(ids[o:o + MIN_RUN])
+            if where is not None:
+                where.pop(entry, None)
+                if not where:
+                    del self._index[ids[o:o + MIN_RUN]]
+
+    def longest(self, span: Sequence[int], k: int) -> tuple[Entry, int, int] | None:
+        """The longest stored run equal to ``span[k:]``'s start: ``(entry, offset, length)``."""
+        where = self._index.get(tuple(span[k:k + MIN_RUN]))
+        if not where:
+            return None
+        best, seen = None, 0
+        for entry in reversed(list(where)):
+            ids = entry.ids
+            for o in where[entry]:
+                n = MIN_RUN
+                limit = min(len(ids) - o, len(span) - k)
+                while n < limit and ids[o + n] == span[k + n]:
+                    n += 1
+                if best is None or n > best[2]:
+                    best = (entry, o, n)
+                seen += 1
+                if seen >= CANDIDATES:
+                    return best
+        return best
+
+    def cover(self, span: Sequence[int]) -> list[Piece]:
+        """``span`` as stored pieces and pieces to run, in order (see the module docstring)."""
+        pieces: list[Piece] = []
+        k, run_from, n = 0, 0, len(span)
+        while k < n:
+            found = self.longest(span, k) if n - k >= MIN_RUN else None
+            if found is None:
+                k += 1
+                continue
+            if run_from < k:
+                pieces.append(Piece(run_from, k))
+            entry, offset, length = found
+            pieces.append(Piece(k, k + length, entry, offset))
+            k += length
+            run_from = k
+        if run_from < n:
+            pieces.append(Piece(run_from, n))
+        return pieces
+
+
+def to_run(pieces: list[Piece]) -> int:
+    """Tokens of ``pieces`` that are not stored."""
+    return sum(len(p) for p in pieces if p.entry is None)
