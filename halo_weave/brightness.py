@@ -173,6 +173,71 @@ def magnitude_vote(
     np.minimum(brightness, np.int32(cap), out=brightness)
 
 
+#: Brightness rules (``Settings.brightness_rule``): seed 001's magnitude voting, an
+#: exponentially decayed attention mass, and the accumulated mass (H2O's heavy hitters).
+RULES = ("vote", "decay", "mass")
+#: How a chunk is scored for pruning (``Settings.chunk_rank``): its brightest token, or
+#: the mean of its ``chunk_rank_k`` brightest tokens.
+CHUNK_RANKS = ("peak", "topk")
+#: Where new tokens start (``Settings.new_token_brightness``): at the cap ("fail
+#: bright", the seed) or at the live median (a fair chance, not a head start).
+NEW_TOKEN_RULES = ("cap", "median")
+#: Largest score a mass rule keeps (far from int32's limit: sums never overflow).
+MASS_CEILING = 1 << 30
+
+
+def attention_mass(
+    brightness: np.ndarray,
+    attention: np.ndarray,
+    threshold: float,
+    *,
+    unit: float,
+    half_life: float = 0.0,
+    mask: np.ndarray | None = None,
+) -> None:
+    """One step of (decayed) attention mass on ``brightness`` (int32) in place.
+
+    Every scored token gains ``unit * a / threshold`` (rounded): ``unit`` per fair share
+    of attention, with no cap, so a token the model keeps reading keeps rising instead of
+    saturating.  With ``half_life`` > 0 (in generated tokens) every scored value first
+    loses its share ``1 - 2**(-1/half_life)``, rounded up so it reaches 0: a token read
+    long ago fades, one read now counts.  ``half_life`` 0 is the plain sum (H2O).
+    """
+    rows = slice(None) if mask is None else mask
+    values = brightness[rows]
+    gain = np.rint(np.multiply(attention[rows], np.float32(unit / threshold), dtype=np.float32))
+    np.minimum(gain, np.float32(MASS_CEILING), out=gain)
+    if half_life > 0:
+        share = 1.0 - 2.0 ** (-1.0 / half_life)
+        loss = np.ceil(values.astype(np.float32) * np.float32(share))
+        np.maximum(loss, 0, out=loss)
+        values = values - loss.astype(np.int32)
+    values = values + gain.astype(np.int32)
+    np.clip(values, 0, MASS_CEILING, out=values)
+    brightness[rows] = values
+
+
+def chunk_scores(brightness: np.ndarray, starts: np.ndarray, rank: str = "peak", k: int = 4) -> np.ndarray:
+    """One score per run of rows starting at ``starts``: its peak, or its top-``k`` mean.
+
+    >>> chunk_scores(np.array([1, 9, 3, 5, 5], np.int32), np.array([0, 3]), "topk", 2).tolist()
+    [6, 5]
+    """
+    if rank == "peak" or len(starts) == 0:
+        return np.maximum.reduceat(brightness, starts) if len(starts) else np.zeros(0, np.int32)
+    if rank != "topk":
+        raise ValueError(f"unknown chunk rank {rank!r}")
+    n = len(brightness)
+    counts = np.diff(np.append(starts, n))
+    segment = np.repeat(np.arange(len(starts)), counts)
+    order = np.lexsort((-brightness.astype(np.int64), segment))  # by chunk, brightest first
+    within = np.arange(n) - starts[segment]  # rank inside the chunk (order keeps chunks in place)
+    top = within < k
+    sums = np.bincount(segment[top], weights=brightness[order][top].astype(np.float64),
+                       minlength=len(starts))
+    return (sums // np.minimum(counts, k)).astype(np.int32)
+
+
 def resurrected(rule: str | int, at_prune: np.ndarray, mean: int) -> np.ndarray:
     """A resurrected content chunk's brightness: ``"at_prune"`` (no gifts: token-level
     values as they were when pruned, so the earned shape survives), ``"mean"`` (the mean

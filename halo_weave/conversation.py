@@ -192,17 +192,32 @@ class Conversation:
             return self.chunk_tokens(chunk_id)
         return self._pruned_tokens.get(chunk_id)
 
+    def start_brightness(self) -> int:
+        """Where a new turn's tokens start: the cap ("fail bright") or the live median of
+        the scored tokens (``new_token_brightness``)."""
+        s = self.settings
+        if s.new_token_brightness == "median":
+            scored = self.table.brightness[~self.table.framing]
+            if scored.size:
+                return int(np.median(scored))
+        return s.initial_brightness
+
     def chunk_peaks(self) -> tuple[np.ndarray, np.ndarray]:
-        """(chunk ids, peak brightness) of the live chunks, in position order."""
+        """(chunk ids, score) of the live chunks, in position order: the score pruning
+        ranks by and the heatmap colours by (peak or top-k mean, ``chunk_rank``)."""
         ids, starts = self.table.chunk_spans()
         if len(ids) == 0:
             return ids, np.zeros(0, np.int32)
-        return ids, np.maximum.reduceat(self.table.brightness, starts)
+        s = self.settings
+        return ids, bright.chunk_scores(self.table.brightness, starts, s.chunk_rank, s.chunk_rank_k)
 
     def chunk_peak(self, chunk_id: int) -> int:
+        """A chunk's score (see :meth:`chunk_peaks`); a pruned one's peak when pruned."""
         chunk = self.chunks[chunk_id]
         if chunk.live:
-            return int(self.table.brightness[self.chunk_rows(chunk)].max())
+            values = self.table.brightness[self.chunk_rows(chunk)]
+            s = self.settings
+            return int(bright.chunk_scores(values, np.zeros(1, np.int64), s.chunk_rank, s.chunk_rank_k)[0])
         return int(chunk.brightness_at_prune or 0)
 
     def scored_mask(self) -> np.ndarray:
@@ -224,7 +239,8 @@ class Conversation:
 
     # ------------------------------------------------------------------ brightness
     def apply_attention(self, attention: np.ndarray) -> None:
-        """One magnitude-voting step from one generated token's attention.
+        """One brightness step from one generated token's attention (``brightness_rule``:
+        seed 001's magnitude voting, or a decayed / accumulated attention mass).
 
         ``attention`` covers the whole input (system prefix + live tokens) as sent; its
         length must equal :meth:`live_token_count` at the time the token was produced.
@@ -235,6 +251,17 @@ class Conversation:
                 f"attention has {attention.size} cells, context has {self.live_token_count()}"
             )
         threshold = bright.vote_threshold(attention)
+        s = self.settings
+        if s.brightness_rule in ("decay", "mass"):
+            # One fair share of attention is worth 1 while read every step: a token the
+            # model keeps reading at its fair share settles at initial_brightness (decay).
+            half_life = s.brightness_half_life if s.brightness_rule == "decay" else 0
+            unit = s.initial_brightness * (1.0 - 2.0 ** (-1.0 / half_life)) if half_life else 1.0
+            bright.attention_mass(self.table.brightness, attention[n_system:], threshold,
+                                  unit=unit, half_life=half_life, mask=self.scored_mask())
+            return
+        if s.brightness_rule != "vote":
+            raise ConversationError(f"unknown brightness rule {s.brightness_rule!r}")
         bright.magnitude_vote(
             self.table.brightness,
             attention[n_system:],
@@ -274,6 +301,7 @@ class Conversation:
             goal = limit if target is None else target
         if limit <= 0 or self.live_token_count() <= limit:
             return []
+        by_age = by_age or self.settings.prune_order == "age"
         spared = self.turns.last("user") if keep_latest_exchange else None
         # What was resurrected for that message belongs to its exchange too.
         spared_from = self._turn_start(spared) if spared is not None else None

@@ -50,6 +50,21 @@ class Settings:
     decay_per_step: int = 1
     score_current_turn: bool = True
     highlight_fraction: float = 0.20  # brightest share of tokens highlighted in the heatmap
+    # How attention becomes brightness (halo_weave.brightness.RULES): "vote" is seed 001's
+    # magnitude voting (+floor(a / fair share), -1 otherwise, capped); "decay" an
+    # attention mass with a half-life of brightness_half_life generated tokens; "mass"
+    # the plain sum (H2O).  The mass rules have no cap.
+    brightness_rule: str = "vote"
+    brightness_half_life: int = 256
+    # Where new tokens start: "cap" (initial_brightness, "fail bright") or "median"
+    # (the live median: a fair chance, no head start).
+    new_token_brightness: str = "cap"
+    # A chunk's score for pruning and for the heatmap's colour: "peak" (its brightest
+    # token) or "topk" (the mean of its chunk_rank_k brightest tokens).
+    chunk_rank: str = "peak"
+    chunk_rank_k: int = 4
+    # What decides pruning: "brightness" (the chunk score above) or "age" (oldest first).
+    prune_order: str = "brightness"
 
     # Semantic resurrection
     resurrection_brightness: str = "at_prune"  # or "mean"

@@ -5,9 +5,12 @@ Replays each LoCoMo conversation turn by turn through the app's core code (conve
 brightness, pruning, semantic index, resurrection, a store in a temp dir) with attention
 teacher-forced from the bundled model, then asks every question (categories 1-4) from
 the end-of-conversation state of each method and measures evidence recall: the fraction
-of a question's evidence turns that have a live chunk.  See docs/memory-benchmark.md.
+of a question's evidence turns that have a live chunk.  Continuation fidelity (ΔNLL of
+every assistant turn after the first prune against the model's full window, and the
+share of that window's attention the policy kept) comes from the same replays.  See
+docs/memory-benchmark.md.
 
-    python scripts/bench_memory.py --quick            # ~15 min on 2 CPU cores
+    python scripts/bench_memory.py --quick
     python scripts/bench_memory.py --json --plot docs/memory-brightness.png
 
 The last line with ``--json`` is one JSON object of figures.
@@ -29,38 +32,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory_bench import locomo  # noqa: E402
-from memory_bench.methods import (QuestionContext, answer_brightness, answer_fifo,  # noqa: E402
-                                  answer_full, answer_halo, answer_rag, keep_recent)
+from memory_bench import fidelity, locomo, retrieval  # noqa: E402
+from memory_bench.methods import (QuestionContext, answer_brightness, answer_full,  # noqa: E402
+                                  answer_halo, answer_rag, keep_recent)
+from memory_bench.policies import METHODS, QUICK_METHODS, past_search, policies  # noqa: E402
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
 from memory_bench.report import MethodResult, plot_brightness, table  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo_dev.json"
 
-#: Methods in table order: (name, replay policy key or None, question-time options).
-METHODS = [
-    ("full", None, {}),
-    ("fifo", None, {}),
-    ("rag", None, {}),
-    ("brightness", "brightness", {}),
-    ("halo", "halo", {}),
-    ("halo-mean", "halo", {"rule": "mean"}),
-    ("halo-noboost", "halo", {"user_similarity_boost": 1.0}),
-    ("halo-hybrid", "halo", {"hybrid_search": True}),
-    ("halo-vector", "halo", {"hybrid_search": False}),  # vector search only
-    ("halo-k100", "halo", {"query_max_results": 100}),
-    ("halo-hybrid-k100", "halo", {"hybrid_search": True, "query_max_results": 100}),
-    ("halo-prefill", "prefill", {}),
-    ("halo-hyst", "hyst", {}),
-    # Mechanism checks: is the attention-pruned state better than oldest-first at P?
-    ("fifo-halo", None, {}),  # FIFO to P, then the app's resurrection
-    ("halo-meanrank", "meanrank", {}),  # prune by mean chunk brightness, not peak
-    ("halo-meanrank-hybrid", "meanrank", {"hybrid_search": True}),
-]
-
 QUICK_CONVERSATIONS = ["conv-30"]
-QUICK_METHODS = ["full", "fifo", "rag", "brightness", "halo", "halo-mean", "halo-noboost",
-                 "halo-hybrid", "halo-vector", "halo-k100", "halo-hybrid-k100", "fifo-halo"]
 RAG_CANDIDATES = 200
 
 
@@ -79,9 +60,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--methods", default="", help="comma-separated methods (default: all)")
     p.add_argument("--max-turns", type=int, default=0,
                    help="replay only the first N turns (questions whose evidence lies there)")
-    p.add_argument("--kv", choices=["shift", "exact", "engine"], default="shift",
-                   help="KV-cache reuse after a prune (see memory_bench/attention.py)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--kv", choices=["llamacpp", "shift", "exact", "engine"], default="shift",
+                   help="teacher-forcing source: the llama.cpp engine with its KV surgery "
+                        "(default; the only one giving log-likelihoods), or transformers "
+                        "(memory_bench/attention.py)")
+    p.add_argument("--window", type=int, default=8192,
+                   help="the reference context of the fidelity figures (the model's window)")
+    p.add_argument("--half-life", type=int, default=256,
+                   help="half-life (generated tokens) of the decayed-mass variants")
+    p.add_argument("--threads", type=int, default=1, help="model threads (llama.cpp or torch)")
     p.add_argument("--quick", action="store_true",
                    help=f"subset: {', '.join(QUICK_CONVERSATIONS)}; methods {', '.join(QUICK_METHODS)}")
     p.add_argument("--plot", default="", help="save the evidence-brightness PNG here")
@@ -100,7 +87,7 @@ def log(*args) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.merge:
-        return merge_outputs(args.merge, args.json)
+        return merge_outputs(args.merge, args.json, args.plot)
     started = time.perf_counter()
     from halo_weave.memory.embedder import Embedder
     from halo_weave.semantic_index import SemanticIndex
@@ -128,31 +115,12 @@ def main(argv=None) -> int:
     if args.max_turns:
         dialogues = [_truncate(d, args.max_turns) for d in dialogues]
 
-    policies = {
-        "brightness": Policy("brightness", budget),
-        "halo": Policy("halo", args.prune_to),
-        "prefill": Policy("prefill", args.prune_to, score_user=True),
-        "hyst": Policy("hyst", args.prune_to, hysteresis=args.hysteresis),
-        "meanrank": Policy("meanrank", args.prune_to, rank="mean"),
-    }
+    replay_policies = policies(args.prune_to, budget, args.hysteresis, args.half_life)
     needed = {m[1] for m in methods if m[1]}
-    source = None
-    if needed:
-        import torch
-
-        from memory_bench.attention import load_source
-
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        t = time.perf_counter()
-        source = load_source(args.kv)
-        log(f"model loaded in {time.perf_counter() - t:.0f} s (kv={args.kv})")
-        tokenize = source.tokenize
-    else:
-        from memory_bench.attention import load_source
-
-        source = load_source("shift")
-        tokenize = source.tokenize
+    t = time.perf_counter()
+    source = _load_source(args)
+    tokenize = source.tokenize
+    log(f"model loaded in {time.perf_counter() - t:.0f} s (kv={args.kv})")
     embedder = Embedder()
     embedder.load()
 
@@ -165,6 +133,7 @@ def main(argv=None) -> int:
                 results[name].replay_shared_with = shared_owner[key]
     diagnostics: list[str] = []
     traces, evidence_turns = {}, {}
+    reference_seconds = 0.0
     data_quirks = {"malformed_evidence": 0, "dangling_evidence": 0, "questions_without_evidence": 0}
     total_questions = 0
     index_total = 0.0
@@ -194,25 +163,48 @@ def main(argv=None) -> int:
         index_total += time.perf_counter() - t
         log(f"  indexed {base_index.entry_count} chunks in {time.perf_counter() - t:.0f} s")
 
-        # One teacher-forced replay per pruning policy the chosen methods need.
+        # The reference for continuation fidelity: one pass, shared by every method.
+        t = time.perf_counter()
+        reference = (fidelity.reference_pass(full, tok.turns, source, args.window, args.prune_to)
+                     if needed else {})  # no replay, nothing to compare
+        reference_seconds += time.perf_counter() - t
+        log(f"  reference ({args.window}-token window): {len(reference)} turns in "
+            f"{time.perf_counter() - t:.0f} s; {_stats(source)}")
+
+        # One teacher-forced replay per pruning policy the chosen methods need; a policy
+        # that resurrects searches an index holding only what was said before.
+        searches = {"plain": past_search(_index(indexes, store, settings, embedder,
+                                                {"user_similarity_boost": 1.0, "hybrid_search": False},
+                                                SemanticIndex), RAG_CANDIDATES),
+                    "app": past_search(_index(indexes, store, settings, embedder, {}, SemanticIndex),
+                                       settings.query_max_results)}
         replays = {}
-        for key in [k for k in policies if k in needed]:
-            t = time.perf_counter()
-            replays[key] = replay(tok, policies[key], settings, source,
-                                  progress=_progress(f"  replay {key}", len(dialogue.turns)))
+        for key in [k for k in replay_policies if k in needed]:
+            policy = replay_policies[key]
+            replays[key] = replay(tok, policy, settings, source,
+                                  progress=_progress(f"  replay {key}", len(dialogue.turns)),
+                                  search=searches["plain" if policy.resurrect == "plain" else "app"],
+                                  model_context=args.context, max_new_tokens=max_new)
             r = replays[key]
             log(f"  replay {key}: {r.seconds:.0f} s, {r.votes} votes, {r.prune_events} prunes, "
+                f"{r.resurrected_chunks} chunks ({r.resurrected_tokens} tokens) resurrected, "
                 f"{r.conv.live_token_count()} live tokens at the end; {_stats(source)}")
         if "halo" in replays:
             traces[dialogue.sample_id] = replays["halo"].trace
             evidence_turns[dialogue.sample_id] = {turn_of[d] for q in dialogue.questions
                                                   for d in q.evidence}
         recent = (keep_recent(full, args.prune_to)
-                  if any(m[0] in ("rag", "fifo-halo") for m in methods) else None)
+                  if any(m[0] == "rag" or m[0].startswith("recent-") for m in methods) else None)
+        session_of = [t.session for t in dialogue.turns]
 
         for name, key, _ in methods:
             if key:
                 results[name].replay_seconds += replays[key].seconds
+                results[name].fidelity.add(fidelity.score(replays[key].fidelity, reference))
+            elif name == "full":
+                results[name].fidelity.add(fidelity.identity(reference))
+            elif name.startswith("recent-") and "fifo-halo" in replays:  # same live context
+                results[name].fidelity.add(fidelity.score(replays["fifo-halo"].fidelity, reference))
 
         fifo_cache: dict[int, object] = {}
         per_question: dict[str, list] = {name: [] for name, _, _ in methods}
@@ -225,7 +217,7 @@ def main(argv=None) -> int:
                 t = time.perf_counter()
                 if name == "full":
                     out = answer_full(full, ctx)
-                elif name == "fifo":
+                elif name == "fifo":  # the most recent whole turns (its replay: fidelity only)
                     limit = budget - ctx.framed_tokens
                     if limit not in fifo_cache:
                         fifo_cache[limit] = keep_recent(full, limit)
@@ -235,13 +227,18 @@ def main(argv=None) -> int:
                     matches = _index(indexes, store, settings, embedder, plain,
                                      SemanticIndex).search(question.question, RAG_CANDIDATES)
                     out = answer_rag(recent, matches, ctx)
+                elif name.startswith("recent-"):
+                    index = _index(indexes, store, settings, embedder, {}, SemanticIndex)
+                    variant = options["retrieval"]
+                    matches = (retrieval.search(variant, index, recent, question.question, session_of,
+                                                settings.query_max_results)
+                               if variant else index.search(question.question))
+                    out = answer_halo(recent, matches, ctx, settings.resurrection_brightness,
+                                      settings.resurrection_budget_cap)
+                    for reason in out.missing.values():
+                        results[name].missing_reasons[reason] += 1
                 elif name == "brightness":
                     out = answer_brightness(replays[key].conv, ctx)
-                elif name == "fifo-halo":
-                    index = _index(indexes, store, settings, embedder, {}, SemanticIndex)
-                    out = answer_halo(recent, index.search(question.question), ctx,
-                                      settings.resurrection_brightness,
-                                      settings.resurrection_budget_cap)
                 else:
                     search_opts = {k: v for k, v in options.items() if k != "rule"}
                     index = _index(indexes, store, settings, embedder, search_opts, SemanticIndex)
@@ -266,7 +263,7 @@ def main(argv=None) -> int:
     print(f"# bench_memory: P={args.prune_to} C={args.context} prompt budget={budget} "
           f"(C - max_new_tokens {max_new}); kv={args.kv}; {subset}; "
           f"{total_questions} questions; {platform.node()} {os.cpu_count()} cpu; "
-          f"indexing {index_total:.0f} s; wall {wall:.0f} s")
+          f"indexing {index_total:.0f} s; reference {reference_seconds:.0f} s; wall {wall:.0f} s")
     print(table(ordered))
     print("* replay shared with the method named in the JSON (time counted in each)")
     print(f"data quirks: {data_quirks}")
@@ -286,13 +283,15 @@ def main(argv=None) -> int:
             "kv": args.kv, "conversations": [d.sample_id for d in dialogues],
             "max_turns": args.max_turns, "questions": total_questions, "wall_seconds": round(wall, 1),
             "cpus": os.cpu_count(), "data_quirks": data_quirks, "index_seconds": round(index_total, 1),
+            "window": args.window, "reference_seconds": round(reference_seconds, 1),
+            "load_average": list(os.getloadavg()),
             "methods": {r.name: r.figures() for r in ordered},
         }
         print(json.dumps(figures, allow_nan=False, default=str))
     return 0
 
 
-def merge_outputs(paths: list[str], as_json: bool) -> int:
+def merge_outputs(paths: list[str], as_json: bool, plot: str = "") -> int:
     """Print the table of several runs combined (each file: a run's stdout with --json)."""
     from memory_bench.report import merge
 
@@ -303,6 +302,12 @@ def merge_outputs(paths: list[str], as_json: bool) -> int:
           f"{sum(r['questions'] for r in runs)} questions; "
           f"wall {sum(r['wall_seconds'] for r in runs):.0f} s in {len(runs)} runs")
     print(table(results))
+    if plot:
+        from memory_bench.report import plot_fidelity
+
+        plot_fidelity({r.name: r.figures() for r in results}, plot,
+                      f"continuation fidelity and recall: {', '.join(convs)}")
+        print(f"plot saved to {plot}")
     if as_json:
         print(json.dumps({"conversations": convs, "runs": len(runs),
                           "wall_seconds": sum(r["wall_seconds"] for r in runs),
@@ -362,10 +367,27 @@ def _progress(label: str, total: int):
     return report
 
 
+def _load_source(args):
+    """The teacher-forcing source ``--kv`` names (see memory_bench/attention.py)."""
+    if args.kv == "llamacpp":
+        from memory_bench.llama_forcing import LlamaForcing
+
+        return LlamaForcing.load(context_size=args.window, threads=args.threads or 1)
+    import torch
+
+    from memory_bench.attention import load_source
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    return load_source(args.kv)
+
+
 def _stats(source) -> str:
     s = getattr(source, "stats", None)
     if s is None:
         return ""
+    if hasattr(s, "line"):
+        return s.line()
     return (f"model {s.seconds:.0f} s total, {s.prefill_tokens} prefilled, {s.forced_tokens} forced, "
             f"{s.shifts} shifts, {s.reprefills} re-prefills")
 

@@ -360,6 +360,7 @@ def main(argv=None) -> int:
                         help="only the /abort latency figures (model cache from $HALO_WEAVE_CACHE)")
     args = parser.parse_args(argv)
     os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the server sets it (in-process runs)
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
     engines = args.engines.split(",")
     contexts = [int(c) for c in args.contexts.split(",")]

@@ -250,3 +250,42 @@ def test_merging_runs_weights_recall_by_question_count():
     merged = merge(runs)[0].figures()
     assert merged["recall_single_hop"] == 0.25 and merged["questions"] == 4
     assert merged["max_tokens"] == 200
+
+
+def test_a_real_run_reports_continuation_fidelity_per_method(data_file, tmp_path, capsys):
+    """The bundled model on llama.cpp, the real MiniLM index, the tiny file: every method
+    gets finite ΔNLL and kept attention mass, the reference scores itself as lossless, and
+    a policy that pruned lost some of the reference's attention."""
+    pytest.importorskip("llama_cpp")
+    import bench_memory
+
+    # The app's system prompt alone is ~190 tokens: P and the window leave room for turns.
+    argv = ["--data", str(data_file), "--prune-to", "300", "--context", "520",
+            "--max-new-tokens", "40", "--window", "600", "--diagnostics", "0", "--json",
+            "--methods", "full,fifo,rag,halo,fifo-halo,halo-decay,halo-live,halo-live-mean"]
+    assert bench_memory.main(argv) == 0
+    out = capsys.readouterr().out
+    figures = json.loads(out.strip().splitlines()[-1])  # valid JSON: no NaN anywhere
+    methods = figures["methods"]
+    for name, f in methods.items():
+        assert np.isfinite(f["delta_nll"]) and 0.0 <= f["kept_attention_mass"] <= 1.0, name
+        assert f["fidelity_turns"] > 0, name
+    assert methods["full"]["delta_nll"] == 0.0 and methods["full"]["kept_attention_mass"] == 1.0
+    for name in ("halo", "fifo-halo", "halo-decay"):
+        assert methods[name]["kept_attention_mass"] < 1.0, name  # pruned: the window saw more
+    # rag keeps the most recent P tokens between questions: fifo-halo's replay, its figures.
+    assert methods["rag"]["delta_nll"] == methods["fifo-halo"]["delta_nll"]
+    assert methods["halo-live-mean"]["replay_seconds"] > 0  # its own replay, not halo-live's
+    assert "ΔNLL" in out and "kept mass" in out
+
+    # Merging two runs keeps the fidelity figures (weighted by scored turns).
+    paths = []
+    for i in range(2):
+        path = tmp_path / f"run{i}.out"
+        path.write_text(out)
+        paths.append(str(path))
+    assert bench_memory.main(["--merge", *paths, "--json"]) == 0
+    merged = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["methods"]
+    for name in ("halo", "fifo-halo"):
+        assert merged[name]["delta_nll"] == pytest.approx(methods[name]["delta_nll"], abs=1e-4)
+        assert merged[name]["fidelity_turns"] == 2 * methods[name]["fidelity_turns"]

@@ -29,6 +29,8 @@ class TurnWriter:
         self.turn: Turn | None = None
         self._detector = BoundaryDetector()
         self._boundary_pending = False
+        #: Brightness the open turn's tokens start with (``Conversation.start_brightness``).
+        self.start = conv.settings.initial_brightness
 
     def _open(self, turn: Turn) -> Turn:
         self.turn = turn
@@ -47,6 +49,7 @@ class TurnWriter:
         conv.next_turn_id += 1
         conv.turns[turn.turn_id] = turn
         self._open(turn)
+        self.start = conv.start_brightness()
         ids, texts = conv.framing.prefix.get(role, ([], []))
         self._add_framing(turn, PREFIX_INDEX, ids, texts)
         return turn
@@ -157,7 +160,7 @@ class TurnWriter:
 
     def _append_row(self, chunk: Chunk, token_id: int, text: str, *, framing: bool) -> None:
         conv = self.conv
-        conv.table.append_one(conv.next_position, token_id, conv.settings.initial_brightness,
+        conv.table.append_one(conv.next_position, token_id, self.start,
                               chunk.id, chunk.turn_id, framing)
         conv._texts[chunk.id].append(text)
         chunk.token_count += 1

@@ -75,10 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def default_threads() -> int:
-    """All cores but one: the app's UI and embedder need a core, and an oversubscribed
-    OpenMP pool spin-waits (measured here: ~10x slower tokens with 2 threads on a busy
-    2-core machine, against 1)."""
-    return max(1, (os.cpu_count() or 2) - 1)
+    """Every core.  The OpenMP pools wait passively (``OMP_WAIT_POLICY``, set in
+    :func:`main`), so a thread that waits gives its core back to the app's UI and
+    embedder; spinning, 2 threads on a busy 2-core machine were ~10x slower than 1."""
+    return max(1, os.cpu_count() or 1)
 
 
 def bind_socket(host: str, port: int) -> socket.socket:
@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     # The model ships on disk: never reach for the network.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # Before torch or llama.cpp start OpenMP: waiting threads sleep instead of spinning
+    # on a core the working thread needs (see default_threads).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
     from .guard import is_loopback
 

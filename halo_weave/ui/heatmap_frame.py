@@ -197,12 +197,11 @@ def collect_frame(view: QPlainTextEdit, plan: DocumentPlan, cache: dict[int, Blo
 def colour_keys(conv: Conversation, rows: np.ndarray) -> np.ndarray:
     """One colour key per table row (see :data:`KEY_STRIDE`)."""
     table = conv.table
-    brightness = table.brightness
     framing = table.framing
     ids, starts = table.chunk_spans()
     if not len(ids):
         return np.zeros(len(rows), np.int64)
-    peaks = np.maximum.reduceat(brightness, starts)
+    peaks = conv.chunk_peaks()[1]  # the score pruning ranks by (peak or top-k mean)
     content = ~framing[starts]
     lo = float(peaks[content].min()) if content.any() else 0.0
     hi = float(peaks[content].max()) if content.any() else 0.0

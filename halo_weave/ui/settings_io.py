@@ -25,6 +25,10 @@ GROUP = "settings"
 #: Allowed values of the multiple-choice settings.
 CHOICES: dict[str, tuple[str, ...]] = {
     "resurrection_brightness": ("at_prune", "mean"),
+    "brightness_rule": ("vote", "decay", "mass"),
+    "new_token_brightness": ("cap", "median"),
+    "chunk_rank": ("peak", "topk"),
+    "prune_order": ("brightness", "age"),
     "attention_format": ("aggregated", "per_layer"),
     "chat_template": ("auto", "chatml", "llama3", "mistral", "gemma", "alpaca", "plain"),
 }
@@ -53,6 +57,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "initial_brightness": (0, 1_000_000),
     "brightness_cap": (1, 1_000_000),
     "decay_per_step": (0, 1_000_000),
+    "brightness_half_life": (1, 10_000_000),
+    "chunk_rank_k": (1, 100_000),
     "highlight_fraction": (0.0, 1.0),
     "resurrection_budget_cap": (0, 10_000_000),
     "query_max_results": (1, 100_000),

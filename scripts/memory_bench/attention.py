@@ -161,6 +161,7 @@ class ModelAttention:
         if getattr(self.model.config, "_attn_implementation", None) != impl:
             self.model.set_attn_implementation(impl)
         rows = []
+        self._logp = []  # per attention block: log-softmax over the vocabulary per query
         block = FORCED_BLOCK if attention else PREFILL_BLOCK
         for start in range(0, len(ids), block):
             part = ids[start:start + block]
@@ -168,13 +169,14 @@ class ModelAttention:
             with torch.inference_mode():
                 try:
                     out = self.model(input_ids=tensor, past_key_values=self._cache, use_cache=True,
-                                     output_attentions=attention, logits_to_keep=1)
+                                     output_attentions=attention, logits_to_keep=0 if attention else 1)
                 except BaseException:
                     self.reset()
                     raise
             self._ids.extend(part)
             self._keys.extend(keys[start:start + block])
             if attention:
+                self._logp.append(torch.log_softmax(out.logits[0].float(), dim=-1))
                 total = None
                 for layer in out.attentions:  # [1, heads, q, keys]
                     s = layer[0].float().sum(0)
@@ -206,6 +208,11 @@ class ModelAttention:
         # The last input token is the query that produces forced[0], so it runs eagerly
         # with the forced tokens; the last forced token is never a query.
         blocks = self._run([ids[-1]] + forced[:-1], keys[len(ids) - 1: -1], attention=True)
+        import torch
+
+        logp = torch.cat(self._logp)  # [len(forced), vocab]: query j predicts forced[j]
+        self.last_logprobs = logp[torch.arange(len(forced)), torch.tensor(forced)].double().numpy()
+        self._logp = []
         width = len(ids) + len(forced) - 1
         out = np.zeros((len(forced), width), np.float32)
         row = 0
@@ -216,6 +223,14 @@ class ModelAttention:
         self.stats.calls += 1
         self.stats.seconds += time.perf_counter() - started
         return out
+
+
+    def force(self, input_ids, forced_ids, keys=None):
+        """:meth:`teacher_force` with the log-probability of every forced token."""
+        from .llama_forcing import Forced
+
+        rows = self.teacher_force(input_ids, forced_ids, keys)
+        return Forced(rows, self.last_logprobs)
 
 
 class EngineAttention:

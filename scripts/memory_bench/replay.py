@@ -7,12 +7,16 @@ turn with its teacher-forced attention, through :meth:`~ChatSession.receive` (on
 magnitude-voting step per token, applied *before* the token is appended), and
 :meth:`~ChatSession.finish_turn` prunes as the app does after each exchange (the
 policy's ``prune_to`` and ``hysteresis`` are the settings' ``max_context_tokens`` and
-``prune_hysteresis``; the exchange just read is kept).  Semantic resurrection does not
-run during the replay: LoCoMo's turns are not memory queries, and keeping it to question
-time lets the question-time variants share one replay.
+``prune_hysteresis``; the exchange just read is kept).  A policy with ``resurrect`` set
+runs the app's semantic resurrection on every user message, before the message joins
+(search, :func:`~halo_weave.memory.resurrection.make_plan` under the universal equation
+for the bench's ``C``, :meth:`Conversation.resurrect` with the policy's brightness rule);
+the search sees only turns said before that message.
 
 A :class:`Policy` is what changes the attention the model pays (what stays live during
-the replay), so each policy needs its own teacher-forced pass.
+the replay), so each policy needs its own teacher-forced pass.  Every forced assistant
+turn also records the log-likelihood of its real tokens and which tokens were live
+(:class:`FidelityRecord`), for the continuation-fidelity figures (:mod:`.fidelity`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import numpy as np
 from halo_weave.core.chat_template import build_framing, system_text
 from halo_weave.conversation import Conversation, Framing
 from halo_weave.events import TokenEvent
+from halo_weave.memory.resurrection import budget as resurrection_budget
+from halo_weave.memory.resurrection import make_plan
 from halo_weave.session import ChatSession
 from halo_weave.settings import Settings
 
@@ -57,6 +63,10 @@ class Policy:
     score_user: bool = False
     attention: bool = True  # False: no model at all (the "full" conversation)
     rank: str = "peak"  # "mean": an experiment, prune by mean chunk brightness (see below)
+    #: Settings the policy changes (brightness_rule, chunk_rank, prune_order, ...).
+    settings: tuple = ()
+    #: Resurrect on every user message with this rule ("at_prune" / "mean"); "" = never.
+    resurrect: str = ""
 
     @property
     def prune_target(self) -> int:
@@ -156,6 +166,28 @@ class Replay:
     pruned_chunks: int
     prune_events: int
     trace: Trace
+    fidelity: list[FidelityRecord] = field(default_factory=list)
+    resurrected_chunks: int = 0
+    resurrected_tokens: int = 0
+
+
+@dataclass
+class FidelityRecord:
+    """One forced assistant turn: its mean NLL (nats/token) and what was live for it."""
+
+    turn_index: int
+    nll: float
+    live_positions: np.ndarray  # positions of the live content tokens before the turn
+
+
+def force(source, input_ids, forced_ids, keys):
+    """``(rows, logprobs)`` from a source with ``force`` (llama.cpp: one decode, log-probs
+    too) or with ``teacher_force`` only (log-probs unknown: NaN)."""
+    if hasattr(source, "force"):
+        out = source.force(input_ids, forced_ids, keys)
+        return out.rows, out.logprobs
+    rows = source.teacher_force(input_ids, forced_ids, keys)
+    return rows, np.full(len(forced_ids), np.nan)
 
 
 class TeacherForced:
@@ -166,13 +198,14 @@ class TeacherForced:
 
     def __init__(self, source: AttentionSource) -> None:
         self.source = source
+        self.logprobs = np.zeros(0)
 
     def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
         return self.source.tokenize(text)
 
     def stream(self, *, input_ids, forced: tuple[list[int], list[str]], keys, **params):
         ids, texts = forced
-        rows = self.source.teacher_force(input_ids, ids, keys)
+        rows, self.logprobs = force(self.source, input_ids, ids, keys)
         n0 = len(input_ids)
         for j, (token_id, text) in enumerate(zip(ids, texts)):
             yield TokenEvent(token_id, text, rows[j, : n0 + j])
@@ -183,14 +216,22 @@ class TeacherForced:
 
 def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
            source: AttentionSource | None, progress: Callable[[int, int], None] | None = None,
-           ) -> Replay:
-    """Replay every turn of ``tok`` under ``policy`` (see the module docstring)."""
+           *, search: Callable[[str, int], list] | None = None, model_context: int = 2048,
+           max_new_tokens: int = 200) -> Replay:
+    """Replay every turn of ``tok`` under ``policy`` (see the module docstring).
+
+    ``search(text, before_turn)`` returns the index's matches among turns before
+    ``before_turn`` (needed when the policy resurrects); ``model_context`` and
+    ``max_new_tokens`` size the universal equation of that resurrection.
+    """
     started = time.perf_counter()
-    session = ChatSession(settings.replace(max_context_tokens=policy.prune_to, prune_hysteresis=policy.hysteresis))
+    session = ChatSession(settings.replace(max_context_tokens=policy.prune_to, prune_hysteresis=policy.hysteresis,
+                                           **dict(policy.settings)))
     conv = session.adopt(new_conversation(tok, session.settings, policy.rank))
     backend = TeacherForced(source) if policy.attention else None
     trace = Trace()
-    votes = pruned = events = 0
+    fidelity: list[FidelityRecord] = []
+    votes = pruned = events = resurrected = resurrected_tokens = 0
     turns = tok.dialogue.turns
     if policy.attention and hasattr(source, "reset"):
         source.reset()
@@ -198,12 +239,27 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
         ids, texts = tok.turns[i]
         exchange_end = turn.role == "assistant" or i == len(turns) - 1
         gone: list = []
+        if policy.resurrect and turn.role == "user" and search is not None and conv.graveyard():
+            before = conv.live_token_count()
+            room = resurrection_budget(conv, len(ids), model_context, max_new_tokens,
+                                       session.settings.resurrection_budget_cap)
+            matches = search(turn.text, conv.next_turn_id)
+            if policy.resurrect == "plain":  # rag: by similarity, no anchors
+                back = conv.resurrect(plain_plan(conv, matches, room), with_anchors=False)
+            else:
+                plan = make_plan(conv, matches, room)
+                back = conv.resurrect(plan.chunk_ids, brightness=policy.resurrect) if plan.taken else []
+            resurrected += sum(1 for c in back if not c.framing)
+            resurrected_tokens += conv.live_token_count() - before
         if policy.attention and (turn.role == "assistant" or policy.score_user):
             session.begin_answer(role=turn.role, created_at=turn.created_at)
             request = session.generation_request()
             keys = live_keys(conv) + list(range(conv.next_position, conv.next_position + len(ids)))
+            live = conv.table.position[~conv.table.framing].copy()
             for event in backend.stream(forced=(ids, texts), keys=keys, **request):
                 session.receive(event)
+            if turn.role == "assistant":
+                fidelity.append(FidelityRecord(i, float(-backend.logprobs.mean()), live))
             votes += len(ids)
             gone = session.finish_turn("stop", prune=exchange_end).pruned
         elif turn.role == "user":
@@ -219,4 +275,19 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
             trace.record(conv, votes)
         if progress is not None:
             progress(i + 1, len(turns))
-    return Replay(policy, conv, time.perf_counter() - started, votes, pruned, events, trace)
+    return Replay(policy, conv, time.perf_counter() - started, votes, pruned, events, trace,
+                  fidelity, resurrected, resurrected_tokens)
+
+
+def plain_plan(conv: Conversation, matches, room: int) -> list[int]:
+    """SillyTavern-style vector storage: chunks by similarity, no anchors, within ``room``."""
+    taken: list[int] = []
+    for match in sorted(matches, key=lambda m: -m.similarity):
+        chunk = conv.chunks.get(match.chunk_id)
+        if chunk is None or chunk.live or chunk.framing or chunk.id in taken:
+            continue
+        cost = conv.resurrection_cost(chunk, with_anchors=False)
+        if cost <= room:
+            taken.append(chunk.id)
+            room -= cost
+    return taken

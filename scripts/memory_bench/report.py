@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .fidelity import Fidelity
 from .locomo import CATEGORIES
 
 
@@ -22,6 +23,7 @@ class MethodResult:
     question_seconds: float = 0.0
     replay_shared_with: str | None = None
     missing_reasons: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    fidelity: Fidelity = field(default_factory=Fidelity)
 
     def add(self, category: int, recall: float, tokens: int) -> None:
         if not math.isnan(recall):
@@ -42,6 +44,12 @@ class MethodResult:
         out["mean_tokens"] = _r(float(np.mean(self.tokens)) if self.tokens else float("nan"), 1)
         out["max_tokens"] = int(max(self.tokens)) if self.tokens else 0
         out["max_tokens"] = max(out["max_tokens"], getattr(self, "max_tokens", 0))
+        # Continuation fidelity (finite: a method without scored turns counts as none lost).
+        f = self.fidelity
+        out["delta_nll"] = round(f.delta_nll, 4) if f.turns and math.isfinite(f.delta_nll) else 0.0
+        out["kept_attention_mass"] = (round(f.kept_attention_mass, 4)
+                                      if f.turns and math.isfinite(f.kept_attention_mass) else 1.0)
+        out["fidelity_turns"] = f.turns
         out["replay_seconds"] = _r(self.replay_seconds, 1)
         out["question_seconds"] = _r(self.question_seconds, 1)
         if self.replay_shared_with:
@@ -73,6 +81,9 @@ def merge(figures: list[dict]) -> list[MethodResult]:
             for reason, count in f.get("missing_reasons", {}).items():
                 r.missing_reasons[reason] += count
             r.max_tokens = max(getattr(r, "max_tokens", 0), f["max_tokens"])
+            turns = f.get("fidelity_turns", 0)
+            r.fidelity.add(Fidelity(turns, f.get("delta_nll", 0.0) * turns,
+                                    f.get("kept_attention_mass", 1.0) * turns))
     return list(merged.values())
 
 
@@ -83,12 +94,13 @@ def _r(x: float, digits: int = 3):
 def table(results: list[MethodResult]) -> str:
     """A fixed-width table: recall per category, overall, tokens, wall time."""
     heads = ["method"] + [f"{c} {CATEGORIES[c]}" for c in CATEGORIES] + [
-        "overall", "n", "mean tok", "max tok", "replay s", "question s"]
+        "overall", "ΔNLL", "kept mass", "n", "mean tok", "max tok", "replay s", "question s"]
     rows = []
     for r in results:
         f = r.figures()
         cells = [r.name] + [_fmt(r.recall(c)) for c in CATEGORIES] + [
-            _fmt(r.recall()), str(f["questions"]), f"{f['mean_tokens']:.0f}", str(f["max_tokens"]),
+            _fmt(r.recall()), *((f"{f['delta_nll']:.3f}", f"{f['kept_attention_mass']:.3f}")
+                                if f["fidelity_turns"] else ("—", "—")), str(f["questions"]), f"{f['mean_tokens']:.0f}", str(f["max_tokens"]),
             f"{r.replay_seconds:.0f}" + ("*" if r.replay_shared_with else ""),
             f"{r.question_seconds:.1f}"]
         rows.append(cells)
@@ -158,6 +170,31 @@ def plot_brightness(traces, evidence_turns, path: str, title: str) -> None:
     right.set_ylim(0, 1.05)
     right.set_title("survival under pruning")
     right.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_fidelity(figures: dict[str, dict], path: str, title: str) -> None:
+    """Each method as a point: ΔNLL (left, lower is better) and kept attention mass
+    (right) against evidence recall."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n, f in figures.items() if f.get("fidelity_turns") and f.get("recall_overall") is not None]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    for ax, key, label in ((axes[0], "delta_nll", "ΔNLL vs the 8k-window reference (nats/token)"),
+                           (axes[1], "kept_attention_mass", "share of the reference's attention kept")):
+        for name in names:
+            f = figures[name]
+            ax.plot(f[key], f["recall_overall"], "o", color="C1" if "fifo" in name or name == "rag" else "C0")
+            ax.annotate(name, (f[key], f["recall_overall"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel(label)
+        ax.set_ylabel("evidence recall (overall)")
+        ax.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

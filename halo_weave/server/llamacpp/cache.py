@@ -66,9 +66,8 @@ class LlamaCache:
         self.mem = self.L.llama_get_memory(ctx)
         self.n_layer, self.n_head, self.n_vocab, self.n_batch = n_layer, n_head, n_vocab, n_batch
         self.mode = SURGERY
-        #: Threads for prefill and plain decoding, and for a decode whose attention is read:
-        #: reading splits the graph in ~31 parts, and every part ends in a barrier of the
-        #: thread pool, which costs more than a second thread gains for one token.
+        #: Threads for prefill and plain decoding, and for a decode whose attention is read
+        #: (set by the engine; with passive waiting, 2 threads helped both here).
         self.threads = self.capture_threads = 1
         self._threads_set = None
         self.ids: list[int] = []

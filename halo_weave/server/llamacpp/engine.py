@@ -27,9 +27,6 @@ log = logging.getLogger("halo_weave.server")
 N_BATCH = 512
 #: ggml log levels relayed to our log (the others are debug, info and continuations).
 WARN_LEVEL, ERROR_LEVEL = 3, 4
-#: Below this many parameters a token is too little work to share between threads while
-#: its attention is read (each of the ~31 graph parts ends in a thread barrier).
-SMALL_MODEL_PARAMS = 1_000_000_000
 #: llama.cpp pads the KV cache to this many cells.
 CELL_PAD = 256
 
@@ -45,7 +42,7 @@ class LlamaEngine(EngineBase):
                  attention_format: str = AGGREGATED, capture_threads: int | None = None,
                  store_bytes: int = DEFAULT_STORE_BYTES) -> None:
         """``threads`` run prefill and plain decoding; ``capture_threads`` a decode whose
-        attention is read (default: 1 for models under 1B parameters, else ``threads``);
+        attention is read (default: ``threads``);
         ``store_bytes`` bounds the host memory keeping pruned spans' states (0: none)."""
         if attention_format not in ATTENTION_FORMATS:
             raise ValueError(f"attention format must be one of {ATTENTION_FORMATS}")
@@ -79,7 +76,7 @@ class LlamaEngine(EngineBase):
         cp.n_seq_max = N_SEQ
         cp.kv_unified = True
         cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        threads = threads or max(1, (os.cpu_count() or 2) - 1)
+        threads = threads or max(1, os.cpu_count() or 1)
         cp.n_threads = cp.n_threads_batch = threads
         cache = LlamaCache.__new__(LlamaCache)  # the callback must exist before the context
         self._callback = L.ggml_backend_sched_eval_callback(lambda t, ask, ud: cache.callback(t, ask, ud))
@@ -91,8 +88,7 @@ class LlamaEngine(EngineBase):
         cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab)
         cache.threads = threads
         cache.store.max_bytes = store_bytes
-        small = L.llama_model_n_params(model) < SMALL_MODEL_PARAMS
-        cache.capture_threads = capture_threads or (1 if small else threads)
+        cache.capture_threads = capture_threads or threads
         self._kv = cache
         self.threads = threads
         self.text = TokenText.from_table(*self._token_table(n_vocab))

@@ -1,0 +1,198 @@
+"""Teacher forcing on the app's llama.cpp engine: one decode per turn, every row read.
+
+The server's cache (:class:`halo_weave.server.llamacpp.cache.LlamaCache`) reads the
+attention of the *last* query of a decode, which is what generation needs.  The replay
+forces a whole known turn, so here one decode runs ``[last input token] + forced[:-1]``
+with logits for every query and the softmax of every query read out: row ``j`` is the
+attention paid while producing ``forced[j]`` and ``log p(forced[j])`` comes from the
+same decode.  The cache itself is synced with the engine's own KV surgery
+(:meth:`LlamaCache.sync`: a prune is ``seq_rm`` + ``seq_add``, a resurrection restores
+kept cells or runs only the inserted span), so nothing before an edit is recomputed.
+
+The evaluation callback is the cache's; only the softmax nodes are taken over while a
+forced turn is decoded (the cell-index readout stays the cache's).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from halo_weave.server.llamacpp.cache import LIVE_SEQ, SOFTMAX_PREFIX, DecodeError
+
+
+@dataclass
+class ForcingStats:
+    """Where the model's time went (seconds and tokens)."""
+
+    calls: int = 0
+    forced_tokens: int = 0
+    synced_tokens: int = 0  # tokens the sync ran (appended, inserted or re-run)
+    restored_tokens: int = 0  # resurrected tokens taken from kept cells
+    sync_seconds: float = 0.0
+    force_seconds: float = 0.0
+    by_mode: dict = field(default_factory=dict)
+
+    def line(self) -> str:
+        return (f"{self.calls} turns, {self.forced_tokens} forced + {self.synced_tokens} synced "
+                f"tokens ({self.restored_tokens} restored); sync {self.sync_seconds:.0f} s, "
+                f"force {self.force_seconds:.0f} s; {self.by_mode}")
+
+
+@dataclass
+class Forced:
+    """One forced turn: attention rows and the log-probability of each forced token."""
+
+    rows: np.ndarray  # float32 [m, n0 + m - 1], mean over layers and heads, by position
+    logprobs: np.ndarray  # float64 [m]
+
+    @property
+    def nll(self) -> float:
+        return float(-self.logprobs.mean())
+
+
+class LlamaForcing:
+    """A teacher-forcing source over a :class:`~halo_weave.server.llamacpp.LlamaEngine`."""
+
+    mode = "llamacpp"
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.kv = engine.kv
+        self.L = self.kv.L
+        self.stats = ForcingStats()
+        self._original = self.kv.callback
+        self._sum: np.ndarray | None = None  # [n_tok, n_kv] sum over layers and heads
+        self._layers = 0
+        self._reading = False
+        self.kv.callback = self._callback  # the engine's lambda looks it up on every call
+
+    @classmethod
+    def load(cls, context_size: int = 8192, threads: int = 1) -> "LlamaForcing":
+        from halo_weave.server import loader
+        from halo_weave.server.llamacpp.engine import LlamaEngine
+
+        source = loader.resolve(None)
+        engine = LlamaEngine(source.path / source.gguf_file, context_size=context_size, threads=threads)
+        return cls(engine)
+
+    def tokenize(self, text: str) -> list[tuple[int, str]]:
+        return self.engine.tokenize(text)
+
+    def reset(self, keep_pruned: bool = True) -> None:
+        """Forget the cache (a new replay); ``keep_pruned``: keep pruned spans' cells."""
+        self.kv.reset()
+        if hasattr(self.kv, "keep_pruned"):
+            self.kv.keep_pruned = keep_pruned
+
+    # ------------------------------------------------------------------ callback
+    def _callback(self, tensor, ask, user_data) -> bool:
+        if not self._reading:
+            return self._original(tensor, ask, user_data)
+        lib = self.kv.lib
+        try:
+            name = lib.tensor_name(tensor)
+            if not name.startswith(SOFTMAX_PREFIX):
+                return self._original(tensor, ask, user_data)
+            if ask:
+                return True
+            n_kv, n_tok, n_head, _ = lib.tensor_shape(tensor)
+            block = np.empty((n_head, n_tok, n_kv), np.float32)
+            lib.read(tensor, block)
+            part = block.sum(axis=0)
+            if self._sum is None or self._sum.shape != part.shape:
+                self._sum = part
+            else:
+                self._sum += part
+            self._layers += 1
+        except BaseException as exc:  # noqa: BLE001 - ctypes would turn it into "stop"
+            self.kv._error = self.kv._error or exc
+        return True
+
+    # ------------------------------------------------------------------ the call
+    def sync(self, ids: Sequence[int]) -> None:
+        """Make the live sequence hold exactly ``ids`` (the engine's KV surgery)."""
+        t = time.perf_counter()
+        report = self.kv.sync([int(i) for i in ids])
+        self.stats.sync_seconds += time.perf_counter() - t
+        if report is not None:
+            self.stats.synced_tokens += report.computed
+            self.stats.restored_tokens += report.restored
+            self.stats.by_mode[report.mode] = self.stats.by_mode.get(report.mode, 0) + 1
+
+    def force(self, input_ids: Sequence[int], forced_ids: Sequence[int], keys=None) -> Forced:
+        """Attention rows and log-probabilities of ``forced_ids`` after ``input_ids``
+        (``keys`` is not needed: the sync finds the edits from the ids)."""
+        ids = [int(i) for i in input_ids]
+        forced = [int(i) for i in forced_ids]
+        if not ids or not forced:
+            raise ValueError("teacher forcing needs at least one input and one forced token")
+        self.sync(ids[:-1])
+        t = time.perf_counter()
+        queries = [ids[-1]] + forced[:-1]
+        n0 = len(ids)
+        rows = np.zeros((len(forced), n0 + len(forced) - 1), np.float32)
+        logprobs = np.zeros(len(forced), np.float64)
+        done = 0
+        kv = self.kv
+        try:
+            while done < len(queries):
+                part = queries[done:done + kv.n_batch]
+                pos = len(kv.ids)
+                sums, logits = self._decode(part, pos)
+                kv._append(part, self._cells)
+                # Cells to positions: the live sequence's cells in position order; cells of
+                # later positions and of other sequences were masked (zero) in the softmax.
+                width = len(kv.ids)
+                block = sums[:, kv.cells] / (kv.n_layer * kv.n_head)
+                rows[done:done + len(part), :width] = block
+                targets = np.asarray(forced[done:done + len(part)])
+                top = logits.max(axis=1, keepdims=True)
+                lse = np.log(np.exp(logits - top).sum(axis=1)) + top[:, 0]
+                logprobs[done:done + len(part)] = logits[np.arange(len(part)), targets] - lse
+                done += len(part)
+        except BaseException:
+            kv.reset()
+            raise
+        # Causal rows: the query at input position p sees positions <= p only.
+        self.stats.calls += 1
+        self.stats.forced_tokens += len(forced)
+        self.stats.force_seconds += time.perf_counter() - t
+        return Forced(rows, logprobs)
+
+    def _decode(self, ids: list[int], pos: int) -> tuple[np.ndarray, np.ndarray]:
+        kv, L = self.kv, self.L
+        batch = kv._batch
+        n = len(ids)
+        for i, token in enumerate(ids):
+            batch.token[i] = token
+            batch.pos[i] = pos + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = LIVE_SEQ
+            batch.logits[i] = 1
+        batch.n_tokens = n
+        threads = (kv.capture_threads, kv.threads)
+        if threads != kv._threads_set:
+            L.llama_set_n_threads(kv.ctx, *threads)
+            kv._threads_set = threads
+        kv._new_cells, kv._error = [], None
+        self._sum, self._layers, self._reading = None, 0, True
+        try:
+            status = L.llama_decode(kv.ctx, batch)
+        finally:
+            self._reading = False
+        if kv._error is not None:
+            raise DecodeError(f"attention readout failed: {kv._error!r}") from kv._error
+        if status != 0:
+            raise DecodeError(f"llama_decode returned {status}")
+        if self._layers < kv.n_layer or self._sum is None:
+            raise DecodeError(f"read attention from {self._layers} of {kv.n_layer} layers")
+        cells = np.concatenate(kv._new_cells) if kv._new_cells else np.zeros(0, np.int64)
+        if len(cells) != n:
+            raise DecodeError(f"saw the cells of {len(cells)} of {n} tokens")
+        self._cells = cells
+        logits = np.ctypeslib.as_array(L.llama_get_logits(kv.ctx), shape=(n, kv.n_vocab)).astype(np.float64)
+        return self._sum, logits

@@ -1,0 +1,93 @@
+"""The benchmark's methods: which replay each needs and what it does at question time.
+
+A *replay policy* is what stays live while the conversation is read (its own
+teacher-forced pass); a *method* is a replay plus a question-time rule.  Methods that
+only change question-time search share their replay (and its fidelity figures).
+
+Replays prune only (what attention keeps, against oldest-first), except the ``*-live``
+ones, which also resurrect on every user message as the app does (searching only what
+was said before it): those make the resurrection-brightness rule measurable, at several
+times the model work (every resurrected span not in the kept cells is run).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .replay import Policy
+
+#: Methods in table order: (name, replay policy key or None, question-time options).
+METHODS = [
+    ("full", None, {}),
+    ("fifo", "fifo", {}),
+    ("rag", "fifo-halo", {}),  # between questions rag keeps the most recent P tokens
+    ("brightness", "brightness", {}),
+    ("halo", "halo", {}),
+    ("halo-mean", "halo", {"rule": "mean"}),
+    ("halo-noboost", "halo", {"user_similarity_boost": 1.0}),
+    ("halo-hybrid", "halo", {"hybrid_search": True}),
+    ("halo-vector", "halo", {"hybrid_search": False}),  # vector search only
+    ("halo-k100", "halo", {"query_max_results": 100}),
+    ("halo-hybrid-k100", "halo", {"hybrid_search": True, "query_max_results": 100}),
+    ("halo-prefill", "prefill", {}),
+    ("halo-hyst", "hyst", {}),
+    # Is attention-based pruning better than oldest-first?  Same resurrection, pruned by age.
+    ("fifo-halo", "fifo-halo", {}),
+    ("halo-meanrank", "meanrank", {}),  # prune by mean chunk brightness, not peak
+    # Brightness variants (issue 16), each with the app's resurrection during the replay.
+    ("halo-median", "median", {}),  # magnitude voting, new tokens start at the live median
+    ("halo-decay", "decay", {}),  # attention mass with a half-life of 256 generated tokens
+    ("halo-decay-topk", "decay-topk", {}),  # ... chunks ranked by their top-4 mean
+    ("halo-mass", "mass", {}),  # accumulated attention mass (H2O), new tokens at the median
+    # Retrieval ideas at question time, on the most recent P tokens (no replay, no model).
+    ("recent-halo", None, {"retrieval": ""}),
+    ("recent-split", None, {"retrieval": "split"}),
+    ("recent-neighbours", None, {"retrieval": "neighbours"}),
+    ("recent-split-neighbours", None, {"retrieval": "split-neighbours"}),
+    # The app's resurrection on every user message during the replay too.
+    ("halo-live", "live", {}),
+    ("halo-live-mean", "live-mean", {"rule": "mean"}),
+    ("fifo-halo-live", "fifo-live", {}),
+    ("halo-decay-live", "decay-live", {}),
+]
+
+QUICK_METHODS = ["full", "fifo", "rag", "halo", "halo-mean", "halo-vector", "fifo-halo",
+                 "halo-decay", "halo-decay-topk", "halo-median", "halo-mass",
+                 "halo-live", "halo-live-mean", "fifo-halo-live"]
+
+
+def policies(prune_to: int, budget: int, hysteresis: float, half_life: int = 256) -> dict[str, Policy]:
+    """Every replay policy by key (``budget``: C - max_new_tokens)."""
+    age = (("prune_order", "age"),)
+    decay = (("brightness_rule", "decay"), ("brightness_half_life", half_life))
+    return {
+        "fifo": Policy("fifo", budget, settings=age),
+        "brightness": Policy("brightness", budget),
+        "halo": Policy("halo", prune_to),
+        "prefill": Policy("prefill", prune_to, score_user=True),
+        "hyst": Policy("hyst", prune_to, hysteresis=hysteresis),
+        "meanrank": Policy("meanrank", prune_to, rank="mean"),
+        "fifo-halo": Policy("fifo-halo", prune_to, settings=age),
+        "median": Policy("median", prune_to, settings=(("new_token_brightness", "median"),)),
+        "decay": Policy("decay", prune_to, settings=decay),
+        "decay-topk": Policy("decay-topk", prune_to, settings=decay + (("chunk_rank", "topk"),)),
+        "mass": Policy("mass", prune_to, settings=(("brightness_rule", "mass"), ("new_token_brightness", "median"))),
+        "live": Policy("live", prune_to, resurrect="at_prune"),
+        "live-mean": Policy("live-mean", prune_to, resurrect="mean"),
+        "fifo-live": Policy("fifo-live", prune_to, settings=age, resurrect="at_prune"),
+        "decay-live": Policy("decay-live", prune_to, settings=decay, resurrect="at_prune"),
+    }
+
+
+def past_search(index, limit: int) -> Callable[[str, int], list]:
+    """``search(text, before_turn)``: the index's best ``limit`` matches among turns said
+    before ``before_turn``.  The whole index is ranked and the future dropped, so the
+    order among past entries is the full index's (BM25's term statistics and its
+    normalisation still count later entries: a small leak, no future entry is returned).
+    """
+
+    def search(text: str, before_turn: int) -> list:
+        found = index.search(text, max(index.entry_count, limit))
+        return [m for m in found if m.turn_id < before_turn][:limit]
+
+    return search

@@ -1,0 +1,111 @@
+"""Brightness rules beside seed 001's voting: decayed / accumulated attention mass, new
+tokens at the live median, chunks ranked by a top-k mean, and pruning by age as a setting."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from halo_weave.brightness import attention_mass, chunk_scores
+from halo_weave.conversation import Conversation
+from halo_weave.settings import MAX_BRIGHTNESS, Settings
+
+TEXT = "\n\n".join(f"Paragraph {i} has a handful of words in it to fill a chunk." for i in range(3))
+
+
+def _say(conv: Conversation, role: str, text: str):
+    pieces = re.findall(r"\n|[^\S\n]*[^\s]+", text)
+    return conv.add_turn(role, [1000 + i for i in range(len(pieces))], pieces)
+
+
+def _conversation(**settings) -> Conversation:
+    conv = Conversation(Settings(min_chunk_tokens=8, **settings))
+    for t in range(4):
+        _say(conv, "user" if t % 2 == 0 else "assistant", TEXT)
+    return conv
+
+
+def _attend(conv: Conversation, hot_rows: list[int], steps: int, weight: float = 0.3) -> None:
+    """``steps`` generated tokens: half the attention on a sink (row 0, the first
+    token), ``weight`` shared by ``hot_rows``, the rest spread evenly (below a fair share)."""
+    n_sys, n = len(conv.system_ids), len(conv.table)
+    row = np.full(n_sys + n, (0.5 - weight) / max(n - len(hot_rows) - 1, 1), np.float32)
+    row[n_sys] = 0.5
+    if hot_rows:
+        row[[n_sys + r for r in hot_rows]] = weight / len(hot_rows)
+    row /= row.sum()
+    for _ in range(steps):
+        conv.apply_attention(row)
+
+
+def test_decayed_mass_does_not_saturate_and_fades_what_is_no_longer_read():
+    values = np.array([10_000, 10_000, 0], np.int32)
+    attention = np.array([0.9, 0.05, 0.05], np.float32)
+    threshold = 1.0 / 3
+    for _ in range(200):
+        attention_mass(values, attention, threshold, unit=100.0, half_life=64)
+    # The read token climbs past the seed's cap; the ignored ones settle low, in order.
+    assert values[0] > 2 * MAX_BRIGHTNESS
+    assert values[1] < values[0] / 5
+    unread = np.array([5, 500], np.int32)
+    for _ in range(3000):
+        attention_mass(unread, np.zeros(2, np.float32), 0.5, unit=1.0, half_life=64)
+    assert unread.tolist() == [0, 0]  # fades all the way, never negative
+
+
+def test_plain_mass_only_grows():
+    values = np.array([3, 3], np.int32)
+    for _ in range(10):
+        attention_mass(values, np.array([0.8, 0.2], np.float32), 0.5, unit=1.0, half_life=0)
+    assert values[0] > values[1] >= 3
+
+
+def test_top_k_mean_is_robust_to_one_stray_token():
+    values = np.array([9000, 0, 0, 0, 5000, 5000, 5000, 5000], np.int32)
+    starts = np.array([0, 4])
+    assert chunk_scores(values, starts, "peak").tolist() == [9000, 5000]
+    assert chunk_scores(values, starts, "topk", 4).tolist() == [2250, 5000]
+    assert chunk_scores(values, starts, "topk", 1).tolist() == [9000, 5000]
+
+
+def test_decay_rule_keeps_the_chunk_the_model_reads():
+    conv = _conversation(brightness_rule="decay", brightness_half_life=32)
+    old = conv.content_chunks(0)[1]  # an old, non-anchor chunk of the first question
+    rows = list(range(conv.chunk_rows(old).start, conv.chunk_rows(old).start + 1))
+    _attend(conv, rows, 200)  # one token of it read every step
+    ids, scores = conv.chunk_peaks()
+    score = dict(zip(ids.tolist(), scores.tolist()))
+    assert score[old.id] > MAX_BRIGHTNESS  # one truly bright token lifts its chunk
+    others = [score[c.id] for t in (1, 2, 3) for c in conv.content_chunks(t)]
+    assert max(others) < MAX_BRIGHTNESS / 2  # unread chunks faded
+    pruned = conv.prune_to_fit(conv.live_token_count() - 20)
+    assert pruned and old.live and old.id not in {c.id for c in pruned}
+
+
+def test_new_turns_start_at_the_live_median_not_the_cap():
+    conv = _conversation(brightness_rule="decay", brightness_half_life=16, new_token_brightness="median")
+    _attend(conv, [1], 100)
+    median = int(np.median(conv.table.brightness[~conv.table.framing]))
+    turn = _say(conv, "user", "A new question arrives now.")
+    fresh = conv.table.brightness[conv.chunk_rows(conv.content_chunks(turn.turn_id)[0])]
+    assert median < MAX_BRIGHTNESS and set(fresh.tolist()) == {median}
+
+
+def test_prune_order_age_prunes_the_oldest_whatever_the_brightness():
+    conv = _conversation(prune_order="age")
+    old = conv.content_chunks(0)[1]
+    _attend(conv, list(range(conv.chunk_rows(old).start, conv.chunk_rows(old).stop)), 50)
+    pruned = conv.prune_to_fit(conv.live_token_count() - 5)
+    assert [(c.turn_id, c.chunk_index) for c in pruned if not c.framing] == [(0, 1)]
+
+
+def test_resurrection_brings_back_the_score_at_prune_no_gift():
+    conv = _conversation(brightness_rule="decay", brightness_half_life=16)
+    _attend(conv, [1], 100)
+    chunk = conv.content_chunks(2)[1]
+    before = conv.table.brightness[conv.chunk_rows(chunk)].copy()
+    conv.prune_chunk(chunk.id)
+    conv.resurrect([chunk.id], brightness="at_prune")
+    assert conv.table.brightness[conv.chunk_rows(chunk)].tolist() == before.tolist()
+    assert before.max() < MAX_BRIGHTNESS
