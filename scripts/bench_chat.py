@@ -8,9 +8,12 @@ the model window, stream the answer (each token's attention applied as it arrive
 then finish the turn (save, index, prune to the budget).  Indexing runs in place
 between turns (the app runs it on a thread), outside the timed part.
 
-Per message: time to first token seen by the client, the server's own TTFT, the done
-event's ``kv`` report (reused / dropped / inserted / restored / appended / re-run
-tokens) and what the turn resurrected and pruned.  Top level (the engine named first):
+Per message: time to first token seen by the client, the server's own TTFT and where it
+went (``sync_s``: surgery and new tokens, with the done event's ``kv_store_s`` /
+``kv_restore_s`` / ``kv_insert_s`` inside it; ``last_prompt_token_s``: the last prompt
+token, its attention read and any K-shift; ``first_sample_s``; ``http_and_client_s``: the
+rest of the client's wait), the done event's ``kv`` report (reused / dropped / inserted /
+restored / stored / appended / re-run tokens) and what the turn resurrected and pruned.  Top level (the engine named first):
 ``ttft_median_s``, ``ttft_p95_s``, ``tokens_per_s``, ``reprefilled_tokens`` (tokens
 run by the exact path: re-runs that are neither new nor resurrected), ``prunes``,
 ``resurrections``, ``resurrected_tokens``, ``new_tokens``.

@@ -41,18 +41,24 @@ class ProxyReading:
         return (self.settings.proxy_attention and not self._reader_problem and self.client is not None
                 and not self.session.attention_available and readable(self.client))
 
-    def reader_status(self) -> tuple[str, str]:
-        """``(source, words)`` for the window: source ``"server"``, ``"reader"`` or ``"none"``."""
+    def reader_status(self) -> tuple[str, str, str]:
+        """``(source, words, detail)`` for the window: source ``"server"``, ``"reader"`` or
+        ``"none"``; short words for the stats line, the full sentence for its tooltip."""
         if self.session.attention_available:
-            return "server", ""
+            return "server", "", ""
         if self.proxy_active():
             name = self._reader.name if self._reader is not None else "SmolLM2-135M"
             served = str(getattr(self.model_info, "name", "") or "the server's model").replace("\\", "/").rsplit("/", 1)[-1]
             prune = "pruning by its attention" if self.settings.proxy_pruning else "pruning oldest-first"
-            return "reader", (f"heatmap: {name}'s attention (the bundled reader), not {served}'s · {prune}")
+            detail = (f"This server sends no attention. The heatmap shows the attention of {name}, the bundled "
+                      f"reader model, reading each finished exchange — not the attention of {served}. "
+                      + ("It also ranks chunks for pruning." if self.settings.proxy_pruning else
+                         "Pruning stays oldest-first (Settings → Context)."))
+            return "reader", f"reader's attention ({name}) · {prune}", detail
         if self._reader_problem:
-            return "none", f"no attention from this server, and the reader failed ({self._reader_problem}) — pruning oldest-first"
-        return "none", ""
+            return "none", "no attention; the reader failed — pruning oldest-first", (
+                f"This server sends no attention and the bundled reader could not run: {self._reader_problem}")
+        return "none", "", ""
 
     def no_attention_sentence(self) -> str:
         """What the window says once it knows the server sends no attention."""
@@ -63,6 +69,16 @@ class ProxyReading:
                 "and its attention lights the heatmap (its attention, not your model's). "
                 + ("It also ranks chunks for pruning." if self.settings.proxy_pruning else
                    "Pruning stays oldest-first (Settings → Context can change that)."))
+
+    def brightness_source(self) -> str:
+        """:meth:`reader_status`'s source, ``"waiting"`` while the reader has read nothing
+        of this conversation yet (its brightness still all at the start value)."""
+        source = self.reader_status()[0]
+        conv = self.conv
+        if source == "reader" and self.reads_done == 0 and conv is not None and (
+                conv.mean_brightness() == self.settings.initial_brightness):
+            return "waiting"
+        return source
 
     def _sync_proxy_ranks(self) -> None:
         self.session.proxy_ranks = self.proxy_active() and self.settings.proxy_pruning

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QToolButton, QWidget
 
 from . import colors
 
@@ -55,6 +55,22 @@ class ConnectionLight(QWidget):
         painter.end()
 
 
+class ElidedLabel(QLabel):
+    """A one-line label that shrinks with the window, its text elided ("…"), instead of
+    holding the window wider than the screen; the whole text stays in the tooltip."""
+
+    def minimumSizeHint(self) -> QSize:
+        # Room for the words that say whose attention lights the heatmap, at least.
+        return QSize(self.fontMetrics().horizontalAdvance("reader's attention…"), super().minimumSizeHint().height())
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        painter = QPainter(self)
+        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
+        painter.setPen(self.palette().color(self.foregroundRole()))
+        painter.drawText(self.contentsRect(), int(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft), text)
+        painter.end()
+
+
 class StatsBar(QWidget):
     """One line of figures above the heatmap.
 
@@ -93,7 +109,7 @@ class StatsBar(QWidget):
                                     "sending to its first token")
         self.resurrected_label = QLabel()
         self.resurrected_label.setToolTip("Chunks brought back for the last message")
-        self.attention_label = QLabel(NO_ATTENTION_TEXT)
+        self.attention_label = ElidedLabel(NO_ATTENTION_TEXT)
         self.attention_label.setObjectName("attentionWarning")
         self.attention_label.setStyleSheet("color: #e6b450;")
         self.attention_label.hide()
@@ -179,10 +195,12 @@ class StatsBar(QWidget):
         """Warn when the server sends no attention (pruning falls back to oldest-first)."""
         self.set_brightness_source("server" if available else "none")
 
-    def set_brightness_source(self, source: str, words: str = "") -> None:
-        """Who measures brightness; ``words`` replace the no-attention warning (see the class)."""
+    def set_brightness_source(self, source: str, words: str = "", detail: str = "") -> None:
+        """Who measures brightness; ``words`` replace the no-attention warning (see the
+        class), ``detail`` is its tooltip (kept short: this line sets the window's width)."""
         self._source = source
         self.attention_label.setText(words or NO_ATTENTION_TEXT)
+        self.attention_label.setToolTip(detail or words or NO_ATTENTION_TEXT)
         self.attention_label.setVisible(source != "server")
         self._show_brightness()
 
@@ -193,6 +211,10 @@ class StatsBar(QWidget):
             label.setText(NO_BRIGHTNESS_TEXT)
             label.setToolTip("This server sends no attention, so brightness is not measured: every token "
                              "keeps its starting value and the oldest chunks are pruned first.")
+        elif self._source == "waiting":
+            label.setText("☀ — (reader)")
+            label.setToolTip("The bundled reader model has not read an exchange of this conversation yet: "
+                             "brightness is measured from the next answer on.")
         elif self._source == "reader":
             label.setText(f"Mean ☀ {self._mean:,.0f} (reader)")
             label.setToolTip("Mean brightness of the live tokens, from the bundled reader model's attention "
@@ -206,3 +228,27 @@ class StatsBar(QWidget):
         self.graveyard_button.blockSignals(True)
         self.graveyard_button.setChecked(open_)
         self.graveyard_button.blockSignals(False)
+
+
+class TaskProgress(QProgressBar):
+    """The status bar's progress of a long task (loading, re-indexing)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMaximumWidth(220)
+        self.setTextVisible(True)
+        self.hide()
+
+    def show_progress(self, what: str, done: int, total: int) -> None:
+        """``total`` 0: indeterminate; ``done`` >= ``total``: finished (hidden)."""
+        if total <= 0:
+            self.setRange(0, 0)
+            self.setFormat(what)
+            self.show()
+        elif done >= total:
+            self.hide()
+        else:
+            self.setRange(0, total)
+            self.setValue(done)
+            self.setFormat(f"{what} %v/%m")
+            self.show()

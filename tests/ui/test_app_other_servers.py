@@ -132,9 +132,11 @@ def test_the_bundled_reader_lights_the_heatmap_of_a_server_without_attention(qtb
     c, window, bar = app.controller, app.window, app.window.stats_bar
     assert bar.attention_label.isVisible()
     words = bar.attention_label.text()
-    assert "SmolLM2-135M's attention (the bundled reader)" in words and "pruning oldest-first" in words
+    assert words == "reader's attention (SmolLM2-135M) · pruning oldest-first"
+    assert "not the attention of" in bar.attention_label.toolTip()
     assert any("reads each finished exchange" in m.text for m in window.messages.history)
 
+    assert bar.brightness_label.text() == "☀ — (reader)", "nothing read yet: no mean of 10,000"
     # The window keeps painting while the reader reads (it runs on a thread).
     ticks = []
     timer = QTimer()

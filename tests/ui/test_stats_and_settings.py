@@ -77,11 +77,22 @@ def test_brightness_says_when_nothing_measures_it_and_when_the_reader_does(bar):
     assert "10,000" not in bar.brightness_label.text() and "not measured" in bar.brightness_label.text()
     assert "no attention" in bar.brightness_label.toolTip()
     # The bundled reader measures it: the figure is back, said to be the reader's.
-    words = "heatmap: SmolLM2-135M's attention (the bundled reader), not llama3's · pruning oldest-first"
-    bar.set_brightness_source("reader", words)
+    words = "reader's attention (SmolLM2-135M) · pruning oldest-first"
+    bar.set_brightness_source("reader", words, "… not the attention of llama3 …")
+    bar.update_stats(500, 2000, 500, 0, 10000.0, None, 0, brightness_source="waiting")
+    assert "10,000" not in bar.brightness_label.text() and "not read" in bar.brightness_label.toolTip()
     bar.update_stats(500, 2000, 500, 0, 7321.0, None, 0, brightness_source="reader")
     assert bar.brightness_label.text() == "Mean ☀ 7,321 (reader)"
     assert not bar.attention_label.isHidden() and bar.attention_label.text() == words
+    assert "not the attention of llama3" in bar.attention_label.toolTip()
+
+
+def test_a_long_attention_line_does_not_widen_the_window(bar):
+    bar.set_brightness_source("reader", "reader")
+    short = bar.minimumSizeHint().width()
+    bar.set_brightness_source("reader", "reader's attention (SmolLM2-135M) · pruning oldest-first " * 4)
+    assert bar.minimumSizeHint().width() == short
+    assert bar.attention_label.toolTip().startswith("reader's attention (SmolLM2-135M)"), "the whole text stays readable"
 
 
 def test_graveyard_toggle(bar, qtbot):
