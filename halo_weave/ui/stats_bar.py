@@ -211,6 +211,10 @@ class StatsBar(QWidget):
             label.setText(NO_BRIGHTNESS_TEXT)
             label.setToolTip("This server sends no attention, so brightness is not measured: every token "
                              "keeps its starting value and the oldest chunks are pruned first.")
+        elif self._source == "waiting":
+            label.setText("☀ — (reader)")
+            label.setToolTip("The bundled reader model has not read an exchange of this conversation yet: "
+                             "brightness is measured from the next answer on.")
         elif self._source == "reader":
             label.setText(f"Mean ☀ {self._mean:,.0f} (reader)")
             label.setToolTip("Mean brightness of the live tokens, from the bundled reader model's attention "
