@@ -1,0 +1,168 @@
+"""The window as the screen shows it: the message box's placeholder after a busy spell
+(the pixels, not the property), a window that fits a 1280 px screen with the graveyard
+open, the first-start box beside (not over) the system prompt, and no pile of empty
+conversations in the list.  Real SQLite files in ``tmp_path``; the answer and the system
+prompt tests use the real server and model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtGui import QImage
+
+from halo_weave.app import TurnController
+from halo_weave.settings import Settings
+from halo_weave.storage import transfer
+from halo_weave.store import ConversationStore, list_conversations, new_conversation_path
+from halo_weave.ui.main_window import MainWindow, app_qsettings
+
+from test_app import TURN_TIMEOUT_MS, make_app  # noqa: F401 - the fixture
+
+CLOSED_PORT_URL = "http://127.0.0.1:9"
+#: Left columns of the message box left out of pixel comparisons: the text cursor blinks there.
+CURSOR_COLUMNS = 12
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
+    controller = TurnController(Settings(server_url=CLOSED_PORT_URL, autostart_server=False), tmp_path,
+                                autostart=False)
+    win = MainWindow(controller, app_qsettings(tmp_path))
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitExposed(win)
+    yield win
+    win.close()
+
+
+def _pixels(image: QImage) -> np.ndarray:
+    image = image.convertToFormat(QImage.Format.Format_RGB32)
+    rows = np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), image.bytesPerLine())
+    return rows[:, : image.width() * 4].reshape(image.height(), image.width(), 4)[..., :3].copy()
+
+
+def stale_pixels(widget) -> int:
+    """Pixels where the screen (the window's backing store) differs from what the widget
+    draws now: more than a handful means the screen shows an old picture."""
+    top = widget.window()
+    shot = top.screen().grabWindow(top.winId()).toImage()
+    on_screen = _pixels(shot.copy(QRect(widget.mapTo(top, QPoint(0, 0)), widget.size())))
+    fresh = _pixels(widget.grab().toImage())
+    return int((on_screen != fresh).any(axis=2)[:, CURSOR_COLUMNS:].sum())
+
+
+def write_conversation(data_dir: Path, text: str) -> Path:
+    path = new_conversation_path(data_dir)
+    with ConversationStore.open(path) as store:
+        conv = store.load(Settings())
+        pieces = [(" " if i else "") + w for i, w in enumerate(text.split(" "))]
+        store.save_turn(conv, conv.add_turn("user", list(range(100, 100 + len(pieces))), pieces))
+    return path
+
+
+# ---------------------------------------------------------------- the placeholder
+def test_after_an_import_the_message_box_no_longer_says_importing(window, qtbot, tmp_path):
+    controller, box = window.controller, window.input
+    controller.open_conversation(None)
+    exported = tmp_path / "tea.json"
+    transfer.export_conversation(write_conversation(tmp_path, "Green tea or oolong for the evening?"), exported)
+    qtbot.wait(50)
+    controller.import_json(exported)
+    assert box.placeholderText() == "Importing…"
+    box.viewport().repaint()  # the screen shows the busy text, as it does while a big import runs
+    assert stale_pixels(box.viewport()) < 5
+    qtbot.waitUntil(lambda: not controller.busy and len(controller.conv.turns) > 0, timeout=30_000)
+    qtbot.wait(100)  # every pending paint reaches the screen
+    assert box.placeholderText() == controller.input_block_reason() != "Importing…"
+    assert stale_pixels(box.viewport()) < 5, "the screen still shows the old placeholder"
+
+
+@pytest.mark.slow
+def test_after_an_answer_the_message_box_shows_the_message_hint_again(make_app, qtbot):
+    app = make_app(max_new_tokens=12).start()
+    window, box = app.window, app.window.input
+    qtbot.waitExposed(window)
+    window.input.setPlainText("Name three colours.")
+    with qtbot.wait_signal(app.controller.turn_finished, timeout=TURN_TIMEOUT_MS):
+        qtbot.keyClick(box, Qt.Key.Key_Return)
+        qtbot.waitUntil(lambda: app.controller.generating, timeout=TURN_TIMEOUT_MS)
+        assert box.placeholderText() == "The model is answering — Esc stops"
+        box.viewport().repaint()
+    qtbot.waitUntil(lambda: not app.controller.busy, timeout=10_000)
+    qtbot.wait(100)
+    assert window.send_button.isEnabled() and window.answer_bar.continue_button.isEnabled()
+    assert box.placeholderText().startswith("Message — Enter sends")
+    assert stale_pixels(box.viewport()) < 5, "the screen still says the model is answering"
+
+
+# ---------------------------------------------------------------- a 1280 px screen
+def test_the_window_fits_a_1280_px_screen_with_the_graveyard_open(window, qtbot):
+    window.controller.open_conversation(None)
+    window.set_graveyard_visible(True)
+    bar = window.stats_bar
+    detail = ("Qwen2.5-0.5B-Instruct-Q4_K_M.gguf · llama.cpp 0.3.2 · 32,768 ctx · attention from layers 12-23 "
+              "of 24 · served at http://127.0.0.1:5001")
+    bar.show_connection("connected", detail)
+    bar.set_brightness_source("reader", "reader's attention (SmolLM2-135M) · pruning by the reader " * 2, "")
+    bar.update_stats(123_456, 200_000, 9_876_543, 12_345, 9_876.0, 123.4, 12, first_token_s=12.3,
+                     brightness_source="reader")
+    assert window.minimumSizeHint().width() <= 1280
+    window.resize(1280, 800)
+    qtbot.waitUntil(lambda: window.width() == 1280, timeout=2000)
+    inside = window.rect()
+    for widget in (bar.graveyard_button, bar.connection_label, bar.budget_label, window.graveyard,
+                   window.send_button):
+        rect = QRect(widget.mapTo(window, QPoint(0, 0)), widget.size())
+        assert widget.isVisible() and inside.contains(rect), f"{widget} is cut off by the screen's edge"
+    label = bar.connection_label
+    assert label.is_elided() and label.displayed_text().endswith("…")
+    assert label.toolTip().startswith(detail), "the whole text is in the tooltip"
+    assert bar.budget_label.displayed_text().startswith("Live")
+
+
+# ---------------------------------------------------------------- an empty conversation
+@pytest.mark.slow
+def test_the_first_start_box_leaves_the_system_prompt_readable(make_app, qtbot):
+    app = make_app(system_prompt=Settings().system_prompt).start()  # the long default prompt
+    window, view = app.window, app.window.heatmap
+    qtbot.waitUntil(lambda: "notes.json" in view.toPlainText(), timeout=10_000)
+    hint = window.first_start
+    assert hint.isVisible()
+    text_bottom = view.viewport().y() + view.blockBoundingGeometry(
+        view.document().lastBlock()).translated(view.contentOffset()).bottom()
+    assert text_bottom < view.viewport().height() / 2, "room below the prompt"
+    assert hint.geometry().top() >= text_bottom, "the box covers the end of the system prompt"
+    assert view.viewport().geometry().contains(hint.geometry())
+
+
+def test_an_empty_new_conversation_is_not_left_in_the_list(window, qtbot, tmp_path):
+    kept = write_conversation(tmp_path, "Packing for Kyoto in April")
+    controller, listed = window.controller, window.conversation_list
+    controller.start()  # no last conversation: a new, empty one
+    qtbot.waitUntil(lambda: "New conversation" in listed.titles(), timeout=2000)
+    empty = controller.path
+    item = listed.list.item(listed.titles().index("Packing for Kyoto in April"))
+    qtbot.mouseClick(listed.list.viewport(), Qt.MouseButton.LeftButton,
+                     pos=listed.list.visualItemRect(item).center())
+    assert controller.path == kept
+    assert listed.titles() == ["Packing for Kyoto in April"], "the unused one is gone from the list"
+    assert not empty.exists()
+    # Ctrl+N twice: still one empty conversation, not two.
+    qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    assert sorted(listed.titles()) == ["New conversation", "Packing for Kyoto in April"]
+
+
+def test_an_empty_conversation_with_a_changed_system_prompt_is_kept(window, qtbot, tmp_path):
+    kept = write_conversation(tmp_path, "Packing for Kyoto in April")
+    controller = window.controller
+    controller.open_conversation(None)
+    empty = controller.path
+    window.apply_settings(controller.settings.replace(system_prompt="You answer in haiku."))
+    assert controller.open_conversation(kept)
+    assert empty.exists() and empty in [s.path for s in list_conversations(tmp_path)]
+    assert len(window.conversation_list.titles()) == 2
