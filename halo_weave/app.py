@@ -119,6 +119,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions, 
         self._system_dirty = False  # settings changed it during a turn
         self._stop_pending = False  # Esc before the answer started
         self._unsent = ""  # the message being sent, until it is saved
+        self._prompt_edited = False  # the system prompt changed while this conversation was open
         self._answer_prefix = ()  # tokens the next answer starts with (see send())
         self._init_proxy()
 
@@ -299,6 +300,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions, 
             self.connect_server(new.server_url)
         elif new.system_prompt != old.system_prompt:
             self._sync_system_prompt()
+        self._prompt_edited |= new.system_prompt != old.system_prompt  # the open one is kept
         if (new.proxy_attention, new.proxy_pruning) != (old.proxy_attention, old.proxy_pruning):
             self._sync_proxy_ranks()
             self.attention_changed.emit(self.session.attention_available)

@@ -14,6 +14,13 @@ class MessageInput(QPlainTextEdit):
     submitted = Signal()
     stop_requested = Signal()
 
+    def setPlaceholderText(self, text: str) -> None:  # noqa: N802 - Qt API
+        # Qt repaints only when the placeholder appears or disappears, so one shown
+        # placeholder replaced by another stayed on screen (the busy one after an answer).
+        if text != self.placeholderText():
+            super().setPlaceholderText(text)
+            self.viewport().update()
+
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt API
         key = event.key()
         if key in (Qt.Key.Key_Return, Qt.Key.Key_Enter):

@@ -23,6 +23,15 @@ INDEX_CATCH_UP_DELAY_MS = 1500
 LAST_CONVERSATION_FILE = "last_conversation"
 
 
+def _drop(path: Path) -> None:
+    """Remove an empty, never-used conversation file (and SQLite's side files)."""
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("cannot remove the unused conversation %s: %s", path.name, exc)
+
+
 class ConversationFiles:
     """Which conversation is open, its semantic index, and moving conversations in and out."""
 
@@ -48,7 +57,7 @@ class ConversationFiles:
             self.info.emit("Wait for the answer to finish (or press Esc) before switching.")
             return False
         target = Path(path) if path else new_conversation_path(self.data_dir)
-        old = self.store
+        old, unused = self.store, self._unused_file()
         try:
             store = ConversationStore.open(target)
             conv = self.session.open(store)
@@ -58,6 +67,9 @@ class ConversationFiles:
                 return self.open_conversation(None)
             return False
         self._close_store(old)
+        if unused is not None and unused != target:
+            _drop(unused)  # before the list hears of the switch: it must not list it
+        self._prompt_edited = False
         self.path = target
         self._index_tried = False  # the index opens on first use, after the first paint
         self._remember(target)
@@ -80,6 +92,24 @@ class ConversationFiles:
 
     def new_conversation(self) -> bool:
         return self.open_conversation(None)
+
+    def _unused_file(self) -> Path | None:
+        """The open conversation's file when nothing in it is the user's (no message, no
+        graveyard, no notes, no title, the system prompt every new one gets, unchanged
+        while it was open): switching away drops it, so empty ones do not pile up."""
+        conv, store = self.conv, self.store
+        if conv is None or store is None or self.path is None or store.read_only:
+            return None
+        if conv.turns or conv.next_position or self._prompt_edited:
+            return None
+        if conv.system_prompt not in ("", self.settings.system_prompt):
+            return None
+        try:
+            if store.get_meta("title") or store.load_tool_data(notebook.NOTES_NAME) is not None:
+                return None
+        except Exception:  # noqa: BLE001 - when in doubt, keep it
+            return None
+        return Path(self.path)
 
     def _close_store(self, store) -> None:
         if store is not None:

@@ -31,7 +31,6 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QColor, QFontMetrics, QKeyEvent, QPainter, QPalette, QStaticText
 from PySide6.QtWidgets import (
     QHBoxLayout,
-    QLabel,
     QLineEdit,
     QListView,
     QStyle,
@@ -43,6 +42,7 @@ from PySide6.QtWidgets import (
 )
 
 from . import colors
+from .elided import ElidedLabel
 
 #: Characters of text kept for a preview.
 PREVIEW_CHARS = 160
@@ -323,7 +323,7 @@ class GraveyardPanel(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._model = GraveyardModel(self)
-        self.count_label = QLabel()
+        self.count_label = ElidedLabel()
         self.count_label.setObjectName("graveyardCount")
         self.close_button = QToolButton()
         self.close_button.setText("»")

@@ -42,12 +42,17 @@ class FirstStartHint(QLabel):
         self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, True)
         self.hide()
 
-    def place(self, area: QRectF) -> None:
-        """Centre in ``area`` (the heatmap's viewport), at most 34 em wide."""
+    def place(self, area: QRectF, content_bottom: float | None = None) -> None:
+        """Centre in ``area`` (the heatmap's viewport), at most 34 em wide, below
+        ``content_bottom`` (where the text already shown, the system prompt, ends) so it
+        covers none of it; only where that leaves no room does it sit at the bottom."""
         width = int(min(area.width() - 40, self.fontMetrics().averageCharWidth() * 68))
         height = self.heightForWidth(width)
-        self.setGeometry(int(area.center().x() - width / 2), int(area.top() + max(24, area.height() * 0.12)),
-                         width, height)
+        top = area.top() + max(24, area.height() * 0.12)
+        if content_bottom is not None:
+            top = max(top, content_bottom + self.fontMetrics().height())
+            top = max(area.top(), min(top, area.bottom() - height - 12))
+        self.setGeometry(int(area.center().x() - width / 2), int(top), width, height)
 
 
 class _Swatch(QWidget):

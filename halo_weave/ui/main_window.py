@@ -23,6 +23,8 @@ from .window_menus import WindowMenus
 
 #: Characters of a chunk shown in the graveyard.
 PREVIEW_CHARS = 160
+#: The message box's placeholder whenever the user can type and send.
+IDLE_PLACEHOLDER = "Message — Enter sends, Shift+Enter new line, Esc stops"
 
 
 def app_qsettings(data_dir: Path) -> QSettings:
@@ -52,7 +54,7 @@ class MainWindow(QMainWindow):
         self.graveyard = GraveyardPanel()
         self.stats_bar = StatsBar()
         self.input = MessageInput()
-        self.input.setPlaceholderText("Message — Enter sends, Shift+Enter new line, Esc stops")
+        self.input.setPlaceholderText(IDLE_PLACEHOLDER)
         self.input.setFixedHeight(84)
         self.send_button = QPushButton("Send")
         self.send_button.setToolTip("Send (Enter)")
@@ -107,7 +109,7 @@ class MainWindow(QMainWindow):
         self._shown = None  # the conversation the heatmap shows
         self._wire()
         self._restore_geometry()
-        self._on_busy(False, controller.input_block_reason())
+        self._sync_input()
 
     def _wire(self) -> None:
         c = self.controller
@@ -169,6 +171,9 @@ class MainWindow(QMainWindow):
             others = [e.path for e in self.library.entries() if e.path != path and e.error is None]
             if not (c.open_conversation(others[0]) if others else c.new_conversation()):
                 return False
+            if not path.exists():  # it was empty and never used: switching away dropped it
+                self.conversation_list.refresh()
+                return True
         try:
             trashed = self.library.delete(path, title)
         except OSError as exc:
@@ -181,13 +186,13 @@ class MainWindow(QMainWindow):
         conv = self.controller.conv
         if conv is None:
             return
-        self._sync_first_start()
         self._sync_turn_actions()
         if self._shown is not conv:
             self._shown = conv
             self.heatmap.set_conversation(conv)
         else:
             self.heatmap.rebuild()
+        self._sync_first_start()  # after the rebuild: it sits below the text shown
         self.refresh_stats()
 
     def _sync_first_start(self) -> None:
@@ -195,9 +200,15 @@ class MainWindow(QMainWindow):
         conv = self.controller.conv
         empty = conv is not None and not conv.turns
         if empty:
-            self.first_start.place(self.heatmap.viewport().geometry())
+            self._place_first_start()
             self.first_start.raise_()
         self.first_start.setVisible(empty)
+
+    def _place_first_start(self) -> None:
+        view = self.heatmap
+        text_bottom = view.blockBoundingGeometry(view.document().lastBlock()).translated(view.contentOffset()).bottom()
+        area = view.viewport().geometry()
+        self.first_start.place(area, area.top() + text_bottom if view.document().toPlainText().strip() else None)
 
     def show_legend(self) -> None:
         """View → Heatmap legend (non-modal: it can stay open beside the chat)."""
@@ -210,7 +221,7 @@ class MainWindow(QMainWindow):
 
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt API
         if watched is self.heatmap and event.type() == QEvent.Type.Resize and self.first_start.isVisible():
-            self.first_start.place(self.heatmap.viewport().geometry())
+            self._place_first_start()
         return False
 
     def _on_tokens_streamed(self) -> None:
@@ -262,7 +273,7 @@ class MainWindow(QMainWindow):
         if self._editing:
             self._editing = False
             self.input.clear()
-            self._on_busy(self.controller.busy, self.controller.input_block_reason())
+            self._sync_input()
         else:
             self.controller.stop()
 
@@ -286,7 +297,7 @@ class MainWindow(QMainWindow):
         self.input.setPlainText(text)
         self.input.moveCursor(QTextCursor.MoveOperation.End)
         self.input.setFocus()
-        self._on_busy(self.controller.busy, self.controller.input_block_reason())
+        self._sync_input()
 
     def _sync_turn_actions(self) -> None:
         """Enable Continue / Regenerate / Edit / versions for what the conversation ends with."""
@@ -315,27 +326,32 @@ class MainWindow(QMainWindow):
         if not self.input.toPlainText().strip():
             self.input.setPlainText(text)
 
-    def _on_busy(self, busy: bool, reason: str) -> None:
+    def _on_busy(self, _busy: bool, _reason: str) -> None:
+        self._sync_input()
+
+    def _sync_input(self) -> None:
+        """Derive the message box, its placeholder and the buttons from the controller's
+        state alone (busy, why input waits, editing), so no path leaves a stale one."""
+        c = self.controller
+        busy, reason = c.busy, c.input_block_reason()
         ready = not busy and not reason
         self.input.setReadOnly(not ready)
         self.send_button.setEnabled(ready)
-        self.stop_button.setEnabled(self.controller.generating)
-        self.menus.stop_action.setEnabled(self.controller.generating)
+        self.stop_button.setEnabled(c.generating)
+        self.menus.stop_action.setEnabled(c.generating)
         for action in (self.menus.new_action, self.menus.open_action, self.menus.import_action):
             action.setEnabled(not busy)
-        if self.controller.generating:
+        if c.generating:
             self.stats_bar.show_connection("generating")
         elif self.stats_bar.connection_state() == "generating":
-            self.stats_bar.show_connection(self.controller.connection_state)
+            self.stats_bar.show_connection(c.connection_state)
         if self._editing and ready:
-            reason = "Editing your last message — Enter sends it again (its answer stays as a version), Esc cancels"
-            self.reason.setText(reason)
+            shown = "Editing your last message — Enter sends it again (its answer stays as a version), Esc cancels"
         else:
-            self.reason.setText(reason)
-        self.reason.setVisible(bool(reason))
-        self.input.setPlaceholderText(
-            (reason if not ready else "") or "Message — Enter sends, Shift+Enter new line, Esc stops"
-        )
+            shown = reason
+        self.reason.setText(shown)
+        self.reason.setVisible(bool(shown))
+        self.input.setPlaceholderText(IDLE_PLACEHOLDER if ready else reason)
         self._sync_turn_actions()
         if ready and not self._closed:
             self.input.setFocus()

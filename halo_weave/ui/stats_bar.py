@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPaintEvent
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QToolButton, QWidget
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QResizeEvent
+from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QToolButton, QWidget
 
 from . import colors
+from .elided import ElidedLabel  # noqa: F401 - also imported from here
 
 #: Widest the connection detail (model name, loading progress) may get, in pixels.
 CONNECTION_DETAIL_PX = 280
@@ -55,22 +56,6 @@ class ConnectionLight(QWidget):
         painter.end()
 
 
-class ElidedLabel(QLabel):
-    """A one-line label that shrinks with the window, its text elided ("…"), instead of
-    holding the window wider than the screen; the whole text stays in the tooltip."""
-
-    def minimumSizeHint(self) -> QSize:
-        # Room for the words that say whose attention lights the heatmap, at least.
-        return QSize(self.fontMetrics().horizontalAdvance("reader's attention…"), super().minimumSizeHint().height())
-
-    def paintEvent(self, event: QPaintEvent) -> None:
-        painter = QPainter(self)
-        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight, self.contentsRect().width())
-        painter.setPen(self.palette().color(self.foregroundRole()))
-        painter.drawText(self.contentsRect(), int(Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft), text)
-        painter.end()
-
-
 class StatsBar(QWidget):
     """One line of figures above the heatmap.
 
@@ -98,23 +83,23 @@ class StatsBar(QWidget):
         self._connection_full = ""
         self.setObjectName("statsBar")
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
-        self.budget_label = QLabel()
+        self.budget_label = ElidedLabel()
         self.budget_label.setToolTip("Tokens the model sees now (system prompt included) / the pruning limit")
-        self.totals_label = QLabel()
+        self.totals_label = ElidedLabel()
         self.totals_label.setToolTip("Tokens ever written in this conversation · chunks in the graveyard")
-        self.brightness_label = QLabel()
+        self.brightness_label = ElidedLabel()
         self.brightness_label.setToolTip("Mean brightness of the live tokens")
-        self.speed_label = QLabel()
+        self.speed_label = ElidedLabel()
         self.speed_label.setToolTip("Generation speed of the answer (live while it streams) and the wait from "
                                     "sending to its first token")
-        self.resurrected_label = QLabel()
+        self.resurrected_label = ElidedLabel()
         self.resurrected_label.setToolTip("Chunks brought back for the last message")
         self.attention_label = ElidedLabel(NO_ATTENTION_TEXT)
         self.attention_label.setObjectName("attentionWarning")
         self.attention_label.setStyleSheet("color: #e6b450;")
         self.attention_label.hide()
         self.connection_light = ConnectionLight()
-        self.connection_label = QLabel()
+        self.connection_label = ElidedLabel()
         self.connection_label.setObjectName("connectionDetail")
         self.graveyard_button = QToolButton()
         self.graveyard_button.setCheckable(True)
@@ -135,8 +120,27 @@ class StatsBar(QWidget):
         layout.addWidget(self.graveyard_button)
         self._source = "server"
         self._mean = 0.0
+        #: When the bar is too narrow for every text, the first of these keep theirs longest.
+        self._by_importance = (self.budget_label, self.totals_label, self.brightness_label, self.speed_label,
+                               self.attention_label, self.resurrected_label, self.connection_label)
         self.update_stats(0, 0, 0, 0, 0.0, None, 0)
         self.set_connection("offline", "")
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        self._fit_labels()
+
+    def _fit_labels(self) -> None:
+        """Share the width beyond the bar's minimum out by importance: each label in turn
+        gets the room for its whole text while there is some, the rest elide."""
+        spare = self.width() - self.minimumSizeHint().width()
+        for label in self._by_importance:
+            if label.isHidden():
+                continue
+            least = label.minimumSizeHint().width()
+            extra = max(0, min(spare, label.sizeHint().width() - least))
+            spare -= extra
+            label.setMaximumWidth(least + extra)
 
     def update_stats(
         self,
@@ -165,6 +169,7 @@ class StatsBar(QWidget):
             rate += f" · first token {first_token_s:.1f} s"
         self.speed_label.setText(rate)
         self.resurrected_label.setText(f"Resurrected {last_resurrected:,}")
+        self._fit_labels()
 
     def set_connection(self, state: str, detail: str) -> None:
         """Light colour by state; ``detail`` (model name or message) next to it."""
@@ -175,6 +180,7 @@ class StatsBar(QWidget):
         self.connection_light.setToolTip(tip)
         self.connection_label.setToolTip(tip)
         self._state = state
+        self._fit_labels()
 
     def show_connection(self, state: str, detail: str | None = None) -> None:
         """:meth:`set_connection` with a new ``detail`` elided to fit (a loader log line must
@@ -203,6 +209,7 @@ class StatsBar(QWidget):
         self.attention_label.setToolTip(detail or words or NO_ATTENTION_TEXT)
         self.attention_label.setVisible(source != "server")
         self._show_brightness()
+        self._fit_labels()
 
     def _show_brightness(self) -> None:
         label = self.brightness_label

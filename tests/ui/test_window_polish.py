@@ -86,6 +86,7 @@ def test_after_an_answer_the_message_box_shows_the_message_hint_again(make_app, 
     app = make_app(max_new_tokens=12).start()
     window, box = app.window, app.window.input
     qtbot.waitExposed(window)
+    app.say("Hello!")  # the bar of the last exchange appears (a re-layout repaints everything)
     window.input.setPlainText("Name three colours.")
     with qtbot.wait_signal(app.controller.turn_finished, timeout=TURN_TIMEOUT_MS):
         qtbot.keyClick(box, Qt.Key.Key_Return)
