@@ -73,6 +73,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/screenshots"))
     parser.add_argument("--server-url")
     parser.add_argument("--max-new-tokens", type=int, default=160)
+    parser.add_argument("--size", default="1360x860", help="window size WxH (a 1280 px screen: 1280x760)")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     home = Path(tempfile.mkdtemp(prefix="halo-weave-chat-shots-"))
@@ -93,7 +94,7 @@ def main() -> None:
                         autostart_server=args.server_url is None, sampler_seed=11)
     controller = TurnController(settings, home)
     window = MainWindow(controller, app_qsettings(home))
-    window.resize(1360, 860)
+    window.resize(*(int(v) for v in args.size.split("x")))
     window.show()
     saved: dict[str, str] = {}
 
@@ -152,7 +153,8 @@ def main() -> None:
     window._legend.screen().grabWindow(window._legend.winId()).save(str(args.out / "chat_legend.png"))
     saved["chat_legend"] = str(args.out / "chat_legend.png")
     figures = {"files": saved, "turns": len(controller.conv.turns),
-               "speed": window.stats_bar.speed_label.text()}
+               "speed": window.stats_bar.speed_label.text(), "window_width": window.frameGeometry().width(),
+               "placeholder": window.input.placeholderText(), "listed": window.conversation_list.titles()}
     window.close()
     print(json.dumps(figures))
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import numpy as np
 from PySide6.QtCore import QRectF, QSize, Qt
 from PySide6.QtGui import QColor, QLinearGradient, QPainter, QPaintEvent
-from PySide6.QtWidgets import QDialog, QDialogButtonBox, QGridLayout, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QDialog, QDialogButtonBox, QGridLayout, QLabel, QPlainTextEdit, QVBoxLayout, QWidget,
+)
 
 from . import colors
 
@@ -53,6 +55,12 @@ class FirstStartHint(QLabel):
             top = max(top, content_bottom + self.fontMetrics().height())
             top = max(area.top(), min(top, area.bottom() - height - 12))
         self.setGeometry(int(area.center().x() - width / 2), int(top), width, height)
+
+    def place_in(self, view: QPlainTextEdit) -> None:
+        """:meth:`place` over ``view`` (its parent), below the text it shows."""
+        area = view.viewport().geometry()
+        last = view.blockBoundingGeometry(view.document().lastBlock()).translated(view.contentOffset())
+        self.place(area, area.top() + last.bottom() if view.document().toPlainText().strip() else None)
 
 
 class _Swatch(QWidget):

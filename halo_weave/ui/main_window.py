@@ -200,15 +200,9 @@ class MainWindow(QMainWindow):
         conv = self.controller.conv
         empty = conv is not None and not conv.turns
         if empty:
-            self._place_first_start()
+            self.first_start.place_in(self.heatmap)
             self.first_start.raise_()
         self.first_start.setVisible(empty)
-
-    def _place_first_start(self) -> None:
-        view = self.heatmap
-        text_bottom = view.blockBoundingGeometry(view.document().lastBlock()).translated(view.contentOffset()).bottom()
-        area = view.viewport().geometry()
-        self.first_start.place(area, area.top() + text_bottom if view.document().toPlainText().strip() else None)
 
     def show_legend(self) -> None:
         """View → Heatmap legend (non-modal: it can stay open beside the chat)."""
@@ -221,7 +215,7 @@ class MainWindow(QMainWindow):
 
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt API
         if watched is self.heatmap and event.type() == QEvent.Type.Resize and self.first_start.isVisible():
-            self._place_first_start()
+            self.first_start.place_in(self.heatmap)
         return False
 
     def _on_tokens_streamed(self) -> None:
