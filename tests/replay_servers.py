@@ -61,6 +61,8 @@ class _Base:
         self.delay = 0.0
         self.die_after: int | None = None
         self.streams_started = threading.Event()
+        self.reading_prompt = threading.Event()  # cleared: the server is still reading the prompt
+        self.reading_prompt.set()
         self.aborted = threading.Event()
         owner = self
 
@@ -120,11 +122,18 @@ class _Base:
         self.send(handler, status, json.dumps(data).encode())
 
     def stream_events(self, handler, payloads, *, kobold: bool) -> None:
+        # While the prompt is read (``reading_prompt`` not set): llama-server sends nothing,
+        # not even its headers; KoboldCPP sends its headers, then nothing (both as seen).
+        self.streams_started.set()
+        if not kobold:
+            self.reading_prompt.wait()
         handler.send_response(200)
         handler.send_header("Content-Type", "text/event-stream")
         handler.send_header("Cache-Control", "no-cache")
         handler.end_headers()
-        self.streams_started.set()
+        if kobold:
+            handler.wfile.flush()
+            self.reading_prompt.wait()
         for n, payload in enumerate(payloads):
             if self.die_after is not None and n >= self.die_after:
                 # The process dies: the connection is reset, not closed cleanly.

@@ -201,6 +201,31 @@ def test_a_v1_url_of_llama_server_uses_its_own_api_with_token_ids(llama):
         assert backend.base_url == llama.url
 
 
+@pytest.mark.parametrize("kind", ["koboldcpp", "llama-server"])
+def test_stop_while_the_server_reads_the_prompt_returns_without_waiting_for_it(kobold, llama, kind):
+    # Seen on real servers: pressing Stop during a long prompt waited for the whole prompt
+    # (30-115 s on two busy cores) before the answer ended; now it ends while the server reads.
+    server = kobold if kind == "koboldcpp" else llama
+    server.reading_prompt.clear()
+    try:
+        with connect(server.url) as backend:
+            stream = backend.stream(input_ids=ids_of(backend), max_length=50)
+            ended = threading.Event()
+
+            def read() -> None:
+                list(stream)
+                ended.set()
+
+            threading.Thread(target=read, daemon=True).start()
+            assert server.streams_started.wait(30)
+            stream.abort()
+            assert ended.wait(30), "the stream ended while the server was still reading the prompt"
+            assert not server.reading_prompt.is_set()
+        assert stream.done.finish_reason == "abort" and stream.text == ""
+    finally:
+        server.reading_prompt.set()
+
+
 def test_llama_server_failures_read_as_sentences(llama):
     import httpx
 

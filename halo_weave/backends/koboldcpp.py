@@ -149,7 +149,9 @@ class StockKobold(TextModeBackend):
             stopped = self.abort(stream.request_id)
         except BackendError:
             stopped = False
-        if not stopped:
+        if not stopped or not stream.tokens:
+            # Not stopped, or still reading the prompt: a real 1.76 reads it all (tens of
+            # seconds) before it ends an aborted stream; closing ends it now.
             stream.close_response()
         else:
             # Should the stream not end by itself (another version), Stop still stops.

@@ -16,6 +16,7 @@ tokens to bundled tokens.  Qt-free.
 from __future__ import annotations
 
 import json
+import socket
 import time
 import uuid
 from typing import Iterator, Sequence
@@ -35,6 +36,7 @@ from ..errors import (
 from ..events import DoneEvent, StreamStats, TokenEvent
 from . import local_tokenizer
 from .base import Http, check_status
+from .read_ahead import read_ahead
 
 #: Sample used once at connect to measure server tokens per bundled token.
 CALIBRATION_TEXT = (
@@ -227,12 +229,27 @@ class TextStream:
         return True
 
     def close_response(self) -> None:
+        """End the connection now, even while the reader waits for the server's next bytes.
+
+        ``response.close()`` alone does not wake a thread blocked reading the socket: seen
+        with real servers still reading a long prompt (KoboldCPP 1.76, llama-server), Stop
+        then waited until the prompt was read (30-60 s on two busy cores).  Shutting the
+        socket down ends that read at once; the server sees its client gone.
+        """
         response = self._response
-        if response is not None:
+        if response is None:
+            return
+        stream = response.extensions.get("network_stream")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
             try:
-                response.close()
-            except Exception:  # noqa: BLE001 - closing from another thread may race the reader
-                pass
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+        try:
+            response.close()
+        except Exception:  # noqa: BLE001 - closing from another thread may race the reader
+            pass
 
     def __iter__(self) -> Iterator[TokenEvent]:
         if self._started:
@@ -241,12 +258,20 @@ class TextStream:
         return self._events()
 
     def sse(self, path: str, body: dict) -> Iterator[dict]:
-        """POST ``body`` and yield each SSE event's JSON (``[DONE]`` ends it)."""
+        """POST ``body`` and yield each SSE event's JSON (``[DONE]`` ends it).
+
+        Read on a thread of its own: Stop before the server's first byte returns at once.
+        """
+        return read_ahead(self._read_sse(path, body), lambda: self._abort_requested and self._response is None)
+
+    def _read_sse(self, path: str, body: dict) -> Iterator[dict]:
         http = self.backend.http
         timeout = httpx.Timeout(http.connect_timeout, read=None)
         with http.client.stream("POST", path, json=body, timeout=timeout,
                                 headers={"Accept": "text/event-stream"}) as response:
             self._response = response
+            if self._abort_requested:
+                return  # stopped while the server read the prompt: closing tells it
             if response.status_code >= 400:
                 response.read()
                 check_status(response, path)

@@ -48,9 +48,9 @@ def _chat_prune_resurrect_stop_export(qtbot, tmp_path, url: str, status_start: s
 
     for _ in range(2):  # long messages push the oldest chunks out, oldest first
         assert app.say(LONG_MESSAGE) in ("stop", "length")
-    dead = conv.graveyard()
-    assert dead and window.graveyard.model().total_count() == len(dead)
-    assert any(ch.role == "user" and "Mochi" in conv.chunk_text(ch.id) for ch in dead), "the cat was pruned"
+    pruned = conv.graveyard()
+    assert pruned and window.graveyard.model().total_count() == len(pruned)
+    assert any(ch.role == "user" and "Mochi" in conv.chunk_text(ch.id) for ch in pruned), "the cat was pruned"
 
     app.settle()
     assert app.say("What is the name of my cat? Mochi?") in ("stop", "length")
