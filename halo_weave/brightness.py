@@ -229,11 +229,11 @@ def chunk_scores(brightness: np.ndarray, starts: np.ndarray, rank: str = "peak",
         raise ValueError(f"unknown chunk rank {rank!r}")
     n = len(brightness)
     counts = np.diff(np.append(starts, n))
-    segment = np.repeat(np.arange(len(starts)), counts)
-    order = np.lexsort((-brightness.astype(np.int64), segment))  # by chunk, brightest first
-    within = np.arange(n) - starts[segment]  # rank inside the chunk (order keeps chunks in place)
+    chunk_of = np.repeat(np.arange(len(starts)), counts)
+    order = np.lexsort((-brightness.astype(np.int64), chunk_of))  # by chunk, brightest first
+    within = np.arange(n) - starts[chunk_of]  # rank inside the chunk (order keeps chunks in place)
     top = within < k
-    sums = np.bincount(segment[top], weights=brightness[order][top].astype(np.float64),
+    sums = np.bincount(chunk_of[top], weights=brightness[order][top].astype(np.float64),
                        minlength=len(starts))
     return (sums // np.minimum(counts, k)).astype(np.int32)
 

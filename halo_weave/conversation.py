@@ -303,15 +303,8 @@ class Conversation:
             return []
         by_age = by_age or self.settings.prune_order == "age"
         spared = self.turns.last("user") if keep_latest_exchange else None
-        # What was resurrected for that message belongs to its exchange too.
-        spared_from = self._turn_start(spared) if spared is not None else None
-        chosen = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared,
-                                spared_from=spared_from)
+        chosen = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared)
         return self._prune_chunks(chosen) if chosen else []
-
-    def _turn_start(self, turn_id: int) -> int | None:
-        ids = self.turns[turn_id].chunk_ids
-        return min(self.chunks[c].start for c in ids) if ids else None
 
     def prune_chunk(self, chunk_id: int) -> list[Chunk]:
         """Prune one chunk by hand (the user's decision overrides anchor protection)."""

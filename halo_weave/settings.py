@@ -54,6 +54,9 @@ class Settings:
     # magnitude voting (+floor(a / fair share), -1 otherwise, capped); "decay" an
     # attention mass with a half-life of brightness_half_life generated tokens; "mass"
     # the plain sum (H2O).  The mass rules have no cap.
+    # docs/memory-benchmark.md (issue 16, conv-30 + conv-26, first 120 turns): "vote"
+    # beats oldest-first on continuation (ΔNLL 0.056 vs 0.069) and recall (0.827 vs 0.821);
+    # "decay" / "mass" recall more (0.912) but continue worse (0.079): defaults unchanged.
     brightness_rule: str = "vote"
     brightness_half_life: int = 256
     # Where new tokens start: "cap" (initial_brightness, "fail bright") or "median"

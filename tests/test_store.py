@@ -27,7 +27,9 @@ def snapshot(conv) -> dict:
         "system": (conv.system_prompt, conv.system_ids.tolist(), conv.system_texts),
         "counters": (conv.next_position, conv.next_turn_id, conv.next_chunk_id),
         "turns": {t: dataclasses.asdict(turn) for t, turn in conv.turns.items()},
-        "chunks": {c: dataclasses.asdict(chunk) for c, chunk in conv.chunks.items()},
+        # resurrected_at is this session's ranking hint, not saved (see core/records.py).
+        "chunks": {c: {k: v for k, v in dataclasses.asdict(chunk).items() if k != "resurrected_at"}
+                   for c, chunk in conv.chunks.items()},
         "table": table,
         "texts": {c.id: conv.chunk_texts(c.id) for c in conv.live_chunks()},
         "pruned": {c: conv.chunk_tokens(c).text for c, chunk in conv.chunks.items() if not chunk.live},

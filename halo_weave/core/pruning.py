@@ -17,11 +17,11 @@ from .anchors import anchor_partner, framing_of, live_content_count, prunable_gr
 from .records import Chunk, ChunkTokens
 
 
-def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None,
-           spared_from: int | None = None) -> list[Chunk]:
+def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None) -> list[Chunk]:
     """Chunks whose pruning frees at least ``excess`` tokens (framing they free counted),
-    or as many as the rules allow; ``spared``: no chunk of that turn or later;
-    ``spared_from``: no chunk resurrected at that position or later (for that turn)."""
+    or as many as the rules allow; ``spared``: no chunk of that turn or later.  A chunk
+    resurrected for the spared turn is not spared outright (the limit comes first), but
+    ranked by age it counts as new, so older chunks go before it."""
     ids, peaks = conv.chunk_peaks()
     peak_of = dict(zip(ids.tolist(), peaks.tolist()))
 
@@ -36,8 +36,7 @@ def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None
 
     candidates = sorted(
         (c for c in map(conv.chunks.__getitem__, peak_of)
-         if not c.framing and not c.pinned and (spared is None or c.turn_id < spared)
-         and (spared_from is None or c.resurrected_at is None or c.resurrected_at < spared_from)),
+         if not c.framing and not c.pinned and (spared is None or c.turn_id < spared)),
         key=rank,
     )
     chosen: list[Chunk] = []

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Protocol
 
 from ..conversation import Chunk, Conversation, Framing, Turn
-from ..core.chat_template import TemplateStrings, detect_template, system_text
 from ..core.stream_clock import StreamClock
 from ..errors import AttentionError
 from ..events import TokenEvent
@@ -18,7 +17,7 @@ from ..memory.resurrection import budget as resurrection_budget
 from ..settings import Settings
 from ..storage.capture import RoundCapture
 from ..tools import notebook
-from . import last_exchange, levers, rounds
+from . import last_exchange, levers, rounds, system_prompt
 
 #: Where an answer ends (ChatML); the tool tag is added per request.
 STOP_SEQUENCES = ("<|im_end|>", "<|im_start|>")
@@ -117,43 +116,22 @@ class ChatSession:
             self.attention_available = bool(declared)
         return declared
 
-    @property
-    def template(self) -> TemplateStrings:
-        """The chat template in use: the one the connection framed with (the server's own
-        or the conversation's choice), else what the model info and the choice give."""
-        return getattr(self.backend, "template", None) or detect_template(
-            getattr(self.model_info, "chat_template", None), self.template_choice())
+    # The chat template and the system prompt: see :mod:`.system_prompt`.
+    template = property(system_prompt.template)
 
     def template_choice(self) -> str:
-        """The conversation's saved template choice, else the settings' (``"auto"``)."""
-        saved = None
-        if self.store is not None:
-            try:
-                saved = self.store.get_meta("chat_template")
-            except Exception:  # noqa: BLE001 - an unreadable meta row falls back to settings
-                saved = None
-        return saved or self.settings.chat_template
+        return system_prompt.template_choice(self)
 
     @property
     def max_context(self) -> int:
         """The model's context size in tokens (0 when unknown)."""
         return int(getattr(self.model_info, "max_context", 0) or 0)
 
-    # ------------------------------------------------------------------ system prompt
     def system_prompt_text(self) -> str | None:
-        """The framed system text to tokenize, or None when the conversation has it already."""
-        conv, prompt, template = self.conv, self.settings.system_prompt, self.template
-        same_template = getattr(conv, "system_template", template.name) == template.name
-        if conv.system_prompt == prompt and same_template and (len(conv.system_ids) > 0 or not prompt.strip()):
-            return None
-        return system_text(prompt, template)
+        return system_prompt.system_prompt_text(self)
 
     def set_system_prompt(self, prompt: str, pieces: list[tuple[int, str]]) -> None:
-        """Adopt ``prompt`` tokenized (the text of :meth:`system_prompt_text`) and save it."""
-        conv = self.conv
-        conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
-        conv.system_template = self.template.name
-        self._save(lambda: self.store.save_system_prompt(conv), "Saving the system prompt")
+        system_prompt.set_system_prompt(self, prompt, pieces)
 
     # ------------------------------------------------------------------ the user's half
     def tokenize(self, text: str) -> list[tuple[int, str]]:

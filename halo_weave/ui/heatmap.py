@@ -27,8 +27,6 @@ context menu are :mod:`.heatmap_menu`.
 
 from __future__ import annotations
 
-import bisect
-
 import numpy as np
 from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import (
@@ -56,7 +54,7 @@ from .follow import Follower
 from .heatmap_gutter import Gutter, pin_markers
 from .heatmap_layout import DocumentPlan, build_plan
 from .heatmap_paint import FramePainter, boxes_in, request_lines, update_rects
-from .heatmap_stream import append_pending_text
+from .heatmap_stream import append_pending_text, without_cuts
 
 #: Minimum milliseconds between two repaints (one frame at 60 Hz).
 FRAME_MS = 16
@@ -65,16 +63,10 @@ FRAME_MS = 16
 class HeatmapView(QPlainTextEdit):
     """Read-only heatmap of a :class:`Conversation`'s live context.
 
-    Methods: ``set_conversation(conv)``; ``rebuild()`` after a prune, resurrection,
-    merge or open; ``append_streamed()`` after tokens were appended to the open turn
-    (their attention moved brightness too); ``refresh_brightness()`` after brightness
-    alone changed; ``flush()`` does the pending frame now (tests, benchmarks); ``chunk_at(viewport_point)``;
-    ``scroll_to_chunk(chunk_id)``; ``context_menu_for(viewport_point) -> QMenu``;
-    ``turn_at(viewport_point)`` and ``message_text(turn_id)`` (the context menu's "Copy
-    message"); ``follower`` (follows the answer, "Jump to latest");
-    ``tooltip_for(chunk_id) -> str``; ``chunk_rect(chunk_id) -> QRect | None`` (viewport
-    rectangle of the chunk's visible part); ``pinned_marker_chunks() -> list[int]``
-    (pinned chunks whose 📌 is on screen).
+    ``rebuild()`` after a prune, resurrection, merge or open; ``append_streamed()`` after
+    tokens were appended to the open turn; ``refresh_brightness()`` after brightness
+    alone changed; ``flush()`` does the pending frame now (tests, benchmarks);
+    ``follower`` follows the answer ("Jump to latest").  Points are viewport points.
 
     Signals (user intent, never acted on here): ``pin_requested(chunk_id, pinned)``,
     ``merge_requested(chunk_id)`` (with the next chunk of its turn),
@@ -242,17 +234,11 @@ class HeatmapView(QPlainTextEdit):
 
     def turn_at(self, point: QPoint | QPointF) -> int | None:
         """The turn (message) under a viewport point, its label line included; None elsewhere."""
-        if self._conv is None or not self._plan.region_start:
-            return None
-        position = self.cursorForPosition(QPoint(int(point.x()), int(point.y()))).position()
-        i = bisect.bisect_right(self._plan.region_start, position) - 1
-        turn_id = self._plan.region_turn[i] if i >= 0 else -1
-        return turn_id if turn_id >= 0 and turn_id in self._conv.turns else None
+        return heatmap_menu.turn_at(self, self._plan, point)
 
     def message_text(self, turn_id: int) -> str:
         """A message's text as shown: its live chunks, without the chat template."""
-        conv = self._conv
-        return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(turn_id) if c.live)
+        return heatmap_menu.message_text(self._conv, turn_id)
 
     def chunk_rect(self, chunk_id: int) -> QRect | None:
         """Viewport rectangle covering the visible tokens of a chunk (None if off screen)."""
@@ -310,16 +296,9 @@ class HeatmapView(QPlainTextEdit):
     def createMimeDataFromSelection(self) -> QMimeData:
         """The selected text as the context has it (without the streaming cuts)."""
         cursor = self.textCursor()
-        text = cursor.selection().toPlainText()
-        first, last = cursor.selectionStart(), cursor.selectionEnd()
-        cuts = [p - first for p in self._plan.soft_breaks if first <= p < last]
-        if cuts:
-            units = bytearray(text.encode("utf-16-le"))
-            for offset in reversed(cuts):
-                del units[2 * offset : 2 * offset + 2]
-            text = units.decode("utf-16-le")
         mime = QMimeData()
-        mime.setText(text)
+        mime.setText(without_cuts(cursor.selection().toPlainText(), cursor.selectionStart(),
+                                  cursor.selectionEnd(), self._plan.soft_breaks))
         return mime
 
     def viewportEvent(self, event: QEvent) -> bool:

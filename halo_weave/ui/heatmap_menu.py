@@ -1,7 +1,10 @@
-"""What the heatmap says about a chunk: its tooltip, and its context menu (pin, merge,
-prune, copy).  The menu only emits the view's signals; the controller acts on them."""
+"""What the heatmap says about a chunk or a message: its tooltip, the message under a
+point, and the context menu (pin, merge, prune, copy).  The menu only emits the view's
+signals; the controller acts on them."""
 
 from __future__ import annotations
+
+import bisect
 
 from PySide6.QtCore import QPoint, QPointF
 from PySide6.QtGui import QGuiApplication
@@ -24,6 +27,23 @@ def tooltip(conv: Conversation | None, chunk_id: int) -> str:
     if chunk.pinned:
         lines.append("📌 pinned: never pruned")
     return "\n".join(lines)
+
+
+def turn_at(view, plan, point: QPoint | QPointF) -> int | None:
+    """The turn (message) under a viewport point of ``view`` showing ``plan``, its label
+    line included; None elsewhere."""
+    conv = view.conversation()
+    if conv is None or not plan.region_start:
+        return None
+    position = view.cursorForPosition(QPoint(int(point.x()), int(point.y()))).position()
+    i = bisect.bisect_right(plan.region_start, position) - 1
+    turn_id = plan.region_turn[i] if i >= 0 else -1
+    return turn_id if turn_id >= 0 and turn_id in conv.turns else None
+
+
+def message_text(conv: Conversation, turn_id: int) -> str:
+    """A message's text as shown: its live chunks, without the chat template."""
+    return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(turn_id) if c.live)
 
 
 def in_open_turn(conv: Conversation | None, chunk: Chunk) -> bool:

@@ -71,3 +71,15 @@ def _cut_streamed_block(view) -> None:
     cursor.insertBlock()
     view._plan.soft_break(position)
     view._split_width = view.viewport().width()
+
+
+def without_cuts(text: str, first: int, last: int, soft_breaks) -> str:
+    """``text``, the document from position ``first`` to ``last``, without the cuts made
+    while streaming (positions in ``soft_breaks``; Qt's positions count UTF-16 units)."""
+    cuts = [p - first for p in soft_breaks if first <= p < last]
+    if not cuts:
+        return text
+    units = bytearray(text.encode("utf-16-le"))
+    for offset in reversed(cuts):
+        del units[2 * offset : 2 * offset + 2]
+    return units.decode("utf-16-le")

@@ -13,11 +13,12 @@ from pathlib import Path
 from PySide6.QtCore import QEvent, QSettings, Qt
 from PySide6.QtGui import QCloseEvent, QTextCursor
 from PySide6.QtWidgets import (
-    QHBoxLayout, QLabel, QMainWindow, QProgressBar, QPushButton, QSplitter, QVBoxLayout, QWidget,
+    QHBoxLayout, QLabel, QMainWindow, QPushButton, QSplitter, QVBoxLayout, QWidget,
 )
 
 from .answer_bar import AnswerBar, MessageInput
 from .messages import MessageCenter
+from .stats_bar import TaskProgress
 from .window_menus import WindowMenus
 
 #: Characters of a chunk shown in the graveyard.
@@ -61,10 +62,7 @@ class MainWindow(QMainWindow):
         self.reason = QLabel("")
         self.reason.setObjectName("inputReason")
         self.reason.setWordWrap(True)
-        self.progress_bar = QProgressBar()
-        self.progress_bar.setMaximumWidth(220)
-        self.progress_bar.setTextVisible(True)
-        self.progress_bar.hide()
+        self.progress_bar = TaskProgress()
         self.statusBar().addPermanentWidget(self.progress_bar)
 
         self.answer_bar = AnswerBar()
@@ -121,7 +119,7 @@ class MainWindow(QMainWindow):
         c.busy_changed.connect(self._on_busy)
         c.connection_changed.connect(self._on_connection)
         c.attention_changed.connect(lambda _available: self.stats_bar.set_brightness_source(*c.reader_status()))
-        c.progress.connect(self._on_progress)
+        c.progress.connect(self.progress_bar.show_progress)
         c.error.connect(lambda exc, context: self.messages.error(exc, context))
         c.info.connect(self.messages.info)
         c.turn_finished.connect(self._on_turn_finished)
@@ -358,19 +356,6 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(self.stats_bar.connection_detail)
         elif state == "connected":
             self.statusBar().showMessage(f"Connected: {self.stats_bar.connection_detail}", 5000)
-
-    def _on_progress(self, what: str, done: int, total: int) -> None:
-        if total <= 0:
-            self.progress_bar.setRange(0, 0)
-            self.progress_bar.setFormat(what)
-            self.progress_bar.show()
-        elif done >= total:
-            self.progress_bar.hide()
-        else:
-            self.progress_bar.setRange(0, total)
-            self.progress_bar.setValue(done)
-            self.progress_bar.setFormat(f"{what} %v/%m")
-            self.progress_bar.show()
 
     # ------------------------------------------------------------------ graveyard
     def set_graveyard_visible(self, visible: bool) -> None:

@@ -70,6 +70,16 @@ class ProxyReading:
                 + ("It also ranks chunks for pruning." if self.settings.proxy_pruning else
                    "Pruning stays oldest-first (Settings → Context can change that)."))
 
+    def brightness_source(self) -> str:
+        """:meth:`reader_status`'s source, ``"waiting"`` while the reader has read nothing
+        of this conversation yet (its brightness still all at the start value)."""
+        source = self.reader_status()[0]
+        conv = self.conv
+        if source == "reader" and self.reads_done == 0 and conv is not None and (
+                conv.mean_brightness() == self.settings.initial_brightness):
+            return "waiting"
+        return source
+
     def _sync_proxy_ranks(self) -> None:
         self.session.proxy_ranks = self.proxy_active() and self.settings.proxy_pruning
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QToolButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QToolButton, QWidget
 
 from . import colors
 
@@ -211,6 +211,10 @@ class StatsBar(QWidget):
             label.setText(NO_BRIGHTNESS_TEXT)
             label.setToolTip("This server sends no attention, so brightness is not measured: every token "
                              "keeps its starting value and the oldest chunks are pruned first.")
+        elif self._source == "waiting":
+            label.setText("☀ — (reader)")
+            label.setToolTip("The bundled reader model has not read an exchange of this conversation yet: "
+                             "brightness is measured from the next answer on.")
         elif self._source == "reader":
             label.setText(f"Mean ☀ {self._mean:,.0f} (reader)")
             label.setToolTip("Mean brightness of the live tokens, from the bundled reader model's attention "
@@ -224,3 +228,27 @@ class StatsBar(QWidget):
         self.graveyard_button.blockSignals(True)
         self.graveyard_button.setChecked(open_)
         self.graveyard_button.blockSignals(False)
+
+
+class TaskProgress(QProgressBar):
+    """The status bar's progress of a long task (loading, re-indexing)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMaximumWidth(220)
+        self.setTextVisible(True)
+        self.hide()
+
+    def show_progress(self, what: str, done: int, total: int) -> None:
+        """``total`` 0: indeterminate; ``done`` >= ``total``: finished (hidden)."""
+        if total <= 0:
+            self.setRange(0, 0)
+            self.setFormat(what)
+            self.show()
+        elif done >= total:
+            self.hide()
+        else:
+            self.setRange(0, total)
+            self.setValue(done)
+            self.setFormat(f"{what} %v/%m")
+            self.show()

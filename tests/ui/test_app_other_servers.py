@@ -136,6 +136,7 @@ def test_the_bundled_reader_lights_the_heatmap_of_a_server_without_attention(qtb
     assert "not the attention of" in bar.attention_label.toolTip()
     assert any("reads each finished exchange" in m.text for m in window.messages.history)
 
+    assert bar.brightness_label.text() == "☀ — (reader)", "nothing read yet: no mean of 10,000"
     # The window keeps painting while the reader reads (it runs on a thread).
     ticks = []
     timer = QTimer()

@@ -55,8 +55,8 @@ def _chat_prune_resurrect_stop_export(qtbot, tmp_path, url: str, status_start: s
         assert app.say(LONG_MESSAGE) in ("stop", "length")
         if cat_pruned():
             break
-    dead = conv.graveyard()
-    assert dead and window.graveyard.model().total_count() == len(dead)
+    pruned = conv.graveyard()
+    assert pruned and window.graveyard.model().total_count() == len(pruned)
     assert cat_pruned(), "the cat was pruned"
 
     app.settle()

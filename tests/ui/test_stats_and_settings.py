@@ -79,6 +79,8 @@ def test_brightness_says_when_nothing_measures_it_and_when_the_reader_does(bar):
     # The bundled reader measures it: the figure is back, said to be the reader's.
     words = "reader's attention (SmolLM2-135M) · pruning oldest-first"
     bar.set_brightness_source("reader", words, "… not the attention of llama3 …")
+    bar.update_stats(500, 2000, 500, 0, 10000.0, None, 0, brightness_source="waiting")
+    assert "10,000" not in bar.brightness_label.text() and "not read" in bar.brightness_label.toolTip()
     bar.update_stats(500, 2000, 500, 0, 7321.0, None, 0, brightness_source="reader")
     assert bar.brightness_label.text() == "Mean ☀ 7,321 (reader)"
     assert not bar.attention_label.isHidden() and bar.attention_label.text() == words

@@ -1,0 +1,44 @@
+"""The chat template a session frames with, and the system prompt framed by it.
+
+Every function takes the :class:`~halo_weave.session.ChatSession` (``session``), whose
+members of the same names call them.
+"""
+
+from __future__ import annotations
+
+from ..core.chat_template import TemplateStrings, detect_template, system_text
+
+
+def template(session) -> TemplateStrings:
+    """The chat template in use: the one the connection framed with (the server's own or
+    the conversation's choice), else what the model info and the choice give."""
+    return getattr(session.backend, "template", None) or detect_template(
+        getattr(session.model_info, "chat_template", None), template_choice(session))
+
+
+def template_choice(session) -> str:
+    """The conversation's saved template choice, else the settings' (``"auto"``)."""
+    saved = None
+    if session.store is not None:
+        try:
+            saved = session.store.get_meta("chat_template")
+        except Exception:  # noqa: BLE001 - an unreadable meta row falls back to settings
+            saved = None
+    return saved or session.settings.chat_template
+
+
+def system_prompt_text(session) -> str | None:
+    """The framed system text to tokenize, or None when the conversation has it already."""
+    conv, prompt, chosen = session.conv, session.settings.system_prompt, template(session)
+    same_template = getattr(conv, "system_template", chosen.name) == chosen.name
+    if conv.system_prompt == prompt and same_template and (len(conv.system_ids) > 0 or not prompt.strip()):
+        return None
+    return system_text(prompt, chosen)
+
+
+def set_system_prompt(session, prompt: str, pieces: list[tuple[int, str]]) -> None:
+    """Adopt ``prompt`` tokenized (the text of :func:`system_prompt_text`) and save it."""
+    conv = session.conv
+    conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
+    conv.system_template = template(session).name
+    session._save(lambda: session.store.save_system_prompt(conv), "Saving the system prompt")
