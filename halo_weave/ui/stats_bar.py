@@ -46,6 +46,9 @@ class ConnectionLight(QWidget):
         side = self.fontMetrics().height()
         return QSize(side, side)
 
+    def minimumSizeHint(self) -> QSize:
+        return self.sizeHint()  # counted in the bar's minimum, so the labels' share is right
+
     def paintEvent(self, event: QPaintEvent) -> None:
         painter = QPainter(self)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
