@@ -11,10 +11,13 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QMenu
 
 from ..conversation import Chunk, Conversation
+from ..settings import choice_words
 
 
-def tooltip(conv: Conversation | None, chunk_id: int) -> str:
-    """Turn, role, chunk id, token count and peak brightness of a chunk."""
+def tooltip(conv: Conversation | None, chunk_id: int, scoring: str = "") -> str:
+    """Turn, role, chunk id, token count and score (the chunk's peak or top-k mean
+    brightness, as ``chunk_rank`` says) of a chunk; ``scoring`` (what colours it and decides
+    pruning) as the last line."""
     chunk = conv.chunks.get(chunk_id) if conv else None
     if chunk is None:
         return ""
@@ -22,10 +25,13 @@ def tooltip(conv: Conversation | None, chunk_id: int) -> str:
     anchor = ", anchor" if chunk.anchor else ""
     lines = [
         f"Turn {chunk.turn_id} · {kind} · chunk {chunk.id} (S{chunk.chunk_index} of its turn{anchor})",
-        f"{chunk.token_count:,} tokens · peak brightness {conv.chunk_peak(chunk_id):,}",
+        f"{chunk.token_count:,} tokens · {choice_words(conv.settings, 'chunk_rank')} brightness "
+        f"{conv.chunk_peak(chunk_id):,}",
     ]
     if chunk.pinned:
         lines.append("📌 pinned: never pruned")
+    if scoring:
+        lines.append(scoring)
     return "\n".join(lines)
 
 

@@ -142,6 +142,8 @@ class MainWindow(QMainWindow):
         self.heatmap.prune_requested.connect(c.prune_chunk)
         self.graveyard.resurrect_requested.connect(c.resurrect_chunk)
         self.stats_bar.graveyard_toggled.connect(self.set_graveyard_visible)
+        self.stats_bar.scoring_changed.connect(self._on_scoring_changed)
+        self._on_scoring_changed()
         self.graveyard.close_requested.connect(lambda: self.set_graveyard_visible(False))
         self.stats_bar.set_graveyard_open(True)
         self.conversation_list.open_requested.connect(c.open_conversation)
@@ -209,7 +211,7 @@ class MainWindow(QMainWindow):
         from .legend import LegendDialog
 
         if self._legend is None:
-            self._legend = LegendDialog(self)
+            self._legend = LegendDialog(self, self.stats_bar.scoring)
         self._legend.show()
         self._legend.raise_()
 
@@ -245,9 +247,16 @@ class MainWindow(QMainWindow):
         self.notes_panel.set_notes(self.controller.notes())
 
     def refresh_stats(self) -> None:
+        self.stats_bar.set_settings(self.controller.settings)
         stats = self.controller.stats()
         if stats:
             self.stats_bar.update_stats(**stats)
+
+    def _on_scoring_changed(self) -> None:
+        """The rule in use changed: the heatmap's tooltips and the legend say the new one."""
+        self.heatmap.scoring_note = self.stats_bar.scoring.sentence
+        if self._legend is not None:
+            self._legend.set_scoring(self.stats_bar.scoring)
 
     # ------------------------------------------------------------------ input
     def send(self) -> None:
