@@ -208,7 +208,7 @@ PRUNING_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("chunk_rank", "A paragraph's score", ""),
     ("chunk_rank_k", "k (brightest words averaged)",
      "How many of a paragraph's brightest words its score averages."),
-    ("prune_order", "Prune", ""),
+    ("prune_order", "Pruning order", ""),
 )
 
 

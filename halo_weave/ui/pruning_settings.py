@@ -46,9 +46,14 @@ class PruningPage(QWidget):
         for name, label, tip in PRUNING_FIELDS:
             if name in CHOICES:
                 box = dialog._combo(name, getattr(settings, name))
-                form.addRow(label, box)
                 words = self.explanations[name] = explanation_label()
-                form.addRow("", words)
+                field = QWidget()  # the combo with its explanation right below it
+                column = QVBoxLayout(field)
+                column.setContentsMargins(0, 0, 0, 6)
+                column.setSpacing(2)
+                column.addWidget(box)
+                column.addWidget(words)
+                form.addRow(label, field)
                 box.currentIndexChanged.connect(self._sync)
             else:
                 editor = dialog._int(name, getattr(settings, name))
