@@ -254,7 +254,7 @@ class MainWindow(QMainWindow):
 
     def _on_scoring_changed(self) -> None:
         """The rule in use changed: the heatmap's tooltips and the legend say the new one."""
-        self.heatmap.scoring_note = self.stats_bar.scoring.sentence
+        self.heatmap.scoring_note = self.stats_bar.scoring.short
         if self._legend is not None:
             self._legend.set_scoring(self.stats_bar.scoring)
 

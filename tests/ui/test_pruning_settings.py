@@ -155,7 +155,7 @@ def test_choosing_a_rule_saves_it_and_the_window_says_which_score_is_in_use(offl
     legend = window._legend
     assert "decayed attention mass (half-life 128)" in legend.scoring_text
     assert "oldest first" in legend.descriptions[0] and "halves every half-life" in legend.scoring_text
-    assert "Pruning: oldest first" in window.heatmap.scoring_note
+    assert window.heatmap.scoring_note == bar.scoring_label.text()  # the tooltip's last line
 
 
 def test_switching_the_chunk_score_repaints_the_heatmap(offline_window, qtbot, tmp_path):
