@@ -41,7 +41,9 @@ class ShotDriver:
         deadline = time.time() + timeout
         while not condition():
             if time.time() > deadline:
-                raise TimeoutError("timed out")
+                c = self.controller
+                raise TimeoutError(f"timed out: connection {c.connection_state!r}, "
+                                   f"input {c.input_block_reason()!r}, busy {c.busy}")
             self.app.processEvents()
             time.sleep(0.01)
 
@@ -82,10 +84,13 @@ class ShotDriver:
 
     def send(self, message: str) -> None:
         """Type ``message``, send it, wait for the answer (and the reader, if it reads)."""
-        c = self.controller
-        self.window.input.setPlainText(message)
-        self.window.send()
-        self.wait(lambda: c.busy)
+        c, window = self.controller, self.window
+        self.wait(lambda: not c.input_block_reason())  # e.g. a re-prefill after an import
+        window.input.setPlainText(message)
+        window.send()
+        if window.input.toPlainText():  # not sent: the window said why
+            said = [m.text for m in window.messages.history][-3:]
+            raise RuntimeError(f"the message was not sent: {said}")
         self.wait(lambda: not c.busy)
 
     def scroll_to_middle(self) -> None:

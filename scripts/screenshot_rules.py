@@ -39,13 +39,22 @@ def main() -> None:
     os.environ["HALO_WEAVE_HOME"] = str(home)
 
     from halo_weave.settings import Settings
-    from halo_weave.ui.settings_dialog import SettingsDialog
     from screenshot_driver import ShotDriver
 
     settings = Settings(server_url=args.server_url or Settings().server_url,
                         autostart_server=args.server_url is None, max_new_tokens=args.max_new_tokens,
                         sampler_seed=11, brightness_rule="decay", brightness_half_life=128, chunk_rank="topk")
     driver = ShotDriver(settings, home, args.out, (1280, 800))
+    try:
+        figures = shoot(driver, args)
+    finally:
+        driver.window.close()  # stops the bundled server it started, even after an error
+    print(json.dumps(figures))
+
+
+def shoot(driver, args) -> dict:
+    from halo_weave.ui.settings_dialog import SettingsDialog
+
     window, bar = driver.window, driver.window.stats_bar
     dialog = SettingsDialog(driver.controller.settings, window, keyring=False)  # needs no model
     dialog.tabs.setCurrentWidget(dialog.pruning_page)
@@ -58,8 +67,6 @@ def main() -> None:
     driver.send(MESSAGE)
     window.heatmap.follower.jump_to_latest()
     driver.shot("rules_window", flush=True)
-
-
     window.show_legend()
     driver.wait(lambda: window._legend.isVisible(), 10)
     driver.shot("rules_legend", window._legend)
@@ -67,8 +74,7 @@ def main() -> None:
                "scoring_shown": bar.scoring_label.displayed_text(), "brightness_label": bar.brightness_label.text(),
                "legend": window._legend.scoring_text, "window_width": window.frameGeometry().width(),
                "dialog_size": [dialog.width(), dialog.height()], "load_average_1m": round(os.getloadavg()[0], 2)}
-    window.close()
-    print(json.dumps(figures))
+    return figures
 
 
 if __name__ == "__main__":
