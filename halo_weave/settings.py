@@ -63,11 +63,16 @@ class Settings:
     # (the live median: a fair chance, no head start).
     new_token_brightness: str = "cap"
     # A chunk's score for pruning and for the heatmap's colour: "peak" (its brightest
-    # token) or "topk" (the mean of its chunk_rank_k brightest tokens).
+    # token), "topk" (the mean of its chunk_rank_k brightest tokens) or "mean" (its
+    # attention per token).
     chunk_rank: str = "peak"
     chunk_rank_k: int = 4
     # What decides pruning: "brightness" (the chunk score above) or "age" (oldest first).
     prune_order: str = "brightness"
+    # The most recent live tokens that pruning by brightness leaves alone (H2O's recent
+    # window: what the model is about to go on from); older chunks are ranked by their
+    # score.  0 = none; never more than the prune target, so the limit still holds.
+    prune_keep_recent: int = 0
 
     # Semantic resurrection
     resurrection_brightness: str = "at_prune"  # or "mean"
@@ -173,12 +178,17 @@ CHOICES: dict[str, tuple[Choice, ...]] = {
                "stray word to keep a paragraph alive.",
                "top-{chunk_rank_k} mean",
                uses=("chunk_rank_k",)),
+        Choice("mean", "Mean of all its words",
+               "A paragraph's score is the mean brightness of all its words: the attention it gets "
+               "per word, so a long paragraph read in one place ranks below a short one read "
+               "throughout.",
+               "mean"),
     ),
     "prune_order": (
         Choice("brightness", "Dimmest first (by the score above)",
                "When the context is full, the paragraphs with the lowest score are pruned first "
-               "(pinned ones and the last exchange are kept).",
-               "dimmest first"),
+               "(pinned ones, the last exchange and the newest tokens of the recent window are kept).",
+               "dimmest first", uses=("prune_keep_recent",)),
         Choice("age", "Oldest first (brightness only colours)",
                "When the context is full, the oldest paragraphs are pruned first whatever their "
                "brightness; the colours still show what the model reads.",
@@ -209,6 +219,9 @@ PRUNING_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("chunk_rank_k", "k (brightest words averaged)",
      "How many of a paragraph's brightest words its score averages."),
     ("prune_order", "Pruning order", ""),
+    ("prune_keep_recent", "Recent window (tokens)",
+     "The newest live tokens that pruning by brightness leaves alone (what the model is about to "
+     "go on from); 0 = none. Never more than the prune target, so the limit still holds."),
 )
 
 
@@ -271,10 +284,11 @@ def scoring_words(settings: Settings, source: str = "server") -> Scoring:
         chosen = choice("brightness_rule", settings.brightness_rule)
         explanation = chosen.explanation if chosen else ""
         by_age = settings.prune_order == "age"
-    order = "oldest first" if by_age else "dimmest first"
+    recent = settings.prune_keep_recent
+    order = "oldest first" if by_age else "dimmest first" + (f" (newest {recent:,} tokens last)" if recent else "")
     sentence = (f"Brightness: {rule}; a paragraph's colour is its {rank} brightness. "
                 + ("Pruning: oldest first (brightness only colours the text)." if by_age else
-                   f"Pruning: dimmest first, by that {rank} score."))
+                   f"Pruning: {order}, by that {rank} score."))
     colour = (f"Paragraph colour: its {rank} brightness {scale}. "
               + ("Pruning is oldest first: the colour shows what the model reads, not what goes next."
                  if by_age else "Dim paragraphs are pruned first."))

@@ -55,6 +55,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "decay_per_step": (0, 1_000_000),
     "brightness_half_life": (1, 10_000_000),
     "chunk_rank_k": (1, 100_000),
+    "prune_keep_recent": (0, 10_000_000),
     "highlight_fraction": (0.0, 1.0),
     "resurrection_budget_cap": (0, 10_000_000),
     "query_max_results": (1, 100_000),
