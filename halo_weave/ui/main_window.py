@@ -65,6 +65,8 @@ class MainWindow(QMainWindow):
         self.reason.setObjectName("inputReason")
         self.reason.setWordWrap(True)
         self.progress_bar = TaskProgress()
+        # What colours the paragraphs and decides pruning, whole (the stats line has no room).
+        self.statusBar().addPermanentWidget(self.stats_bar.scoring_label)
         self.statusBar().addPermanentWidget(self.progress_bar)
 
         self.answer_bar = AnswerBar()

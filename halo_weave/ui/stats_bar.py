@@ -72,7 +72,8 @@ class StatsBar(QWidget):
     measures brightness: ``"server"``, ``"reader"`` (proxy attention, ``words`` say whose)
     or ``"none"``); ``set_graveyard_open(bool)`` (syncs the toggle
     without emitting); ``set_settings(settings)`` (what colours the chunks and decides
-    pruning: ``scoring_label``, and :attr:`scoring`).  Widgets: ``budget_label``,
+    pruning: ``scoring_label``, shown by the window in its status bar, and :attr:`scoring`).
+    Widgets: ``budget_label``,
     ``totals_label``, ``brightness_label``, ``scoring_label``, ``speed_label``,
     ``resurrected_label``, ``connection_light``, ``connection_label``,
     ``attention_label``, ``graveyard_button``.
@@ -97,7 +98,8 @@ class StatsBar(QWidget):
         self.totals_label.setToolTip("Tokens ever written in this conversation · chunks in the graveyard")
         self.brightness_label = ElidedLabel()
         self.brightness_label.setToolTip("Mean brightness of the live tokens")
-        #: What colours the chunks and decides pruning (the rule in use, in words).
+        #: What colours the chunks and decides pruning (the rule in use, in words).  Not in
+        #: this crowded line: the window puts it in its status bar, where it fits whole.
         self.scoring_label = ElidedLabel()
         self.scoring_label.setObjectName("scoringRule")
         self._settings = Settings()
@@ -122,7 +124,7 @@ class StatsBar(QWidget):
 
         layout = QHBoxLayout(self)
         layout.setContentsMargins(6, 2, 6, 2)
-        for widget in (self.budget_label, self.totals_label, self.brightness_label, self.scoring_label,
+        for widget in (self.budget_label, self.totals_label, self.brightness_label,
                        self.speed_label, self.resurrected_label):
             layout.addWidget(widget)
             layout.addSpacing(self.fontMetrics().horizontalAdvance("  "))
@@ -135,8 +137,7 @@ class StatsBar(QWidget):
         self._mean = 0.0
         #: When the bar is too narrow for every text, the first of these keep theirs longest.
         self._by_importance = (self.budget_label, self.totals_label, self.brightness_label, self.speed_label,
-                               self.attention_label, self.scoring_label, self.resurrected_label,
-                               self.connection_label)
+                               self.attention_label, self.resurrected_label, self.connection_label)
         self.update_stats(0, 0, 0, 0, 0.0, None, 0)
         self.set_connection("offline", "")
 

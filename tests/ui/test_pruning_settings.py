@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtCore import QPoint, QRect, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QComboBox, QDialogButtonBox, QLabel, QSpinBox
 
 from halo_weave import settings as settings_mod
@@ -156,6 +156,13 @@ def test_choosing_a_rule_saves_it_and_the_window_says_which_score_is_in_use(offl
     assert "decayed attention mass (half-life 128)" in legend.scoring_text
     assert "oldest first" in legend.descriptions[0] and "halves every half-life" in legend.scoring_text
     assert window.heatmap.scoring_note == bar.scoring_label.text()  # the tooltip's last line
+    # On a 1280 px screen, with the graveyard open, the words are whole in the window.
+    window.set_graveyard_visible(True)
+    window.resize(1280, 800)
+    qtbot.waitUntil(lambda: window.width() == 1280, timeout=2000)
+    label = bar.scoring_label
+    where = QRect(label.mapTo(window, QPoint(0, 0)), label.size())
+    assert label.isVisible() and window.rect().contains(where) and not label.is_elided()
 
 
 def test_switching_the_chunk_score_repaints_the_heatmap(offline_window, qtbot, tmp_path):
