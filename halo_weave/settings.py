@@ -271,7 +271,7 @@ def scoring_words(settings: Settings, source: str = "server") -> Scoring:
     if source == "none":
         return Scoring("pruning oldest first",
                        "This server sends no attention: brightness is not measured (every word keeps its "
-                       "start value) and the oldest paragraphs are pruned first.",
+                       "start value). Pruning: oldest first.",
                        "", f"Paragraph colour: its {rank} brightness {scale}; not measured while the server "
                        "sends no attention. The oldest paragraphs are pruned first.", True)
     if source in ("reader", "waiting"):

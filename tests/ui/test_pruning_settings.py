@@ -12,11 +12,12 @@ from PySide6.QtWidgets import QApplication, QComboBox, QDialogButtonBox, QLabel,
 
 from halo_weave import settings as settings_mod
 from halo_weave.brightness import CHUNK_RANKS, NEW_TOKEN_RULES, RULES
-from halo_weave.settings import CHOICES, Choice, Settings, choice_values
+from halo_weave.settings import CHOICES, MAX_BRIGHTNESS, Choice, Settings, choice_values
 from halo_weave.ui.main_window import app_qsettings
 from halo_weave.ui.settings_dialog import SettingsDialog
 from halo_weave.ui.settings_io import load_settings, save_settings, settings_problems
 
+from test_app import make_app  # noqa: F401 - the fixture
 from window_helpers import write_conversation
 
 
@@ -197,3 +198,27 @@ def test_switching_the_chunk_score_repaints_the_heatmap(offline_window, qtbot, t
     assert "top-4 mean brightness 5,000" in view.tooltip_for(answer.id)
     assert "top-4 mean" in view.tooltip_for(answer.id).splitlines()[-1]
     assert "top-4 mean" in window.stats_bar.scoring_label.text()
+
+
+@pytest.mark.slow
+def test_a_new_rule_counts_from_the_next_generated_token_with_the_real_model(make_app, qtbot):
+    app = make_app(max_new_tokens=12).start()
+    c, window = app.controller, app.window
+    assert app.say("My cat is called Mochi and she likes boxes.") in ("stop", "length")
+    conv = app.conv
+    first = conv.content_chunks(min(conv.turns))[0]
+    rows = conv.chunk_rows(first)
+    under_votes = conv.table.brightness[rows].copy()
+    assert under_votes.min() > MAX_BRIGHTNESS - 100, "votes take 1 per generated token from an unread word"
+
+    window.apply_settings(c.settings.replace(brightness_rule="decay", brightness_half_life=16))
+    said = [m.text for m in window.messages.history]
+    assert any("decayed attention mass (half-life 16), from the next generated token on" in t for t in said), said
+    assert (conv.table.brightness[rows] == under_votes).all(), "nothing recomputed: the brightness so far carries over"
+    assert window.stats_bar.scoring_label.text().startswith("☀ decayed attention mass (half-life 16)")
+
+    assert app.say("What is my cat called?") in ("stop", "length")
+    # A dozen generated tokens with a half-life of 16: what the model did not read fades
+    # by a third or so, far below anything votes could take away in that time.
+    assert conv.table.brightness[rows].min() < MAX_BRIGHTNESS * 0.9, conv.table.brightness[rows]
+    app.close()
