@@ -79,6 +79,16 @@ class Settings:
     # (names, places and numbers MiniLM misses), docs/memory-benchmark.md.
     hybrid_search: bool = True
     hybrid_weight: float = 0.3
+    # Multi-hop and temporal recall (issue 16, halo_weave.memory.query): the score added to
+    # entries said on a day or month the message names (0 = off); searching a message's
+    # parts apart; each match's neighbouring turns of the same sitting (turns less than
+    # session_gap_seconds apart); anchors "always" or "if_room" (paid from what the
+    # matches leave, halo_weave.memory.resurrection).
+    date_weight: float = 0.0
+    query_split: bool = False
+    resurrect_neighbours: int = 0
+    session_gap_seconds: float = 1800.0
+    resurrection_anchors: str = "always"
     embedding_max_tokens: int = 256
     embed_wait_seconds: float = 2.0
 

@@ -195,7 +195,6 @@ def main(argv=None) -> int:
                                                   for d in q.evidence}
         recent = (keep_recent(full, args.prune_to)
                   if any(m[0] == "rag" or m[0].startswith("recent-") for m in methods) else None)
-        session_of = [t.session for t in dialogue.turns]
 
         for name, key, _ in methods:
             if key:
@@ -227,14 +226,12 @@ def main(argv=None) -> int:
                     matches = _index(indexes, store, settings, embedder, plain,
                                      SemanticIndex).search(question.question, RAG_CANDIDATES)
                     out = answer_rag(recent, matches, ctx)
-                elif name.startswith("recent-"):
-                    index = _index(indexes, store, settings, embedder, {}, SemanticIndex)
-                    variant = options["retrieval"]
-                    matches = (retrieval.search(variant, index, recent, question.question, session_of,
-                                                settings.query_max_results)
-                               if variant else index.search(question.question))
-                    out = answer_halo(recent, matches, ctx, settings.resurrection_brightness,
-                                      settings.resurrection_budget_cap)
+                elif name.startswith("recent-"):  # the app's search and plan, its settings changed
+                    opts = {k: v for k, v in options.items() if k != "recent_turns"}
+                    index = _index(indexes, store, settings, embedder, opts, SemanticIndex)
+                    text = retrieval.with_recent(recent, question.question, options.get("recent_turns", 0))
+                    out = answer_halo(recent, index.search(text), ctx, settings.resurrection_brightness,
+                                      settings.resurrection_budget_cap, index.plan)
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1
                 elif name == "brightness":

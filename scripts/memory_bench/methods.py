@@ -130,12 +130,15 @@ def answer_rag(recent: Conversation, matches, q: QuestionContext) -> Outcome:
 
 
 def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
-                budget_cap: int = 0) -> Outcome:
-    """The app's resurrection for the question, then the question itself."""
+                budget_cap: int = 0, planner=make_plan) -> Outcome:
+    """The app's resurrection for the question, then the question itself.
+
+    ``planner(conv, matches, budget)``: the index's :meth:`SemanticIndex.plan` (its
+    settings: neighbours, anchors) or the plain :func:`make_plan`.
+    """
     conv = copy.deepcopy(base)
-    plan = make_plan(conv, matches, budget(conv, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))
-    if plan.taken:
-        conv.resurrect(plan.chunk_ids, brightness=rule)
+    plan = planner(conv, matches, budget(conv, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))
+    plan.apply(conv, rule)
     searched = {m.turn_id for m in matches}
     skipped = {p.match.turn_id for p in plan.skipped}
 

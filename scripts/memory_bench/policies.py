@@ -39,11 +39,17 @@ METHODS = [
     ("halo-decay", "decay", {}),  # attention mass with a half-life of 256 generated tokens
     ("halo-decay-topk", "decay-topk", {}),  # ... chunks ranked by their top-4 mean
     ("halo-mass", "mass", {}),  # accumulated attention mass (H2O), new tokens at the median
-    # Retrieval ideas at question time, on the most recent P tokens (no replay, no model).
-    ("recent-halo", None, {"retrieval": ""}),
-    ("recent-split", None, {"retrieval": "split"}),
-    ("recent-neighbours", None, {"retrieval": "neighbours"}),
-    ("recent-split-neighbours", None, {"retrieval": "split-neighbours"}),
+    # Retrieval ideas at question time, on the most recent P tokens (no replay, no model):
+    # the app's search and plan with these settings (halo_weave.memory.query, issue 16).
+    ("recent-halo", None, {}),
+    ("recent-split", None, {"query_split": True}),
+    ("recent-neighbours", None, {"resurrect_neighbours": 1}),
+    ("recent-split-neighbours", None, {"query_split": True, "resurrect_neighbours": 1}),
+    ("recent-dates", None, {"date_weight": 0.3}),
+    ("recent-anchors-room", None, {"resurrection_anchors": "if_room"}),
+    ("recent-k40", None, {"query_max_results": 40}),
+    ("recent-k40-room", None, {"query_max_results": 40, "resurrection_anchors": "if_room"}),
+    ("recent-exchange", None, {"recent_turns": 2}),  # question + the last exchange's text
     # The app's resurrection on every user message during the replay too.
     ("halo-live", "live", {}),
     ("halo-live-mean", "live-mean", {"rule": "mean"}),
