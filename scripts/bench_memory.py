@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memory_bench import fidelity, locomo, retrieval  # noqa: E402
 from memory_bench.methods import (QuestionContext, answer_brightness, answer_full,  # noqa: E402
-                                  answer_halo, answer_rag, keep_recent)
+                                  answer_halo, answer_halo_dry, answer_rag, keep_recent)
 from memory_bench.policies import METHODS, QUICK_METHODS, past_search, policies  # noqa: E402
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
 from memory_bench.report import MethodResult, plot_brightness, table  # noqa: E402
@@ -68,6 +68,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the reference context of the fidelity figures (the model's window)")
     p.add_argument("--half-life", type=int, default=256,
                    help="half-life (generated tokens) of the decayed-mass variants")
+    p.add_argument("--recall-only", action="store_true",
+                   help="no replay for fifo and rag (theirs only gives fidelity figures)")
+    p.add_argument("--embed-cache", default="",
+                   help="file keeping MiniLM vectors of indexed texts between runs (iteration speed)")
     p.add_argument("--threads", type=int, default=1, help="model threads (llama.cpp or torch)")
     p.add_argument("--quick", action="store_true",
                    help=f"subset: {', '.join(QUICK_CONVERSATIONS)}; methods {', '.join(QUICK_METHODS)}")
@@ -116,13 +120,15 @@ def main(argv=None) -> int:
         dialogues = [_truncate(d, args.max_turns) for d in dialogues]
 
     replay_policies = policies(args.prune_to, budget, args.hysteresis, args.half_life)
-    needed = {m[1] for m in methods if m[1]}
+    # fifo's and rag's questions use no replay: theirs is for fidelity only (--recall-only skips it).
+    needed = {m[1] for m in methods if m[1] and not (args.recall_only and m[0] in ("fifo", "rag"))}
     t = time.perf_counter()
     source = _load_source(args)
     tokenize = source.tokenize
     log(f"model loaded in {time.perf_counter() - t:.0f} s (kv={args.kv})")
     embedder = Embedder()
     embedder.load()
+    queries = retrieval.CachedEmbedder(embedder, args.embed_cache)  # each text embedded once
 
     results = {name: MethodResult(name) for name, _, _ in methods}
     shared_owner: dict[str, str] = {}
@@ -157,10 +163,12 @@ def main(argv=None) -> int:
         for turn in full.turns.values():
             store.save_turn(full, turn)
         indexes = {}
-        base_index = SemanticIndex(store.conn, settings, embedder, lock=store.lock)
+        base_index = SemanticIndex(store.conn, settings, queries if args.embed_cache else embedder,
+                                   lock=store.lock)
         t = time.perf_counter()
         base_index.index_pending(full)
         index_total += time.perf_counter() - t
+        queries.save()
         log(f"  indexed {base_index.entry_count} chunks in {time.perf_counter() - t:.0f} s")
 
         # The reference for continuation fidelity: one pass, shared by every method.
@@ -173,10 +181,10 @@ def main(argv=None) -> int:
 
         # One teacher-forced replay per pruning policy the chosen methods need; a policy
         # that resurrects searches an index holding only what was said before.
-        searches = {"plain": past_search(_index(indexes, store, settings, embedder,
+        searches = {"plain": past_search(_index(indexes, store, settings, queries,
                                                 {"user_similarity_boost": 1.0, "hybrid_search": False},
                                                 SemanticIndex), RAG_CANDIDATES),
-                    "app": past_search(_index(indexes, store, settings, embedder, {}, SemanticIndex),
+                    "app": past_search(_index(indexes, store, settings, queries, {}, SemanticIndex),
                                        settings.query_max_results)}
         replays = {}
         for key in [k for k in replay_policies if k in needed]:
@@ -197,7 +205,7 @@ def main(argv=None) -> int:
                   if any(m[0] == "rag" or m[0].startswith("recent-") for m in methods) else None)
 
         for name, key, _ in methods:
-            if key:
+            if key in replays:
                 results[name].replay_seconds += replays[key].seconds
                 results[name].fidelity.add(fidelity.score(replays[key].fidelity, reference))
             elif name == "full":
@@ -223,22 +231,21 @@ def main(argv=None) -> int:
                     out = answer_full(fifo_cache[limit], ctx)
                 elif name == "rag":
                     plain = {"user_similarity_boost": 1.0, "hybrid_search": False}
-                    matches = _index(indexes, store, settings, embedder, plain,
+                    matches = _index(indexes, store, settings, queries, plain,
                                      SemanticIndex).search(question.question, RAG_CANDIDATES)
                     out = answer_rag(recent, matches, ctx)
                 elif name.startswith("recent-"):  # the app's search and plan, its settings changed
                     opts = {k: v for k, v in options.items() if k != "recent_turns"}
-                    index = _index(indexes, store, settings, embedder, opts, SemanticIndex)
+                    index = _index(indexes, store, settings, queries, opts, SemanticIndex)
                     text = retrieval.with_recent(recent, question.question, options.get("recent_turns", 0))
-                    out = answer_halo(recent, index.search(text), ctx, settings.resurrection_brightness,
-                                      settings.resurrection_budget_cap, index.plan)
+                    out = answer_halo_dry(recent, index.search(text), ctx, index.plan)
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1
                 elif name == "brightness":
                     out = answer_brightness(replays[key].conv, ctx)
                 else:
                     search_opts = {k: v for k, v in options.items() if k != "rule"}
-                    index = _index(indexes, store, settings, embedder, search_opts, SemanticIndex)
+                    index = _index(indexes, store, settings, queries, search_opts, SemanticIndex)
                     matches = index.search(question.question)
                     out = answer_halo(replays[key].conv, matches, ctx,
                                       options.get("rule", settings.resurrection_brightness),

@@ -21,11 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 from memory_bench import locomo  # noqa: E402
 from memory_bench.methods import (QuestionContext, answer_brightness, answer_fifo,  # noqa: E402
-                                  answer_full, answer_halo, answer_rag, evidence_recall,
+                                  answer_full, answer_halo, answer_halo_dry, answer_rag, evidence_recall,
                                   keep_recent)
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
 
-from halo_weave.memory.resurrection import Match  # noqa: E402
+from halo_weave.memory.resurrection import Match, make_plan  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
 
 FILLER = "we talked about the weather and the garden and the long drive home again"
@@ -193,6 +193,26 @@ def test_every_bounded_method_fits_the_prompt_budget(dialogue, settings):
     # The question states never leak into the replayed state.
     assert halo.live_token_count() <= prune_to + 40
     assert all(t.role != "user" or t.turn_id < len(dialogue.turns) for t in halo.turns.values())
+
+
+def test_the_no_copy_question_path_gives_the_same_figures(dialogue, settings):
+    """recent-* methods read recall and tokens off the plan instead of resurrecting in a
+    copy: the figures must be the copy's, with anchors always or paid from what is left."""
+    source = HotWordAttention(WordTokenizer())
+    tok = tokenize_dialogue(dialogue, source.tokenize, settings)
+    context, max_new = 260, settings.max_new_tokens
+    full = replay(tok, Policy("full", 0, attention=False), settings, None).conv
+    recent = keep_recent(full, 120)
+    matches = [Match(c.id, c.turn_id, c.chunk_index, c.role, "", c.token_count, 0, 0.9, 0.9)
+               for c in sorted(full.chunks.values(), key=lambda c: -c.start) if not c.framing]
+    for anchors in ("always", "if_room"):
+        def planner(conv, found, budget, anchors=anchors):
+            return make_plan(conv, found, budget, anchors)
+        for i in range(len(dialogue.questions)):
+            ctx = _question(tok, i, context - max_new, context, max_new)
+            copied = answer_halo(recent, matches, ctx, "at_prune", planner=planner)
+            dry = answer_halo_dry(recent, matches, ctx, planner)
+            assert (dry.recall, dry.tokens, dry.missing) == (copied.recall, copied.tokens, copied.missing), anchors
 
 
 def test_halo_reports_why_evidence_is_missing(dialogue, settings):

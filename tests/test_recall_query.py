@@ -81,7 +81,7 @@ def test_a_question_about_a_date_finds_what_was_said_that_day(diary):
     assert top[0].chunk_id == parents.id
     # The turn's text never names the date: without the date both dinners look alike.
     friends = chunk_with(conv, "dinner for my friends")
-    plain = [m.chunk_id for m in index.search(question, limit=4)]
+    plain = [m.chunk_id for m in with_settings(index, date_weight=0.0).search(question, limit=4)]
     assert {parents.id, friends.id} <= set(plain)
     ids, _ = tokenize(index.embedder, question)
     room = conv.resurrection_cost(parents) + 5  # one dinner's room, with its answer's opening
@@ -101,16 +101,16 @@ def test_each_part_of_a_two_part_question_is_searched(diary):
 
 def test_neighbours_of_a_match_come_from_its_own_sitting_only(diary):
     conv, _, index = diary
-    near = with_settings(index, resurrect_neighbours=1)
+    near = with_settings(index, resurrect_neighbours=1, resurrection_anchors="always")
     operation = chunk_with(conv, "needs a small operation")
     match = next(m for m in index.search("When is the cat's operation?", limit=20) if m.chunk_id == operation.id)
     plan = near.plan(conv, [match], budget=10_000)
-    turns = {conv.chunks[c].turn_id for c in plan.chunk_ids}
+    turns = {p.match.turn_id for p in plan.taken}
     # The vet's call just before (same morning) comes with it; the piano, weeks later, not.
     assert turns == {operation.turn_id - 1, operation.turn_id, operation.turn_id + 1}
     last = chunk_with(conv, "Scales are the right start")
     match = next(m for m in index.search("learning the piano scales", limit=20) if m.chunk_id == last.id)
-    assert {conv.chunks[c].turn_id for c in near.plan(conv, [match], 10_000).chunk_ids} == {
+    assert {p.match.turn_id for p in near.plan(conv, [match], 10_000).taken} == {
         last.turn_id - 1, last.turn_id}
 
 

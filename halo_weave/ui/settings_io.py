@@ -29,6 +29,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "new_token_brightness": ("cap", "median"),
     "chunk_rank": ("peak", "topk"),
     "prune_order": ("brightness", "age"),
+    "resurrection_anchors": ("always", "if_room"),
     "attention_format": ("aggregated", "per_layer"),
     "chat_template": ("auto", "chatml", "llama3", "mistral", "gemma", "alpaca", "plain"),
 }
@@ -65,6 +66,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "user_similarity_boost": (0.0, 100.0),
     "min_similarity": (-1.0, 1.0),
     "hybrid_weight": (0.0, 1.0),
+    "date_weight": (0.0, 10.0),
+    "resurrect_neighbours": (0, 100),
+    "session_gap_seconds": (0.0, 10_000_000.0),
     "embedding_max_tokens": (8, 100_000),
     "embed_wait_seconds": (0.0, 3600.0),
 }

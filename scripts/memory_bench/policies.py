@@ -16,6 +16,11 @@ from typing import Callable
 
 from .replay import Policy
 
+#: The recall settings as they were before issue 16 (the base of the recent-* variants).
+SEED_RECALL = {"date_weight": 0.0, "query_split": False, "resurrect_neighbours": 0,
+               "resurrection_anchors": "always", "user_similarity_boost": 1.5}
+_ALL = {"date_weight": 0.3, "query_split": True, "resurrect_neighbours": 1, "resurrection_anchors": "if_room"}
+
 #: Methods in table order: (name, replay policy key or None, question-time options).
 METHODS = [
     ("full", None, {}),
@@ -40,16 +45,35 @@ METHODS = [
     ("halo-decay-topk", "decay-topk", {}),  # ... chunks ranked by their top-4 mean
     ("halo-mass", "mass", {}),  # accumulated attention mass (H2O), new tokens at the median
     # Retrieval ideas at question time, on the most recent P tokens (no replay, no model):
-    # the app's search and plan with these settings (halo_weave.memory.query, issue 16).
+    # the app's search and plan (halo_weave.memory.query, issue 16) with the settings named.
+    # recent-halo: the app's defaults; recent-seed: the defaults before issue 16; every
+    # other recent-* row is recent-seed with the changes its name says, so the rows keep
+    # their meaning when a default moves.
     ("recent-halo", None, {}),
-    ("recent-split", None, {"query_split": True}),
-    ("recent-neighbours", None, {"resurrect_neighbours": 1}),
-    ("recent-split-neighbours", None, {"query_split": True, "resurrect_neighbours": 1}),
-    ("recent-dates", None, {"date_weight": 0.3}),
-    ("recent-anchors-room", None, {"resurrection_anchors": "if_room"}),
-    ("recent-k40", None, {"query_max_results": 40}),
-    ("recent-k40-room", None, {"query_max_results": 40, "resurrection_anchors": "if_room"}),
-    ("recent-exchange", None, {"recent_turns": 2}),  # question + the last exchange's text
+    ("recent-seed", None, SEED_RECALL),
+    ("recent-split", None, {**SEED_RECALL, "query_split": True}),
+    ("recent-neighbours", None, {**SEED_RECALL, "resurrect_neighbours": 1}),
+    ("recent-split-neighbours", None, {**SEED_RECALL, "query_split": True, "resurrect_neighbours": 1}),
+    ("recent-dates", None, {**SEED_RECALL, "date_weight": 0.3}),
+    ("recent-anchors-room", None, {**SEED_RECALL, "resurrection_anchors": "if_room"}),
+    ("recent-noboost", None, {**SEED_RECALL, "user_similarity_boost": 1.0}),
+    ("recent-k40", None, {**SEED_RECALL, "query_max_results": 40}),
+    ("recent-k40-room", None, {**SEED_RECALL, "query_max_results": 40, "resurrection_anchors": "if_room"}),
+    ("recent-exchange", None, {**SEED_RECALL, "recent_turns": 2}),  # question + the last exchange
+    ("recent-neighbours2", None, {**SEED_RECALL, "resurrect_neighbours": 2}),
+    ("recent-neighbours-room", None, {**SEED_RECALL, "resurrect_neighbours": 1, "resurrection_anchors": "if_room"}),
+    ("recent-neighbours-dates", None, {**SEED_RECALL, "resurrect_neighbours": 1, "date_weight": 0.3}),
+    ("recent-neighbours-k40", None, {**SEED_RECALL, "resurrect_neighbours": 1, "query_max_results": 40}),
+    ("recent-dates-room", None, {**SEED_RECALL, "date_weight": 0.3, "resurrection_anchors": "if_room"}),
+    ("recent-split-dates-room", None, {**SEED_RECALL, **_ALL, "resurrect_neighbours": 0}),
+    ("recent-all", None, {**SEED_RECALL, **_ALL}),  # dates, split, neighbours, anchors if room
+    ("recent-all-nosplit", None, {**SEED_RECALL, **_ALL, "query_split": False}),
+    ("recent-all-noboost", None, {**SEED_RECALL, **_ALL, "user_similarity_boost": 1.0}),
+    ("recent-all-nosplit-noboost", None, {**SEED_RECALL, **_ALL, "query_split": False,
+                                          "user_similarity_boost": 1.0}),
+    ("recent-all-hw50", None, {**SEED_RECALL, **_ALL, "hybrid_weight": 0.5}),
+    ("recent-all-k30", None, {**SEED_RECALL, **_ALL, "query_max_results": 30}),
+    ("recent-all-k10", None, {**SEED_RECALL, **_ALL, "query_max_results": 10}),
     # The app's resurrection on every user message during the replay too.
     ("halo-live", "live", {}),
     ("halo-live-mean", "live-mean", {"rule": "mean"}),
