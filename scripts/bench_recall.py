@@ -39,18 +39,18 @@ from halo_weave.semantic_index import SemanticIndex  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
 from halo_weave.store import ConversationStore  # noqa: E402
 from memory_bench import locomo  # noqa: E402
+from memory_bench.policies import SEED_RECALL  # noqa: E402
 
 LOCOMO = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo_dev.json"
 
-#: name -> settings changed from the app's defaults.
+#: name -> settings changed from the app's defaults (the first is the reference).
 VARIANTS = {
-    "default": {},
-    "dates": {"date_weight": 0.3},
-    "split": {"query_split": True},
-    "neighbours": {"resurrect_neighbours": 1},
-    "anchors-if-room": {"resurrection_anchors": "if_room"},
-    "all": {"date_weight": 0.3, "query_split": True, "resurrect_neighbours": 1,
-            "resurrection_anchors": "if_room"},
+    "seed": SEED_RECALL,  # the recall settings before issue 16
+    "dates": {**SEED_RECALL, "date_weight": 0.3},
+    "split": {**SEED_RECALL, "query_split": True},
+    "neighbours": {**SEED_RECALL, "resurrect_neighbours": 1},
+    "anchors-if-room": {**SEED_RECALL, "resurrection_anchors": "if_room"},
+    "default": {},  # today's defaults
 }
 
 
