@@ -78,8 +78,9 @@ class Settings:
     resurrection_brightness: str = "at_prune"  # or "mean"
     resurrection_budget_cap: int = 0  # 0 = no cap beyond the universal equation
     query_max_results: int = 20
-    # 1.5 (seed 001) -> 1.0: with the recall settings below, no boost recalls more on
-    # every LoCoMo dev conversation (docs/memory-benchmark.md, "Multi-hop and temporal recall").
+    # 1.5 (seed 001) -> 1.0: with the recall settings below, no boost recalls more on the
+    # six LoCoMo dev conversations together, 0.748 -> 0.763 (five better, one -0.004;
+    # docs/memory-benchmark.md, "Multi-hop and temporal recall").
     user_similarity_boost: float = 1.0
     min_similarity: float = 0.0
     # BM25 blended with the vector score: +0.12 evidence recall on LoCoMo conv-30
@@ -94,7 +95,8 @@ class Settings:
     # resurrect_neighbours: each match's neighbouring turns of the same sitting (turns
     # less than session_gap_seconds apart) come right after it;
     # resurrection_anchors: "always" (seed 001) or "if_room" (paid from what the matches
-    # leave).  Neighbours 1 + anchors if room + dates: 0.692 -> 0.748, better on all six.
+    # leave).  Neighbours 1 + anchors if room + dates: 0.692 -> 0.748, better on all six;
+    # with user_similarity_boost 1.0 too: 0.763 (multi-hop 0.357 -> 0.385).
     date_weight: float = 0.3
     query_split: bool = False
     resurrect_neighbours: int = 1

@@ -249,7 +249,7 @@ def main(argv=None) -> int:
                     matches = index.search(question.question)
                     out = answer_halo(replays[key].conv, matches, ctx,
                                       options.get("rule", settings.resurrection_brightness),
-                                      settings.resurrection_budget_cap)
+                                      settings.resurrection_budget_cap, index.plan)  # the app's plan
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1
                 results[name].question_seconds += time.perf_counter() - t
