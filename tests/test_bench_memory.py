@@ -239,6 +239,39 @@ def test_kv_shift_matches_exact_on_a_one_layer_model():
     assert np.allclose(a, b, atol=1e-5)
 
 
+def test_kv_shift_restores_resurrected_tokens_from_kept_cells():
+    """A resurrection (the pruned span back in the middle) takes the span's kept keys and
+    values instead of re-running everything after it; on one layer that is exact."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from memory_bench.attention import ModelAttention
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=1, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=256)
+    model = transformers.LlamaForCausalLM(config).eval()
+    exact, shift = ModelAttention(model, None, "exact"), ModelAttention(model, None, "shift")
+    shift.reset(keep_pruned=True)
+    rng = np.random.default_rng(2)
+    ids = rng.integers(1, 64, 40).tolist()
+    keys = list(range(40))
+    forced = rng.integers(1, 64, 4).tolist()
+    for source in (exact, shift):  # read everything, prune keys 10..19, force after the gap
+        source.teacher_force(ids, forced, keys + [40, 41, 42, 43])
+        source.teacher_force(ids[:10] + ids[20:], forced, keys[:10] + keys[20:] + [50, 51, 52, 53])
+    prefilled = shift.stats.prefill_tokens
+    back = ids + forced[:3]  # 10..19 resurrected in place, the forced turn's tokens kept
+    back_keys = keys + [50, 51, 52]
+    more = rng.integers(1, 64, 5).tolist()
+    a = exact.force(back, more, back_keys + [60, 61, 62, 63, 64])
+    b = shift.force(back, more, back_keys + [60, 61, 62, 63, 64])
+    assert shift.stats.restored_tokens == 10
+    assert shift.stats.prefill_tokens == prefilled  # nothing re-run: all from kept cells
+    assert exact.stats.reprefills >= 1
+    assert np.allclose(a.rows, b.rows, atol=1e-5) and np.allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
 def test_merging_runs_weights_recall_by_question_count():
     from memory_bench.report import MethodResult, merge
 
@@ -289,3 +322,37 @@ def test_a_real_run_reports_continuation_fidelity_per_method(data_file, tmp_path
     for name in ("halo", "fifo-halo"):
         assert merged[name]["delta_nll"] == pytest.approx(methods[name]["delta_nll"], abs=1e-4)
         assert merged[name]["fidelity_turns"] == 2 * methods[name]["fidelity_turns"]
+
+
+def test_replays_share_their_calls_before_the_first_prune(dialogue, settings):
+    """A second replay takes the calls every policy makes before its first prune from the
+    first one, and gets exactly what a fresh model gives (the live replay's resurrected
+    spans come from kept cells and agree with a fresh source too)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from memory_bench.attention import ModelAttention
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=50010, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=1024)
+    model = transformers.LlamaForCausalLM(config).eval()
+
+    def source():
+        s = ModelAttention(model, None, "shift")
+        s.tokenize = WordTokenizer()
+        return s
+
+    shared = source()
+    tok = tokenize_dialogue(dialogue, shared.tokenize, settings)
+    age = (("prune_order", "age"),)
+    first = replay(tok, Policy("fifo", 200, settings=age), settings, shared)
+    for policy in (Policy("halo", 120), Policy("fifo-halo", 120, settings=age)):
+        served = shared.shared.served_tokens
+        again = replay(tok, policy, settings, shared)
+        fresh = replay(tok, policy, settings, source())
+        assert shared.shared.served_tokens > served  # the prefix came from the first replay
+        assert [r.turn_index for r in again.fidelity] == [r.turn_index for r in fresh.fidelity]
+        assert np.allclose([r.nll for r in again.fidelity], [r.nll for r in fresh.fidelity], atol=1e-5)
+        assert again.conv.live_token_count() == fresh.conv.live_token_count()
+    assert first.prune_events > 0

@@ -51,6 +51,22 @@ METHODS = [
     ("halo-decay-live", "decay-live", {}),
 ]
 
+#: Methods left out of the default list (still runnable with ``--methods``): superseded
+#: experiments, each with the run that retired it (docs/memory-benchmark.md).  A new
+#: method joins the default list by being added to METHODS above.
+RETIRED = {
+    "brightness": "no resurrection: 0.111 on conv-30 vs fifo 0.062, recall comes from resurrection",
+    "halo-noboost": "user boost a wash (±0.015) on the dev run",
+    "halo-hybrid": "hybrid search is the app's default since 540aa0a: same as halo",
+    "halo-vector": "vector-only search lost 0.126 to hybrid on the dev run (540aa0a)",
+    "halo-k100": "100 candidates: +0.002 / -0.014 on the dev run (misses move to over budget)",
+    "halo-hybrid-k100": "as halo-k100, with hybrid search now the default",
+    "halo-prefill": "user-turn prefill scoring changed no prune decision on conv-30",
+    "halo-hyst": "hysteresis is the app's rule since 540aa0a (prune_hysteresis)",
+    "halo-meanrank": "reproduced fifo-halo to the last question on conv-30 (mean = age)",
+    "halo-decay-live": "a fourth live replay; halo-live / fifo-halo-live answer the live question",
+}
+
 QUICK_METHODS = ["full", "fifo", "rag", "halo", "halo-mean", "halo-vector", "fifo-halo",
                  "halo-decay", "halo-decay-topk", "halo-median", "halo-mass",
                  "halo-live", "halo-live-mean", "fifo-halo-live"]

@@ -234,7 +234,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
     votes = pruned = events = resurrected = resurrected_tokens = 0
     turns = tok.dialogue.turns
     if policy.attention and hasattr(source, "reset"):
-        source.reset()
+        source.reset(keep_pruned=bool(policy.resurrect))  # kept cells only where they return
     for i, turn in enumerate(turns):
         ids, texts = tok.turns[i]
         exchange_end = turn.role == "assistant" or i == len(turns) - 1
