@@ -356,3 +356,26 @@ def test_replays_share_their_calls_before_the_first_prune(dialogue, settings):
         assert np.allclose([r.nll for r in again.fidelity], [r.nll for r in fresh.fidelity], atol=1e-5)
         assert again.conv.live_token_count() == fresh.conv.live_token_count()
     assert first.prune_events > 0
+
+
+def test_llama_forcing_reads_every_row_through_the_caches_decode():
+    """The benchmark's llama.cpp forcing and the reader's attend_all share the cache's one
+    decode with an attention hook: same rows, each a distribution over what the query
+    sees, and the log-probabilities show a repeated sentence is predictable."""
+    pytest.importorskip("llama_cpp")
+    from memory_bench.llama_forcing import LlamaForcing
+
+    source = LlamaForcing.load(context_size=512, threads=1)
+    ids = [i for i, _ in source.tokenize("The quick brown fox jumps over the lazy dog. " * 6)]
+    n = len(ids) // 2
+    ctx, forced = ids[:n], ids[n:]
+    out = source.force(ctx, forced)
+    assert out.rows.shape == (len(forced), len(ids) - 1)
+    for j in range(len(forced)):
+        assert out.rows[j, :n + j].sum() == pytest.approx(1.0, abs=1e-3)
+        assert not out.rows[j, n + j:].any()  # causal: nothing after the query
+    assert np.isfinite(out.logprobs).all() and out.nll < 1.0  # the sentence was said before
+    source.reset()
+    source.sync(ctx[:-1])
+    rows = source.kv.attend_all([ctx[-1]] + forced[:-1])
+    assert np.allclose(rows, out.rows, atol=1e-5)
