@@ -180,24 +180,26 @@ def main(argv=None) -> int:
                     "app": past_search(_index(indexes, store, settings, embedder, {}, SemanticIndex),
                                        settings.query_max_results)}
         replays = {}
-        for key in [k for k in replay_policies if k in needed]:
+        # Replays that read attention first: the calls they share carry rows (prefix.py).
+        order = [k for k in replay_policies if k in needed]
+        for key in sorted(order, key=lambda k: not replay_policies[k].reads_attention):
             policy = replay_policies[key]
             replays[key] = replay(tok, policy, settings, source,
                                   progress=_progress(f"  replay {key}", len(dialogue.turns)),
                                   search=searches["plain" if policy.resurrect == "plain" else "app"],
                                   model_context=args.context, max_new_tokens=max_new)
             r = replays[key]
-            log(f"  replay {key}: {r.seconds:.0f} s, {r.votes} votes, {r.prune_events} prunes, "
+            log(f"  replay {key}: {r.seconds:.0f} s (cpu {r.cpu_seconds:.0f} s), {r.votes} votes, {r.prune_events} prunes, "
                 f"{r.resurrected_chunks} chunks ({r.resurrected_tokens} tokens) resurrected, "
                 f"{r.conv.live_token_count()} live tokens at the end; {_stats(source)}")
         # The reference for continuation fidelity: one pass, shared by every method
         # (after the replays: it starts from the prefix their first calls built).
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         reference = (fidelity.reference_pass(full, tok.turns, source, args.window, args.prune_to)
                      if needed else {})  # no replay, nothing to compare
         reference_seconds += time.perf_counter() - t
         log(f"  reference ({args.window}-token window): {len(reference)} turns in "
-            f"{time.perf_counter() - t:.0f} s; {_stats(source)}")
+            f"{time.perf_counter() - t:.0f} s (cpu {time.process_time() - cpu:.0f} s); {_stats(source)}")
 
         if "halo" in replays:
             traces[dialogue.sample_id] = replays["halo"].trace

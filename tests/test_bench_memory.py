@@ -346,7 +346,7 @@ def test_replays_share_their_calls_before_the_first_prune(dialogue, settings):
     shared = source()
     tok = tokenize_dialogue(dialogue, shared.tokenize, settings)
     age = (("prune_order", "age"),)
-    first = replay(tok, Policy("fifo", 200, settings=age), settings, shared)
+    first = replay(tok, Policy("wide", 200), settings, shared)  # reads rows: shares them
     for policy in (Policy("halo", 120), Policy("fifo-halo", 120, settings=age)):
         served = shared.shared.served_tokens
         again = replay(tok, policy, settings, shared)
@@ -355,7 +355,16 @@ def test_replays_share_their_calls_before_the_first_prune(dialogue, settings):
         assert [r.turn_index for r in again.fidelity] == [r.turn_index for r in fresh.fidelity]
         assert np.allclose([r.nll for r in again.fidelity], [r.nll for r in fresh.fidelity], atol=1e-5)
         assert again.conv.live_token_count() == fresh.conv.live_token_count()
+        assert again.prune_events == fresh.prune_events
     assert first.prune_events > 0
+    # Oldest-first pruning reads no attention: same NLL and live sets as with rows read.
+    with_rows_source = source()
+    with_rows = replay(tok, Policy("rows", 120), settings.replace(prune_order="age"), with_rows_source)
+    without = replay(tok, Policy("fifo-halo", 120, settings=age), settings, source())
+    assert with_rows_source.stats.by_kind["forced"][0] > 0
+    assert [r.nll for r in without.fidelity] == pytest.approx([r.nll for r in with_rows.fidelity], abs=1e-5)
+    assert all(np.array_equal(a.live_positions, b.live_positions)
+               for a, b in zip(without.fidelity, with_rows.fidelity))
 
 
 def test_llama_forcing_reads_every_row_through_the_caches_decode():

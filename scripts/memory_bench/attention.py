@@ -239,10 +239,14 @@ class ModelAttention:
             self._grave_rows[self._keys[i]] = (self._grave_len + j, self._ids[i], i)
         self._grave_len += n
 
-    def _run(self, ids: list[int], keys: list, *, attention: bool):
-        """Feed ids after the cache; returns mean attention rows [len(ids), keys] or None."""
+    def _run(self, ids: list[int], keys: list, *, attention: bool, logits: bool | None = None):
+        """Feed ids after the cache; returns mean attention rows [len(ids), keys] per block
+        (none without ``attention``).  ``logits`` (default: with ``attention``): keep every
+        query's log-softmax in ``self._logp``."""
         import torch
 
+        logits = attention if logits is None else logits
+        started = time.perf_counter()
         if self._cache is None:
             self._cache = self._new_cache()
         impl = "eager" if attention else "sdpa"
@@ -257,32 +261,38 @@ class ModelAttention:
             with torch.inference_mode():
                 try:
                     out = self.model(input_ids=tensor, past_key_values=self._cache, use_cache=True,
-                                     output_attentions=attention, logits_to_keep=0 if attention else 1)
+                                     output_attentions=attention, logits_to_keep=0 if logits else 1)
                 except BaseException:
                     self.reset(self.keep_pruned)
                     raise
             self._ids.extend(part)
             self._keys.extend(keys[start:start + block])
-            if attention:
+            if logits:
                 self._logp.append(torch.log_softmax(out.logits[0].float(), dim=-1))
+            if attention:
                 total = None
                 for layer in out.attentions:  # [1, heads, q, keys]
                     s = layer[0].float().sum(0)
                     total = s if total is None else total + s
                 rows.append((total / (len(out.attentions) * out.attentions[0].shape[1])).cpu().numpy())
-        if attention:
+        if logits:
             self.stats.forced_tokens += len(ids)
         else:
             self.stats.prefill_tokens += len(ids)
+        kind = "forced" if attention else "scored" if logits else "prefill"
+        tokens, seconds = self.stats.by_kind.get(kind, (0, 0.0))
+        self.stats.by_kind[kind] = (tokens + len(ids), seconds + time.perf_counter() - started)
         return rows
 
     # ------------------------------------------------------------------ the call
     def teacher_force(self, input_ids: Sequence[int], forced_ids: Sequence[int],
-                      keys: Sequence | None = None) -> np.ndarray:
+                      keys: Sequence | None = None, rows: bool = True) -> np.ndarray | None:
         """Attention rows while producing each forced token (see the module docstring).
 
         ``keys`` names every input token and then every forced token (defaults to
-        positions, which makes ``shift`` act like ``exact``).
+        positions, which makes ``shift`` act like ``exact``).  ``rows=False``: only the
+        log-probabilities (``last_logprobs``; the fast attention kernel, no rows read);
+        returns None.
         """
         started = time.perf_counter()
         ids = [int(i) for i in input_ids]
@@ -294,7 +304,7 @@ class ModelAttention:
             raise ValueError("keys must name every input and forced token")
         signature = (tuple(ids), tuple(keys), tuple(forced))
         call, self._call = self._call, self._call + 1
-        shared = self.shared.lookup(call, signature) if self._pure else None
+        shared = self.shared.lookup(call, signature, rows) if self._pure else None
         if shared is not None:  # another replay made this very call before its first prune
             self._cache, self._ids, self._keys = None, [], []  # the next sync adopts
             out, self.last_logprobs, self._pending = shared
@@ -304,19 +314,20 @@ class ModelAttention:
         self._sync(ids[:-1], keys[: len(ids) - 1])
         # The last input token is the query that produces forced[0], so it runs eagerly
         # with the forced tokens; the last forced token is never a query.
-        blocks = self._run([ids[-1]] + forced[:-1], keys[len(ids) - 1: -1], attention=True)
+        blocks = self._run([ids[-1]] + forced[:-1], keys[len(ids) - 1: -1], attention=rows, logits=True)
         import torch
 
         logp = torch.cat(self._logp)  # [len(forced), vocab]: query j predicts forced[j]
         self.last_logprobs = logp[torch.arange(len(forced)), torch.tensor(forced)].double().numpy()
         self._logp = []
-        width = len(ids) + len(forced) - 1
-        out = np.zeros((len(forced), width), np.float32)
-        row = 0
-        for block in blocks:
-            q, k = block.shape
-            out[row:row + q, :k] = block
-            row += q
+        out = None
+        if rows:
+            out = np.zeros((len(forced), len(ids) + len(forced) - 1), np.float32)
+            row = 0
+            for block in blocks:
+                q, k = block.shape
+                out[row:row + q, :k] = block
+                row += q
         if self._pure:
             self.shared.record(call, signature, out, self.last_logprobs, self._ids, self._keys,
                                self._cache.layers)
@@ -325,11 +336,12 @@ class ModelAttention:
         return out
 
 
-    def force(self, input_ids, forced_ids, keys=None):
-        """:meth:`teacher_force` with the log-probability of every forced token."""
+    def force(self, input_ids, forced_ids, keys=None, rows: bool = True):
+        """:meth:`teacher_force` with the log-probability of every forced token (rows
+        None with ``rows=False``)."""
         from .llama_forcing import Forced
 
-        rows = self.teacher_force(input_ids, forced_ids, keys)
+        rows = self.teacher_force(input_ids, forced_ids, keys, rows)
         return Forced(rows, self.last_logprobs)
 
 

@@ -93,9 +93,12 @@ class LlamaForcing:
             self.stats.restored_tokens += report.restored
             self.stats.by_mode[report.mode] = self.stats.by_mode.get(report.mode, 0) + 1
 
-    def force(self, input_ids: Sequence[int], forced_ids: Sequence[int], keys=None) -> Forced:
+    def force(self, input_ids: Sequence[int], forced_ids: Sequence[int], keys=None,
+              rows: bool = True) -> Forced:
         """Attention rows and log-probabilities of ``forced_ids`` after ``input_ids``
-        (``keys`` is not needed: the sync finds the edits from the ids)."""
+        (``keys`` is not needed: the sync finds the edits from the ids); ``rows=False``:
+        the log-probabilities only (rows None)."""
+        want_rows = rows
         ids = [int(i) for i in input_ids]
         forced = [int(i) for i in forced_ids]
         if not ids or not forced:
@@ -116,7 +119,7 @@ class LlamaForcing:
                 def add(_layer, probs, sums=sums):  # [heads, queries, cells]
                     sums[:, :probs.shape[2]] += probs.sum(axis=0)
 
-                logits = kv.decode(part, hook=add).astype(np.float64)
+                logits = kv.decode(part, hook=add if want_rows else None).astype(np.float64)
                 # Cells to positions: the live sequence's cells in position order; cells of
                 # later positions and of other sequences were masked (zero) in the softmax.
                 width = len(kv.ids)
@@ -134,4 +137,4 @@ class LlamaForcing:
         self.stats.calls += 1
         self.stats.forced_tokens += len(forced)
         self.stats.force_seconds += time.perf_counter() - t
-        return Forced(rows, logprobs)
+        return Forced(rows if want_rows else None, logprobs)

@@ -32,22 +32,24 @@ class SharedPrefix:
         self.served_tokens = 0  # forced tokens answered from here
         self.adopted_tokens = 0  # cached tokens taken instead of prefilled
 
-    def lookup(self, index: int, signature: tuple):
+    def lookup(self, index: int, signature: tuple, rows: bool = True):
         """``(rows, logprobs, cache length after it)`` of call ``index`` if it was this very
-        call, else None."""
+        call (and recorded its rows, if ``rows``), else None."""
         if index < len(self.calls) and self.calls[index][0] == signature:
-            _, rows, logprobs, n = self.calls[index]
+            _, kept, logprobs, n = self.calls[index]
+            if rows and kept is None:
+                return None
             self.served_tokens += len(logprobs)
-            return rows.copy(), logprobs.copy(), n
+            return (kept.copy() if rows else None), logprobs.copy(), n
         return None
 
-    def record(self, index: int, signature: tuple, rows: np.ndarray, logprobs: np.ndarray,
+    def record(self, index: int, signature: tuple, rows: np.ndarray | None, logprobs: np.ndarray,
                ids: list[int], keys: list, layers) -> None:
         """Keep call ``index`` if it extends the recorded stretch (same calls so far and a
         cache that holds the recorded one as its prefix)."""
         if index != len(self.calls) or ids[:len(self.ids)] != self.ids or keys[:len(self.keys)] != self.keys:
             return
-        self.calls.append((signature, rows.copy(), logprobs.copy(), len(ids)))
+        self.calls.append((signature, None if rows is None else rows.copy(), logprobs.copy(), len(ids)))
         self.ids, self.keys = list(ids), list(keys)
         self.layers = [(layer.keys, layer.values) for layer in layers]
 
