@@ -388,3 +388,35 @@ def test_llama_forcing_reads_every_row_through_the_caches_decode():
     source.sync(ctx[:-1])
     rows = source.kv.attend_all([ctx[-1]] + forced[:-1])
     assert np.allclose(rows, out.rows, atol=1e-5)
+
+
+def test_jobs_runs_each_conversation_in_a_worker_and_merges_like_merge(data_file, tmp_path, capsys):
+    """``--jobs 2`` on two conversations: one command, the same figures as the two
+    conversations run apart and combined with ``--merge``."""
+    import bench_memory
+
+    item = json.loads(data_file.read_text())[0]
+    other = json.loads(json.dumps(item))
+    other["sample_id"] = "conv-u"
+    other["qa"] = other["qa"][:1]
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps([item, other]))
+    argv = ["--data", str(two), "--prune-to", "300", "--context", "520", "--max-new-tokens", "40",
+            "--window", "600", "--diagnostics", "0", "--methods", "full,fifo"]
+    assert bench_memory.main(argv + ["--jobs", "2", "--json"]) == 0
+    together = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert together["conversations"] == ["conv-t", "conv-u"] and together["runs"] == 2
+    assert together["elapsed_seconds"] > 0
+    paths = []
+    for conv in ("conv-t", "conv-u"):
+        assert bench_memory.main(argv + ["--conversations", conv, "--json"]) == 0
+        path = tmp_path / f"{conv}.out"
+        path.write_text(capsys.readouterr().out)
+        paths.append(str(path))
+    assert bench_memory.main(["--merge", *paths, "--json"]) == 0
+    apart = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for name, f in apart["methods"].items():
+        g = together["methods"][name]
+        assert g["questions"] == f["questions"] == 4, name
+        for key in ("recall_overall", "delta_nll", "kept_attention_mass", "fidelity_turns", "mean_tokens"):
+            assert g[key] == pytest.approx(f[key], abs=1e-4), (name, key)
