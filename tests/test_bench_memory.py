@@ -420,3 +420,29 @@ def test_jobs_runs_each_conversation_in_a_worker_and_merges_like_merge(data_file
         assert g["questions"] == f["questions"] == 4, name
         for key in ("recall_overall", "delta_nll", "kept_attention_mass", "fidelity_turns", "mean_tokens"):
             assert g[key] == pytest.approx(f[key], abs=1e-4), (name, key)
+
+
+def test_grouped_attention_gives_eagers_rows_and_log_probabilities():
+    """The grouped-query attention the replay reads rows from agrees with transformers'
+    eager attention (3 query heads per key/value head, after a KV shift too)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from memory_bench.attention import ModelAttention
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=48, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=6,
+                                      num_key_value_heads=2, max_position_embeddings=256)
+    model = transformers.LlamaForCausalLM(config).eval()
+    grouped, eager = ModelAttention(model, None, "shift"), ModelAttention(model, None, "shift")
+    eager.rows_impl = "eager"
+    rng = np.random.default_rng(3)
+    ids, forced, more = (rng.integers(1, 64, n).tolist() for n in (150, 70, 9))
+    keys = list(range(220))
+    a, b = grouped.force(ids, forced, keys), eager.force(ids, forced, keys)
+    assert np.allclose(a.rows, b.rows, atol=1e-6) and np.allclose(a.logprobs, b.logprobs, atol=1e-5)
+    kept, kept_keys = ids[:30] + ids[60:] + forced[:-1], keys[:30] + keys[60:219]
+    a = grouped.force(kept, more, kept_keys + list(range(300, 309)))
+    b = eager.force(kept, more, kept_keys + list(range(300, 309)))
+    assert grouped.stats.shifts == 1
+    assert np.allclose(a.rows, b.rows, atol=1e-6) and np.allclose(a.logprobs, b.logprobs, atol=1e-5)

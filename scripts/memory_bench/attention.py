@@ -31,6 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
+from . import gqa
 from .prefix import SharedPrefix
 
 #: Longest slice run in one forward pass.
@@ -66,6 +67,9 @@ class ModelAttention:
         self.stats = AttentionStats()
         self._pieces = None
         self.shared = SharedPrefix()
+        #: The attention that returns probabilities: grouped (no key/value copies), or
+        #: transformers' "eager" (the reference it is checked against).
+        self.rows_impl = gqa.register()
         self.reset()
 
     @classmethod
@@ -249,7 +253,7 @@ class ModelAttention:
         started = time.perf_counter()
         if self._cache is None:
             self._cache = self._new_cache()
-        impl = "eager" if attention else "sdpa"
+        impl = self.rows_impl if attention else "sdpa"
         if getattr(self.model.config, "_attn_implementation", None) != impl:
             self.model.set_attn_implementation(impl)
         rows = []
