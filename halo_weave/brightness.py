@@ -176,9 +176,9 @@ def magnitude_vote(
 #: Brightness rules (``Settings.brightness_rule``): seed 001's magnitude voting, an
 #: exponentially decayed attention mass, and the accumulated mass (H2O's heavy hitters).
 RULES = ("vote", "decay", "mass")
-#: How a chunk is scored for pruning (``Settings.chunk_rank``): its brightest token, or
-#: the mean of its ``chunk_rank_k`` brightest tokens.
-CHUNK_RANKS = ("peak", "topk")
+#: How a chunk is scored for pruning (``Settings.chunk_rank``): its brightest token, the
+#: mean of its ``chunk_rank_k`` brightest tokens, or the mean of all its tokens.
+CHUNK_RANKS = ("peak", "topk", "mean")
 #: Where new tokens start (``Settings.new_token_brightness``): at the cap ("fail
 #: bright", the seed) or at the live median (a fair chance, not a head start).
 NEW_TOKEN_RULES = ("cap", "median")
@@ -218,13 +218,20 @@ def attention_mass(
 
 
 def chunk_scores(brightness: np.ndarray, starts: np.ndarray, rank: str = "peak", k: int = 4) -> np.ndarray:
-    """One score per run of rows starting at ``starts``: its peak, or its top-``k`` mean.
+    """One score per run of rows starting at ``starts``: its peak, its top-``k`` mean, or
+    its mean (attention per token).
 
     >>> chunk_scores(np.array([1, 9, 3, 5, 5], np.int32), np.array([0, 3]), "topk", 2).tolist()
     [6, 5]
+    >>> chunk_scores(np.array([1, 9, 3, 5, 4], np.int32), np.array([0, 3]), "mean").tolist()
+    [4, 4]
     """
     if rank == "peak" or len(starts) == 0:
         return np.maximum.reduceat(brightness, starts) if len(starts) else np.zeros(0, np.int32)
+    if rank == "mean":
+        counts = np.diff(np.append(starts, len(brightness)))
+        sums = np.add.reduceat(brightness.astype(np.int64), starts)
+        return (sums // counts).astype(np.int32)
     if rank != "topk":
         raise ValueError(f"unknown chunk rank {rank!r}")
     n = len(brightness)

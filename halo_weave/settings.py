@@ -63,11 +63,16 @@ class Settings:
     # (the live median: a fair chance, no head start).
     new_token_brightness: str = "cap"
     # A chunk's score for pruning and for the heatmap's colour: "peak" (its brightest
-    # token) or "topk" (the mean of its chunk_rank_k brightest tokens).
+    # token), "topk" (the mean of its chunk_rank_k brightest tokens) or "mean" (its
+    # attention per token).
     chunk_rank: str = "peak"
     chunk_rank_k: int = 4
     # What decides pruning: "brightness" (the chunk score above) or "age" (oldest first).
     prune_order: str = "brightness"
+    # The most recent live tokens that pruning by brightness leaves alone (H2O's recent
+    # window: what the model is about to go on from); older chunks are ranked by their
+    # score.  0 = none; never more than the prune target, so the limit still holds.
+    prune_keep_recent: int = 0
 
     # Semantic resurrection
     resurrection_brightness: str = "at_prune"  # or "mean"

@@ -109,3 +109,65 @@ def test_resurrection_brings_back_the_score_at_prune_no_gift():
     conv.resurrect([chunk.id], brightness="at_prune")
     assert conv.table.brightness[conv.chunk_rows(chunk)].tolist() == before.tolist()
     assert before.max() < MAX_BRIGHTNESS
+
+
+def _content_ids(conv: Conversation, turns) -> set[int]:
+    return {c.id for t in turns for c in conv.content_chunks(t)}
+
+
+def _read_all_but_the_last_turn(conv: Conversation) -> None:
+    rows = [r for t in (0, 1, 2) for c in conv.content_chunks(t)
+            for r in range(conv.chunk_rows(c).start, conv.chunk_rows(c).stop)]
+    _attend(conv, rows, 100, weight=0.45)
+
+
+def test_recent_window_keeps_the_newest_turn_the_model_has_not_read_yet():
+    # H2O's shape: the newest tokens (what the model goes on from) are spared even when
+    # attention has not reached them; among the older ones attention decides.
+    bare = _conversation(brightness_rule="decay", brightness_half_life=16)
+    _read_all_but_the_last_turn(bare)
+    gone = {c.id for c in bare.prune_to_fit(bare.live_token_count() - 30)}
+    assert gone & _content_ids(bare, [3])  # without the window the unread newest turn goes
+    conv = _conversation(brightness_rule="decay", brightness_half_life=16, prune_keep_recent=60)
+    _read_all_but_the_last_turn(conv)
+    pruned = {c.id for c in conv.prune_to_fit(conv.live_token_count() - 30)}
+    assert pruned and not pruned & _content_ids(conv, [3])
+    assert all(c.live for c in conv.content_chunks(3))
+    assert conv.live_token_count() <= bare.live_token_count() + 30  # the limit still held
+
+
+def test_recent_window_never_stops_pruning_from_reaching_its_target():
+    conv = _conversation(brightness_rule="decay", brightness_half_life=16, prune_keep_recent=10_000)
+    _attend(conv, [1], 20)
+    target = conv.live_token_count() - 50
+    conv.prune_to_fit(target)
+    assert conv.live_token_count() <= target
+
+
+def test_mean_rank_scores_a_chunk_by_its_attention_per_token():
+    values = np.array([9000, 0, 0, 0, 5000, 5000, 5000, 5000], np.int32)
+    assert chunk_scores(values, np.array([0, 4]), "mean").tolist() == [2250, 5000]
+    conv = _conversation(brightness_rule="decay", brightness_half_life=16, chunk_rank="mean")
+    stray, read = conv.content_chunks(0)[1], conv.content_chunks(0)[2]
+    rows = conv.chunk_rows(read)
+    _attend(conv, [conv.chunk_rows(stray).start] + list(range(rows.start, rows.stop)), 60, weight=0.4)
+    ids, scores = conv.chunk_peaks()  # the score the heatmap colours by, too
+    score = dict(zip(ids.tolist(), scores.tolist()))
+    assert score[read.id] > score[stray.id] > 0
+
+
+def test_a_resurrected_chunk_gets_no_shelter_from_the_recent_window():
+    # Back at its old place with its old score: the window covers the newest tokens, not
+    # the newest arrivals, so the dim resurrected chunk goes again before the newest turn.
+    conv = _conversation(brightness_rule="decay", brightness_half_life=16, prune_keep_recent=60)
+    dim = conv.content_chunks(1)[1]
+    rows = [r for t in (0, 1, 2) for c in conv.content_chunks(t) if c.id != dim.id
+            for r in range(conv.chunk_rows(c).start, conv.chunk_rows(c).stop)]
+    _attend(conv, rows, 100, weight=0.45)
+    score_before = conv.chunk_peak(dim.id)
+    conv.prune_chunk(dim.id)
+    conv.resurrect([dim.id], brightness="at_prune")
+    assert conv.chunk_peak(dim.id) == score_before < MAX_BRIGHTNESS  # no gift
+    pruned = conv.prune_to_fit(conv.live_token_count() - 5)
+    assert [c.id for c in pruned if not c.framing] == [dim.id]
+    assert all(c.live for c in conv.content_chunks(3))

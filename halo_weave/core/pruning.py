@@ -21,18 +21,21 @@ def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None
     """Chunks whose pruning frees at least ``excess`` tokens (framing they free counted),
     or as many as the rules allow; ``spared``: no chunk of that turn or later.  A chunk
     resurrected for the spared turn is not spared outright (the limit comes first), but
-    ranked by age it counts as new, so older chunks go before it."""
+    ranked by age it counts as new, so older chunks go before it.  Ranked by brightness,
+    the chunks in the last ``prune_keep_recent`` live tokens go only after every older
+    one (H2O's recent window; the limit still comes first)."""
     ids, peaks = conv.chunk_peaks()
     peak_of = dict(zip(ids.tolist(), peaks.tolist()))
+    recent = set() if by_age else recent_chunks(conv, ids)
 
-    def rank(chunk: Chunk) -> tuple[int, int]:
+    def rank(chunk: Chunk) -> tuple[bool, int, int]:
         if by_age:
-            return 0, chunk.age_key
+            return False, 0, chunk.age_key
         partner = anchor_partner(conv, chunk)
         peak = peak_of[chunk.id]
         if partner is not None and partner.live:
             peak = max(peak, peak_of[partner.id])
-        return peak, chunk.start
+        return chunk.id in recent, peak, chunk.start
 
     candidates = sorted(
         (c for c in map(conv.chunks.__getitem__, peak_of)
@@ -55,6 +58,18 @@ def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None
     for chunk in chosen:
         chunk.live = True
     return chosen
+
+
+def recent_chunks(conv, ids: np.ndarray) -> set[int]:
+    """The live chunks (``ids``, in position order) wholly inside the last
+    ``prune_keep_recent`` live tokens: H2O's recent window, which pruning by brightness
+    takes from last.  A resurrected chunk sits at its old place, so it is not in it."""
+    window = conv.settings.prune_keep_recent
+    if window <= 0 or len(ids) == 0:
+        return set()
+    counts = np.fromiter((conv.chunks[i].token_count for i in ids.tolist()), np.int64, len(ids))
+    from_end = np.cumsum(counts[::-1])[::-1]  # tokens from each chunk's start to the end
+    return set(ids[from_end <= window].tolist())
 
 
 def take_out(conv, chunks: list[Chunk]) -> list[Chunk]:

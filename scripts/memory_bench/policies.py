@@ -39,6 +39,15 @@ METHODS = [
     ("halo-decay", "decay", {}),  # attention mass with a half-life of 256 generated tokens
     ("halo-decay-topk", "decay-topk", {}),  # ... chunks ranked by their top-4 mean
     ("halo-mass", "mass", {}),  # accumulated attention mass (H2O), new tokens at the median
+    # Eviction-literature rules (issue 16 part 2): TOVA / SnapKV ~ a short half-life (the
+    # attention of the last answer or so), H2O = heavy hitters + a protected recent window.
+    ("halo-decay4", "decay4", {}),  # decayed mass, half-life 4 generated tokens (~TOVA)
+    ("halo-decay16", "decay16", {}),  # decayed mass, half-life 16 generated tokens
+    ("halo-decay64", "decay64", {}),  # ... half-life 64
+    ("halo-decay16-mean", "decay16-mean", {}),  # ... chunks ranked by attention per token
+    ("halo-recent", "recent", {}),  # voting, the most recent P/2 tokens never pruned
+    ("halo-decay16-recent", "decay16-recent", {}),  # half-life 16 + recent window
+    ("halo-mass-recent", "mass-recent", {}),  # H2O: accumulated mass + recent window
     # Retrieval ideas at question time, on the most recent P tokens (no replay, no model).
     ("recent-halo", None, {"retrieval": ""}),
     ("recent-split", None, {"retrieval": "split"}),
@@ -76,6 +85,11 @@ def policies(prune_to: int, budget: int, hysteresis: float, half_life: int = 256
     """Every replay policy by key (``budget``: C - max_new_tokens)."""
     age = (("prune_order", "age"),)
     decay = (("brightness_rule", "decay"), ("brightness_half_life", half_life))
+
+    def short(h: int) -> tuple:
+        return (("brightness_rule", "decay"), ("brightness_half_life", h))
+
+    recent = (("prune_keep_recent", prune_to // 2),)
     return {
         "fifo": Policy("fifo", budget, settings=age),
         "brightness": Policy("brightness", budget),
@@ -88,6 +102,14 @@ def policies(prune_to: int, budget: int, hysteresis: float, half_life: int = 256
         "decay": Policy("decay", prune_to, settings=decay),
         "decay-topk": Policy("decay-topk", prune_to, settings=decay + (("chunk_rank", "topk"),)),
         "mass": Policy("mass", prune_to, settings=(("brightness_rule", "mass"), ("new_token_brightness", "median"))),
+        "decay4": Policy("decay4", prune_to, settings=short(4)),
+        "decay16": Policy("decay16", prune_to, settings=short(16)),
+        "decay64": Policy("decay64", prune_to, settings=short(64)),
+        "decay16-mean": Policy("decay16-mean", prune_to, settings=short(16) + (("chunk_rank", "mean"),)),
+        "recent": Policy("recent", prune_to, settings=recent),
+        "decay16-recent": Policy("decay16-recent", prune_to, settings=short(16) + recent),
+        "mass-recent": Policy("mass-recent", prune_to, settings=(
+            ("brightness_rule", "mass"), ("new_token_brightness", "median")) + recent),
         "live": Policy("live", prune_to, resurrect="at_prune"),
         "live-mean": Policy("live-mean", prune_to, resurrect="mean"),
         "fifo-live": Policy("fifo-live", prune_to, settings=age, resurrect="at_prune"),

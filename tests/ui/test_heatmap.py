@@ -292,6 +292,21 @@ def test_tooltip_describes_chunk(view):
     assert f"{chunk.token_count:,} tokens" in tip and "peak brightness" in tip
 
 
+def test_tooltip_names_the_score_and_the_window_that_decide_pruning(view):
+    conv = make_conv()
+    conv.settings = conv.settings.replace(brightness_rule="decay", brightness_half_life=16,
+                                          chunk_rank="mean", prune_keep_recent=10)
+    alpha, delta = chunk_with(conv, "alpha"), chunk_with(conv, "delta")
+    focus_attention(conv, alpha)
+    show(view, conv)
+    tip = view.tooltip_for(alpha)
+    assert f"mean brightness {conv.chunk_peak(alpha):,}" in tip and "peak" not in tip
+    assert "pruned last" not in tip  # the oldest chunk: attention alone keeps it
+    assert "in the newest 10 tokens: pruned last" in view.tooltip_for(delta)
+    conv.settings = conv.settings.replace(prune_order="age")
+    assert "pruned oldest first" in view.tooltip_for(delta)
+
+
 def test_long_streamed_paragraph_stays_whole_for_the_user(view, qtbot):
     """A long answer streamed token by token: its text, token offsets and copy are
     those of one paragraph, however the view lays it out while it streams."""
