@@ -37,7 +37,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from . import settings as settings_mod
 from .conversation import Chunk, Conversation, Framing
 from .session import ChatSession
-from .settings import Settings
+from .settings import PRUNING_FIELDS, Settings, choice_words
 from .ui.cli import build_parser, run  # noqa: F401 - build_parser: the options, for tests
 from .ui.connection import ServerConnection
 from .ui.conversation_files import ConversationFiles
@@ -304,9 +304,14 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions, 
         if (new.proxy_attention, new.proxy_pruning) != (old.proxy_attention, old.proxy_pruning):
             self._sync_proxy_ranks()
             self.attention_changed.emit(self.session.attention_available)
-        if new.max_context_tokens != old.max_context_tokens and self.conv is not None and not self.busy:
+        rescored = any(getattr(new, f) != getattr(old, f) for f, _, _ in PRUNING_FIELDS)
+        words = choice_words(new, "brightness_rule")
+        if words != choice_words(old, "brightness_rule") and self.session.attention_available:
+            self.info.emit(f"Brightness: {words}, from the next generated token on "
+                           "(the brightness earned so far carries over; past attention is not stored).")
+        if (rescored or new.max_context_tokens != old.max_context_tokens) and self.conv is not None and not self.busy:
             self._prune()  # a smaller budget takes effect now, not after the next answer
-            self.conversation_changed.emit()
+            self.conversation_changed.emit()  # and the colours follow the score in use
         self.stats_changed.emit()
 
     # ------------------------------------------------------------------ indexing

@@ -118,6 +118,183 @@ class Settings:
         return [f.name for f in dataclasses.fields(cls)]
 
 
+@dataclass(frozen=True)
+class Choice:
+    """One allowed value of a multiple-choice setting, in words for the user.
+
+    ``label`` is the entry in the settings dialog, ``explanation`` its tooltip (what it
+    does, plainly), ``short`` the few words the stats line and the legend use (it may
+    name other fields in braces, e.g. ``{brightness_half_life}``), ``uses`` the numeric
+    settings that only matter with this choice (the dialog enables them only then).
+    """
+
+    value: str
+    label: str
+    explanation: str
+    short: str = ""
+    uses: tuple[str, ...] = ()
+
+
+#: The multiple-choice settings and their allowed values, in the order the dialog lists
+#: them.  The single source: loading, validation and the dialog's combo boxes all read
+#: these, so a new rule added here appears everywhere without a UI edit.
+CHOICES: dict[str, tuple[Choice, ...]] = {
+    "brightness_rule": (
+        Choice("vote", "Magnitude votes (the seed's rule, capped)",
+               "Every generated token adds to the words it reads more than their fair share "
+               "(up to the cap of 10,000) and takes 1 from every other word. New text starts at "
+               "the cap, so one truly read word keeps its paragraph bright. In the memory "
+               "benchmark it continued conversations best.",
+               "magnitude votes"),
+        Choice("decay", "Decayed attention mass (half-life)",
+               "Every word collects the attention it gets; what it collected halves every "
+               "half-life of generated tokens. What the model reads now counts, what it read "
+               "long ago fades. No cap. It recalled more in the memory benchmark but continued "
+               "conversations a little worse.",
+               "decayed attention mass (half-life {brightness_half_life})",
+               uses=("brightness_half_life",)),
+        Choice("mass", "Accumulated attention mass (H2O)",
+               "Every word adds up all the attention it ever got; nothing fades and there is "
+               "no cap, so words read often early on stay bright for good.",
+               "accumulated attention mass"),
+    ),
+    "new_token_brightness": (
+        Choice("cap", "At the starting brightness (fail bright)",
+               "New text starts as bright as possible, so it is never pruned before the model "
+               "had a chance to read it.",
+               "new text starts bright"),
+        Choice("median", "At the live median",
+               "New text starts at the median brightness of what is live: a fair chance, "
+               "no head start.",
+               "new text starts at the median"),
+    ),
+    "chunk_rank": (
+        Choice("peak", "Its brightest word (peak)",
+               "A paragraph is as bright as its brightest word: one word the model keeps "
+               "reading keeps the whole paragraph.",
+               "peak"),
+        Choice("topk", "Mean of its k brightest words",
+               "A paragraph's score is the mean of its k brightest words: harder for a single "
+               "stray word to keep a paragraph alive.",
+               "top-{chunk_rank_k} mean",
+               uses=("chunk_rank_k",)),
+        Choice("mean", "Mean of all its words",
+               "A paragraph's score is the mean brightness of all its words: the attention it gets "
+               "per word, so a long paragraph read in one place ranks below a short one read "
+               "throughout.",
+               "mean"),
+    ),
+    "prune_order": (
+        Choice("brightness", "Dimmest first (by the score above)",
+               "When the context is full, the paragraphs with the lowest score are pruned first "
+               "(pinned ones, the last exchange and the newest tokens of the recent window are kept).",
+               "dimmest first", uses=("prune_keep_recent",)),
+        Choice("age", "Oldest first (brightness only colours)",
+               "When the context is full, the oldest paragraphs are pruned first whatever their "
+               "brightness; the colours still show what the model reads.",
+               "oldest first"),
+    ),
+    "resurrection_brightness": (
+        Choice("at_prune", "Brightness when pruned (no gifts)",
+               "A paragraph that comes back keeps the brightness it had when it was pruned."),
+        Choice("mean", "Mean live brightness",
+               "A paragraph that comes back starts at the mean brightness of what is live."),
+    ),
+    "attention_format": (
+        Choice("aggregated", "Aggregated (one value per token; less traffic)",
+               "The server averages its layers and heads and sends one value per token."),
+        Choice("per_layer", "Per layer (layers × heads × tokens)",
+               "The server sends every layer's and head's attention; the app averages them."),
+    ),
+}
+
+#: The settings that decide what is pruned, in the order the dialog's "What decides
+#: pruning" group shows them: (field, label, tooltip for a numeric field).
+PRUNING_FIELDS: tuple[tuple[str, str, str], ...] = (
+    ("brightness_rule", "Brightness rule", ""),
+    ("brightness_half_life", "Half-life (generated tokens)",
+     "After this many generated tokens, the attention a word collected counts half."),
+    ("new_token_brightness", "New text starts", ""),
+    ("chunk_rank", "A paragraph's score", ""),
+    ("chunk_rank_k", "k (brightest words averaged)",
+     "How many of a paragraph's brightest words its score averages."),
+    ("prune_order", "Pruning order", ""),
+    ("prune_keep_recent", "Recent window (tokens)",
+     "The newest live tokens that pruning by brightness leaves alone (what the model is about to "
+     "go on from); 0 = none. Never more than the prune target, so the limit still holds."),
+)
+
+
+def choice_values(field: str) -> tuple[str, ...]:
+    """The allowed values of a multiple-choice field (see :data:`CHOICES`)."""
+    return tuple(choice.value for choice in CHOICES[field])
+
+
+def choice(field: str, value: str) -> Choice | None:
+    """The :class:`Choice` of ``field`` whose value is ``value``, or None."""
+    return next((c for c in CHOICES.get(field, ()) if c.value == value), None)
+
+
+def choice_words(settings: Settings, field: str) -> str:
+    """The short words of the chosen value of ``field``, with the fields it names filled in."""
+    chosen = choice(field, getattr(settings, field))
+    if chosen is None:
+        return str(getattr(settings, field))
+    text = chosen.short or chosen.label
+    return text.format(**{name: f"{getattr(settings, name):,}" for name in chosen.uses})
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What colours the chunks and what decides pruning, in words (see :func:`scoring_words`).
+
+    ``short`` for the stats line, ``sentence`` for tooltips and the legend, ``rule`` the
+    rule's own explanation, ``colour`` what a paragraph's colour means (the legend's row).
+    """
+
+    short: str
+    sentence: str
+    rule: str
+    colour: str
+    by_age: bool
+
+
+def scoring_words(settings: Settings, source: str = "server") -> Scoring:
+    """The words for what colours the chunks and decides pruning under ``settings``.
+
+    ``source`` is who measures brightness: ``"server"`` (the model's attention, by
+    ``brightness_rule``), ``"reader"``/``"waiting"`` (the bundled reader's magnitude votes;
+    pruning by them only with ``proxy_pruning``) or ``"none"`` (nothing: oldest first).
+    """
+    rank = choice_words(settings, "chunk_rank")
+    scale = "on today's scale, olive (read least lately) → yellow → gold (read most)"
+    if source == "none":
+        return Scoring("pruning oldest first",
+                       "This server sends no attention: brightness is not measured (every word keeps its "
+                       "start value). Pruning: oldest first.",
+                       "", f"Paragraph colour: its {rank} brightness {scale}; not measured while the server "
+                       "sends no attention. The oldest paragraphs are pruned first.", True)
+    if source in ("reader", "waiting"):
+        rule = "the reader's magnitude votes"
+        explanation = choice("brightness_rule", "vote").explanation + (
+            " (The bundled reader model's attention over each finished exchange, not your model's.)")
+        by_age = not settings.proxy_pruning or settings.prune_order == "age"
+    else:
+        rule = choice_words(settings, "brightness_rule")
+        chosen = choice("brightness_rule", settings.brightness_rule)
+        explanation = chosen.explanation if chosen else ""
+        by_age = settings.prune_order == "age"
+    recent = settings.prune_keep_recent
+    order = "oldest first" if by_age else "dimmest first" + (f" (newest {recent:,} tokens last)" if recent else "")
+    sentence = (f"Brightness: {rule}; a paragraph's colour is its {rank} brightness. "
+                + ("Pruning: oldest first (brightness only colours the text)." if by_age else
+                   f"Pruning: {order}, by that {rank} score."))
+    colour = (f"Paragraph colour: its {rank} brightness {scale}. "
+              + ("Pruning is oldest first: the colour shows what the model reads, not what goes next."
+                 if by_age else "Dim paragraphs are pruned first."))
+    return Scoring(f"☀ {rule} · {rank} · pruning {order}", sentence, explanation, colour, by_age)
+
+
 def data_dir() -> Path:
     """Where conversations live: ``$HALO_WEAVE_HOME`` or the platform's user data dir."""
     return _user_dir("HALO_WEAVE_HOME", "user_data_dir")

@@ -18,8 +18,11 @@ restored / stored / appended / re-run tokens) and what the turn resurrected and 
 run by the exact path: re-runs that are neither new nor resurrected), ``prunes``,
 ``resurrections``, ``resurrected_tokens``, ``new_tokens``.
 
+Progress goes to stderr, one line per message (also with ``--json``): its TTFT and where
+it went, the tokens new / restored / inserted / re-run, the answer's length and time.
+
 Usage: ``python scripts/bench_chat.py [--engines llamacpp,transformers] [--messages 60]
-[--threads N] [--json]``; the last line is one JSON object.
+[--threads N] [--max-new-tokens N] [--json]``; the last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -64,6 +67,18 @@ class SyncIndexer:
         self.index.index_chunks(conv, chunk_ids)
 
 
+def progress(row: dict, total: int, started: float) -> str:
+    """One line per message for stderr: how far, the TTFT and where it went."""
+    return (f"message {row['message'] + 1}/{total}: ttft {row['ttft_s']:.2f} s (sync {row['sync_s'] or 0:.2f}"
+            f" [store {row.get('kv_store_s') or 0:.2f} restore {row.get('kv_restore_s') or 0:.2f}"
+            f" insert {row.get('kv_insert_s') or 0:.2f}], last prompt token {row['last_prompt_token_s']:.2f},"
+            f" first sample {row['first_sample_s']:.2f}, http+client {row['http_and_client_s']:.2f});"
+            f" new {row.get('kv_appended', 0)}, restored {row.get('kv_restored', 0)},"
+            f" inserted {row.get('kv_inserted', 0)}, rerun {row.get('kv_rerun', 0)} tokens;"
+            f" answer {row['generated']} tokens in {row['answer_s']:.1f} s; finish {row["finish_s"]:.1f} s;"
+            f" {time.perf_counter() - started:.0f} s so far")
+
+
 def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | None) -> dict:
     from halo_weave.core.chat_template import build_framing, detect_template
     from halo_weave.kobold_client import KoboldClient
@@ -94,6 +109,7 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
     session.index, session.indexer = index, SyncIndexer(index)
 
     rows = []
+    started = time.perf_counter()
     for n, text in enumerate(messages):
         t0 = time.perf_counter()
         pieces = session.tokenize(text)
@@ -132,6 +148,7 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
             "first_sample_s": round(server_ttft - prefill, 4),
             "http_and_client_s": round(ttft - server_ttft, 4),
             "prepare_s": round(prepared_s, 4),
+            "answer_s": round(ended - sent, 4),
             "finish_s": round(time.perf_counter() - t_finish, 4),
             "prompt_tokens": len(request["input_ids"]),
             "generated": len(stream.tokens),
@@ -144,8 +161,11 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
         }
         rows.append(row)
         say(json.dumps(row))
+        print(progress(row, len(messages), started), file=sys.stderr, flush=True)
     store.close()
-    return summarize(rows)
+    summary = summarize(rows)
+    summary["wall_s"] = round(time.perf_counter() - started, 1)
+    return summary
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -159,6 +179,8 @@ def summarize(rows: list[dict]) -> dict:
         "ttft_max_s": round(float(ttft.max()), 3),
         "tokens_per_s": round(float(np.median(rates)), 2) if rates else None,
         "generated_tokens": generated,
+        "answer_s_total": round(sum(r["answer_s"] for r in rows), 1),
+        "index_s_total": round(sum(r["finish_s"] for r in rows), 1),
         "reprefilled_tokens": int(sum(r.get("kv_rerun", 0) for r in rows)),
         "new_tokens": int(sum(r.get("kv_appended", 0) for r in rows)),
         "inserted_tokens": int(sum(r.get("kv_inserted", 0) for r in rows)),

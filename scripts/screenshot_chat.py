@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 EXCHANGES = [
     ("Hi! I'm planning a trip to Kyoto in April. What should I pack?",
@@ -78,81 +79,37 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     home = Path(tempfile.mkdtemp(prefix="halo-weave-chat-shots-"))
     os.environ["HALO_WEAVE_HOME"] = str(home)
-    args.out.mkdir(parents=True, exist_ok=True)
 
-    from PySide6.QtWidgets import QApplication
-
-    from halo_weave.app import TurnController
     from halo_weave.settings import Settings
-    from halo_weave.ui.main_window import MainWindow, app_qsettings
-    from halo_weave.ui.theme import apply_dark_theme
+    from screenshot_driver import ShotDriver
 
-    app = QApplication(sys.argv[:1])
-    apply_dark_theme(app)
     url = args.server_url or Settings().server_url
     settings = Settings(server_url=url, max_new_tokens=args.max_new_tokens, max_context_tokens=0,
                         autostart_server=args.server_url is None, sampler_seed=11)
-    controller = TurnController(settings, home)
-    window = MainWindow(controller, app_qsettings(home))
-    window.resize(*(int(v) for v in args.size.split("x")))
-    window.show()
-    saved: dict[str, str] = {}
+    driver = ShotDriver(settings, home, args.out, tuple(int(v) for v in args.size.split("x")))
+    controller, window, wait, shot = driver.controller, driver.window, driver.wait, driver.shot
 
-    def wait(condition, timeout: float = 600.0) -> None:
-        deadline = time.time() + timeout
-        while not condition():
-            if time.time() > deadline:
-                raise TimeoutError("timed out")
-            app.processEvents()
-            time.sleep(0.01)
-
-    def shot(name: str) -> None:
-        for _ in range(10):
-            app.processEvents()
-            time.sleep(0.02)
-        pixmap = window.screen().grabWindow(window.winId())
-        path = args.out / f"{name}.png"
-        pixmap.save(str(path))
-        saved[name] = str(path)
-
-    controller.start()
-    wait(lambda: controller.connection_state == "connected" and not controller.input_block_reason())
+    driver.connect()
     shot("chat_first_start")
-    chat = home / "kyoto.jsonl"
-    write_chat(chat)
-    controller.import_json(chat)
-    wait(lambda: controller.conv is not None and len(controller.conv.turns) >= 20 and not controller.busy)
-    controller.wait_for_indexing(300)
-    wait(lambda: controller._indexer.pending == 0)
-    window.heatmap.flush()
-    shot("chat_end")
-    bar = window.heatmap.verticalScrollBar()
-    bar.triggerAction(bar.SliderAction.SliderToMinimum)
-    for _ in range(max(1, bar.maximum() // 2 // max(bar.singleStep(), 1))):
-        bar.triggerAction(bar.SliderAction.SliderSingleStepAdd)
-    window.heatmap.flush()
-    shot("chat_mid_scroll")
+    driver.import_kyoto()
+    shot("chat_end", flush=True)
+    driver.scroll_to_middle()
+    shot("chat_mid_scroll", flush=True)
     window.input.setPlainText(NEXT_MESSAGE)
     window.send()
     wait(lambda: controller.generating and controller.session.streamed >= 40)
-    window.heatmap.flush()
-    shot("chat_streaming")
+    shot("chat_streaming", flush=True)
+    bar = window.heatmap.verticalScrollBar()
     bar.triggerAction(bar.SliderAction.SliderPageStepSub)  # the user scrolls up to read
     wait(lambda: controller.session.streamed >= 70 or not controller.busy)
-    window.heatmap.flush()
-    shot("chat_scrolled_up_streaming")
+    shot("chat_scrolled_up_streaming", flush=True)
     wait(lambda: not controller.busy)
     window.heatmap.follower.jump_to_latest()
-    window.heatmap.flush()
-    shot("chat_answered")
+    shot("chat_answered", flush=True)
     window.show_legend()
     wait(lambda: window._legend.isVisible(), 10)
-    for _ in range(10):
-        app.processEvents()
-        time.sleep(0.02)
-    window._legend.screen().grabWindow(window._legend.winId()).save(str(args.out / "chat_legend.png"))
-    saved["chat_legend"] = str(args.out / "chat_legend.png")
-    figures = {"files": saved, "turns": len(controller.conv.turns),
+    shot("chat_legend", window._legend)
+    figures = {"files": driver.saved, "turns": len(controller.conv.turns),
                "speed": window.stats_bar.speed_label.text(), "window_width": window.frameGeometry().width(),
                "placeholder": window.input.placeholderText(), "listed": window.conversation_list.titles()}
     window.close()

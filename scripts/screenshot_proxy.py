@@ -64,7 +64,6 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     home = Path(tempfile.mkdtemp(prefix="halo-weave-proxy-shots-"))
     os.environ["HALO_WEAVE_HOME"] = str(home)
-    args.out.mkdir(parents=True, exist_ok=True)
     server, url = start_llama_cpp_server(4096)
     try:
         figures = run(args, home, url)
@@ -75,74 +74,34 @@ def main() -> None:
 
 
 def run(args, home: Path, url: str) -> dict:
-    from PySide6.QtWidgets import QApplication
-
-    from halo_weave.app import TurnController
     from halo_weave.settings import Settings
-    from halo_weave.ui.main_window import MainWindow, app_qsettings
-    from halo_weave.ui.theme import apply_dark_theme
-    from screenshot_chat import write_chat
+    from screenshot_driver import ShotDriver
 
-    app = QApplication(sys.argv[:1])
-    apply_dark_theme(app)
     settings = Settings(server_url=url, max_new_tokens=args.max_new_tokens, max_context_tokens=0,
                         autostart_server=False, sampler_seed=11, temperature=0.3)
-    controller = TurnController(settings, home)
-    window = MainWindow(controller, app_qsettings(home))
-    window.resize(1360, 860)
-    window.show()
-    saved: dict[str, str] = {}
-
-    def wait(condition, timeout: float = 900.0) -> None:
-        deadline = time.time() + timeout
-        while not condition():
-            if time.time() > deadline:
-                raise TimeoutError("timed out")
-            app.processEvents()
-            time.sleep(0.01)
-
-    def shot(name: str) -> None:
-        window.heatmap.flush()
-        for _ in range(10):
-            app.processEvents()
-            time.sleep(0.02)
-        path = args.out / f"{name}.png"
-        window.screen().grabWindow(window.winId()).save(str(path))
-        saved[name] = str(path)
-
-    controller.start()
-    wait(lambda: controller.connection_state == "connected" and not controller.input_block_reason())
-    chat = home / "kyoto.jsonl"
-    write_chat(chat)
-    controller.import_json(chat)
-    wait(lambda: controller.conv is not None and len(controller.conv.turns) >= 20 and not controller.busy)
-    controller.wait_for_indexing(300)
-    wait(lambda: controller._indexer.pending == 0)
-    shot("proxy_connected")
+    driver = ShotDriver(settings, home, args.out)
+    controller, window = driver.controller, driver.window
+    driver.connect()
+    driver.import_kyoto()
+    driver.shot("proxy_connected", flush=True)
     read_ms = []
     for message in MESSAGES:
-        window.input.setPlainText(message)
-        window.send()
-        wait(lambda: controller.busy)
-        wait(lambda: not controller.busy)
+        driver.send(message)
         assert controller.wait_for_reading(900_000)
         read_ms.append(controller.last_read)
     window.heatmap.follower.jump_to_latest()
-    shot("proxy_heatmap")
-    bar = window.heatmap.verticalScrollBar()
-    bar.triggerAction(bar.SliderAction.SliderToMinimum)
-    for _ in range(max(1, bar.maximum() // 2 // max(bar.singleStep(), 1))):
-        bar.triggerAction(bar.SliderAction.SliderSingleStepAdd)
-    shot("proxy_heatmap_scrolled")
+    driver.shot("proxy_heatmap", flush=True)
+    driver.scroll_to_middle()
+    driver.shot("proxy_heatmap_scrolled", flush=True)
     words = {"attention_label": window.stats_bar.attention_label.text(),
              "brightness_label": window.stats_bar.brightness_label.text(),
              "connection": window.stats_bar.connection_label.toolTip()}
     controller.apply_settings(controller.settings.replace(proxy_attention=False))
     window.heatmap.follower.jump_to_latest()
     window.refresh_stats()
-    shot("proxy_off")
+    driver.shot("proxy_off", flush=True)
     words["brightness_label_off"] = window.stats_bar.brightness_label.text()
-    figures = {"files": saved, "reads": read_ms, "words": words, "turns": len(controller.conv.turns),
+    figures = {"files": driver.saved, "reads": read_ms, "words": words, "turns": len(controller.conv.turns),
                "load_average_1m": round(os.getloadavg()[0], 2)}
     window.close()
     return figures

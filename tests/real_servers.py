@@ -43,7 +43,8 @@ def _required(env: str, what: str) -> Path:
 
 
 class RealServer:
-    """A server binary as a child process (``.url``, ``.port``, ``.process``, ``.log_text()``)."""
+    """A server binary as a child process (``.url``, ``.port``, ``.process``, ``.log_text()``);
+    as a context manager, stopped on leaving."""
 
     ready_path = "/"
 
@@ -66,6 +67,12 @@ class RealServer:
             time.sleep(0.5)
         self.stop()
         raise RuntimeError(f"{args[0]} did not answer in {START_TIMEOUT_S} s: {self.log_text()[-2000:]}")
+
+    def __enter__(self) -> "RealServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
     def log_text(self) -> str:
         try:
@@ -119,3 +126,8 @@ class KoboldCppProcess(RealServer):
         super().__init__([*command, "--model", str(bundled_gguf()), "--host", "127.0.0.1", "--port", str(port),
                           "--contextsize", str(n_ctx), "--threads", "2", "--skiplauncher", "--quiet", *extra],
                          port, cwd=target.parent)
+
+
+def started(kind: str, **options) -> RealServer:
+    """The real server named ``kind`` (``"koboldcpp"`` or ``"llama-server"``), started."""
+    return {"koboldcpp": KoboldCppProcess, "llama-server": LlamaServerProcess}[kind](**options)

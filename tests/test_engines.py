@@ -202,6 +202,36 @@ def test_an_insertion_without_kept_state_runs_only_the_span(llama):
     assert kl(next_token_distribution(llama, ids + q), surgery) < 0.05
 
 
+def test_spans_run_and_restored_at_several_places_in_one_request_stay_close_to_exact(llama):
+    """Two answers with no kept state and one stored answer between them, brought back in
+    one request: the stored one costs no run, the others only their own tokens, and the
+    next token is the exact re-prefill's."""
+    ids, spans = conversation(llama, turns=7)
+    (a0, b0), (a2, b2), (a4, b4) = spans[1], spans[3], spans[5]
+    q = question(llama)
+    llama.kv.reset()
+    store = llama.kv.store
+    saved_bound, store.max_bytes = store.max_bytes, 0
+    store.clear()
+    try:
+        first_token(llama, ids[:a0] + ids[b0:a4] + ids[b4:] + q)  # spans 0 and 4 never kept
+        store.max_bytes = saved_bound
+        first_token(llama, ids[:a0] + ids[b0:a2] + ids[b2:a4] + ids[b4:] + q)  # span 2 stored
+        record, done = first_token(llama, ids + q)
+    finally:
+        store.max_bytes = saved_bound
+    assert done.kv["mode"] == "surgery" and done.kv["spans_inserted"] == 3
+    assert done.kv["restored"] == b2 - a2
+    assert done.kv["inserted"] == (b0 - a0) + (b4 - a4) and done.kv["rerun"] == 0
+    assert done.processed_prompt_tokens == (b0 - a0) + (b4 - a4) + 1
+    assert record.attention.shape == (len(ids + q),)
+    assert record.attention[a0:b0].sum() > 0 and record.attention[a4:b4].sum() > 0
+    surgery = next_token_distribution(llama, ids + q)
+    llama.kv.reset()
+    exact = next_token_distribution(llama, ids + q)
+    assert exact.argmax() == surgery.argmax() and kl(exact, surgery) < 0.05
+
+
 def test_exact_mode_re_runs_from_the_first_change(llama):
     ids, spans = conversation(llama)
     a, b = spans[1]

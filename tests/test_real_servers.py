@@ -22,7 +22,7 @@ import pytest
 from halo_weave.backends import connect, probe
 from halo_weave.kobold_client import StreamInterrupted
 
-from real_servers import KoboldCppProcess, LlamaServerProcess
+from real_servers import KoboldCppProcess, LlamaServerProcess, started
 
 pytestmark = pytest.mark.slow
 
@@ -36,16 +36,14 @@ STOPS = ["<|im_end|>", "<|im_start|>"]
 
 @pytest.fixture(scope="module")
 def kobold():
-    server = KoboldCppProcess(n_ctx=3072)
-    yield server
-    server.stop()
+    with KoboldCppProcess(n_ctx=3072) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
 def llama():
-    server = LlamaServerProcess(n_ctx=1536)
-    yield server
-    server.stop()
+    with LlamaServerProcess(n_ctx=1536) as server:
+        yield server
 
 
 def _ids(backend, text: str) -> list[int]:
@@ -102,22 +100,6 @@ def test_real_koboldcpp_stop_stops_the_server_generating(kobold):
     assert perf["last_token_count"] < 300 and seen < 300, (perf, seen, ended)
 
 
-def test_real_koboldcpp_killed_mid_answer_gives_a_clear_error_with_what_arrived():
-    server = KoboldCppProcess(n_ctx=1024)
-    try:
-        with connect(server.url) as backend:
-            stream = backend.stream(input_ids=_ids(backend, LONG_PROMPT), max_length=300, temperature=0.7,
-                                    stop_sequence=STOPS)
-            with pytest.raises(StreamInterrupted) as cut:
-                for n, _ in enumerate(stream, 1):
-                    if n == 3:
-                        server.kill()
-    finally:
-        server.stop()
-    assert "mid-answer" in str(cut.value) or "ended before" in str(cut.value), str(cut.value)
-    assert cut.value.partial_text and cut.value.partial_text == stream.text
-
-
 # ---------------------------------------------------------------- llama-server
 
 
@@ -165,9 +147,12 @@ def test_real_llama_server_stop_frees_its_slot(llama):
     assert not any(slot.get("is_processing") for slot in slots), "the server stopped generating"
 
 
-def test_real_llama_server_killed_mid_answer_gives_a_clear_error_with_what_arrived():
-    server = LlamaServerProcess(n_ctx=512)
-    try:
+# ---------------------------------------------------------------- both
+
+
+@pytest.mark.parametrize("kind", ["koboldcpp", "llama-server"])
+def test_real_server_killed_mid_answer_gives_a_clear_error_with_what_arrived(kind):
+    with started(kind, n_ctx=1024 if kind == "koboldcpp" else 512) as server:
         with connect(server.url) as backend:
             stream = backend.stream(input_ids=_ids(backend, LONG_PROMPT), max_length=300, temperature=0.7,
                                     stop_sequence=STOPS)
@@ -175,7 +160,5 @@ def test_real_llama_server_killed_mid_answer_gives_a_clear_error_with_what_arriv
                 for n, _ in enumerate(stream, 1):
                     if n == 3:
                         server.kill()
-    finally:
-        server.stop()
     assert "mid-answer" in str(cut.value) or "ended before" in str(cut.value), str(cut.value)
     assert cut.value.partial_text and cut.value.partial_text == stream.text

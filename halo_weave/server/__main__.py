@@ -75,9 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def default_threads() -> int:
-    """Every core.  The OpenMP pools wait passively (``OMP_WAIT_POLICY``, set in
-    :func:`main`), so a thread that waits gives its core back to the app's UI and
-    embedder; spinning, 2 threads on a busy 2-core machine were ~10x slower than 1."""
+    """Every core.  The OpenMP pools spin only briefly before they sleep (``GOMP_SPINCOUNT``,
+    set in :func:`main`, see :mod:`.omp`), so a thread that waits gives its core back to
+    the app's UI and embedder; spinning without bound, 2 threads on a busy 2-core machine
+    were ~10x slower than 1."""
     return max(1, os.cpu_count() or 1)
 
 
@@ -101,9 +102,11 @@ def main(argv: list[str] | None = None) -> int:
     # The model ships on disk: never reach for the network.
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    # Before torch or llama.cpp start OpenMP: waiting threads sleep instead of spinning
-    # on a core the working thread needs (see default_threads).
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Before torch or llama.cpp start OpenMP: waiting threads spin briefly, then sleep
+    # (see .omp and default_threads).
+    from .omp import configure as configure_openmp
+
+    configure_openmp()
 
     from .guard import is_loopback
 

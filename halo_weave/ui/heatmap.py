@@ -124,6 +124,8 @@ class HeatmapView(QPlainTextEdit):
         #: Keeps the newest text in view unless the user scrolled up (``follower.button``
         #: jumps back).
         self.follower = Follower(self)
+        #: What colours the chunks and decides pruning, in words (the window sets it).
+        self.scoring_note = ""
         #: Fenced code in monospace (its background is painted in paintEvent).
         self._code = CodeBlockHighlighter()
 
@@ -225,8 +227,8 @@ class HeatmapView(QPlainTextEdit):
         self._schedule()
 
     def tooltip_for(self, chunk_id: int) -> str:
-        """Turn, role, chunk id, token count and peak brightness of a chunk."""
-        return heatmap_menu.tooltip(self._conv, chunk_id)
+        """Turn, role, chunk id, token count and score of a chunk, and :attr:`scoring_note`."""
+        return heatmap_menu.tooltip(self._conv, chunk_id, self.scoring_note)
 
     def context_menu_for(self, point: QPoint | QPointF) -> QMenu:
         """The context menu at a viewport point (chunk actions only over a chunk)."""

@@ -12,22 +12,22 @@ from PySide6.QtWidgets import QMenu
 
 from ..conversation import Chunk, Conversation
 from ..core.pruning import recent_chunks
+from ..settings import choice_words
 
 
-def tooltip(conv: Conversation | None, chunk_id: int) -> str:
+def tooltip(conv: Conversation | None, chunk_id: int, scoring: str = "") -> str:
     """Turn, role, chunk id, token count and the score pruning ranks the chunk by (named
-    after the settings' ``chunk_rank``), and whether the recent window shelters it."""
+    after the settings' ``chunk_rank``), whether the recent window shelters it, and
+    ``scoring`` (what colours it and decides pruning) as the last line."""
     chunk = conv.chunks.get(chunk_id) if conv else None
     if chunk is None:
         return ""
     kind = "tool result" if chunk.tool_result else chunk.role
     anchor = ", anchor" if chunk.anchor else ""
     s = conv.settings
-    score = {"topk": f"top-{s.chunk_rank_k} brightness", "mean": "mean brightness"}.get(
-        s.chunk_rank, "peak brightness")
     lines = [
         f"Turn {chunk.turn_id} · {kind} · chunk {chunk.id} (S{chunk.chunk_index} of its turn{anchor})",
-        f"{chunk.token_count:,} tokens · {score} {conv.chunk_peak(chunk_id):,}",
+        f"{chunk.token_count:,} tokens · {choice_words(s, 'chunk_rank')} brightness {conv.chunk_peak(chunk_id):,}",
     ]
     if chunk.pinned:
         lines.append("📌 pinned: never pruned")
@@ -35,6 +35,8 @@ def tooltip(conv: Conversation | None, chunk_id: int) -> str:
         lines.append("pruned oldest first (brightness does not decide)")
     elif chunk.live and chunk.id in recent_chunks(conv, conv.table.chunk_spans()[0]):
         lines.append(f"in the newest {s.prune_keep_recent:,} tokens: pruned last")
+    if scoring:
+        lines.append(scoring)
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import (
     QDialog, QDialogButtonBox, QGridLayout, QLabel, QPlainTextEdit, QVBoxLayout, QWidget,
 )
 
+from ..settings import Scoring, Settings, scoring_words
 from . import colors
 
 #: The three lines of the first start (rich text).
@@ -102,16 +103,16 @@ def _text(rgb: tuple[int, int, int], text: str, background: QColor | None = None
 
 
 class LegendDialog(QDialog):
-    """Every colour of the heatmap with what it means."""
+    """Every colour of the heatmap with what it means, and which score colours the
+    paragraphs and decides pruning (:meth:`set_scoring`; ``scoring_text`` holds it)."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, scoring: Scoring | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Heatmap legend")
         highlight = colors.highlight_colors()[-1]
         pin = colors.emoji_or(self.font(), "📌", "pin")
         rows = [
-            (_scale, "Paragraph colour: its peak brightness on today's scale, olive (read least "
-                     "lately) → yellow → gold (read most). Dim paragraphs are pruned first."),
+            (_scale, ""),  # what decides the colour and pruning: set_scoring
             (_text((255, 255, 255), " brightest words", highlight),
              "The brightest share of all tokens (Settings → highlight) stays white on a yellow "
              "background, stronger for the very brightest."),
@@ -126,20 +127,30 @@ class LegendDialog(QDialog):
         grid = QGridLayout()
         grid.setColumnStretch(1, 1)
         self.descriptions: list[str] = []
+        self._labels: list[QLabel] = []
         for i, (paint, words) in enumerate(rows):
             grid.addWidget(_Swatch(paint, self), i, 0, Qt.AlignmentFlag.AlignTop)
             label = QLabel(words)
             label.setWordWrap(True)
             grid.addWidget(label, i, 1)
             self.descriptions.append(words)
-        note = QLabel("Brightness: every token starts at 10,000; each generated token adds to the tokens "
-                      "it attends to more than their fair share and takes 1 from the rest.")
+            self._labels.append(label)
+        self._note = note = QLabel()
         note.setWordWrap(True)
         note.setStyleSheet("color: #8c8c91;")
+        self.scoring_text = ""
+        self.set_scoring(scoring or scoring_words(Settings()))
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close)
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addLayout(grid)
         layout.addWidget(note)
         layout.addWidget(buttons)
-        self.resize(620, 420)
+        self.resize(620, 460)
+
+    def set_scoring(self, scoring: Scoring) -> None:
+        """Say which score colours the paragraphs and decides pruning (the rule in use)."""
+        self.descriptions[0] = scoring.colour
+        self._labels[0].setText(scoring.colour)
+        self.scoring_text = f"{scoring.sentence} {scoring.rule}".strip()
+        self._note.setText(self.scoring_text)

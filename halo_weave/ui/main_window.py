@@ -65,6 +65,8 @@ class MainWindow(QMainWindow):
         self.reason.setObjectName("inputReason")
         self.reason.setWordWrap(True)
         self.progress_bar = TaskProgress()
+        # What colours the paragraphs and decides pruning, whole (the stats line has no room).
+        self.statusBar().addPermanentWidget(self.stats_bar.scoring_label)
         self.statusBar().addPermanentWidget(self.progress_bar)
 
         self.answer_bar = AnswerBar()
@@ -142,6 +144,8 @@ class MainWindow(QMainWindow):
         self.heatmap.prune_requested.connect(c.prune_chunk)
         self.graveyard.resurrect_requested.connect(c.resurrect_chunk)
         self.stats_bar.graveyard_toggled.connect(self.set_graveyard_visible)
+        self.stats_bar.scoring_changed.connect(self._on_scoring_changed)
+        self._on_scoring_changed()
         self.graveyard.close_requested.connect(lambda: self.set_graveyard_visible(False))
         self.stats_bar.set_graveyard_open(True)
         self.conversation_list.open_requested.connect(c.open_conversation)
@@ -209,7 +213,7 @@ class MainWindow(QMainWindow):
         from .legend import LegendDialog
 
         if self._legend is None:
-            self._legend = LegendDialog(self)
+            self._legend = LegendDialog(self, self.stats_bar.scoring)
         self._legend.show()
         self._legend.raise_()
 
@@ -245,9 +249,16 @@ class MainWindow(QMainWindow):
         self.notes_panel.set_notes(self.controller.notes())
 
     def refresh_stats(self) -> None:
+        self.stats_bar.set_settings(self.controller.settings)
         stats = self.controller.stats()
         if stats:
             self.stats_bar.update_stats(**stats)
+
+    def _on_scoring_changed(self) -> None:
+        """The rule in use changed: the heatmap's tooltips and the legend say the new one."""
+        self.heatmap.scoring_note = self.stats_bar.scoring.short
+        if self._legend is not None:
+            self._legend.set_scoring(self.stats_bar.scoring)
 
     # ------------------------------------------------------------------ input
     def send(self) -> None:

@@ -1,4 +1,5 @@
-"""The settings dialog: generation, context budget, memory, server, system prompt."""
+"""The settings dialog: generation, context budget, memory, what decides pruning, server,
+system prompt."""
 
 from __future__ import annotations
 
@@ -19,17 +20,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..settings import DEFAULT_SYSTEM_PROMPT, Settings
+from ..settings import CHOICES, DEFAULT_SYSTEM_PROMPT, Settings
+from .pruning_settings import PruningPage, set_item_tooltips
 from .settings_io import RANGES, settings_problems
-
-BRIGHTNESS_RULES = (
-    ("at_prune", "Brightness when pruned (no gifts)"),
-    ("mean", "Mean live brightness"),
-)
-ATTENTION_FORMATS = (
-    ("aggregated", "Aggregated (one value per token; less traffic)"),
-    ("per_layer", "Per layer (layers × heads × tokens)"),
-)
 
 
 class SettingsDialog(QDialog):
@@ -47,9 +40,11 @@ class SettingsDialog(QDialog):
         self.setWindowTitle("Settings")
         self._original = settings
         self.editors: dict[str, QWidget] = {}
-        tabs = QTabWidget()
+        self.tabs = tabs = QTabWidget()
         tabs.addTab(self._generation_page(settings), "Generation")
         tabs.addTab(self._context_page(settings), "Context && memory")
+        self.pruning_page = PruningPage(self, settings)
+        tabs.addTab(self.pruning_page, "What decides pruning")
         tabs.addTab(self._server_page(settings), "Server")
         tabs.addTab(self._prompt_page(settings), "System prompt")
         self.error_label = QLabel()
@@ -96,10 +91,12 @@ class SettingsDialog(QDialog):
         self.editors[name] = box
         return box
 
-    def _combo(self, name: str, value: str, choices) -> QComboBox:
+    def _combo(self, name: str, value: str) -> QComboBox:
+        """A combo box of the field's declared choices (halo_weave.settings.CHOICES)."""
         box = QComboBox()
-        for data, text in choices:
-            box.addItem(text, data)
+        for option in CHOICES[name]:
+            box.addItem(option.label, option.value)
+        set_item_tooltips(box, name)
         box.setCurrentIndex(max(0, box.findData(value)))
         self.editors[name] = box
         return box
@@ -120,7 +117,7 @@ class SettingsDialog(QDialog):
         form.addRow("Min chunk tokens", self._int("min_chunk_tokens", s.min_chunk_tokens))
         form.addRow("Resurrection budget cap", self._int("resurrection_budget_cap", s.resurrection_budget_cap, "No cap"))
         form.addRow("Semantic resurrection brightness",
-                    self._combo("resurrection_brightness", s.resurrection_brightness, BRIGHTNESS_RULES))
+                    self._combo("resurrection_brightness", s.resurrection_brightness))
         form.addRow("", self._check("score_current_turn", s.score_current_turn,
                                     "Score the turn being generated (its own tokens gain brightness)"))
         form.addRow("", self._check("hybrid_search", s.hybrid_search,
@@ -144,7 +141,7 @@ class SettingsDialog(QDialog):
         self.server_fields = ServerFields(self, form, url, s, self._api_key, self._keyring)
         form.addRow("Model context", self._int("server_context_tokens", s.server_context_tokens,
                                                "As the server says (2048 if it does not)"))
-        form.addRow("Attention format", self._combo("attention_format", s.attention_format, ATTENTION_FORMATS))
+        form.addRow("Attention format", self._combo("attention_format", s.attention_format))
         form.addRow("", self._check("autostart_server", s.autostart_server,
                                     "Start the built-in server when none answers at this URL"))
         form.addRow("Debugging", self._check("record_attention", s.record_attention,

@@ -16,20 +16,16 @@ from urllib.parse import urlparse
 
 from PySide6.QtCore import QSettings
 
-from ..settings import Settings
+from ..settings import CHOICES as SETTING_CHOICES, Settings, choice_values
 
 ORGANIZATION = "HaloWeave"
 APPLICATION = "Halo Weave"
 GROUP = "settings"
 
-#: Allowed values of the multiple-choice settings.
+#: Allowed values of the multiple-choice settings: those declared in halo_weave.settings
+#: (the single source), and the chat templates.
 CHOICES: dict[str, tuple[str, ...]] = {
-    "resurrection_brightness": ("at_prune", "mean"),
-    "brightness_rule": ("vote", "decay", "mass"),
-    "new_token_brightness": ("cap", "median"),
-    "chunk_rank": ("peak", "topk", "mean"),
-    "prune_order": ("brightness", "age"),
-    "attention_format": ("aggregated", "per_layer"),
+    **{name: choice_values(name) for name in SETTING_CHOICES},
     "chat_template": ("auto", "chatml", "llama3", "mistral", "gemma", "alpaca", "plain"),
 }
 
@@ -92,8 +88,10 @@ def url_problem(url: str) -> str | None:
 
 def field_problem(name: str, value) -> str | None:
     """Why a single value is not acceptable for field ``name``, or None."""
-    if name in CHOICES and value not in CHOICES[name]:
-        return f"{name} must be one of {', '.join(CHOICES[name])}."
+    # The declared choices are read now, not copied at import: settings.CHOICES is the source.
+    allowed = choice_values(name) if name in SETTING_CHOICES else CHOICES.get(name)
+    if allowed is not None and value not in allowed:
+        return f"{name} must be one of {', '.join(allowed)}."
     if name in RANGES:
         low, high = RANGES[name]
         if not low <= value <= high:

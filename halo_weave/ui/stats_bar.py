@@ -6,6 +6,7 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QResizeEvent
 from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QToolButton, QWidget
 
+from ..settings import Scoring, Settings, scoring_words
 from . import colors
 from .elided import ElidedLabel  # noqa: F401 - also imported from here
 
@@ -70,14 +71,19 @@ class StatsBar(QWidget):
     ``set_attention_available(bool)``; ``set_brightness_source(source, words)`` (who
     measures brightness: ``"server"``, ``"reader"`` (proxy attention, ``words`` say whose)
     or ``"none"``); ``set_graveyard_open(bool)`` (syncs the toggle
-    without emitting).  Widgets: ``budget_label``, ``totals_label``, ``brightness_label``,
-    ``speed_label``, ``resurrected_label``, ``connection_light``, ``connection_label``,
+    without emitting); ``set_settings(settings)`` (what colours the chunks and decides
+    pruning: ``scoring_label``, shown by the window in its status bar, and :attr:`scoring`).
+    Widgets: ``budget_label``,
+    ``totals_label``, ``brightness_label``, ``scoring_label``, ``speed_label``,
+    ``resurrected_label``, ``connection_light``, ``connection_label``,
     ``attention_label``, ``graveyard_button``.
 
-    Signal: ``graveyard_toggled(bool)`` when the ⚰️ button is toggled by the user.
+    Signals: ``graveyard_toggled(bool)`` when the ⚰️ button is toggled by the user;
+    ``scoring_changed()`` when :attr:`scoring` (the words for the score in use) changed.
     """
 
     graveyard_toggled = Signal(bool)
+    scoring_changed = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -92,6 +98,12 @@ class StatsBar(QWidget):
         self.totals_label.setToolTip("Tokens ever written in this conversation · chunks in the graveyard")
         self.brightness_label = ElidedLabel()
         self.brightness_label.setToolTip("Mean brightness of the live tokens")
+        #: What colours the chunks and decides pruning (the rule in use, in words).  Not in
+        #: this crowded line: the window puts it in its status bar, where it fits whole.
+        self.scoring_label = ElidedLabel()
+        self.scoring_label.setObjectName("scoringRule")
+        self._settings = Settings()
+        self.scoring: Scoring | None = None  # set by the first update below
         self.speed_label = ElidedLabel()
         self.speed_label.setToolTip("Generation speed of the answer (live while it streams) and the wait from "
                                     "sending to its first token")
@@ -214,7 +226,26 @@ class StatsBar(QWidget):
         self._show_brightness()
         self._fit_labels()
 
+    def set_settings(self, settings: Settings) -> None:
+        """The settings in use: the scoring words follow their brightness rule and prune order."""
+        if settings != self._settings:
+            self._settings = settings
+            self._show_brightness()
+            self._fit_labels()
+
+    def _show_scoring(self) -> None:
+        scoring = scoring_words(self._settings, self._source)
+        # Without attention the warning beside it already says "pruning oldest-first".
+        self.scoring_label.setVisible(self._source != "none")
+        if scoring != self.scoring:  # once per change, not per streamed frame
+            self.scoring = scoring
+            self.scoring_label.setText(scoring.short)
+            self.scoring_label.setToolTip(f"{scoring.sentence}\n\n{scoring.rule}".strip()
+                                          + "\n\nSettings → What decides pruning changes it.")
+            self.scoring_changed.emit()
+
     def _show_brightness(self) -> None:
+        self._show_scoring()
         label = self.brightness_label
         if self._source == "none":
             # Nothing votes: a mean of 10,000 would read as "everything is relevant".
@@ -228,10 +259,11 @@ class StatsBar(QWidget):
         elif self._source == "reader":
             label.setText(f"Mean ☀ {self._mean:,.0f} (reader)")
             label.setToolTip("Mean brightness of the live tokens, from the bundled reader model's attention "
-                             "over each finished exchange (not the attention of the server's model)")
+                             f"over each finished exchange (not the attention of the server's model). "
+                             f"{self.scoring.sentence}")
         else:
             label.setText(f"Mean ☀ {self._mean:,.0f}")
-            label.setToolTip("Mean brightness of the live tokens")
+            label.setToolTip(f"Mean brightness of the live tokens. {self.scoring.sentence}")
 
     def set_graveyard_open(self, open_: bool) -> None:
         """Check or uncheck the ⚰️ toggle without emitting ``graveyard_toggled``."""

@@ -15,25 +15,14 @@ import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog
 
-from halo_weave.app import TurnController, build_parser
+from halo_weave.app import build_parser
 from halo_weave.settings import Settings
 from halo_weave.store import ConversationStore, list_conversations
 from halo_weave.ui.conversation_picker import ConversationPicker
-from halo_weave.ui.main_window import MainWindow, app_qsettings
-
-CLOSED_PORT_URL = "http://127.0.0.1:9"
-
 
 @pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
-    controller = TurnController(Settings(server_url=CLOSED_PORT_URL, autostart_server=False), tmp_path, autostart=False)
-    win = MainWindow(controller, app_qsettings(tmp_path))
-    qtbot.addWidget(win)
-    win.show()
-    yield win
-    if not controller._shutting_down:
-        win.close()
+def window(offline_window):
+    return offline_window
 
 
 def _seed_conversation(path, words: str) -> None:

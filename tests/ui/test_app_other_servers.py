@@ -12,18 +12,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from PySide6.QtCore import Qt
 
 from halo_weave.backends import api_keys
-from halo_weave.app import TurnController
 from halo_weave.settings import MAX_BRIGHTNESS, Settings
-from halo_weave.ui import connection as connection_mod
-from halo_weave.ui.main_window import MainWindow, app_qsettings
 from halo_weave.ui.stats_bar import NO_ATTENTION_TEXT, NO_BRIGHTNESS_TEXT
 
 from llama_cpp_server import LlamaCppServer
 from replay_servers import KoboldReplay
-from test_app import LONG_MESSAGE, SHORT_SYSTEM_PROMPT, TURN_TIMEOUT_MS, App
+from server_steps import (CAT, exported_text, prune_the_cat, small_budget, stop_mid_answer, text_of,
+                          used_not_replaced, window_on_default_url)
+from test_app import SHORT_SYSTEM_PROMPT, App
 from test_backends import _NotAModelServer
 
 pytestmark = pytest.mark.slow
@@ -38,17 +36,12 @@ def llama_cpp():
     server.stop()
 
 
-def _text(conv, turn_id: int) -> str:
-    return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(turn_id))
-
-
 def test_text_mode_through_llama_cpp_python_chat_stop_prune_resurrect_export(qtbot, tmp_path, monkeypatch, llama_cpp):
     monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
     api_keys.forget_session()
     api_keys.set_key(llama_cpp.url, API_KEY, data_dir=tmp_path)  # no keyring here: this session only
-    settings = Settings(server_url=llama_cpp.url, autostart_server=False, temperature=0.0, max_new_tokens=12,
-                        max_context_tokens=150, min_chunk_tokens=16, system_prompt=SHORT_SYSTEM_PROMPT,
-                        proxy_attention=False)  # the plain no-attention path (the reader: below)
+    settings = small_budget(llama_cpp.url, max_new_tokens=12,
+                            proxy_attention=False)  # the plain no-attention path (the reader: below)
     app = App(qtbot, tmp_path, settings).start()
     c, window = app.controller, app.window
     detail = window.stats_bar.connection_label.toolTip()
@@ -58,31 +51,20 @@ def test_text_mode_through_llama_cpp_python_chat_stop_prune_resurrect_export(qtb
     assert window.stats_bar.brightness_label.text() == NO_BRIGHTNESS_TEXT, "no 'Mean ☀ 10,000' claim"
 
     # Chat: the answer streams in as text and lands in the table as the bundled tokenizer splits it.
-    assert app.say("My cat is called Mochi and she likes boxes.") in ("stop", "length")
+    assert app.say(CAT) in ("stop", "length")
     conv = app.conv
     user, answer = sorted(conv.turns)[-2:]
-    assert "Mochi" in _text(conv, user) and _text(conv, answer).strip(), "the model answered"
-    assert _text(conv, answer).strip()[:15] in window.heatmap.toPlainText()
+    assert "Mochi" in text_of(conv, user) and text_of(conv, answer).strip(), "the model answered"
+    assert text_of(conv, answer).strip()[:15] in window.heatmap.toPlainText()
     assert (conv.table.brightness[~conv.table.framing] == MAX_BRIGHTNESS).all(), "no attention moved brightness"
 
     # Prune: long messages push the oldest chunks (the cat) into the graveyard, oldest first.
-    # (The tiny model answers "Mochi…" to anything, so a message may bring the cat back
-    # for its own exchange; it then goes with a later prune.)
-    def cat_pruned():
-        return [ch for ch in conv.graveyard() if ch.role == "user" and "Mochi" in conv.chunk_text(ch.id)]
-
-    for _ in range(4):
-        assert app.say(LONG_MESSAGE) in ("stop", "length")
-        if cat_pruned():
-            break
+    mochi = prune_the_cat(app)
     pruned = conv.graveyard()
-    assert pruned and window.graveyard.model().total_count() == len(pruned)
     # Anchors (S0) leave only with their partner, so the oldest non-anchor chunks go first
     # (a resurrected chunk's age counts from its resurrection).
     live = [ch for ch in conv.live_chunks() if not ch.framing and ch.chunk_index != 0 and ch.resurrected_at is None]
     assert min(ch.start for ch in pruned) < min(ch.start for ch in live), "the oldest went first"
-    mochi = cat_pruned()
-    assert mochi, "the user's chunk about the cat was pruned"
 
     # Resurrect: asking about the cat brings its chunk back from the semantic index.
     app.settle()
@@ -94,22 +76,10 @@ def test_text_mode_through_llama_cpp_python_chat_stop_prune_resurrect_export(qtb
     assert mochi[0].live, "the resurrected chunk was pruned again right after the answer"
 
     # Stop: Esc mid-answer keeps the partial answer (the stream is closed; the server stops).
-    c.apply_settings(c.settings.replace(max_new_tokens=200))
-    window.input.setPlainText("Write a long story about a dragon who loves tea.")
-    qtbot.keyClick(window.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: c.generating and c.session.streamed >= 4, timeout=TURN_TIMEOUT_MS)
-    with qtbot.wait_signal(c.turn_finished, timeout=30_000) as blocker:
-        qtbot.keyClick(window.input, Qt.Key.Key_Escape)
-    assert blocker.args == ["aborted"]
-    partial = _text(c.conv, max(c.conv.turns))
-    assert partial.strip() and c.session.streamed < 200
-    qtbot.waitUntil(lambda: not c.busy, timeout=10_000)
+    partial = stop_mid_answer(app, qtbot, after=4)
 
     # Export: the whole conversation, the cat included, in the export file.
-    export = tmp_path / "export.json"
-    assert c.export_json(export)
-    document = json.loads(export.read_text(encoding="utf-8"))
-    exported = "".join(document["tokens"]["text"])
+    exported = exported_text(c, tmp_path / "export.json")
     assert "My cat is called Mochi" in exported and partial in exported
 
     # The server does not say its context: the one set in Settings is used (and shown).
@@ -181,36 +151,15 @@ def test_llama_cpp_python_asks_for_its_key_in_a_sentence(llama_cpp):
     assert result.usable and result.kind == "openai" and result.exact_tokens, json.dumps(result.as_json())
 
 
-def _window_on_default_url(qtbot, tmp_path, monkeypatch, url: str):
-    monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
-    monkeypatch.setattr(connection_mod, "DEFAULT_SERVER_URL", url)  # this server sits on "the default URL"
-    settings = Settings(server_url=url, autostart_server=True, temperature=0.0, max_new_tokens=24,
-                        system_prompt=SHORT_SYSTEM_PROMPT)
-    controller = TurnController(settings, tmp_path, autostart=True)
-    window = MainWindow(controller, app_qsettings(tmp_path))
-    qtbot.addWidget(window)
-    window.show()
-    started = []
-    monkeypatch.setattr(controller.connection, "start_bundled_server", lambda: started.append(True))
-    return controller, window, started
-
-
 def test_a_stock_koboldcpp_on_the_default_url_is_used_not_replaced(qtbot, tmp_path, monkeypatch):
     from halo_weave.backends.local_tokenizer import shared
 
     replay = KoboldReplay(shared())
     try:
-        controller, window, started = _window_on_default_url(qtbot, tmp_path, monkeypatch, replay.url)
-        controller.start()
-        qtbot.waitUntil(lambda: controller.connection_state == "connected" and not controller.input_block_reason(),
-                        timeout=60_000)
-        assert not started and controller.server is None, "the bundled server was not started"
-        assert window.stats_bar.connection_label.toolTip().startswith("KoboldCPP 1.76 · no attention · 4096 ctx")
-        window.input.setPlainText("Name three fruits.")
-        with qtbot.wait_signal(controller.turn_finished, timeout=TURN_TIMEOUT_MS) as blocker:
-            qtbot.keyClick(window.input, Qt.Key.Key_Return)
-        assert blocker.args == ["stop"]
-        assert "1. Bananas\n2. Oranges\n3. Grapes" in _text(controller.conv, max(controller.conv.turns))
+        controller, window, started = window_on_default_url(qtbot, tmp_path, monkeypatch, replay.url)
+        status = "KoboldCPP 1.76 · no attention · 4096 ctx"
+        assert used_not_replaced(qtbot, controller, window, started, status) == "stop"
+        assert "1. Bananas\n2. Oranges\n3. Grapes" in text_of(controller.conv, max(controller.conv.turns))
         assert "Grapes" in window.heatmap.toPlainText()
         sent = replay.bodies("/api/extra/generate/stream")[-1]["prompt"]
         assert sent.startswith("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nName three fruits.")
@@ -222,7 +171,7 @@ def test_a_stock_koboldcpp_on_the_default_url_is_used_not_replaced(qtbot, tmp_pa
 def test_a_web_server_that_is_not_a_model_server_gets_a_sentence_and_no_bundled_server(qtbot, tmp_path, monkeypatch):
     other = _NotAModelServer()
     try:
-        controller, window, started = _window_on_default_url(qtbot, tmp_path, monkeypatch, other.url)
+        controller, window, started = window_on_default_url(qtbot, tmp_path, monkeypatch, other.url)
         controller.start()
         qtbot.waitUntil(lambda: controller.connection_state == "offline" and bool(window.messages.history), timeout=30_000)
         assert not started, "something answers there: it is explained, not replaced"

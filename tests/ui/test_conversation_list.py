@@ -4,32 +4,14 @@ with undo, the open one highlighted.  Real SQLite files in ``tmp_path``; no mode
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from PySide6.QtCore import Qt
 
-from halo_weave.app import TurnController
 from halo_weave.storage.library import Library
-from halo_weave.settings import Settings
-from halo_weave.store import ConversationStore, list_conversations, new_conversation_path
-from halo_weave.ui.main_window import MainWindow, app_qsettings
+from halo_weave.store import list_conversations
 
-CLOSED_PORT_URL = "http://127.0.0.1:9"
-
-
-def write_conversation(data_dir: Path, *messages: tuple[str, str], updated: float | None = None) -> Path:
-    path = new_conversation_path(data_dir)
-    with ConversationStore.open(path) as store:
-        conv = store.load(Settings())
-        for role, text in messages:
-            words = text.split(" ")
-            pieces = [(" " if i else "") + w for i, w in enumerate(words)]
-            turn = conv.add_turn(role, list(range(len(pieces))), pieces)
-            store.save_turn(conv, turn)
-        if updated is not None:
-            store.set_meta("updated_at", updated)
-    return path
+from window_helpers import offline_window, write_conversation
 
 
 @pytest.fixture
@@ -48,13 +30,8 @@ def data(tmp_path):
 @pytest.fixture
 def window(qtbot, data, monkeypatch):
     tmp_path, paths = data
-    monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
-    controller = TurnController(Settings(server_url=CLOSED_PORT_URL, autostart_server=False), tmp_path,
-                                autostart=False)
-    win = MainWindow(controller, app_qsettings(tmp_path))
-    qtbot.addWidget(win)
-    win.show()
-    controller.open_conversation(paths["soup"])
+    win = offline_window(qtbot, tmp_path, monkeypatch)
+    win.controller.open_conversation(paths["soup"])
     yield win
     win.close()
 

@@ -5,25 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from halo_weave.app import TurnController
-from halo_weave.settings import Settings
-from halo_weave.ui.main_window import MainWindow, app_qsettings
-
-CLOSED_PORT_URL = "http://127.0.0.1:9"
-
 
 @pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
-    controller = TurnController(Settings(server_url=CLOSED_PORT_URL, autostart_server=False), tmp_path,
-                                autostart=False)
-    win = MainWindow(controller, app_qsettings(tmp_path))
-    qtbot.addWidget(win)
-    win.show()
-    qtbot.waitExposed(win)
-    controller.open_conversation(None)
-    yield win
-    win.close()
+def window(offline_window):
+    offline_window.controller.open_conversation(None)
+    return offline_window
 
 
 def test_first_start_explains_colours_graveyard_and_numbers(window, qtbot):

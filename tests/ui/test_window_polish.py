@@ -6,37 +6,25 @@ prompt tests use the real server and model."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtGui import QImage
 
-from halo_weave.app import TurnController
 from halo_weave.settings import Settings
 from halo_weave.storage import transfer
-from halo_weave.store import ConversationStore, list_conversations, new_conversation_path
-from halo_weave.ui.main_window import MainWindow, app_qsettings
+from halo_weave.store import list_conversations
 
 from test_app import TURN_TIMEOUT_MS, make_app  # noqa: F401 - the fixture
+from window_helpers import write_conversation
 
-CLOSED_PORT_URL = "http://127.0.0.1:9"
 #: Left columns of the message box left out of pixel comparisons: the text cursor blinks there.
 CURSOR_COLUMNS = 12
 
 
 @pytest.fixture
-def window(qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
-    controller = TurnController(Settings(server_url=CLOSED_PORT_URL, autostart_server=False), tmp_path,
-                                autostart=False)
-    win = MainWindow(controller, app_qsettings(tmp_path))
-    qtbot.addWidget(win)
-    win.show()
-    qtbot.waitExposed(win)
-    yield win
-    win.close()
+def window(offline_window):
+    return offline_window
 
 
 def _pixels(image: QImage) -> np.ndarray:
@@ -53,15 +41,6 @@ def stale_pixels(widget) -> int:
     on_screen = _pixels(shot.copy(QRect(widget.mapTo(top, QPoint(0, 0)), widget.size())))
     fresh = _pixels(widget.grab().toImage())
     return int((on_screen != fresh).any(axis=2)[:, CURSOR_COLUMNS:].sum())
-
-
-def write_conversation(data_dir: Path, text: str) -> Path:
-    path = new_conversation_path(data_dir)
-    with ConversationStore.open(path) as store:
-        conv = store.load(Settings())
-        pieces = [(" " if i else "") + w for i, w in enumerate(text.split(" "))]
-        store.save_turn(conv, conv.add_turn("user", list(range(100, 100 + len(pieces))), pieces))
-    return path
 
 
 # ---------------------------------------------------------------- the placeholder

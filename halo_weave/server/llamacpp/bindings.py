@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 from pathlib import Path
+
+from ..omp import configure as configure_openmp
 
 #: ggml limits the struct layout depends on (ggml.h).
 GGML_MAX_DIMS = 4
@@ -115,12 +116,9 @@ class Bindings:
 @functools.lru_cache(maxsize=1)
 def load() -> Bindings:
     """Import llama-cpp-python and bind ggml (once); :class:`LlamaUnavailable` if absent."""
-    # ggml's CPU threads meet at a barrier after every graph node; with OpenMP's default
-    # (active) waiting, a thread that reaches it first spins, and on a busy machine it
-    # spins on the core the other thread needs: measured here (2 cores, load ~10-15), 2
-    # threads took 0.4-9.8 s per token spinning against 32-64 ms waiting passively.
-    # Read once, when OpenMP starts: set before the library loads.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # ggml's CPU threads meet at a barrier after every graph node; how they wait there is
+    # read once, when libgomp loads: set it before the library does (see ..omp).
+    configure_openmp()
     try:
         import llama_cpp.llama_cpp as llama
     except Exception as exc:  # noqa: BLE001 - ImportError, or OSError from the shared library

@@ -18,14 +18,17 @@ raised after the decode.
 * removal: the span's states are saved to host memory (:mod:`.states`, a bounded
   :class:`~halo_weave.server.span_store.SpanStore`), then ``seq_rm`` the span and
   ``seq_add`` the rest back (llama.cpp re-rotates the keys at the next decode);
-* insertion: ``seq_add`` the later cells forward, then, piece by piece, put back what the
-  store holds (no model run) and run the rest: ``seq_cp`` the prefix into sequence 1,
-  decode the piece there at its positions (a decode below a sequence's last position is
-  refused), ``seq_cp`` it into sequence 0 and drop sequence 1.  Needs ``kv_unified``
+* insertion: ``seq_add`` the later cells forward and put back what the store holds (no
+  model run); the pieces the store does not hold are run after every edit is in place,
+  in order: ``seq_cp`` the piece's prefix into sequence 1, decode the piece there at its
+  positions (a decode below a sequence's last position is refused), ``seq_cp`` it into
+  sequence 0 and drop sequence 1.  Every ``seq_add`` makes llama.cpp re-rotate the keys
+  of *every* cell of the cache at the next decode (its K-shift): running the pieces
+  between the moves paid that once per piece, now once per sync.  Needs ``kv_unified``
   (``seq_cp`` works on a unified cache only).
 
-Every surgery ends with sequence 1 empty, so the cache holds the live context and nothing
-else: a decode attends over as many cells as the context has (plus padding).
+Every surgery ends with sequence 1 empty, so the cache holds the live context
+and nothing else: a decode attends over as many cells as the context has (plus padding).
 """
 
 from __future__ import annotations
@@ -313,7 +316,11 @@ class LlamaCache:
             self.cells = self.cells[:keep]
 
     def _surgery(self, middle, covers, ids, report: SyncReport, should_stop) -> bool:
+        """Apply the edits: moves and stored pieces first, then the pieces to run, so that
+        llama.cpp re-rotates the cache's keys (its K-shift, over every cell) once per
+        sync, at the first run, not once per piece run between two moves."""
         L, mem = self.L, self.mem
+        pending: list[tuple[int, list[int]]] = []  # (position, ids) of pieces to run
         for edit, pieces in zip(middle, covers):
             s, removed, added = edit.start, edit.removed, edit.inserted
             if removed:
@@ -332,34 +339,40 @@ class LlamaCache:
                 if cells is not None:
                     report.restored += len(piece)
                     report.restore_s += time.perf_counter() - started
+                    live = np.concatenate([live, cells])
                 else:
-                    if should_stop():
-                        self.reset()
-                        return False
-                    started = time.perf_counter()
-                    cells = self._run_inserted(ids[at:s + piece.end], at)
-                    report.inserted += len(piece)
-                    report.insert_s += time.perf_counter() - started
+                    pending.append((at, ids[at:s + piece.end]))
+                    cells = np.full(len(piece), -1, dtype=np.int64)  # filled by _run_pending
                 found.append(cells)
-                live = np.concatenate([live, cells])
             if added:
                 report.spans_inserted += 1
             self.ids[s:s + removed] = ids[s:s + added]
             new_cells = np.concatenate(found) if found else np.zeros(0, np.int64)
             self.cells = np.concatenate([self.cells[:s], new_cells, self.cells[s + removed:]])
+        if pending:
+            if should_stop():
+                self.reset()
+                return False
+            started = time.perf_counter()
+            for at, cells in self._run_pending(pending):
+                self.cells[at:at + len(cells)] = cells
+            report.inserted += sum(len(span) for _, span in pending)
+            report.insert_s += time.perf_counter() - started
         return True
 
-    def _run_inserted(self, span: list[int], at: int) -> np.ndarray:
-        """Decode ``span`` at positions ``at..`` seeing only what precedes it."""
+    def _run_pending(self, pending: list[tuple[int, list[int]]]):
+        """Decode each ``(at, span)`` at positions ``at..`` seeing only what precedes it
+        (the earlier pending spans included), in order; yields ``(at, cells)``."""
         L, mem = self.L, self.mem
-        L.llama_memory_seq_rm(mem, SCRATCH_SEQ, -1, -1)
-        L.llama_memory_seq_cp(mem, LIVE_SEQ, SCRATCH_SEQ, 0, at)
-        try:
-            cells = self._run(span, at, SCRATCH_SEQ)
-            L.llama_memory_seq_cp(mem, SCRATCH_SEQ, LIVE_SEQ, at, at + len(span))
-        finally:
+        for at, span in pending:
             L.llama_memory_seq_rm(mem, SCRATCH_SEQ, -1, -1)
-        return cells
+            L.llama_memory_seq_cp(mem, LIVE_SEQ, SCRATCH_SEQ, 0, at)
+            try:
+                cells = self._run(span, at, SCRATCH_SEQ)
+                L.llama_memory_seq_cp(mem, SCRATCH_SEQ, LIVE_SEQ, at, at + len(span))
+            finally:
+                L.llama_memory_seq_rm(mem, SCRATCH_SEQ, -1, -1)
+            yield at, cells
 
     def close(self) -> None:
         if self._batch is not None:

@@ -1,0 +1,54 @@
+"""The declared choices (halo_weave.settings.CHOICES) and the words the window shows for
+the score in use: the same settings always give the same, true sentence."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from halo_weave.settings import CHOICES, PRUNING_FIELDS, Settings, choice_words, scoring_words
+from halo_weave.ui.settings_io import RANGES
+
+
+def test_every_choice_is_explained_and_every_field_it_uses_can_be_edited():
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    for name, options in CHOICES.items():
+        assert name in fields and getattr(Settings(), name) in [o.value for o in options]
+        for option in options:
+            assert option.label and len(option.explanation) > 20, (name, option.value)
+            for used in option.uses:
+                assert used in fields and used in RANGES, (name, option.value, used)
+    for name, label, tip in PRUNING_FIELDS:
+        assert name in fields and label
+        assert name in CHOICES or (name in RANGES and tip), f"{name}: a numeric field needs a range and a tooltip"
+
+
+def test_the_default_says_votes_peak_and_dimmest_first():
+    words = scoring_words(Settings())
+    assert words.short == "☀ magnitude votes · peak · pruning dimmest first"
+    assert "Dim paragraphs are pruned first" in words.colour and not words.by_age
+
+
+@pytest.mark.parametrize(("changes", "source", "short"), [
+    (dict(brightness_rule="decay", brightness_half_life=2048), "server",
+     "☀ decayed attention mass (half-life 2,048) · peak · pruning dimmest first"),
+    (dict(brightness_rule="mass", chunk_rank="topk", chunk_rank_k=8, prune_order="age"), "server",
+     "☀ accumulated attention mass · top-8 mean · pruning oldest first"),
+    (dict(prune_keep_recent=512), "server", "☀ magnitude votes · peak · pruning dimmest first (newest 512 tokens last)"),
+    # The reader votes whatever rule is set, and ranks chunks only when asked to.
+    (dict(brightness_rule="decay"), "reader", "☀ the reader's magnitude votes · peak · pruning oldest first"),
+    (dict(proxy_pruning=True), "reader", "☀ the reader's magnitude votes · peak · pruning dimmest first"),
+    (dict(brightness_rule="decay"), "none", "pruning oldest first"),
+])
+def test_the_words_follow_the_rule_and_who_measures_it(changes, source, short):
+    words = scoring_words(Settings().replace(**changes), source)
+    assert words.short == short
+    assert words.by_age == short.endswith("oldest first")
+    assert ("oldest first" in words.sentence) == words.by_age
+
+
+def test_a_half_life_is_named_only_by_the_rule_that_uses_it():
+    assert choice_words(Settings(brightness_half_life=99), "brightness_rule") == "magnitude votes"
+    assert choice_words(Settings(brightness_rule="decay", brightness_half_life=99), "brightness_rule") == (
+        "decayed attention mass (half-life 99)")
