@@ -48,6 +48,7 @@ METHODS = [
     ("halo-recent", "recent", {}),  # voting, the most recent P/2 tokens never pruned
     ("halo-decay16-recent", "decay16-recent", {}),  # half-life 16 + recent window
     ("halo-mass-recent", "mass-recent", {}),  # H2O: accumulated mass + recent window
+    ("halo-mass-recent75", "mass-recent75", {}),  # ... the window 3/4 of P
     # Retrieval ideas at question time, on the most recent P tokens (no replay, no model).
     ("recent-halo", None, {"retrieval": ""}),
     ("recent-split", None, {"retrieval": "split"}),
@@ -110,6 +111,9 @@ def policies(prune_to: int, budget: int, hysteresis: float, half_life: int = 256
         "decay16-recent": Policy("decay16-recent", prune_to, settings=short(16) + recent),
         "mass-recent": Policy("mass-recent", prune_to, settings=(
             ("brightness_rule", "mass"), ("new_token_brightness", "median")) + recent),
+        "mass-recent75": Policy("mass-recent75", prune_to, settings=(
+            ("brightness_rule", "mass"), ("new_token_brightness", "median"),
+            ("prune_keep_recent", prune_to * 3 // 4))),
         "live": Policy("live", prune_to, resurrect="at_prune"),
         "live-mean": Policy("live-mean", prune_to, resurrect="mean"),
         "fifo-live": Policy("fifo-live", prune_to, settings=age, resurrect="at_prune"),

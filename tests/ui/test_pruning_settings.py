@@ -120,23 +120,28 @@ def _choose_in_settings(window, qtbot, **values) -> None:
 
     def drive() -> None:
         dialog = QApplication.activeModalWidget()
-        assert isinstance(dialog, SettingsDialog)
-        dialog.tabs.setCurrentWidget(dialog.pruning_page)
-        for name, value in values.items():
-            editor = dialog.editors[name]
-            if isinstance(editor, QComboBox):
-                editor.setCurrentIndex(editor.findData(value))
-            else:
-                editor.selectAll()
-                qtbot.keyClicks(editor, str(value))
-                editor.interpretText()
-        ok = dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok)
-        qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)
-        done.append(True)
+        if not isinstance(dialog, SettingsDialog):
+            return  # no dialog: `done` stays empty and the test fails below
+        try:
+            dialog.tabs.setCurrentWidget(dialog.pruning_page)
+            for name, value in values.items():
+                editor = dialog.editors[name]
+                if isinstance(editor, QComboBox):
+                    editor.setCurrentIndex(editor.findData(value))
+                else:
+                    editor.selectAll()
+                    qtbot.keyClicks(editor, str(value))
+                    editor.interpretText()
+            ok = dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok)
+            qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)
+            done.append(dialog.result())
+        finally:
+            if dialog.isVisible():  # never leave a modal dialog waiting for a user
+                dialog.reject()
 
     QTimer.singleShot(200, drive)
     window.menus.settings_action.trigger()
-    assert done, "the dialog was driven and closed"
+    assert done == [SettingsDialog.DialogCode.Accepted], "the dialog was driven and accepted"
 
 
 def test_choosing_a_rule_saves_it_and_the_window_says_which_score_is_in_use(offline_window, qtbot, tmp_path):
