@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_bench import fidelity, locomo, retrieval  # noqa: E402
 from memory_bench.methods import (QuestionContext, answer_brightness, answer_full,  # noqa: E402
                                   answer_halo, answer_halo_dry, answer_rag, keep_recent)
-from memory_bench.policies import METHODS, QUICK_METHODS, past_search, policies  # noqa: E402
+from memory_bench.policies import METHODS, QUICK_METHODS, RETIRED, past_search, policies  # noqa: E402
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
 from memory_bench.report import MethodResult, plot_brightness, table  # noqa: E402
 
@@ -57,7 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hysteresis", type=float, default=0.75,
                    help="halo-hyst prunes to this fraction of P once over P")
     p.add_argument("--conversations", default="", help="comma-separated sample ids (default: all)")
-    p.add_argument("--methods", default="", help="comma-separated methods (default: all)")
+    p.add_argument("--methods", default="", help="comma-separated methods (default: all but the retired ones, "
+                        "memory_bench/policies.py RETIRED)")
     p.add_argument("--max-turns", type=int, default=0,
                    help="replay only the first N turns (questions whose evidence lies there)")
     p.add_argument("--kv", choices=["llamacpp", "shift", "exact", "engine"], default="shift",
@@ -73,6 +74,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--embed-cache", default="",
                    help="file keeping MiniLM vectors of indexed texts between runs (iteration speed)")
     p.add_argument("--threads", type=int, default=1, help="model threads (llama.cpp or torch)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="run the conversations in this many worker processes and merge "
+                        "their figures as --merge does (one thread each)")
     p.add_argument("--quick", action="store_true",
                    help=f"subset: {', '.join(QUICK_CONVERSATIONS)}; methods {', '.join(QUICK_METHODS)}")
     p.add_argument("--plot", default="", help="save the evidence-brightness PNG here")
@@ -92,6 +96,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.merge:
         return merge_outputs(args.merge, args.json, args.plot)
+    if args.jobs > 1:
+        return run_jobs(args, sys.argv[1:] if argv is None else list(argv))
     started = time.perf_counter()
     from halo_weave.memory.embedder import Embedder
     from halo_weave.semantic_index import SemanticIndex
@@ -105,7 +111,8 @@ def main(argv=None) -> int:
     wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
     if args.quick and not wanted:
         wanted = QUICK_METHODS
-    methods = [m for m in METHODS if not wanted or m[0] in wanted]
+    methods = [m for m in METHODS if m[0] in wanted] if wanted else [
+        m for m in METHODS if m[0] not in RETIRED]
     unknown = set(wanted) - {m[0] for m in METHODS}
     if unknown:
         raise SystemExit(f"unknown methods: {', '.join(sorted(unknown))}")
@@ -171,14 +178,8 @@ def main(argv=None) -> int:
         queries.save()
         log(f"  indexed {base_index.entry_count} chunks in {time.perf_counter() - t:.0f} s")
 
-        # The reference for continuation fidelity: one pass, shared by every method.
-        t = time.perf_counter()
-        reference = (fidelity.reference_pass(full, tok.turns, source, args.window, args.prune_to)
-                     if needed else {})  # no replay, nothing to compare
-        reference_seconds += time.perf_counter() - t
-        log(f"  reference ({args.window}-token window): {len(reference)} turns in "
-            f"{time.perf_counter() - t:.0f} s; {_stats(source)}")
-
+        if hasattr(source, "forget_shared"):
+            source.forget_shared()  # the calls its replays share (memory_bench/prefix.py)
         # One teacher-forced replay per pruning policy the chosen methods need; a policy
         # that resurrects searches an index holding only what was said before.
         searches = {"plain": past_search(_index(indexes, store, settings, queries,
@@ -187,16 +188,27 @@ def main(argv=None) -> int:
                     "app": past_search(_index(indexes, store, settings, queries, {}, SemanticIndex),
                                        settings.query_max_results)}
         replays = {}
-        for key in [k for k in replay_policies if k in needed]:
+        # Replays that read attention first: the calls they share carry rows (prefix.py).
+        order = [k for k in replay_policies if k in needed]
+        for key in sorted(order, key=lambda k: not replay_policies[k].reads_attention):
             policy = replay_policies[key]
             replays[key] = replay(tok, policy, settings, source,
                                   progress=_progress(f"  replay {key}", len(dialogue.turns)),
                                   search=searches["plain" if policy.resurrect == "plain" else "app"],
                                   model_context=args.context, max_new_tokens=max_new)
             r = replays[key]
-            log(f"  replay {key}: {r.seconds:.0f} s, {r.votes} votes, {r.prune_events} prunes, "
+            log(f"  replay {key}: {r.seconds:.0f} s (cpu {r.cpu_seconds:.0f} s), {r.votes} votes, {r.prune_events} prunes, "
                 f"{r.resurrected_chunks} chunks ({r.resurrected_tokens} tokens) resurrected, "
                 f"{r.conv.live_token_count()} live tokens at the end; {_stats(source)}")
+        # The reference for continuation fidelity: one pass, shared by every method
+        # (after the replays: it starts from the prefix their first calls built).
+        t, cpu = time.perf_counter(), time.process_time()
+        reference = (fidelity.reference_pass(full, tok.turns, source, args.window, args.prune_to)
+                     if needed else {})  # no replay, nothing to compare
+        reference_seconds += time.perf_counter() - t
+        log(f"  reference ({args.window}-token window): {len(reference)} turns in "
+            f"{time.perf_counter() - t:.0f} s (cpu {time.process_time() - cpu:.0f} s); {_stats(source)}")
+
         if "halo" in replays:
             traces[dialogue.sample_id] = replays["halo"].trace
             evidence_turns[dialogue.sample_id] = {turn_of[d] for q in dialogue.questions
@@ -295,8 +307,27 @@ def main(argv=None) -> int:
     return 0
 
 
-def merge_outputs(paths: list[str], as_json: bool, plot: str = "") -> int:
-    """Print the table of several runs combined (each file: a run's stdout with --json)."""
+def run_jobs(args, argv: list[str]) -> int:
+    """``--jobs N``: every conversation in its own worker, N at a time, then merged."""
+    from memory_bench import jobs
+
+    convs = [c.strip() for c in args.conversations.split(",") if c.strip()]
+    if args.quick and not convs:
+        convs = QUICK_CONVERSATIONS
+    dialogues = [d for d in locomo.load(args.data) if not convs or d.sample_id in convs]
+    if not dialogues:
+        raise SystemExit("no conversation to run")
+    longest_first = sorted(dialogues, key=lambda d: -sum(len(t.text) for t in d.turns))
+    paths, elapsed = jobs.run(str(Path(__file__).resolve()), argv,
+                              [d.sample_id for d in longest_first], args.jobs, log)
+    order = {d.sample_id: i for i, d in enumerate(dialogues)}  # merged in the data's order
+    paths = sorted(paths, key=lambda p: order[Path(p).stem])
+    return merge_outputs(paths, args.json, args.plot, elapsed=elapsed)
+
+
+def merge_outputs(paths: list[str], as_json: bool, plot: str = "", elapsed: float | None = None) -> int:
+    """Print the table of several runs combined (each file: a run's stdout with --json);
+    ``elapsed``: the wall time of the one command that ran them (``--jobs``)."""
     from memory_bench.report import merge
 
     runs = [json.loads(Path(p).read_text().strip().splitlines()[-1]) for p in paths]
@@ -304,7 +335,8 @@ def merge_outputs(paths: list[str], as_json: bool, plot: str = "") -> int:
     convs = [c for r in runs for c in r["conversations"]]
     print(f"# bench_memory merged: {', '.join(convs)}; "
           f"{sum(r['questions'] for r in runs)} questions; "
-          f"wall {sum(r['wall_seconds'] for r in runs):.0f} s in {len(runs)} runs")
+          f"wall {sum(r['wall_seconds'] for r in runs):.0f} s in {len(runs)} runs"
+          + (f", {elapsed:.0f} s elapsed" if elapsed is not None else ""))
     print(table(results))
     if plot:
         from memory_bench.report import plot_fidelity
@@ -313,9 +345,13 @@ def merge_outputs(paths: list[str], as_json: bool, plot: str = "") -> int:
                       f"continuation fidelity and recall: {', '.join(convs)}")
         print(f"plot saved to {plot}")
     if as_json:
-        print(json.dumps({"conversations": convs, "runs": len(runs),
-                          "wall_seconds": sum(r["wall_seconds"] for r in runs),
-                          "methods": {r.name: r.figures() for r in results}}))
+        figures = {"conversations": convs, "runs": len(runs),
+                   "wall_seconds": sum(r["wall_seconds"] for r in runs),
+                   "methods": {r.name: r.figures() for r in results}}
+        if elapsed is not None:
+            figures["elapsed_seconds"] = round(elapsed, 1)
+            figures["load_average"] = list(os.getloadavg())
+        print(json.dumps(figures, allow_nan=False, default=str))
     return 0
 
 
@@ -392,8 +428,11 @@ def _stats(source) -> str:
         return ""
     if hasattr(s, "line"):
         return s.line()
+    shared = getattr(source, "shared", None)
     return (f"model {s.seconds:.0f} s total, {s.prefill_tokens} prefilled, {s.forced_tokens} forced, "
-            f"{s.shifts} shifts, {s.reprefills} re-prefills")
+            f"{s.shifts} shifts, {s.reprefills} re-prefills, {s.restored_tokens} restored"
+            + (f", shared: {shared.served_tokens} forced, {shared.adopted_tokens} cached"
+               if shared is not None else ""))
 
 
 if __name__ == "__main__":

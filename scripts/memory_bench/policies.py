@@ -53,6 +53,7 @@ METHODS = [
     ("halo-recent", "recent", {}),  # voting, the most recent P/2 tokens never pruned
     ("halo-decay16-recent", "decay16-recent", {}),  # half-life 16 + recent window
     ("halo-mass-recent", "mass-recent", {}),  # H2O: accumulated mass + recent window
+    ("halo-mass-recent75", "mass-recent75", {}),  # ... the window 3/4 of P
     # Retrieval ideas at question time, on the most recent P tokens (no replay, no model):
     # the app's search and plan (halo_weave.memory.query, issue 16) with the settings named.
     # recent-halo: the app's defaults; recent-seed: the defaults before issue 16; every
@@ -90,6 +91,32 @@ METHODS = [
     ("halo-decay-live", "decay-live", {}),
 ]
 
+#: Methods left out of the default list (still runnable with ``--methods``): superseded
+#: experiments, each with the run that retired it (docs/memory-benchmark.md).  A new
+#: method joins the default list by being added to METHODS above.
+RETIRED = {
+    "brightness": "no resurrection: 0.111 on conv-30 vs fifo 0.062, recall comes from resurrection",
+    "halo-noboost": "user boost a wash (±0.015) on the dev run",
+    "halo-hybrid": "hybrid search is the app's default since 540aa0a: same as halo",
+    "halo-vector": "vector-only search lost 0.126 to hybrid on the dev run (540aa0a)",
+    "halo-k100": "100 candidates: +0.002 / -0.014 on the dev run (misses move to over budget)",
+    "halo-hybrid-k100": "as halo-k100, with hybrid search now the default",
+    "halo-prefill": "user-turn prefill scoring changed no prune decision on conv-30",
+    "halo-hyst": "hysteresis is the app's rule since 540aa0a (prune_hysteresis)",
+    "halo-meanrank": "reproduced fifo-halo to the last question on conv-30 (mean = age)",
+    "halo-decay-live": "a fourth live replay; halo-live / fifo-halo-live answer the live question",
+    # Recall variants that lost on the six dev conversations (issue 16 part 3, recent-seed 0.692).
+    "recent-exchange": "the last exchange in the query: 0.418",
+    "recent-neighbours2": "two neighbours per side: 0.690, misses turn into over budget",
+    "recent-k40": "40 candidates: 0.689", "recent-k40-room": "40 candidates, anchors if room: 0.680",
+    "recent-neighbours-k40": "0.702, below neighbours with anchors if room",
+    "recent-split-neighbours": "sub-queries add nothing (0.703 vs 0.699)",
+    "recent-split-dates-room": "sub-queries add nothing (0.718 vs 0.718)",
+    "recent-all": "with sub-queries: 0.747 vs 0.748 without", "recent-all-noboost": "0.760 vs 0.763 without sub-queries",
+    "recent-all-hw50": "hybrid weight 0.5: 0.758, loses on conv-41 and conv-44",
+    "recent-all-k30": "30 candidates: 0.747", "recent-all-k10": "10 candidates: 0.742",
+}
+
 QUICK_METHODS = ["full", "fifo", "rag", "halo", "halo-mean", "halo-vector", "fifo-halo",
                  "halo-decay", "halo-decay-topk", "halo-median", "halo-mass",
                  "halo-live", "halo-live-mean", "fifo-halo-live"]
@@ -124,6 +151,9 @@ def policies(prune_to: int, budget: int, hysteresis: float, half_life: int = 256
         "decay16-recent": Policy("decay16-recent", prune_to, settings=short(16) + recent),
         "mass-recent": Policy("mass-recent", prune_to, settings=(
             ("brightness_rule", "mass"), ("new_token_brightness", "median")) + recent),
+        "mass-recent75": Policy("mass-recent75", prune_to, settings=(
+            ("brightness_rule", "mass"), ("new_token_brightness", "median"),
+            ("prune_keep_recent", prune_to * 3 // 4))),
         "live": Policy("live", prune_to, resurrect="at_prune"),
         "live-mean": Policy("live-mean", prune_to, resurrect="mean"),
         "fifo-live": Policy("fifo-live", prune_to, settings=age, resurrect="at_prune"),
