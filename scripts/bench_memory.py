@@ -37,7 +37,7 @@ from memory_bench.methods import (QuestionContext, answer_brightness, answer_ful
                                   answer_halo, answer_halo_dry, answer_rag, keep_recent)
 from memory_bench.policies import METHODS, QUICK_METHODS, RETIRED, past_search, policies  # noqa: E402
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
-from memory_bench.report import MethodResult, plot_brightness, table  # noqa: E402
+from memory_bench.report import MethodResult, diagnose, plot_brightness, table  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo_dev.json"
 
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     if convs:
         dialogues = [d for d in dialogues if d.sample_id in convs]
     if args.max_turns:
-        dialogues = [_truncate(d, args.max_turns) for d in dialogues]
+        dialogues = [locomo.truncate(d, args.max_turns) for d in dialogues]
 
     replay_policies = policies(args.prune_to, budget, args.hysteresis, args.half_life)
     # fifo's and rag's questions use no replay: theirs is for fidelity only (--recall-only skips it).
@@ -267,7 +267,7 @@ def main(argv=None) -> int:
                 results[name].question_seconds += time.perf_counter() - t
                 results[name].add(question.category, out.recall, out.tokens)
                 per_question[name].append(out)
-        diagnostics += _diagnose(dialogue, per_question, args.diagnostics - len(diagnostics))
+        diagnostics += diagnose(dialogue, per_question, args.diagnostics - len(diagnostics))
         store.close()
         log(f"  {dialogue.sample_id} done in {time.perf_counter() - t0:.0f} s")
     tmp.cleanup()
@@ -363,36 +363,6 @@ def _index(cache, store, settings, embedder, options, cls):
         index.load()
         cache[key] = index
     return cache[key]
-
-
-def _diagnose(dialogue, per_question, room: int) -> list[str]:
-    """Lines for questions where halo recalls less than rag or brightness."""
-    if room <= 0 or "halo" not in per_question:
-        return []
-    lines = []
-    rivals = [n for n in ("rag", "brightness") if n in per_question]
-    for qi, question in enumerate(dialogue.questions):
-        halo = per_question["halo"][qi]
-        best = max((per_question[n][qi].recall for n in rivals), default=float("nan"))
-        if math.isnan(halo.recall) or not (halo.recall < best):
-            continue
-        reasons = ", ".join(f"{d} {why}" for d, why in halo.missing.items())
-        lines.append(f"  {dialogue.sample_id} q{question.index} [cat {question.category}] "
-                     f"{question.question[:60]!r}: halo {halo.recall:.2f} vs "
-                     f"{'/'.join(f'{n} {per_question[n][qi].recall:.2f}' for n in rivals)}; {reasons}")
-        if len(lines) >= room:
-            break
-    return lines
-
-
-def _truncate(dialogue, n: int):
-    """The first ``n`` turns, and only the questions whose evidence lies in them."""
-    from dataclasses import replace
-
-    turns = dialogue.turns[:n]
-    known = {t.dia_id for t in turns}
-    questions = [q for q in dialogue.questions if q.evidence and set(q.evidence) <= known]
-    return replace(dialogue, turns=turns, questions=questions)
 
 
 def _progress(label: str, total: int):
