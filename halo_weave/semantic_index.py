@@ -56,7 +56,7 @@ import numpy as np
 
 from .conversation import Conversation
 from .errors import EmbedderUnavailable, SnapshotInvalid
-from .memory import ranking
+from .memory import query, ranking
 from .memory.embedder import Embedder
 from .memory.resurrection import Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan
 from .memory.resurrection import budget as resurrection_budget
@@ -341,26 +341,35 @@ class SemanticIndex:
 
     # ------------------------------------------------------------------ search
     def search(self, text: str, limit: int | None = None) -> list[Match]:
-        """Best entries for ``text`` (see the module docstring); [] when unavailable."""
+        """Best entries for ``text`` (see the module docstring); [] when unavailable.
+
+        With ``query_split`` each part of the message (:func:`.memory.query.sub_queries`)
+        is searched too, in the same embedding batch, and the lists interleaved.
+        """
         limit = self.settings.query_max_results if limit is None else limit
         if not text.strip() or limit <= 0 or not self.available or self._vectors.n == 0:
             return []
+        texts = [text] + (query.sub_queries(text) if self.settings.query_split else [])
         try:
-            query = self.embedder.encode([text])[0]
+            vectors = self.embedder.encode(texts)
         except EmbedderUnavailable:
             return []
-        return self.search_vector(query, limit, text)
+        found = [self.search_vector(v, limit, t) for v, t in zip(vectors, texts)]
+        return found[0] if len(found) == 1 else query.interleave(found, limit)
 
-    def search_vector(self, query: np.ndarray, limit: int | None = None,
+    def search_vector(self, vector: np.ndarray, limit: int | None = None,
                       text: str = "") -> list[Match]:
-        """:meth:`search` for an already embedded (unit) query; ``text`` feeds BM25."""
+        """:meth:`search` for an already embedded (unit) query; ``text`` feeds BM25 and
+        names the dates to look in (``date_weight``)."""
         s = self.settings
         limit = s.query_max_results if limit is None else limit
         with self._lock, one_blas_thread():
             if self._vectors.n == 0 or limit <= 0:
                 return []
             bm25_ids = self._bm25(text, max(3 * limit, 50)) if s.hybrid_search and text else {}
-            found = ranking.rank(self._vectors, np.asarray(query, np.float32), s, limit, bm25_ids)
+            dated = (tables.said_between(self.conn, query.date_spans(text))
+                     if s.date_weight > 0 and text else frozenset())
+            found = ranking.rank(self._vectors, np.asarray(vector, np.float32), s, limit, bm25_ids, dated)
             meta = tables.meta(self.conn, list(found))
         return [Match(cid, *meta[cid], *found[cid]) for cid in found if cid in meta]
 
@@ -374,8 +383,11 @@ class SemanticIndex:
 
     # ------------------------------------------------------------------ resurrection
     def plan(self, conv: Conversation, matches: Sequence[Match], budget: int) -> ResurrectionPlan:
-        """Which matches come back within ``budget`` tokens (see :mod:`.memory.resurrection`)."""
-        return make_plan(conv, matches, budget)
+        """Which matches come back within ``budget`` tokens (see :mod:`.memory.resurrection`),
+        each followed by its neighbours of the same sitting (``resurrect_neighbours``)."""
+        s = self.settings
+        matches = query.with_neighbours(conv, matches, s.resurrect_neighbours, s.session_gap_seconds)
+        return make_plan(conv, matches, budget, s.resurrection_anchors)
 
     def resurrect_for(self, conv: Conversation, user_text: str, user_tokens: int,
                       model_max_context: int, max_new_tokens: int,

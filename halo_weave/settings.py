@@ -81,12 +81,30 @@ class Settings:
     resurrection_brightness: str = "at_prune"  # or "mean"
     resurrection_budget_cap: int = 0  # 0 = no cap beyond the universal equation
     query_max_results: int = 20
-    user_similarity_boost: float = 1.5
+    # 1.5 (seed 001) -> 1.0: with the recall settings below, no boost recalls more on the
+    # six LoCoMo dev conversations together, 0.748 -> 0.763 (five better, one -0.004;
+    # docs/memory-benchmark.md, "Multi-hop and temporal recall").
+    user_similarity_boost: float = 1.0
     min_similarity: float = 0.0
     # BM25 blended with the vector score: +0.12 evidence recall on LoCoMo conv-30
     # (names, places and numbers MiniLM misses), docs/memory-benchmark.md.
     hybrid_search: bool = True
     hybrid_weight: float = 0.3
+    # Multi-hop and temporal recall (issue 16, halo_weave.memory.query; the figures in
+    # docs/memory-benchmark.md, "Multi-hop and temporal recall", six dev conversations):
+    # date_weight: score added to entries said on a day or month the message names
+    # (0 = off; 0.3: recall 0.692 -> 0.713 alone, better on all six);
+    # query_split: search the message's parts apart (no gain: off);
+    # resurrect_neighbours: each match's neighbouring turns of the same sitting (turns
+    # less than session_gap_seconds apart) come right after it;
+    # resurrection_anchors: "always" (seed 001) or "if_room" (paid from what the matches
+    # leave).  Neighbours 1 + anchors if room + dates: 0.692 -> 0.748, better on all six;
+    # with user_similarity_boost 1.0 too: 0.763 (multi-hop 0.357 -> 0.385).
+    date_weight: float = 0.3
+    query_split: bool = False
+    resurrect_neighbours: int = 1
+    session_gap_seconds: float = 1800.0
+    resurrection_anchors: str = "if_room"
     embedding_max_tokens: int = 256
     embed_wait_seconds: float = 2.0
 
@@ -202,6 +220,14 @@ CHOICES: dict[str, tuple[Choice, ...]] = {
                "A paragraph that comes back keeps the brightness it had when it was pruned."),
         Choice("mean", "Mean live brightness",
                "A paragraph that comes back starts at the mean brightness of what is live."),
+    ),
+    "resurrection_anchors": (
+        Choice("if_room", "Only with room left (matches first)",
+               "Paragraphs found for your message come back first; the openings of their "
+               "question and answer come back too only while the budget has room for them."),
+        Choice("always", "Always with the match (the seed's rule)",
+               "Every paragraph found comes back together with the opening of its question "
+               "and of its answer, even when that leaves no room for the next one found."),
     ),
     "attention_format": (
         Choice("aggregated", "Aggregated (one value per token; less traffic)",

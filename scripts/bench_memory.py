@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memory_bench import fidelity, locomo, retrieval  # noqa: E402
 from memory_bench.methods import (QuestionContext, answer_brightness, answer_full,  # noqa: E402
-                                  answer_halo, answer_rag, keep_recent)
-from memory_bench.policies import METHODS, QUICK_METHODS, past_search, policies  # noqa: E402
+                                  answer_halo, answer_halo_dry, answer_rag, keep_recent)
+from memory_bench.policies import METHODS, QUICK_METHODS, RETIRED, past_search, policies  # noqa: E402
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
-from memory_bench.report import MethodResult, plot_brightness, table  # noqa: E402
+from memory_bench.report import MethodResult, diagnose, plot_brightness, table  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo_dev.json"
 
@@ -57,7 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hysteresis", type=float, default=0.75,
                    help="halo-hyst prunes to this fraction of P once over P")
     p.add_argument("--conversations", default="", help="comma-separated sample ids (default: all)")
-    p.add_argument("--methods", default="", help="comma-separated methods (default: all)")
+    p.add_argument("--methods", default="", help="comma-separated methods (default: all but the retired ones, "
+                        "memory_bench/policies.py RETIRED)")
     p.add_argument("--max-turns", type=int, default=0,
                    help="replay only the first N turns (questions whose evidence lies there)")
     p.add_argument("--kv", choices=["llamacpp", "shift", "exact", "engine"], default="shift",
@@ -68,7 +69,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the reference context of the fidelity figures (the model's window)")
     p.add_argument("--half-life", type=int, default=256,
                    help="half-life (generated tokens) of the decayed-mass variants")
+    p.add_argument("--recall-only", action="store_true",
+                   help="no replay for fifo and rag (theirs only gives fidelity figures)")
+    p.add_argument("--embed-cache", default="",
+                   help="file keeping MiniLM vectors of indexed texts between runs (iteration speed)")
     p.add_argument("--threads", type=int, default=1, help="model threads (llama.cpp or torch)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="run the conversations in this many worker processes and merge "
+                        "their figures as --merge does (one thread each)")
     p.add_argument("--quick", action="store_true",
                    help=f"subset: {', '.join(QUICK_CONVERSATIONS)}; methods {', '.join(QUICK_METHODS)}")
     p.add_argument("--plot", default="", help="save the evidence-brightness PNG here")
@@ -88,6 +96,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.merge:
         return merge_outputs(args.merge, args.json, args.plot)
+    if args.jobs > 1:
+        return run_jobs(args, sys.argv[1:] if argv is None else list(argv))
     started = time.perf_counter()
     from halo_weave.memory.embedder import Embedder
     from halo_weave.semantic_index import SemanticIndex
@@ -101,7 +111,8 @@ def main(argv=None) -> int:
     wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
     if args.quick and not wanted:
         wanted = QUICK_METHODS
-    methods = [m for m in METHODS if not wanted or m[0] in wanted]
+    methods = [m for m in METHODS if m[0] in wanted] if wanted else [
+        m for m in METHODS if m[0] not in RETIRED]
     unknown = set(wanted) - {m[0] for m in METHODS}
     if unknown:
         raise SystemExit(f"unknown methods: {', '.join(sorted(unknown))}")
@@ -113,16 +124,18 @@ def main(argv=None) -> int:
     if convs:
         dialogues = [d for d in dialogues if d.sample_id in convs]
     if args.max_turns:
-        dialogues = [_truncate(d, args.max_turns) for d in dialogues]
+        dialogues = [locomo.truncate(d, args.max_turns) for d in dialogues]
 
     replay_policies = policies(args.prune_to, budget, args.hysteresis, args.half_life)
-    needed = {m[1] for m in methods if m[1]}
+    # fifo's and rag's questions use no replay: theirs is for fidelity only (--recall-only skips it).
+    needed = {m[1] for m in methods if m[1] and not (args.recall_only and m[0] in ("fifo", "rag"))}
     t = time.perf_counter()
     source = _load_source(args)
     tokenize = source.tokenize
     log(f"model loaded in {time.perf_counter() - t:.0f} s (kv={args.kv})")
     embedder = Embedder()
     embedder.load()
+    queries = retrieval.CachedEmbedder(embedder, args.embed_cache)  # each text embedded once
 
     results = {name: MethodResult(name) for name, _, _ in methods}
     shared_owner: dict[str, str] = {}
@@ -157,48 +170,54 @@ def main(argv=None) -> int:
         for turn in full.turns.values():
             store.save_turn(full, turn)
         indexes = {}
-        base_index = SemanticIndex(store.conn, settings, embedder, lock=store.lock)
+        base_index = SemanticIndex(store.conn, settings, queries if args.embed_cache else embedder,
+                                   lock=store.lock)
         t = time.perf_counter()
         base_index.index_pending(full)
         index_total += time.perf_counter() - t
+        queries.save()
         log(f"  indexed {base_index.entry_count} chunks in {time.perf_counter() - t:.0f} s")
 
-        # The reference for continuation fidelity: one pass, shared by every method.
-        t = time.perf_counter()
-        reference = (fidelity.reference_pass(full, tok.turns, source, args.window, args.prune_to)
-                     if needed else {})  # no replay, nothing to compare
-        reference_seconds += time.perf_counter() - t
-        log(f"  reference ({args.window}-token window): {len(reference)} turns in "
-            f"{time.perf_counter() - t:.0f} s; {_stats(source)}")
-
+        if hasattr(source, "forget_shared"):
+            source.forget_shared()  # the calls its replays share (memory_bench/prefix.py)
         # One teacher-forced replay per pruning policy the chosen methods need; a policy
         # that resurrects searches an index holding only what was said before.
-        searches = {"plain": past_search(_index(indexes, store, settings, embedder,
+        searches = {"plain": past_search(_index(indexes, store, settings, queries,
                                                 {"user_similarity_boost": 1.0, "hybrid_search": False},
                                                 SemanticIndex), RAG_CANDIDATES),
-                    "app": past_search(_index(indexes, store, settings, embedder, {}, SemanticIndex),
+                    "app": past_search(_index(indexes, store, settings, queries, {}, SemanticIndex),
                                        settings.query_max_results)}
         replays = {}
-        for key in [k for k in replay_policies if k in needed]:
+        # Replays that read attention first: the calls they share carry rows (prefix.py).
+        order = [k for k in replay_policies if k in needed]
+        for key in sorted(order, key=lambda k: not replay_policies[k].reads_attention):
             policy = replay_policies[key]
             replays[key] = replay(tok, policy, settings, source,
                                   progress=_progress(f"  replay {key}", len(dialogue.turns)),
                                   search=searches["plain" if policy.resurrect == "plain" else "app"],
                                   model_context=args.context, max_new_tokens=max_new)
             r = replays[key]
-            log(f"  replay {key}: {r.seconds:.0f} s, {r.votes} votes, {r.prune_events} prunes, "
+            log(f"  replay {key}: {r.seconds:.0f} s (cpu {r.cpu_seconds:.0f} s), {r.votes} votes, {r.prune_events} prunes, "
                 f"{r.resurrected_chunks} chunks ({r.resurrected_tokens} tokens) resurrected, "
                 f"{r.conv.live_token_count()} live tokens at the end; {_stats(source)}")
+        # The reference for continuation fidelity: one pass, shared by every method
+        # (after the replays: it starts from the prefix their first calls built).
+        t, cpu = time.perf_counter(), time.process_time()
+        reference = (fidelity.reference_pass(full, tok.turns, source, args.window, args.prune_to)
+                     if needed else {})  # no replay, nothing to compare
+        reference_seconds += time.perf_counter() - t
+        log(f"  reference ({args.window}-token window): {len(reference)} turns in "
+            f"{time.perf_counter() - t:.0f} s (cpu {time.process_time() - cpu:.0f} s); {_stats(source)}")
+
         if "halo" in replays:
             traces[dialogue.sample_id] = replays["halo"].trace
             evidence_turns[dialogue.sample_id] = {turn_of[d] for q in dialogue.questions
                                                   for d in q.evidence}
         recent = (keep_recent(full, args.prune_to)
                   if any(m[0] == "rag" or m[0].startswith("recent-") for m in methods) else None)
-        session_of = [t.session for t in dialogue.turns]
 
         for name, key, _ in methods:
-            if key:
+            if key in replays:
                 results[name].replay_seconds += replays[key].seconds
                 results[name].fidelity.add(fidelity.score(replays[key].fidelity, reference))
             elif name == "full":
@@ -224,34 +243,31 @@ def main(argv=None) -> int:
                     out = answer_full(fifo_cache[limit], ctx)
                 elif name == "rag":
                     plain = {"user_similarity_boost": 1.0, "hybrid_search": False}
-                    matches = _index(indexes, store, settings, embedder, plain,
+                    matches = _index(indexes, store, settings, queries, plain,
                                      SemanticIndex).search(question.question, RAG_CANDIDATES)
                     out = answer_rag(recent, matches, ctx)
-                elif name.startswith("recent-"):
-                    index = _index(indexes, store, settings, embedder, {}, SemanticIndex)
-                    variant = options["retrieval"]
-                    matches = (retrieval.search(variant, index, recent, question.question, session_of,
-                                                settings.query_max_results)
-                               if variant else index.search(question.question))
-                    out = answer_halo(recent, matches, ctx, settings.resurrection_brightness,
-                                      settings.resurrection_budget_cap)
+                elif name.startswith("recent-"):  # the app's search and plan, its settings changed
+                    opts = {k: v for k, v in options.items() if k != "recent_turns"}
+                    index = _index(indexes, store, settings, queries, opts, SemanticIndex)
+                    text = retrieval.with_recent(recent, question.question, options.get("recent_turns", 0))
+                    out = answer_halo_dry(recent, index.search(text), ctx, index.plan)
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1
                 elif name == "brightness":
                     out = answer_brightness(replays[key].conv, ctx)
                 else:
                     search_opts = {k: v for k, v in options.items() if k != "rule"}
-                    index = _index(indexes, store, settings, embedder, search_opts, SemanticIndex)
+                    index = _index(indexes, store, settings, queries, search_opts, SemanticIndex)
                     matches = index.search(question.question)
                     out = answer_halo(replays[key].conv, matches, ctx,
                                       options.get("rule", settings.resurrection_brightness),
-                                      settings.resurrection_budget_cap)
+                                      settings.resurrection_budget_cap, index.plan)  # the app's plan
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1
                 results[name].question_seconds += time.perf_counter() - t
                 results[name].add(question.category, out.recall, out.tokens)
                 per_question[name].append(out)
-        diagnostics += _diagnose(dialogue, per_question, args.diagnostics - len(diagnostics))
+        diagnostics += diagnose(dialogue, per_question, args.diagnostics - len(diagnostics))
         store.close()
         log(f"  {dialogue.sample_id} done in {time.perf_counter() - t0:.0f} s")
     tmp.cleanup()
@@ -291,8 +307,27 @@ def main(argv=None) -> int:
     return 0
 
 
-def merge_outputs(paths: list[str], as_json: bool, plot: str = "") -> int:
-    """Print the table of several runs combined (each file: a run's stdout with --json)."""
+def run_jobs(args, argv: list[str]) -> int:
+    """``--jobs N``: every conversation in its own worker, N at a time, then merged."""
+    from memory_bench import jobs
+
+    convs = [c.strip() for c in args.conversations.split(",") if c.strip()]
+    if args.quick and not convs:
+        convs = QUICK_CONVERSATIONS
+    dialogues = [d for d in locomo.load(args.data) if not convs or d.sample_id in convs]
+    if not dialogues:
+        raise SystemExit("no conversation to run")
+    longest_first = sorted(dialogues, key=lambda d: -sum(len(t.text) for t in d.turns))
+    paths, elapsed = jobs.run(str(Path(__file__).resolve()), argv,
+                              [d.sample_id for d in longest_first], args.jobs, log)
+    order = {d.sample_id: i for i, d in enumerate(dialogues)}  # merged in the data's order
+    paths = sorted(paths, key=lambda p: order[Path(p).stem])
+    return merge_outputs(paths, args.json, args.plot, elapsed=elapsed)
+
+
+def merge_outputs(paths: list[str], as_json: bool, plot: str = "", elapsed: float | None = None) -> int:
+    """Print the table of several runs combined (each file: a run's stdout with --json);
+    ``elapsed``: the wall time of the one command that ran them (``--jobs``)."""
     from memory_bench.report import merge
 
     runs = [json.loads(Path(p).read_text().strip().splitlines()[-1]) for p in paths]
@@ -300,7 +335,8 @@ def merge_outputs(paths: list[str], as_json: bool, plot: str = "") -> int:
     convs = [c for r in runs for c in r["conversations"]]
     print(f"# bench_memory merged: {', '.join(convs)}; "
           f"{sum(r['questions'] for r in runs)} questions; "
-          f"wall {sum(r['wall_seconds'] for r in runs):.0f} s in {len(runs)} runs")
+          f"wall {sum(r['wall_seconds'] for r in runs):.0f} s in {len(runs)} runs"
+          + (f", {elapsed:.0f} s elapsed" if elapsed is not None else ""))
     print(table(results))
     if plot:
         from memory_bench.report import plot_fidelity
@@ -309,9 +345,13 @@ def merge_outputs(paths: list[str], as_json: bool, plot: str = "") -> int:
                       f"continuation fidelity and recall: {', '.join(convs)}")
         print(f"plot saved to {plot}")
     if as_json:
-        print(json.dumps({"conversations": convs, "runs": len(runs),
-                          "wall_seconds": sum(r["wall_seconds"] for r in runs),
-                          "methods": {r.name: r.figures() for r in results}}))
+        figures = {"conversations": convs, "runs": len(runs),
+                   "wall_seconds": sum(r["wall_seconds"] for r in runs),
+                   "methods": {r.name: r.figures() for r in results}}
+        if elapsed is not None:
+            figures["elapsed_seconds"] = round(elapsed, 1)
+            figures["load_average"] = list(os.getloadavg())
+        print(json.dumps(figures, allow_nan=False, default=str))
     return 0
 
 
@@ -323,36 +363,6 @@ def _index(cache, store, settings, embedder, options, cls):
         index.load()
         cache[key] = index
     return cache[key]
-
-
-def _diagnose(dialogue, per_question, room: int) -> list[str]:
-    """Lines for questions where halo recalls less than rag or brightness."""
-    if room <= 0 or "halo" not in per_question:
-        return []
-    lines = []
-    rivals = [n for n in ("rag", "brightness") if n in per_question]
-    for qi, question in enumerate(dialogue.questions):
-        halo = per_question["halo"][qi]
-        best = max((per_question[n][qi].recall for n in rivals), default=float("nan"))
-        if math.isnan(halo.recall) or not (halo.recall < best):
-            continue
-        reasons = ", ".join(f"{d} {why}" for d, why in halo.missing.items())
-        lines.append(f"  {dialogue.sample_id} q{question.index} [cat {question.category}] "
-                     f"{question.question[:60]!r}: halo {halo.recall:.2f} vs "
-                     f"{'/'.join(f'{n} {per_question[n][qi].recall:.2f}' for n in rivals)}; {reasons}")
-        if len(lines) >= room:
-            break
-    return lines
-
-
-def _truncate(dialogue, n: int):
-    """The first ``n`` turns, and only the questions whose evidence lies in them."""
-    from dataclasses import replace
-
-    turns = dialogue.turns[:n]
-    known = {t.dia_id for t in turns}
-    questions = [q for q in dialogue.questions if q.evidence and set(q.evidence) <= known]
-    return replace(dialogue, turns=turns, questions=questions)
 
 
 def _progress(label: str, total: int):
@@ -388,8 +398,11 @@ def _stats(source) -> str:
         return ""
     if hasattr(s, "line"):
         return s.line()
+    shared = getattr(source, "shared", None)
     return (f"model {s.seconds:.0f} s total, {s.prefill_tokens} prefilled, {s.forced_tokens} forced, "
-            f"{s.shifts} shifts, {s.reprefills} re-prefills")
+            f"{s.shifts} shifts, {s.reprefills} re-prefills, {s.restored_tokens} restored"
+            + (f", shared: {shared.served_tokens} forced, {shared.adopted_tokens} cached"
+               if shared is not None else ""))
 
 
 if __name__ == "__main__":

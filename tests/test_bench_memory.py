@@ -21,11 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 from memory_bench import locomo  # noqa: E402
 from memory_bench.methods import (QuestionContext, answer_brightness, answer_fifo,  # noqa: E402
-                                  answer_full, answer_halo, answer_rag, evidence_recall,
+                                  answer_full, answer_halo, answer_halo_dry, answer_rag, evidence_recall,
                                   keep_recent)
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
 
-from halo_weave.memory.resurrection import Match  # noqa: E402
+from halo_weave.memory.resurrection import Match, make_plan  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
 
 FILLER = "we talked about the weather and the garden and the long drive home again"
@@ -195,6 +195,26 @@ def test_every_bounded_method_fits_the_prompt_budget(dialogue, settings):
     assert all(t.role != "user" or t.turn_id < len(dialogue.turns) for t in halo.turns.values())
 
 
+def test_the_no_copy_question_path_gives_the_same_figures(dialogue, settings):
+    """recent-* methods read recall and tokens off the plan instead of resurrecting in a
+    copy: the figures must be the copy's, with anchors always or paid from what is left."""
+    source = HotWordAttention(WordTokenizer())
+    tok = tokenize_dialogue(dialogue, source.tokenize, settings)
+    context, max_new = 260, settings.max_new_tokens
+    full = replay(tok, Policy("full", 0, attention=False), settings, None).conv
+    recent = keep_recent(full, 120)
+    matches = [Match(c.id, c.turn_id, c.chunk_index, c.role, "", c.token_count, 0, 0.9, 0.9)
+               for c in sorted(full.chunks.values(), key=lambda c: -c.start) if not c.framing]
+    for anchors in ("always", "if_room"):
+        def planner(conv, found, budget, anchors=anchors):
+            return make_plan(conv, found, budget, anchors)
+        for i in range(len(dialogue.questions)):
+            ctx = _question(tok, i, context - max_new, context, max_new)
+            copied = answer_halo(recent, matches, ctx, "at_prune", planner=planner)
+            dry = answer_halo_dry(recent, matches, ctx, planner)
+            assert (dry.recall, dry.tokens, dry.missing) == (copied.recall, copied.tokens, copied.missing), anchors
+
+
 def test_halo_reports_why_evidence_is_missing(dialogue, settings):
     source = HotWordAttention(WordTokenizer())
     tok = tokenize_dialogue(dialogue, source.tokenize, settings)
@@ -237,6 +257,39 @@ def test_kv_shift_matches_exact_on_a_one_layer_model():
     b = shift.teacher_force(kept, more, kept_keys)
     assert shift.stats.shifts == 1 and exact.stats.reprefills == 1
     assert np.allclose(a, b, atol=1e-5)
+
+
+def test_kv_shift_restores_resurrected_tokens_from_kept_cells():
+    """A resurrection (the pruned span back in the middle) takes the span's kept keys and
+    values instead of re-running everything after it; on one layer that is exact."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from memory_bench.attention import ModelAttention
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=1, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=256)
+    model = transformers.LlamaForCausalLM(config).eval()
+    exact, shift = ModelAttention(model, None, "exact"), ModelAttention(model, None, "shift")
+    shift.reset(keep_pruned=True)
+    rng = np.random.default_rng(2)
+    ids = rng.integers(1, 64, 40).tolist()
+    keys = list(range(40))
+    forced = rng.integers(1, 64, 4).tolist()
+    for source in (exact, shift):  # read everything, prune keys 10..19, force after the gap
+        source.teacher_force(ids, forced, keys + [40, 41, 42, 43])
+        source.teacher_force(ids[:10] + ids[20:], forced, keys[:10] + keys[20:] + [50, 51, 52, 53])
+    prefilled = shift.stats.prefill_tokens
+    back = ids + forced[:3]  # 10..19 resurrected in place, the forced turn's tokens kept
+    back_keys = keys + [50, 51, 52]
+    more = rng.integers(1, 64, 5).tolist()
+    a = exact.force(back, more, back_keys + [60, 61, 62, 63, 64])
+    b = shift.force(back, more, back_keys + [60, 61, 62, 63, 64])
+    assert shift.stats.restored_tokens == 10
+    assert shift.stats.prefill_tokens == prefilled  # nothing re-run: all from kept cells
+    assert exact.stats.reprefills >= 1
+    assert np.allclose(a.rows, b.rows, atol=1e-5) and np.allclose(a.logprobs, b.logprobs, atol=1e-4)
 
 
 def test_merging_runs_weights_recall_by_question_count():
@@ -289,3 +342,127 @@ def test_a_real_run_reports_continuation_fidelity_per_method(data_file, tmp_path
     for name in ("halo", "fifo-halo"):
         assert merged[name]["delta_nll"] == pytest.approx(methods[name]["delta_nll"], abs=1e-4)
         assert merged[name]["fidelity_turns"] == 2 * methods[name]["fidelity_turns"]
+
+
+def test_replays_share_their_calls_before_the_first_prune(dialogue, settings):
+    """A second replay takes the calls every policy makes before its first prune from the
+    first one, and gets exactly what a fresh model gives (the live replay's resurrected
+    spans come from kept cells and agree with a fresh source too)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from memory_bench.attention import ModelAttention
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=50010, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=1024)
+    model = transformers.LlamaForCausalLM(config).eval()
+
+    def source():
+        s = ModelAttention(model, None, "shift")
+        s.tokenize = WordTokenizer()
+        return s
+
+    shared = source()
+    tok = tokenize_dialogue(dialogue, shared.tokenize, settings)
+    age = (("prune_order", "age"),)
+    first = replay(tok, Policy("wide", 200), settings, shared)  # reads rows: shares them
+    for policy in (Policy("halo", 120), Policy("fifo-halo", 120, settings=age)):
+        served = shared.shared.served_tokens
+        again = replay(tok, policy, settings, shared)
+        fresh = replay(tok, policy, settings, source())
+        assert shared.shared.served_tokens > served  # the prefix came from the first replay
+        assert [r.turn_index for r in again.fidelity] == [r.turn_index for r in fresh.fidelity]
+        assert np.allclose([r.nll for r in again.fidelity], [r.nll for r in fresh.fidelity], atol=1e-5)
+        assert again.conv.live_token_count() == fresh.conv.live_token_count()
+        assert again.prune_events == fresh.prune_events
+    assert first.prune_events > 0
+    # Oldest-first pruning reads no attention: same NLL and live sets as with rows read.
+    with_rows_source = source()
+    with_rows = replay(tok, Policy("rows", 120), settings.replace(prune_order="age"), with_rows_source)
+    without = replay(tok, Policy("fifo-halo", 120, settings=age), settings, source())
+    assert with_rows_source.stats.by_kind["forced"][0] > 0
+    assert [r.nll for r in without.fidelity] == pytest.approx([r.nll for r in with_rows.fidelity], abs=1e-5)
+    assert all(np.array_equal(a.live_positions, b.live_positions)
+               for a, b in zip(without.fidelity, with_rows.fidelity))
+
+
+def test_llama_forcing_reads_every_row_through_the_caches_decode():
+    """The benchmark's llama.cpp forcing and the reader's attend_all share the cache's one
+    decode with an attention hook: same rows, each a distribution over what the query
+    sees, and the log-probabilities show a repeated sentence is predictable."""
+    pytest.importorskip("llama_cpp")
+    from memory_bench.llama_forcing import LlamaForcing
+
+    source = LlamaForcing.load(context_size=512, threads=1)
+    ids = [i for i, _ in source.tokenize("The quick brown fox jumps over the lazy dog. " * 6)]
+    n = len(ids) // 2
+    ctx, forced = ids[:n], ids[n:]
+    out = source.force(ctx, forced)
+    assert out.rows.shape == (len(forced), len(ids) - 1)
+    for j in range(len(forced)):
+        assert out.rows[j, :n + j].sum() == pytest.approx(1.0, abs=1e-3)
+        assert not out.rows[j, n + j:].any()  # causal: nothing after the query
+    assert np.isfinite(out.logprobs).all() and out.nll < 1.0  # the sentence was said before
+    source.reset()
+    source.sync(ctx[:-1])
+    rows = source.kv.attend_all([ctx[-1]] + forced[:-1])
+    assert np.allclose(rows, out.rows, atol=1e-5)
+
+
+def test_jobs_runs_each_conversation_in_a_worker_and_merges_like_merge(data_file, tmp_path, capsys):
+    """``--jobs 2`` on two conversations: one command, the same figures as the two
+    conversations run apart and combined with ``--merge``."""
+    import bench_memory
+
+    item = json.loads(data_file.read_text())[0]
+    other = json.loads(json.dumps(item))
+    other["sample_id"] = "conv-u"
+    other["qa"] = other["qa"][:1]
+    two = tmp_path / "two.json"
+    two.write_text(json.dumps([item, other]))
+    argv = ["--data", str(two), "--prune-to", "300", "--context", "520", "--max-new-tokens", "40",
+            "--window", "600", "--diagnostics", "0", "--methods", "full,fifo"]
+    assert bench_memory.main(argv + ["--jobs", "2", "--json"]) == 0
+    together = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert together["conversations"] == ["conv-t", "conv-u"] and together["runs"] == 2
+    assert together["elapsed_seconds"] > 0
+    paths = []
+    for conv in ("conv-t", "conv-u"):
+        assert bench_memory.main(argv + ["--conversations", conv, "--json"]) == 0
+        path = tmp_path / f"{conv}.out"
+        path.write_text(capsys.readouterr().out)
+        paths.append(str(path))
+    assert bench_memory.main(["--merge", *paths, "--json"]) == 0
+    apart = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for name, f in apart["methods"].items():
+        g = together["methods"][name]
+        assert g["questions"] == f["questions"] == 4, name
+        for key in ("recall_overall", "delta_nll", "kept_attention_mass", "fidelity_turns", "mean_tokens"):
+            assert g[key] == pytest.approx(f[key], abs=1e-4), (name, key)
+
+
+def test_grouped_attention_gives_eagers_rows_and_log_probabilities():
+    """The grouped-query attention the replay reads rows from agrees with transformers'
+    eager attention (3 query heads per key/value head, after a KV shift too)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from memory_bench.attention import ModelAttention
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=48, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=6,
+                                      num_key_value_heads=2, max_position_embeddings=256)
+    model = transformers.LlamaForCausalLM(config).eval()
+    grouped, eager = ModelAttention(model, None, "shift"), ModelAttention(model, None, "shift")
+    eager.rows_impl = "eager"
+    rng = np.random.default_rng(3)
+    ids, forced, more = (rng.integers(1, 64, n).tolist() for n in (150, 70, 9))
+    keys = list(range(220))
+    a, b = grouped.force(ids, forced, keys), eager.force(ids, forced, keys)
+    assert np.allclose(a.rows, b.rows, atol=1e-6) and np.allclose(a.logprobs, b.logprobs, atol=1e-5)
+    kept, kept_keys = ids[:30] + ids[60:] + forced[:-1], keys[:30] + keys[60:219]
+    a = grouped.force(kept, more, kept_keys + list(range(300, 309)))
+    b = eager.force(kept, more, kept_keys + list(range(300, 309)))
+    assert grouped.stats.shifts == 1
+    assert np.allclose(a.rows, b.rows, atol=1e-6) and np.allclose(a.logprobs, b.logprobs, atol=1e-5)

@@ -160,8 +160,11 @@ def test_chekhovs_gun_comes_back_in_place(long_chat, chat, embedder):  # noqa: F
 def test_unrelated_question_leaves_the_boat_buried(chat, embedder):  # noqa: F811
     conv, store, index = chat
     result = ask(conv, store, index, embedder, "What is the best temperature to brew green tea?")
+    assert result.resurrected  # something came back...
+    # ...but not the boat's facts (the whole chat is one sitting, so a match in turn 2
+    # may bring the boat answer's opening as its neighbour; the facts stay buried).
     assert not chunk_with(conv, "Marigold Drifter").live
-    assert all(c.turn_id > 1 for c in result.resurrected)
+    assert not chunk_with(conv, "Port Quillan").live
 
 
 @pytest.mark.parametrize("cap", [0, 30, 120])
@@ -202,7 +205,9 @@ def test_shared_anchors_are_paid_once(chat, embedder):  # noqa: F811
     moor = chunk_with(conv, "Port Quillan")
     matches = [m for m in index.search("boat name and mooring berth", limit=50)
                if m.chunk_id in (name.id, moor.id)]
-    plan = index.plan(conv, matches, budget=10_000)
+    seed = SemanticIndex(store.conn, conv.settings.replace(resurrection_anchors="always", resurrect_neighbours=0),
+                         embedder, lock=store.lock)
+    plan = seed.plan(conv, matches, budget=10_000)  # each match pays for its anchors
     first, second = plan.taken
     assert first.cost > second.cost  # the second pays only for itself
     assert second.cost == conv.chunks[second.match.chunk_id].token_count

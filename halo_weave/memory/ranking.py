@@ -46,12 +46,16 @@ def distinctive_terms(text: str, documents: Callable[[str], int | None], entries
 
 
 def rank(vm: VectorMatrix, query: np.ndarray, s: Settings, limit: int,
-         bm25_ids: dict[int, float]) -> dict[int, tuple[float, float, float | None]]:
-    """The ``limit`` best entries: chunk id -> (cosine, score, normalised BM25 or None)."""
+         bm25_ids: dict[int, float], dated: frozenset[int] = frozenset()
+         ) -> dict[int, tuple[float, float, float | None]]:
+    """The ``limit`` best entries: chunk id -> (cosine, score, normalised BM25 or None).
+
+    ``dated``: entries said on a day the query names; each gets ``s.date_weight`` more.
+    """
     boost = s.user_similarity_boost
     rows = vm.candidates(query, boost, limit)  # None: every row
-    if rows is not None and bm25_ids:  # blend only candidates: the vector's and BM25's
-        extra = np.fromiter((vm.row[c] for c in bm25_ids if c in vm.row), np.int64)
+    if rows is not None and (bm25_ids or dated):  # blend only candidates: the vector's and BM25's
+        extra = np.fromiter((vm.row[c] for c in (*bm25_ids, *dated) if c in vm.row), np.int64)
         rows = np.union1d(rows, extra)
     similarity = vm.similarity(query, rows)
     user = vm.user[: vm.n] if rows is None else vm.user[rows]
@@ -65,6 +69,11 @@ def rank(vm: VectorMatrix, query: np.ndarray, s: Settings, limit: int,
         if bm25.max() > 0:
             bm25 /= bm25.max()
         score = (1 - s.hybrid_weight) * score + s.hybrid_weight * bm25
+    if dated and s.date_weight > 0:
+        rows_dated = np.fromiter((vm.row[c] for c in dated if c in vm.row), np.int64)
+        at = rows_dated if rows is None else np.searchsorted(rows, rows_dated)
+        score = score.copy()
+        score[at] += s.date_weight
     k = min(limit, len(score))
     top = np.argpartition(-score, k - 1)[:k]
     top = top[np.argsort(-score[top], kind="stable")]

@@ -7,6 +7,12 @@ once), plus the framing of turns that come back from fully pruned.  A match is t
 its cost fits in what is left of the budget and skipped otherwise (a later, cheaper
 match may still fit).  Already-live chunks cost nothing.
 
+With ``anchors="if_room"`` (setting ``resurrection_anchors``) the anchors are paid for
+only from what the matches leave: every match is first planned alone (its chunk and its
+turn's framing), then each taken match's anchors, in the same order, while they fit.
+An anchor adds context the match's text does not carry, but it costs as much as a match
+of its own; this way it never keeps out a match that was found.
+
 The plan is applied with :meth:`Conversation.resurrect` (chunks return at their original
 positions) and persisted — ``store.save_chunks`` and each taken entry's
 ``reference_count`` + 1 — in one transaction; if that transaction fails, the chunks go
@@ -59,14 +65,25 @@ class ResurrectionPlan:
     budget: int
     taken: list[PlannedMatch] = field(default_factory=list)
     skipped: list[PlannedMatch] = field(default_factory=list)
+    #: False: the anchors are not implied; those that fit are listed in ``anchors``.
+    with_anchors: bool = True
+    anchors: list[int] = field(default_factory=list)
+    anchor_tokens: int = 0
 
     @property
     def tokens(self) -> int:
-        return sum(p.cost for p in self.taken)
+        return sum(p.cost for p in self.taken) + self.anchor_tokens
 
     @property
     def chunk_ids(self) -> list[int]:
-        return [p.match.chunk_id for p in self.taken]
+        """The chunks to resurrect (with ``with_anchors``: their anchors come too)."""
+        return [p.match.chunk_id for p in self.taken] + self.anchors
+
+    def apply(self, conv: Conversation, brightness: str | int) -> list[Chunk]:
+        """``conv.resurrect`` of this plan's chunks (anchors as planned)."""
+        if not self.taken:
+            return []
+        return conv.resurrect(self.chunk_ids, brightness=brightness, with_anchors=self.with_anchors)
 
 
 @dataclass
@@ -93,31 +110,60 @@ def budget(conv: Conversation, user_tokens: int, max_context: int, max_new_token
     return max(room, 0)
 
 
-def make_plan(conv: Conversation, matches: Sequence[Match], budget: int) -> ResurrectionPlan:
-    """Take matches in order while their cost fits (see the module docstring)."""
-    plan = ResurrectionPlan(budget)
-    planned: set[int] = set()
-    framed_turns: set[int] = set()  # turns whose framing is live or already paid for
-    left = budget
+def make_plan(conv: Conversation, matches: Sequence[Match], budget: int,
+              anchors: str = "always") -> ResurrectionPlan:
+    """Take matches in order while their cost fits (see the module docstring).
+
+    ``anchors``: ``"always"`` (each match with its anchors) or ``"if_room"`` (anchors
+    from what the matches leave).
+    """
+    if anchors not in ("always", "if_room"):
+        raise ValueError(f"resurrection anchors must be 'always' or 'if_room', not {anchors!r}")
+    plan = ResurrectionPlan(budget, with_anchors=anchors == "always")
+    cost_of = _Costs(conv)
     for match in matches:
         chunk = conv.chunks.get(match.chunk_id)
         if chunk is None or chunk.framing:
             continue  # an entry whose chunk is gone (merged away) cannot come back
-        group = [chunk] + conv.anchors_of(chunk)
-        new = [c for c in group if not c.live and c.id not in planned]
+        group = [chunk] + (conv.anchors_of(chunk) if plan.with_anchors else [])
+        cost, new, turns = cost_of(group)
+        if cost <= budget - plan.tokens:
+            plan.taken.append(PlannedMatch(match, cost))
+            cost_of.take(new, turns)
+        else:
+            plan.skipped.append(PlannedMatch(match, cost))
+    if not plan.with_anchors:
+        for planned in list(plan.taken):
+            for anchor in conv.anchors_of(conv.chunks[planned.match.chunk_id]):
+                cost, new, turns = cost_of([anchor])
+                if new and cost <= budget - plan.tokens:
+                    plan.anchors.append(anchor.id)
+                    plan.anchor_tokens += cost
+                    cost_of.take(new, turns)
+    return plan
+
+
+class _Costs:
+    """Tokens a group of chunks would add, given what the plan already holds."""
+
+    def __init__(self, conv: Conversation) -> None:
+        self.conv = conv
+        self.planned: set[int] = set()
+        self.framed_turns: set[int] = set()  # turns whose framing is live or already paid for
+
+    def __call__(self, group: list[Chunk]) -> tuple[int, list[Chunk], set[int]]:
+        conv = self.conv
+        new = [c for c in group if not c.live and c.id not in self.planned]
         cost = sum(c.token_count for c in new)
-        turns = {c.turn_id for c in new} - framed_turns
+        turns = {c.turn_id for c in new} - self.framed_turns
         pruned_turns = {t for t in turns if not any(c.live for c in conv.content_chunks(t))}
         cost += sum(conv.chunks[f].token_count for t in pruned_turns
                     for f in conv.turns[t].chunk_ids if conv.chunks[f].framing)
-        if cost <= left:
-            plan.taken.append(PlannedMatch(match, cost))
-            planned.update(c.id for c in new)
-            framed_turns.update(turns)
-            left -= cost
-        else:
-            plan.skipped.append(PlannedMatch(match, cost))
-    return plan
+        return cost, new, turns
+
+    def take(self, new: list[Chunk], turns: set[int]) -> None:
+        self.planned.update(c.id for c in new)
+        self.framed_turns.update(turns)
 
 
 def apply_plan(conv: Conversation, plan: ResurrectionPlan, conn: sqlite3.Connection,
@@ -131,7 +177,7 @@ def apply_plan(conv: Conversation, plan: ResurrectionPlan, conn: sqlite3.Connect
     """
     before = conv.live_token_count()
     undo = _UndoResurrect(conv, plan)
-    resurrected = conv.resurrect(plan.chunk_ids, brightness=brightness) if plan.taken else []
+    resurrected = plan.apply(conv, brightness)
     counts = [p.match.chunk_id for p in plan.taken]
     try:
         if store is not None:

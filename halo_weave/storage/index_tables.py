@@ -85,6 +85,21 @@ def bm25(conn: sqlite3.Connection, query: str, limit: int) -> dict[int, float]:
     return {int(r[0]): max(float(r[1]), 0.0) for r in rows}
 
 
+def said_between(conn: sqlite3.Connection, spans: Sequence[tuple[float, float]]) -> frozenset[int]:
+    """Chunk ids of the entries whose turn was said within one of ``spans`` (``[start,
+    end)`` epoch seconds); empty for a file without turns."""
+    if not spans:
+        return frozenset()
+    where = " OR ".join("(t.created_at >= ? AND t.created_at < ?)" for _ in spans)
+    try:
+        rows = conn.execute(f"SELECT e.chunk_id FROM semantic_entries e JOIN turns t ON "
+                            f"t.turn_id = e.turn_id WHERE {where}",
+                            [x for span in spans for x in span]).fetchall()
+    except sqlite3.OperationalError:
+        return frozenset()
+    return frozenset(r[0] for r in rows)
+
+
 def term_documents(conn: sqlite3.Connection, term: str) -> int | None:
     """How many entries hold ``term`` (None: not in the vocabulary as written)."""
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.semantic_vocab "

@@ -62,6 +62,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "user_similarity_boost": (0.0, 100.0),
     "min_similarity": (-1.0, 1.0),
     "hybrid_weight": (0.0, 1.0),
+    "date_weight": (0.0, 10.0),
+    "resurrect_neighbours": (0, 100),
+    "session_gap_seconds": (0.0, 10_000_000.0),
     "embedding_max_tokens": (8, 100_000),
     "embed_wait_seconds": (0.0, 3600.0),
 }

@@ -31,6 +31,9 @@ from typing import Sequence
 
 import numpy as np
 
+from . import gqa
+from .prefix import SharedPrefix
+
 #: Longest slice run in one forward pass.
 PREFILL_BLOCK = 1024
 #: Query tokens per eager pass (bounds the [layers, heads, q, keys] attention tensor).
@@ -46,6 +49,7 @@ class AttentionStats:
     forced_tokens: int = 0
     shifts: int = 0
     reprefills: int = 0
+    restored_tokens: int = 0  # resurrected tokens taken from kept cells (not run)
     seconds: float = 0.0
     by_kind: dict = field(default_factory=dict)
 
@@ -62,6 +66,10 @@ class ModelAttention:
         self.device = device
         self.stats = AttentionStats()
         self._pieces = None
+        self.shared = SharedPrefix()
+        #: The attention that returns probabilities: grouped (no key/value copies), or
+        #: transformers' "eager" (the reference it is checked against).
+        self.rows_impl = gqa.register()
         self.reset()
 
     @classmethod
@@ -90,11 +98,23 @@ class ModelAttention:
         return list(zip((int(i) for i in ids), self._pieces(ids)))
 
     # ------------------------------------------------------------------ cache
-    def reset(self) -> None:
-        """Forget the cache (a new conversation)."""
+    def reset(self, keep_pruned: bool = False) -> None:
+        """Forget the cache (a new conversation); ``keep_pruned``: keep the keys and values
+        of pruned tokens, so that a resurrection restores them instead of re-running."""
         self._cache = None
         self._ids: list[int] = []
         self._keys: list = []
+        self.keep_pruned = keep_pruned
+        self._grave = None  # per layer (keys, values) of pruned tokens, rows appended
+        self._grave_rows: dict = {}  # key -> (row, token id, position it was rotated to)
+        self._grave_len = 0
+        self._call = 0  # teacher_force calls since the reset
+        self._pending = 0  # cache length the last shared call left (not adopted yet)
+        self._pure = True  # the cache only grew since the reset (no prune yet)
+
+    def forget_shared(self) -> None:
+        """A new conversation: drop the calls shared between its replays."""
+        self.shared.clear()
 
     def _new_cache(self):
         from transformers import DynamicCache
@@ -103,61 +123,137 @@ class ModelAttention:
 
     def _crop(self, keep: int) -> None:
         if keep <= 0 or self._cache is None:
-            self.reset()
+            self.reset(self.keep_pruned)
             return
         extra = len(self._ids) - keep
         if extra > 0:
+            self._pure = False
             self._cache.crop(-extra)
             del self._ids[keep:]
             del self._keys[keep:]
 
     def _sync(self, ids: list[int], keys: list) -> None:
         """Make the cache hold exactly ``ids`` (re-running only what must be run)."""
+        if self._cache is None and self.shared.ids:
+            # After shared calls: the state the last one left; else the longest shared prefix.
+            n, self._pending = self._pending or self.shared.common(ids, keys), 0
+            if n:
+                self._cache = self._new_cache()
+                self.shared.adopt(self._cache, n)
+                self._ids, self._keys = self.shared.ids[:n], self.shared.keys[:n]
         n = 0
         for a, b, ka, kb in zip(self._ids, ids, self._keys, keys):
             if a != b or ka != kb:
                 break
             n += 1
-        if n < len(self._ids) and self.mode == "shift" and self._try_shift(ids, keys):
-            n = len(self._ids)
+        edited = n < len(self._ids) or (n < len(ids) and keys[n] in self._grave_rows)
+        if edited and self.mode == "shift" and self._cache is not None:
+            n = self._shift(ids, keys)
         elif n < len(self._ids):
             self.stats.reprefills += n < len(ids)
             self._crop(n)
         if n < len(ids):
             self._run(ids[n:], keys[n:], attention=False)
 
-    def _try_shift(self, ids: list[int], keys: list) -> bool:
-        """Evict cached tokens absent from ``keys`` and close the gaps; False if not a pure removal."""
+    def _shift(self, ids: list[int], keys: list) -> int:
+        """Rebuild the cache from cells it holds (and, with ``keep_pruned``, pruned cells
+        kept aside) for the longest prefix of ``keys`` they cover, each key rotated to
+        its new position (ContextShift; llama.cpp's ``seq_rm`` + ``seq_add`` and its
+        kept cells).  Returns that prefix's length; the rest must be run."""
         import torch
 
-        wanted = set(keys)
-        keep = [i for i, k in enumerate(self._keys) if k in wanted]
-        if not keep or len(keep) > len(ids):
-            return False
-        if [self._keys[i] for i in keep] != list(keys[: len(keep)]):
-            return False
-        if [self._ids[i] for i in keep] != list(ids[: len(keep)]):
-            return False
         from halo_weave.server.kv_surgery import rotate_keys
 
-        index = torch.tensor(keep, dtype=torch.long, device=self.device)
-        delta = torch.arange(len(keep), device=self.device) - index  # new - old position
+        here = {k: i for i, k in enumerate(self._keys)}
+        src_cache, dst_cache, src_grave, dst_grave = [], [], [], []
+        old_pos = []  # per restored row: the position its key was rotated to
+        m = 0
+        for m, (token, key) in enumerate(zip(ids, keys)):
+            i = here.get(key)
+            if i is not None and self._ids[i] == token:
+                src_cache.append(i)
+                dst_cache.append(m)
+                continue
+            kept = self._grave_rows.get(key)
+            if kept is not None and kept[1] == token:
+                src_grave.append(kept[0])
+                dst_grave.append(m)
+                old_pos.append(kept[2])
+                continue
+            break
+        else:
+            m = len(ids)
+        if self.keep_pruned:  # cells leaving the cache are kept aside, as they are
+            taken = set(src_cache)
+            self._bury([i for i in range(len(self._ids)) if i not in taken])
+        self._pure = False
+        if m == 0:
+            self.reset(self.keep_pruned)
+            return 0
         inv_freq = self.model.model.rotary_emb.inv_freq
-        for layer in self._cache.layers:
-            layer.keys = rotate_keys(layer.keys.index_select(-2, index), delta, inv_freq)
-            layer.values = layer.values.index_select(-2, index)
-        self._ids = [self._ids[i] for i in keep]
-        self._keys = [self._keys[i] for i in keep]
+        dev = self.device
+        sc, dc = (torch.tensor(x, dtype=torch.long, device=dev) for x in (src_cache, dst_cache))
+        for li, layer in enumerate(self._cache.layers):
+            k, v = layer.keys, layer.values
+            new_k = k.new_empty(k.shape[:-2] + (m, k.shape[-1]))
+            new_v = v.new_empty(v.shape[:-2] + (m, v.shape[-1]))
+            if src_cache:
+                new_k.index_copy_(-2, dc, rotate_keys(k.index_select(-2, sc), dc - sc, inv_freq))
+                new_v.index_copy_(-2, dc, v.index_select(-2, sc))
+            if src_grave:
+                sg, dg = (torch.tensor(x, dtype=torch.long, device=dev) for x in (src_grave, dst_grave))
+                gk, gv = self._grave[li]
+                delta = dg - torch.tensor(old_pos, dtype=torch.long, device=dev)
+                new_k.index_copy_(-2, dg, rotate_keys(gk.index_select(-2, sg), delta, inv_freq))
+                new_v.index_copy_(-2, dg, gv.index_select(-2, sg))
+            layer.keys, layer.values = new_k, new_v
+        self._ids, self._keys = list(ids[:m]), list(keys[:m])
         self.stats.shifts += 1
-        return True
+        self.stats.restored_tokens += len(src_grave)
+        return m
 
-    def _run(self, ids: list[int], keys: list, *, attention: bool):
-        """Feed ids after the cache; returns mean attention rows [len(ids), keys] or None."""
+    def _bury(self, rows: list[int]) -> None:
+        """Keep the cache rows ``rows`` aside (keys still rotated to their row index)."""
         import torch
 
+        if not rows:
+            return
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        n = len(rows)
+        if self._grave is None:
+            self._grave = [None] * len(self._cache.layers)
+        for li, layer in enumerate(self._cache.layers):
+            k, v = layer.keys.index_select(-2, index), layer.values.index_select(-2, index)
+            if self._grave[li] is None:
+                cap = max(4096, 2 * n)
+                self._grave[li] = (k.new_empty(k.shape[:-2] + (cap, k.shape[-1])),
+                                   v.new_empty(v.shape[:-2] + (cap, v.shape[-1])))
+            gk, gv = self._grave[li]
+            if self._grave_len + n > gk.shape[-2]:  # grow by doubling
+                cap = 2 * (self._grave_len + n)
+                bigger_k = gk.new_empty(gk.shape[:-2] + (cap, gk.shape[-1]))
+                bigger_v = gv.new_empty(gv.shape[:-2] + (cap, gv.shape[-1]))
+                bigger_k[..., :self._grave_len, :] = gk[..., :self._grave_len, :]
+                bigger_v[..., :self._grave_len, :] = gv[..., :self._grave_len, :]
+                gk, gv = bigger_k, bigger_v
+            gk[..., self._grave_len:self._grave_len + n, :] = k
+            gv[..., self._grave_len:self._grave_len + n, :] = v
+            self._grave[li] = (gk, gv)
+        for j, i in enumerate(rows):
+            self._grave_rows[self._keys[i]] = (self._grave_len + j, self._ids[i], i)
+        self._grave_len += n
+
+    def _run(self, ids: list[int], keys: list, *, attention: bool, logits: bool | None = None):
+        """Feed ids after the cache; returns mean attention rows [len(ids), keys] per block
+        (none without ``attention``).  ``logits`` (default: with ``attention``): keep every
+        query's log-softmax in ``self._logp``."""
+        import torch
+
+        logits = attention if logits is None else logits
+        started = time.perf_counter()
         if self._cache is None:
             self._cache = self._new_cache()
-        impl = "eager" if attention else "sdpa"
+        impl = self.rows_impl if attention else "sdpa"
         if getattr(self.model.config, "_attn_implementation", None) != impl:
             self.model.set_attn_implementation(impl)
         rows = []
@@ -169,32 +265,38 @@ class ModelAttention:
             with torch.inference_mode():
                 try:
                     out = self.model(input_ids=tensor, past_key_values=self._cache, use_cache=True,
-                                     output_attentions=attention, logits_to_keep=0 if attention else 1)
+                                     output_attentions=attention, logits_to_keep=0 if logits else 1)
                 except BaseException:
-                    self.reset()
+                    self.reset(self.keep_pruned)
                     raise
             self._ids.extend(part)
             self._keys.extend(keys[start:start + block])
-            if attention:
+            if logits:
                 self._logp.append(torch.log_softmax(out.logits[0].float(), dim=-1))
+            if attention:
                 total = None
                 for layer in out.attentions:  # [1, heads, q, keys]
                     s = layer[0].float().sum(0)
                     total = s if total is None else total + s
                 rows.append((total / (len(out.attentions) * out.attentions[0].shape[1])).cpu().numpy())
-        if attention:
+        if logits:
             self.stats.forced_tokens += len(ids)
         else:
             self.stats.prefill_tokens += len(ids)
+        kind = "forced" if attention else "scored" if logits else "prefill"
+        tokens, seconds = self.stats.by_kind.get(kind, (0, 0.0))
+        self.stats.by_kind[kind] = (tokens + len(ids), seconds + time.perf_counter() - started)
         return rows
 
     # ------------------------------------------------------------------ the call
     def teacher_force(self, input_ids: Sequence[int], forced_ids: Sequence[int],
-                      keys: Sequence | None = None) -> np.ndarray:
+                      keys: Sequence | None = None, rows: bool = True) -> np.ndarray | None:
         """Attention rows while producing each forced token (see the module docstring).
 
         ``keys`` names every input token and then every forced token (defaults to
-        positions, which makes ``shift`` act like ``exact``).
+        positions, which makes ``shift`` act like ``exact``).  ``rows=False``: only the
+        log-probabilities (``last_logprobs``; the fast attention kernel, no rows read);
+        returns None.
         """
         started = time.perf_counter()
         ids = [int(i) for i in input_ids]
@@ -204,32 +306,46 @@ class ModelAttention:
         keys = list(range(len(ids) + len(forced))) if keys is None else list(keys)
         if len(keys) != len(ids) + len(forced):
             raise ValueError("keys must name every input and forced token")
+        signature = (tuple(ids), tuple(keys), tuple(forced))
+        call, self._call = self._call, self._call + 1
+        shared = self.shared.lookup(call, signature, rows) if self._pure else None
+        if shared is not None:  # another replay made this very call before its first prune
+            self._cache, self._ids, self._keys = None, [], []  # the next sync adopts
+            out, self.last_logprobs, self._pending = shared
+            self.stats.calls += 1
+            self.stats.seconds += time.perf_counter() - started
+            return out
         self._sync(ids[:-1], keys[: len(ids) - 1])
         # The last input token is the query that produces forced[0], so it runs eagerly
         # with the forced tokens; the last forced token is never a query.
-        blocks = self._run([ids[-1]] + forced[:-1], keys[len(ids) - 1: -1], attention=True)
+        blocks = self._run([ids[-1]] + forced[:-1], keys[len(ids) - 1: -1], attention=rows, logits=True)
         import torch
 
         logp = torch.cat(self._logp)  # [len(forced), vocab]: query j predicts forced[j]
         self.last_logprobs = logp[torch.arange(len(forced)), torch.tensor(forced)].double().numpy()
         self._logp = []
-        width = len(ids) + len(forced) - 1
-        out = np.zeros((len(forced), width), np.float32)
-        row = 0
-        for block in blocks:
-            q, k = block.shape
-            out[row:row + q, :k] = block
-            row += q
+        out = None
+        if rows:
+            out = np.zeros((len(forced), len(ids) + len(forced) - 1), np.float32)
+            row = 0
+            for block in blocks:
+                q, k = block.shape
+                out[row:row + q, :k] = block
+                row += q
+        if self._pure:
+            self.shared.record(call, signature, out, self.last_logprobs, self._ids, self._keys,
+                               self._cache.layers)
         self.stats.calls += 1
         self.stats.seconds += time.perf_counter() - started
         return out
 
 
-    def force(self, input_ids, forced_ids, keys=None):
-        """:meth:`teacher_force` with the log-probability of every forced token."""
+    def force(self, input_ids, forced_ids, keys=None, rows: bool = True):
+        """:meth:`teacher_force` with the log-probability of every forced token (rows
+        None with ``rows=False``)."""
         from .llama_forcing import Forced
 
-        rows = self.teacher_force(input_ids, forced_ids, keys)
+        rows = self.teacher_force(input_ids, forced_ids, keys, rows)
         return Forced(rows, self.last_logprobs)
 
 
@@ -245,7 +361,7 @@ class EngineAttention:
     def tokenize(self, text: str) -> list[tuple[int, str]]:
         return self.engine.tokenize(text)
 
-    def reset(self) -> None:
+    def reset(self, keep_pruned: bool = False) -> None:
         """Nothing to do: the engine reuses whatever prefix it shares with the next input."""
 
     def teacher_force(self, input_ids, forced_ids, keys=None) -> np.ndarray:

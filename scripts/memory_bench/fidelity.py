@@ -68,7 +68,12 @@ def reference_pass(full: Conversation, turns: list[tuple[list[int], list[str]]],
         if end > room:
             start = int(turn_starts[np.searchsorted(turn_starts, end - room)])
         ids = system + table.token_id[start:end].tolist()
-        rows, logprobs = force(source, ids, forced, None)
+        # Keys name every token by its position, so that once the window is full and
+        # slides, the cache drops the oldest turns and shifts the rest (ContextShift, what
+        # llama.cpp's sync does here too) instead of re-running the whole window per turn.
+        keys = (list(range(-len(system), 0)) + table.position[start:end].tolist()
+                + table.position[end:end + len(forced)].tolist())
+        rows, logprobs = force(source, ids, forced, keys)
         mass = rows[:, len(system):len(ids)].sum(axis=0, dtype=np.float64)
         content_rows = ~table.framing[start:end] & (table.turn_id[start:end] < turn_id)
         out[turn_id] = ReferenceTurn(float(-logprobs.mean()), table.position[start:end][content_rows].copy(),

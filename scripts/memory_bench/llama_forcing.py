@@ -9,8 +9,8 @@ same decode.  The cache itself is synced with the engine's own KV surgery
 (:meth:`LlamaCache.sync`: a prune is ``seq_rm`` + ``seq_add``, a resurrection restores
 kept cells or runs only the inserted span), so nothing before an edit is recomputed.
 
-The evaluation callback is the cache's; only the softmax nodes are taken over while a
-forced turn is decoded (the cell-index readout stays the cache's).
+Each decode is the cache's own :meth:`LlamaCache.decode` (logits of every query), whose
+attention hook hands over every layer's softmax; the hook sums it over heads and layers.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from typing import Sequence
 
 import numpy as np
 
-from halo_weave.server.llamacpp.cache import LIVE_SEQ, SOFTMAX_PREFIX, DecodeError
 
 
 @dataclass
@@ -64,11 +63,6 @@ class LlamaForcing:
         self.kv = engine.kv
         self.L = self.kv.L
         self.stats = ForcingStats()
-        self._original = self.kv.callback
-        self._sum: np.ndarray | None = None  # [n_tok, n_kv] sum over layers and heads
-        self._layers = 0
-        self._reading = False
-        self.kv.callback = self._callback  # the engine's lambda looks it up on every call
 
     @classmethod
     def load(cls, context_size: int = 8192, threads: int = 1) -> "LlamaForcing":
@@ -88,30 +82,6 @@ class LlamaForcing:
         if hasattr(self.kv, "keep_pruned"):
             self.kv.keep_pruned = keep_pruned
 
-    # ------------------------------------------------------------------ callback
-    def _callback(self, tensor, ask, user_data) -> bool:
-        if not self._reading:
-            return self._original(tensor, ask, user_data)
-        lib = self.kv.lib
-        try:
-            name = lib.tensor_name(tensor)
-            if not name.startswith(SOFTMAX_PREFIX):
-                return self._original(tensor, ask, user_data)
-            if ask:
-                return True
-            n_kv, n_tok, n_head, _ = lib.tensor_shape(tensor)
-            block = np.empty((n_head, n_tok, n_kv), np.float32)
-            lib.read(tensor, block)
-            part = block.sum(axis=0)
-            if self._sum is None or self._sum.shape != part.shape:
-                self._sum = part
-            else:
-                self._sum += part
-            self._layers += 1
-        except BaseException as exc:  # noqa: BLE001 - ctypes would turn it into "stop"
-            self.kv._error = self.kv._error or exc
-        return True
-
     # ------------------------------------------------------------------ the call
     def sync(self, ids: Sequence[int]) -> None:
         """Make the live sequence hold exactly ``ids`` (the engine's KV surgery)."""
@@ -123,9 +93,12 @@ class LlamaForcing:
             self.stats.restored_tokens += report.restored
             self.stats.by_mode[report.mode] = self.stats.by_mode.get(report.mode, 0) + 1
 
-    def force(self, input_ids: Sequence[int], forced_ids: Sequence[int], keys=None) -> Forced:
+    def force(self, input_ids: Sequence[int], forced_ids: Sequence[int], keys=None,
+              rows: bool = True) -> Forced:
         """Attention rows and log-probabilities of ``forced_ids`` after ``input_ids``
-        (``keys`` is not needed: the sync finds the edits from the ids)."""
+        (``keys`` is not needed: the sync finds the edits from the ids); ``rows=False``:
+        the log-probabilities only (rows None)."""
+        want_rows = rows
         ids = [int(i) for i in input_ids]
         forced = [int(i) for i in forced_ids]
         if not ids or not forced:
@@ -141,9 +114,12 @@ class LlamaForcing:
         try:
             while done < len(queries):
                 part = queries[done:done + kv.n_batch]
-                pos = len(kv.ids)
-                sums, logits = self._decode(part, pos)
-                kv._append(part, self._cells)
+                sums = np.zeros((len(part), kv.n_cells), np.float32)
+
+                def add(_layer, probs, sums=sums):  # [heads, queries, cells]
+                    sums[:, :probs.shape[2]] += probs.sum(axis=0)
+
+                logits = kv.decode(part, hook=add if want_rows else None).astype(np.float64)
                 # Cells to positions: the live sequence's cells in position order; cells of
                 # later positions and of other sequences were masked (zero) in the softmax.
                 width = len(kv.ids)
@@ -161,38 +137,4 @@ class LlamaForcing:
         self.stats.calls += 1
         self.stats.forced_tokens += len(forced)
         self.stats.force_seconds += time.perf_counter() - t
-        return Forced(rows, logprobs)
-
-    def _decode(self, ids: list[int], pos: int) -> tuple[np.ndarray, np.ndarray]:
-        kv, L = self.kv, self.L
-        batch = kv._batch
-        n = len(ids)
-        for i, token in enumerate(ids):
-            batch.token[i] = token
-            batch.pos[i] = pos + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = LIVE_SEQ
-            batch.logits[i] = 1
-        batch.n_tokens = n
-        threads = (kv.capture_threads, kv.threads)
-        if threads != kv._threads_set:
-            L.llama_set_n_threads(kv.ctx, *threads)
-            kv._threads_set = threads
-        kv._new_cells, kv._error = [], None
-        self._sum, self._layers, self._reading = None, 0, True
-        try:
-            status = L.llama_decode(kv.ctx, batch)
-        finally:
-            self._reading = False
-        if kv._error is not None:
-            raise DecodeError(f"attention readout failed: {kv._error!r}") from kv._error
-        if status != 0:
-            raise DecodeError(f"llama_decode returned {status}")
-        if self._layers < kv.n_layer or self._sum is None:
-            raise DecodeError(f"read attention from {self._layers} of {kv.n_layer} layers")
-        cells = np.concatenate(kv._new_cells) if kv._new_cells else np.zeros(0, np.int64)
-        if len(cells) != n:
-            raise DecodeError(f"saw the cells of {len(cells)} of {n} tokens")
-        self._cells = cells
-        logits = np.ctypeslib.as_array(L.llama_get_logits(kv.ctx), shape=(n, kv.n_vocab)).astype(np.float64)
-        return self._sum, logits
+        return Forced(rows if want_rows else None, logprobs)

@@ -141,3 +141,13 @@ def load(path: str | Path) -> list[Dialogue]:
     """Every conversation of a LoCoMo-format JSON file."""
     with open(path, encoding="utf-8") as f:
         return [parse_dialogue(item) for item in json.load(f)]
+
+
+def truncate(dialogue, n: int):
+    """The first ``n`` turns, and only the questions whose evidence lies in them."""
+    from dataclasses import replace
+
+    turns = dialogue.turns[:n]
+    known = {t.dia_id for t in turns}
+    questions = [q for q in dialogue.questions if q.evidence and set(q.evidence) <= known]
+    return replace(dialogue, turns=turns, questions=questions)

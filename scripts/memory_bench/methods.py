@@ -130,12 +130,15 @@ def answer_rag(recent: Conversation, matches, q: QuestionContext) -> Outcome:
 
 
 def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
-                budget_cap: int = 0) -> Outcome:
-    """The app's resurrection for the question, then the question itself."""
+                budget_cap: int = 0, planner=make_plan) -> Outcome:
+    """The app's resurrection for the question, then the question itself.
+
+    ``planner(conv, matches, budget)``: the index's :meth:`SemanticIndex.plan` (its
+    settings: neighbours, anchors) or the plain :func:`make_plan`.
+    """
     conv = copy.deepcopy(base)
-    plan = make_plan(conv, matches, budget(conv, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))
-    if plan.taken:
-        conv.resurrect(plan.chunk_ids, brightness=rule)
+    plan = planner(conv, matches, budget(conv, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))
+    plan.apply(conv, rule)
     searched = {m.turn_id for m in matches}
     skipped = {p.match.turn_id for p in plan.skipped}
 
@@ -148,3 +151,25 @@ def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
         return "never retrieved"
 
     return q.finish(conv, why)
+
+
+def answer_halo_dry(base: Conversation, matches, q: QuestionContext, planner=make_plan) -> Outcome:
+    """:func:`answer_halo` without copying ``base`` (the copy was two thirds of a
+    question-time run): recall and tokens read off the plan, which names exactly the
+    chunks resurrection makes live (matches, their anchors as planned, their framing)."""
+    plan = planner(base, matches, budget(base, q.framed_tokens, q.model_context, q.max_new_tokens))
+    coming = set(plan.chunk_ids)
+    if plan.with_anchors:
+        coming.update(a.id for p in plan.taken for a in base.anchors_of(base.chunks[p.match.chunk_id]))
+    live = [d for d in q.question.evidence
+            if any(c.live or c.id in coming for c in base.content_chunks(q.turn_of[d]))]
+    searched = {m.turn_id for m in matches}
+    skipped = {p.match.turn_id for p in plan.skipped}
+    missing = {}
+    for dia_id in q.question.evidence:
+        if dia_id not in live:
+            turn_id = q.turn_of[dia_id]
+            missing[dia_id] = ("over budget" if turn_id in skipped else
+                               "retrieved, not resurrected" if turn_id in searched else "never retrieved")
+    recall = len(live) / len(q.question.evidence) if q.question.evidence else float("nan")
+    return Outcome(recall, base.live_token_count() + plan.tokens + q.framed_tokens, live, missing)

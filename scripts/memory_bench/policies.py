@@ -16,6 +16,11 @@ from typing import Callable
 
 from .replay import Policy
 
+#: The recall settings as they were before issue 16 (the base of the recent-* variants).
+SEED_RECALL = {"date_weight": 0.0, "query_split": False, "resurrect_neighbours": 0,
+               "resurrection_anchors": "always", "user_similarity_boost": 1.5}
+_ALL = {"date_weight": 0.3, "query_split": True, "resurrect_neighbours": 1, "resurrection_anchors": "if_room"}
+
 #: Methods in table order: (name, replay policy key or None, question-time options).
 METHODS = [
     ("full", None, {}),
@@ -49,17 +54,68 @@ METHODS = [
     ("halo-decay16-recent", "decay16-recent", {}),  # half-life 16 + recent window
     ("halo-mass-recent", "mass-recent", {}),  # H2O: accumulated mass + recent window
     ("halo-mass-recent75", "mass-recent75", {}),  # ... the window 3/4 of P
-    # Retrieval ideas at question time, on the most recent P tokens (no replay, no model).
-    ("recent-halo", None, {"retrieval": ""}),
-    ("recent-split", None, {"retrieval": "split"}),
-    ("recent-neighbours", None, {"retrieval": "neighbours"}),
-    ("recent-split-neighbours", None, {"retrieval": "split-neighbours"}),
+    # Retrieval ideas at question time, on the most recent P tokens (no replay, no model):
+    # the app's search and plan (halo_weave.memory.query, issue 16) with the settings named.
+    # recent-halo: the app's defaults; recent-seed: the defaults before issue 16; every
+    # other recent-* row is recent-seed with the changes its name says, so the rows keep
+    # their meaning when a default moves.
+    ("recent-halo", None, {}),
+    ("recent-seed", None, SEED_RECALL),
+    ("recent-split", None, {**SEED_RECALL, "query_split": True}),
+    ("recent-neighbours", None, {**SEED_RECALL, "resurrect_neighbours": 1}),
+    ("recent-split-neighbours", None, {**SEED_RECALL, "query_split": True, "resurrect_neighbours": 1}),
+    ("recent-dates", None, {**SEED_RECALL, "date_weight": 0.3}),
+    ("recent-anchors-room", None, {**SEED_RECALL, "resurrection_anchors": "if_room"}),
+    ("recent-noboost", None, {**SEED_RECALL, "user_similarity_boost": 1.0}),
+    ("recent-k40", None, {**SEED_RECALL, "query_max_results": 40}),
+    ("recent-k40-room", None, {**SEED_RECALL, "query_max_results": 40, "resurrection_anchors": "if_room"}),
+    ("recent-exchange", None, {**SEED_RECALL, "recent_turns": 2}),  # question + the last exchange
+    ("recent-neighbours2", None, {**SEED_RECALL, "resurrect_neighbours": 2}),
+    ("recent-neighbours-room", None, {**SEED_RECALL, "resurrect_neighbours": 1, "resurrection_anchors": "if_room"}),
+    ("recent-neighbours-dates", None, {**SEED_RECALL, "resurrect_neighbours": 1, "date_weight": 0.3}),
+    ("recent-neighbours-k40", None, {**SEED_RECALL, "resurrect_neighbours": 1, "query_max_results": 40}),
+    ("recent-dates-room", None, {**SEED_RECALL, "date_weight": 0.3, "resurrection_anchors": "if_room"}),
+    ("recent-split-dates-room", None, {**SEED_RECALL, **_ALL, "resurrect_neighbours": 0}),
+    ("recent-all", None, {**SEED_RECALL, **_ALL}),  # dates, split, neighbours, anchors if room
+    ("recent-all-nosplit", None, {**SEED_RECALL, **_ALL, "query_split": False}),
+    ("recent-all-noboost", None, {**SEED_RECALL, **_ALL, "user_similarity_boost": 1.0}),
+    ("recent-all-nosplit-noboost", None, {**SEED_RECALL, **_ALL, "query_split": False,
+                                          "user_similarity_boost": 1.0}),
+    ("recent-all-hw50", None, {**SEED_RECALL, **_ALL, "hybrid_weight": 0.5}),
+    ("recent-all-k30", None, {**SEED_RECALL, **_ALL, "query_max_results": 30}),
+    ("recent-all-k10", None, {**SEED_RECALL, **_ALL, "query_max_results": 10}),
     # The app's resurrection on every user message during the replay too.
     ("halo-live", "live", {}),
     ("halo-live-mean", "live-mean", {"rule": "mean"}),
     ("fifo-halo-live", "fifo-live", {}),
     ("halo-decay-live", "decay-live", {}),
 ]
+
+#: Methods left out of the default list (still runnable with ``--methods``): superseded
+#: experiments, each with the run that retired it (docs/memory-benchmark.md).  A new
+#: method joins the default list by being added to METHODS above.
+RETIRED = {
+    "brightness": "no resurrection: 0.111 on conv-30 vs fifo 0.062, recall comes from resurrection",
+    "halo-noboost": "user boost a wash (±0.015) on the dev run",
+    "halo-hybrid": "hybrid search is the app's default since 540aa0a: same as halo",
+    "halo-vector": "vector-only search lost 0.126 to hybrid on the dev run (540aa0a)",
+    "halo-k100": "100 candidates: +0.002 / -0.014 on the dev run (misses move to over budget)",
+    "halo-hybrid-k100": "as halo-k100, with hybrid search now the default",
+    "halo-prefill": "user-turn prefill scoring changed no prune decision on conv-30",
+    "halo-hyst": "hysteresis is the app's rule since 540aa0a (prune_hysteresis)",
+    "halo-meanrank": "reproduced fifo-halo to the last question on conv-30 (mean = age)",
+    "halo-decay-live": "a fourth live replay; halo-live / fifo-halo-live answer the live question",
+    # Recall variants that lost on the six dev conversations (issue 16 part 3, recent-seed 0.692).
+    "recent-exchange": "the last exchange in the query: 0.418",
+    "recent-neighbours2": "two neighbours per side: 0.690, misses turn into over budget",
+    "recent-k40": "40 candidates: 0.689", "recent-k40-room": "40 candidates, anchors if room: 0.680",
+    "recent-neighbours-k40": "0.702, below neighbours with anchors if room",
+    "recent-split-neighbours": "sub-queries add nothing (0.703 vs 0.699)",
+    "recent-split-dates-room": "sub-queries add nothing (0.718 vs 0.718)",
+    "recent-all": "with sub-queries: 0.747 vs 0.748 without", "recent-all-noboost": "0.760 vs 0.763 without sub-queries",
+    "recent-all-hw50": "hybrid weight 0.5: 0.758, loses on conv-41 and conv-44",
+    "recent-all-k30": "30 candidates: 0.747", "recent-all-k10": "10 candidates: 0.742",
+}
 
 QUICK_METHODS = ["full", "fifo", "rag", "halo", "halo-mean", "halo-vector", "fifo-halo",
                  "halo-decay", "halo-decay-topk", "halo-median", "halo-mass",

@@ -69,6 +69,12 @@ class Policy:
     resurrect: str = ""
 
     @property
+    def reads_attention(self) -> bool:
+        """False when nothing reads the brightness (oldest-first pruning: the order, the
+        resurrection plan and the fidelity figures do not depend on it)."""
+        return dict(self.settings).get("prune_order") != "age"
+
+    @property
     def prune_target(self) -> int:
         return int(self.prune_to * self.hysteresis)
 
@@ -169,6 +175,7 @@ class Replay:
     fidelity: list[FidelityRecord] = field(default_factory=list)
     resurrected_chunks: int = 0
     resurrected_tokens: int = 0
+    cpu_seconds: float = 0.0  # this process's CPU time (what the load does not inflate)
 
 
 @dataclass
@@ -180,11 +187,17 @@ class FidelityRecord:
     live_positions: np.ndarray  # positions of the live content tokens before the turn
 
 
-def force(source, input_ids, forced_ids, keys):
+def force(source, input_ids, forced_ids, keys, rows: bool = True):
     """``(rows, logprobs)`` from a source with ``force`` (llama.cpp: one decode, log-probs
-    too) or with ``teacher_force`` only (log-probs unknown: NaN)."""
+    too) or with ``teacher_force`` only (log-probs unknown: NaN).  ``rows=False``: the
+    source may skip reading attention; the rows are then a uniform placeholder."""
     if hasattr(source, "force"):
-        out = source.force(input_ids, forced_ids, keys)
+        out = source.force(input_ids, forced_ids, keys, rows=rows)
+        if out.rows is None:
+            n0, m = len(input_ids), len(forced_ids)
+            widths = n0 + np.arange(m)
+            uniform = (np.arange(n0 + m - 1)[None, :] < widths[:, None]) / widths[:, None]
+            return uniform.astype(np.float32), out.logprobs
         return out.rows, out.logprobs
     rows = source.teacher_force(input_ids, forced_ids, keys)
     return rows, np.full(len(forced_ids), np.nan)
@@ -196,8 +209,9 @@ class TeacherForced:
 
     capabilities = type("Capabilities", (), {"attention": True, "token_ids": True})()
 
-    def __init__(self, source: AttentionSource) -> None:
+    def __init__(self, source: AttentionSource, rows: bool = True) -> None:
         self.source = source
+        self.rows = rows  # False: nothing reads the brightness, skip the attention readout
         self.logprobs = np.zeros(0)
 
     def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
@@ -205,7 +219,7 @@ class TeacherForced:
 
     def stream(self, *, input_ids, forced: tuple[list[int], list[str]], keys, **params):
         ids, texts = forced
-        rows, self.logprobs = force(self.source, input_ids, ids, keys)
+        rows, self.logprobs = force(self.source, input_ids, ids, keys, self.rows)
         n0 = len(input_ids)
         for j, (token_id, text) in enumerate(zip(ids, texts)):
             yield TokenEvent(token_id, text, rows[j, : n0 + j])
@@ -224,17 +238,17 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
     ``before_turn`` (needed when the policy resurrects); ``model_context`` and
     ``max_new_tokens`` size the universal equation of that resurrection.
     """
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     session = ChatSession(settings.replace(max_context_tokens=policy.prune_to, prune_hysteresis=policy.hysteresis,
                                            **dict(policy.settings)))
     conv = session.adopt(new_conversation(tok, session.settings, policy.rank))
-    backend = TeacherForced(source) if policy.attention else None
+    backend = TeacherForced(source, policy.reads_attention) if policy.attention else None
     trace = Trace()
     fidelity: list[FidelityRecord] = []
     votes = pruned = events = resurrected = resurrected_tokens = 0
     turns = tok.dialogue.turns
     if policy.attention and hasattr(source, "reset"):
-        source.reset()
+        source.reset(keep_pruned=bool(policy.resurrect))  # kept cells only where they return
     for i, turn in enumerate(turns):
         ids, texts = tok.turns[i]
         exchange_end = turn.role == "assistant" or i == len(turns) - 1
@@ -276,7 +290,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
         if progress is not None:
             progress(i + 1, len(turns))
     return Replay(policy, conv, time.perf_counter() - started, votes, pruned, events, trace,
-                  fidelity, resurrected, resurrected_tokens)
+                  fidelity, resurrected, resurrected_tokens, time.process_time() - cpu)
 
 
 def plain_plan(conv: Conversation, matches, room: int) -> list[int]:

@@ -199,3 +199,23 @@ def plot_fidelity(figures: dict[str, dict], path: str, title: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def diagnose(dialogue, per_question, room: int) -> list[str]:
+    """Lines for questions where halo recalls less than rag or brightness."""
+    if room <= 0 or "halo" not in per_question:
+        return []
+    lines = []
+    rivals = [n for n in ("rag", "brightness") if n in per_question]
+    for qi, question in enumerate(dialogue.questions):
+        halo = per_question["halo"][qi]
+        best = max((per_question[n][qi].recall for n in rivals), default=float("nan"))
+        if math.isnan(halo.recall) or not (halo.recall < best):
+            continue
+        reasons = ", ".join(f"{d} {why}" for d, why in halo.missing.items())
+        lines.append(f"  {dialogue.sample_id} q{question.index} [cat {question.category}] "
+                     f"{question.question[:60]!r}: halo {halo.recall:.2f} vs "
+                     f"{'/'.join(f'{n} {per_question[n][qi].recall:.2f}' for n in rivals)}; {reasons}")
+        if len(lines) >= room:
+            break
+    return lines

@@ -1,82 +1,50 @@
-"""Question-time retrieval ideas for multi-hop and temporal questions (issue 16).
+"""Question-time query building the app does not do (issue 16, idea (a)).
 
-Each takes the app's search (:meth:`SemanticIndex.search`) and changes only which
-matches reach the resurrection plan; the plan, the anchors and the budget stay the app's.
-
-* ``split``: the question and its parts (split on "and", commas, semicolons) are searched
-  separately and the result lists interleaved, best first, so a second hop's turn is not
-  crowded out by twenty near-copies of the first.
-* ``neighbours``: each match is followed by the turns just before and after it in the
-  same session (a fact is often stated across a question and its answer).
+The retrieval ideas that won moved into the app (:mod:`halo_weave.memory.query`, behind
+settings); the bench's ``recent-*`` methods set those settings on the index.  What stays
+here is measured only: the query built from the question plus the recent exchange.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import replace
+import pickle
+from pathlib import Path
 
 from halo_weave.conversation import Conversation
-from halo_weave.memory.resurrection import Match
-
-VARIANTS = ("split", "neighbours", "split-neighbours")
-
-_SPLIT = re.compile(r",|;|\band\b|\bor\b|\bthen\b", re.IGNORECASE)
 
 
-def parts(question: str) -> list[str]:
-    """The question's parts worth a search of their own (3+ words each), or []."""
-    found = [p.strip(" ?.!") for p in _SPLIT.split(question)]
-    found = [p for p in found if len(p.split()) >= 3]
-    return found if len(found) > 1 else []
+def with_recent(conv: Conversation, question: str, turns: int) -> str:
+    """``question`` followed by the text of the last ``turns`` turns of ``conv``."""
+    recent = sorted(conv.turns)[-turns:] if turns > 0 else []
+    texts = ["".join(conv.chunk_text(c.id) for c in conv.content_chunks(t)) for t in recent]
+    return "\n".join([question] + [t.strip() for t in texts if t.strip()])
 
 
-def interleave(lists: list[list[Match]], limit: int) -> list[Match]:
-    """Round-robin over ranked lists, first occurrence of each chunk kept."""
-    out: list[Match] = []
-    seen: set[int] = set()
-    for rank in range(max((len(x) for x in lists), default=0)):
-        for found in lists:
-            if rank < len(found) and found[rank].chunk_id not in seen:
-                seen.add(found[rank].chunk_id)
-                out.append(found[rank])
-                if len(out) >= limit:
-                    return out
-    return out
+class CachedEmbedder:
+    """The embedder with each text embedded once: every ``recent-*`` method searches the
+    same questions, and with ``path`` (``--embed-cache``) the chunks' contexts are kept
+    between runs (a pickle of text -> vector: the same text gives the same vector)."""
 
+    def __init__(self, embedder, path: str = "") -> None:
+        self._embedder = embedder
+        self._path = Path(path) if path else None
+        self._cache: dict[str, object] = {}
+        if self._path is not None and self._path.exists():
+            self._cache = pickle.loads(self._path.read_bytes())
+        self._saved = len(self._cache)
 
-def with_neighbours(conv: Conversation, matches: list[Match], session_of: list[int], limit: int) -> list[Match]:
-    """Each match, then the first content chunk of the turns beside it in its session."""
-    out: list[Match] = []
-    seen: set[int] = set()
+    def __getattr__(self, name):
+        return getattr(self._embedder, name)
 
-    def add(match: Match) -> None:
-        if match.chunk_id not in seen:
-            seen.add(match.chunk_id)
-            out.append(match)
+    def encode(self, texts, **kwargs):
+        todo = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if todo:
+            self._cache.update(zip(todo, self._embedder.encode(todo, **kwargs)))
+        return [self._cache[t] for t in texts]
 
-    for match in matches:
-        add(match)
-        for turn_id in (match.turn_id - 1, match.turn_id + 1):
-            if not 0 <= turn_id < len(session_of) or session_of[turn_id] != session_of[match.turn_id]:
-                continue
-            content = conv.content_chunks(turn_id) if turn_id in conv.turns else []
-            if content:
-                c = content[0]
-                add(replace(match, chunk_id=c.id, turn_id=turn_id, chunk_index=c.chunk_index,
-                            role=c.role, token_count=c.token_count))
-        if len(out) >= limit:
-            break
-    return out[:limit]
-
-
-def search(variant: str, index, conv: Conversation, question: str, session_of: list[int],
-           limit: int) -> list[Match]:
-    """The matches ``variant`` hands to the resurrection plan."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown retrieval variant {variant!r}")
-    found = index.search(question, limit)
-    if variant.startswith("split"):
-        found = interleave([found] + [index.search(p, limit) for p in parts(question)], limit)
-    if variant.endswith("neighbours"):
-        found = with_neighbours(conv, found, session_of, 2 * limit)
-    return found
+    def save(self) -> None:
+        if self._path is not None and len(self._cache) != self._saved:
+            tmp = self._path.with_suffix(".tmp")
+            tmp.write_bytes(pickle.dumps(self._cache))
+            tmp.replace(self._path)
+            self._saved = len(self._cache)

@@ -68,6 +68,7 @@ class LlamaCache:
         self.ctx, self.model = ctx, model
         self.mem = self.L.llama_get_memory(ctx)
         self.n_layer, self.n_head, self.n_vocab, self.n_batch = n_layer, n_head, n_vocab, n_batch
+        self.n_cells = n_cells
         self.mode = SURGERY
         #: Threads for prefill and plain decoding, and for a decode whose attention is read
         #: (set by the engine; with passive waiting, 2 threads helped both here).
@@ -86,8 +87,8 @@ class LlamaCache:
         self._new_cells: list[np.ndarray] = []
         self._idx_tensor: int | None = None
         self._capture = False
-        #: While :meth:`attend_all` runs: the layer-and-head sums of every query's row.
-        self._sums: np.ndarray | None = None
+        #: While :meth:`decode` runs with a hook: called with every layer's softmax block.
+        self._hook = None
         self._block_scratch = np.zeros(0, dtype=np.float32)
         self._error: BaseException | None = None
         self._layout_checked = False
@@ -105,7 +106,7 @@ class LlamaCache:
             name = lib.tensor_name(tensor)
             if ask:
                 if name.startswith(SOFTMAX_PREFIX):
-                    return self._capture
+                    return self._capture or self._hook is not None
                 if name == K_CACHE_LAYER0 and lib.tensor_op(tensor) == lib.op_set_rows:
                     self._idx_tensor = lib.tensor_src(tensor, 1)
                     self.spill.see_key_tensor(lib.tensor_view_src(tensor))
@@ -115,11 +116,11 @@ class LlamaCache:
                 n_kv, n_tok, n_head, _ = lib.tensor_shape(tensor)
                 layer = int(name[len(SOFTMAX_PREFIX):])
                 size = n_kv * n_tok * n_head
-                if self._sums is not None:  # every query of the batch (teacher forcing)
+                if self._hook is not None:  # every query of the batch (teacher forcing)
                     if self._block_scratch.size < size:
                         self._block_scratch = np.zeros(size, dtype=np.float32)
                     lib.read(tensor, self._block_scratch[:size])
-                    self._sums[:n_tok, :n_kv] += self._block_scratch[:size].reshape(n_head, n_tok, n_kv).sum(axis=0)
+                    self._hook(layer, self._block_scratch[:size].reshape(n_head, n_tok, n_kv))
                     self._layers_seen += 1
                     return True
                 lib.read(tensor, self._scratch[:size])
@@ -139,8 +140,26 @@ class LlamaCache:
 
     # ------------------------------------------------------------ decoding
 
-    def _decode(self, ids: list[int], pos: int, seq: int, *, logits: bool, capture: bool = False) -> np.ndarray:
-        """Run ``ids`` at ``pos..`` in ``seq``; returns the cells they were written to."""
+    def decode(self, ids: list[int], *, hook=None) -> np.ndarray:
+        """Run one batch (at most ``n_batch``) after the live context, with the logits of
+        every token (float32 ``[len(ids), n_vocab]``).  ``hook(layer, probs)`` is called
+        during the decode with each layer's softmax, ``[n_head, len(ids), n_kv cells]``
+        (a scratch buffer: read it there); ``self.cells`` maps cells to positions after.
+        """
+        try:
+            cells = self._decode(ids, len(self.ids), LIVE_SEQ, logits=True, all_logits=True, hook=hook)
+            self._append(ids, cells)
+        except BaseException:
+            self.reset()
+            raise
+        ptr = self.L.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(len(ids), self.n_vocab)).copy()
+
+    def _decode(self, ids: list[int], pos: int, seq: int, *, logits: bool, capture: bool = False,
+                all_logits: bool = False, hook=None) -> np.ndarray:
+        """Run ``ids`` at ``pos..`` in ``seq``; returns the cells they were written to.
+        ``logits``: for the last token (every token with ``all_logits``); ``capture``: the
+        last query's rows into ``_rows``; ``hook``: see :meth:`decode`."""
         L, batch = self.L, self._batch
         n = len(ids)
         for i, token in enumerate(ids):
@@ -148,18 +167,19 @@ class LlamaCache:
             batch.pos[i] = pos + i
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = seq
-            batch.logits[i] = 1 if logits and i == n - 1 else 0
+            batch.logits[i] = 1 if logits and (all_logits or i == n - 1) else 0
         batch.n_tokens = n
+        capture = capture or hook is not None
         threads = (self.capture_threads if capture else self.threads, self.threads)
         if threads != self._threads_set:
             L.llama_set_n_threads(self.ctx, *threads)
             self._threads_set = threads
-        self._new_cells, self._error, self._capture = [], None, capture
+        self._new_cells, self._error, self._capture, self._hook = [], None, capture and hook is None, hook
         self._layers_seen = 0
         try:
             status = L.llama_decode(self.ctx, batch)
         finally:
-            self._capture = False
+            self._capture, self._hook = False, None
         if self._error is not None:
             raise DecodeError(f"attention readout failed: {self._error!r}") from self._error
         if status != 0:
@@ -215,15 +235,17 @@ class LlamaCache:
         try:
             for first in range(0, len(ids), block):
                 part = ids[first:first + block]
-                self._sums = np.zeros((len(part), self._rows.shape[2]), dtype=np.float32)
-                cells = self._decode(part, len(self.ids), LIVE_SEQ, logits=False, capture=True)
+                sums = np.zeros((len(part), self._rows.shape[2]), dtype=np.float32)
+
+                def add(_layer, probs, sums=sums):
+                    sums[:, :probs.shape[2]] += probs.sum(axis=0)
+
+                cells = self._decode(part, len(self.ids), LIVE_SEQ, logits=False, hook=add)
                 self._append(part, cells)
-                out[first:first + len(part), :len(self.ids)] = self._sums[:, self.cells] * scale
+                out[first:first + len(part), :len(self.ids)] = sums[:, self.cells] * scale
         except BaseException:
             self.reset()
             raise
-        finally:
-            self._sums = None
         return out
 
     def _append(self, ids: list[int], cells: np.ndarray) -> None:

@@ -1,0 +1,135 @@
+"""Multi-hop and temporal recall (issue 16): dates the message names, its parts searched
+apart, neighbours of a match in the same sitting, anchors paid from what is left.
+
+Real MiniLM, a real conversation file (the store's ``turns`` table keeps each turn's
+time), real pruning.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from halo_weave.memory.query import date_spans, sub_queries
+from halo_weave.memory.resurrection import make_plan
+from halo_weave.semantic_index import SemanticIndex
+from halo_weave.store import ConversationStore
+from test_semantic_index import chunk_with, embedder, new_conversation, tokenize  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+#: (when, user, assistant): four sittings on different days.
+DIARY = [
+    (datetime(2023, 5, 8, 19, 0), "I cooked a big dinner for my parents tonight, it went really well.",
+     "That sounds lovely, cooking for family is a great way to spend an evening together."),
+    (datetime(2023, 5, 8, 19, 1), "My sister's dog is called Pepper and she chews every shoe in the house.",
+     "Pepper sounds like a handful, maybe some chew toys would save your shoes."),
+    (datetime(2023, 6, 12, 18, 0), "I cooked a big dinner for my friends tonight, everyone stayed late.",
+     "Sounds like a fun night with good company and good food."),
+    (datetime(2023, 6, 12, 18, 1), "I finally named my sailing boat Marigold after the orange sails.",
+     "Marigold is a beautiful name for a boat with orange sails."),
+    (datetime(2023, 7, 3, 9, 0), "The vet called this morning about my cat Biscuit.",
+     "Oh no, I hope Biscuit is alright. What did the vet say?"),
+    (datetime(2023, 7, 3, 9, 1), "She said his leg needs a small operation next Tuesday.",
+     "I am glad they found it early, a small operation should heal quickly."),
+    (datetime(2023, 8, 20, 10, 0), "I started learning the piano, scales every evening for now.",
+     "Scales are the right start; a few minutes every day adds up quickly."),
+]
+
+
+@pytest.fixture()
+def diary(embedder, tmp_path):  # noqa: F811
+    """The diary in a conversation file, every turn pruned and indexed."""
+    store = ConversationStore.open(tmp_path / "diary.db")
+    conv = new_conversation(embedder)
+    for when, user, assistant in DIARY:
+        for offset, (role, text) in enumerate((("user", user), ("assistant", assistant))):
+            turn = conv.add_turn(role, *tokenize(embedder, text + "\n\n"), created_at=when.timestamp() + offset)
+            store.save_turn(conv, turn)
+    store.save_chunks(conv, conv.prune_to_fit(1))
+    index = SemanticIndex(store.conn, conv.settings, embedder, lock=store.lock)
+    index.load()
+    index.index_pending(conv)
+    yield conv, store, index
+    store.close()
+
+
+def with_settings(index, **changes) -> SemanticIndex:
+    other = SemanticIndex(index.conn, index.settings.replace(**changes), index.embedder, lock=index._lock)
+    other.load()
+    return other
+
+
+def test_dates_the_user_writes_are_read():
+    day = datetime(2023, 5, 8)
+    spans = [date_spans(t) for t in ("What did I cook on 8 May, 2023?", "on the 8th of May 2023",
+                                     "What happened on May 8, 2023?", "on May 8th 2023")]
+    assert spans == [[(day.timestamp(), datetime(2023, 5, 9).timestamp())]] * 4
+    assert date_spans("What did Tim learn in December 2023?") == [
+        (datetime(2023, 12, 1).timestamp(), datetime(2024, 1, 1).timestamp())]
+    assert date_spans("What did he do in 2023?") == []  # a whole year names too much
+    assert date_spans("on 31 February 2023") == []
+
+
+def test_a_question_about_a_date_finds_what_was_said_that_day(diary):
+    conv, store, index = diary
+    question = "What did I cook on 8 May, 2023?"
+    dated = with_settings(index, date_weight=0.3)
+    top = dated.search(question, limit=2)
+    parents = chunk_with(conv, "dinner for my parents")
+    assert top[0].chunk_id == parents.id
+    # The turn's text never names the date: without the date both dinners look alike.
+    friends = chunk_with(conv, "dinner for my friends")
+    plain = [m.chunk_id for m in with_settings(index, date_weight=0.0).search(question, limit=4)]
+    assert {parents.id, friends.id} <= set(plain)
+    ids, _ = tokenize(index.embedder, question)
+    room = conv.resurrection_cost(parents) + 5  # one dinner's room, with its answer's opening
+    dated.resurrect_for(conv, question, len(ids), conv.live_token_count() + len(ids) + 200 + room,
+                        max_new_tokens=200, store=store)
+    assert conv.chunks[parents.id].live and not conv.chunks[friends.id].live
+
+
+def test_each_part_of_a_two_part_question_is_searched(diary):
+    conv, _, index = diary
+    question = "What is my boat called, and what is the name of my sister's dog?"
+    assert len(sub_queries(question)) == 2
+    found = {m.chunk_id for m in with_settings(index, query_split=True).search(question, limit=3)}
+    assert chunk_with(conv, "named my sailing boat").id in found
+    assert chunk_with(conv, "sister's dog is called Pepper").id in found
+
+
+def test_neighbours_of_a_match_come_from_its_own_sitting_only(diary):
+    conv, _, index = diary
+    near = with_settings(index, resurrect_neighbours=1, resurrection_anchors="always")
+    operation = chunk_with(conv, "needs a small operation")
+    match = next(m for m in index.search("When is the cat's operation?", limit=20) if m.chunk_id == operation.id)
+    plan = near.plan(conv, [match], budget=10_000)
+    turns = {p.match.turn_id for p in plan.taken}
+    # The vet's call just before (same morning) comes with it; the piano, weeks later, not.
+    assert turns == {operation.turn_id - 1, operation.turn_id, operation.turn_id + 1}
+    last = chunk_with(conv, "Scales are the right start")
+    match = next(m for m in index.search("learning the piano scales", limit=20) if m.chunk_id == last.id)
+    assert {p.match.turn_id for p in near.plan(conv, [match], 10_000).taken} == {
+        last.turn_id - 1, last.turn_id}
+
+
+def test_anchors_never_keep_out_a_match_when_paid_from_what_is_left(diary):
+    conv, _, index = diary
+    boat = chunk_with(conv, "named my sailing boat")
+    dog = chunk_with(conv, "sister's dog is called Pepper")
+    matches = [m for m in index.search("my boat and my sister's dog", limit=20) if m.chunk_id in (boat.id, dog.id)]
+    framing = sum(conv.chunks[f].token_count for t in (boat.turn_id, dog.turn_id)
+                  for f in conv.turns[t].chunk_ids if conv.chunks[f].framing)
+    budget = boat.token_count + dog.token_count + framing + 5  # room for both, not their anchors
+    always = make_plan(conv, matches, budget)
+    assert len(always.taken) < 2  # the anchors took the room of a match
+    room = make_plan(conv, matches, budget, anchors="if_room")
+    assert {p.match.chunk_id for p in room.taken} == {boat.id, dog.id} and room.tokens <= budget
+    roomy = make_plan(conv, matches, 10_000, anchors="if_room")  # with room, the anchors come too
+    assert sorted(roomy.anchors) == sorted(a.id for c in (boat, dog) for a in conv.anchors_of(c))
+    assert roomy.tokens == make_plan(conv, matches, 10_000).tokens
+    before = conv.live_token_count()
+    room.apply(conv, "at_prune")
+    assert conv.chunks[boat.id].live and conv.chunks[dog.id].live
+    assert conv.live_token_count() - before == room.tokens
