@@ -172,4 +172,7 @@ def past_search(index, limit: int) -> Callable[[str, int], list]:
         found = index.search(text, max(index.entry_count, limit))
         return [m for m in found if m.turn_id < before_turn][:limit]
 
+    # The app plans with its index's settings (neighbours, anchors if room): the replay's
+    # resurrection uses the same plan as SemanticIndex.resurrect_for.
+    search.plan = index.plan
     return search

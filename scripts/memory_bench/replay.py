@@ -9,8 +9,9 @@ magnitude-voting step per token, applied *before* the token is appended), and
 policy's ``prune_to`` and ``hysteresis`` are the settings' ``max_context_tokens`` and
 ``prune_hysteresis``; the exchange just read is kept).  A policy with ``resurrect`` set
 runs the app's semantic resurrection on every user message, before the message joins
-(search, :func:`~halo_weave.memory.resurrection.make_plan` under the universal equation
-for the bench's ``C``, :meth:`Conversation.resurrect` with the policy's brightness rule);
+(search; the app's plan, :meth:`~halo_weave.semantic_index.SemanticIndex.plan`, with
+neighbours of the same sitting and anchors if room, under the universal equation for the
+bench's ``C``; :meth:`Conversation.resurrect` with the policy's brightness rule);
 the search sees only turns said before that message.
 
 A :class:`Policy` is what changes the attention the model pays (what stays live during
@@ -261,7 +262,8 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
             if policy.resurrect == "plain":  # rag: by similarity, no anchors
                 back = conv.resurrect(plain_plan(conv, matches, room), with_anchors=False)
             else:
-                plan = make_plan(conv, matches, room)
+                planner = getattr(search, "plan", None)  # the app's (past_search), else seed 001's
+                plan = planner(conv, matches, room) if planner else make_plan(conv, matches, room)
                 back = conv.resurrect(plan.chunk_ids, brightness=policy.resurrect) if plan.taken else []
             resurrected += sum(1 for c in back if not c.framing)
             resurrected_tokens += conv.live_token_count() - before
