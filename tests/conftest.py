@@ -42,3 +42,18 @@ def server():
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture
+def offline_window(qtbot, tmp_path, monkeypatch):
+    """A shown window on a closed port, its data in ``tmp_path``; closed afterwards.
+
+    Here rather than in tests/ui/conftest.py: a second module named ``conftest`` hides this
+    one from the tests that import its constants (``from conftest import ...``).
+    """
+    from window_helpers import offline_window as _offline_window  # tests/ui, on the path there
+
+    window = _offline_window(qtbot, tmp_path, monkeypatch)
+    yield window
+    if not window.controller._shutting_down:  # a test may have closed it
+        window.close()
