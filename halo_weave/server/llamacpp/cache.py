@@ -63,7 +63,7 @@ class LlamaCache:
     """Sequence 0 of a llama.cpp context, mirrored by ``ids`` and ``cells``."""
 
     def __init__(self, lib: Bindings, ctx, model, n_layer: int, n_head: int, n_cells: int,
-                 n_batch: int, n_vocab: int, store: SpanStore | None = None) -> None:
+                 n_batch: int, n_vocab: int, store: SpanStore | None = None, c_filter=None) -> None:
         self.lib, self.L = lib, lib.llama
         self.ctx, self.model = ctx, model
         self.mem = self.L.llama_get_memory(ctx)
@@ -93,6 +93,8 @@ class LlamaCache:
         self._error: BaseException | None = None
         self._layout_checked = False
         self._lock = threading.Lock()
+        #: The C filter answering ggml's asks (None: this callback sees every node).
+        self.c_filter = c_filter
 
     # ------------------------------------------------------------ the callback
 
@@ -176,10 +178,14 @@ class LlamaCache:
             self._threads_set = threads
         self._new_cells, self._error, self._capture, self._hook = [], None, capture and hook is None, hook
         self._layers_seen = 0
+        if self.c_filter is not None:
+            self.c_filter.want_softmax = capture
         try:
             status = L.llama_decode(self.ctx, batch)
         finally:
             self._capture, self._hook = False, None
+            if self.c_filter is not None:
+                self.c_filter.want_softmax = False
         if self._error is not None:
             raise DecodeError(f"attention readout failed: {self._error!r}") from self._error
         if status != 0:

@@ -18,8 +18,9 @@ from .. import loader
 from ..engine_api import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, STOP_TOKEN_NAMES, EngineBase
 from ..tokens import TokenText
 from . import bindings
+from . import filter as filter_
 from ..span_store import DEFAULT_STORE_BYTES
-from .cache import N_SEQ, LlamaCache
+from .cache import K_CACHE_LAYER0, N_SEQ, SOFTMAX_PREFIX, LlamaCache
 
 log = logging.getLogger("halo_weave.server")
 
@@ -40,10 +41,11 @@ class LlamaEngine(EngineBase):
 
     def __init__(self, path: Path, *, context_size: int | None = None, threads: int | None = None,
                  attention_format: str = AGGREGATED, capture_threads: int | None = None,
-                 store_bytes: int = DEFAULT_STORE_BYTES) -> None:
+                 store_bytes: int = DEFAULT_STORE_BYTES, c_filter: bool = True) -> None:
         """``threads`` run prefill and plain decoding; ``capture_threads`` a decode whose
         attention is read (default: ``threads``);
-        ``store_bytes`` bounds the host memory keeping pruned spans' states (0: none)."""
+        ``store_bytes`` bounds the host memory keeping pruned spans' states (0: none);
+        ``c_filter``: answer ggml's per-node asks in C where it compiles (:mod:`.filter`)."""
         if attention_format not in ATTENTION_FORMATS:
             raise ValueError(f"attention format must be one of {ATTENTION_FORMATS}")
         self._init_locks()
@@ -79,13 +81,20 @@ class LlamaEngine(EngineBase):
         threads = threads or max(1, os.cpu_count() or 1)
         cp.n_threads = cp.n_threads_batch = threads
         cache = LlamaCache.__new__(LlamaCache)  # the callback must exist before the context
-        self._callback = L.ggml_backend_sched_eval_callback(lambda t, ask, ud: cache.callback(t, ask, ud))
-        cp.cb_eval = self._callback
+        # The C filter answers ggml's per-node asks without entering Python (see .filter).
+        self._filter = filter_.build(L.ggml_backend_sched_eval_callback, cache.callback, lib.ggml.ggml_get_name,
+                                     SOFTMAX_PREFIX, K_CACHE_LAYER0) if c_filter else None
+        if self._filter is not None:
+            cp.cb_eval, cp.cb_eval_user_data = self._filter.callback, self._filter.user_data
+        else:
+            self._callback = L.ggml_backend_sched_eval_callback(cache.callback)
+            cp.cb_eval = self._callback
         ctx = L.llama_init_from_model(model, cp)
         if not ctx:
             raise RuntimeError("llama.cpp could not create a context")
         self.ctx = ctx
-        cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab)
+        cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab,
+                       c_filter=self._filter)
         cache.threads = threads
         cache.store.max_bytes = store_bytes
         cache.capture_threads = capture_threads or threads
