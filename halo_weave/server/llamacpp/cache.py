@@ -222,10 +222,14 @@ class LlamaCache:
         logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
         if not attention:
             return logits, None
-        rows = self._rows[:, :, self.cells]  # [layers, heads, positions]
         if per_layer:
-            return logits, np.ascontiguousarray(rows)
-        return logits, rows.mean(axis=(0, 1), dtype=np.float64).astype(np.float32)
+            return logits, np.take(self._rows, self.cells, axis=2)  # [layers, heads, positions]
+        # Sum the contiguous cell rows first, then pick positions: the same sums in the same
+        # order as averaging the gathered array, at a tenth of the cost (which was ms/token).
+        width = self._row_width
+        flat = self._rows[:, :, :width].reshape(self.n_layer * self.n_head, width)
+        mean = flat.sum(axis=0, dtype=np.float64) / (self.n_layer * self.n_head)
+        return logits, mean[self.cells].astype(np.float32)
 
     def attend_all(self, ids: list[int], block: int = 32) -> np.ndarray:
         """Run ``ids`` after the context reading *every* one's attention (teacher forcing).
