@@ -43,6 +43,7 @@ import numpy as np
 from .. import kv_surgery
 from ..kv_surgery import EXACT, SURGERY, SyncReport
 from ..span_store import SpanStore, to_run
+from . import growth
 from .bindings import Bindings
 from .states import StateSpill
 
@@ -67,23 +68,22 @@ class LlamaCache:
     def __init__(self, lib: Bindings, ctx, model, n_layer: int, n_head: int, n_cells: int,
                  n_batch: int, n_vocab: int, store: SpanStore | None = None, c_filter=None) -> None:
         self.lib, self.L = lib, lib.llama
-        self.ctx, self.model = ctx, model
-        self.mem = self.L.llama_get_memory(ctx)
+        self.model = model
         self.n_layer, self.n_head, self.n_vocab, self.n_batch = n_layer, n_head, n_vocab, n_batch
-        self.n_cells = n_cells
         self.mode = SURGERY
         #: Threads for prefill and plain decoding, and for a decode whose attention is read
         #: (set by the engine; with passive waiting, 2 threads helped both here).
         self.threads = self.capture_threads = 1
-        self._threads_set = None
         self.ids: list[int] = []
         self.cells = np.zeros(0, dtype=np.int64)
         self.store = store if store is not None else SpanStore()
-        self.spill = StateSpill(lib, ctx, self.mem, self.store, LIVE_SEQ, SCRATCH_SEQ)
+        #: The most cells :meth:`reserve` grows to, and ``new_context(n_cells)`` making
+        #: such a context (set by the engine; without it the cache never grows).
+        self.max_cells = n_cells
+        self.new_context = None
+        self.grown: tuple[int, int, float] | None = None  # (cells, tokens re-run, seconds)
+        self.bind(ctx, n_cells)
         self._batch = self.L.llama_batch_init(n_batch, 0, 1)
-        # Filled by the callback: per-layer softmax rows of the last query, and cell indices.
-        self._rows = np.zeros((n_layer, n_head, n_cells), dtype=np.float32)
-        self._scratch = np.zeros(n_head * n_cells, dtype=np.float32)
         self._row_width = 0
         self._layers_seen = 0
         self._new_cells: list[np.ndarray] = []
@@ -97,6 +97,20 @@ class LlamaCache:
         self._lock = threading.Lock()
         #: The C filter answering ggml's asks (None: this callback sees every node).
         self.c_filter = c_filter
+
+    def bind(self, ctx, n_cells: int) -> None:
+        """Work on ``ctx`` (empty, ``n_cells`` cells) from now on."""
+        self.ctx, self.n_cells = ctx, n_cells
+        self.mem = self.L.llama_get_memory(ctx)
+        self._threads_set = None
+        self.spill = StateSpill(self.lib, ctx, self.mem, self.store, LIVE_SEQ, SCRATCH_SEQ)
+        # Filled by the callback: per-layer softmax rows of the last query, and cell indices.
+        self._rows = np.zeros((self.n_layer, self.n_head, n_cells), dtype=np.float32)
+        self._scratch = np.zeros(self.n_head * n_cells, dtype=np.float32)
+
+    def reserve(self, n_tokens: int, should_stop=lambda: False) -> bool:
+        """Make room for ``n_tokens`` positions (see :func:`.growth.reserve`)."""
+        return growth.reserve(self, n_tokens, should_stop)
 
     # ------------------------------------------------------------ the callback
 
@@ -180,14 +194,12 @@ class LlamaCache:
             self._threads_set = threads
         self._new_cells, self._error, self._capture, self._hook = [], None, capture and hook is None, hook
         self._layers_seen = 0
-        if self.c_filter is not None:
+        if self.c_filter is not None:  # every decode is made here, so set for each
             self.c_filter.want_softmax = capture
         try:
             status = L.llama_decode(self.ctx, batch)
         finally:
             self._capture, self._hook = False, None
-            if self.c_filter is not None:
-                self.c_filter.want_softmax = False
         if self._error is not None:
             raise DecodeError(f"attention readout failed: {self._error!r}") from self._error
         if status != 0:
@@ -226,8 +238,7 @@ class LlamaCache:
             return logits, None
         if per_layer:
             return logits, np.take(self._rows, self.cells, axis=2)  # [layers, heads, positions]
-        # Sum the contiguous cell rows first, then pick positions: the same sums in the same
-        # order as averaging the gathered array, at a tenth of the cost (which was ms/token).
+        # Sum the cell rows, then pick positions: the same sums as the gathered mean, ~10x faster.
         width = self._row_width
         flat = self._rows[:, :, :width].reshape(self.n_layer * self.n_head, width)
         mean = flat.sum(axis=0, dtype=np.float64) / (self.n_layer * self.n_head)
@@ -283,6 +294,9 @@ class LlamaCache:
         edits = kv_surgery.plan_edits(self.ids, ids)
         middle, tail = kv_surgery.split_tail(edits, len(self.ids), len(ids))
         report = SyncReport()
+        if self.grown is not None:
+            report.grown_to, report.regrown, report.grow_s = self.grown
+            self.grown = None
         if middle:
             surgery = self.mode != EXACT
             if surgery:  # before anything moves: no K-shift is pending now
@@ -300,7 +314,7 @@ class LlamaCache:
                 report.dropped = len(self.ids) - keep
                 self._truncate(keep)
                 report.rerun = len(ids) - keep
-                return report if self._extend(ids, should_stop) else None
+                return report if self.extend(ids, should_stop) else None
             report.mode = SURGERY
             if not self._surgery(middle, covers, ids, report, should_stop):
                 return None
@@ -309,9 +323,9 @@ class LlamaCache:
             self._truncate(tail.start)
         report.reused = len(self.ids) - report.inserted - report.restored
         report.appended = len(ids) - len(self.ids)
-        return report if self._extend(ids, should_stop) else None
+        return report if self.extend(ids, should_stop) else None
 
-    def _extend(self, ids: list[int], should_stop) -> bool:
+    def extend(self, ids: list[int], should_stop) -> bool:
         rest = ids[len(self.ids):]
         if not rest:
             return True
