@@ -194,12 +194,18 @@ class LlamaCache:
             self._threads_set = threads
         self._new_cells, self._error, self._capture, self._hook = [], None, capture and hook is None, hook
         self._layers_seen = 0
+        direct = self.c_filter is not None and self._capture and self._layout_checked
         if self.c_filter is not None:  # every decode is made here, so set for each
             self.c_filter.want_softmax = capture
+            self.c_filter.read_rows_into(self._rows if direct else None)
         try:
             status = L.llama_decode(self.ctx, batch)
         finally:
             self._capture, self._hook = False, None
+        if direct:  # the filter copied the rows (or left a layer it could not to the callback)
+            layers, width = self.c_filter.rows_read()
+            self._layers_seen += layers
+            self._row_width = width or self._row_width
         if self._error is not None:
             raise DecodeError(f"attention readout failed: {self._error!r}") from self._error
         if status != 0:

@@ -90,6 +90,7 @@ class LlamaEngine(EngineBase):
         # The C filter answers ggml's per-node asks without entering Python (see .filter);
         # every context made from these parameters (a grown cache too) uses it.
         self._filter = filter_.build(L.ggml_backend_sched_eval_callback, cache.callback, lib.ggml.ggml_get_name,
+                                     lib.ggml.ggml_backend_tensor_get, bindings.NE_OFFSET,
                                      SOFTMAX_PREFIX, K_CACHE_LAYER0) if c_filter else None
         if self._filter is not None:
             cp.cb_eval, cp.cb_eval_user_data = self._filter.callback, self._filter.user_data
