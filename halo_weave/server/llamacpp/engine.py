@@ -18,8 +18,9 @@ from .. import loader
 from ..engine_api import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, STOP_TOKEN_NAMES, EngineBase
 from ..tokens import TokenText
 from . import bindings
+from . import filter as filter_
 from ..span_store import DEFAULT_STORE_BYTES
-from .cache import N_SEQ, LlamaCache
+from .cache import K_CACHE_LAYER0, N_SEQ, SOFTMAX_PREFIX, LlamaCache
 from .growth import CELL_PAD
 
 log = logging.getLogger("halo_weave.server")
@@ -39,14 +40,16 @@ class LlamaEngine(EngineBase):
 
     def __init__(self, path: Path, *, context_size: int | None = None, threads: int | None = None,
                  attention_format: str = AGGREGATED, capture_threads: int | None = None,
-                 store_bytes: int = DEFAULT_STORE_BYTES, initial_cells: int | None = None) -> None:
+                 store_bytes: int = DEFAULT_STORE_BYTES, initial_cells: int | None = None,
+                 c_filter: bool = True) -> None:
         """``threads`` run prefill and plain decoding; ``capture_threads`` a decode whose
         attention is read (default: ``threads``);
         ``store_bytes`` bounds the host memory keeping pruned spans' states (0: none);
         ``initial_cells``: KV cells to start with (default: ``context_size``); a request
         that needs more grows the cache (see :meth:`.LlamaCache.reserve`), up to
         ``context_size``.  Fewer cells make every prune cheaper: llama.cpp re-rotates the
-        keys of every cell after a position shift."""
+        keys of every cell after a position shift;
+        ``c_filter``: answer ggml's per-node asks in C where it compiles (:mod:`.filter`)."""
         if attention_format not in ATTENTION_FORMATS:
             raise ValueError(f"attention format must be one of {ATTENTION_FORMATS}")
         if initial_cells is not None and initial_cells < 1:
@@ -84,10 +87,18 @@ class LlamaEngine(EngineBase):
         threads = threads or max(1, os.cpu_count() or 1)
         cp.n_threads = cp.n_threads_batch = threads
         cache = LlamaCache.__new__(LlamaCache)  # the callback must exist before the context
-        self._callback = L.ggml_backend_sched_eval_callback(lambda t, ask, ud: cache.callback(t, ask, ud))
-        cp.cb_eval = self._callback
+        # The C filter answers ggml's per-node asks without entering Python (see .filter);
+        # every context made from these parameters (a grown cache too) uses it.
+        self._filter = filter_.build(L.ggml_backend_sched_eval_callback, cache.callback, lib.ggml.ggml_get_name,
+                                     SOFTMAX_PREFIX, K_CACHE_LAYER0) if c_filter else None
+        if self._filter is not None:
+            cp.cb_eval, cp.cb_eval_user_data = self._filter.callback, self._filter.user_data
+        else:
+            self._callback = L.ggml_backend_sched_eval_callback(cache.callback)
+            cp.cb_eval = self._callback
         ctx = self._new_context(n_cells)
-        cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab)
+        cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab,
+                       c_filter=self._filter)
         cache.max_cells, cache.new_context = max_cells, self._new_context
         cache.threads = threads
         cache.store.max_bytes = store_bytes
