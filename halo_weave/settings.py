@@ -141,15 +141,13 @@ class Settings:
 
     def server_context_cells(self) -> int:
         """KV cells the bundled server starts with (``--initial-context``; 0: the model's
-        whole window), sized from the budget: fewer cells make each prune cheaper there.
-
-        Resurrection fills a prompt past the budget (up to the model's window):
-        scripts/bench_chat.py's prompts reached 2.2x it (4,467 tokens at 2,000).  2.5x
-        plus an answer, padded; a larger request grows the server's cache (one re-prefill).
-        """
+        whole window): the budget and an answer, padded.  Fewer cells make each prune
+        cheaper there; resurrection fills a prompt past the budget (bench_chat's reached
+        2.2x it), and such a request grows the server's cache, copying its states (no
+        re-run)."""
         if self.max_context_tokens <= 0:
             return 0
-        cells = self.max_context_tokens * 5 // 2 + self.max_new_tokens
+        cells = self.max_context_tokens + self.max_new_tokens
         return -(-cells // 256) * 256
 
     def server_args(self) -> list[str]:

@@ -80,7 +80,8 @@ def progress(row: dict, total: int, started: float) -> str:
             f" new {row.get('kv_appended', 0)}, restored {row.get('kv_restored', 0)},"
             f" inserted {row.get('kv_inserted', 0)}, rerun {row.get('kv_rerun', 0)} tokens;"
             f" answer {row['generated']} tokens in {row['answer_s']:.1f} s; finish {row["finish_s"]:.1f} s;"
-            + (f" cache grown to {row['kv_grown_to']} cells (re-ran {row.get('kv_regrown', 0)} tokens);"
+            + (f" cache grown to {row['kv_grown_to']} cells in {row.get('kv_grow_s', 0):.2f} s (copied"
+               f" {row.get('kv_carried', 0)}, re-ran {row.get('kv_regrown', 0)} tokens);"
                if row.get("kv_grown_to") else "") +
             f" {time.perf_counter() - started:.0f} s so far")
 

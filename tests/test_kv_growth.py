@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import numpy as np
 import pytest
 
 from test_engines import CHAT, conversation, first_token, kl, next_token_distribution, question
@@ -32,25 +33,29 @@ def test_a_request_larger_than_the_cache_grows_it_and_is_answered_as_before(smal
 
     wanted = ids + question(small)
     record, done = first_token(small, wanted)
-    # One new context, big enough, and the live tokens re-run into it, counted as run.
+    # One new context, big enough; the live tokens' states copied into it, none re-run.
     assert done.kv["grown_to"] == small.n_cells >= len(wanted) + 1
-    assert done.kv["regrown"] == len(head) and done.kv["grow_s"] > 0
-    assert done.processed_prompt_tokens == done.kv["regrown"] + done.kv["appended"] + 1
+    assert done.kv["carried"] == len(head) and done.kv["regrown"] == 0 and done.kv["grow_s"] > 0
+    assert done.processed_prompt_tokens == done.kv["appended"] + 1
     assert record.attention.shape == (len(wanted),)
     assert abs(float(record.attention.sum()) - 1.0) < 1e-4
 
-    # The same answer as a cache that never grew (re-run from nothing).
+    # The same answer and attention as a cache that never grew (re-run from nothing):
+    # the copied states sit where the readout looks for them.
     grown = next_token_distribution(small, wanted)
     small.kv.reset()
     exact = next_token_distribution(small, wanted)
     assert kl(exact, grown) < 1e-3 and exact.argmax() == grown.argmax()
+    small.kv.reset()
+    exact_record, _ = first_token(small, wanted)
+    assert np.corrcoef(record.attention, exact_record.attention)[0, 1] > 0.999
 
     # Surgery still works in the grown cache, and it does not grow again.
     first_token(small, wanted)
     a, b = spans[2]
     record, done = first_token(small, ids[:a] + ids[b:] + question(small))
     assert done.kv["mode"] == "surgery" and done.kv["spans_removed"] == 1
-    assert done.kv["grown_to"] == 0 and done.kv["regrown"] == 0
+    assert done.kv["grown_to"] == 0 and done.kv["carried"] == done.kv["regrown"] == 0
 
 
 def test_the_server_starts_small_grows_on_demand_and_still_offers_the_whole_window(tmp_path):
@@ -97,5 +102,5 @@ def test_the_app_sizes_its_server_cache_from_the_budget():
     assert args[0] == "--initial-context"
     cells = int(args[1])
     s = Settings()
-    assert cells % 256 == 0 and 2.5 * s.max_context_tokens + s.max_new_tokens <= cells < 8192
+    assert cells % 256 == 0 and s.max_context_tokens + s.max_new_tokens <= cells < 8192
     assert Settings(max_context_tokens=0).server_args() == []

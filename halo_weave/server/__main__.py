@@ -59,8 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="largest prompt + generation in tokens (default: the model's trained context)")
     parser.add_argument("--initial-context", type=int, default=None, metavar="TOKENS",
                         help="llama.cpp engine: KV cells to start with (default: the context size); a "
-                             "larger request grows the cache, re-running the live context once. Fewer "
-                             "cells make every prune cheaper (llama.cpp re-rotates every cell's key)")
+                             "larger request grows the cache up to the context size (its states are "
+                             "copied). Fewer cells make every prune cheaper (llama.cpp re-rotates every "
+                             "cell's key)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--attention-format", choices=("aggregated", "per_layer"), default="aggregated",
                         help="attention format for requests that name none")

@@ -76,7 +76,8 @@ class SyncReport:
     appended: int = 0  # new tokens run at the end
     rerun: int = 0  # tokens re-run because the exact path was taken
     grown_to: int = 0  # cells of the new, larger cache made for this request (0: none)
-    regrown: int = 0  # live tokens re-run into that new cache
+    carried: int = 0  # live tokens whose states were copied into it (no run)
+    regrown: int = 0  # live tokens re-run into it (when they could not be copied)
     grow_s: float = 0.0  # seconds making it and re-running them
     spans_removed: int = 0
     spans_inserted: int = 0

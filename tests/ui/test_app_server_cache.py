@@ -24,7 +24,7 @@ def test_the_bundled_server_starts_with_a_cache_sized_from_the_budget(qtbot, tmp
         qtbot.waitUntil(lambda: controller.connection_state == "connected", timeout=300_000)
         server = controller.server
         assert server is not None and server.alive()
-        # 2.5 x 1,000 + 200 tokens, padded to 256 cells: not the model's 8,192.
-        assert any("2816 cells to start" in line for line in server.log), server.log_tail()
+        # 1,000 + 200 tokens, padded to 256 cells: not the model's 8,192.
+        assert any("1280 cells to start" in line for line in server.log), server.log_tail()
     finally:
         controller.shutdown()  # stops the server it started

@@ -81,7 +81,9 @@ class LlamaCache:
         #: such a context (set by the engine; without it the cache never grows).
         self.max_cells = n_cells
         self.new_context = None
-        self.grown: tuple[int, int, float] | None = None  # (cells, tokens re-run, seconds)
+        self.grown: tuple[int, int, int, float] | None = None  # cells, copied, re-run, seconds
+        #: No position shift pending (llama.cpp applies one at the next decode).
+        self.settled = True
         self.bind(ctx, n_cells)
         self._batch = self.L.llama_batch_init(n_batch, 0, 1)
         self._row_width = 0
@@ -210,6 +212,7 @@ class LlamaCache:
             raise DecodeError(f"attention readout failed: {self._error!r}") from self._error
         if status != 0:
             raise DecodeError(f"llama_decode returned {status}")
+        self.settled = True
         cells = np.concatenate(self._new_cells) if self._new_cells else np.zeros(0, np.int64)
         if len(cells) != n:
             raise DecodeError(f"saw the cells of {len(cells)} of {n} tokens")
@@ -285,6 +288,7 @@ class LlamaCache:
         """Forget everything (also after a failed decode, which may leave half a step)."""
         self.L.llama_memory_clear(self.mem, True)
         self.ids, self.cells = [], np.zeros(0, np.int64)
+        self.settled = True
 
     # ------------------------------------------------------------ sync and surgery
 
@@ -301,7 +305,7 @@ class LlamaCache:
         middle, tail = kv_surgery.split_tail(edits, len(self.ids), len(ids))
         report = SyncReport()
         if self.grown is not None:
-            report.grown_to, report.regrown, report.grow_s = self.grown
+            report.grown_to, report.carried, report.regrown, report.grow_s = self.grown
             self.grown = None
         if middle:
             surgery = self.mode != EXACT
@@ -322,6 +326,7 @@ class LlamaCache:
                 report.rerun = len(ids) - keep
                 return report if self.extend(ids, should_stop) else None
             report.mode = SURGERY
+            self.settled = False  # moves ahead: shifted at the next decode
             if not self._surgery(middle, covers, ids, report, should_stop):
                 return None
         if tail:
