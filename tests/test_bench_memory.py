@@ -23,6 +23,7 @@ from memory_bench import locomo  # noqa: E402
 from memory_bench.methods import (QuestionContext, answer_brightness, answer_fifo,  # noqa: E402
                                   answer_full, answer_halo, answer_halo_dry, answer_rag, evidence_recall,
                                   keep_recent)
+from memory_bench.policies import BASE_RULE  # noqa: E402
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
 
 from halo_weave.memory.resurrection import Match, make_plan  # noqa: E402
@@ -110,7 +111,7 @@ def dialogue(data_file):
 
 @pytest.fixture
 def settings():
-    return Settings(system_prompt="You are Bob.", max_new_tokens=20, min_chunk_tokens=64)
+    return Settings(system_prompt="You are Bob.", max_new_tokens=20, min_chunk_tokens=64, **BASE_RULE)
 
 
 def test_evidence_quirks_are_canonicalised_counted_and_skipped(dialogue):
