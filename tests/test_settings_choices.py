@@ -36,6 +36,7 @@ def test_the_default_says_votes_peak_and_dimmest_first():
     (dict(brightness_rule="mass", chunk_rank="topk", chunk_rank_k=8, prune_order="age"), "server",
      "☀ accumulated attention mass · top-8 mean · pruning oldest first"),
     (dict(prune_keep_recent=512), "server", "☀ magnitude votes · peak · pruning dimmest first (newest 512 tokens last)"),
+    (dict(prune_when="for_room"), "server", "☀ magnitude votes · peak · pruning dimmest first, only for room"),
     # The reader votes whatever rule is set, and ranks chunks only when asked to.
     (dict(brightness_rule="decay"), "reader", "☀ the reader's magnitude votes · peak · pruning oldest first"),
     (dict(proxy_pruning=True), "reader", "☀ the reader's magnitude votes · peak · pruning dimmest first"),

@@ -13,6 +13,10 @@ universal equation leaves for the prompt); every method but ``full`` stays withi
 * ``halo``: the replay pruned to ``P``; the question runs the app's resurrection (search,
   :func:`halo_weave.memory.resurrection.make_plan` under the universal equation,
   :meth:`Conversation.resurrect`), then joins the context.
+* ``lazy-*`` (``prune_when = "for_room"``): the replay keeps the window (``C -
+  max_new_tokens``) live; the question's plan gets the room ``halo``'s would
+  (:func:`halo_weave.memory.room.room`, the context counted as ``P``) and just enough is
+  pruned to make it (:func:`~halo_weave.memory.room.plan_with_room`), as the app does.
 """
 
 from __future__ import annotations

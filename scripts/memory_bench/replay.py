@@ -12,7 +12,10 @@ runs the app's semantic resurrection on every user message, before the message j
 (search; the app's plan, :meth:`~halo_weave.semantic_index.SemanticIndex.plan`, with
 neighbours of the same sitting and anchors if room, under the universal equation for the
 bench's ``C``; :meth:`Conversation.resurrect` with the policy's brightness rule);
-the search sees only turns said before that message.
+the search sees only turns said before that message.  A policy that prunes only for room
+(``prune_when = "for_room"``, the ``lazy-*`` methods) keeps the model's window live
+between messages and prunes just enough for each message's plan, as the app's session
+does (:mod:`halo_weave.memory.room`; ``prune_to`` is then P, the floor of that room).
 
 A :class:`Policy` is what changes the attention the model pays (what stays live during
 the replay), so each policy needs its own teacher-forced pass.  Every forced assistant
