@@ -24,8 +24,11 @@ def resurrect_for(session, index, matches, user_tokens: int) -> list[Chunk]:
     conv, s = session.conv, session.settings
     try:
         if session.prunes_for_room:
+            # The window less the answer's opening framing: fit_model_window then has
+            # nothing left to prune (it would take the dim chunks just brought back first).
             made = plan_with_room(conv, matches, index.plan, user_tokens=user_tokens,
-                                  max_context=session.max_context, max_new_tokens=s.max_new_tokens,
+                                  max_context=session.window_limit() + s.max_new_tokens,
+                                  max_new_tokens=s.max_new_tokens,
                                   floor=s.max_context_tokens, cap=s.resurrection_budget_cap,
                                   by_age=session.prunes_by_age)
             plan = made.plan
