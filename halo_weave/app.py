@@ -109,6 +109,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions, 
         self.connection.failed.connect(self.error)
         self.connection.progress.connect(self.progress)
         self.connection.options = self._connection_options
+        self.connection.server_args = lambda: self.settings.server_args()
         self._pending_send: Callable[[], None] | None = None
         self._wait_timer = QTimer(self)
         self._wait_timer.setSingleShot(True)

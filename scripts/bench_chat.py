@@ -21,8 +21,12 @@ run by the exact path: re-runs that are neither new nor resurrected), ``prunes``
 Progress goes to stderr, one line per message (also with ``--json``): its TTFT and where
 it went, the tokens new / restored / inserted / re-run, the answer's length and time.
 
+The server starts with the options the app gives it (``Settings.server_args``: a KV
+cache sized from the budget, grown on demand; ``cache_growths`` counts the growths, whose
+re-run tokens count in ``reprefilled_tokens``); ``--full-context`` leaves them out.
+
 Usage: ``python scripts/bench_chat.py [--engines llamacpp,transformers] [--messages 60]
-[--threads N] [--max-new-tokens N] [--json]``; the last line is one JSON object.
+[--threads N] [--max-new-tokens N] [--full-context] [--json]``; the last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -76,6 +80,9 @@ def progress(row: dict, total: int, started: float) -> str:
             f" new {row.get('kv_appended', 0)}, restored {row.get('kv_restored', 0)},"
             f" inserted {row.get('kv_inserted', 0)}, rerun {row.get('kv_rerun', 0)} tokens;"
             f" answer {row['generated']} tokens in {row['answer_s']:.1f} s; finish {row["finish_s"]:.1f} s;"
+            + (f" cache grown to {row['kv_grown_to']} cells in {row.get('kv_grow_s', 0):.2f} s (copied"
+               f" {row.get('kv_carried', 0)}, re-ran {row.get('kv_regrown', 0)} tokens);"
+               if row.get("kv_grown_to") else "") +
             f" {time.perf_counter() - started:.0f} s so far")
 
 
@@ -181,7 +188,9 @@ def summarize(rows: list[dict]) -> dict:
         "generated_tokens": generated,
         "answer_s_total": round(sum(r["answer_s"] for r in rows), 1),
         "index_s_total": round(sum(r["finish_s"] for r in rows), 1),
-        "reprefilled_tokens": int(sum(r.get("kv_rerun", 0) for r in rows)),
+        # the exact path's re-runs and the live tokens re-run into a grown cache
+        "reprefilled_tokens": int(sum(r.get("kv_rerun", 0) + r.get("kv_regrown", 0) for r in rows)),
+        "cache_growths": sum(1 for r in rows if r.get("kv_grown_to")),
         "new_tokens": int(sum(r.get("kv_appended", 0) for r in rows)),
         "inserted_tokens": int(sum(r.get("kv_inserted", 0) for r in rows)),
         "restored_tokens": int(sum(r.get("kv_restored", 0) for r in rows)),
@@ -202,6 +211,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="server threads (default: the server's)")
     parser.add_argument("--max-new-tokens", type=int, default=None,
                         help="override the app's default answer length (default: leave it)")
+    parser.add_argument("--full-context", action="store_true",
+                        help="start the server without the app's options (its KV cache spans the model's window)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -211,8 +222,14 @@ def main(argv=None) -> int:
     messages = user_messages(args.messages)
     figures: dict = {"load_average_1m": round(os.getloadavg()[0], 2)}
     engines = args.engines.split(",")
+    from halo_weave.settings import Settings
+
+    # The app starts its server with options from its settings (a KV cache sized from the
+    # budget); --full-context leaves them out (the cache spans the model's window).
+    app_args = [] if args.full_context else Settings().server_args()
+    figures["server_args"] = app_args
     for engine in engines:
-        extra = ["--engine", engine] + (["--threads", str(args.threads)] if args.threads else [])
+        extra = ["--engine", engine, *app_args] + (["--threads", str(args.threads)] if args.threads else [])
         with tempfile.TemporaryDirectory(prefix="hw-bench-chat-") as tmp:
             os.environ["HALO_WEAVE_HOME"] = tmp
             server = start_server(port=0, extra_args=extra)

@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_bench import fidelity, locomo, retrieval  # noqa: E402
 from memory_bench.methods import (QuestionContext, answer_brightness, answer_full,  # noqa: E402
                                   answer_halo, answer_halo_dry, answer_rag, keep_recent)
-from memory_bench.policies import METHODS, QUICK_METHODS, RETIRED, past_search, policies  # noqa: E402
+from memory_bench.policies import BASE_RULE, METHODS, QUICK_METHODS, RETIRED, past_search, policies  # noqa: E402
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
 from memory_bench.report import MethodResult, diagnose, plot_brightness, table  # noqa: E402
 
@@ -104,7 +104,10 @@ def main(argv=None) -> int:
     from halo_weave.settings import Settings
     from halo_weave.store import ConversationStore
 
-    settings = Settings(max_context_tokens=args.prune_to)
+    # The replays pin the brightness rule (the seed's voting, pruning dimmest first) rather
+    # than follow the app's defaults: each method names what it changes from this base,
+    # so a default moved by these figures does not move the figures (halo = voting).
+    settings = Settings(max_context_tokens=args.prune_to, **BASE_RULE)
     max_new = settings.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
     budget = args.context - max_new
 

@@ -23,6 +23,7 @@ from memory_bench import locomo  # noqa: E402
 from memory_bench.methods import (QuestionContext, answer_brightness, answer_fifo,  # noqa: E402
                                   answer_full, answer_halo, answer_halo_dry, answer_rag, evidence_recall,
                                   keep_recent)
+from memory_bench.policies import BASE_RULE  # noqa: E402
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
 
 from halo_weave.memory.resurrection import Match, make_plan  # noqa: E402
@@ -110,7 +111,7 @@ def dialogue(data_file):
 
 @pytest.fixture
 def settings():
-    return Settings(system_prompt="You are Bob.", max_new_tokens=20, min_chunk_tokens=64)
+    return Settings(system_prompt="You are Bob.", max_new_tokens=20, min_chunk_tokens=64, **BASE_RULE)
 
 
 def test_evidence_quirks_are_canonicalised_counted_and_skipped(dialogue):
@@ -230,7 +231,7 @@ def test_pruning_only_for_room_keeps_more_recent_context_and_brings_the_match_ba
         return [found] if first.turn_id < before_turn else []
 
     lazy = {}
-    for name, extra in (("lazy", ()), ("lazy-fifo", (("prune_order", "age"),))):
+    for name, extra in (("lazy", (("prune_order", "brightness"),)), ("lazy-fifo", (("prune_order", "age"),))):
         policy = Policy(name, prune_to, settings=extra + (("prune_when", "for_room"),), resurrect="at_prune")
         lazy[name] = replay(tok, policy, settings, source, search=search, model_context=context,
                             max_new_tokens=max_new)

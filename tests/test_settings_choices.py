@@ -24,22 +24,31 @@ def test_every_choice_is_explained_and_every_field_it_uses_can_be_edited():
         assert name in CHOICES or (name in RANGES and tip), f"{name}: a numeric field needs a range and a tooltip"
 
 
-def test_the_default_says_votes_peak_and_dimmest_first():
+def test_the_default_says_votes_peak_and_oldest_first():
+    # docs/memory-benchmark.md (stop 20's dev-set run): oldest first is the default order.
     words = scoring_words(Settings())
+    assert words.short == "☀ magnitude votes · peak · pruning oldest first"
+    assert "Pruning is oldest first" in words.colour and words.by_age
+    assert "brightness only colours the text" in words.sentence
+
+
+def test_dimmest_first_is_still_said_when_chosen():
+    words = scoring_words(Settings(prune_order="brightness"))
     assert words.short == "☀ magnitude votes · peak · pruning dimmest first"
     assert "Dim paragraphs are pruned first" in words.colour and not words.by_age
 
 
 @pytest.mark.parametrize(("changes", "source", "short"), [
-    (dict(brightness_rule="decay", brightness_half_life=2048), "server",
+    (dict(brightness_rule="decay", brightness_half_life=2048, prune_order="brightness"), "server",
      "☀ decayed attention mass (half-life 2,048) · peak · pruning dimmest first"),
     (dict(brightness_rule="mass", chunk_rank="topk", chunk_rank_k=8, prune_order="age"), "server",
      "☀ accumulated attention mass · top-8 mean · pruning oldest first"),
-    (dict(prune_keep_recent=512), "server", "☀ magnitude votes · peak · pruning dimmest first (newest 512 tokens last)"),
-    (dict(prune_when="for_room"), "server", "☀ magnitude votes · peak · pruning dimmest first, only for room"),
+    (dict(prune_keep_recent=512, prune_order="brightness"), "server", "☀ magnitude votes · peak · pruning dimmest first (newest 512 tokens last)"),
+    (dict(prune_when="for_room", prune_order="brightness"), "server",
+     "☀ magnitude votes · peak · pruning dimmest first, only for room"),
     # The reader votes whatever rule is set, and ranks chunks only when asked to.
     (dict(brightness_rule="decay"), "reader", "☀ the reader's magnitude votes · peak · pruning oldest first"),
-    (dict(proxy_pruning=True), "reader", "☀ the reader's magnitude votes · peak · pruning dimmest first"),
+    (dict(proxy_pruning=True, prune_order="brightness"), "reader", "☀ the reader's magnitude votes · peak · pruning dimmest first"),
     (dict(brightness_rule="decay"), "none", "pruning oldest first"),
 ])
 def test_the_words_follow_the_rule_and_who_measures_it(changes, source, short):

@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="port (default %(default)s; 0 picks a free one)")
     parser.add_argument("--context-size", type=int, default=None,
                         help="largest prompt + generation in tokens (default: the model's trained context)")
+    parser.add_argument("--initial-context", type=int, default=None, metavar="TOKENS",
+                        help="llama.cpp engine: KV cells to start with (default: the context size); a "
+                             "larger request grows the cache up to the context size (its states are "
+                             "copied). Fewer cells make every prune cheaper (llama.cpp re-rotates every "
+                             "cell's key)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--attention-format", choices=("aggregated", "per_layer"), default="aggregated",
                         help="attention format for requests that name none")
@@ -134,13 +139,15 @@ def main(argv: list[str] | None = None) -> int:
         engine = load_engine(args.engine, args.model, device=args.device, context_size=args.context_size,
                              attention_format=args.attention_format, threads=args.threads or default_threads(),
                              cache_model=not args.no_model_cache, kv_mode=args.kv_mode,
-                             store_bytes=max(0, args.kv_store_mb) << 20)
+                             store_bytes=max(0, args.kv_store_mb) << 20,
+                             initial_context=args.initial_context)
     except Exception as exc:  # noqa: BLE001 - any load failure is reported, not traced
         log.debug("model load failed", exc_info=True)
         print(f"halo-weave-server: cannot load the model: {exc}", file=sys.stderr)
         return 2
-    log.info("model %s on %s (%s engine, kv %s), context %d tokens%s", engine.name, engine.device,
+    log.info("model %s on %s (%s engine, kv %s), context %d tokens%s%s", engine.name, engine.device,
              engine.kind, engine.kv.mode, engine.context_size,
+             f" ({engine.n_cells} cells to start)" if getattr(engine, "n_cells", None) else "",
              " (from the dequantized cache)" if engine.loaded_from_cache else "")
 
     host, port = sock.getsockname()[:2]

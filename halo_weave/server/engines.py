@@ -58,9 +58,12 @@ def load_engine(
     cache_model: bool = True,
     kv_mode: str = SURGERY,
     store_bytes: int = DEFAULT_STORE_BYTES,
+    initial_context: int | None = None,
 ) -> EngineBase:
     """Load ``model`` (``None``: the bundled SmolLM2) on the engine ``kind`` names;
-    ``store_bytes`` bounds the host memory keeping pruned spans' states."""
+    ``store_bytes`` bounds the host memory keeping pruned spans' states;
+    ``initial_context``: KV cells the llama.cpp engine starts with (it grows on demand up
+    to ``context_size``; the transformers engine's cache has no fixed size)."""
     if kv_mode not in KV_MODES:
         raise ValueError(f"kv mode must be one of {KV_MODES}")
     source = loader.resolve(model)
@@ -73,7 +76,8 @@ def load_engine(
         from .llamacpp.engine import LlamaEngine
 
         engine = LlamaEngine(source.path / source.gguf_file, context_size=context_size,
-                             threads=threads, attention_format=attention_format)
+                             threads=threads, attention_format=attention_format,
+                             initial_cells=initial_context)
     else:
         from .engine import Engine
 

@@ -151,6 +151,9 @@ class Generation:
         # Everything but the last prompt token runs without attention output; the last
         # one runs alone with it, so the first generated token has attention as well.
         generated, ran_last = 0, False
+        reserve = getattr(kv, "reserve", None)  # a cache that can grow to fit the request
+        if reserve is not None:
+            reserve(len(ids) + req.max_length, should_stop=self._abort.is_set)
         report = kv.sync(ids[:-1], should_stop=self._abort.is_set)
         synced = time.perf_counter()
         if report is None:

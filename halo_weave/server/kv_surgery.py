@@ -75,6 +75,10 @@ class SyncReport:
     stored: int = 0  # pruned tokens whose states were saved for a later resurrection
     appended: int = 0  # new tokens run at the end
     rerun: int = 0  # tokens re-run because the exact path was taken
+    grown_to: int = 0  # cells of the new, larger cache made for this request (0: none)
+    carried: int = 0  # live tokens whose states were copied into it (no run)
+    regrown: int = 0  # live tokens re-run into it (when they could not be copied)
+    grow_s: float = 0.0  # seconds making it and re-running them
     spans_removed: int = 0
     spans_inserted: int = 0
     store_s: float = 0.0  # seconds saving pruned spans' states
@@ -84,11 +88,11 @@ class SyncReport:
     @property
     def computed(self) -> int:
         """Prompt tokens the model ran."""
-        return self.inserted + self.appended + self.rerun
+        return self.inserted + self.appended + self.rerun + self.regrown
 
     def as_dict(self) -> dict:
         out = asdict(self)
-        for key in ("store_s", "restore_s", "insert_s"):
+        for key in ("store_s", "restore_s", "insert_s", "grow_s"):
             out[key] = round(out[key], 4)
         return out
 

@@ -59,6 +59,8 @@ class ServerConnection(QObject):
         self._closed = False
         #: ``() -> {"api_key": str | None, "template": str}``, read at each connect.
         self.options = lambda: {}
+        #: ``() -> list[str]``: options for the bundled server, read when it starts.
+        self.server_args = lambda: []
 
     def connect_to(self, url: str, *, quiet: bool = False) -> None:
         """Probe ``url`` on a thread.  ``quiet``: on failure retry later without a message."""
@@ -135,7 +137,7 @@ class ServerConnection(QObject):
             return
         self._set_state("loading", "Starting the built-in model server…")
         self.progress.emit("Loading the model", 0, 0)
-        worker = ServerStartWorker(SERVER_START_TIMEOUT_S, parent=self)
+        worker = ServerStartWorker(SERVER_START_TIMEOUT_S, extra_args=self.server_args(), parent=self)
         worker.progress.connect(
             lambda seconds, line: self._set_state(
                 "loading", f"Loading the built-in model… {seconds:.0f} s" + (f" — {line[:60]}" if line else "")

@@ -121,7 +121,14 @@ RETIRED = {
     "recent-all-k30": "30 candidates: 0.747", "recent-all-k10": "10 candidates: 0.742",
 }
 
-QUICK_METHODS = ["full", "fifo", "rag", "halo", "halo-mean", "halo-vector", "fifo-halo",
+#: The brightness rule every replay starts from (methods name what they change from it):
+#: the seed's magnitude voting, new text at the cap, chunks by their peak, pruning dimmest
+#: first.  Pinned here so that the app's defaults (settings.py) can move by these figures
+#: without moving them.
+BASE_RULE = dict(brightness_rule="vote", new_token_brightness="cap", chunk_rank="peak",
+                 prune_order="brightness", prune_keep_recent=0, prune_when="after_exchange")
+
+QUICK_METHODS = ["full", "fifo", "rag", "halo", "halo-mean", "fifo-halo",
                  "halo-decay", "halo-decay-topk", "halo-median", "halo-mass",
                  "halo-live", "halo-live-mean", "fifo-halo-live"]
 

@@ -295,7 +295,7 @@ def test_tooltip_describes_chunk(view):
 def test_tooltip_names_the_score_and_the_window_that_decide_pruning(view):
     conv = make_conv()
     conv.settings = conv.settings.replace(brightness_rule="decay", brightness_half_life=16,
-                                          chunk_rank="mean", prune_keep_recent=10)
+                                          chunk_rank="mean", prune_keep_recent=10, prune_order="brightness")
     alpha, delta = chunk_with(conv, "alpha"), chunk_with(conv, "delta")
     focus_attention(conv, alpha)
     show(view, conv)

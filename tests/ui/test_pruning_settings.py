@@ -149,18 +149,18 @@ def test_choosing_a_rule_saves_it_and_the_window_says_which_score_is_in_use(offl
     controller = window.controller
     controller.open_conversation(None)
     window.show_legend()
-    assert bar.scoring_label.text() == "☀ magnitude votes · peak · pruning dimmest first"
+    assert bar.scoring_label.text() == "☀ magnitude votes · peak · pruning oldest first"
     assert "magnitude votes" in window._legend.scoring_text
 
-    _choose_in_settings(window, qtbot, brightness_rule="decay", brightness_half_life=128, prune_order="age")
+    _choose_in_settings(window, qtbot, brightness_rule="decay", brightness_half_life=128, prune_order="brightness")
 
     on_disk = load_settings(app_qsettings(tmp_path))  # a fresh read of the settings file
-    assert (on_disk.brightness_rule, on_disk.brightness_half_life, on_disk.prune_order) == ("decay", 128, "age")
+    assert (on_disk.brightness_rule, on_disk.brightness_half_life, on_disk.prune_order) == ("decay", 128, "brightness")
     assert controller.conv.settings.brightness_rule == "decay", "applied to the open conversation"
-    assert bar.scoring_label.text() == "☀ decayed attention mass (half-life 128) · peak · pruning oldest first"
+    assert bar.scoring_label.text() == "☀ decayed attention mass (half-life 128) · peak · pruning dimmest first"
     legend = window._legend
     assert "decayed attention mass (half-life 128)" in legend.scoring_text
-    assert "oldest first" in legend.descriptions[0] and "halves every half-life" in legend.scoring_text
+    assert "Dim paragraphs are pruned first" in legend.descriptions[0] and "halves every half-life" in legend.scoring_text
     assert window.heatmap.scoring_note == bar.scoring_label.text()  # the tooltip's last line
     # On a 1280 px screen, with the graveyard open, the words are whole in the window.
     window.set_graveyard_visible(True)

@@ -2,6 +2,7 @@
 
 * :mod:`.bindings` - llama-cpp-python's C API plus the ggml calls bound here;
 * :mod:`.cache` - the context as the server's KV cache: attention readout, cells, surgery;
+* :mod:`.filter` - ggml's per-node asks answered in C (compiled on first use), not Python;
 * :mod:`.states` - pruned spans' states saved to host memory and put back without a run;
 * :mod:`.engine` - :class:`LlamaEngine`, the engine the server serves.
 

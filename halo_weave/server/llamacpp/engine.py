@@ -18,8 +18,10 @@ from .. import loader
 from ..engine_api import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, STOP_TOKEN_NAMES, EngineBase
 from ..tokens import TokenText
 from . import bindings
+from . import filter as filter_
 from ..span_store import DEFAULT_STORE_BYTES
-from .cache import N_SEQ, LlamaCache
+from .cache import K_CACHE_LAYER0, N_SEQ, SOFTMAX_PREFIX, LlamaCache
+from .growth import CELL_PAD
 
 log = logging.getLogger("halo_weave.server")
 
@@ -27,8 +29,6 @@ log = logging.getLogger("halo_weave.server")
 N_BATCH = 512
 #: ggml log levels relayed to our log (the others are debug, info and continuations).
 WARN_LEVEL, ERROR_LEVEL = 3, 4
-#: llama.cpp pads the KV cache to this many cells.
-CELL_PAD = 256
 
 
 class LlamaEngine(EngineBase):
@@ -40,12 +40,20 @@ class LlamaEngine(EngineBase):
 
     def __init__(self, path: Path, *, context_size: int | None = None, threads: int | None = None,
                  attention_format: str = AGGREGATED, capture_threads: int | None = None,
-                 store_bytes: int = DEFAULT_STORE_BYTES) -> None:
+                 store_bytes: int = DEFAULT_STORE_BYTES, initial_cells: int | None = None,
+                 c_filter: bool = True) -> None:
         """``threads`` run prefill and plain decoding; ``capture_threads`` a decode whose
         attention is read (default: ``threads``);
-        ``store_bytes`` bounds the host memory keeping pruned spans' states (0: none)."""
+        ``store_bytes`` bounds the host memory keeping pruned spans' states (0: none);
+        ``initial_cells``: KV cells to start with (default: ``context_size``); a request
+        that needs more grows the cache (see :meth:`.LlamaCache.reserve`), up to
+        ``context_size``.  Fewer cells make every prune cheaper: llama.cpp re-rotates the
+        keys of every cell after a position shift;
+        ``c_filter``: answer ggml's per-node asks in C where it compiles (:mod:`.filter`)."""
         if attention_format not in ATTENTION_FORMATS:
             raise ValueError(f"attention format must be one of {ATTENTION_FORMATS}")
+        if initial_cells is not None and initial_cells < 1:
+            raise ValueError(f"the initial context must be a positive number of tokens, not {initial_cells}")
         self._init_locks()
         lib = bindings.load()
         L = self.L = lib.llama
@@ -68,10 +76,10 @@ class LlamaEngine(EngineBase):
         n_vocab = int(L.llama_vocab_n_tokens(self.vocab))
         # No spare cells: a restore that finds no room for a whole stored entry in the
         # scratch sequence (a prompt near the full context) runs the span instead.
-        n_cells = -(-self.context_size // CELL_PAD) * CELL_PAD
+        max_cells = _padded(self.context_size)
+        n_cells = min(_padded(initial_cells), max_cells) if initial_cells else max_cells
 
-        cp = L.llama_context_default_params()
-        cp.n_ctx = n_cells
+        cp = self._params = L.llama_context_default_params()
         cp.n_batch = cp.n_ubatch = N_BATCH
         cp.n_seq_max = N_SEQ
         cp.kv_unified = True
@@ -79,13 +87,20 @@ class LlamaEngine(EngineBase):
         threads = threads or max(1, os.cpu_count() or 1)
         cp.n_threads = cp.n_threads_batch = threads
         cache = LlamaCache.__new__(LlamaCache)  # the callback must exist before the context
-        self._callback = L.ggml_backend_sched_eval_callback(lambda t, ask, ud: cache.callback(t, ask, ud))
-        cp.cb_eval = self._callback
-        ctx = L.llama_init_from_model(model, cp)
-        if not ctx:
-            raise RuntimeError("llama.cpp could not create a context")
-        self.ctx = ctx
-        cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab)
+        # The C filter answers ggml's per-node asks without entering Python (see .filter);
+        # every context made from these parameters (a grown cache too) uses it.
+        self._filter = filter_.build(L.ggml_backend_sched_eval_callback, cache.callback, lib.ggml.ggml_get_name,
+                                     lib.ggml.ggml_backend_tensor_get, bindings.NE_OFFSET,
+                                     SOFTMAX_PREFIX, K_CACHE_LAYER0) if c_filter else None
+        if self._filter is not None:
+            cp.cb_eval, cp.cb_eval_user_data = self._filter.callback, self._filter.user_data
+        else:
+            self._callback = L.ggml_backend_sched_eval_callback(cache.callback)
+            cp.cb_eval = self._callback
+        ctx = self._new_context(n_cells)
+        cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab,
+                       c_filter=self._filter)
+        cache.max_cells, cache.new_context = max_cells, self._new_context
         cache.threads = threads
         cache.store.max_bytes = store_bytes
         cache.capture_threads = capture_threads or threads
@@ -93,6 +108,24 @@ class LlamaEngine(EngineBase):
         self.threads = threads
         self.text = TokenText.from_table(*self._token_table(n_vocab))
         self.stop_ids = frozenset(self._find_stop_ids())
+
+    def _new_context(self, n_cells: int):
+        """A llama.cpp context of ``n_cells`` KV cells (the cache frees it)."""
+        self._params.n_ctx = n_cells
+        ctx = self.L.llama_init_from_model(self.model, self._params)
+        if not ctx:
+            raise RuntimeError(f"llama.cpp could not create a context of {n_cells} cells")
+        return ctx
+
+    @property
+    def ctx(self):
+        """The llama.cpp context (replaced when the cache grows)."""
+        return self._kv.ctx if getattr(self, "_kv", None) is not None else None
+
+    @property
+    def n_cells(self) -> int:
+        """KV cells the context has now (at most ``context_size``, padded)."""
+        return self._kv.n_cells
 
     def _silence_logs(self) -> None:
         L = self.L
@@ -202,11 +235,16 @@ class LlamaEngine(EngineBase):
 
     def close(self) -> None:
         """Free the context and the model (the engine is unusable afterwards)."""
-        if getattr(self, "ctx", None):
+        if self.ctx:
+            ctx = self.ctx
             self._kv.close()
-            self.L.llama_free(self.ctx)
+            self.L.llama_free(ctx)
             self.L.llama_model_free(self.model)
-            self.ctx = self.model = None
+            self._kv.ctx = self.model = None
+
+
+def _padded(n: int) -> int:
+    return -(-n // CELL_PAD) * CELL_PAD
 
 
 def _or_none(token: int) -> int | None:

@@ -1,0 +1,96 @@
+"""The llama.cpp engine's C filter: same attention as the pure-Python callback, and a
+server that still works where no C compiler exists."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+
+import httpx
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CHAT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
+PROMPT = ("My sister Ana moved to Lisbon last spring and opened a small bakery near the river. "
+          "Her dog, a grey whippet called Pavlov, sleeps under the counter. Where did Ana move?")
+
+pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed here")
+
+
+def gguf_path():
+    from halo_weave.server import loader
+
+    source = loader.resolve(None)
+    return source.path / source.gguf_file
+
+
+def generate(engine, ids: list[int], fmt: str):
+    """The token records of a greedy 4-token answer."""
+    records = engine.generate(ids, max_length=4, temperature=0, attention_format=fmt)
+    return [r for r in records if hasattr(r, "token_id")]
+
+
+def test_the_c_filter_and_the_python_callback_read_the_same_attention(tmp_path, monkeypatch):
+    if not shutil.which("cc") and not shutil.which("gcc"):
+        pytest.skip("no C compiler here: only the Python callback can run")
+    monkeypatch.setenv("HALO_WEAVE_CACHE", str(tmp_path))  # compiled afresh, into a private cache
+    from halo_weave.server.llamacpp.engine import LlamaEngine
+
+    fast = LlamaEngine(gguf_path(), threads=1)
+    slow = LlamaEngine(gguf_path(), threads=1, c_filter=False)
+    try:
+        assert fast._filter is not None and slow._filter is None
+        assert list((tmp_path / "llamacpp").glob("filter-*.so"))
+        ids = fast.encode(CHAT.format(PROMPT))
+        for fmt in ("aggregated", "per_layer"):
+            before = fast._filter.forwarded
+            got, ref = generate(fast, ids, fmt), generate(slow, ids, fmt)
+            assert [r.token_id for r in got] == [r.token_id for r in ref]
+            assert len(got) == 4 and all(r.attention is not None for r in got)
+            for a, b in zip(got, ref):
+                assert a.attention.shape == b.attention.shape
+                np.testing.assert_array_equal(a.attention, b.attention)
+            # Only the nodes the cache reads entered Python: ~2 per layer and token, not ~1,100.
+            assert fast._filter.forwarded - before < len(got) * 4 * fast.num_layers + 600
+    finally:
+        fast.close()
+        slow.close()
+
+
+def per_layer_attention(url: str, prompt: str) -> tuple[list[int], list[np.ndarray]]:
+    with httpx.Client(base_url=url, timeout=httpx.Timeout(120, connect=5)) as http:
+        info = http.get("/api/v1/model").json()
+        assert info["engine"] == "llamacpp"
+        ids = http.post("/api/v1/tokenize", json={"text": CHAT.format(prompt)}).json()["token_ids"]
+        body = {"input_ids": ids, "max_length": 3, "temperature": 0, "output_attentions": True,
+                "attention_format": "per_layer"}
+        with http.stream("POST", "/api/extra/generate/stream", json=body) as response:
+            assert response.status_code == 200
+            events = [json.loads(line[len("data: "):]) for line in response.iter_lines()
+                      if line.startswith("data: ")]
+    tokens = [e for e in events if e["type"] == "token"]
+    rows = [np.frombuffer(base64.b64decode(e["attention"]["data"]), "<f4").reshape(e["attention"]["shape"])
+            for e in tokens]
+    return [e["token"]["token_id"] for e in tokens], rows
+
+
+def test_a_server_without_a_c_compiler_still_serves_the_same_attention(server, tmp_path):
+    from halo_weave.server.launcher import start_server
+
+    # A fresh cache holds no compiled filter, and the compiler named does not exist.
+    broken = start_server(port=0, env={"HALO_WEAVE_CACHE": str(tmp_path), "CC": str(tmp_path / "no-such-cc")})
+    try:
+        url = broken.wait_ready(timeout=300)
+        got_ids, got = per_layer_attention(url, PROMPT)
+        assert any("no C filter" in line for line in broken.log)
+    finally:
+        broken.stop()
+    ref_ids, ref = per_layer_attention(server.url, PROMPT)
+    assert got_ids == ref_ids and len(got) == 3
+    for a, b in zip(got, ref):
+        np.testing.assert_allclose(a.sum(axis=-1), 1.0, atol=1e-4)
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert not list((tmp_path / "llamacpp").glob("filter-*.so"))
