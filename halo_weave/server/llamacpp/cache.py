@@ -12,8 +12,8 @@ the batch's tokens were written to (the index source ``attn_inp_k_idxs`` of laye
 exception inside the callback would make ctypes answer "stop" and llama.cpp would then
 return zero logits as if nothing happened, so every exception is caught, kept, and
 raised after the decode.  ggml asks the callback about every node of the graph; where
-it compiles, the C filter of :mod:`.filter` answers those asks and passes on only the
-calls this callback acts on (its ``want_softmax`` flag is set per decode here).
+it compiles, the C filter of :mod:`.filter` answers those asks, copies a captured decode's
+rows into ``_rows`` itself, and passes on only the other calls this callback acts on.
 
 **Surgery** (see :mod:`halo_weave.server.kv_surgery`) on sequence 0, the live context:
 
