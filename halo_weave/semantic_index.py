@@ -376,10 +376,12 @@ class SemanticIndex:
     def _bm25(self, text: str, limit: int) -> dict[int, float]:
         """Chunk id -> BM25 of the ``limit`` best FTS matches of ``text``'s distinctive terms
         (see :func:`halo_weave.memory.ranking.distinctive_terms`)."""
-        terms = ranking.distinctive_terms(text, lambda t: tables.term_documents(self.conn, t), self._vectors.n)
+        s = self.settings
+        terms = ranking.distinctive_terms(text, lambda t: tables.term_documents(self.conn, t),
+                                          self._vectors.n, s.hybrid_common_share)
         if not terms:
             return {}
-        return tables.bm25(self.conn, " OR ".join(f'"{t}"' for t in terms), limit)
+        return tables.bm25(self.conn, ranking.fts_query(terms, s.hybrid_prefix_stems), limit)
 
     # ------------------------------------------------------------------ resurrection
     def plan(self, conv: Conversation, matches: Sequence[Match], budget: int) -> ResurrectionPlan:

@@ -17,6 +17,9 @@ from .vector_matrix import VectorMatrix
 #: most RARE_TERM_MIN of them (see distinctive_terms).
 RARE_TERM_SHARE = 0.02
 RARE_TERM_MIN = 1000
+#: A term is never too common for relevance while it is in at most this many entries
+#: (a young chat: a handful of entries must not make every word "common").
+COMMON_TERM_MIN = 10
 
 STOPWORDS = frozenset(
     "a an and are as at be but by did do does for from had has have how i in is it its me "
@@ -25,18 +28,25 @@ STOPWORDS = frozenset(
 )
 
 
-def distinctive_terms(text: str, documents: Callable[[str], int | None], entries: int) -> list[str]:
+def distinctive_terms(text: str, documents: Callable[[str], int | None], entries: int,
+                      common_share: float = 1.0) -> list[str]:
     """The words of ``text`` worth a full-text query: not stop words, not common.
 
     A term found in more than :data:`RARE_TERM_SHARE` of the ``entries`` (and more than
     :data:`RARE_TERM_MIN`) is left out: FTS5 ranks every match before it can apply
     LIMIT, so one common word costs ~1 us per entry (115 ms at 30k for three), and
     such a word is not what hybrid search is for (names, codes, rare words).
-    ``documents(term)`` counts the entries holding a term (None: unknown form, e.g.
-    accents: FTS decides).
+    ``common_share`` (setting ``hybrid_common_share``) leaves out, for relevance, a term
+    found in more than that share of the entries (and more than :data:`COMMON_TERM_MIN`):
+    in a long chat between two people their names are such words, and BM25 then ranks
+    the shortest line that names them ("Glad it helped, Mel!") above the one that
+    answers.  ``documents(term)`` counts the entries holding a term (None: unknown form,
+    e.g. accents: FTS decides).
     """
     terms = [t for t in dict.fromkeys(re.findall(r"\w+", text.lower())) if t not in STOPWORDS]
     cap = max(RARE_TERM_MIN, RARE_TERM_SHARE * entries)
+    if common_share < 1.0:
+        cap = min(cap, max(COMMON_TERM_MIN, common_share * entries))
     kept = []
     for term in terms:
         docs = documents(term)
@@ -81,3 +91,27 @@ def rank(vm: VectorMatrix, query: np.ndarray, s: Settings, limit: int,
     ids = vm.ids[top] if rows is None else vm.ids[rows[top]]
     return {int(c): (float(similarity[i]), float(score[i]), float(bm25[i]) if s.hybrid_search else None)
             for c, i in zip(ids, top)}
+
+
+#: Endings cut from a query term before it is searched as a prefix ("painted" ->
+#: "paint"*); longest first.  A crude stemmer on the query side only: the index keeps
+#: the words as written (FTS5's unicode61), so no migration is needed.
+_ENDINGS = ("ing", "ies", "ed", "es", "er", "s")
+#: A stem shorter than this is searched as the word itself ("uses" stays "uses").
+MIN_STEM = 4
+
+
+def fts_query(terms: list[str], prefix_stems: bool) -> str:
+    """The FTS5 MATCH expression for ``terms``: any of them; with ``prefix_stems`` each
+    term's stem as a prefix, so "painted" also finds "painting" and "paints"."""
+    return " OR ".join(f'"{stem(t)}"*' if prefix_stems and len(stem(t)) >= MIN_STEM else f'"{t}"'
+                       for t in terms)
+
+
+def stem(term: str) -> str:
+    """``term`` without its first matching ending of :data:`_ENDINGS` when at least
+    :data:`MIN_STEM` characters remain, else ``term``."""
+    for ending in _ENDINGS:
+        if term.endswith(ending) and len(term) - len(ending) >= MIN_STEM:
+            return term[: -len(ending)]
+    return term

@@ -62,6 +62,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "user_similarity_boost": (0.0, 100.0),
     "min_similarity": (-1.0, 1.0),
     "hybrid_weight": (0.0, 1.0),
+    "hybrid_common_share": (0.0, 1.0),
     "date_weight": (0.0, 10.0),
     "resurrect_neighbours": (0, 100),
     "session_gap_seconds": (0.0, 10_000_000.0),

@@ -18,7 +18,10 @@ from .replay import Policy
 
 #: The recall settings as they were before issue 16 (the base of the recent-* variants).
 SEED_RECALL = {"date_weight": 0.0, "query_split": False, "resurrect_neighbours": 0,
-               "resurrection_anchors": "always", "user_similarity_boost": 1.5}
+               "resurrection_anchors": "always", "user_similarity_boost": 1.5,
+               "hybrid_common_share": 1.0, "hybrid_prefix_stems": False}
+#: BM25's words as they were before (issue 16 part 3 again): every word, as written.
+_TERMS_OFF = {"hybrid_common_share": 1.0, "hybrid_prefix_stems": False}
 _ALL = {"date_weight": 0.3, "query_split": True, "resurrect_neighbours": 1, "resurrection_anchors": "if_room"}
 
 #: Methods in table order: (name, replay policy key or None, question-time options).
@@ -61,6 +64,10 @@ METHODS = [
     # their meaning when a default moves.
     ("recent-halo", None, {}),
     ("recent-seed", None, SEED_RECALL),
+    # recent-halo without the BM25 word rules, and with each alone (the rest: app defaults).
+    ("recent-terms-off", None, _TERMS_OFF),
+    ("recent-common-only", None, {**_TERMS_OFF, "hybrid_common_share": 0.05}),
+    ("recent-stems-only", None, {**_TERMS_OFF, "hybrid_prefix_stems": True}),
     ("recent-split", None, {**SEED_RECALL, "query_split": True}),
     ("recent-neighbours", None, {**SEED_RECALL, "resurrect_neighbours": 1}),
     ("recent-split-neighbours", None, {**SEED_RECALL, "query_split": True, "resurrect_neighbours": 1}),

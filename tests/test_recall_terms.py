@@ -1,0 +1,93 @@
+"""BM25's words (issue 16): the speakers' names are too common to search by, and a word
+finds its other forms ("painting" finds "painted").
+
+Real MiniLM, a real conversation file, real pruning and resurrection.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from halo_weave.memory.ranking import distinctive_terms, fts_query, stem
+from halo_weave.semantic_index import SemanticIndex
+from halo_weave.store import ConversationStore
+from test_semantic_index import chunk_with, embedder, new_conversation, tokenize  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+#: A long chat with Robin: the name is in a third of the lines, most of them short.
+CHAT = [
+    ("user", "Good morning, Robin! Slept badly again."),
+    ("assistant", "Morning! Sorry to hear that, a calm evening routine might help."),
+    ("user", "Thanks, Robin, you always know what to say."),
+    ("assistant", "Happy to help. What are you up to today?"),
+    ("user", "Last weekend I painted the old barn door a deep forest green, it took two coats."),
+    ("assistant", "A forest green door must look great against the wood."),
+    ("user", "Robin, you're the best."),
+    ("assistant", "You're kind. Anything else on your mind?"),
+    ("user", "My cousin is visiting from Lisbon next month and I need a plan."),
+    ("assistant", "A walk by the river and a good dinner are always a safe start."),
+    ("user", "Great idea, Robin!"),
+    ("assistant", "Glad you like it."),
+    ("user", "I signed up for a pottery class on Thursdays, the teacher is very patient."),
+    ("assistant", "Pottery is a lovely way to slow down after work."),
+    ("user", "Hey Robin, quick one: is it too late to plant tulips?"),
+    ("assistant", "Autumn is the right time, so you still have a few weeks."),
+    ("user", "Thanks a lot, Robin."),
+    ("assistant", "Any time."),
+    ("user", "Robin, I'm so glad we talk every day."),
+    ("assistant", "Me too, it is nice to hear how your week goes."),
+]
+
+
+@pytest.fixture()
+def chat(embedder, tmp_path):  # noqa: F811
+    """The chat in a conversation file, every turn pruned and indexed."""
+    store = ConversationStore.open(tmp_path / "chat.db")
+    conv = new_conversation(embedder)
+    for role, text in CHAT:
+        store.save_turn(conv, conv.add_turn(role, *tokenize(embedder, text + "\n\n")))
+    store.save_chunks(conv, conv.prune_to_fit(1))
+    index = SemanticIndex(store.conn, conv.settings, embedder, lock=store.lock)
+    index.load()
+    index.index_pending(conv)
+    yield conv, store, index
+    store.close()
+
+
+def with_settings(index, **changes) -> SemanticIndex:
+    other = SemanticIndex(index.conn, index.settings.replace(**changes), index.embedder, lock=index._lock)
+    other.load()
+    return other
+
+
+def test_a_name_in_many_lines_is_not_searched_by():
+    question = "What did Robin paint on the barn?"
+    counts = {"robin": 30, "paint": 2, "barn": 1}.get  # entries holding each word, of 400
+    assert distinctive_terms(question, counts, 400, 0.05) == ["paint", "barn"]
+    assert distinctive_terms(question, counts, 400, 1.0) == ["robin", "paint", "barn"]
+    # A young chat: 7 of 40 entries is over 5 %, but a handful of lines is no evidence
+    # that a word is common (COMMON_TERM_MIN).
+    assert "robin" in distinctive_terms(question, {"robin": 7}.get, 40, 0.05)
+
+
+def test_a_word_finds_its_other_forms():
+    assert stem("painting") == stem("painted") == stem("paints") == "paint"
+    assert stem("uses") == "uses"  # "us" is too short a stem to search by
+    assert fts_query(["painting", "cat"], True) == '"paint"* OR "cat"'
+    assert fts_query(["painting"], False) == '"painting"'
+
+
+def test_the_line_that_answers_comes_back_not_the_one_naming_the_speaker(chat):
+    conv, store, index = chat
+    question = "What has Robin's friend been painting lately?"
+    door = chunk_with(conv, "painted the old barn door")
+    before = with_settings(index, hybrid_common_share=1.0, hybrid_prefix_stems=False)
+    assert before.search(question, limit=1)[0].chunk_id != door.id  # a short line naming Robin
+    assert index.search(question, limit=1)[0].chunk_id == door.id
+    ids, _ = tokenize(index.embedder, question)
+    room = conv.resurrection_cost(door, with_anchors=False) + 2
+    index.resurrect_for(conv, question, len(ids), conv.live_token_count() + len(ids) + 200 + room,
+                        max_new_tokens=200, store=store)
+    assert conv.chunks[door.id].live
+    assert "forest green" in "".join(conv.chunk_text(c.id) for c in conv.live_chunks())
