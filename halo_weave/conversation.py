@@ -279,6 +279,7 @@ class Conversation:
         target: int | None = None,
         by_age: bool = False,
         keep_latest_exchange: bool = False,
+        keep: frozenset[int] | set[int] = frozenset(),
     ) -> list[Chunk]:
         """Prune the dimmest chunks when the context is over ``max_tokens`` (0 = never).
 
@@ -290,8 +291,8 @@ class Conversation:
         both have dimmed.  ``by_age`` ranks oldest-first instead (a server that sends no
         attention gives brightness no meaning).  ``keep_latest_exchange`` spares the last
         user turn and its answer (the app's automatic pruning: what the user just read
-        stays, with what was resurrected for that message).  Returns every chunk pruned
-        (framing included).
+        stays, with what was resurrected for that message); ``keep``: chunk ids that stay.
+        Returns every chunk pruned (framing included).
         """
         if max_tokens is None:
             limit = self.settings.max_context_tokens
@@ -303,7 +304,7 @@ class Conversation:
             return []
         by_age = by_age or self.settings.prune_order == "age"
         spared = self.turns.last("user") if keep_latest_exchange else None
-        chosen = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared)
+        chosen = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared, keep=keep)
         return self._prune_chunks(chosen) if chosen else []
 
     def prune_chunk(self, chunk_id: int) -> list[Chunk]:

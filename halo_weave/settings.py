@@ -81,6 +81,13 @@ class Settings:
     # and "median" (H2O) and a window of half the target, recall 0.858 vs oldest-first's
     # 0.819 at ΔNLL 0.050 vs 0.052 (voting: 0.819 / 0.047): to confirm on all six.
     prune_keep_recent: int = 0
+    # When to prune: "after_exchange" (down to max_context_tokens after every exchange,
+    # seed 001) or "for_room" (keep the model's window full of recent context; prune only
+    # when it is full or when resurrection needs room, never giving resurrection more
+    # room than "after_exchange" would: halo_weave.memory.room).  docs/memory-benchmark.md
+    # (conv-26 + conv-30, first 120 turns): oldest first, recall 0.951 vs 0.927 and ΔNLL
+    # -0.003 vs 0.069 for pruning after exchanges; to confirm on the dev set.
+    prune_when: str = "after_exchange"
 
     # Semantic resurrection
     resurrection_brightness: str = "at_prune"  # or "mean"
@@ -243,6 +250,17 @@ CHOICES: dict[str, tuple[Choice, ...]] = {
                "brightness; the colours still show what the model reads.",
                "oldest first"),
     ),
+    "prune_when": (
+        Choice("after_exchange", "After every exchange (down to the context budget)",
+               "After every answer the context is pruned down to the max context tokens, which "
+               "leaves the rest of the model's window free for what your next message brings back.",
+               ""),
+        Choice("for_room", "Only when room is needed",
+               "The context keeps as much recent conversation as the model's window holds; it is "
+               "pruned only when the window is full, or just enough to make room for what your "
+               "message brings back (never more room than pruning after every exchange gives).",
+               "only for room"),
+    ),
     "resurrection_brightness": (
         Choice("at_prune", "Brightness when pruned (no gifts)",
                "A paragraph that comes back keeps the brightness it had when it was pruned."),
@@ -279,6 +297,7 @@ PRUNING_FIELDS: tuple[tuple[str, str, str], ...] = (
     ("prune_keep_recent", "Recent window (tokens)",
      "The newest live tokens that pruning by brightness leaves alone (what the model is about to "
      "go on from); 0 = none. Never more than the prune target, so the limit still holds."),
+    ("prune_when", "When to prune", ""),
 )
 
 
@@ -343,9 +362,13 @@ def scoring_words(settings: Settings, source: str = "server") -> Scoring:
         by_age = settings.prune_order == "age"
     recent = settings.prune_keep_recent
     order = "oldest first" if by_age else "dimmest first" + (f" (newest {recent:,} tokens last)" if recent else "")
+    if settings.prune_when == "for_room":
+        order += ", " + choice_words(settings, "prune_when")
     sentence = (f"Brightness: {rule}; a paragraph's colour is its {rank} brightness. "
                 + ("Pruning: oldest first (brightness only colours the text)." if by_age else
                    f"Pruning: {order}, by that {rank} score."))
+    if settings.prune_when == "for_room":
+        sentence += " The context keeps the model's window full; pruning makes only the room needed."
     colour = (f"Paragraph colour: its {rank} brightness {scale}. "
               + ("Pruning is oldest first: the colour shows what the model reads, not what goes next."
                  if by_age else "Dim paragraphs are pruned first."))

@@ -216,6 +216,39 @@ def test_the_no_copy_question_path_gives_the_same_figures(dialogue, settings):
             assert (dry.recall, dry.tokens, dry.missing) == (copied.recall, copied.tokens, copied.missing), anchors
 
 
+def test_pruning_only_for_room_keeps_more_recent_context_and_brings_the_match_back(dialogue, settings):
+    """The lazy replays (prune_when = "for_room"): between messages the window, not P, stays
+    live; every message's match comes back, room made for it by pruning, within C - P; at
+    question time the match is live and the prompt fits the budget."""
+    source = HotWordAttention(WordTokenizer())
+    tok = tokenize_dialogue(dialogue, source.tokenize, settings)
+    context, max_new, prune_to = 300, settings.max_new_tokens, 120
+    full = replay(tok, Policy("full", 0, attention=False), settings, None).conv
+    first = full.content_chunks(dialogue.turn_index()["D1:1"])[0]  # a filler turn nobody attends to
+    found = Match(first.id, first.turn_id, first.chunk_index, first.role, "", first.token_count, 0, 0.9, 0.9)
+
+    def search(text, before_turn):
+        return [found] if first.turn_id < before_turn else []
+
+    lazy = {}
+    for name, extra in (("lazy", (("prune_order", "brightness"),)), ("lazy-fifo", (("prune_order", "age"),))):
+        policy = Policy(name, prune_to, settings=extra + (("prune_when", "for_room"),), resurrect="at_prune")
+        lazy[name] = replay(tok, policy, settings, source, search=search, model_context=context,
+                            max_new_tokens=max_new)
+    live = replay(tok, Policy("live", prune_to, resurrect="at_prune"), settings, source, search=search,
+                  model_context=context, max_new_tokens=max_new)
+    for name, r in lazy.items():
+        assert prune_to < r.conv.live_token_count() <= context - max_new, name
+        assert r.resurrected_chunks > 0 and r.prune_events > 0, name
+        # The model went on from more of the conversation than when pruned to P each time.
+        assert (np.mean([len(f.live_positions) for f in r.fidelity])
+                > np.mean([len(f.live_positions) for f in live.fidelity])), name
+        for i in range(len(dialogue.questions)):
+            ctx = _question(tok, i, context - max_new, context, max_new)
+            out = answer_halo(r.conv, [found], ctx, "at_prune")
+            assert out.tokens <= context - max_new and "D1:1" not in out.missing, (name, i)
+
+
 def test_halo_reports_why_evidence_is_missing(dialogue, settings):
     source = HotWordAttention(WordTokenizer())
     tok = tokenize_dialogue(dialogue, source.tokenize, settings)
@@ -316,7 +349,7 @@ def test_a_real_run_reports_continuation_fidelity_per_method(data_file, tmp_path
     # The app's system prompt alone is ~190 tokens: P and the window leave room for turns.
     argv = ["--data", str(data_file), "--prune-to", "300", "--context", "520",
             "--max-new-tokens", "40", "--window", "600", "--diagnostics", "0", "--json",
-            "--methods", "full,fifo,rag,halo,fifo-halo,halo-decay,halo-live,halo-live-mean"]
+            "--methods", "full,fifo,rag,halo,fifo-halo,halo-decay,halo-live,halo-live-mean,lazy-fifo-halo,lazy-halo"]
     assert bench_memory.main(argv) == 0
     out = capsys.readouterr().out
     figures = json.loads(out.strip().splitlines()[-1])  # valid JSON: no NaN anywhere

@@ -44,6 +44,8 @@ def test_dimmest_first_is_still_said_when_chosen():
     (dict(brightness_rule="mass", chunk_rank="topk", chunk_rank_k=8, prune_order="age"), "server",
      "☀ accumulated attention mass · top-8 mean · pruning oldest first"),
     (dict(prune_keep_recent=512, prune_order="brightness"), "server", "☀ magnitude votes · peak · pruning dimmest first (newest 512 tokens last)"),
+    (dict(prune_when="for_room", prune_order="brightness"), "server",
+     "☀ magnitude votes · peak · pruning dimmest first, only for room"),
     # The reader votes whatever rule is set, and ranks chunks only when asked to.
     (dict(brightness_rule="decay"), "reader", "☀ the reader's magnitude votes · peak · pruning oldest first"),
     (dict(proxy_pruning=True, prune_order="brightness"), "reader", "☀ the reader's magnitude votes · peak · pruning dimmest first"),

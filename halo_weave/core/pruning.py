@@ -17,9 +17,11 @@ from .anchors import anchor_partner, framing_of, live_content_count, prunable_gr
 from .records import Chunk, ChunkTokens
 
 
-def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None) -> list[Chunk]:
+def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None,
+           keep: frozenset[int] | set[int] = frozenset()) -> list[Chunk]:
     """Chunks whose pruning frees at least ``excess`` tokens (framing they free counted),
-    or as many as the rules allow; ``spared``: no chunk of that turn or later.  A chunk
+    or as many as the rules allow; ``spared``: no chunk of that turn or later; ``keep``:
+    chunk ids left alone (the matches of a search that prunes to make room).  A chunk
     resurrected for the spared turn is not spared outright (the limit comes first), but
     ranked by age it counts as new, so older chunks go before it.  Ranked by brightness,
     the chunks in the last ``prune_keep_recent`` live tokens go only after every older
@@ -39,7 +41,7 @@ def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None
 
     candidates = sorted(
         (c for c in map(conv.chunks.__getitem__, peak_of)
-         if not c.framing and not c.pinned and (spared is None or c.turn_id < spared)),
+         if not c.framing and not c.pinned and c.id not in keep and (spared is None or c.turn_id < spared)),
         key=rank,
     )
     chosen: list[Chunk] = []

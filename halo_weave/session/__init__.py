@@ -27,7 +27,8 @@ default they are raised), so one failed save never skips the rest of the turn.
 
 The class is in :mod:`.chat`; the last exchange changed after the fact (Continue,
 Regenerate, Edit and resend) in :mod:`.last_exchange`, tool steps and the attention
-recording in :mod:`.rounds`, the user's levers on chunks in :mod:`.levers`, the chat
+recording in :mod:`.rounds`, the user's levers on chunks in :mod:`.levers`, resurrection
+for a message (and, pruning only for room, the prune that makes room) in :mod:`.resurrect`, the chat
 template and the system prompt in :mod:`.system_prompt`.
 """
 

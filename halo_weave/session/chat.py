@@ -12,12 +12,11 @@ from ..conversation import Chunk, Conversation, Framing, Turn
 from ..core.stream_clock import StreamClock
 from ..errors import AttentionError
 from ..events import TokenEvent
-from ..memory.resurrection import apply_plan
 from ..memory.resurrection import budget as resurrection_budget
 from ..settings import Settings
 from ..storage.capture import RoundCapture
 from ..tools import notebook
-from . import last_exchange, levers, rounds, system_prompt
+from . import last_exchange, levers, resurrect, rounds, system_prompt
 
 #: Where an answer ends (ChatML); the tool tag is added per request.
 STOP_SEQUENCES = ("<|im_end|>", "<|im_start|>")
@@ -149,24 +148,8 @@ class ChatSession:
         return resurrection_budget(self.conv, user_tokens, self.max_context, s.max_new_tokens, s.resurrection_budget_cap)
 
     def resurrect_for(self, index, matches, user_tokens: int) -> list[Chunk]:
-        """Bring back what the search for the message found, within the budget.
-
-        ``index`` is the index the search ran on: results for one closed since are dropped.
-        Returns the content chunks resurrected.
-        """
-        self.last_resurrected = 0
-        if index is not self.index or self.store is None or not matches:
-            return []
-        conv = self.conv
-        try:
-            plan = index.plan(conv, matches, self.resurrection_budget(user_tokens))
-            result = apply_plan(conv, plan, index.conn, self.settings.resurrection_brightness, self.store)
-        except Exception as err:  # noqa: BLE001
-            self.report(err, "Resurrecting from memory")
-            return []
-        resurrected = result.resurrected
-        self.last_resurrected = len(resurrected)
-        return resurrected
+        """Bring back what the search for the message found (see :mod:`.resurrect`)."""
+        return resurrect.resurrect_for(self, index, matches, user_tokens)
 
     def add_user_message(self, ids: list[int], texts: list[str], created_at: float | None = None) -> Turn:
         """Add the user's turn and save it before anything shows it (DB-first).
@@ -205,13 +188,26 @@ class ChatSession:
 
     def fit_model_window(self) -> list[Chunk]:
         """Never send more than the model can read: prompt + answer within its context."""
+        limit = self.window_limit()
+        return self.prune(limit) if self.conv.live_token_count() > limit > 0 else []
+
+    def window_limit(self) -> int:
+        """The prompt tokens the model's window leaves beside the answer (0 when unknown)."""
         if self.max_context <= 0:
-            return []
+            return 0
         frame = sum(len(ids) for ids, _ in [self.framing.prefix.get("assistant", ([], []))]) if self.framing else 0
-        limit = self.max_context - self.settings.max_new_tokens - frame
-        if self.conv.live_token_count() > limit > 0:
-            return self.prune(limit)
-        return []
+        return self.max_context - self.settings.max_new_tokens - frame
+
+    @property
+    def prunes_for_room(self) -> bool:
+        """``prune_when = "for_room"`` with a known window (:mod:`halo_weave.memory.room`)."""
+        return self.settings.prune_when == "for_room" and self.window_limit() > 0
+
+    @property
+    def prunes_by_age(self) -> bool:
+        """Without attention brightness says nothing about relevance: oldest first then
+        (unless the reader's attention is asked to rank chunks: :attr:`proxy_ranks`)."""
+        return not (self.attention_available or self.proxy_ranks)
 
     # ------------------------------------------------------------------ the answer
     def begin_answer(self, prefix: Iterable[tuple[int, str]] = (), *, role: str = "assistant",
@@ -309,15 +305,13 @@ class ChatSession:
         return TurnEnd(reason, turn, pruned, self.attention_available != before)
 
     def prune(self, limit: int | None = None) -> list[Chunk]:
-        """Prune to ``limit`` (default: the max-context setting, with hysteresis) and save.
-
-        Never the exchange the user just read.  Without attention brightness says
-        nothing about relevance, so the oldest chunks go first (unless the reader's
-        attention is asked to rank them: :attr:`proxy_ranks`).
-        """
+        """Prune to ``limit`` (default: the max-context setting, with hysteresis; pruning
+        only for room, the model's window) and save.  Never the exchange the user just read;
+        oldest first when :attr:`prunes_by_age`."""
         conv = self.conv
-        by_age = not (self.attention_available or self.proxy_ranks)
-        pruned = conv.prune_to_fit(limit, by_age=by_age, keep_latest_exchange=True)
+        if limit is None and self.prunes_for_room:
+            limit = self.window_limit()
+        pruned = conv.prune_to_fit(limit, by_age=self.prunes_by_age, keep_latest_exchange=True)
         if pruned:
             self._save(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")
         return pruned

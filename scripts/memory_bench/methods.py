@@ -13,6 +13,10 @@ universal equation leaves for the prompt); every method but ``full`` stays withi
 * ``halo``: the replay pruned to ``P``; the question runs the app's resurrection (search,
   :func:`halo_weave.memory.resurrection.make_plan` under the universal equation,
   :meth:`Conversation.resurrect`), then joins the context.
+* ``lazy-*`` (``prune_when = "for_room"``): the replay keeps the window (``C -
+  max_new_tokens``) live; the question's plan gets the room ``halo``'s would
+  (:func:`halo_weave.memory.room.room`, the context counted as ``P``) and just enough is
+  pruned to make it (:func:`~halo_weave.memory.room.plan_with_room`), as the app does.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 
 from halo_weave.conversation import Conversation
 from halo_weave.memory.resurrection import budget, make_plan
+from halo_weave.memory.room import plan_with_room
 
 from .locomo import Question
 
@@ -137,8 +142,15 @@ def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
     settings: neighbours, anchors) or the plain :func:`make_plan`.
     """
     conv = copy.deepcopy(base)
-    plan = planner(conv, matches, budget(conv, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))
-    plan.apply(conv, rule)
+    if conv.settings.prune_when == "for_room":  # pruned just enough for the plan (memory/room.py)
+        plan = plan_with_room(conv, matches, planner, user_tokens=q.framed_tokens, max_context=q.model_context,
+                              max_new_tokens=q.max_new_tokens, floor=conv.settings.max_context_tokens,
+                              cap=budget_cap).plan
+        plan.apply(conv, rule)
+        conv.prune_to_fit(q.budget - q.framed_tokens, keep_latest_exchange=True)  # nothing came back: fit anyway
+    else:
+        plan = planner(conv, matches, budget(conv, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))
+        plan.apply(conv, rule)
     searched = {m.turn_id for m in matches}
     skipped = {p.match.turn_id for p in plan.skipped}
 

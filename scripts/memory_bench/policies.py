@@ -95,6 +95,10 @@ METHODS = [
     ("halo-live", "live", {}),
     ("halo-live-mean", "live-mean", {"rule": "mean"}),
     ("fifo-halo-live", "fifo-live", {}),
+    # Pruning only for room (prune_when = "for_room"): the window kept full between
+    # messages, pruned just enough at each message for what it resurrects (room <= C - P).
+    ("lazy-fifo-halo", "lazy-fifo", {}),  # oldest first
+    ("lazy-halo", "lazy", {}),  # dimmest first (magnitude votes)
     ("halo-decay-live", "decay-live", {}),
 ]
 
@@ -129,7 +133,7 @@ RETIRED = {
 #: first.  Pinned here so that the app's defaults (settings.py) can move by these figures
 #: without moving them.
 BASE_RULE = dict(brightness_rule="vote", new_token_brightness="cap", chunk_rank="peak",
-                 prune_order="brightness", prune_keep_recent=0)
+                 prune_order="brightness", prune_keep_recent=0, prune_when="after_exchange")
 
 QUICK_METHODS = ["full", "fifo", "rag", "halo", "halo-mean", "fifo-halo",
                  "halo-decay", "halo-decay-topk", "halo-median", "halo-mass",
@@ -145,6 +149,7 @@ def policies(prune_to: int, budget: int, hysteresis: float, half_life: int = 256
         return (("brightness_rule", "decay"), ("brightness_half_life", h))
 
     recent = (("prune_keep_recent", prune_to // 2),)
+    lazy = (("prune_when", "for_room"),)  # prune_to is then the floor of the room (P)
     return {
         "fifo": Policy("fifo", budget, settings=age),
         "brightness": Policy("brightness", budget),
@@ -172,6 +177,8 @@ def policies(prune_to: int, budget: int, hysteresis: float, half_life: int = 256
         "live-mean": Policy("live-mean", prune_to, resurrect="mean"),
         "fifo-live": Policy("fifo-live", prune_to, settings=age, resurrect="at_prune"),
         "decay-live": Policy("decay-live", prune_to, settings=decay, resurrect="at_prune"),
+        "lazy-fifo": Policy("lazy-fifo", prune_to, settings=age + lazy, resurrect="at_prune"),
+        "lazy": Policy("lazy", prune_to, settings=lazy, resurrect="at_prune"),
     }
 
 

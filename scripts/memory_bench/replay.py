@@ -12,7 +12,10 @@ runs the app's semantic resurrection on every user message, before the message j
 (search; the app's plan, :meth:`~halo_weave.semantic_index.SemanticIndex.plan`, with
 neighbours of the same sitting and anchors if room, under the universal equation for the
 bench's ``C``; :meth:`Conversation.resurrect` with the policy's brightness rule);
-the search sees only turns said before that message.
+the search sees only turns said before that message.  A policy that prunes only for room
+(``prune_when = "for_room"``, the ``lazy-*`` methods) keeps the model's window live
+between messages and prunes just enough for each message's plan, as the app's session
+does (:mod:`halo_weave.memory.room`; ``prune_to`` is then P, the floor of that room).
 
 A :class:`Policy` is what changes the attention the model pays (what stays live during
 the replay), so each policy needs its own teacher-forced pass.  Every forced assistant
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Callable, Protocol, Sequence
 
 import numpy as np
@@ -33,6 +37,7 @@ from halo_weave.conversation import Conversation, Framing
 from halo_weave.events import TokenEvent
 from halo_weave.memory.resurrection import budget as resurrection_budget
 from halo_weave.memory.resurrection import make_plan
+from halo_weave.memory.room import plan_with_room
 from halo_weave.session import ChatSession
 from halo_weave.settings import Settings
 
@@ -241,7 +246,10 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
     """
     started, cpu = time.perf_counter(), time.process_time()
     session = ChatSession(settings.replace(max_context_tokens=policy.prune_to, prune_hysteresis=policy.hysteresis,
-                                           **dict(policy.settings)))
+                                           max_new_tokens=max_new_tokens, **dict(policy.settings)))
+    for_room = session.settings.prune_when == "for_room"
+    if for_room:  # the session prunes to the model's window, so it needs to know it
+        session.model_info = SimpleNamespace(max_context=model_context)
     conv = session.adopt(new_conversation(tok, session.settings, policy.rank))
     backend = TeacherForced(source, policy.reads_attention) if policy.attention else None
     trace = Trace()
@@ -262,9 +270,16 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
             if policy.resurrect == "plain":  # rag: by similarity, no anchors
                 back = conv.resurrect(plain_plan(conv, matches, room), with_anchors=False)
             else:
-                planner = getattr(search, "plan", None)  # the app's (past_search), else seed 001's
-                plan = planner(conv, matches, room) if planner else make_plan(conv, matches, room)
-                back = conv.resurrect(plan.chunk_ids, brightness=policy.resurrect) if plan.taken else []
+                planner = getattr(search, "plan", None) or make_plan  # the app's (past_search), else seed 001's
+                if for_room:  # prune just enough for the plan, as the app's session does
+                    made = plan_with_room(conv, matches, planner, user_tokens=len(ids), max_context=model_context,
+                                          max_new_tokens=max_new_tokens, floor=policy.prune_to,
+                                          cap=session.settings.resurrection_budget_cap)
+                    plan, gone = made.plan, made.pruned
+                    before -= sum(c.token_count for c in gone)
+                else:
+                    plan = planner(conv, matches, room)
+                back = plan.apply(conv, policy.resurrect)  # anchors as planned (if room: only those that fit)
             resurrected += sum(1 for c in back if not c.framing)
             resurrected_tokens += conv.live_token_count() - before
         if policy.attention and (turn.role == "assistant" or policy.score_user):
@@ -280,6 +295,8 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
             gone = session.finish_turn("stop", prune=exchange_end).pruned
         elif turn.role == "user":
             session.add_user_message(ids, texts, turn.created_at)
+            if for_room:  # the app's prompt + answer within the model's window
+                gone = gone + session.fit_model_window()
             if exchange_end:
                 gone = session.prune()
         else:

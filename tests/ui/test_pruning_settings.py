@@ -47,7 +47,7 @@ def test_the_page_lists_every_rule_with_its_explanation(dialog, qtbot):
         assert rules.itemData(i, Qt.ItemDataRole.ToolTipRole) == option.explanation
     shown = dialog.pruning_page.explanations["brightness_rule"]
     assert "takes 1 from every other word" in shown.text() and rules.toolTip() == shown.text()
-    for name in ("new_token_brightness", "chunk_rank", "prune_order"):
+    for name in ("new_token_brightness", "chunk_rank", "prune_order", "prune_when"):
         box = dialog.editors[name]
         assert [box.itemData(i) for i in range(box.count())] == list(choice_values(name))
     orders = dialog.editors["prune_order"]

@@ -1,0 +1,73 @@
+"""Pruning only for room (setting ``prune_when = "for_room"``).
+
+Pruning after every exchange down to ``max_context_tokens`` (P) keeps the model's window
+half empty between messages, only so that the next message has room for what it brings
+back; what the model needs to go on from is mostly the recent context, and that is what
+goes.  Pruned only for room, the context keeps everything the window holds (pruned down to
+the window, not to P, once it is over it) and at a user message whose search found chunks
+to resurrect, just enough is pruned to make room for them: oldest first or dimmest first
+(``prune_order``), never a pinned chunk, the latest exchange or a match of this search that
+is live already (nor its anchors).
+
+The room resurrection may take is never more than pruning after every exchange would give
+it: the universal equation with the context at P (:func:`room`).  So the matches that come
+back are found within the same budget, and between messages the model sees the window.
+With KV surgery (issue 14) a prune costs no re-prefill, so pruning in small steps is cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from ..conversation import Chunk, Conversation
+from .resurrection import Match, ResurrectionPlan
+from .resurrection import budget as equation_budget
+
+#: ``planner(conv, matches, budget)``: the index's plan (neighbours, anchors) or make_plan.
+Planner = Callable[[Conversation, Sequence[Match], int], ResurrectionPlan]
+
+
+def room(conv: Conversation, user_tokens: int, max_context: int, max_new_tokens: int,
+         floor: int, cap: int = 0) -> int:
+    """The room resurrection may take: the universal equation with the live context counted
+    as at most ``floor`` tokens (P, what pruning after the exchange would have left)."""
+    live = conv.live_token_count()
+    if floor > 0:
+        live = min(live, floor)
+    left = max_context - live - user_tokens - max_new_tokens
+    if cap > 0:
+        left = min(left, cap)
+    return max(left, 0)
+
+
+@dataclass
+class RoomPlan:
+    """The plan to apply and the chunks pruned to make room for it (already out)."""
+
+    plan: ResurrectionPlan
+    pruned: list[Chunk] = field(default_factory=list)
+
+
+def plan_with_room(conv: Conversation, matches: Sequence[Match], planner: Planner, *,
+                   user_tokens: int, max_context: int, max_new_tokens: int, floor: int,
+                   cap: int = 0, by_age: bool = False) -> RoomPlan:
+    """Plan the matches within :func:`room`, then prune just enough that the plan, the
+    message and the answer fit ``max_context``; re-planned within what is then left (a
+    prune can take a turn's framing, which the plan then pays for again).  The prune
+    spares the latest exchange, pinned chunks, and the plan's live matches and anchors."""
+    allowed = room(conv, user_tokens, max_context, max_new_tokens, floor, cap)
+    plan = planner(conv, matches, allowed)
+    if not plan.taken:
+        return RoomPlan(plan)
+    limit = max_context - user_tokens - max_new_tokens - plan.tokens
+    if conv.live_token_count() <= limit:
+        return RoomPlan(plan)
+    keep: set[int] = set()
+    for planned in plan.taken:
+        chunk = conv.chunks.get(planned.match.chunk_id)
+        if chunk is not None:
+            keep.update(c.id for c in [chunk, *conv.anchors_of(chunk)] if c.live)
+    pruned = conv.prune_to_fit(max(limit, 0), by_age=by_age, keep_latest_exchange=True, keep=keep)
+    left = equation_budget(conv, user_tokens, max_context, max_new_tokens, cap)
+    return RoomPlan(planner(conv, matches, min(allowed, left)), pruned)

@@ -1,0 +1,44 @@
+"""The user's message brings back what its search found (seed 001 §7-8), within the
+budget: pruned after every exchange, the universal equation; pruned only for room
+(``prune_when = "for_room"``), just enough is pruned first (:mod:`halo_weave.memory.room`).
+
+Functions of the :class:`~halo_weave.session.ChatSession` (``session``), whose method of
+the same name calls them.
+"""
+
+from __future__ import annotations
+
+from ..conversation import Chunk
+from ..memory.resurrection import apply_plan
+from ..memory.room import plan_with_room
+
+
+def resurrect_for(session, index, matches, user_tokens: int) -> list[Chunk]:
+    """Bring back what the search for the message found; the content chunks resurrected.
+
+    ``index`` is the index the search ran on: results for one closed since are dropped.
+    """
+    session.last_resurrected = 0
+    if index is not session.index or session.store is None or not matches:
+        return []
+    conv, s = session.conv, session.settings
+    try:
+        if session.prunes_for_room:
+            # The window less the answer's opening framing: fit_model_window then has
+            # nothing left to prune (it would take the dim chunks just brought back first).
+            made = plan_with_room(conv, matches, index.plan, user_tokens=user_tokens,
+                                  max_context=session.window_limit() + s.max_new_tokens,
+                                  max_new_tokens=s.max_new_tokens,
+                                  floor=s.max_context_tokens, cap=s.resurrection_budget_cap,
+                                  by_age=session.prunes_by_age)
+            plan = made.plan
+            if made.pruned:
+                session._save(lambda: session.store.save_chunks(conv, made.pruned), "Saving pruned chunks")
+        else:
+            plan = index.plan(conv, matches, session.resurrection_budget(user_tokens))
+        result = apply_plan(conv, plan, index.conn, s.resurrection_brightness, session.store)
+    except Exception as err:  # noqa: BLE001
+        session.report(err, "Resurrecting from memory")
+        return []
+    session.last_resurrected = len(result.resurrected)
+    return result.resurrected
