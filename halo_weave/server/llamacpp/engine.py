@@ -20,8 +20,9 @@ from ..tokens import TokenText
 from . import bindings
 from . import filter as filter_
 from ..span_store import DEFAULT_STORE_BYTES
-from .cache import K_CACHE_LAYER0, N_SEQ, SOFTMAX_PREFIX, LlamaCache
+from .cache import N_SEQ, LlamaCache
 from .growth import CELL_PAD
+from .readout import K_CACHE_LAYER0, SOFTMAX_PREFIX
 
 log = logging.getLogger("halo_weave.server")
 
