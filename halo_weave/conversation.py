@@ -29,7 +29,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from . import brightness as bright
-from .core import pruning, rehydration
+from .core import merging, pruning, rehydration
 from .core.anchors import anchors_of, with_framing
 from .core.framing import Framing  # noqa: F401 - importable from here too
 from .core.records import Chunk, ChunkLoader, ChunkTokens, Turn  # noqa: F401 - importable from here too
@@ -168,7 +168,7 @@ class Conversation:
     def chunk_texts(self, chunk_id: int) -> list[str]:
         """Token texts of a chunk (loading a long-pruned chunk through the store)."""
         if chunk_id not in self._texts:
-            self._texts[chunk_id] = self._load_pruned([chunk_id])[chunk_id].texts
+            self._texts[chunk_id] = pruning.load_pruned(self, [chunk_id])[chunk_id].texts
         return self._texts[chunk_id]
 
     def chunk_text(self, chunk_id: int) -> str:
@@ -183,7 +183,7 @@ class Conversation:
                 self.table.token_id[rows].copy(), list(self._texts[chunk_id]),
                 self.table.brightness[rows].copy(),
             )
-        return self._load_pruned([chunk_id])[chunk_id]
+        return pruning.load_pruned(self, [chunk_id])[chunk_id]
 
     def tokens_in_memory(self, chunk_id: int) -> ChunkTokens | None:
         """A chunk's tokens when held in memory (live, or pruned this session), else None."""
@@ -356,7 +356,7 @@ class Conversation:
         if not resurrected:
             return []
         mean = int(round(self.mean_brightness()))
-        tokens = self._load_pruned([c.id for c in resurrected])
+        tokens = pruning.load_pruned(self, [c.id for c in resurrected])
         for chunk in resurrected:
             data = tokens[chunk.id]
             values = (np.full(chunk.token_count, self.settings.initial_brightness, np.int32) if chunk.framing
@@ -375,15 +375,6 @@ class Conversation:
             chunk.resurrected_at = self.next_position
         return resurrected
 
-    def _load_pruned(self, chunk_ids: Sequence[int]) -> dict[int, ChunkTokens]:
-        found = {c: self._pruned_tokens[c] for c in chunk_ids if c in self._pruned_tokens}
-        missing = [c for c in chunk_ids if c not in found]
-        if missing:
-            if self.chunk_loader is None:
-                raise ConversationError(f"no tokens for pruned chunks {missing}")
-            found.update(self.chunk_loader(missing))
-        return found
-
     # ------------------------------------------------------------------ user levers
     def pin(self, chunk_id: int, pinned: bool = True) -> Chunk:
         """Pin (brightness 10000, never pruned) or unpin a live chunk."""
@@ -399,30 +390,9 @@ class Conversation:
         return chunk
 
     def merge_with_next(self, chunk_id: int) -> tuple[Chunk, Chunk]:
-        """Merge a live chunk with the next content chunk of its turn.
-
-        Returns ``(kept, absorbed)``; the absorbed chunk's tokens now belong to the kept
-        one (its identity disappears, so its index entry must be dropped).
-        """
-        chunk = self.chunks[chunk_id]
-        turn = self.turns[chunk.turn_id]
-        content = self.content_chunks(turn.turn_id)
-        index = next(i for i, c in enumerate(content) if c.id == chunk_id)
-        if chunk.framing or index + 1 >= len(content):
-            raise ConversationError("there is no next chunk in this turn to merge with")
-        if turn is self.open_turn:
-            raise ConversationError("cannot merge while the turn is being generated")
-        nxt = content[index + 1]
-        if not (chunk.live and nxt.live) or nxt.start != chunk.end:
-            raise ConversationError("only two adjacent live chunks can be merged")
-        rows = self.chunk_rows(nxt)
-        self.table.chunk_id[rows] = chunk.id
-        self._texts[chunk.id] = self._texts[chunk.id] + self._texts.pop(nxt.id)
-        chunk.token_count += nxt.token_count
-        chunk.pinned = chunk.pinned or nxt.pinned
-        turn.chunk_ids.remove(nxt.id)
-        del self.chunks[nxt.id]
-        return chunk, nxt
+        """Merge a live chunk with the next content chunk of its turn; ``(kept, absorbed)``
+        (see :func:`.core.merging.merge_with_next`)."""
+        return merging.merge_with_next(self, chunk_id)
 
     # ------------------------------------------------------------------ rehydration
     def rehydrate_chunk(self, chunk: Chunk, tokens: ChunkTokens | None) -> None:

@@ -4,15 +4,18 @@ Chunks are ranked by peak brightness; an anchor pair leaves together, so it is r
 its brighter member and goes only once both have dimmed (:mod:`.anchors`).  Ranked by age
 instead, the oldest go first (a server that sends no attention gives brightness no
 meaning); a resurrected chunk's age counts from its resurrection, so the chunk brought
-back for a message is not the first to go once that message is answered.  Both the
-selection and the taking out are functions of a
+back for a message is not the first to go once that message is answered.  The
+selection, the taking out and the reading back of pruned tokens are functions of a
 :class:`~halo_weave.conversation.Conversation` (``conv``).
 """
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
+from ..errors import ConversationError
 from .anchors import anchor_partner, framing_of, live_content_count, prunable_group
 from .records import Chunk, ChunkTokens
 
@@ -97,3 +100,15 @@ def take_out(conv, chunks: list[Chunk]) -> list[Chunk]:
         chunk.live = False
     pruned.sort(key=lambda c: c.start)
     return pruned
+
+
+def load_pruned(conv, chunk_ids: Sequence[int]) -> dict[int, ChunkTokens]:
+    """The tokens of pruned chunks: those pruned in this session are still held
+    (:func:`take_out` kept them), the others come through ``conv.chunk_loader``."""
+    found = {c: conv._pruned_tokens[c] for c in chunk_ids if c in conv._pruned_tokens}
+    missing = [c for c in chunk_ids if c not in found]
+    if missing:
+        if conv.chunk_loader is None:
+            raise ConversationError(f"no tokens for pruned chunks {missing}")
+        found.update(conv.chunk_loader(missing))
+    return found
