@@ -15,8 +15,9 @@ Public API (Qt-free, blocking; the UI runs the slow calls on its embedder QThrea
 Finer steps for a worker thread that must not touch the conversation or the database:
 ``drafts = index.prepare(conv, index.pending(conv))`` (UI thread, no model, cheap) ->
 ``index.embed(drafts)`` (worker thread, slow, pure) -> ``index.store(drafts)`` (UI thread,
-one commit).  ``index_chunks`` / ``index_pending`` / ``reindex_all`` do all three in a row,
-``batch_size`` chunks per commit, so a crash loses no committed batch.
+one commit; the drafts are :mod:`.memory.drafts`).  ``index_chunks`` / ``index_pending`` /
+``reindex_all`` do all three in a row, ``batch_size`` chunks per commit, so a crash loses
+no committed batch.
 
 Entries live in ``semantic_entries`` (keyed by chunk id, upserted: indexing twice never
 duplicates) with the FTS5 table ``semantic_fts`` kept in sync by the store's triggers.
@@ -31,8 +32,9 @@ brute force below ``SearchTuning.two_stage_min`` entries, above it a coarse PCA 
 picks candidates that are then scored exactly.  Top ``query_max_results``, user-role
 matches x ``user_similarity_boost``, at least ``min_similarity``; with ``hybrid_search``
 the score is blended with FTS5 BM25 (``hybrid_weight``) over the candidates and the best
-FTS matches of the query's distinctive terms.  Liveness is not filtered here: a live
-chunk simply costs nothing in the resurrection plan (:mod:`.memory.resurrection`).
+FTS matches of the query's distinctive terms (:mod:`.memory.text_match`).  Liveness is not
+filtered here: a live chunk simply costs nothing in the resurrection plan
+(:mod:`.memory.resurrection`).
 
 Loading: with the store's change log (migration ``m002_semantic_changes``) the vectors
 come from a snapshot file next to the conversation (``<file>.vectors``), tied to the
@@ -48,7 +50,6 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -56,12 +57,12 @@ import numpy as np
 
 from .conversation import Conversation
 from .errors import EmbedderUnavailable, SnapshotInvalid
-from .memory import query, ranking
+from .memory import query, ranking, text_match
+from .memory.drafts import EntryDraft, embed as embed_drafts, prepare as prepare_drafts
 from .memory.embedder import Embedder
 from .memory.resurrection import Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan
 from .memory.resurrection import budget as resurrection_budget
 from .memory.pending import AgreedSignatures, due_chunks
-from .memory.turn_pair import context_parts, context_pieces, fit_context, signature_hash, text_hash
 from .memory.vector_matrix import SearchTuning, VectorMatrix, one_blas_thread
 from .settings import Settings
 from .storage import index_tables as tables
@@ -73,20 +74,6 @@ __all__ = ["Embedder", "EmbedderUnavailable", "EntryDraft", "Match", "Resurrecti
 #: The vector snapshot sits next to the conversation file: ``<file>.vectors``.
 SNAPSHOT_SUFFIX = ".vectors"
 Progress = Callable[[int, int], None]
-
-@dataclass
-class EntryDraft:
-    """One chunk on its way into the index (see the module docstring)."""
-
-    chunk_id: int
-    turn_id: int
-    chunk_index: int
-    role: str
-    text: str
-    token_count: int
-    pieces: list[tuple[int, str]]
-    context_hash: str
-    vector: np.ndarray | None = field(default=None, repr=False)
 
 
 class SemanticIndex:
@@ -254,27 +241,13 @@ class SemanticIndex:
         return sorted(c for c in known if c not in conv.chunks)
 
     def prepare(self, conv: Conversation, chunk_ids: Iterable[int]) -> list[EntryDraft]:
-        """Read what embedding needs from the conversation (cheap, no model)."""
-        limit = self.settings.embedding_max_tokens
-        drafts = []
-        for chunk_id in chunk_ids:
-            chunk = conv.chunks[chunk_id]
-            parts = context_parts(conv, chunk)
-            pieces = context_pieces(conv, parts)
-            digest = f"{signature_hash(parts, limit)}:{text_hash(chr(30).join(t for _, t in pieces))}"
-            drafts.append(EntryDraft(chunk.id, chunk.turn_id, chunk.chunk_index, chunk.role,
-                                     pieces[0][1], chunk.token_count, pieces, digest))
-        return drafts
+        """Read what embedding needs from the conversation (cheap, no model; see
+        :func:`.memory.drafts.prepare`)."""
+        return prepare_drafts(conv, chunk_ids, self.settings.embedding_max_tokens)
 
     def embed(self, drafts: Sequence[EntryDraft], batch_size: int = 32) -> Sequence[EntryDraft]:
         """Fill each draft's vector (slow; touches neither conversation nor database)."""
-        emb = self.embedder
-        limit = min(self.settings.embedding_max_tokens, emb.max_tokens)
-        contexts = [fit_context(d.pieces, emb.count, emb.truncate, limit) for d in drafts]
-        vectors = emb.encode(contexts, batch_size=batch_size)
-        for draft, vector in zip(drafts, vectors):
-            draft.vector = vector
-        return drafts
+        return embed_drafts(self.embedder, drafts, self.settings.embedding_max_tokens, batch_size)
 
     def store(self, drafts: Sequence[EntryDraft]) -> None:
         """Upsert embedded drafts in one transaction and add them to the search matrix."""
@@ -366,22 +339,11 @@ class SemanticIndex:
         with self._lock, one_blas_thread():
             if self._vectors.n == 0 or limit <= 0:
                 return []
-            bm25_ids = self._bm25(text, max(3 * limit, 50)) if s.hybrid_search and text else {}
-            dated = (tables.said_between(self.conn, query.date_spans(text))
-                     if s.date_weight > 0 and text else frozenset())
+            bm25_ids = text_match.bm25_scores(self.conn, text, self._vectors.n, s, max(3 * limit, 50))
+            dated = text_match.dated_chunks(self.conn, text, s)
             found = ranking.rank(self._vectors, np.asarray(vector, np.float32), s, limit, bm25_ids, dated)
             meta = tables.meta(self.conn, list(found))
         return [Match(cid, *meta[cid], *found[cid]) for cid in found if cid in meta]
-
-    def _bm25(self, text: str, limit: int) -> dict[int, float]:
-        """Chunk id -> BM25 of the ``limit`` best FTS matches of ``text``'s distinctive terms
-        (see :func:`halo_weave.memory.ranking.distinctive_terms`)."""
-        s = self.settings
-        terms = ranking.distinctive_terms(text, lambda t: tables.term_documents(self.conn, t),
-                                          self._vectors.n, s.hybrid_common_share)
-        if not terms:
-            return {}
-        return tables.bm25(self.conn, ranking.fts_query(terms, s.hybrid_prefix_stems), limit)
 
     # ------------------------------------------------------------------ resurrection
     def plan(self, conv: Conversation, matches: Sequence[Match], budget: int) -> ResurrectionPlan:
