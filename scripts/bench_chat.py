@@ -86,7 +86,8 @@ def progress(row: dict, total: int, started: float) -> str:
             f" {time.perf_counter() - started:.0f} s so far")
 
 
-def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | None) -> dict:
+def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | None,
+         changes: dict | None = None) -> dict:
     from halo_weave.core.chat_template import build_framing, detect_template
     from halo_weave.kobold_client import KoboldClient
     from halo_weave.memory.embedder import Embedder
@@ -95,7 +96,7 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
     from halo_weave.settings import Settings
     from halo_weave.store import ConversationStore
 
-    settings = Settings()
+    settings = Settings().replace(**(changes or {}))
     if max_new_tokens:
         settings = settings.replace(max_new_tokens=max_new_tokens)
     client = KoboldClient(url)
@@ -204,6 +205,23 @@ def summarize(rows: list[dict]) -> dict:
     }
 
 
+def settings_changes(pairs: list[str]) -> dict:
+    """``NAME=VALUE`` pairs as typed settings changes (the field's type decides the value's)."""
+    import dataclasses
+
+    from halo_weave.settings import Settings
+
+    fields = {f.name: type(getattr(Settings(), f.name)) for f in dataclasses.fields(Settings)}
+    changes = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or name not in fields:
+            raise SystemExit(f"--set {pair}: expected NAME=VALUE with NAME a setting")
+        kind = fields[name]
+        changes[name] = (value.lower() in ("1", "true", "yes")) if kind is bool else kind(value)
+    return changes
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", default="llamacpp")
@@ -213,8 +231,12 @@ def main(argv=None) -> int:
                         help="override the app's default answer length (default: leave it)")
     parser.add_argument("--full-context", action="store_true",
                         help="start the server without the app's options (its KV cache spans the model's window)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="change one of the app's settings for the chat (repeatable), e.g. "
+                             "prune_order=brightness: an A/B of a default against the alternative")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    changes = settings_changes(args.set)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
     from halo_weave.server.launcher import start_server
@@ -226,8 +248,9 @@ def main(argv=None) -> int:
 
     # The app starts its server with options from its settings (a KV cache sized from the
     # budget); --full-context leaves them out (the cache spans the model's window).
-    app_args = [] if args.full_context else Settings().server_args()
+    app_args = [] if args.full_context else Settings().replace(**changes).server_args()
     figures["server_args"] = app_args
+    figures["settings_changed"] = changes
     for engine in engines:
         extra = ["--engine", engine, *app_args] + (["--threads", str(args.threads)] if args.threads else [])
         with tempfile.TemporaryDirectory(prefix="hw-bench-chat-") as tmp:
@@ -235,7 +258,7 @@ def main(argv=None) -> int:
             server = start_server(port=0, extra_args=extra)
             try:
                 url = server.wait_ready(timeout=600)
-                figures[engine] = chat(url, messages, Path(tmp), say, args.max_new_tokens)
+                figures[engine] = chat(url, messages, Path(tmp), say, args.max_new_tokens, changes)
             finally:
                 server.stop()
         summary = {k: v for k, v in figures[engine].items() if k != "per_message"}

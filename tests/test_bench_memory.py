@@ -326,6 +326,39 @@ def test_kv_shift_restores_resurrected_tokens_from_kept_cells():
     assert np.allclose(a.rows, b.rows, atol=1e-5) and np.allclose(a.logprobs, b.logprobs, atol=1e-4)
 
 
+def test_kept_cells_stay_bounded_when_the_same_span_is_pruned_and_resurrected_again_and_again():
+    """Live replays bury the same chunks thousands of times: the kept rows must not pile up
+    (a dev-set run died of it, 12 GiB per worker), and a resurrection after many rounds is
+    still restored from kept cells, as exact as after one."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from memory_bench.attention import ModelAttention
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                      num_hidden_layers=1, num_attention_heads=4,
+                                      num_key_value_heads=2, max_position_embeddings=256)
+    model = transformers.LlamaForCausalLM(config).eval()
+    exact, shift = ModelAttention(model, None, "exact"), ModelAttention(model, None, "shift")
+    shift.reset(keep_pruned=True)
+    rng = np.random.default_rng(3)
+    ids = rng.integers(1, 64, 60).tolist()
+    keys = list(range(60))
+    forced = rng.integers(1, 64, 2).tolist()
+    gap_ids, gap_keys = ids[:10] + ids[50:], keys[:10] + keys[50:]  # 40 tokens pruned
+    for round_ in range(120):  # 120 burials of the same 40 tokens: 4,800 rows without compaction
+        shift.teacher_force(ids, forced, keys + [100, 101])
+        shift.teacher_force(gap_ids, forced, gap_keys + [100, 101])
+    assert shift._grave_len <= 4096, "dead kept rows were dropped"
+    exact.teacher_force(gap_ids, forced, gap_keys + [100, 101])
+    restored = shift.stats.restored_tokens
+    more = rng.integers(1, 64, 3).tolist()
+    a = exact.force(ids, more, keys + [200, 201, 202])
+    b = shift.force(ids, more, keys + [200, 201, 202])
+    assert shift.stats.restored_tokens == restored + 40
+    assert np.allclose(a.rows, b.rows, atol=1e-5) and np.allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
 def test_merging_runs_weights_recall_by_question_count():
     from memory_bench.report import MethodResult, merge
 

@@ -222,6 +222,8 @@ class ModelAttention:
         n = len(rows)
         if self._grave is None:
             self._grave = [None] * len(self._cache.layers)
+        elif self._grave_len + n > self._grave[0][0].shape[-2] and 2 * len(self._grave_rows) < self._grave_len:
+            self._compact_grave()
         for li, layer in enumerate(self._cache.layers):
             k, v = layer.keys.index_select(-2, index), layer.values.index_select(-2, index)
             if self._grave[li] is None:
@@ -242,6 +244,28 @@ class ModelAttention:
         for j, i in enumerate(rows):
             self._grave_rows[self._keys[i]] = (self._grave_len + j, self._ids[i], i)
         self._grave_len += n
+
+    def _compact_grave(self) -> None:
+        """Drop the kept rows no key points at any more (a chunk buried again gets a new
+        row): replays that resurrect on every message bury the same chunks thousands of
+        times, and the appended rows alone outgrew the machine's memory (24 GiB, two
+        workers, stop 21).  Keeps every row still pointed at; the figures do not change."""
+        import torch
+
+        keys = list(self._grave_rows)
+        index = torch.tensor([self._grave_rows[k][0] for k in keys], dtype=torch.long, device=self.device)
+        m = len(keys)
+        for li, (gk, gv) in enumerate(self._grave):
+            cap = max(4096, 2 * m)
+            new_k = gk.new_empty(gk.shape[:-2] + (cap, gk.shape[-1]))
+            new_v = gv.new_empty(gv.shape[:-2] + (cap, gv.shape[-1]))
+            new_k[..., :m, :] = gk.index_select(-2, index)
+            new_v[..., :m, :] = gv.index_select(-2, index)
+            self._grave[li] = (new_k, new_v)
+        for j, key in enumerate(keys):
+            _, token, position = self._grave_rows[key]
+            self._grave_rows[key] = (j, token, position)
+        self._grave_len = m
 
     def _run(self, ids: list[int], keys: list, *, attention: bool, logits: bool | None = None):
         """Feed ids after the cache; returns mean attention rows [len(ids), keys] per block
