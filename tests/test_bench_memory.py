@@ -264,7 +264,8 @@ def test_halo_reports_why_evidence_is_missing(dialogue, settings):
     assert answer_halo(halo, [huge], ctx, "at_prune").missing.get("D2:7") is None
 
 
-def test_kv_shift_matches_exact_on_a_one_layer_model():
+def tiny_exact_and_shift():
+    """A one-layer Llama (seeded) read two ways: re-prefilled exactly, and by KV shifts."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from memory_bench.attention import ModelAttention
@@ -274,8 +275,11 @@ def test_kv_shift_matches_exact_on_a_one_layer_model():
                                       num_hidden_layers=1, num_attention_heads=4,
                                       num_key_value_heads=2, max_position_embeddings=256)
     model = transformers.LlamaForCausalLM(config).eval()
-    exact = ModelAttention(model, None, "exact")
-    shift = ModelAttention(model, None, "shift")
+    return ModelAttention(model, None, "exact"), ModelAttention(model, None, "shift")
+
+
+def test_kv_shift_matches_exact_on_a_one_layer_model():
+    exact, shift = tiny_exact_and_shift()
     rng = np.random.default_rng(1)
     ids = rng.integers(1, 64, 40).tolist()
     forced = rng.integers(1, 64, 6).tolist()
@@ -296,16 +300,7 @@ def test_kv_shift_matches_exact_on_a_one_layer_model():
 def test_kv_shift_restores_resurrected_tokens_from_kept_cells():
     """A resurrection (the pruned span back in the middle) takes the span's kept keys and
     values instead of re-running everything after it; on one layer that is exact."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    from memory_bench.attention import ModelAttention
-
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
-                                      num_hidden_layers=1, num_attention_heads=4,
-                                      num_key_value_heads=2, max_position_embeddings=256)
-    model = transformers.LlamaForCausalLM(config).eval()
-    exact, shift = ModelAttention(model, None, "exact"), ModelAttention(model, None, "shift")
+    exact, shift = tiny_exact_and_shift()
     shift.reset(keep_pruned=True)
     rng = np.random.default_rng(2)
     ids = rng.integers(1, 64, 40).tolist()
@@ -330,16 +325,7 @@ def test_kept_cells_stay_bounded_when_the_same_span_is_pruned_and_resurrected_ag
     """Live replays bury the same chunks thousands of times: the kept rows must not pile up
     (a dev-set run died of it, 12 GiB per worker), and a resurrection after many rounds is
     still restored from kept cells, as exact as after one."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    from memory_bench.attention import ModelAttention
-
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
-                                      num_hidden_layers=1, num_attention_heads=4,
-                                      num_key_value_heads=2, max_position_embeddings=256)
-    model = transformers.LlamaForCausalLM(config).eval()
-    exact, shift = ModelAttention(model, None, "exact"), ModelAttention(model, None, "shift")
+    exact, shift = tiny_exact_and_shift()
     shift.reset(keep_pruned=True)
     rng = np.random.default_rng(3)
     ids = rng.integers(1, 64, 60).tolist()

@@ -13,9 +13,9 @@ import pytest
 
 from halo_weave.memory.query import date_spans, sub_queries
 from halo_weave.memory.resurrection import make_plan
-from halo_weave.semantic_index import SemanticIndex
 from halo_weave.store import ConversationStore
-from test_semantic_index import chunk_with, embedder, new_conversation, tokenize  # noqa: F401
+from test_semantic_index import (chunk_with, embedder, index_all_pruned, new_conversation,  # noqa: F401
+                                 tokenize, with_settings)
 
 pytestmark = pytest.mark.slow
 
@@ -47,18 +47,8 @@ def diary(embedder, tmp_path):  # noqa: F811
         for offset, (role, text) in enumerate((("user", user), ("assistant", assistant))):
             turn = conv.add_turn(role, *tokenize(embedder, text + "\n\n"), created_at=when.timestamp() + offset)
             store.save_turn(conv, turn)
-    store.save_chunks(conv, conv.prune_to_fit(1))
-    index = SemanticIndex(store.conn, conv.settings, embedder, lock=store.lock)
-    index.load()
-    index.index_pending(conv)
-    yield conv, store, index
+    yield conv, store, index_all_pruned(store, conv, embedder)
     store.close()
-
-
-def with_settings(index, **changes) -> SemanticIndex:
-    other = SemanticIndex(index.conn, index.settings.replace(**changes), index.embedder, lock=index._lock)
-    other.load()
-    return other
 
 
 def test_dates_the_user_writes_are_read():

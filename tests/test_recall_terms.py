@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from halo_weave.memory.ranking import distinctive_terms, fts_query, stem
-from halo_weave.semantic_index import SemanticIndex
 from halo_weave.store import ConversationStore
-from test_semantic_index import chunk_with, embedder, new_conversation, tokenize  # noqa: F401
+from test_semantic_index import (chunk_with, embedder, index_all_pruned, new_conversation,  # noqa: F401
+                                 tokenize, with_settings)
 
 pytestmark = pytest.mark.slow
 
@@ -47,18 +47,8 @@ def chat(embedder, tmp_path):  # noqa: F811
     conv = new_conversation(embedder)
     for role, text in CHAT:
         store.save_turn(conv, conv.add_turn(role, *tokenize(embedder, text + "\n\n")))
-    store.save_chunks(conv, conv.prune_to_fit(1))
-    index = SemanticIndex(store.conn, conv.settings, embedder, lock=store.lock)
-    index.load()
-    index.index_pending(conv)
-    yield conv, store, index
+    yield conv, store, index_all_pruned(store, conv, embedder)
     store.close()
-
-
-def with_settings(index, **changes) -> SemanticIndex:
-    other = SemanticIndex(index.conn, index.settings.replace(**changes), index.embedder, lock=index._lock)
-    other.load()
-    return other
 
 
 def test_a_name_in_many_lines_is_not_searched_by():

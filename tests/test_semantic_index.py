@@ -62,6 +62,23 @@ def say(conv: Conversation, embedder: Embedder, role: str, *paragraphs: str):
     return conv.add_turn(role, *tokenize(embedder, "\n\n".join(paragraphs) + "\n\n"))
 
 
+def index_all_pruned(store, conv: Conversation, embedder: Embedder) -> SemanticIndex:
+    """Prune every chunk of ``conv`` into ``store`` and index it all: a search that finds
+    something must bring it back."""
+    store.save_chunks(conv, conv.prune_to_fit(1))
+    index = SemanticIndex(store.conn, conv.settings, embedder, lock=store.lock)
+    index.load()
+    index.index_pending(conv)
+    return index
+
+
+def with_settings(index: SemanticIndex, **changes) -> SemanticIndex:
+    """The same index read with other settings."""
+    other = SemanticIndex(index.conn, index.settings.replace(**changes), index.embedder, lock=index._lock)
+    other.load()
+    return other
+
+
 def chunk_with(conv: Conversation, phrase: str):
     """The content chunk whose text contains ``phrase``."""
     hits = [c for c in conv.chunks.values() if not c.framing and phrase in conv.chunk_text(c.id)]
