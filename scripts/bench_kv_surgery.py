@@ -236,6 +236,16 @@ def measure_tail(engine, cases: list[dict], say=lambda *a: None) -> dict:
     return summarize(kinds) | {"message_tokens": [len(c["message"]) for c in cases]}
 
 
+def tail_keys(tail: dict) -> dict:
+    """Top-level keys of :func:`measure_tail`'s figures: ``surgery_kl_<kind>`` (mean
+    nats) and ``surgery_top1_<kind>`` ("agreeing/cases")."""
+    out = {}
+    for kind in ("insert_tail", "insert_tail_first", "restore_tail", "restore_tail_first"):
+        out[f"surgery_kl_{kind}"] = tail[kind]["kl_mean"]
+        out[f"surgery_top1_{kind}"] = f"{tail[kind]['top1_agree']}/{tail[kind]['cases']}"
+    return out
+
+
 def measure_big(engine, rounds: int = 3, say=lambda *a: None) -> dict:
     """The largest LoCoMo dialogue's first ~6k tokens pruned to its first 600 and last
     1,400; the request brings the middle back from the store, prunes 200 more tokens and
@@ -291,9 +301,7 @@ def main(argv=None) -> int:
         if args.tail_cases and kind == "llamacpp":
             tail = measure_tail(engine, make_cases(engine, args.tail_cases, TAIL_CONTEXT_TOKENS), say)
             figures[kind]["tail"] = tail
-            for k in ("insert_tail", "insert_tail_first", "restore_tail", "restore_tail_first"):
-                figures[f"surgery_kl_{k}"] = tail[k]["kl_mean"]
-                figures[f"surgery_top1_{k}"] = f"{tail[k]['top1_agree']}/{tail[k]['cases']}"
+            figures.update(tail_keys(tail))
         if args.big and kind == "llamacpp":
             figures[kind]["big"] = measure_big(engine, say=say)
         say(kind, json.dumps(figures[kind]))
