@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from halo_weave.server.kv_surgery import (
-    SyncReport,
+    TAIL_FIRST_MIN_PAIRS,
     Edit,
+    SyncReport,
     merge_reports,
     plan_edits,
     prefer_exact,
@@ -81,8 +82,9 @@ def chat_of(*turns: int, tail: int = 0) -> list[int]:
     return ids + (turn(99, tail - 5) if tail else [])
 
 
-def between(cached, wanted):
-    return tail_first_ids(cached, wanted, plan_edits(cached, wanted))
+def between(cached, wanted, min_pairs=0):
+    """The intermediate ids, however small the saving (``min_pairs=0``)."""
+    return tail_first_ids(cached, wanted, plan_edits(cached, wanted), min_pairs=min_pairs)
 
 
 def check_two_passes(cached, wanted) -> list[int]:
@@ -91,7 +93,7 @@ def check_two_passes(cached, wanted) -> list[int]:
     removes nothing, inserts every span and leaves the message alone."""
     edits = plan_edits(cached, wanted)
     middle, tail = split_tail(edits, len(cached), len(wanted))
-    mid = tail_first_ids(cached, wanted, edits)
+    mid = tail_first_ids(cached, wanted, edits, min_pairs=0)
     assert mid is not None
     left_out = [k for e in middle for k in range(e.start, e.end)]
     assert mid == [t for k, t in enumerate(wanted) if k not in set(left_out)]
@@ -146,8 +148,19 @@ def test_tail_first_only_when_spans_come_back_and_a_message_is_long_enough():
 def test_tail_first_is_left_out_when_re_running_is_the_better_way():
     cached, wanted = chat_of(0, 1, 3, 4), chat_of(0, 1, 2, 3, 4, tail=40)
     edits = plan_edits(cached, wanted)
-    assert tail_first_ids(cached, wanted, edits, running=0) is not None  # the span is stored
-    assert tail_first_ids(cached, wanted, edits, running=len(wanted)) is None  # exact path ahead
+    assert tail_first_ids(cached, wanted, edits, running=0, min_pairs=0) is not None  # span stored
+    assert tail_first_ids(cached, wanted, edits, running=len(wanted), min_pairs=0) is None  # exact ahead
+
+
+def test_tail_first_waits_for_enough_inserted_tokens_under_the_message():
+    cached = chat_of(0, 1, 3, 4)
+    small = chat_of(0, 1, 2, 3, 4, tail=40)  # 35 tokens back under 40 new: not worth a pass
+    assert tail_first_ids(cached, small, plan_edits(cached, small)) is None
+    many = [1, 50, 2] + turn(0) + sum((turn(k, 200) for k in range(10, 20)), []) + turn(1) + turn(3) + turn(4)
+    wanted = many + turn(99, 75)  # ten stored spans of 205 tokens back under an 80-token message
+    assert 80 * 2050 >= TAIL_FIRST_MIN_PAIRS
+    mid = tail_first_ids(cached, wanted, plan_edits(cached, wanted), running=0)
+    assert mid == chat_of(0, 1, 3, 4) + turn(99, 75)
 
 
 def test_a_tail_first_report_counts_each_token_once_and_the_tail_as_run_early():

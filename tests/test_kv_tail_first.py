@@ -7,7 +7,9 @@ import json
 import httpx
 import numpy as np
 import pytest
-from test_engines import CHAT, conversation, first_token, kl, next_token_distribution, question
+
+from halo_weave.server.kv_surgery import TAIL_FIRST_MIN_PAIRS
+from test_engines import CHAT, PARAGRAPHS, conversation, first_token, kl, next_token_distribution, question
 
 pytestmark = pytest.mark.slow
 
@@ -17,6 +19,14 @@ MESSAGE = ("Tell me more about her bakery: the dog under the counter, what the c
 SEEN = ("prompt_tokens", "processed_prompt_tokens", "reused_prefix_tokens")
 SEEN_KV = ("mode", "reused", "dropped", "inserted", "restored", "stored", "appended", "rerun",
            "spans_removed", "spans_inserted")
+
+
+@pytest.fixture
+def any_size(monkeypatch):
+    """Tail first however few tokens come back (the chats here are short)."""
+    from halo_weave.server import kv_surgery
+
+    monkeypatch.setattr(kv_surgery, "TAIL_FIRST_MIN_PAIRS", 0)
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +57,7 @@ def follow_up(llama, tail_first: bool):
     return request, record, done, (a, b, c, d, len(msg))
 
 
-def test_a_resurrection_with_a_new_message_is_answered_as_before_and_close_to_exact(llama):
+def test_a_resurrection_with_a_new_message_is_answered_as_before_and_close_to_exact(llama, any_size):
     _, _, before, _ = follow_up(llama, tail_first=False)
     request, record, done, (a, b, c, d, n_msg) = follow_up(llama, tail_first=True)
     # The message (all but its last token, which the first sample runs) ran first, the
@@ -68,7 +78,7 @@ def test_a_resurrection_with_a_new_message_is_answered_as_before_and_close_to_ex
     assert exact_record.token_id == record.token_id
 
 
-def test_the_transformers_engine_runs_the_tail_first_as_well():
+def test_the_transformers_engine_runs_the_tail_first_as_well(any_size):
     from halo_weave.server.engines import load_engine
 
     engine = load_engine("transformers", threads=1)
@@ -81,7 +91,7 @@ def test_the_transformers_engine_runs_the_tail_first_as_well():
     assert exact.argmax() == surgery.argmax() and kl(exact, surgery) < 0.05
 
 
-def test_exact_mode_never_runs_the_tail_first(llama):
+def test_exact_mode_never_runs_the_tail_first(llama, any_size):
     ids, spans = conversation(llama)
     a, b = spans[1]
     msg = question(llama, MESSAGE)
@@ -110,13 +120,15 @@ def test_the_server_runs_a_new_message_first_and_answers_as_an_exact_re_prefill(
         def ids_of(text):
             return http.post("/api/v1/tokenize", json={"text": text}).json()["token_ids"]
 
-        turns = [ids_of(CHAT.format("user" if n % 2 == 0 else "assistant", p * 2))
-                 for n, p in enumerate(("Ana moved to Lisbon and opened a bakery by the river.",
-                                        "Her whippet Pavlov steals croissants from the counter.",
-                                        "A critic praised her almond cake last week.",
-                                        "She wants a second shop but needs good bakers."))]
+        # Enough comes back under the message for tail first to pay (TAIL_FIRST_MIN_PAIRS).
+        turns = [ids_of(CHAT.format("user" if n % 2 == 0 else "assistant", p * repeat))
+                 for n, (p, repeat) in enumerate((("Ana moved to Lisbon and opened a bakery by the river.", 2),
+                                                  (" ".join(PARAGRAPHS), 6),
+                                                  ("A critic praised her almond cake last week.", 2),
+                                                  ("She wants a second shop but needs good bakers.", 2)))]
         head = ids_of(CHAT.format("system", "You are a friendly assistant."))
-        msg = ids_of(CHAT.format("user", MESSAGE) + "<|im_start|>assistant\n")
+        msg = ids_of(CHAT.format("user", MESSAGE + " " + MESSAGE) + "<|im_start|>assistant\n")
+        assert len(msg) * len(turns[1]) >= TAIL_FIRST_MIN_PAIRS
         ids = head + sum(turns, [])
         pruned = head + turns[0] + sum(turns[2:], [])
         stream(http, ids)

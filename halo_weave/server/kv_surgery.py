@@ -199,28 +199,36 @@ def prefer_exact(middle: list[Edit], wanted_len: int, inserted_cost: int | None 
     return inserted >= EXACT_WHEN_INSERTED_SHARE * rerun and inserted > 0
 
 
-#: Tail tokens from which running the tail before the insertions pays: the second pass
-#: moves the tail's cells (llama.cpp: one more K-shift, a RoPE over every cell of the
-#: cache, when the first pass also moved cells), which costs about as much as running a
-#: few tokens; a tail shorter than a chat message's framing is not worth it.
+#: Tail tokens from which running the tail before the insertions may pay.
 TAIL_FIRST_MIN_TOKENS = 16
+#: ... and (tail tokens) x (inserted tokens) from which it does: each pair is attention
+#: the tail no longer computes, ~2 us on two cores here (a token's prefill goes from
+#: ~6 ms at 1k context to 14-20 ms at 5-7.6k), so 32k pairs save ~65 ms, about what the
+#: second pass's extra llama.cpp K-shift costs when the first one moved cells as well
+#: (measured ~30 ms for 2,560 cells, ~180 ms for 8,192, one-token decodes at load ~3.5).
+#: A chat turn that resurrects a few hundred tokens under an 80-token message is past it.
+TAIL_FIRST_MIN_PAIRS = 32_768
 #: Whether engines sync tail first unless told otherwise (``--no-kv-tail-first``).
 TAIL_FIRST_DEFAULT = True
 
 
-def tail_first_ids(cached: list[int], wanted: list[int], edits: list[Edit],
-                   running: int | None = None, min_tail: int = TAIL_FIRST_MIN_TOKENS) -> list[int] | None:
+def tail_first_ids(cached: list[int], wanted: list[int], edits: list[Edit], running: int | None = None,
+                   min_tail: int | None = None, min_pairs: int | None = None) -> list[int] | None:
     """The ids to sync to before ``wanted`` when the tail should run first, else ``None``.
 
     ``edits``: :func:`plan_edits` of ``cached`` and ``wanted``.  The answer is ``wanted``
     with every middle edit's inserted tokens left out: the cache with the removals made
     and the tail appended.  ``None`` unless a middle edit inserts tokens, the tail
-    appends at least ``min_tail`` and surgery is the way (not :func:`prefer_exact`, given
+    appends at least ``min_tail`` (default :data:`TAIL_FIRST_MIN_TOKENS`), tail times
+    inserted tokens reach ``min_pairs`` (:data:`TAIL_FIRST_MIN_PAIRS`) and surgery is the way (not :func:`prefer_exact`, given
     ``running``, the inserted tokens that would be run rather than restored; and no edit
     at position 0, which an engine may re-run from the start).
     """
     middle, tail = split_tail(edits, len(cached), len(wanted))
-    if tail is None or tail.inserted < min_tail or not any(e.inserted for e in middle):
+    inserted = sum(e.inserted for e in middle)
+    min_tail = TAIL_FIRST_MIN_TOKENS if min_tail is None else min_tail
+    min_pairs = TAIL_FIRST_MIN_PAIRS if min_pairs is None else min_pairs
+    if tail is None or not inserted or tail.inserted < min_tail or tail.inserted * inserted < min_pairs:
         return None
     if middle[0].start == 0 or prefer_exact(middle, len(wanted), running):
         return None
