@@ -345,6 +345,30 @@ def test_kept_cells_stay_bounded_when_the_same_span_is_pruned_and_resurrected_ag
     assert np.allclose(a.rows, b.rows, atol=1e-5) and np.allclose(a.logprobs, b.logprobs, atol=1e-4)
 
 
+def test_kept_cells_compacted_while_others_come_back_restore_the_right_ones():
+    """Each round prunes one span and resurrects the other, so the kept rows are compacted
+    in a step that also restores: the restored rows must be read before they are
+    renumbered (the stop-22 dev-set run died there of an index out of range)."""
+    exact, shift = tiny_exact_and_shift()
+    shift.reset(keep_pruned=True)
+    rng = np.random.default_rng(5)
+    ids = rng.integers(1, 64, 90).tolist()
+    keys = list(range(90))
+    forced = rng.integers(1, 64, 2).tolist()
+    without_x = (ids[:10] + ids[50:], keys[:10] + keys[50:])  # 40 tokens pruned
+    without_y = (ids[:50] + ids[85:], keys[:50] + keys[85:])  # 35 others pruned
+    for round_ in range(70):  # ~5,300 kept rows without compaction: it must happen
+        for gap_ids, gap_keys in (without_x, without_y):
+            shift.teacher_force(gap_ids, forced, gap_keys + [100, 101])
+    assert shift._grave_len <= 4096 and shift.stats.restored_tokens > 4096
+    gap_ids, gap_keys = without_x
+    exact.teacher_force(gap_ids, forced, gap_keys + [100, 101])
+    more = rng.integers(1, 64, 3).tolist()
+    a = exact.force(ids, more, keys + [200, 201, 202])  # both spans back
+    b = shift.force(ids, more, keys + [200, 201, 202])
+    assert np.allclose(a.rows, b.rows, atol=1e-5) and np.allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
 def test_merging_runs_weights_recall_by_question_count():
     from memory_bench.report import MethodResult, merge
 

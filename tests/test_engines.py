@@ -168,6 +168,30 @@ def test_a_span_pruned_long_ago_comes_back_from_host_memory_without_a_run(llama)
     assert np.corrcoef(record.attention, exact_record.attention)[0, 1] > 0.999
 
 
+def test_a_paragraph_pruned_again_with_its_neighbour_is_kept_once_and_comes_back_whole(llama):
+    from halo_weave.server.span_store import MIN_RUN
+
+    # The chat pattern: a paragraph is pruned, resurrected, then pruned again together
+    # with the next one.  The store copies out only the neighbour, so it does not fill
+    # with copies (and forget paragraphs) in a long chat, and both come back without a run.
+    ids, spans = conversation(llama)
+    (a, b), (_, c) = spans[1], spans[2]
+    q = question(llama)
+    llama.kv.reset()
+    llama.kv.store.clear()
+    first_token(llama, ids + q)
+    first_token(llama, ids[:a] + ids[b:] + q)  # prune paragraph 1
+    first_token(llama, ids + q)  # resurrect it
+    _, done = first_token(llama, ids[:a] + ids[c:] + q)  # prune paragraphs 1 and 2
+    assert done.kv["stored"] == c - a
+    # Paragraph 1 is held once (a few tokens where the cut met it were copied again).
+    assert c - a <= llama.kv.store.tokens < c - a + MIN_RUN
+    record, done = first_token(llama, ids + q)
+    assert done.kv["restored"] == c - a and done.kv["inserted"] == 0
+    assert done.processed_prompt_tokens == 1
+    assert record.attention[a:c].sum() > 0
+
+
 def test_the_store_forgets_the_oldest_span_when_full(llama):
     ids, spans = conversation(llama)
     (a1, b1), (a2, b2) = spans[1], spans[3]

@@ -41,3 +41,50 @@ def test_the_least_recently_used_span_is_forgotten_when_full():
     assert to_run(store.cover(B)) == len(B) and to_run(store.cover(A)) == 0
     assert store.put(list(range(5000, 5020)), 0, "too big", 101) is None
 
+
+
+def test_a_paragraph_pruned_again_with_new_neighbours_is_stored_once():
+    # A resurrected paragraph is pruned again, now with the text around it: only the
+    # text the store does not hold is copied out, and the whole span is still found.
+    store = SpanStore(max_bytes=10_000)
+    copied = []
+
+    def copy_out(a, b):
+        copied.append((a, b))
+        return f"{a}-{b}", b - a
+
+    assert store.save(A, 100, copy_out) == len(A)
+    span = B[:20] + A + B[20:]
+    assert store.save(span, 500, copy_out) == len(span)
+    assert copied == [(100, 140), (500, 520), (560, 570)]
+    assert store.tokens == len(A) + len(B)
+    assert to_run(store.cover(span)) == 0
+
+
+def test_a_gap_too_short_to_look_up_is_stored_with_its_neighbours():
+    store = SpanStore(max_bytes=10_000)
+    store.put(A[:20], 0, "a", 20)
+    store.put(A[23:], 23, "b", 17)
+    copied = []
+    assert store.save(A, 0, lambda a, b: copied.append((a, b)) or ("gap", b - a)) == len(A)
+    (a, b), = copied
+    assert b - a == MIN_RUN and a <= 20 and b >= 23
+    assert to_run(store.cover(A)) == 0
+
+
+def test_a_long_span_is_stored_in_even_pieces_none_too_short_to_keep():
+    from halo_weave.server.span_store import MAX_ENTRY_TOKENS, entry_bounds
+
+    bounds = entry_bounds(0, MAX_ENTRY_TOKENS + 3)
+    assert len(bounds) == 2 and bounds[0][0] == 0 and bounds[-1][1] == MAX_ENTRY_TOKENS + 3
+    assert min(b - a for a, b in bounds) >= MIN_RUN
+    assert all(b - a <= MAX_ENTRY_TOKENS for a, b in bounds)
+
+
+def test_a_short_gap_at_the_end_of_a_span_is_found_again():
+    store = SpanStore(max_bytes=10_000)
+    store.put(A[:35], 0, "a", 35)
+    copied = []
+    assert store.save(A, 0, lambda a, b: copied.append((a, b)) or ("end", b - a)) == len(A)
+    assert copied == [(32, 40)]
+    assert to_run(store.cover(A)) == 0

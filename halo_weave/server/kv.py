@@ -21,7 +21,7 @@ import torch
 
 from . import kv_surgery
 from .kv_surgery import EXACT, SURGERY, SyncReport
-from .span_store import MAX_ENTRY_TOKENS, SpanStore, to_run
+from .span_store import SpanStore, to_run
 
 #: Longest slice of prompt run in one forward pass: bounds memory on 8k prompts.
 PREFILL_CHUNK = 2048
@@ -165,23 +165,15 @@ class ContextCache:
         return report
 
     def _save(self, start: int, end: int) -> int:
-        """Store the keys and values of cached positions ``[start, end)``; tokens stored."""
-        if self.store.max_bytes <= 0:
-            return 0
-        saved = 0
-        for a in range(start, end, MAX_ENTRY_TOKENS):
-            b = min(end, a + MAX_ENTRY_TOKENS)
-            key = tuple(self.ids[a:b])
-            if key in self.store.entries:
-                self.store.touch(self.store.entries[key])
-                saved += b - a
-                continue
+        """Store the keys and values of cached positions ``[start, end)`` that the store
+        does not hold yet (:meth:`.SpanStore.save`); returns the tokens it holds."""
+
+        def copy_out(a: int, b: int):
             layers = [(layer.keys[..., a:b, :].clone(), layer.values[..., a:b, :].clone())
                       for layer in self._cache.layers]
-            nbytes = sum(k.nbytes + v.nbytes for k, v in layers)
-            if self.store.put(key, a, layers, nbytes) is not None:
-                saved += b - a
-        return saved
+            return layers, sum(k.nbytes + v.nbytes for k, v in layers)
+
+        return self.store.save(self.ids[start:end], start, copy_out)
 
     def _restore(self, piece, at: int) -> None:
         """Append a stored piece's keys (rotated to ``at..``) and values to the cache."""

@@ -183,6 +183,11 @@ class ModelAttention:
             break
         else:
             m = len(ids)
+        dev = self.device
+        restored = []  # per layer: the kept keys and values coming back, read before
+        if src_grave:  # burying below may compact the kept rows (and renumber them)
+            sg = torch.tensor(src_grave, dtype=torch.long, device=dev)
+            restored = [(gk.index_select(-2, sg), gv.index_select(-2, sg)) for gk, gv in self._grave]
         if self.keep_pruned:  # cells leaving the cache are kept aside, as they are
             taken = set(src_cache)
             self._bury([i for i in range(len(self._ids)) if i not in taken])
@@ -191,7 +196,6 @@ class ModelAttention:
             self.reset(self.keep_pruned)
             return 0
         inv_freq = self.model.model.rotary_emb.inv_freq
-        dev = self.device
         sc, dc = (torch.tensor(x, dtype=torch.long, device=dev) for x in (src_cache, dst_cache))
         for li, layer in enumerate(self._cache.layers):
             k, v = layer.keys, layer.values
@@ -201,11 +205,11 @@ class ModelAttention:
                 new_k.index_copy_(-2, dc, rotate_keys(k.index_select(-2, sc), dc - sc, inv_freq))
                 new_v.index_copy_(-2, dc, v.index_select(-2, sc))
             if src_grave:
-                sg, dg = (torch.tensor(x, dtype=torch.long, device=dev) for x in (src_grave, dst_grave))
-                gk, gv = self._grave[li]
+                dg = torch.tensor(dst_grave, dtype=torch.long, device=dev)
+                gk, gv = restored[li]
                 delta = dg - torch.tensor(old_pos, dtype=torch.long, device=dev)
-                new_k.index_copy_(-2, dg, rotate_keys(gk.index_select(-2, sg), delta, inv_freq))
-                new_v.index_copy_(-2, dg, gv.index_select(-2, sg))
+                new_k.index_copy_(-2, dg, rotate_keys(gk, delta, inv_freq))
+                new_v.index_copy_(-2, dg, gv)
             layer.keys, layer.values = new_k, new_v
         self._ids, self._keys = list(ids[:m]), list(keys[:m])
         self.stats.shifts += 1

@@ -221,6 +221,14 @@ class LlamaCache(AttentionReadout):
             raise
         return out
 
+    def probe(self) -> None:
+        """Run one token in the scratch sequence and drop it: the evaluation callback then
+        sees this context's layer-0 key cache (:meth:`.StateSpill.see_key_tensor`)."""
+        try:
+            self._decode(self.ids[-1:] or [0], 0, SCRATCH_SEQ, logits=False)
+        finally:
+            self.L.llama_memory_seq_rm(self.mem, SCRATCH_SEQ, -1, -1)
+
     def _append(self, ids: list[int], cells: np.ndarray) -> None:
         self.ids.extend(ids)
         self.cells = np.concatenate([self.cells, cells])

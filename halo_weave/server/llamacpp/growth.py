@@ -52,6 +52,10 @@ def reserve(cache, n_tokens: int, should_stop=lambda: False) -> bool:
         # An empty cache takes a sequence's cells in the blob's order, which is the old
         # cells' order: position p lands in the rank of its old cell.
         cache.ids, cache.cells = live, np.argsort(np.argsort(old_cells)).astype(np.int64)
+        # Nothing has run in the new context, so the readout has not seen its key cache,
+        # which saving pruned spans and restoring stored ones need (without this the
+        # spans removed by the request that grew it were lost, and restores ran instead).
+        cache.probe()
     else:
         cache.reset()
         try:

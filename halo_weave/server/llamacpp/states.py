@@ -29,7 +29,7 @@ import logging
 
 import numpy as np
 
-from ..span_store import MAX_ENTRY_TOKENS, Piece, SpanStore
+from ..span_store import Piece, SpanStore
 
 log = logging.getLogger("halo_weave.server")
 
@@ -73,21 +73,17 @@ class StateSpill:
     # ------------------------------------------------------------ save
 
     def save(self, ids: list[int], start: int, end: int) -> int:
-        """Store positions ``[start, end)`` of the live sequence (``ids`` their tokens) in
-        pieces of at most MAX_ENTRY_TOKENS; returns the tokens stored."""
+        """Store positions ``[start, end)`` of the live sequence (``ids`` their tokens),
+        what the store does not hold yet (:meth:`.SpanStore.save`); returns the tokens of
+        the span it holds."""
         if self.store.max_bytes <= 0 or self.key_rows() is None:
             return 0
-        saved = 0
-        for a in range(start, end, MAX_ENTRY_TOKENS):
-            b = min(end, a + MAX_ENTRY_TOKENS)
-            key = tuple(ids[a - start:b - start])
-            if key in self.store.entries:  # same states (restored from there): keep the entry
-                self.store.touch(self.store.entries[key])
-                saved += b - a
-                continue
+
+        def copy_out(a: int, b: int):
             blob = self._copy_out(a, b)
-            if blob is not None and self.store.put(key, a, blob, len(blob)) is not None:
-                saved += b - a
+            return None if blob is None else (blob, len(blob))
+
+        saved = self.store.save(ids, start, copy_out)
         self.saved_tokens += saved
         return saved
 
