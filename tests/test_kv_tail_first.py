@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
+import httpx
+import numpy as np
 import pytest
-from test_engines import conversation, first_token, kl, next_token_distribution, question
+
+from halo_weave.server.kv_surgery import TAIL_FIRST_MIN_PAIRS
+from test_engines import CHAT, PARAGRAPHS, conversation, first_token, kl, next_token_distribution, question
 
 pytestmark = pytest.mark.slow
 
@@ -98,3 +104,39 @@ def test_exact_mode_never_runs_the_tail_first(llama, any_size):
         llama.kv.mode = "surgery"
     assert done.kv["mode"] == "exact" and done.kv["tail_first"] == 0
     assert done.processed_prompt_tokens == len(ids) + len(msg) - done.kv["reused"]
+
+
+def test_the_server_runs_a_new_message_first_and_answers_as_an_exact_re_prefill(server):
+    def stream(http, ids):
+        with http.stream("POST", "/api/extra/generate/stream",
+                         json={"input_ids": ids, "max_length": 1, "temperature": 0,
+                               "output_attentions": True}) as response:
+            lines = [json.loads(line[6:]) for line in response.iter_lines() if line.startswith("data: ")]
+        return lines[0], lines[-1]
+
+    with httpx.Client(base_url=server.url, timeout=120) as http:
+        assert http.get("/api/v1/model").json()["kv_tail_first"] is True
+
+        def ids_of(text):
+            return http.post("/api/v1/tokenize", json={"text": text}).json()["token_ids"]
+
+        # Enough comes back under the message for tail first to pay (TAIL_FIRST_MIN_PAIRS).
+        turns = [ids_of(CHAT.format("user" if n % 2 == 0 else "assistant", p * repeat))
+                 for n, (p, repeat) in enumerate((("Ana moved to Lisbon and opened a bakery by the river.", 2),
+                                                  (" ".join(PARAGRAPHS), 6),
+                                                  ("A critic praised her almond cake last week.", 2),
+                                                  ("She wants a second shop but needs good bakers.", 2)))]
+        head = ids_of(CHAT.format("system", "You are a friendly assistant."))
+        msg = ids_of(CHAT.format("user", MESSAGE + " " + MESSAGE) + "<|im_start|>assistant\n")
+        assert len(msg) * len(turns[1]) >= TAIL_FIRST_MIN_PAIRS
+        ids = head + sum(turns, [])
+        pruned = head + turns[0] + sum(turns[2:], [])
+        stream(http, ids)
+        stream(http, pruned)  # turn 1 pruned: stored
+        token, done = stream(http, ids + msg)  # back, with a new message
+        assert done["kv"]["tail_first"] == len(msg) - 1 and done["kv"]["restored"] == len(turns[1])
+        assert done["processed_prompt_tokens"] == len(msg) and done["kv"]["rerun"] == 0
+        stream(http, ids_of("Something else entirely, to empty the cache. " * 4))
+        exact_token, exact_done = stream(http, ids + msg)
+        assert exact_done["kv"]["tail_first"] == 0 and exact_done["kv"]["restored"] == 0
+    assert token["token"]["token_id"] == exact_token["token"]["token_id"]
