@@ -27,8 +27,10 @@ Top-level keys: ``engine_speedup`` (llama.cpp / transformers tokens/s, attention
 ``llamacpp_attention_slowdown`` (plain / attention tokens/s, 2k),
 ``ttft_after_prune_ratio`` and ``ttft_after_resurrect_ratio`` (default engine, each /
 the plain follow-up's TTFT), with the surgery's KL and top-1 agreement against an exact
-re-prefill from ``bench_kv_surgery.py`` beside them (``--surgery-cases``), and the
-client's per-event cost (``client_event_ms_*``).
+re-prefill from ``bench_kv_surgery.py`` beside them (``--surgery-cases``; with a new
+message after the resurrected span, tail first off and on: ``surgery_kl_restore_tail``,
+``surgery_kl_restore_tail_first``, ``surgery_kl_insert_tail[_first]`` and their
+``surgery_top1_*``, ``--tail-cases``), and the client's per-event cost (``client_event_ms_*``).
 
 Usage: ``python scripts/bench_server.py [--json] [--threads 2] [--engines llamacpp,transformers]
 [--contexts 1024,2048,8000] [--tokens 32]``; the last line is one JSON object.
@@ -364,6 +366,8 @@ def main(argv=None) -> int:
     parser.add_argument("--engines", default="llamacpp,transformers")
     parser.add_argument("--contexts", default="1024,2048,8000")
     parser.add_argument("--surgery-cases", type=int, default=4, help="LoCoMo cases for KL/top-1 (0: skip)")
+    parser.add_argument("--tail-cases", type=int, default=4,
+                        help="LoCoMo resurrections with a new message, tail first off and on (0: skip)")
     parser.add_argument("--skip-start", action="store_true", help="skip the cold/warm start figures")
     parser.add_argument("--only-abort", action="store_true",
                         help="only the /abort latency figures (model cache from $HALO_WEAVE_CACHE)")
@@ -426,6 +430,16 @@ def main(argv=None) -> int:
         if "restore" in quality:
             figures["resurrect_kl_mean"] = quality["restore"]["kl_mean"]
             figures["resurrect_top1_agree"] = f"{quality['restore']['top1_agree']}/{quality['restore']['cases']}"
+    if args.tail_cases and DEFAULT_ENGINE in engines:
+        import bench_kv_surgery
+
+        from halo_weave.server.engines import load_engine
+
+        engine = load_engine(DEFAULT_ENGINE, threads=args.threads)
+        tail = bench_kv_surgery.measure_tail(
+            engine, bench_kv_surgery.make_cases(engine, args.tail_cases, bench_kv_surgery.TAIL_CONTEXT_TOKENS))
+        figures["surgery_tail_quality"] = tail
+        figures.update(bench_kv_surgery.tail_keys(tail))
     figures["load_average_1m_end"] = round(os.getloadavg()[0], 2)
     print(json.dumps(figures))
     return 0

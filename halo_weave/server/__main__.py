@@ -20,6 +20,8 @@ import os
 import socket
 import sys
 
+from .kv_surgery import TAIL_FIRST_DEFAULT
+
 #: Format of the ready line; :mod:`halo_weave.server.launcher` parses it.
 READY_LINE = "Halo Weave server ready on {url} (model {model})"
 
@@ -49,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="how a prompt with pruned or resurrected spans meets the KV cache: "
                              "surgery (default: cut, shift, run only inserted spans) or exact "
                              "(re-run everything from the first change)")
+    parser.add_argument("--kv-tail-first", action=argparse.BooleanOptionalAction,
+                        default=TAIL_FIRST_DEFAULT,
+                        help="when a request resurrects spans and adds new tokens, run the new tokens "
+                             "first, at the pruned context's size, then put the spans back (default: %(default)s; "
+                             "the new tokens' states then do not see the resurrected spans)")
     parser.add_argument("--kv-store-mb", type=int, default=DEFAULT_STORE_MB,
                         help="host memory (MiB) keeping the states of pruned spans, so that resurrecting "
                              "them runs nothing (default %(default)s; 0 turns it off)")
@@ -139,14 +146,15 @@ def main(argv: list[str] | None = None) -> int:
         engine = load_engine(args.engine, args.model, device=args.device, context_size=args.context_size,
                              attention_format=args.attention_format, threads=args.threads or default_threads(),
                              cache_model=not args.no_model_cache, kv_mode=args.kv_mode,
+                             kv_tail_first=args.kv_tail_first,
                              store_bytes=max(0, args.kv_store_mb) << 20,
                              initial_context=args.initial_context)
     except Exception as exc:  # noqa: BLE001 - any load failure is reported, not traced
         log.debug("model load failed", exc_info=True)
         print(f"halo-weave-server: cannot load the model: {exc}", file=sys.stderr)
         return 2
-    log.info("model %s on %s (%s engine, kv %s), context %d tokens%s%s", engine.name, engine.device,
-             engine.kind, engine.kv.mode, engine.context_size,
+    log.info("model %s on %s (%s engine, kv %s%s), context %d tokens%s%s", engine.name, engine.device,
+             engine.kind, engine.kv.mode, ", tail first" if engine.kv.tail_first else "", engine.context_size,
              f" ({engine.n_cells} cells to start)" if getattr(engine, "n_cells", None) else "",
              " (from the dequantized cache)" if engine.loaded_from_cache else "")
 

@@ -111,6 +111,7 @@ def model_info(engine: Engine, attention: bool = True) -> dict:
         "server": "halo-weave",
         "engine": engine.kind,
         "kv_mode": engine.kv.mode,
+        "kv_tail_first": engine.kv.tail_first,
         "version": __version__,
     }
     if attention:

@@ -12,7 +12,7 @@ import logging
 
 from . import loader
 from .engine_api import AGGREGATED, EngineBase
-from .kv_surgery import KV_MODES, SURGERY
+from .kv_surgery import KV_MODES, SURGERY, TAIL_FIRST_DEFAULT
 from .span_store import DEFAULT_STORE_BYTES
 
 log = logging.getLogger("halo_weave.server")
@@ -57,11 +57,13 @@ def load_engine(
     threads: int | None = None,
     cache_model: bool = True,
     kv_mode: str = SURGERY,
+    kv_tail_first: bool = TAIL_FIRST_DEFAULT,
     store_bytes: int = DEFAULT_STORE_BYTES,
     initial_context: int | None = None,
 ) -> EngineBase:
     """Load ``model`` (``None``: the bundled SmolLM2) on the engine ``kind`` names;
-    ``store_bytes`` bounds the host memory keeping pruned spans' states;
+    ``kv_tail_first``: run a request's new tokens before its insertions (see
+    :func:`.kv_surgery.sync`); ``store_bytes`` bounds the host memory keeping pruned spans' states;
     ``initial_context``: KV cells the llama.cpp engine starts with (it grows on demand up
     to ``context_size``; the transformers engine's cache has no fixed size)."""
     if kv_mode not in KV_MODES:
@@ -85,5 +87,6 @@ def load_engine(
                              attention_format=attention_format, cache_model=cache_model,
                              threads=threads if device != "cuda" else None)
     engine.kv.mode = kv_mode
+    engine.kv.tail_first = kv_tail_first
     engine.kv.store.max_bytes = store_bytes
     return engine

@@ -41,6 +41,8 @@ class ContextCache:
         self._cache = None
         self._impl = getattr(model.config, "_attn_implementation", None)
         self.mode = SURGERY
+        #: Run a request's new tokens before its insertions (see :func:`.kv_surgery.sync`).
+        self.tail_first = kv_surgery.TAIL_FIRST_DEFAULT
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -123,7 +125,10 @@ class ContextCache:
 
     def sync(self, ids: list[int], should_stop=lambda: False) -> SyncReport | None:
         """Make the cache hold exactly ``ids``, by surgery where it pays (``None``: stopped)."""
-        edits = kv_surgery.plan_edits(self.ids, ids)
+        return kv_surgery.sync(self, ids, should_stop)
+
+    def _sync(self, ids: list[int], edits, should_stop) -> SyncReport | None:
+        """One pass of :meth:`sync`: apply ``edits`` (planned from ``self.ids`` to ``ids``)."""
         middle, tail = kv_surgery.split_tail(edits, len(self.ids), len(ids))
         report = SyncReport()
         covers = []

@@ -18,6 +18,16 @@ Re-running from the first edit is the exact path: chosen by the engine's ``kv_mo
 (not those put back from stored states, :mod:`.span_store`) cost nearly as much as
 re-running.  :class:`SyncReport` says what happened; it travels in the done event.
 
+**Tail first** (:func:`sync`): a resurrection can triple the context for one turn (the
+chat was pruned to its budget after the last answer, the resurrected spans fill the
+model's window), and the new tokens at the end then run over all of it, 2-3x slower per
+token.  So when a request both inserts spans and appends new tokens, the engine syncs
+twice: first to :func:`tail_first_ids` (the removals made, the tail run at the pruned
+context's size), then to the request (the insertions put back or run in place, the
+tail's cells moved forward).  The tail's states are then computed without the inserted
+spans, the approximation every insertion already makes for the tokens after it; the
+prompt's last token (run after the sync) still sees everything.
+
 Pure Python (torch is imported by :func:`rotate_keys` only).
 """
 
@@ -25,6 +35,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import asdict, dataclass
+
+from .span_store import to_run
 
 #: Tokens that must agree to line two spans up (shorter runs match by accident:
 #: chat framing repeats every turn).
@@ -84,6 +96,7 @@ class SyncReport:
     store_s: float = 0.0  # seconds saving pruned spans' states
     restore_s: float = 0.0  # seconds putting stored states back
     insert_s: float = 0.0  # seconds running inserted tokens
+    tail_first: int = 0  # of ``appended``, tokens run before the insertions (tail first; 0: not)
 
     @property
     def computed(self) -> int:
@@ -184,6 +197,82 @@ def prefer_exact(middle: list[Edit], wanted_len: int, inserted_cost: int | None 
     inserted = sum(e.inserted for e in middle) if inserted_cost is None else inserted_cost
     rerun = wanted_len - middle[0].start
     return inserted >= EXACT_WHEN_INSERTED_SHARE * rerun and inserted > 0
+
+
+#: Tail tokens from which running the tail before the insertions may pay.
+TAIL_FIRST_MIN_TOKENS = 16
+#: ... and (tail tokens) x (inserted tokens) from which it does: each pair is attention
+#: the tail no longer computes, ~2 us on two cores here (a token's prefill goes from
+#: ~6 ms at 1k context to 14-20 ms at 5-7.6k), so 32k pairs save ~65 ms, about what the
+#: second pass's extra llama.cpp K-shift costs when the first one moved cells as well
+#: (measured ~30 ms for 2,560 cells, ~180 ms for 8,192, one-token decodes at load ~3.5).
+#: A chat turn that resurrects a few hundred tokens under an 80-token message is past it.
+TAIL_FIRST_MIN_PAIRS = 32_768
+#: Whether engines sync tail first unless told otherwise (``--no-kv-tail-first``).
+TAIL_FIRST_DEFAULT = True
+
+
+def tail_first_ids(cached: list[int], wanted: list[int], edits: list[Edit], running: int | None = None,
+                   min_tail: int | None = None, min_pairs: int | None = None) -> list[int] | None:
+    """The ids to sync to before ``wanted`` when the tail should run first, else ``None``.
+
+    ``edits``: :func:`plan_edits` of ``cached`` and ``wanted``.  The answer is ``wanted``
+    with every middle edit's inserted tokens left out: the cache with the removals made
+    and the tail appended.  ``None`` unless a middle edit inserts tokens, the tail
+    appends at least ``min_tail`` (default :data:`TAIL_FIRST_MIN_TOKENS`), tail times
+    inserted tokens reach ``min_pairs`` (:data:`TAIL_FIRST_MIN_PAIRS`) and surgery is the way (not :func:`prefer_exact`, given
+    ``running``, the inserted tokens that would be run rather than restored; and no edit
+    at position 0, which an engine may re-run from the start).
+    """
+    middle, tail = split_tail(edits, len(cached), len(wanted))
+    inserted = sum(e.inserted for e in middle)
+    min_tail = TAIL_FIRST_MIN_TOKENS if min_tail is None else min_tail
+    min_pairs = TAIL_FIRST_MIN_PAIRS if min_pairs is None else min_pairs
+    if tail is None or not inserted or tail.inserted < min_tail or tail.inserted * inserted < min_pairs:
+        return None
+    if middle[0].start == 0 or prefer_exact(middle, len(wanted), running):
+        return None
+    out, at = [], 0
+    for e in middle:
+        out += cached[at:e.cached_start]
+        at = e.cached_end
+    return out + cached[at:tail.cached_start] + wanted[tail.start:]
+
+
+def merge_reports(first: SyncReport, second: SyncReport) -> SyncReport:
+    """One report for a tail-first sync: ``first`` to the intermediate ids, ``second`` on.
+
+    Work is summed over both passes (moved counts a token once per pass that moved it);
+    ``reused`` is what the first pass kept of the cache (the second reuses the tail the
+    first ran), the cache growth is the first's, and ``tail_first`` the tail's tokens.
+    """
+    out = SyncReport(**{k: v for k, v in asdict(first).items()})
+    for key in ("moved", "dropped", "inserted", "restored", "stored", "appended", "rerun",
+                "spans_removed", "spans_inserted", "store_s", "restore_s", "insert_s"):
+        setattr(out, key, getattr(first, key) + getattr(second, key))
+    out.mode = EXACT if EXACT in (first.mode, second.mode) else SURGERY
+    out.tail_first = first.appended
+    return out
+
+
+def sync(cache, ids: list[int], should_stop=lambda: False) -> SyncReport | None:
+    """Make ``cache`` hold ``ids``: ``cache._sync(ids, edits, should_stop)`` once, or
+    twice with the tail first (see the module docstring) when ``cache.tail_first`` is set,
+    ``cache.mode`` is surgery and :func:`tail_first_ids` says so (the inserted tokens to
+    run are those ``cache.store`` does not hold).  ``None``: stopped."""
+    edits = plan_edits(cache.ids, ids)
+    between = None
+    if cache.tail_first and cache.mode == SURGERY:
+        middle, _ = split_tail(edits, len(cache.ids), len(ids))
+        running = sum(to_run(cache.store.cover(ids[e.start:e.end])) for e in middle if e.inserted)
+        between = tail_first_ids(cache.ids, ids, edits, running)
+    if between is None:
+        return cache._sync(ids, edits, should_stop)
+    first = cache._sync(between, plan_edits(cache.ids, between), should_stop)
+    if first is None:
+        return None
+    second = cache._sync(ids, plan_edits(cache.ids, ids), should_stop)
+    return None if second is None else merge_reports(first, second)
 
 
 def rotate_keys(keys, delta, inv_freq):

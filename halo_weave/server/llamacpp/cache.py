@@ -17,6 +17,8 @@ a decode's last query, mapped from KV cells to positions with ``cells``.
   of *every* cell of the cache at the next decode (its K-shift): running the pieces
   between the moves paid that once per piece, now once per sync.  Needs ``kv_unified``
   (``seq_cp`` works on a unified cache only).
+* tail first (:func:`~halo_weave.server.kv_surgery.sync`): two syncs, so two K-shifts
+  when the first one prunes as well (one when it only appends).
 
 Every surgery ends with sequence 1 empty, so the cache holds the live context
 and nothing else: a decode attends over as many cells as the context has (plus padding).
@@ -58,6 +60,8 @@ class LlamaCache(AttentionReadout):
         self.model = model
         self.n_layer, self.n_head, self.n_vocab, self.n_batch = n_layer, n_head, n_vocab, n_batch
         self.mode = SURGERY
+        #: Run a request's new tokens before its insertions (see :func:`.kv_surgery.sync`).
+        self.tail_first = kv_surgery.TAIL_FIRST_DEFAULT
         #: Threads for prefill and plain decoding, and for a decode whose attention is read
         #: (set by the engine; with passive waiting, 2 threads helped both here).
         self.threads = self.capture_threads = 1
@@ -240,13 +244,13 @@ class LlamaCache(AttentionReadout):
     def sync(self, ids: list[int], should_stop=lambda: False) -> SyncReport | None:
         """Make sequence 0 hold exactly ``ids``, by surgery where it pays (``None``: stopped)."""
         try:
-            return self._sync(ids, should_stop)
+            return kv_surgery.sync(self, ids, should_stop)
         except BaseException:
             self.reset()
             raise
 
-    def _sync(self, ids: list[int], should_stop) -> SyncReport | None:
-        edits = kv_surgery.plan_edits(self.ids, ids)
+    def _sync(self, ids: list[int], edits, should_stop) -> SyncReport | None:
+        """One pass of :meth:`sync`: apply ``edits`` (planned from ``self.ids`` to ``ids``)."""
         middle, tail = kv_surgery.split_tail(edits, len(self.ids), len(ids))
         report = SyncReport()
         if self.grown is not None:
