@@ -7,27 +7,15 @@ filter works on a lowercase index of every row's meta line and preview, built wh
 filter box is first used: in one call where a bulk ``previews(ids)`` loader is given,
 else in slices of a few milliseconds between events; a filter applied before it is
 complete finishes it first.  The list view uses uniform item sizes; the delegate
-caches each row's elided lines per width, so a scroll frame draws cached strings.
+caches each row's elided lines per width, so a scroll frame draws cached strings.  The
+model and its rows live in :mod:`.graveyard_model` (importable from here too).
 """
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Iterable
 
-from PySide6.QtCore import (
-    QAbstractListModel,
-    QEvent,
-    QModelIndex,
-    QObject,
-    QPersistentModelIndex,
-    QPointF,
-    QSize,
-    Qt,
-    QTimer,
-    Signal,
-)
+from PySide6.QtCore import QEvent, QModelIndex, QObject, QPointF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFontMetrics, QKeyEvent, QPainter, QPalette, QStaticText
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -43,183 +31,10 @@ from PySide6.QtWidgets import (
 
 from . import colors
 from .elided import ElidedLabel
+from .graveyard_model import GraveRow, GraveyardModel, Preview, Previews, clean_preview  # noqa: F401 - importable from here too
 
-#: Characters of text kept for a preview.
-PREVIEW_CHARS = 160
 #: Milliseconds the filter waits for typing to pause.
 FILTER_DELAY_MS = 200
-#: Milliseconds of index building per slice between events.
-INDEX_SLICE_MS = 8
-
-Preview = Callable[[int], str]
-#: Bulk preview loader: texts of many chunks in one query (chunk id -> text).
-Previews = Callable[[Sequence[int]], dict[int, str]]
-
-
-@dataclass(frozen=True)
-class GraveRow:
-    """One pruned chunk as the graveyard shows it."""
-
-    chunk_id: int
-    turn_id: int
-    role: str
-    chunk_index: int
-    token_count: int
-    brightness_at_prune: int | None
-    tool_result: bool = False
-
-    @classmethod
-    def from_chunk(cls, chunk) -> "GraveRow":
-        return cls(
-            chunk.id, chunk.turn_id, chunk.role, chunk.chunk_index, chunk.token_count,
-            chunk.brightness_at_prune, bool(getattr(chunk, "tool_result", False)),
-        )
-
-    def meta(self) -> str:
-        """"T12 · assistant · S3 · 45 tok · ☀ 812"."""
-        role = "tool result" if self.tool_result else self.role
-        bright = "?" if self.brightness_at_prune is None else f"{self.brightness_at_prune:,}"
-        return f"T{self.turn_id} · {role} · S{self.chunk_index} · {self.token_count:,} tok · ☀ {bright}"
-
-
-def clean_preview(text: str) -> str:
-    """Whitespace collapsed, cut to :data:`PREVIEW_CHARS`."""
-    text = " ".join(text.split())
-    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
-
-
-class GraveyardModel(QAbstractListModel):
-    """List model over graveyard rows (newest first), with an optional text filter.
-
-    Roles: ``DisplayRole`` (meta line), ``PreviewRole`` (text preview, loaded lazily),
-    ``ChunkIdRole``, ``RowRole`` (the :class:`GraveRow`), ``ToolTipRole``.
-    """
-
-    ChunkIdRole = Qt.ItemDataRole.UserRole + 1
-    PreviewRole = Qt.ItemDataRole.UserRole + 2
-    RowRole = Qt.ItemDataRole.UserRole + 3
-
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self._source: list = []  # Chunk or GraveRow, newest first
-        self._rows: list[GraveRow | None] = []  # made on first use
-        self._shown: list[int] | None = None  # indices into _source; None = all
-        self._preview: Preview | None = None
-        self._bulk: Previews | None = None
-        self._previews: dict[int, str] = {}
-        self._index: list[str] = []  # lowercase "meta preview" of _source[:len(_index)]
-        self._index_timer = QTimer(self)
-        self._index_timer.setInterval(0)
-        self._index_timer.timeout.connect(self._index_slice)
-        self._filter = ""
-
-    # -- content
-    def set_rows(self, rows: Iterable, preview: Preview | None = None, previews: Previews | None = None) -> None:
-        """Replace the rows (``Chunk`` objects or :class:`GraveRow`, newest first).
-
-        ``preview(chunk_id)`` is called for rows as they are drawn; ``previews(ids)``,
-        when given, loads the filter index in one call instead."""
-        self.beginResetModel()
-        # A sequence (conv.graveyard()'s) is kept as is: its rows are made as they are read.
-        self._source = rows if isinstance(rows, Sequence) else list(rows)
-        self._rows = [None] * len(self._source)
-        self._preview = preview
-        self._bulk = previews
-        self._previews = {}
-        self._index = []
-        self._index_timer.stop()
-        self._shown = self._apply_filter()
-        self.endResetModel()
-
-    def set_filter(self, text: str) -> None:
-        """Show only rows whose meta line or preview contains every word of ``text``."""
-        self.beginResetModel()
-        self._filter = text.strip().lower()
-        self._shown = self._apply_filter()
-        self.endResetModel()
-
-    def total_count(self) -> int:
-        return len(self._source)
-
-    def row_at(self, row: int) -> GraveRow:
-        return self._row(row if self._shown is None else self._shown[row])
-
-    def preview(self, chunk_id: int) -> str:
-        """The cached preview of a chunk (asked for once)."""
-        text = self._previews.get(chunk_id)
-        if text is None:
-            try:
-                text = clean_preview(self._preview(chunk_id)) if self._preview else ""
-            except Exception:  # noqa: BLE001 - a missing preview must not break the list
-                text = "(text unavailable)"
-            self._previews[chunk_id] = text
-        return text
-
-    def prepare_filter(self) -> None:
-        """Start building the filter index between events (the filter box was focused)."""
-        if len(self._index) < len(self._source) and not self._index_timer.isActive():
-            self._index_timer.start()
-
-    def index_ready(self) -> bool:
-        return len(self._index) == len(self._source)
-
-    def _row(self, i: int) -> GraveRow:
-        row = self._rows[i]
-        if row is None:
-            source = self._source[i]
-            row = source if isinstance(source, GraveRow) else GraveRow.from_chunk(source)
-            self._rows[i] = row
-        return row
-
-    def _index_slice(self, budget_s: float | None = INDEX_SLICE_MS / 1000) -> None:
-        """Add rows to the filter index for about ``budget_s`` (None: until complete)."""
-        total = len(self._source)
-        if self._bulk is not None and len(self._index) < total:
-            missing = [self._row(i).chunk_id for i in range(len(self._index), total)]
-            missing = [c for c in missing if c not in self._previews]
-            try:
-                loaded = self._bulk(missing) if missing else {}
-            except Exception:  # noqa: BLE001 - fall back to one preview per row
-                loaded = {}
-            for chunk_id, text in loaded.items():
-                self._previews[chunk_id] = clean_preview(text)
-        deadline = None if budget_s is None else time.perf_counter() + budget_s
-        index, row_of, preview = self._index, self._row, self.preview
-        while len(index) < total:
-            row = row_of(len(index))
-            index.append(f"{row.meta()} {preview(row.chunk_id)}".lower())
-            if deadline is not None and len(index) % 64 == 0 and time.perf_counter() > deadline:
-                return
-        self._index_timer.stop()
-
-    def _apply_filter(self) -> list[int] | None:
-        words = self._filter.split()
-        if not words:
-            return None
-        self._index_slice(None)
-        return [i for i, haystack in enumerate(self._index) if all(w in haystack for w in words)]
-
-    # -- Qt model API
-    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008
-        if parent.isValid():
-            return 0
-        return len(self._source) if self._shown is None else len(self._shown)
-
-    def data(self, index: QModelIndex | QPersistentModelIndex, role: int = Qt.ItemDataRole.DisplayRole):
-        if not index.isValid() or not 0 <= index.row() < self.rowCount():
-            return None
-        row = self.row_at(index.row())
-        if role == Qt.ItemDataRole.DisplayRole:
-            return row.meta()
-        if role == self.PreviewRole:
-            return self.preview(row.chunk_id)
-        if role == self.ChunkIdRole:
-            return row.chunk_id
-        if role == self.RowRole:
-            return row
-        if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{row.meta()}\n{self.preview(row.chunk_id)}\n\nClick or press Enter to resurrect it (pinned)."
-        return None
 
 
 class GraveyardDelegate(QStyledItemDelegate):
