@@ -21,9 +21,9 @@ step on the right)::
       ├─ a round ending on </tool>: run the call, session.apply_tool_step, next round
       └─ session.finish_turn: save, queue indexing, prune, save; then announce
 
-Here: connection, system prompt, settings, indexing, shutdown.
-Conversation files are :mod:`halo_weave.ui.conversation_files`, the chunk levers
-:mod:`halo_weave.ui.levers`.
+Here: system prompt, settings, indexing, shutdown.  Conversation files are
+:mod:`halo_weave.ui.conversation_files`, the model server connection
+:mod:`halo_weave.ui.server_link`, the chunk levers :mod:`halo_weave.ui.levers`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any, Callable
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from . import settings as settings_mod
-from .conversation import Chunk, Conversation, Framing
+from .conversation import Chunk, Conversation
 from .session import ChatSession
 from .settings import PRUNING_FIELDS, Settings, choice_words
 from .ui.cli import build_parser, run  # noqa: F401 - build_parser: the options, for tests
@@ -44,6 +44,7 @@ from .ui.conversation_files import ConversationFiles
 from .ui.indexing import IndexQueue
 from .ui.levers import Levers
 from .ui.proxy_reading import ProxyReading
+from .ui.server_link import ServerLink
 from .ui.turn_actions import TurnActions
 from .ui.turn_flow import TurnFlow
 from .ui.workers import CallWorker, GenerationWorker
@@ -51,7 +52,7 @@ from .ui.workers import CallWorker, GenerationWorker
 log = logging.getLogger("halo_weave.app")
 
 
-class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions, ProxyReading):
+class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, Levers, TurnActions, ProxyReading):
     """Runs the conversation: connection, turns, the user's levers, files.
 
     The UI reads :attr:`conv` and the signals below and sends intents back through the
@@ -151,72 +152,7 @@ class TurnController(QObject, ConversationFiles, TurnFlow, Levers, TurnActions, 
         self.open_conversation(conversation or self._last_conversation())
         self.connect_server()
 
-    # ------------------------------------------------------------------ connection
-    @property
-    def server(self):
-        """The bundled server process this app started, if any."""
-        return self.connection.server
-
-    def connect_server(self, url: str | None = None) -> None:
-        """Connect to ``url`` (the settings' server by default), on a thread."""
-        self.connection.connect_to(url or self.settings.server_url)
-
-    def _on_connected(self, client, info, framing: Framing) -> None:
-        from .backends import status_line
-
-        self._apply_context_override(client, info)
-        before = self.session.attention_available
-        declared = self.session.connect(client, info, framing)
-        self._reader_problem = ""  # a new server: the reader may try again
-        self._sync_proxy_ranks()
-        if declared is not None:
-            # A server that does not declare it (the original fork) is judged by its events.
-            self._announce_attention(self.session.attention_available != before)
-        self.connection_state = "connected"
-        self._sync_system_prompt()  # before input opens: the prefix is part of every turn
-        self._set_connection("connected", status_line(client, info))
-        self.stats_changed.emit()
-
-    def _apply_context_override(self, client, info) -> None:
-        """A server that does not say its context size gets the one set in Settings."""
-        value = self.settings.server_context_tokens
-        if value <= 0 or getattr(info, "context_known", True):
-            return
-        if hasattr(client, "server_context"):
-            client.server_context = value  # KoboldCPP cuts prompts to what the request says
-        info.server_max_context = value
-        info.max_context = client.table_context(value) if hasattr(client, "table_context") else value
-        info.context_known = True
-
-    @property
-    def template(self):
-        """The chat template in use (the server's own, or the conversation's choice)."""
-        return self.session.template
-
-    def template_choice(self) -> str:
-        """The conversation's saved template choice, else the settings' ("auto")."""
-        return self.session.template_choice()
-
-    def _connection_options(self) -> dict:
-        from .backends.api_keys import get_key
-
-        return {"api_key": get_key(self.settings.server_url), "template": self.template_choice()}
-
-    def _set_connection(self, state: str, detail: str) -> None:
-        self.connection_state = state
-        if state != "connected":
-            self.client = None if state == "offline" else self.client
-        self.connection_changed.emit(state, detail)
-        if not self.busy:
-            self.busy_changed.emit(False, self.input_block_reason())
-
-    def _announce_attention(self, changed: bool) -> None:
-        available = self.session.attention_available
-        self._sync_proxy_ranks()
-        if changed and not available:
-            self.info.emit(self.no_attention_sentence())
-        self.attention_changed.emit(available)
-
+    # ------------------------------------------------------------------ system prompt
     def _sync_system_prompt(self) -> None:
         """Make the conversation's system prefix match the settings (tokenized on a thread).
 
