@@ -3,7 +3,7 @@
 Widgets only display and forward intent; every action goes through the
 :class:`~halo_weave.app.TurnController`.  Streamed tokens repaint at most once per frame
 (the heatmap's frame timer).  The menus are :mod:`.window_menus`; the message box and
-the bar under the chat are :mod:`.answer_bar`.
+the bar under the chat are :mod:`.answer_bar`, what they do :mod:`.input_actions`.
 """
 
 from __future__ import annotations
@@ -11,20 +11,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QSettings, Qt
-from PySide6.QtGui import QCloseEvent, QTextCursor
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QMainWindow, QPushButton, QSplitter, QVBoxLayout, QWidget,
 )
 
 from .answer_bar import AnswerBar, MessageInput
+from .input_actions import IDLE_PLACEHOLDER, InputActions
 from .messages import MessageCenter
 from .stats_bar import TaskProgress
 from .window_menus import WindowMenus
 
 #: Characters of a chunk shown in the graveyard.
 PREVIEW_CHARS = 160
-#: The message box's placeholder whenever the user can type and send.
-IDLE_PLACEHOLDER = "Message — Enter sends, Shift+Enter new line, Esc stops"
 
 
 def app_qsettings(data_dir: Path) -> QSettings:
@@ -32,7 +31,7 @@ def app_qsettings(data_dir: Path) -> QSettings:
     return QSettings(str(Path(data_dir) / "settings.ini"), QSettings.Format.IniFormat)
 
 
-class MainWindow(QMainWindow):
+class MainWindow(QMainWindow, InputActions):
     """The Halo Weave window around one :class:`TurnController`."""
 
     def __init__(self, controller, qsettings: QSettings | None = None, parent=None) -> None:
@@ -259,107 +258,6 @@ class MainWindow(QMainWindow):
         self.heatmap.scoring_note = self.stats_bar.scoring.short
         if self._legend is not None:
             self._legend.set_scoring(self.stats_bar.scoring)
-
-    # ------------------------------------------------------------------ input
-    def send(self) -> None:
-        text = self.input.toPlainText()
-        if not text.strip():
-            return
-        if self._editing:
-            sent = self.controller.edit_last(text)
-        else:
-            sent = self.controller.send(text)
-        if sent:
-            self._editing = False
-            self.input.clear()
-            self.heatmap.follower.jump_to_latest()  # the user wants to see the answer
-
-    def _on_escape(self) -> None:
-        if self._editing:
-            self._editing = False
-            self.input.clear()
-            self._sync_input()
-        else:
-            self.controller.stop()
-
-    # ------------------------------------------------------------------ the last exchange
-    def continue_answer(self) -> None:
-        if self.controller.continue_answer():
-            self.heatmap.follower.jump_to_latest()
-
-    def regenerate(self) -> None:
-        if self.controller.regenerate():
-            self.heatmap.follower.jump_to_latest()
-
-    def edit_last_message(self) -> None:
-        """Put the last message into the box to change it; Enter resends, Esc cancels."""
-        reason = self.controller.can_change_last_exchange()
-        text = self.controller.last_question_text() if not reason else ""
-        if not text:
-            self.messages.info(reason or "There is no message of yours to edit.")
-            return
-        self._editing = True
-        self.input.setPlainText(text)
-        self.input.moveCursor(QTextCursor.MoveOperation.End)
-        self.input.setFocus()
-        self._sync_input()
-
-    def _sync_turn_actions(self) -> None:
-        """Enable Continue / Regenerate / Edit / versions for what the conversation ends with."""
-        c, menus = self.controller, self.menus
-        free = not c.busy and not c.input_block_reason()
-        question, answer = c.session.last_exchange()
-        state = c.answer_versions() if answer is not None else None
-        has_versions = state is not None and state.count > 1
-        enabled = {
-            "continue": free and answer is not None,
-            "regenerate": free and question is not None and answer is not None,
-            "edit": free and question is not None,
-            "previous": free and has_versions and state.previous is not None,
-            "next": free and has_versions and state.next is not None,
-        }
-        self.answer_bar.sync(enabled, f"{state.number} / {state.count}" if has_versions else "")
-        for name, action in (("continue", menus.continue_action), ("regenerate", menus.regenerate_action),
-                             ("edit", menus.edit_action), ("previous", menus.previous_version_action),
-                             ("next", menus.next_version_action)):
-            action.setEnabled(enabled[name])
-        self.answer_bar.setVisible(question is not None or answer is not None)
-
-    def _on_message_returned(self, text: str) -> None:
-        """A message that could not be sent goes back into the input box (unless the
-        user has started typing another one)."""
-        if not self.input.toPlainText().strip():
-            self.input.setPlainText(text)
-
-    def _on_busy(self, _busy: bool, _reason: str) -> None:
-        self._sync_input()
-
-    def _sync_input(self) -> None:
-        """Derive the message box, its placeholder and the buttons from the controller's
-        state alone (busy, why input waits, editing), so no path leaves a stale one."""
-        c = self.controller
-        busy, reason = c.busy, c.input_block_reason()
-        ready = not busy and not reason
-        self.input.setReadOnly(not ready)
-        self.send_button.setEnabled(ready)
-        self.stop_button.setEnabled(c.generating)
-        self.menus.stop_action.setEnabled(c.generating)
-        for action in (self.menus.new_action, self.menus.open_action, self.menus.import_action):
-            action.setEnabled(not busy)
-        if c.generating:
-            self.stats_bar.show_connection("generating")
-        elif self.stats_bar.connection_state() == "generating":
-            self.stats_bar.show_connection(c.connection_state)
-        if self._editing and ready:
-            shown = "Editing your last message — Enter sends it again (its answer stays as a version), Esc cancels"
-        else:
-            shown = reason
-        self.reason.setText(shown)
-        self.reason.setVisible(bool(shown))
-        self.input.setPlaceholderText(IDLE_PLACEHOLDER if ready else reason)
-        self._sync_turn_actions()
-        if ready and not self._closed:
-            self.input.setFocus()
 
     def _on_turn_finished(self, reason: str) -> None:
         self.heatmap.flush()
