@@ -13,7 +13,7 @@ Everything that decides what the model sees lives here, Qt-free and without I/O:
 * :meth:`Conversation.prune_to_fit` drops the unpinned chunk with the lowest *peak*
   brightness until the context fits (:mod:`.core.pruning`), with seed 001 §9's anchor
   protection (:mod:`.core.anchors`: what leaves and comes back together).
-* :meth:`Conversation.resurrect`, :meth:`pin`, :meth:`merge_with_next`,
+* :meth:`Conversation.resurrect` (:mod:`.core.resurrection`), :meth:`pin`, :meth:`merge_with_next`,
   :meth:`prune_chunk` are the user's and the semantic index's levers.
 
 Only live tokens are held in the columnar :class:`TokenTable`; a pruned chunk's tokens
@@ -29,8 +29,8 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from . import brightness as bright
-from .core import merging, pruning, rehydration
-from .core.anchors import anchors_of, with_framing
+from .core import merging, pruning, rehydration, resurrection
+from .core.anchors import anchors_of
 from .core.framing import Framing  # noqa: F401 - importable from here too
 from .core.records import Chunk, ChunkLoader, ChunkTokens, Turn  # noqa: F401 - importable from here too
 from .core.registry import ChunkColumns, ChunkList, ChunkRegistry, TurnColumns, TurnRegistry
@@ -328,8 +328,7 @@ class Conversation:
 
     def resurrection_cost(self, chunk: Chunk, with_anchors: bool = True) -> int:
         """Live tokens that bringing ``chunk`` back (with its anchors) would add."""
-        group = [chunk] + (anchors_of(self, chunk) if with_anchors else [])
-        return sum(c.token_count for c in with_framing(self, group).values() if not c.live)
+        return resurrection.cost(self, chunk, with_anchors)
 
     def resurrect(
         self,
@@ -346,13 +345,10 @@ class Conversation:
         Returns the chunks that came back (anchors and framing included).
         """
         chunk_ids = list(chunk_ids)
-        group = [c for chunk in map(self.chunks.__getitem__, chunk_ids)
-                 for c in [chunk] + (anchors_of(self, chunk) if with_anchors else [])]
-        wanted = with_framing(self, group)
+        resurrected = resurrection.returning(self, chunk_ids, with_anchors)
         if pin:
             for chunk_id in chunk_ids:
                 self.chunks[chunk_id].pinned = True
-        resurrected = sorted((c for c in wanted.values() if not c.live), key=lambda c: c.start)
         if not resurrected:
             return []
         mean = int(round(self.mean_brightness()))
@@ -361,18 +357,7 @@ class Conversation:
             data = tokens[chunk.id]
             values = (np.full(chunk.token_count, self.settings.initial_brightness, np.int32) if chunk.framing
                       else bright.resurrected(brightness, data.brightness, mean))
-            self.table.insert_rows(
-                position=np.arange(chunk.start, chunk.end, dtype=np.int64),
-                token_id=data.token_ids,
-                brightness=values,
-                chunk_id=chunk.id,
-                turn_id=chunk.turn_id,
-                framing=chunk.framing,
-            )
-            self._texts[chunk.id] = list(data.texts)
-            self._pruned_tokens.pop(chunk.id, None)
-            chunk.live = True
-            chunk.resurrected_at = self.next_position
+            resurrection.put_back(self, chunk, data, values)
         return resurrected
 
     # ------------------------------------------------------------------ user levers

@@ -37,7 +37,7 @@ from memory_bench.methods import (QuestionContext, answer_brightness, answer_ful
                                   answer_halo, answer_halo_dry, answer_rag, keep_recent)
 from memory_bench.policies import BASE_RULE, METHODS, QUICK_METHODS, RETIRED, past_search, policies  # noqa: E402
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
-from memory_bench.report import MethodResult, diagnose, plot_brightness, table  # noqa: E402
+from memory_bench.report import MethodResult, diagnose, merge_outputs, plot_brightness, table  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo_dev.json"
 
@@ -326,36 +326,6 @@ def run_jobs(args, argv: list[str]) -> int:
     order = {d.sample_id: i for i, d in enumerate(dialogues)}  # merged in the data's order
     paths = sorted(paths, key=lambda p: order[Path(p).stem])
     return merge_outputs(paths, args.json, args.plot, elapsed=elapsed)
-
-
-def merge_outputs(paths: list[str], as_json: bool, plot: str = "", elapsed: float | None = None) -> int:
-    """Print the table of several runs combined (each file: a run's stdout with --json);
-    ``elapsed``: the wall time of the one command that ran them (``--jobs``)."""
-    from memory_bench.report import merge
-
-    runs = [json.loads(Path(p).read_text().strip().splitlines()[-1]) for p in paths]
-    results = merge(runs)
-    convs = [c for r in runs for c in r["conversations"]]
-    print(f"# bench_memory merged: {', '.join(convs)}; "
-          f"{sum(r['questions'] for r in runs)} questions; "
-          f"wall {sum(r['wall_seconds'] for r in runs):.0f} s in {len(runs)} runs"
-          + (f", {elapsed:.0f} s elapsed" if elapsed is not None else ""))
-    print(table(results))
-    if plot:
-        from memory_bench.report import plot_fidelity
-
-        plot_fidelity({r.name: r.figures() for r in results}, plot,
-                      f"continuation fidelity and recall: {', '.join(convs)}")
-        print(f"plot saved to {plot}")
-    if as_json:
-        figures = {"conversations": convs, "runs": len(runs),
-                   "wall_seconds": sum(r["wall_seconds"] for r in runs),
-                   "methods": {r.name: r.figures() for r in results}}
-        if elapsed is not None:
-            figures["elapsed_seconds"] = round(elapsed, 1)
-            figures["load_average"] = list(os.getloadavg())
-        print(json.dumps(figures, allow_nan=False, default=str))
-    return 0
 
 
 def _index(cache, store, settings, embedder, options, cls):

@@ -32,7 +32,6 @@ and renamed into place.  A problem at any step leaves no file behind.
 
 from __future__ import annotations
 
-import calendar
 import json
 import re
 import time
@@ -44,6 +43,7 @@ from ..conversation import Conversation, Framing
 from ..errors import TransferError
 from ..settings import Settings
 from ..store import ConversationStore
+from .st_dates import parse_st_date
 from .transfer import MAX_FILE_BYTES, write_new_conversation
 
 #: The longest single message accepted (characters).
@@ -183,52 +183,6 @@ def _st_title(header: dict, name: str) -> str:
     if isinstance(character, str) and character.strip():
         return f"{character.strip()} (SillyTavern)"[:200]
     return f"{Path(name).stem} (SillyTavern)"[:200]
-
-
-_MONTHS = {m: i for i, m in enumerate(("january", "february", "march", "april", "may", "june", "july",
-                                       "august", "september", "october", "november", "december"), 1)}
-
-
-def parse_st_date(value: Any) -> float | None:
-    """Seconds since 1970 from any ``send_date`` SillyTavern has written (None if unknown).
-
-    Local times (the humanized and "June 19, 2023 2:20pm" forms) are read as local time.
-    """
-    if isinstance(value, bool) or value is None:
-        return None
-    if isinstance(value, (int, float)) or (isinstance(value, str) and value.strip().isdigit()):
-        stamp = float(value) / 1000.0  # JavaScript milliseconds
-        return stamp if 0 < stamp < 1e11 else None
-    if not isinstance(value, str):
-        return None
-    s = value.strip()
-    m = re.fullmatch(r"(\w+)\s(\d{1,2}),\s(\d{4})\s(\d{1,2}):(\d{1,2})\s?(am|pm)", s, re.IGNORECASE)
-    if m and m.group(1).lower() in _MONTHS:
-        hour = int(m.group(4)) % 12 + (12 if m.group(6).lower() == "pm" else 0)
-        return _local(int(m.group(3)), _MONTHS[m.group(1).lower()], int(m.group(2)), hour, int(m.group(5)), 0)
-    m = re.fullmatch(r"(\d{4})-(\d{1,2})-(\d{1,2})\s?@(\d{1,2})h\s?(\d{1,2})m\s?(\d{1,2})s(?:\s?(\d{1,3})ms)?", s)
-    if m:
-        return _local(*(int(g) for g in m.groups()[:6]))
-    m = re.fullmatch(r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(Z|[+-]\d{2}:?\d{2})?", s)
-    if m:
-        parts = [int(g) for g in m.groups()[:6]]
-        zone = m.group(7)
-        if zone is None:
-            return _local(*parts)
-        stamp = calendar.timegm((*parts, 0, 0, 0))
-        if zone != "Z":
-            sign = 1 if zone[0] == "+" else -1
-            digits = zone[1:].replace(":", "")
-            stamp -= sign * (int(digits[:2]) * 3600 + int(digits[2:]) * 60)
-        return float(stamp)
-    return None
-
-
-def _local(year: int, month: int, day: int, hour: int, minute: int, second: int) -> float | None:
-    try:
-        return time.mktime((year, month, day, hour, minute, second, 0, 0, -1))
-    except (OverflowError, ValueError):
-        return None
 
 
 # -- KoboldAI Lite

@@ -1,10 +1,14 @@
-"""Aggregating outcomes into the method x category table, JSON figures and the plot."""
+"""Aggregating outcomes into the method x category table, JSON figures and the plot;
+combining the outputs of several runs (``--merge``, ``--jobs``)."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -219,3 +223,29 @@ def diagnose(dialogue, per_question, room: int) -> list[str]:
         if len(lines) >= room:
             break
     return lines
+
+
+def merge_outputs(paths: list[str], as_json: bool, plot: str = "", elapsed: float | None = None) -> int:
+    """Print the table of several runs combined (each file: a run's stdout with --json);
+    ``elapsed``: the wall time of the one command that ran them (``--jobs``)."""
+    runs = [json.loads(Path(p).read_text().strip().splitlines()[-1]) for p in paths]
+    results = merge(runs)
+    convs = [c for r in runs for c in r["conversations"]]
+    print(f"# bench_memory merged: {', '.join(convs)}; "
+          f"{sum(r['questions'] for r in runs)} questions; "
+          f"wall {sum(r['wall_seconds'] for r in runs):.0f} s in {len(runs)} runs"
+          + (f", {elapsed:.0f} s elapsed" if elapsed is not None else ""))
+    print(table(results))
+    if plot:
+        plot_fidelity({r.name: r.figures() for r in results}, plot,
+                      f"continuation fidelity and recall: {', '.join(convs)}")
+        print(f"plot saved to {plot}")
+    if as_json:
+        figures = {"conversations": convs, "runs": len(runs),
+                   "wall_seconds": sum(r["wall_seconds"] for r in runs),
+                   "methods": {r.name: r.figures() for r in results}}
+        if elapsed is not None:
+            figures["elapsed_seconds"] = round(elapsed, 1)
+            figures["load_average"] = list(os.getloadavg())
+        print(json.dumps(figures, allow_nan=False, default=str))
+    return 0
