@@ -46,14 +46,14 @@ def follow_up(llama, tail_first: bool):
     msg = question(llama, MESSAGE)
     llama.kv.reset()
     llama.kv.store.clear()
-    llama.kv.tail_first = tail_first
+    saved, llama.kv.tail_first = llama.kv.tail_first, tail_first
     try:
         first_token(llama, ids)
         first_token(llama, ids[:a] + ids[b:])  # prune: the turn's states are stored
         request = ids[:c] + ids[d:] + msg
         record, done = first_token(llama, request)
     finally:
-        llama.kv.tail_first = True
+        llama.kv.tail_first = saved
     return request, record, done, (a, b, c, d, len(msg))
 
 
@@ -96,17 +96,33 @@ def test_exact_mode_never_runs_the_tail_first(llama, any_size):
     a, b = spans[1]
     msg = question(llama, MESSAGE)
     llama.kv.reset()
-    llama.kv.mode = "exact"
+    llama.kv.mode, llama.kv.tail_first = "exact", True
     try:
         first_token(llama, ids[:a] + ids[b:])
         _, done = first_token(llama, ids + msg)
     finally:
-        llama.kv.mode = "surgery"
+        llama.kv.mode, llama.kv.tail_first = "surgery", False
     assert done.kv["mode"] == "exact" and done.kv["tail_first"] == 0
     assert done.processed_prompt_tokens == len(ids) + len(msg) - done.kv["reused"]
 
 
-def test_the_server_runs_a_new_message_first_and_answers_as_an_exact_re_prefill(server):
+@pytest.fixture(scope="module")
+def tail_first_server():
+    """The real server with ``--kv-tail-first`` (off by default)."""
+    from conftest import SERVER_START_TIMEOUT_S, TEST_CACHE_DIR
+
+    from halo_weave.server.launcher import start_server
+
+    process = start_server(port=0, extra_args=["--kv-tail-first"], env={"HALO_WEAVE_CACHE": str(TEST_CACHE_DIR)})
+    try:
+        process.wait_ready(timeout=SERVER_START_TIMEOUT_S)
+        yield process
+    finally:
+        process.stop()
+
+
+def test_the_server_runs_a_new_message_first_and_answers_as_an_exact_re_prefill(tail_first_server):
+    server = tail_first_server
     def stream(http, ids):
         with http.stream("POST", "/api/extra/generate/stream",
                          json={"input_ids": ids, "max_length": 1, "temperature": 0,
