@@ -58,30 +58,6 @@ def test_a_request_larger_than_the_cache_grows_it_and_is_answered_as_before(smal
     assert done.kv["grown_to"] == 0 and done.kv["carried"] == done.kv["regrown"] == 0
 
 
-def test_a_span_pruned_by_the_request_that_grows_the_cache_still_comes_back_without_a_run():
-    # The request that grows the cache also prunes a paragraph: its states are kept
-    # (the new context has run nothing yet), and resurrecting it runs nothing.
-    from halo_weave.server.engines import load_engine
-
-    engine = load_engine("llamacpp", threads=1, initial_context=256)
-    try:
-        ids, spans = conversation(engine)
-        a, b = spans[1]
-        head = ids[:spans[3][1]]
-        q = question(engine)
-        more = question(engine, "Tell me everything about the bakery and the dog. " * 12)
-        first_token(engine, head + q)
-        assert len(head + q) < 256 < len(head + more + q) - (b - a)
-        _, done = first_token(engine, head[:a] + head[b:] + more + q)
-        assert done.kv["grown_to"] > 256 and done.kv["carried"] > 0
-        assert done.kv["spans_removed"] == 1 and done.kv["stored"] == b - a
-        _, done = first_token(engine, head + more + q)
-        assert done.kv["restored"] == b - a and done.kv["inserted"] == 0
-        assert done.processed_prompt_tokens == 1
-    finally:
-        engine.close()
-
-
 def test_the_server_starts_small_grows_on_demand_and_still_offers_the_whole_window(tmp_path):
     from halo_weave.server.launcher import start_server
 
