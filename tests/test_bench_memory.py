@@ -297,6 +297,13 @@ def test_kv_shift_matches_exact_on_a_one_layer_model():
     assert np.allclose(a, b, atol=1e-5)
 
 
+def forced_alike(exact, shift, ids, more, keys) -> None:
+    """Forcing ``more`` after ``ids`` gives the exact source's attention and log-probabilities."""
+    a = exact.force(ids, more, keys)
+    b = shift.force(ids, more, keys)
+    assert np.allclose(a.rows, b.rows, atol=1e-5) and np.allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
 def test_kv_shift_restores_resurrected_tokens_from_kept_cells():
     """A resurrection (the pruned span back in the middle) takes the span's kept keys and
     values instead of re-running everything after it; on one layer that is exact."""
@@ -313,12 +320,10 @@ def test_kv_shift_restores_resurrected_tokens_from_kept_cells():
     back = ids + forced[:3]  # 10..19 resurrected in place, the forced turn's tokens kept
     back_keys = keys + [50, 51, 52]
     more = rng.integers(1, 64, 5).tolist()
-    a = exact.force(back, more, back_keys + [60, 61, 62, 63, 64])
-    b = shift.force(back, more, back_keys + [60, 61, 62, 63, 64])
+    forced_alike(exact, shift, back, more, back_keys + [60, 61, 62, 63, 64])
     assert shift.stats.restored_tokens == 10
     assert shift.stats.prefill_tokens == prefilled  # nothing re-run: all from kept cells
     assert exact.stats.reprefills >= 1
-    assert np.allclose(a.rows, b.rows, atol=1e-5) and np.allclose(a.logprobs, b.logprobs, atol=1e-4)
 
 
 def test_kept_cells_stay_bounded_when_the_same_span_is_pruned_and_resurrected_again_and_again():
@@ -339,10 +344,8 @@ def test_kept_cells_stay_bounded_when_the_same_span_is_pruned_and_resurrected_ag
     exact.teacher_force(gap_ids, forced, gap_keys + [100, 101])
     restored = shift.stats.restored_tokens
     more = rng.integers(1, 64, 3).tolist()
-    a = exact.force(ids, more, keys + [200, 201, 202])
-    b = shift.force(ids, more, keys + [200, 201, 202])
+    forced_alike(exact, shift, ids, more, keys + [200, 201, 202])
     assert shift.stats.restored_tokens == restored + 40
-    assert np.allclose(a.rows, b.rows, atol=1e-5) and np.allclose(a.logprobs, b.logprobs, atol=1e-4)
 
 
 def test_kept_cells_compacted_while_others_come_back_restore_the_right_ones():
@@ -364,9 +367,7 @@ def test_kept_cells_compacted_while_others_come_back_restore_the_right_ones():
     gap_ids, gap_keys = without_x
     exact.teacher_force(gap_ids, forced, gap_keys + [100, 101])
     more = rng.integers(1, 64, 3).tolist()
-    a = exact.force(ids, more, keys + [200, 201, 202])  # both spans back
-    b = shift.force(ids, more, keys + [200, 201, 202])
-    assert np.allclose(a.rows, b.rows, atol=1e-5) and np.allclose(a.logprobs, b.logprobs, atol=1e-4)
+    forced_alike(exact, shift, ids, more, keys + [200, 201, 202])  # both spans back
 
 
 def test_merging_runs_weights_recall_by_question_count():
