@@ -518,6 +518,13 @@ def test_jobs_runs_each_conversation_in_a_worker_and_merges_like_merge(data_file
         assert g["questions"] == f["questions"] == 4, name
         for key in ("recall_overall", "delta_nll", "kept_attention_mass", "fidelity_turns", "mean_tokens"):
             assert g[key] == pytest.approx(f[key], abs=1e-4), (name, key)
+    # Each conversation's own figures survive the merge (does every conversation agree?).
+    for conv in ("conv-t", "conv-u"):
+        alone = json.loads(Path(paths[("conv-t", "conv-u").index(conv)]).read_text().strip().splitlines()[-1])
+        for name in ("full", "fifo"):
+            assert together["per_conversation"][conv][name]["recall_overall"] == pytest.approx(
+                alone["methods"][name]["recall_overall"], abs=1e-4), (conv, name)
+    assert together["per_conversation"]["conv-t"]["full"]["recall_overall"] == 1.0
 
 
 def test_grouped_attention_gives_eagers_rows_and_log_probabilities():

@@ -236,6 +236,9 @@ def merge_outputs(paths: list[str], as_json: bool, plot: str = "", elapsed: floa
           f"wall {sum(r['wall_seconds'] for r in runs):.0f} s in {len(runs)} runs"
           + (f", {elapsed:.0f} s elapsed" if elapsed is not None else ""))
     print(table(results))
+    by_conversation = per_conversation(runs)
+    if len(runs) > 1:
+        print(conversation_table(by_conversation))
     if plot:
         plot_fidelity({r.name: r.figures() for r in results}, plot,
                       f"continuation fidelity and recall: {', '.join(convs)}")
@@ -243,9 +246,41 @@ def merge_outputs(paths: list[str], as_json: bool, plot: str = "", elapsed: floa
     if as_json:
         figures = {"conversations": convs, "runs": len(runs),
                    "wall_seconds": sum(r["wall_seconds"] for r in runs),
-                   "methods": {r.name: r.figures() for r in results}}
+                   "methods": {r.name: r.figures() for r in results},
+                   "per_conversation": by_conversation}
         if elapsed is not None:
             figures["elapsed_seconds"] = round(elapsed, 1)
             figures["load_average"] = list(os.getloadavg())
         print(json.dumps(figures, allow_nan=False, default=str))
     return 0
+
+
+#: Figures kept per conversation in a merged run (the whole table is per method only).
+CONVERSATION_FIGURES = ("recall_overall", "recall_multi_hop", "delta_nll")
+
+
+def per_conversation(runs: list[dict]) -> dict:
+    """``{conversation: {method: {figure: value}}}`` for runs of one conversation each
+    (a run over several conversations is keyed by their names joined with "+"), so that
+    a merged result still says whether every conversation agrees."""
+    out = {}
+    for run in runs:
+        key = "+".join(run["conversations"])
+        out[key] = {name: {f: m[f] for f in CONVERSATION_FIGURES if f in m}
+                    for name, m in run["methods"].items()}
+    return out
+
+
+def conversation_table(by_conversation: dict) -> str:
+    """Overall / multi-hop recall per method (rows) and conversation (columns)."""
+    convs = list(by_conversation)
+    methods = list(dict.fromkeys(m for c in convs for m in by_conversation[c]))
+    lines = ["| method | " + " | ".join(convs) + " |", "|---" * (len(convs) + 1) + "|"]
+    for name in methods:
+        cells = []
+        for c in convs:
+            m = by_conversation[c].get(name, {})
+            cells.append(" / ".join("–" if m.get(f) is None else f"{m[f]:.3f}"
+                                    for f in ("recall_overall", "recall_multi_hop")))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "per conversation (overall / multi-hop recall):\n" + "\n".join(lines)
