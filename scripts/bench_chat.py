@@ -234,9 +234,14 @@ def main(argv=None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="change one of the app's settings for the chat (repeatable), e.g. "
                              "prune_order=brightness: an A/B of a default against the alternative")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="the sampler's seed for every answer, so that two runs of the same code "
+                             "hold the same chat (0: the app's default, a new seed each answer)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     changes = settings_changes(args.set)
+    if args.seed > 0:
+        changes.setdefault("sampler_seed", args.seed)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr, flush=True))
     from halo_weave.server.launcher import start_server
