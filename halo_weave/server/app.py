@@ -290,6 +290,7 @@ async def _stream_events(engine: Engine, generation, kwargs: dict, token_events:
                     )
                     put(schema.done_event(record) if token_events
                         else schema.legacy_event("", record.finish_reason))
+                    put(_END)  # the stream ends here; the engine may tidy its cache after
                 elif token_events:
                     put(schema.token_event(record, engine, attention=attention, request_id=request_id))
                 elif record.text:

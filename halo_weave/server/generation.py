@@ -7,6 +7,7 @@ garbage-collected, so an abandoned iterator never wedges the server.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 from .sampling import Sampler, SamplerSettings
+
+log = logging.getLogger("halo_weave.server")
 
 
 @dataclass(frozen=True)
@@ -208,3 +211,12 @@ class Generation:
             tokens_per_s=round((generated - 1) / decode_s, 3) if decode_s > 0 else 0.0,
             total_s=round(ended - started, 4),
         )
+        # The answer is out and the server is idle until the next request (which waits
+        # for the lock meanwhile): pack the cache now, so the next one's new tokens and
+        # answer attend over the live context, not the holes prunes left (llama.cpp).
+        compact = getattr(kv, "compact", None)
+        if compact is not None:
+            try:
+                compact()
+            except Exception:  # noqa: BLE001 - the answer is already out; the cache resets itself
+                log.exception("compacting the KV cache failed")

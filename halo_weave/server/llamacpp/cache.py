@@ -45,6 +45,9 @@ LIVE_SEQ = 0
 SCRATCH_SEQ = 1
 #: Sequences in the context: live and scratch.
 N_SEQ = 2
+#: Compact the live context once its cells spread over this many more than it needs
+#: (two of llama.cpp's 256-cell pads): below that a decode attends over little extra.
+COMPACT_MIN_CELLS = 512
 
 
 class DecodeError(RuntimeError):
@@ -73,6 +76,8 @@ class LlamaCache(AttentionReadout):
         self.max_cells = n_cells
         self.new_context = None
         self.grown: tuple[int, int, int, float] | None = None  # cells, copied, re-run, seconds
+        #: :meth:`compact` packs the cache once it spreads over this many extra cells.
+        self.compact_min_cells = COMPACT_MIN_CELLS
         #: No position shift pending (llama.cpp applies one at the next decode).
         self.settled = True
         self.bind(ctx, n_cells)
@@ -228,6 +233,20 @@ class LlamaCache(AttentionReadout):
             self._decode(self.ids[-1:] or [0], 0, SCRATCH_SEQ, logits=False)
         finally:
             self.L.llama_memory_seq_rm(self.mem, SCRATCH_SEQ, -1, -1)
+
+    def spread(self) -> int:
+        """Cells a decode attends over beyond the live context's own: llama.cpp attends
+        up to the highest used cell (padded), holes included."""
+        if not len(self.cells):
+            return 0
+        return growth.padded(int(self.cells.max()) + 1) - growth.padded(len(self.cells))
+
+    def compact(self) -> bool:
+        """Move the live context into the first cells when prunes and restores have
+        spread it out by at least ``compact_min_cells`` (see :func:`.growth.compact`)."""
+        if self.spread() < self.compact_min_cells:
+            return False
+        return growth.compact(self)
 
     def _append(self, ids: list[int], cells: np.ndarray) -> None:
         self.ids.extend(ids)
