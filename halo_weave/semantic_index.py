@@ -341,7 +341,12 @@ class SemanticIndex:
                 return []
             bm25_ids = text_match.bm25_scores(self.conn, text, self._vectors.n, s, max(3 * limit, 50))
             dated = text_match.dated_chunks(self.conn, text, s)
-            found = ranking.rank(self._vectors, np.asarray(vector, np.float32), s, limit, bm25_ids, dated)
+            vector = np.asarray(vector, np.float32)
+            found = ranking.rank(self._vectors, vector, s, limit, bm25_ids, dated)
+            if s.query_feedback > 0 and found:
+                vector = ranking.feedback(self._vectors, vector, list(found)[: s.query_feedback_top],
+                                          s.query_feedback)
+                found = ranking.rank(self._vectors, vector, s, limit, bm25_ids, dated)
             meta = tables.meta(self.conn, list(found))
         return [Match(cid, *meta[cid], *found[cid]) for cid in found if cid in meta]
 
@@ -350,7 +355,8 @@ class SemanticIndex:
         """Which matches come back within ``budget`` tokens (see :mod:`.memory.resurrection`),
         each followed by its neighbours of the same sitting (``resurrect_neighbours``)."""
         s = self.settings
-        matches = query.with_neighbours(conv, matches, s.resurrect_neighbours, s.session_gap_seconds)
+        matches = query.with_neighbours(conv, matches, s.resurrect_neighbours, s.session_gap_seconds,
+                                        s.neighbour_matches)
         return make_plan(conv, matches, budget, s.resurrection_anchors)
 
     def resurrect_for(self, conv: Conversation, user_text: str, user_tokens: int,

@@ -1,5 +1,6 @@
 """Multi-hop and temporal recall (issue 16): dates the message names, its parts searched
-apart, neighbours of a match in the same sitting, anchors paid from what is left.
+apart, neighbours of a match in the same sitting (for the best matches only), anchors paid
+from what is left, the query moved towards its best matches and searched again.
 
 Real MiniLM, a real conversation file (the store's ``turns`` table keeps each turn's
 time), real pruning.
@@ -123,3 +124,35 @@ def test_anchors_never_keep_out_a_match_when_paid_from_what_is_left(diary):
     room.apply(conv, "at_prune")
     assert conv.chunks[boat.id].live and conv.chunks[dog.id].live
     assert conv.live_token_count() - before == room.tokens
+
+
+def test_only_the_best_matches_bring_their_neighbours(diary):
+    conv, _, index = diary
+    operation = chunk_with(conv, "needs a small operation")
+    scales = chunk_with(conv, "Scales are the right start")
+    matches = [next(m for m in index.search(q, limit=20) if m.chunk_id == c.id)
+               for q, c in (("When is the cat's operation?", operation), ("learning the piano scales", scales))]
+    every = with_settings(index, resurrect_neighbours=1, neighbour_matches=0, resurrection_anchors="always")
+    first = with_settings(index, resurrect_neighbours=1, neighbour_matches=1, resurrection_anchors="always")
+    assert {p.match.turn_id for p in every.plan(conv, matches, 10_000).taken} == {
+        operation.turn_id - 1, operation.turn_id, operation.turn_id + 1, scales.turn_id - 1, scales.turn_id}
+    # Only the operation (the first match) comes with its sitting; the scales come alone.
+    assert {p.match.turn_id for p in first.plan(conv, matches, 10_000).taken} == {
+        operation.turn_id - 1, operation.turn_id, operation.turn_id + 1, scales.turn_id}
+
+
+def test_feedback_finds_what_the_best_matches_are_about(diary):
+    conv, _, index = diary
+    question = "Tell me about the pets"
+    operation = chunk_with(conv, "needs a small operation").id
+    boat = chunk_with(conv, "named my sailing boat").id
+
+    def ranks(feedback: float) -> list[int]:
+        return [m.chunk_id for m in with_settings(index, query_feedback=feedback).search(question, limit=14)]
+
+    # The vet's call about the cat is the best match; the question never says "operation",
+    # but searching again towards the best matches puts the cat's operation above the boat.
+    plain, moved = ranks(0.0), ranks(0.5)
+    assert plain.index(boat) < plain.index(operation)
+    assert moved.index(operation) < moved.index(boat)
+    assert set(moved[:2]) == set(plain[:2])  # the best matches stay where they were

@@ -94,7 +94,7 @@ def interleave(lists: Sequence[Sequence[Match]], limit: int) -> list[Match]:
 
 
 def with_neighbours(conv: Conversation, matches: Sequence[Match], reach: int,
-                    session_gap: float) -> list[Match]:
+                    session_gap: float, first: int = 0) -> list[Match]:
     """Each match, then the opening chunk of up to ``reach`` turns on each side of its
     turn, as long as no gap of ``session_gap`` seconds or more lies between them.
 
@@ -112,8 +112,10 @@ def with_neighbours(conv: Conversation, matches: Sequence[Match], reach: int,
             seen.add(match.chunk_id)
             out.append(match)
 
-    for match in matches:
+    for i, match in enumerate(matches):
         add(match)
+        if first > 0 and i >= first:
+            continue
         for step in (-1, 1):
             turn_id, at = match.turn_id, _time(conv, match.turn_id)
             for _ in range(reach):

@@ -115,3 +115,13 @@ def stem(term: str) -> str:
         if term.endswith(ending) and len(term) - len(ending) >= MIN_STEM:
             return term[: -len(ending)]
     return term
+
+
+def feedback(vm: VectorMatrix, query: np.ndarray, chunk_ids: list[int], weight: float) -> np.ndarray:
+    """Pseudo-relevance feedback (Rocchio): the unit query moved ``weight`` towards the mean
+    of ``chunk_ids``' vectors (the first search's best), to be searched again."""
+    rows = [vm.row[c] for c in chunk_ids if c in vm.row]
+    if not rows:
+        return query
+    moved = query + weight * vm.matrix[rows].mean(axis=0)
+    return (moved / np.linalg.norm(moved)).astype(np.float32)

@@ -19,9 +19,11 @@ from .replay import Policy
 #: The recall settings as they were before issue 16 (the base of the recent-* variants).
 SEED_RECALL = {"date_weight": 0.0, "query_split": False, "resurrect_neighbours": 0,
                "resurrection_anchors": "always", "user_similarity_boost": 1.5,
-               "hybrid_common_share": 1.0, "hybrid_prefix_stems": False}
+               "hybrid_common_share": 1.0, "hybrid_prefix_stems": False,
+               "query_feedback": 0.0, "neighbour_matches": 0}
 #: BM25's words as they were before (issue 16 part 3 again): every word, as written.
-_TERMS_OFF = {"hybrid_common_share": 1.0, "hybrid_prefix_stems": False}
+_S24_OFF = {"query_feedback": 0.0, "neighbour_matches": 0}  # stop 24's two rules
+_TERMS_OFF = {"hybrid_common_share": 1.0, "hybrid_prefix_stems": False, **_S24_OFF}
 _ALL = {"date_weight": 0.3, "query_split": True, "resurrect_neighbours": 1, "resurrection_anchors": "if_room"}
 
 #: Methods in table order: (name, replay policy key or None, question-time options).
@@ -91,6 +93,11 @@ METHODS = [
     ("recent-all-hw50", None, {**SEED_RECALL, **_ALL, "hybrid_weight": 0.5}),
     ("recent-all-k30", None, {**SEED_RECALL, **_ALL, "query_max_results": 30}),
     ("recent-all-k10", None, {**SEED_RECALL, **_ALL, "query_max_results": 10}),
+    # Stop 24: pseudo-relevance feedback and neighbours for the best matches only
+    # (recent-halo before them, and with each alone).
+    ("recent-s23", None, _S24_OFF),
+    ("recent-feedback-only", None, {"neighbour_matches": 0}),
+    ("recent-nb4-only", None, {"query_feedback": 0.0}),
     # The app's resurrection on every user message during the replay too.
     ("halo-live", "live", {}),
     ("halo-live-mean", "live-mean", {"rule": "mean"}),
