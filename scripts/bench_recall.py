@@ -50,6 +50,7 @@ VARIANTS = {
     "split": {**SEED_RECALL, "query_split": True},
     "neighbours": {**SEED_RECALL, "resurrect_neighbours": 1},
     "anchors-if-room": {**SEED_RECALL, "resurrection_anchors": "if_room"},
+    "stop23": {"query_feedback": 0.0, "neighbour_matches": 0},  # before feedback and nb4
     "default": {},  # today's defaults
 }
 
