@@ -127,10 +127,10 @@ class Settings:
     resurrect_neighbours: int = 1
     session_gap_seconds: float = 1800.0
     resurrection_anchors: str = "if_room"
-    # Issue 16, stop 24 (docs/memory-benchmark.md, "Pseudo-relevance feedback and
-    # neighbours for the best matches", six dev conversations together):
-    # query_feedback: the query moved that far towards the mean of its query_feedback_top
-    # best matches and searched again (Rocchio pseudo-relevance feedback; 0 = off);
+    # Issue 16, stop 24 (docs/memory-benchmark.md, "Issue 16 part 3, stop 24", six dev
+    # conversations together): query_feedback: that many times the mean vector of the
+    # query's query_feedback_top best matches added to it, normalised, searched again
+    # (Rocchio pseudo-relevance feedback; 0 = off);
     # neighbour_matches: only the first that many matches bring their neighbouring turns
     # (0 = every match).  Together, 0.5 / 3 / 4: recall 0.790 -> 0.805, multi-hop 0.452 ->
     # 0.490, no conversation worse on either (anything from 0.3 to 1.0 and 2 to 5: 0.800-0.805).

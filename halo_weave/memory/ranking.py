@@ -118,8 +118,8 @@ def stem(term: str) -> str:
 
 
 def feedback(vm: VectorMatrix, query: np.ndarray, chunk_ids: list[int], weight: float) -> np.ndarray:
-    """Pseudo-relevance feedback (Rocchio): the unit query moved ``weight`` towards the mean
-    of ``chunk_ids``' vectors (the first search's best), to be searched again."""
+    """Pseudo-relevance feedback (Rocchio): the unit query plus ``weight`` times the mean of
+    ``chunk_ids``' vectors (the first search's best), normalised, to be searched again."""
     rows = [vm.row[c] for c in chunk_ids if c in vm.row]
     if not rows:
         return query
