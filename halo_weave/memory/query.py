@@ -96,7 +96,9 @@ def interleave(lists: Sequence[Sequence[Match]], limit: int) -> list[Match]:
 def with_neighbours(conv: Conversation, matches: Sequence[Match], reach: int,
                     session_gap: float, first: int = 0) -> list[Match]:
     """Each match, then the opening chunk of up to ``reach`` turns on each side of its
-    turn, as long as no gap of ``session_gap`` seconds or more lies between them.
+    turn, as long as no gap of ``session_gap`` seconds or more lies between them; with
+    ``first`` > 0 only the first ``first`` matches bring neighbours (setting
+    ``neighbour_matches``), the later ones come alone.
 
     A neighbour comes as a :class:`Match` with its match's scores and no text (it is
     planned right after it; reading a long-pruned chunk's text would cost a database
