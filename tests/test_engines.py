@@ -257,6 +257,45 @@ def test_spans_run_and_restored_at_several_places_in_one_request_stay_close_to_e
     assert exact.argmax() == surgery.argmax() and kl(exact, surgery) < 0.05
 
 
+def test_spans_run_together_land_in_the_cells_the_cache_says(llama):
+    """Three spans with no kept state run in one batch, each in its own scratch sequence:
+    every position's cell holds that token's layer-0 key at that position (which depends
+    on nothing else), as an exact re-prefill computes it, so the attention readout maps
+    each column to the right token."""
+    ids, spans = conversation(llama, turns=7)
+    gone = [spans[1], spans[3], spans[5]]
+    q = question(llama)
+    kv = llama.kv
+    kv.reset()
+    saved_bound, kv.store.max_bytes = kv.store.max_bytes, 0
+    kv.store.clear()
+    try:
+        without = [t for p, t in enumerate(ids) if not any(a <= p < b for a, b in gone)]
+        first_token(llama, without + q)
+        _, done = first_token(llama, ids + q)
+    finally:
+        kv.store.max_bytes = saved_bound
+    assert done.kv["inserted"] == sum(b - a for a, b in gone) and done.kv["restored"] == 0
+    run = np.concatenate([np.arange(a, b) for a, b in gone])
+    keys = kv.spill.key_rows().view(np.float16)
+    surgery = keys[kv.cells[run]].astype(np.float32)
+    kv.reset()
+    first_token(llama, ids + q)
+    exact = keys[kv.cells[run]].astype(np.float32)
+    assert np.abs(surgery - exact).max() < 0.05 * np.abs(exact).max()
+    # and not merely alike: one token moved by one position would differ
+    assert np.abs(surgery[1:] - exact[:-1]).max() > 0.2 * np.abs(exact).max()
+
+
+def test_spans_share_a_batch_unless_one_continues_another_or_the_batch_is_full():
+    pytest.importorskip("llama_cpp")
+    from halo_weave.server.llamacpp.cache import _batches
+
+    pending = [(10, [1, 2]), (20, [3]), (21, [4, 5]), (40, [6]), (50, [7]), (60, [8])]
+    groups = [[at for at, _ in g] for g in _batches(pending, 3)]
+    assert groups == [[10, 20], [21, 40, 50], [60]]
+
+
 def test_exact_mode_re_runs_from_the_first_change(llama):
     ids, spans = conversation(llama)
     a, b = spans[1]

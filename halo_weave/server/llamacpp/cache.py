@@ -7,20 +7,22 @@ a decode's last query, mapped from KV cells to positions with ``cells``.
 **Surgery** (see :mod:`halo_weave.server.kv_surgery`) on sequence 0, the live context:
 
 * removal: the span's states are saved to host memory (:mod:`.states`, a bounded
-  :class:`~halo_weave.server.span_store.SpanStore`), then ``seq_rm`` the span and
-  ``seq_add`` the rest back (llama.cpp re-rotates the keys at the next decode);
+  :class:`~halo_weave.server.span_store.SpanStore`), then ``seq_rm`` the span (every
+  removal of a sync before anything else) and ``seq_add`` the rest back (llama.cpp
+  re-rotates the keys at the next decode);
 * insertion: ``seq_add`` the later cells forward and put back what the store holds (no
-  model run); the pieces the store does not hold are run after every edit is in place,
-  in order: ``seq_cp`` the piece's prefix into sequence 1, decode the piece there at its
-  positions (a decode below a sequence's last position is refused), ``seq_cp`` it into
-  sequence 0 and drop sequence 1.  Every ``seq_add`` makes llama.cpp re-rotate the keys
+  model run); the pieces the store does not hold are run after every edit is in place:
+  ``seq_cp`` each piece's prefix into a scratch sequence of its own, decode up to seven
+  pieces in one batch, each in its sequence at its positions (a decode below a
+  sequence's last position is refused), ``seq_cp`` them into sequence 0 and drop the
+  scratch sequences.  Every ``seq_add`` makes llama.cpp re-rotate the keys
   of *every* cell of the cache at the next decode (its K-shift): running the pieces
   between the moves paid that once per piece, now once per sync.  Needs ``kv_unified``
   (``seq_cp`` works on a unified cache only).
 * tail first (:func:`~halo_weave.server.kv_surgery.sync`): two syncs, so two K-shifts
   when the first one prunes as well (one when it only appends).
 
-Every surgery ends with sequence 1 empty, so the cache holds the live context
+Every surgery ends with the scratch sequences empty, so the cache holds the live context
 and nothing else: a decode attends over as many cells as the context has (plus padding).
 """
 
@@ -43,8 +45,9 @@ log = logging.getLogger("halo_weave.server")
 
 LIVE_SEQ = 0
 SCRATCH_SEQ = 1
-#: Sequences in the context: live and scratch.
-N_SEQ = 2
+#: Sequences in the context: live, and scratch sequences (states restored from the
+#: store pass through the first; pieces run in place use up to all of them at once).
+N_SEQ = 8
 #: Compact the live context once its cells spread over this many more than it needs
 #: (two of llama.cpp's 256-cell pads): below that a decode attends over little extra.
 COMPACT_MIN_CELLS = 512
@@ -127,18 +130,19 @@ class LlamaCache(AttentionReadout):
         ptr = self.L.llama_get_logits(self.ctx)
         return np.ctypeslib.as_array(ptr, shape=(len(ids), self.n_vocab)).copy()
 
-    def _decode(self, ids: list[int], pos: int, seq: int, *, logits: bool, capture: bool = False,
+    def _decode(self, ids: list[int], pos, seq, *, logits: bool, capture: bool = False,
                 all_logits: bool = False, hook=None) -> np.ndarray:
-        """Run ``ids`` at ``pos..`` in ``seq``; returns the cells they were written to.
+        """Run ``ids`` at ``pos..`` in ``seq`` (or at the positions, in the sequences, of
+        two lists, one item per token); returns the cells they were written to.
         ``logits``: for the last token (every token with ``all_logits``); ``capture``: the
         last query's rows into ``_rows``; ``hook``: see :meth:`decode`."""
         L, batch = self.L, self._batch
         n = len(ids)
         for i, token in enumerate(ids):
             batch.token[i] = token
-            batch.pos[i] = pos + i
+            batch.pos[i] = pos + i if isinstance(pos, int) else pos[i]
             batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = seq
+            batch.seq_id[i][0] = seq if isinstance(seq, int) else seq[i]
             batch.logits[i] = 1 if logits and (all_logits or i == n - 1) else 0
         batch.n_tokens = n
         capture = capture or hook is not None
@@ -321,30 +325,38 @@ class LlamaCache(AttentionReadout):
             self.cells = self.cells[:keep]
 
     def _surgery(self, middle, covers, ids, report: SyncReport, should_stop) -> bool:
-        """Apply the edits: moves and stored pieces first, then the pieces to run, so that
-        llama.cpp re-rotates the cache's keys (its K-shift, over every cell) once per
-        sync, at the first run, not once per piece run between two moves."""
+        """Apply the edits: every removal first, then the moves and stored pieces, then
+        the pieces to run, so that llama.cpp re-rotates the cache's keys (its K-shift,
+        over every cell) once per sync, at the first run, not once per piece run between
+        two moves.  Removing first frees the pruned cells before anything is restored: a
+        restore copies a whole stored entry into free cells for a moment, and near a full
+        cache the restores of an early edit found no room while a later edit's pruned
+        span still held its cells (the span was then run instead, seconds at 8k)."""
         L, mem = self.L, self.mem
+        in_use = np.zeros(self.n_cells, dtype=bool)
+        in_use[self.cells] = True
+        for edit in middle:  # nothing has moved yet: the cached positions are the cache's
+            if edit.removed:
+                L.llama_memory_seq_rm(mem, LIVE_SEQ, edit.cached_start, edit.cached_end)
+                in_use[self.cells[edit.cached_start:edit.cached_end]] = False
+                report.dropped += edit.removed
+                report.spans_removed += 1
         pending: list[tuple[int, list[int]]] = []  # (position, ids) of pieces to run
         for edit, pieces in zip(middle, covers):
             s, removed, added = edit.start, edit.removed, edit.inserted
-            if removed:
-                L.llama_memory_seq_rm(mem, LIVE_SEQ, s, s + removed)
-                report.dropped += removed
-                report.spans_removed += 1
-            if removed != added:
+            if removed != added:  # the removed positions are empty already
                 L.llama_memory_seq_add(mem, LIVE_SEQ, s + removed, -1, added - removed)
                 report.moved += len(self.ids) - s - removed
             found = []
-            live = np.concatenate([self.cells[:s], self.cells[s + removed:]])
             for piece in pieces:
                 at = s + piece.start
                 started = time.perf_counter()
-                cells = self.spill.restore(piece, at, live) if piece.entry is not None else None
+                cells = (self.spill.restore(piece, at, np.flatnonzero(in_use))
+                         if piece.entry is not None else None)
                 if cells is not None:
                     report.restored += len(piece)
                     report.restore_s += time.perf_counter() - started
-                    live = np.concatenate([live, cells])
+                    in_use[cells] = True
                 else:
                     pending.append((at, ids[at:s + piece.end]))
                     cells = np.full(len(piece), -1, dtype=np.int64)  # filled by _run_pending
@@ -366,20 +378,60 @@ class LlamaCache(AttentionReadout):
         return True
 
     def _run_pending(self, pending: list[tuple[int, list[int]]]):
-        """Decode each ``(at, span)`` at positions ``at..`` seeing only what precedes it
-        (the earlier pending spans included), in order; yields ``(at, cells)``."""
+        """Decode each ``(at, span)`` at positions ``at..`` seeing what precedes it in the
+        live sequence; yields ``(at, cells)``.
+
+        A span's prefix is copied into a scratch sequence of its own (a decode below a
+        sequence's last position is refused), and up to :data:`N_SEQ` - 1 spans run in one
+        batch: each decode attends over the whole cache, so running the spans one by one
+        paid that per span (a few framing tokens cost ~40 ms each at 7k).  Spans of one
+        batch do not see each other (a later batch sees the earlier ones), like a span's
+        later context does not see it; see :func:`_batches` for which share one."""
         L, mem = self.L, self.mem
-        for at, span in pending:
-            L.llama_memory_seq_rm(mem, SCRATCH_SEQ, -1, -1)
-            L.llama_memory_seq_cp(mem, LIVE_SEQ, SCRATCH_SEQ, 0, at)
+        for group in _batches(pending, N_SEQ - SCRATCH_SEQ):
+            seqs = list(range(SCRATCH_SEQ, SCRATCH_SEQ + len(group)))
             try:
-                cells = self._run(span, at, SCRATCH_SEQ)
-                L.llama_memory_seq_cp(mem, SCRATCH_SEQ, LIVE_SEQ, at, at + len(span))
+                for (at, _span), seq in zip(group, seqs):
+                    L.llama_memory_seq_rm(mem, seq, -1, -1)
+                    L.llama_memory_seq_cp(mem, LIVE_SEQ, seq, 0, at)
+                found: list[list[np.ndarray]] = [[] for _ in group]
+                done = [0] * len(group)
+                while any(d < len(span) for d, (_at, span) in zip(done, group)):
+                    tokens: list[tuple[int, int, int]] = []  # (token, position, piece)
+                    for k, (at, span) in enumerate(group):
+                        take = min(len(span) - done[k], self.n_batch - len(tokens))
+                        tokens += [(span[done[k] + i], at + done[k] + i, k) for i in range(take)]
+                        done[k] += take
+                    seq_of = [seqs[k] for _t, _p, k in tokens]
+                    cells = self._decode([t for t, _p, _k in tokens], [p for _t, p, _k in tokens], seq_of,
+                                         logits=False)
+                    owner = np.array([k for _t, _p, k in tokens])
+                    for k in range(len(group)):
+                        found[k].append(cells[owner == k])
+                for (at, span), seq in zip(group, seqs):
+                    L.llama_memory_seq_cp(mem, seq, LIVE_SEQ, at, at + len(span))
             finally:
-                L.llama_memory_seq_rm(mem, SCRATCH_SEQ, -1, -1)
-            yield at, cells
+                for seq in seqs:
+                    L.llama_memory_seq_rm(mem, seq, -1, -1)
+            for (at, _span), parts in zip(group, found):
+                yield at, np.concatenate(parts)
 
     def close(self) -> None:
         if self._batch is not None:
             self.L.llama_batch_free(self._batch)
             self._batch = None
+
+
+def _batches(pending: list[tuple[int, list[int]]], width: int):
+    """``pending`` spans (in position order) in groups of at most ``width`` to run in one
+    batch.  A span that starts where the one before it ends goes into the next group: its
+    prefix would end in that span's missing positions, and llama.cpp refuses a batch
+    that does not continue its sequence's last position."""
+    group: list[tuple[int, list[int]]] = []
+    for at, span in pending:
+        if group and (len(group) == width or group[-1][0] + len(group[-1][1]) == at):
+            yield group
+            group = []
+        group.append((at, span))
+    if group:
+        yield group
