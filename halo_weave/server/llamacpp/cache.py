@@ -138,11 +138,13 @@ class LlamaCache(AttentionReadout):
         last query's rows into ``_rows``; ``hook``: see :meth:`decode`."""
         L, batch = self.L, self._batch
         n = len(ids)
+        positions = range(pos, pos + n) if isinstance(pos, int) else pos
+        seqs = [seq] * n if isinstance(seq, int) else seq
         for i, token in enumerate(ids):
             batch.token[i] = token
-            batch.pos[i] = pos + i if isinstance(pos, int) else pos[i]
+            batch.pos[i] = positions[i]
             batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = seq if isinstance(seq, int) else seq[i]
+            batch.seq_id[i][0] = seqs[i]
             batch.logits[i] = 1 if logits and (all_logits or i == n - 1) else 0
         batch.n_tokens = n
         capture = capture or hook is not None
@@ -351,7 +353,7 @@ class LlamaCache(AttentionReadout):
             for piece in pieces:
                 at = s + piece.start
                 started = time.perf_counter()
-                cells = (self.spill.restore(piece, at, np.flatnonzero(in_use))
+                cells = (self.spill.restore(piece, at, in_use)
                          if piece.entry is not None else None)
                 if cells is not None:
                     report.restored += len(piece)
@@ -394,27 +396,23 @@ class LlamaCache(AttentionReadout):
                 for (at, _span), seq in zip(group, seqs):
                     L.llama_memory_seq_rm(mem, seq, -1, -1)
                     L.llama_memory_seq_cp(mem, LIVE_SEQ, seq, 0, at)
-                found: list[list[np.ndarray]] = [[] for _ in group]
-                done = [0] * len(group)
-                while any(d < len(span) for d, (_at, span) in zip(done, group)):
-                    tokens: list[tuple[int, int, int]] = []  # (token, position, piece)
-                    for k, (at, span) in enumerate(group):
-                        take = min(len(span) - done[k], self.n_batch - len(tokens))
-                        tokens += [(span[done[k] + i], at + done[k] + i, k) for i in range(take)]
-                        done[k] += take
-                    seq_of = [seqs[k] for _t, _p, k in tokens]
-                    cells = self._decode([t for t, _p, _k in tokens], [p for _t, p, _k in tokens], seq_of,
-                                         logits=False)
-                    owner = np.array([k for _t, _p, k in tokens])
-                    for k in range(len(group)):
-                        found[k].append(cells[owner == k])
+                # Every span's tokens in order, cut into batches: a span cut in two goes on
+                # in the next batch from its own last position.
+                tokens = [t for _at, span in group for t in span]
+                positions = [at + i for at, span in group for i in range(len(span))]
+                owners = [seq for (_at, span), seq in zip(group, seqs) for _ in span]
+                cells = np.concatenate([
+                    self._decode(tokens[b:b + self.n_batch], positions[b:b + self.n_batch],
+                                 owners[b:b + self.n_batch], logits=False)
+                    for b in range(0, len(tokens), self.n_batch)])
                 for (at, span), seq in zip(group, seqs):
                     L.llama_memory_seq_cp(mem, seq, LIVE_SEQ, at, at + len(span))
             finally:
                 for seq in seqs:
                     L.llama_memory_seq_rm(mem, seq, -1, -1)
-            for (at, _span), parts in zip(group, found):
-                yield at, np.concatenate(parts)
+            owner = np.array(owners)
+            for (at, _span), seq in zip(group, seqs):
+                yield at, cells[owner == seq]
 
     def close(self) -> None:
         if self._batch is not None:

@@ -103,9 +103,10 @@ class StateSpill:
 
     # ------------------------------------------------------------ restore
 
-    def restore(self, piece: Piece, at: int, live_cells: np.ndarray) -> np.ndarray | None:
+    def restore(self, piece: Piece, at: int, in_use: np.ndarray) -> np.ndarray | None:
         """Put ``piece`` (a stored run) at live positions ``at..``; its cells, or None if
-        it could not be done (nothing changed in the live sequence then)."""
+        it could not be done (nothing changed in the live sequence then).  ``in_use``:
+        a boolean per cell, true where the live sequence holds it."""
         entry = piece.entry
         rows = self.key_rows()
         layout = _blob_layout(entry.payload, rows.shape[1] if rows is not None else 0)
@@ -117,9 +118,7 @@ class StateSpill:
         want = _row_hashes(blob_rows)
         if len(np.unique(want)) != len(want):
             return None
-        free = np.ones(len(rows), dtype=bool)
-        free[live_cells] = False
-        free_idx = np.flatnonzero(free)
+        free_idx = np.flatnonzero(~in_use[:len(rows)])
         stale = free_idx[np.isin(_row_hashes(rows[free_idx]), want)]
         rows[stale] = 0  # a free cell's content is masked out: make it unmistakable
         L, mem, s = self.L, self.mem, self.scratch
