@@ -262,9 +262,13 @@ def main(argv=None) -> int:
                     search_opts = {k: v for k, v in options.items() if k != "rule"}
                     index = _index(indexes, store, settings, queries, search_opts, SemanticIndex)
                     matches = index.search(question.question)
-                    out = answer_halo(replays[key].conv, matches, ctx,
-                                      options.get("rule", settings.resurrection_brightness),
-                                      settings.resurrection_budget_cap, index.plan)  # the app's plan
+                    conv = replays[key].conv
+                    if conv.settings.prune_when == "for_room":  # its plan prunes too: in a copy
+                        out = answer_halo(conv, matches, ctx,
+                                          options.get("rule", settings.resurrection_brightness),
+                                          settings.resurrection_budget_cap, index.plan)  # the app's plan
+                    else:  # the same figures read off the plan (the rule moves no liveness)
+                        out = answer_halo_dry(conv, matches, ctx, index.plan, settings.resurrection_budget_cap)
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1
                 results[name].question_seconds += time.perf_counter() - t

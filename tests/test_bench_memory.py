@@ -206,14 +206,19 @@ def test_the_no_copy_question_path_gives_the_same_figures(dialogue, settings):
     recent = keep_recent(full, 120)
     matches = [Match(c.id, c.turn_id, c.chunk_index, c.role, "", c.token_count, 0, 0.9, 0.9)
                for c in sorted(full.chunks.values(), key=lambda c: -c.start) if not c.framing]
-    for anchors in ("always", "if_room"):
+    for anchors, cap, rule in (("always", 0, "at_prune"), ("if_room", 0, "mean"), ("always", 40, "at_prune")):
         def planner(conv, found, budget, anchors=anchors):
             return make_plan(conv, found, budget, anchors)
         for i in range(len(dialogue.questions)):
             ctx = _question(tok, i, context - max_new, context, max_new)
-            copied = answer_halo(recent, matches, ctx, "at_prune", planner=planner)
-            dry = answer_halo_dry(recent, matches, ctx, planner)
+            copied = answer_halo(recent, matches, ctx, rule, budget_cap=cap, planner=planner)
+            dry = answer_halo_dry(recent, matches, ctx, planner, budget_cap=cap)
             assert (dry.recall, dry.tokens, dry.missing) == (copied.recall, copied.tokens, copied.missing), anchors
+    # A for_room conversation's plan prunes as well: only the copy can tell.
+    lazy = keep_recent(full, 120)
+    lazy.settings = lazy.settings.replace(prune_when="for_room")
+    with pytest.raises(ValueError):
+        answer_halo_dry(lazy, matches, _question(tok, 0, context - max_new, context, max_new))
 
 
 def test_pruning_only_for_room_keeps_more_recent_context_and_brings_the_match_back(dialogue, settings):

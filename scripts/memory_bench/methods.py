@@ -165,11 +165,15 @@ def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
     return q.finish(conv, why)
 
 
-def answer_halo_dry(base: Conversation, matches, q: QuestionContext, planner=make_plan) -> Outcome:
+def answer_halo_dry(base: Conversation, matches, q: QuestionContext, planner=make_plan,
+                    budget_cap: int = 0) -> Outcome:
     """:func:`answer_halo` without copying ``base`` (the copy was two thirds of a
     question-time run): recall and tokens read off the plan, which names exactly the
-    chunks resurrection makes live (matches, their anchors as planned, their framing)."""
-    plan = planner(base, matches, budget(base, q.framed_tokens, q.model_context, q.max_new_tokens))
+    chunks resurrection makes live (matches, their anchors as planned, their framing).
+    Not for ``prune_when = "for_room"``, whose plan also prunes."""
+    if base.settings.prune_when == "for_room":
+        raise ValueError("a for_room plan prunes: use answer_halo")
+    plan = planner(base, matches, budget(base, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))
     coming = set(plan.chunk_ids)
     if plan.with_anchors:
         coming.update(a.id for p in plan.taken for a in base.anchors_of(base.chunks[p.match.chunk_id]))
