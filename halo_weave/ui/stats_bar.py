@@ -24,7 +24,12 @@ CONNECTION_STATES: dict[str, tuple[tuple[int, int, int], str]] = {
     "offline": ((130, 130, 135), "Offline"),
 }
 
-NO_ATTENTION_TEXT = "no attention from this server — pruning oldest-first"
+#: Short (the line is crowded: at 1,360 px the longer "no attention from this server —
+#: pruning oldest-first" was cut); the tooltip says it whole.
+NO_ATTENTION_TEXT = "no attention · oldest-first"
+NO_ATTENTION_DETAIL = ("This server sends no attention, so brightness is not measured: the oldest "
+                       "paragraphs are pruned first, and a later message still brings a pruned one "
+                       "back when it needs it.")
 #: The brightness figure when nothing measures brightness (every token stays at 10,000).
 NO_BRIGHTNESS_TEXT = "☀ not measured"
 
@@ -221,7 +226,7 @@ class StatsBar(QWidget):
         class), ``detail`` is its tooltip (kept short: this line sets the window's width)."""
         self._source = source
         self.attention_label.setText(words or NO_ATTENTION_TEXT)
-        self.attention_label.setToolTip(detail or words or NO_ATTENTION_TEXT)
+        self.attention_label.setToolTip(detail or words or NO_ATTENTION_DETAIL)
         self.attention_label.setVisible(source != "server")
         self._show_brightness()
         self._fit_labels()

@@ -49,6 +49,9 @@ def test_text_mode_through_llama_cpp_python_chat_stop_prune_resurrect_export(qtb
     assert window.stats_bar.attention_label.isVisible()
     assert window.stats_bar.attention_label.text() == NO_ATTENTION_TEXT
     assert window.stats_bar.brightness_label.text() == NO_BRIGHTNESS_TEXT, "no 'Mean ☀ 10,000' claim"
+    window.resize(1360, 860)  # a laptop's window: the warning is read whole, not cut to "no attention fr…"
+    qtbot.wait(50)
+    assert not window.stats_bar.attention_label.is_elided(), window.stats_bar.attention_label.displayed_text()
 
     # Chat: the answer streams in as text and lands in the table as the bundled tokenizer splits it.
     assert app.say(CAT) in ("stop", "length")

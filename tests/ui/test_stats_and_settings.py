@@ -65,6 +65,7 @@ def test_attention_warning(bar):
     bar.set_attention_available(False)
     assert not bar.attention_label.isHidden()
     assert bar.attention_label.text() == NO_ATTENTION_TEXT
+    assert "oldest paragraphs are pruned first" in bar.attention_label.toolTip()
     bar.set_attention_available(True)
     assert bar.attention_label.isHidden()
 
