@@ -107,6 +107,14 @@ class Bindings:
             raise ValueError(f"tensor of {n} bytes does not fit {into.nbytes}")
         self.ggml.ggml_backend_tensor_get(tensor, into.ctypes.data, 0, n)
 
+    def read_part(self, tensor: int, into, offset: int) -> None:
+        """Copy ``into.nbytes`` bytes of the tensor from byte ``offset`` into the
+        contiguous NumPy array ``into``."""
+        n = into.nbytes
+        if offset < 0 or offset + n > self.ggml.ggml_nbytes(tensor) or not into.flags.c_contiguous:
+            raise ValueError(f"bytes {offset}..{offset + n} are not in the tensor")
+        self.ggml.ggml_backend_tensor_get(tensor, into.ctypes.data, offset, n)
+
     def check_layout(self, tensor: int) -> None:
         """Refuse to read tensors if our struct mirror disagrees with ggml."""
         if self.tensor_name(tensor) != (self.ggml.ggml_get_name(tensor) or b""):

@@ -26,7 +26,7 @@ K_CACHE_LAYER0 = b"cache_k_l0 (view)"
 
 class AttentionReadout:
     """The readout half of :class:`~.cache.LlamaCache` (which sets up the state read here:
-    ``_rows``, ``_scratch``, ``_capture``, ``_hook``, ``_new_cells`` and the rest)."""
+    ``_rows``, ``_capture``, ``_hook``, ``_new_cells`` and the rest)."""
 
     def callback(self, tensor, ask, _user_data) -> bool:
         """ggml's evaluation callback (see the module docstring); never raises."""
@@ -55,9 +55,8 @@ class AttentionReadout:
                     self._hook(layer, self._block_scratch[:size].reshape(n_head, n_tok, n_kv))
                     self._layers_seen += 1
                     return True
-                lib.read(tensor, self._scratch[:size])
-                block = self._scratch[:size].reshape(n_head, n_tok, n_kv)
-                self._rows[layer, :, :n_kv] = block[:, -1, :]
+                for h in range(n_head):  # the last query's row of each head
+                    lib.read_part(tensor, self._rows[layer, h, :n_kv], 4 * (h * n_tok + n_tok - 1) * n_kv)
                 self._row_width = n_kv
                 self._layers_seen += 1
             elif self._idx_tensor:
