@@ -125,8 +125,8 @@ class StateSpill:
         stale = free_idx[np.isin(_row_keys(rows, free_idx), want)]
         rows[stale] = 0  # a free cell's content is masked out: make it unmistakable
         L, mem, s = self.L, self.mem, self.scratch
-        blob = entry.payload
-        src = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+        blob = entry.payload  # bytes, alive through the call: read where it lies, not copied
+        src = ctypes.cast(ctypes.c_char_p(blob), ctypes.POINTER(ctypes.c_uint8))
         try:
             if L.llama_state_seq_set_data(self.ctx, src, len(blob), s) == 0:
                 return None
