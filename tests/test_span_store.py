@@ -88,3 +88,19 @@ def test_a_short_gap_at_the_end_of_a_span_is_found_again():
     assert store.save(A, 0, lambda a, b: copied.append((a, b)) or ("end", b - a)) == len(A)
     assert copied == [(32, 40)]
     assert to_run(store.cover(A)) == 0
+
+
+def test_pieces_of_one_entry_are_restored_together_unless_they_take_the_same_tokens():
+    """The llama.cpp engine writes a stored entry into the cache once for several of its
+    pieces; two pieces taking the same tokens (framing repeats) would then share cells,
+    and a cell has one position: those go to separate writes."""
+    from halo_weave.server.llamacpp.cache import _by_entry
+    from halo_weave.server.span_store import Entry, Piece
+
+    a, b = Entry(tuple(range(40)), 0, b""), Entry(tuple(range(40)), 100, b"")
+    pieces = [Piece(0, 10, a, 0), Piece(10, 20, a, 20), Piece(20, 25, None), Piece(25, 35, a, 25),
+              Piece(35, 45, a, 30), Piece(45, 50, b, 0), Piece(50, 55, b, 5)]
+    runs = [[(p.start, p.end) for p in run] for run in _by_entry(pieces, width=6)]
+    # a's 25..35 and 30..40 overlap; b is another entry; the piece to run stands alone.
+    assert runs == [[(0, 10), (10, 20)], [(20, 25)], [(25, 35)], [(35, 45)], [(45, 50), (50, 55)]]
+    assert [len(run) for run in _by_entry([Piece(i, i + 1, a, i) for i in range(8)], width=3)] == [3, 3, 2]

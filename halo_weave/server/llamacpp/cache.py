@@ -104,7 +104,8 @@ class LlamaCache(AttentionReadout):
         self.ctx, self.n_cells = ctx, n_cells
         self.mem = self.L.llama_get_memory(ctx)
         self._threads_set = None
-        self.spill = StateSpill(self.lib, ctx, self.mem, self.store, LIVE_SEQ, SCRATCH_SEQ)
+        self.spill = StateSpill(self.lib, ctx, self.mem, self.store, LIVE_SEQ, SCRATCH_SEQ,
+                                tuple(range(SCRATCH_SEQ + 1, N_SEQ)))
         # Filled by the callback: per-layer softmax rows of the last query, and cell indices.
         self._rows = np.zeros((self.n_layer, self.n_head, n_cells), dtype=np.float32)
 
@@ -352,19 +353,20 @@ class LlamaCache(AttentionReadout):
                 L.llama_memory_seq_add(mem, LIVE_SEQ, s + removed, -1, added - removed)
                 report.moved += len(self.ids) - s - removed
             found = []
-            for piece in pieces:
-                at = s + piece.start
+            for group in _by_entry(pieces, len(self.spill.helpers)):
                 started = time.perf_counter()
-                cells = (self.spill.restore(piece, at, in_use)
-                         if piece.entry is not None else None)
-                if cells is not None:
-                    report.restored += len(piece)
+                restored = (self.spill.restore_group([(p, s + p.start) for p in group], in_use)
+                            if group[0].entry is not None else [None] * len(group))
+                for piece, cells in zip(group, restored):
+                    if cells is not None:
+                        report.restored += len(piece)
+                        in_use[cells] = True
+                    else:
+                        pending.append((s + piece.start, ids[s + piece.start:s + piece.end]))
+                        cells = np.full(len(piece), -1, dtype=np.int64)  # filled by _run_pending
+                    found.append(cells)
+                if restored[0] is not None:
                     report.restore_s += time.perf_counter() - started
-                    in_use[cells] = True
-                else:
-                    pending.append((at, ids[at:s + piece.end]))
-                    cells = np.full(len(piece), -1, dtype=np.int64)  # filled by _run_pending
-                found.append(cells)
             if added:
                 report.spans_inserted += 1
             self.ids[s:s + removed] = ids[s:s + added]
@@ -420,6 +422,26 @@ class LlamaCache(AttentionReadout):
         if self._batch is not None:
             self.L.llama_batch_free(self._batch)
             self._batch = None
+
+
+def _by_entry(pieces, width: int):
+    """``pieces`` in order, in runs of at most ``width`` that come from one stored entry
+    and take disjoint parts of it (restored with one write of it: a cell can be in one
+    place only, and a run of framing may be taken twice); a piece to run (no entry) is a
+    run of its own."""
+    run: list = []
+    for piece in pieces:
+        if run and (piece.entry is None or piece.entry is not run[0].entry or len(run) == width
+                    or any(p.offset < piece.offset + len(piece) and piece.offset < p.offset + len(p)
+                           for p in run)):
+            yield run
+            run = []
+        run.append(piece)
+        if piece.entry is None:
+            yield run
+            run = []
+    if run:
+        yield run
 
 
 def _batches(pending: list[tuple[int, list[int]]], width: int):

@@ -8,9 +8,10 @@ the cells are freed with the prune, so the live cache (``n_kv``, what every deco
 attends over) stays as wide as the live context.
 
 **Restore**: ``llama_state_seq_set_data`` the blob into the scratch sequence (llama.cpp
-picks free cells and writes keys and values there), ``seq_add`` it to its new place
-(llama.cpp re-rotates the keys at the next decode), ``seq_cp`` the wanted positions into
-sequence 0 and drop the scratch sequence.
+picks free cells and writes keys and values there), ``seq_cp`` each wanted piece into a
+helper sequence of its own and drop the scratch sequence, ``seq_add`` each helper to its
+piece's new place (llama.cpp re-rotates the keys at the next decode), ``seq_cp`` it into
+sequence 0 and drop the helpers.  Pieces of one entry share one ``set_data``.
 
 llama.cpp does not say *which* cells ``set_data`` used, and the attention readout needs
 each position's cell.  They are found by content: the blob holds every cell's layer-0
@@ -47,11 +48,14 @@ _HASH_SEED = 0x9E3779B97F4A7C15
 class StateSpill:
     """Saves pruned spans of sequence ``live`` and restores them (see the module docstring)."""
 
-    def __init__(self, lib, ctx, mem, store: SpanStore, live: int, scratch: int) -> None:
+    def __init__(self, lib, ctx, mem, store: SpanStore, live: int, scratch: int,
+                 helpers: tuple[int, ...] = ()) -> None:
         self.lib, self.L = lib, lib.llama
         self.ctx, self.mem = ctx, mem
         self.store = store
         self.live, self.scratch = live, scratch
+        #: Free sequences a group restore gives one piece each (at least one).
+        self.helpers = tuple(helpers) or (scratch + 1,)
         self.k_tensor: int | None = None  # layer 0's key cache, seen by the evaluation callback
         self._k_rows: np.ndarray | None = None
         self.saved_tokens = 0
@@ -110,26 +114,39 @@ class StateSpill:
         """Put ``piece`` (a stored run) at live positions ``at..``; its cells, or None if
         it could not be done (nothing changed in the live sequence then).  ``in_use``:
         a boolean per cell, true where the live sequence holds it."""
-        entry = piece.entry
+        return self.restore_group([(piece, at)], in_use)[0]
+
+    def restore_group(self, group: list[tuple[Piece, int]], in_use: np.ndarray) -> list[np.ndarray | None]:
+        """:meth:`restore` for pieces of one entry (at most ``len(helpers)`` of them),
+        the entry written into the cache once: a resurrection often brings back several
+        paragraphs of one pruned span, and each ``set_data`` writes the whole entry (up
+        to 512 tokens, ~12 MB here).  Each piece is first given a helper sequence of its
+        own, so that moving one never moves another (a cell has one position, and a moved
+        piece may land on positions another still holds in the scratch sequence).
+        Returns each piece's cells, or all None (nothing changed in the live sequence)."""
+        entry = group[0][0].entry
+        failed = [None] * len(group)
         rows = self.key_rows()
         layout = _blob_layout(entry.payload, rows.shape[1] if rows is not None else 0)
-        if rows is None or layout is None:
-            return None
+        if rows is None or layout is None or len(group) > len(self.helpers) or any(
+                p.entry is not entry for p, _ in group):
+            return failed
         positions, blob_rows = layout
         if len(positions) != len(entry.ids):
-            return None
+            return failed
         want = _row_keys(blob_rows)
         if len(np.unique(want)) != len(want) or not want.all():  # a zeroed cell's key is 0
-            return None
+            return failed
         free_idx = np.flatnonzero(~in_use[:len(rows)])
         stale = free_idx[np.isin(_row_keys(rows, free_idx), want)]
         rows[stale] = 0  # a free cell's content is masked out: make it unmistakable
         L, mem, s = self.L, self.mem, self.scratch
+        helpers = self.helpers[:len(group)]
         blob = entry.payload  # bytes, alive through the call: read where it lies, not copied
         src = ctypes.cast(ctypes.c_char_p(blob), ctypes.POINTER(ctypes.c_uint8))
         try:
             if L.llama_state_seq_set_data(self.ctx, src, len(blob), s) == 0:
-                return None
+                return failed
             found = _row_keys(rows, free_idx)
             order = np.argsort(found)
             where = np.searchsorted(found[order], want)
@@ -137,19 +154,25 @@ class StateSpill:
             cells = free_idx[order[where]]
             if not np.array_equal(found[order][where], want) or not np.array_equal(rows[cells], blob_rows):
                 log.warning("restored states not found in the cache; running the span instead")
-                return None
-            first = entry.pos + piece.offset
-            n = len(piece)
-            delta = at - first
-            if delta:
-                L.llama_memory_seq_add(mem, s, -1, -1, delta)
-            L.llama_memory_seq_cp(mem, s, self.live, at, at + n)
+                return failed
+            for (piece, _at), helper in zip(group, helpers):  # by the stored positions
+                first = entry.pos + piece.offset
+                L.llama_memory_seq_rm(mem, helper, -1, -1)
+                L.llama_memory_seq_cp(mem, s, helper, first, first + len(piece))
+            L.llama_memory_seq_rm(mem, s, -1, -1)  # the rest of the entry: freed
+            for (piece, at), helper in zip(group, helpers):
+                delta = at - (entry.pos + piece.offset)
+                if delta:
+                    L.llama_memory_seq_add(mem, helper, -1, -1, delta)
+                L.llama_memory_seq_cp(mem, helper, self.live, at, at + len(piece))
         finally:
             L.llama_memory_seq_rm(mem, s, -1, -1)
+            for helper in helpers:
+                L.llama_memory_seq_rm(mem, helper, -1, -1)
         self.store.touch(entry)
         by_pos = np.empty(len(positions), dtype=np.int64)
         by_pos[positions - entry.pos] = cells
-        return by_pos[piece.offset:piece.offset + n]
+        return [by_pos[piece.offset:piece.offset + len(piece)] for piece, _ in group]
 
 
 def _blob_layout(blob: bytes, row_bytes: int) -> tuple[np.ndarray, np.ndarray] | None:
