@@ -10,10 +10,8 @@ between turns (the app runs it on a thread), outside the timed part.
 
 Per message: time to first token seen by the client, the server's own TTFT and where it
 went (``sync_s``: surgery and new tokens, with the done event's ``kv_store_s`` /
-``kv_restore_s`` / ``kv_insert_s`` inside it; ``last_prompt_token_s``: the decode of the
-last prompt token with its attention read and any K-shift, and on llama.cpp the new tokens
-before it too (the sync leaves them to that decode: ``kv`` ``deferred``);
-``first_sample_s``; ``http_and_client_s``: the
+``kv_restore_s`` / ``kv_insert_s`` inside it; ``last_prompt_token_s``: the last prompt
+token, its attention read and any K-shift; ``first_sample_s``; ``http_and_client_s``: the
 rest of the client's wait), the done event's ``kv`` report (reused / dropped / inserted /
 restored / stored / appended / re-run tokens) and what the turn resurrected and pruned.  Top level (the engine named first):
 ``ttft_median_s``, ``ttft_p95_s``, ``tokens_per_s``, ``reprefilled_tokens`` (tokens
@@ -77,7 +75,7 @@ def progress(row: dict, total: int, started: float) -> str:
     """One line per message for stderr: how far, the TTFT and where it went."""
     return (f"message {row['message'] + 1}/{total}: ttft {row['ttft_s']:.2f} s (sync {row['sync_s'] or 0:.2f}"
             f" [store {row.get('kv_store_s') or 0:.2f} restore {row.get('kv_restore_s') or 0:.2f}"
-            f" insert {row.get('kv_insert_s') or 0:.2f}], last batch {row['last_prompt_token_s']:.2f},"
+            f" insert {row.get('kv_insert_s') or 0:.2f}], last prompt token {row['last_prompt_token_s']:.2f},"
             f" first sample {row['first_sample_s']:.2f}, http+client {row['http_and_client_s']:.2f});"
             f" new {row.get('kv_appended', 0)}, restored {row.get('kv_restored', 0)},"
             f" inserted {row.get('kv_inserted', 0)}, rerun {row.get('kv_rerun', 0)} tokens;"
@@ -152,8 +150,7 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
             "ttft_s": round(ttft, 4),
             "server_ttft_s": server_ttft,
             # where the time went: sync (surgery + new tokens), the last prompt token (its
-            # attention read, K-shift; with the new tokens the sync deferred to it), the
-            # first sample, and the rest (HTTP, parsing, client)
+            # attention read, K-shift), the first sample, and the rest (HTTP, parsing, client)
             "sync_s": timings.get("sync_s"),
             "last_prompt_token_s": round(prefill - (timings.get("sync_s") or 0.0), 4),
             "first_sample_s": round(server_ttft - prefill, 4),
