@@ -60,29 +60,6 @@ def first_token(engine, ids: list[int], per_layer: bool = False):
     return records[0], records[-1]
 
 
-def test_a_messages_new_tokens_run_with_its_last_token_in_one_decode(llama):
-    """The follow-up's new tokens are left by the sync to the decode that reads the last
-    one's attention (one pass over the cache, not two): the done event says how many, and
-    the first token and its attention are those of the two-decode path."""
-    ids, _ = conversation(llama)
-    q = question(llama)
-    results = []
-    for defers in (True, False):
-        llama.kv.reset()
-        llama.kv.defers_tail = defers
-        try:
-            first_token(llama, ids)
-            results.append(first_token(llama, ids + q))
-        finally:
-            del llama.kv.defers_tail  # back to the class's
-    (one, done_one), (two, done_two) = results
-    assert done_one.kv["deferred"] == len(q) - 1 and done_two.kv["deferred"] == 0
-    assert done_one.kv["appended"] == done_two.kv["appended"] == len(q) - 1
-    assert one.token_id == two.token_id
-    np.testing.assert_allclose(one.attention, two.attention, atol=1e-3)
-    assert abs(float(one.attention.sum()) - 1.0) < 1e-3
-
-
 def next_token_distribution(engine, ids: list[int]) -> np.ndarray:
     engine.kv.sync(ids[:-1])
     logits, _ = engine.kv.step(ids[-1:], attention=False)

@@ -152,21 +152,17 @@ class Generation:
             )
 
         # Everything but the last prompt token runs without attention output; the last
-        # one runs with it, so the first generated token has attention as well.  A cache
-        # that can (llama.cpp) leaves the message's new tokens before it to that same
-        # decode: one pass over the cache for them all, not two.
+        # one runs alone with it, so the first generated token has attention as well.
         generated, ran_last = 0, False
         reserve = getattr(kv, "reserve", None)  # a cache that can grow to fit the request
         if reserve is not None:
             reserve(len(ids) + req.max_length, should_stop=self._abort.is_set)
-        defer = {"defer": len(ids) - 1} if getattr(kv, "defers_tail", False) else {}
-        report = kv.sync(ids[:-1], should_stop=self._abort.is_set, **defer)
+        report = kv.sync(ids[:-1], should_stop=self._abort.is_set)
         synced = time.perf_counter()
         if report is None:
             yield done("abort")
             return
-        last = 1 + getattr(report, "deferred", 0)
-        logits, row = kv.step(ids[-last:], attention=req.attention, per_layer=req.per_layer)
+        logits, row = kv.step(ids[-1:], attention=req.attention, per_layer=req.per_layer)
         ran_last = True
         prefill_s = time.perf_counter() - started
 

@@ -97,7 +97,6 @@ class SyncReport:
     restore_s: float = 0.0  # seconds putting stored states back
     insert_s: float = 0.0  # seconds running inserted tokens
     tail_first: int = 0  # of ``appended``, tokens run before the insertions (tail first; 0: not)
-    deferred: int = 0  # of ``appended``, the last tokens left for the caller's step to run
 
     @property
     def computed(self) -> int:
@@ -256,20 +255,14 @@ def merge_reports(first: SyncReport, second: SyncReport) -> SyncReport:
         setattr(out, key, getattr(first, key) + getattr(second, key))
     out.mode = EXACT if EXACT in (first.mode, second.mode) else SURGERY
     out.tail_first = first.appended
-    out.deferred = second.deferred
     return out
 
 
-def sync(cache, ids: list[int], should_stop=lambda: False, defer: int = 0) -> SyncReport | None:
+def sync(cache, ids: list[int], should_stop=lambda: False) -> SyncReport | None:
     """Make ``cache`` hold ``ids``: ``cache._sync(ids, edits, should_stop)`` once, or
     twice with the tail first (see the module docstring) when ``cache.tail_first`` is set,
     ``cache.mode`` is surgery and :func:`tail_first_ids` says so (the inserted tokens to
-    run are those ``cache.store`` does not hold).  ``None``: stopped.
-
-    ``defer`` > 0 (a cache whose ``_sync`` takes it): up to that many new tokens at the
-    end are left unrun (``report.deferred``), for the caller to run with the token after
-    them in one decode."""
-    extra = {"defer": defer} if defer else {}
+    run are those ``cache.store`` does not hold).  ``None``: stopped."""
     edits = plan_edits(cache.ids, ids)
     between = None
     if cache.tail_first and cache.mode == SURGERY:
@@ -277,11 +270,11 @@ def sync(cache, ids: list[int], should_stop=lambda: False, defer: int = 0) -> Sy
         running = sum(to_run(cache.store.cover(ids[e.start:e.end])) for e in middle if e.inserted)
         between = tail_first_ids(cache.ids, ids, edits, running)
     if between is None:
-        return cache._sync(ids, edits, should_stop, **extra)
+        return cache._sync(ids, edits, should_stop)
     first = cache._sync(between, plan_edits(cache.ids, between), should_stop)
     if first is None:
         return None
-    second = cache._sync(ids, plan_edits(cache.ids, ids), should_stop, **extra)
+    second = cache._sync(ids, plan_edits(cache.ids, ids), should_stop)
     return None if second is None else merge_reports(first, second)
 
 

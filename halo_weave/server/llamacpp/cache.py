@@ -269,21 +269,15 @@ class LlamaCache(AttentionReadout):
 
     # ------------------------------------------------------------ sync and surgery
 
-    #: :meth:`sync` can leave a request's last new tokens to :meth:`step` (``defer``).
-    defers_tail = True
-
-    def sync(self, ids: list[int], should_stop=lambda: False, defer: int = 0) -> SyncReport | None:
-        """Make sequence 0 hold exactly ``ids``, by surgery where it pays (``None``:
-        stopped); ``defer``: up to that many new tokens at the end (at most a batch less
-        one) are left unrun, ``report.deferred`` says how many, so that the caller's
-        :meth:`step` runs them with the prompt's last token in one decode."""
+    def sync(self, ids: list[int], should_stop=lambda: False) -> SyncReport | None:
+        """Make sequence 0 hold exactly ``ids``, by surgery where it pays (``None``: stopped)."""
         try:
-            return kv_surgery.sync(self, ids, should_stop, min(defer, self.n_batch - 1))
+            return kv_surgery.sync(self, ids, should_stop)
         except BaseException:
             self.reset()
             raise
 
-    def _sync(self, ids: list[int], edits, should_stop, defer: int = 0) -> SyncReport | None:
+    def _sync(self, ids: list[int], edits, should_stop) -> SyncReport | None:
         """One pass of :meth:`sync`: apply ``edits`` (planned from ``self.ids`` to ``ids``)."""
         middle, tail = kv_surgery.split_tail(edits, len(self.ids), len(ids))
         report = SyncReport()
@@ -307,7 +301,7 @@ class LlamaCache(AttentionReadout):
                 report.dropped = len(self.ids) - keep
                 self._truncate(keep)
                 report.rerun = len(ids) - keep
-                return self._extend(ids, should_stop, defer, report)
+                return report if self.extend(ids, should_stop) else None
             report.mode = SURGERY
             self.settled = False  # moves ahead: shifted at the next decode
             if not self._surgery(middle, covers, ids, report, should_stop):
@@ -317,12 +311,7 @@ class LlamaCache(AttentionReadout):
             self._truncate(tail.start)
         report.reused = len(self.ids) - report.inserted - report.restored
         report.appended = len(ids) - len(self.ids)
-        return self._extend(ids, should_stop, defer, report)
-
-    def _extend(self, ids: list[int], should_stop, defer: int, report: SyncReport) -> SyncReport | None:
-        """:meth:`extend` to all but the last ``defer`` new tokens (``report.deferred``)."""
-        report.deferred = min(defer, len(ids) - len(self.ids))
-        return report if self.extend(ids[:len(ids) - report.deferred], should_stop) else None
+        return report if self.extend(ids, should_stop) else None
 
     def extend(self, ids: list[int], should_stop) -> bool:
         rest = ids[len(self.ids):]
