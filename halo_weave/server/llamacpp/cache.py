@@ -190,9 +190,8 @@ class LlamaCache(AttentionReadout):
     def step(self, ids: list[int], *, attention: bool, per_layer: bool = False):
         """Run ``ids`` after the context; ``(logits, row)`` (see :mod:`..engine_api`)."""
         try:
-            # The last batch carries the last token's logits and attention: one decode for a
-            # message's new tokens, not one for all but the last and another for it (at
-            # 6,800 cells that second decode cost 42 ms, one more token in the batch ~11).
+            # The last batch carries the last token's logits and attention (the server steps
+            # one token; a caller stepping several gets one decode, not two, for the last batch).
             tail = ids[-self.n_batch:]
             head = ids[:len(ids) - len(tail)]
             if head:

@@ -110,17 +110,12 @@ class StateSpill:
 
     # ------------------------------------------------------------ restore
 
-    def restore(self, piece: Piece, at: int, in_use: np.ndarray) -> np.ndarray | None:
-        """Put ``piece`` (a stored run) at live positions ``at..``; its cells, or None if
-        it could not be done (nothing changed in the live sequence then).  ``in_use``:
-        a boolean per cell, true where the live sequence holds it."""
-        return self.restore_group([(piece, at)], in_use)[0]
-
     def restore_group(self, group: list[tuple[Piece, int]], in_use: np.ndarray) -> list[np.ndarray | None]:
-        """:meth:`restore` for pieces of one entry (at most ``len(helpers)`` of them),
-        the entry written into the cache once: a resurrection often brings back several
-        paragraphs of one pruned span, and each ``set_data`` writes the whole entry (up
-        to 512 tokens, ~12 MB here).  Each piece is first given a helper sequence of its
+        """Put each ``(piece, at)`` (pieces of one stored entry, at most ``len(helpers)``,
+        disjoint) at live positions ``at..``, the entry written into the cache once;
+        ``in_use``: a boolean per cell, true where the live sequence holds it.  A
+        resurrection often brings back several paragraphs of one pruned span, and each
+        ``set_data`` writes the whole entry (up to 512 tokens, ~12 MB here).  Each piece is first given a helper sequence of its
         own, so that moving one never moves another (a cell has one position, and a moved
         piece may land on positions another still holds in the scratch sequence).
         Returns each piece's cells, or all None (nothing changed in the live sequence)."""
