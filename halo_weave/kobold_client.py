@@ -73,6 +73,9 @@ class KoboldClient:
         self.base_url = base_url.rstrip("/")
         self.connect_timeout = connect_timeout
         self.tokenize_timeout = tokenize_timeout
+        #: Takes a draft prompt while the user types (:meth:`prepare`): set by
+        #: :meth:`model_info` from ``supports_prepare`` (our server declares it).
+        self.read_ahead = False
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=httpx.Timeout(tokenize_timeout, connect=connect_timeout),
@@ -126,6 +129,7 @@ class KoboldClient:
             except (BackendError, TypeError, ValueError):
                 max_context = 0
         template = raw.get("chat_template")
+        self.read_ahead = raw.get("supports_prepare") is True
         return ModelInfo(
             name=str(raw.get("model_name") or raw.get("result") or "unknown"),
             num_layers=num("num_layers"),
@@ -172,6 +176,15 @@ class KoboldClient:
         body = {"genkey": request_id, "request_id": request_id} if request_id else {}
         data = self._call("POST", "/api/extra/abort", body)
         return data.get("success") in (True, "true")
+
+    def prepare(self, input_ids, request_id: str | None = None, timeout: float = 60.0) -> dict:
+        """Read ahead (our server's ``/api/extra/prepare``): the server's cache takes
+        ``input_ids`` now, so the generate that follows with them runs only what is new.
+        Returns the server's answer (``prepared``, ``seconds``, ``kv``)."""
+        body = {"input_ids": [int(i) for i in input_ids]}
+        if request_id:
+            body["request_id"] = request_id
+        return self._call("POST", "/api/extra/prepare", body, timeout=timeout)
 
     # -- streaming
 

@@ -11,6 +11,11 @@ large, 503 busy.  Once a stream has started, a failure is sent as an
 ``{"type": "error", "message": ...}`` event and the stream is closed, never left hanging.
 A client that disconnects mid-stream stops the generation after the current token.
 
+``POST /api/extra/prepare`` (``{"input_ids": [...]}``, our extension, declared by
+``supports_prepare`` in ``/api/v1/model``) reads ahead: the cache takes a draft prompt
+while the user types, so the generate that follows runs only what is new; it answers 503
+at once when busy, and a generate stops a running one (:meth:`EngineBase.prepare`).
+
 ``create_app(engine, attention=False)`` (``--no-attention``) serves like stock KoboldCPP:
 ``/api/v1/model`` declares no attention support, ``output_attentions`` is ignored and
 ``/api/extra/generate/stream`` sends KoboldCPP's text chunks (no token ids, no attention).
@@ -117,6 +122,7 @@ def model_info(engine: Engine, attention: bool = True) -> dict:
     if attention:
         info.update({
             "supports_attention": True,
+            "supports_prepare": True,
             "attention_formats": ["aggregated", "per_layer"],
             "default_attention_format": engine.default_attention_format,
             "attention_aggregation": "mean over all layers and heads, live context length",
@@ -176,6 +182,19 @@ def create_app(engine: Engine, *, attention: bool = True, api_key: str | None = 
         flag = "true" if stopped else "false"  # strings, as KoboldCPP answers
         return JSONResponse({"success": flag, "done": flag})
 
+    async def prepare(request: Request) -> JSONResponse:
+        # Read-ahead (our extension, see EngineBase.prepare): the cache takes the draft
+        # prompt now; busy answers 503 at once, a read-ahead is never worth waiting for.
+        body = await _json(request)
+        ids = body.get("input_ids")
+        request_id = body.get("request_id")
+        request_id = str(request_id) if isinstance(request_id, (str, int)) and not isinstance(request_id, bool) else None
+        try:
+            result = await run_in_threadpool(lambda: engine.prepare(ids, request_id=request_id))
+        except EngineBusy as exc:
+            return error_response(503, f"Server is busy: {exc}", "service_unavailable")
+        return JSONResponse(result)
+
     async def generate_stream(request: Request):
         body = await _json(request)
         kwargs = await run_in_threadpool(schema.generate_kwargs, body, engine)
@@ -214,6 +233,8 @@ def create_app(engine: Engine, *, attention: bool = True, api_key: str | None = 
         Route("/api/extra/generate/stream", generate_stream, methods=["POST"]),
         Route("/api/extra/abort", abort, methods=["POST"]),
     ]
+    if attention:  # stock KoboldCPP has no read-ahead: without attention we serve as it does
+        routes.append(Route("/api/extra/prepare", prepare, methods=["POST"]))
     handlers = {
         RequestError: _request_error,
         HTTPException: _http_error,

@@ -20,6 +20,7 @@ Importing this module loads neither torch nor llama.cpp.
 from __future__ import annotations
 
 import threading
+import time
 
 from .errors import EngineBusy, RequestError
 from .generation import Generation, GenerationRequest
@@ -38,6 +39,27 @@ CHATML_TEMPLATE = (
     "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+
+
+#: Seconds a generate waits for a read-ahead (:meth:`EngineBase.prepare`) it has asked to
+#: stop: the read-ahead ends at its next batch of tokens (a pasted page at most a few
+#: seconds of prompt on two cores), and what it ran is the generate's own prompt.
+PREEMPT_WAIT_S = 30.0
+
+
+class Preparation:
+    """A read-ahead holding the model (see :meth:`EngineBase.prepare`); a generate stops it."""
+
+    def __init__(self, request_id: str | None) -> None:
+        self.request_id = request_id
+        self._abort = threading.Event()
+
+    def abort(self) -> None:
+        self._abort.set()
+
+    @property
+    def aborted(self) -> bool:
+        return self._abort.is_set()
 
 
 class EngineBase:
@@ -146,12 +168,52 @@ class EngineBase:
             per_layer=fmt == PER_LAYER,
             request_id=request_id,
         )
+        running = self._running
+        if isinstance(running, Preparation):
+            # A read-ahead never keeps an answer waiting: stop it (what it ran stays cached).
+            running.abort()
+            wait_s = max(wait_s, PREEMPT_WAIT_S)
         acquired = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(False)
         if not acquired:
             raise EngineBusy("another generation is running; abort it or retry when it ends")
         generation = Generation(self.kv, self.text, request, release=self._release)
         self._running = generation
         return generation
+
+    def prepare(self, input_ids, *, request_id: str | None = None) -> dict:
+        """Read ahead: make the cache hold ``input_ids`` now, so that a generate whose
+        prompt starts with them (or differs from them by spans the cache can move or
+        restore) runs only what is new.  The app sends its draft prompt while the user
+        types; no token is generated and nothing is sampled.
+
+        Raises :class:`RequestError` for invalid ids and :class:`EngineBusy` when a
+        generation runs (a read-ahead never waits).  A generate arriving meanwhile stops
+        this one after its current batch.  Returns ``prepared`` (False when stopped),
+        ``prompt_tokens``, ``seconds`` and ``kv`` (the sync's report, as a done event's).
+        """
+        ids = self.check_ids(input_ids)
+        if len(ids) >= self.context_size:
+            raise RequestError(f"prompt of {len(ids)} tokens leaves no room in the context "
+                               f"size of {self.context_size} tokens")
+        if not self._lock.acquire(False):
+            raise EngineBusy("a generation is running; a read-ahead does not wait")
+        preparation = Preparation(request_id)
+        self._running = preparation
+        started = time.perf_counter()
+        try:
+            reserve = getattr(self.kv, "reserve", None)
+            if reserve is not None:
+                reserve(len(ids) + 1, should_stop=lambda: preparation.aborted)
+            report = self.kv.sync(ids, should_stop=lambda: preparation.aborted)
+        finally:
+            self._running = None
+            self._lock.release()
+        return {
+            "prepared": report is not None,
+            "prompt_tokens": len(ids),
+            "seconds": round(time.perf_counter() - started, 4),
+            "kv": report.as_dict() if report is not None else {},
+        }
 
     def _release(self, generation: Generation) -> None:
         if self._running is generation:
@@ -163,7 +225,7 @@ class EngineBase:
         running = self._running
         if running is None:
             return False
-        if request_id and running.request.request_id != request_id:
+        if request_id and _request_id(running) != request_id:
             return False
         running.abort()
         return True
@@ -191,3 +253,7 @@ class EngineBase:
                 if len(ids) == 1 and ids[0] in self.text.special_ids:
                     found.add(ids[0])
         return found
+
+
+def _request_id(running) -> str | None:
+    return running.request_id if isinstance(running, Preparation) else running.request.request_id

@@ -16,7 +16,7 @@ from ..memory.resurrection import budget as resurrection_budget
 from ..settings import Settings
 from ..storage.capture import RoundCapture
 from ..tools import notebook
-from . import last_exchange, levers, resurrect, rounds, system_prompt
+from . import last_exchange, levers, read_ahead, resurrect, rounds, system_prompt
 
 #: Where an answer ends (ChatML); the tool tag is added per request.
 STOP_SEQUENCES = ("<|im_end|>", "<|im_start|>")
@@ -150,6 +150,16 @@ class ChatSession:
     def resurrect_for(self, index, matches, user_tokens: int) -> list[Chunk]:
         """Bring back what the search for the message found (see :mod:`.resurrect`)."""
         return resurrect.resurrect_for(self, index, matches, user_tokens)
+
+    @property
+    def can_read_ahead(self) -> bool:
+        """Whether the server takes the prompt of a message being typed (:mod:`.read_ahead`)."""
+        return read_ahead.can_read_ahead(self)
+
+    def draft_ids(self, index, matches, ids: list[int]) -> list[int]:
+        """The prompt a message of ``ids`` would start with once sent, nothing changed
+        (see :func:`.read_ahead.draft_ids`)."""
+        return read_ahead.draft_ids(self, index, matches, ids)
 
     def add_user_message(self, ids: list[int], texts: list[str], created_at: float | None = None) -> Turn:
         """Add the user's turn and save it before anything shows it (DB-first).

@@ -313,13 +313,15 @@ class LlamaCache(AttentionReadout):
         return report if self.extend(ids, should_stop) else None
 
     def extend(self, ids: list[int], should_stop) -> bool:
+        """Run the tokens of ``ids`` after the cached ones, a batch at a time; False when
+        stopped (the batches run so far stay cached: a stopped read-ahead leaves the
+        generate that stopped it less to run)."""
         rest = ids[len(self.ids):]
-        if not rest:
-            return True
-        cells = self._run(rest, len(self.ids), LIVE_SEQ, should_stop)
-        if cells is None:
-            return False
-        self._append(rest, cells)
+        for start in range(0, len(rest), self.n_batch):
+            if should_stop():
+                return False
+            batch = rest[start:start + self.n_batch]
+            self._append(batch, self._decode(batch, len(self.ids), LIVE_SEQ, logits=False))
         return True
 
     def _truncate(self, keep: int) -> None:
@@ -372,7 +374,10 @@ class LlamaCache(AttentionReadout):
             new_cells = np.concatenate(found) if found else np.zeros(0, np.int64)
             self.cells = np.concatenate([self.cells[:s], new_cells, self.cells[s + removed:]])
         if pending:
-            if should_stop():
+            # Stopping here drops the whole cache (the pieces' cells are not filled yet):
+            # worth it only for long pieces, never for the few framing tokens a read-ahead
+            # stopped by its generate usually has left.
+            if sum(len(span) for _, span in pending) > self.n_batch and should_stop():
                 self.reset()
                 return False
             started = time.perf_counter()
