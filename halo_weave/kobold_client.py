@@ -177,11 +177,12 @@ class KoboldClient:
         data = self._call("POST", "/api/extra/abort", body)
         return data.get("success") in (True, "true")
 
-    def prepare(self, input_ids, request_id: str | None = None, timeout: float = 60.0) -> dict:
+    def prepare(self, input_ids, max_length: int = 0, request_id: str | None = None, timeout: float = 60.0) -> dict:
         """Read ahead (our server's ``/api/extra/prepare``): the server's cache takes
-        ``input_ids`` now, so the generate that follows with them runs only what is new.
-        Returns the server's answer (``prepared``, ``seconds``, ``kv``)."""
-        body = {"input_ids": [int(i) for i in input_ids]}
+        ``input_ids`` now, so the generate that follows with them (and ``max_length``, the
+        answer it will ask for) runs only what is new.  Returns the server's answer
+        (``prepared``, ``seconds``, ``kv``)."""
+        body = {"input_ids": [int(i) for i in input_ids], "max_length": int(max_length)}
         if request_id:
             body["request_id"] = request_id
         return self._call("POST", "/api/extra/prepare", body, timeout=timeout)

@@ -8,6 +8,14 @@ the model window, stream the answer (each token's attention applied as it arrive
 then finish the turn (save, index, prune to the budget).  Indexing runs in place
 between turns (the app runs it on a thread), outside the timed part.
 
+The user *types* each message (``--typing-cps``, default 5 characters a second, 60 words
+a minute) and the app reads ahead as it does in the window: the prompt of the message so
+far goes to the server after each finished word (:func:`type_ahead`, simulated clock), so
+Enter leaves the server the last word, the closing framing and the answer's opening to run.
+``--typing-cps 0``: every message pasted and sent at once (no read-ahead).  The TTFT is
+from Enter: a read-ahead still running then (``wait_at_enter_s``) plus the request's own
+time to its first token (``sent_to_first_token_s``).
+
 Per message: time to first token seen by the client, the server's own TTFT and where it
 went (``sync_s``: surgery and new tokens, with the done event's ``kv_store_s`` /
 ``kv_restore_s`` / ``kv_insert_s`` inside it; ``last_prompt_token_s``: the last prompt
@@ -73,7 +81,10 @@ class SyncIndexer:
 
 def progress(row: dict, total: int, started: float) -> str:
     """One line per message for stderr: how far, the TTFT and where it went."""
-    return (f"message {row['message'] + 1}/{total}: ttft {row['ttft_s']:.2f} s (sync {row['sync_s'] or 0:.2f}"
+    ahead = (f"typed in {row['typing_s']:.0f} s with {row['read_aheads']} read-aheads"
+             f" ({row['read_ahead_s']:.2f} s, the first {row.get('first_read_ahead_s', 0):.2f}),"
+             f" waited {row['wait_at_enter_s']:.2f} s at Enter; " if "typing_s" in row else "")
+    return (f"message {row['message'] + 1}/{total}: {ahead}ttft {row['ttft_s']:.2f} s (sync {row['sync_s'] or 0:.2f}"
             f" [store {row.get('kv_store_s') or 0:.2f} restore {row.get('kv_restore_s') or 0:.2f}"
             f" insert {row.get('kv_insert_s') or 0:.2f}], last prompt token {row['last_prompt_token_s']:.2f},"
             f" first sample {row['first_sample_s']:.2f}, http+client {row['http_and_client_s']:.2f});"
@@ -86,8 +97,44 @@ def progress(row: dict, total: int, started: float) -> str:
             f" {time.perf_counter() - started:.0f} s so far")
 
 
+def type_ahead(session, client, index, text: str, cps: float) -> dict:
+    """Type ``text`` at ``cps`` characters a second and read ahead as the app does: once a
+    word is finished (a space or line typed) and no read-ahead is in flight, the prompt of
+    the message so far (:meth:`ChatSession.draft_ids`) goes to the server; one that ends
+    while the user has typed on is followed at once by the next.  The clock is simulated:
+    typing costs no wall time here, each read-ahead costs what it took (tokenize, search,
+    plan, the server's sync).  Enter comes right after the last character, with no pause
+    (a pause would let the app read ahead the last word too); a read-ahead still running
+    then makes the answer wait (``wait_at_enter_s``, counted in the TTFT) -- the server
+    stops it after its current batch, and the read-aheads after the first are one batch."""
+    from halo_weave.session.read_ahead import settled_text
+
+    enter = len(text) / cps
+    word_ends = [(i + 1) / cps for i in range(1, len(text)) if text[i].isspace() and not text[i - 1].isspace()]
+    clock, done_at, last, runs, spent, first = 0.0, 0.0, None, 0, 0.0, {}
+    for end in word_ends:
+        clock = max(clock, end)
+        if clock >= enter:
+            break
+        draft = settled_text(text[:int(clock * cps + 1e-9)])
+        if not draft or draft == last:
+            continue
+        started = time.perf_counter()
+        pieces = session.tokenize(draft)
+        matches = index.search(draft) if session.can_resurrect() else []
+        answer = client.prepare(session.draft_ids(index, matches, [i for i, _ in pieces]),
+                                max_length=session.settings.max_new_tokens)
+        took = time.perf_counter() - started
+        if not first:
+            first = {"first_read_ahead_s": round(took, 4), "first_read_ahead_kv": answer.get("kv", {})}
+        clock += took
+        done_at, last, runs, spent = clock, draft, runs + 1, spent + took
+    return {"typing_s": round(enter, 2), "read_aheads": runs, "read_ahead_s": round(spent, 4),
+            "wait_at_enter_s": round(max(0.0, done_at - enter), 4), **first}
+
+
 def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | None,
-         changes: dict | None = None) -> dict:
+         changes: dict | None = None, typing_cps: float = 0.0) -> dict:
     from halo_weave.core.chat_template import build_framing, detect_template
     from halo_weave.kobold_client import KoboldClient
     from halo_weave.memory.embedder import Embedder
@@ -118,7 +165,9 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
 
     rows = []
     started = time.perf_counter()
+    read_ahead = typing_cps > 0 and session.can_read_ahead
     for n, text in enumerate(messages):
+        typed = type_ahead(session, client, index, text, typing_cps) if read_ahead else {}
         t0 = time.perf_counter()
         pieces = session.tokenize(text)
         resurrected = []
@@ -142,19 +191,21 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
         done = stream.done.raw
         kv = done.get("kv") or {}
         timings = done.get("timings", {})
-        ttft = (first or ended) - sent
+        sent_to_first = (first or ended) - sent
+        ttft = typed.get("wait_at_enter_s", 0.0) + sent_to_first
         server_ttft = timings.get("time_to_first_token_s") or 0.0
         prefill = timings.get("prefill_s") or 0.0
         row = {
             "message": n,
             "ttft_s": round(ttft, 4),
+            "sent_to_first_token_s": round(sent_to_first, 4),
             "server_ttft_s": server_ttft,
             # where the time went: sync (surgery + new tokens), the last prompt token (its
             # attention read, K-shift), the first sample, and the rest (HTTP, parsing, client)
             "sync_s": timings.get("sync_s"),
             "last_prompt_token_s": round(prefill - (timings.get("sync_s") or 0.0), 4),
             "first_sample_s": round(server_ttft - prefill, 4),
-            "http_and_client_s": round(ttft - server_ttft, 4),
+            "http_and_client_s": round(sent_to_first - server_ttft, 4),
             "prepare_s": round(prepared_s, 4),
             "answer_s": round(ended - sent, 4),
             "finish_s": round(time.perf_counter() - t_finish, 4),
@@ -166,6 +217,7 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
             "pruned_chunks": sum(1 for c in end.pruned if not c.framing),
             "user_tokens": len(pieces),
             **{f"kv_{k}": v for k, v in kv.items()},
+            **typed,
         }
         rows.append(row)
         say(json.dumps(row))
@@ -201,6 +253,11 @@ def summarize(rows: list[dict]) -> dict:
         "prunes": sum(1 for r in rows if r["pruned_chunks"]),
         "pruned_chunks": sum(r["pruned_chunks"] for r in rows),
         "exact_path_turns": sum(1 for r in rows if r.get("kv_mode") == "exact"),
+        "sent_to_first_token_median_s": round(float(np.median([r["sent_to_first_token_s"] for r in rows])), 3),
+        "read_aheads": sum(r.get("read_aheads", 0) for r in rows),
+        "read_ahead_s_median": round(float(np.median([r.get("read_ahead_s", 0.0) for r in rows])), 3),
+        "wait_at_enter_median_s": round(float(np.median([r.get("wait_at_enter_s", 0.0) for r in rows])), 3),
+        "messages_waiting_at_enter": sum(1 for r in rows if r.get("wait_at_enter_s", 0.0) > 0),
         "per_message": rows,
     }
 
@@ -237,6 +294,10 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1,
                         help="the sampler's seed for every answer, so that two runs of the same code "
                              "hold the same chat (0: the app's default, a new seed each answer)")
+    parser.add_argument("--typing-cps", type=float, default=5.0,
+                        help="the user types each message at this many characters a second while "
+                             "the app reads ahead (5 = 60 words a minute, a fast typist); 0: every "
+                             "message pasted and sent at once, no read-ahead")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     changes = settings_changes(args.set)
@@ -256,6 +317,7 @@ def main(argv=None) -> int:
     app_args = [] if args.full_context else Settings().replace(**changes).server_args()
     figures["server_args"] = app_args
     figures["settings_changed"] = changes
+    figures["typing_cps"] = args.typing_cps
     for engine in engines:
         extra = ["--engine", engine, *app_args] + (["--threads", str(args.threads)] if args.threads else [])
         with tempfile.TemporaryDirectory(prefix="hw-bench-chat-") as tmp:
@@ -263,7 +325,8 @@ def main(argv=None) -> int:
             server = start_server(port=0, extra_args=extra)
             try:
                 url = server.wait_ready(timeout=600)
-                figures[engine] = chat(url, messages, Path(tmp), say, args.max_new_tokens, changes)
+                figures[engine] = chat(url, messages, Path(tmp), say, args.max_new_tokens, changes,
+                                       args.typing_cps)
             finally:
                 server.stop()
         summary = {k: v for k, v in figures[engine].items() if k != "per_message"}

@@ -190,7 +190,8 @@ def create_app(engine: Engine, *, attention: bool = True, api_key: str | None = 
         request_id = body.get("request_id")
         request_id = str(request_id) if isinstance(request_id, (str, int)) and not isinstance(request_id, bool) else None
         try:
-            result = await run_in_threadpool(lambda: engine.prepare(ids, request_id=request_id))
+            max_length = body.get("max_length", 0)
+            result = await run_in_threadpool(lambda: engine.prepare(ids, max_length=max_length, request_id=request_id))
         except EngineBusy as exc:
             return error_response(503, f"Server is busy: {exc}", "service_unavailable")
         return JSONResponse(result)

@@ -180,7 +180,7 @@ class EngineBase:
         self._running = generation
         return generation
 
-    def prepare(self, input_ids, *, request_id: str | None = None) -> dict:
+    def prepare(self, input_ids, *, max_length: int = 0, request_id: str | None = None) -> dict:
         """Read ahead: make the cache hold ``input_ids`` now, so that a generate whose
         prompt starts with them (or differs from them by spans the cache can move or
         restore) runs only what is new.  The app sends its draft prompt while the user
@@ -190,6 +190,8 @@ class EngineBase:
         generation runs (a read-ahead never waits).  A generate arriving meanwhile stops
         this one after its current batch.  Returns ``prepared`` (False when stopped),
         ``prompt_tokens``, ``seconds`` and ``kv`` (the sync's report, as a done event's).
+        ``max_length``: the answer the generate will ask for, so that a cache that must
+        grow for it grows now, not after Enter.
         """
         ids = self.check_ids(input_ids)
         if len(ids) >= self.context_size:
@@ -203,7 +205,8 @@ class EngineBase:
         try:
             reserve = getattr(self.kv, "reserve", None)
             if reserve is not None:
-                reserve(len(ids) + 1, should_stop=lambda: preparation.aborted)
+                room = max(1, max_length) if isinstance(max_length, int) and not isinstance(max_length, bool) else 1
+                reserve(min(self.context_size, len(ids) + room), should_stop=lambda: preparation.aborted)
             report = self.kv.sync(ids, should_stop=lambda: preparation.aborted)
         finally:
             self._running = None
