@@ -44,6 +44,7 @@ from .ui.conversation_files import ConversationFiles
 from .ui.indexing import IndexQueue
 from .ui.levers import Levers
 from .ui.proxy_reading import ProxyReading
+from .ui.read_ahead import ReadAhead
 from .ui.server_link import ServerLink
 from .ui.turn_actions import TurnActions
 from .ui.turn_flow import TurnFlow
@@ -52,7 +53,7 @@ from .ui.workers import CallWorker, GenerationWorker
 log = logging.getLogger("halo_weave.app")
 
 
-class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, Levers, TurnActions, ProxyReading):
+class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead, Levers, TurnActions, ProxyReading):
     """Runs the conversation: connection, turns, the user's levers, files.
 
     The UI reads :attr:`conv` and the signals below and sends intents back through the
@@ -124,6 +125,7 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, Levers, T
         self._prompt_edited = False  # the system prompt changed while this conversation was open
         self._answer_prefix = ()  # tokens the next answer starts with (see send())
         self._init_proxy()
+        self._init_read_ahead()
 
     # ------------------------------------------------------------------ the session's state
     # Read-only views for the window and tests; the session owns the state.

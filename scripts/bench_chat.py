@@ -111,7 +111,7 @@ def type_ahead(session, client, index, text: str, cps: float) -> dict:
 
     enter = len(text) / cps
     word_ends = [(i + 1) / cps for i in range(1, len(text)) if text[i].isspace() and not text[i - 1].isspace()]
-    clock, done_at, last, runs, spent, first = 0.0, 0.0, None, 0, 0.0, {}
+    clock, done_at, last, runs, spent, first, steps = 0.0, 0.0, None, 0, 0.0, {}, []
     for end in word_ends:
         clock = max(clock, end)
         if clock >= enter:
@@ -122,15 +122,23 @@ def type_ahead(session, client, index, text: str, cps: float) -> dict:
         started = time.perf_counter()
         pieces = session.tokenize(draft)
         matches = index.search(draft) if session.can_resurrect() else []
-        answer = client.prepare(session.draft_ids(index, matches, [i for i, _ in pieces]),
-                                max_length=session.settings.max_new_tokens)
+        ids = session.draft_ids(index, matches, [i for i, _ in pieces])
+        planned = time.perf_counter()
+        answer = client.prepare(ids, max_length=session.settings.max_new_tokens)
         took = time.perf_counter() - started
+        kv = answer.get("kv", {})
+        steps.append([round(took, 3), answer.get("seconds"), round(planned - started, 3)] +
+                     [kv.get(k, 0) for k in ("appended", "restored", "inserted", "dropped", "stored", "spans_removed",
+                                             "spans_inserted")])
         if not first:
             first = {"first_read_ahead_s": round(took, 4), "first_read_ahead_kv": answer.get("kv", {})}
         clock += took
         done_at, last, runs, spent = clock, draft, runs + 1, spent + took
     return {"typing_s": round(enter, 2), "read_aheads": runs, "read_ahead_s": round(spent, 4),
-            "wait_at_enter_s": round(max(0.0, done_at - enter), 4), **first}
+            "wait_at_enter_s": round(max(0.0, done_at - enter), 4), **first,
+            # each read-ahead: [seconds, the server's, tokenize+search+plan, then the server's
+            # kv report: appended, restored, inserted, dropped, stored, spans removed / inserted]
+            "read_ahead_steps": steps}
 
 
 def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | None,

@@ -132,6 +132,10 @@ class MainWindow(QMainWindow, InputActions):
         self.notes_panel.visibilityChanged.connect(lambda visible: visible and self.refresh_notes())
         self.input.submitted.connect(self.send)
         self.input.stop_requested.connect(self._on_escape)
+        # What is typed is read ahead to the server (not while editing the last message:
+        # its resend replaces the exchange, another prompt).
+        self.input.textChanged.connect(
+            lambda: c.draft_changed("" if self._editing else self.input.toPlainText()))
         self.answer_bar.version_requested.connect(c.show_answer_version)
         self.answer_bar.continue_requested.connect(self.continue_answer)
         self.answer_bar.regenerate_requested.connect(self.regenerate)

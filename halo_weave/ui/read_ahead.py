@@ -1,0 +1,107 @@
+"""Read-ahead while the user types: the message's prompt goes to the server before Enter.
+
+A mixin of :class:`~halo_weave.app.TurnController`; the rules (what is settled, the
+prompt a draft would get) are :mod:`halo_weave.session.read_ahead`'s, this decides only
+*when*, on which thread.  The window hands over every change of the message box
+(:meth:`ReadAhead.draft_changed`); once a word is finished — or the user has paused for
+:data:`IDLE_MS` — and no read-ahead is in flight, one starts: tokenize the settled text on
+a thread, search on the embedder thread (what the message would resurrect), build the
+prompt here, send it on a thread (:meth:`halo_weave.kobold_client.KoboldClient.prepare`).
+One that ends while the user typed on is followed at once by the next.  Only for a
+server that declares it (ours); a failed read-ahead changes nothing the user sees (Enter
+then runs the whole message, as without it), so it is only logged.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from PySide6.QtCore import QTimer
+
+from ..session.read_ahead import settled_text
+
+log = logging.getLogger("halo_weave.app")
+
+#: A pause this long settles the last word too (milliseconds).
+IDLE_MS = 600
+
+
+class ReadAhead:
+    """The message box's draft, read ahead to the server."""
+
+    def _init_read_ahead(self) -> None:
+        self._draft = ""
+        self._draft_sent = None  # the settled text of the last read-ahead started
+        self._ahead_running = False
+        self.read_aheads = 0  # read-aheads the server took (tests, diagnostics)
+        self._idle_timer = QTimer(self)
+        self._idle_timer.setSingleShot(True)
+        self._idle_timer.setInterval(IDLE_MS)
+        self._idle_timer.timeout.connect(lambda: self._read_ahead(paused=True))
+
+    @property
+    def reading_ahead(self) -> bool:
+        """A read-ahead is on its way (tokenizing, searching or at the server)."""
+        return self._ahead_running
+
+    @property
+    def read_ahead_text(self) -> str | None:
+        """The text of the last read-ahead started (None since the box was emptied)."""
+        return self._draft_sent
+
+    def draft_changed(self, text: str) -> None:
+        """The message box now holds ``text`` (the window calls this on every change)."""
+        self._draft = text
+        if not text.strip():
+            self._idle_timer.stop()
+            self._draft_sent = None  # sent or cleared: the same words again are a new message
+            return
+        self._idle_timer.start()
+        self._read_ahead(paused=False)
+
+    def _can_read_ahead_now(self) -> bool:
+        return (not self._ahead_running and not self.busy and not self._shutting_down
+                and not self.input_block_reason() and self.session.can_read_ahead)
+
+    def _read_ahead(self, paused: bool) -> None:
+        if not self._can_read_ahead_now():
+            return
+        draft = self._draft.strip() if paused else settled_text(self._draft)
+        if not draft or draft == self._draft_sent:
+            return
+        session, conv = self.session, self.conv
+        self._ahead_running, self._draft_sent = True, draft
+
+        def searched(pieces, matches) -> None:
+            if self.conv is not conv or self.busy or self._shutting_down:
+                return self._read_ahead_ended()  # a send or another conversation came first
+            try:
+                ids = session.draft_ids(session.index, matches, [int(i) for i, _ in pieces])
+            except Exception:  # noqa: BLE001 - the send path reports a real failure itself
+                log.debug("read-ahead: no draft prompt", exc_info=True)
+                return self._read_ahead_ended()
+            backend, room = session.backend, self.settings.max_new_tokens
+            self._call(lambda: backend.prepare(ids, max_length=room),
+                       on_ok=lambda answer: self._read_ahead_ended(answer),
+                       on_fail=lambda exc: self._read_ahead_ended(error=exc))
+
+        def tokenized(pieces) -> None:
+            if self.conv is not conv or self.busy:
+                return self._read_ahead_ended()
+            index = session.index
+            if index is None or not session.can_resurrect():
+                searched(pieces, [])
+                return
+            self._indexer.search(draft, lambda matches, exc: searched(pieces, matches if exc is None else []))
+
+        self._call(session.tokenize, draft, on_ok=tokenized,
+                   on_fail=lambda exc: self._read_ahead_ended(error=exc))
+
+    def _read_ahead_ended(self, answer: dict | None = None, error: BaseException | None = None) -> None:
+        self._ahead_running = False
+        if error is not None:
+            log.debug("read-ahead failed: %s", error)
+        elif answer and answer.get("prepared"):
+            self.read_aheads += 1
+        if self._draft.strip():
+            self._read_ahead(paused=not self._idle_timer.isActive())
