@@ -111,7 +111,9 @@ def type_ahead(session, client, index, text: str, cps: float) -> dict:
 
     enter = len(text) / cps
     word_ends = [(i + 1) / cps for i in range(1, len(text)) if text[i].isspace() and not text[i - 1].isspace()]
-    clock, done_at, last, runs, spent, first, steps = 0.0, 0.0, None, 0, 0.0, {}, []
+    from halo_weave.errors import BackendError
+
+    clock, done_at, last, runs, spent, first, steps, failures = 0.0, 0.0, None, 0, 0.0, {}, [], []
     for end in word_ends:
         clock = max(clock, end)
         if clock >= enter:
@@ -124,7 +126,11 @@ def type_ahead(session, client, index, text: str, cps: float) -> dict:
         matches = index.search(draft) if session.can_resurrect() else []
         ids = session.draft_ids(index, matches, [i for i, _ in pieces])
         planned = time.perf_counter()
-        answer = client.prepare(ids, max_length=session.settings.max_new_tokens)
+        try:
+            answer = client.prepare(ids, max_length=session.settings.max_new_tokens)
+        except BackendError as exc:  # the app logs it and goes on: Enter then runs more
+            failures.append(str(exc)[:120])
+            answer = {}
         took = time.perf_counter() - started
         kv = answer.get("kv", {})
         steps.append([round(took, 3), answer.get("seconds"), round(planned - started, 3)] +
@@ -138,7 +144,7 @@ def type_ahead(session, client, index, text: str, cps: float) -> dict:
             "wait_at_enter_s": round(max(0.0, done_at - enter), 4), **first,
             # each read-ahead: [seconds, the server's, tokenize+search+plan, then the server's
             # kv report: appended, restored, inserted, dropped, stored, spans removed / inserted]
-            "read_ahead_steps": steps}
+            "read_ahead_steps": steps, "read_ahead_failures": failures}
 
 
 def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | None,
@@ -266,6 +272,7 @@ def summarize(rows: list[dict]) -> dict:
         "read_ahead_s_median": round(float(np.median([r.get("read_ahead_s", 0.0) for r in rows])), 3),
         "wait_at_enter_median_s": round(float(np.median([r.get("wait_at_enter_s", 0.0) for r in rows])), 3),
         "messages_waiting_at_enter": sum(1 for r in rows if r.get("wait_at_enter_s", 0.0) > 0),
+        "read_ahead_failures": sum(len(r.get("read_ahead_failures", [])) for r in rows),
         "per_message": rows,
     }
 

@@ -18,6 +18,10 @@ header, as new tokens at the end), each way with tail first (``kv_surgery.sync``
 * ``restore_tail`` / ``restore_tail_first``: the cache held the context and pruned the span
   (stored); the request puts it back from the store and adds the message.
 
+``--read-ahead-cases N`` (the same follow-ups): the draft prompt of the message was synced
+before Enter (:func:`measure_read_ahead`), the draft's resurrection plan and Enter's alike
+or not.
+
 ``--big`` adds one resurrection the size the chat benchmark meets (a ~6k-token dialogue
 pruned to ~2k, all of it brought back from the store with a new message): the request's
 time with tail first off and on, interleaved, and the KL of each against exact.
@@ -28,7 +32,7 @@ top-1 agreement, the Pearson correlation of the first generated token's attentio
 (sync + last token) both ways.
 
 Usage: ``python scripts/bench_kv_surgery.py [--engines llamacpp,transformers] [--cases 8]
-[--tail-cases 8] [--big] [--threads 2] [--json]``; the last line is one JSON object.
+[--tail-cases 8] [--read-ahead-cases 8] [--big] [--threads 2] [--json]``; the last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -236,6 +240,47 @@ def measure_tail(engine, cases: list[dict], say=lambda *a: None) -> dict:
     return summarize(kinds) | {"message_tokens": [len(c["message"]) for c in cases]}
 
 
+#: Tokens of the message a read-ahead leaves for Enter (its last word or two, the closing
+#: framing and the assistant header: the chat benchmark's median is 7).
+READ_AHEAD_LEFT = 8
+
+
+def measure_read_ahead(engine, cases: list[dict], say=lambda *a: None) -> dict:
+    """What reading ahead costs in accuracy (see :meth:`EngineBase.prepare
+    <halo_weave.server.engine_api.EngineBase.prepare>`): the cache held the context with
+    the span pruned (stored), the draft prompt (the message less its last
+    :data:`READ_AHEAD_LEFT` tokens) was synced, then Enter sends the request; against the
+    same request prefilled exactly.  Three ways the draft's resurrection plan meets Enter's:
+
+    * ``read_ahead_same``: both bring the span back (the usual case: the same text);
+    * ``read_ahead_late_span``: only Enter's does (the last words found it): the span is
+      restored before a message whose states were computed without it;
+    * ``read_ahead_dropped_span``: only the draft's did: the span is pruned again after the
+      message's states were computed with it.
+    """
+    kinds: dict[str, list[dict]] = {k: [] for k in ("read_ahead_same", "read_ahead_late_span",
+                                                    "read_ahead_dropped_span")}
+    for n, case in enumerate(cases):
+        ctx, (a, b), msg = case["context"], case["span"], case["message"]
+        pruned = ctx[:a] + ctx[b:]
+        draft = msg[:-READ_AHEAD_LEFT]
+        ways = {"read_ahead_same": (ctx + draft, ctx + msg),
+                "read_ahead_late_span": (pruned + draft, ctx + msg),
+                "read_ahead_dropped_span": (ctx + draft, pruned + msg)}
+        refs = {tuple(ids): exact(engine, ids) for ids in (ctx + msg, pruned + msg)}
+        for kind, (ahead, request) in ways.items():
+            engine.kv.reset()
+            engine.kv.sync(ctx)
+            engine.kv.sync(pruned)  # pruned after the last answer: the span is stored
+            engine.kv.sync(ahead)
+            got = run(engine, request)
+            kinds[kind].append(compare(refs[tuple(request)], got))
+        say(f"read-ahead case {n}: context {len(ctx)}, span {b - a}, message {len(msg)}: "
+            + ", ".join(f"{k} KL {v[-1]['kl']:.4f} top1 {v[-1]['top1']} corr {v[-1]['attention_corr']:.4f} "
+                        f"{v[-1]['surgery_s']:.2f}s (exact {v[-1]['exact_s']:.2f}s)" for k, v in kinds.items()))
+    return summarize(kinds) | {"message_tokens": [len(c["message"]) for c in cases]}
+
+
 def tail_keys(tail: dict) -> dict:
     """Top-level keys of :func:`measure_tail`'s figures: ``surgery_kl_<kind>`` (mean
     nats) and ``surgery_top1_<kind>`` ("agreeing/cases")."""
@@ -287,6 +332,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tail-cases", type=int, default=0,
                         help="resurrections with a new message, tail first off and on (llama.cpp)")
     parser.add_argument("--big", action="store_true", help="add the chat-sized resurrection (llama.cpp)")
+    parser.add_argument("--read-ahead-cases", type=int, default=0,
+                        help="a read-ahead before Enter, the draft's plan and Enter's alike or not (llama.cpp)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
@@ -302,6 +349,13 @@ def main(argv=None) -> int:
             tail = measure_tail(engine, make_cases(engine, args.tail_cases, TAIL_CONTEXT_TOKENS), say)
             figures[kind]["tail"] = tail
             figures.update(tail_keys(tail))
+        if args.read_ahead_cases and kind == "llamacpp":
+            ahead = measure_read_ahead(engine, make_cases(engine, args.read_ahead_cases, TAIL_CONTEXT_TOKENS), say)
+            figures[kind]["read_ahead"] = ahead
+            for key, row in ahead.items():
+                if isinstance(row, dict):
+                    figures[f"surgery_kl_{key}"] = row["kl_mean"]
+                    figures[f"surgery_top1_{key}"] = f"{row['top1_agree']}/{row['cases']}"
         if args.big and kind == "llamacpp":
             figures[kind]["big"] = measure_big(engine, say=say)
         say(kind, json.dumps(figures[kind]))

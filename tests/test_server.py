@@ -62,6 +62,11 @@ def test_special_tokens_are_parsed_and_render_empty(http):
     ("/api/extra/generate/stream", {"input_ids": [1, 2], "temperature": True}, "temperature"),
     ("/api/extra/generate/stream", {"input_ids": [1, 2], "attention_format": "raw"}, "attention_format"),
     ("/api/extra/generate/stream", {"max_length": 3}, "input_ids"),
+    ("/api/extra/prepare", b"{not json", "not valid JSON"),
+    ("/api/extra/prepare", {"input_ids": [1, 99999999]}, "outside the vocabulary"),
+    ("/api/extra/prepare", {"input_ids": [1, "2"]}, "not an integer"),
+    ("/api/extra/prepare", {"max_length": 3}, "input_ids"),
+    ("/api/extra/prepare", {"input_ids": [1] * 10**6}, "context size"),
     ("/api/v1/tokenize", {"text": 5}, "text"),
     ("/api/v1/detokenize", {"token_ids": [-1]}, "outside the vocabulary"),
 ])

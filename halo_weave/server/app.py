@@ -14,7 +14,8 @@ A client that disconnects mid-stream stops the generation after the current toke
 ``POST /api/extra/prepare`` (``{"input_ids": [...]}``, our extension, declared by
 ``supports_prepare`` in ``/api/v1/model``) reads ahead: the cache takes a draft prompt
 while the user types, so the generate that follows runs only what is new; it answers 503
-at once when busy, and a generate stops a running one (:meth:`EngineBase.prepare`).
+when a generation keeps the model, and a generate stops a running one
+(:meth:`EngineBase.prepare`).
 
 ``create_app(engine, attention=False)`` (``--no-attention``) serves like stock KoboldCPP:
 ``/api/v1/model`` declares no attention support, ``output_attentions`` is ignored and
@@ -184,9 +185,11 @@ def create_app(engine: Engine, *, attention: bool = True, api_key: str | None = 
 
     async def prepare(request: Request) -> JSONResponse:
         # Read-ahead (our extension, see EngineBase.prepare): the cache takes the draft
-        # prompt now; busy answers 503 at once, a read-ahead is never worth waiting for.
+        # prompt now; busy (beyond a generation's last moments) answers 503.
         body = await _json(request)
         ids = body.get("input_ids")
+        if not isinstance(ids, list):
+            raise RequestError("input_ids must be a list of token ids")
         request_id = body.get("request_id")
         request_id = str(request_id) if isinstance(request_id, (str, int)) and not isinstance(request_id, bool) else None
         try:

@@ -46,6 +46,12 @@ CHATML_TEMPLATE = (
 #: seconds of prompt on two cores), and what it ran is the generate's own prompt.
 PREEMPT_WAIT_S = 30.0
 
+#: Seconds a read-ahead waits for the model: a generation keeps it for a moment after its
+#: last token (it packs the cache while the client is already typing), so a read-ahead
+#: sent right after an answer must not be turned away; a longer wait means another
+#: client's answer is running, and a read-ahead is not worth queueing behind it.
+PREPARE_WAIT_S = 2.0
+
 
 class Preparation:
     """A read-ahead holding the model (see :meth:`EngineBase.prepare`); a generate stops it."""
@@ -187,7 +193,7 @@ class EngineBase:
         types; no token is generated and nothing is sampled.
 
         Raises :class:`RequestError` for invalid ids and :class:`EngineBusy` when a
-        generation runs (a read-ahead never waits).  A generate arriving meanwhile stops
+        generation still runs after :data:`PREPARE_WAIT_S`.  A generate arriving meanwhile stops
         this one after its current batch.  Returns ``prepared`` (False when stopped),
         ``prompt_tokens``, ``seconds`` and ``kv`` (the sync's report, as a done event's).
         ``max_length``: the answer the generate will ask for, so that a cache that must
@@ -197,8 +203,8 @@ class EngineBase:
         if len(ids) >= self.context_size:
             raise RequestError(f"prompt of {len(ids)} tokens leaves no room in the context "
                                f"size of {self.context_size} tokens")
-        if not self._lock.acquire(False):
-            raise EngineBusy("a generation is running; a read-ahead does not wait")
+        if not self._lock.acquire(timeout=PREPARE_WAIT_S):
+            raise EngineBusy("a generation is running; a read-ahead does not queue behind it")
         preparation = Preparation(request_id)
         self._running = preparation
         started = time.perf_counter()
