@@ -135,7 +135,8 @@ def type_ahead(session, client, index, text: str, cps: float) -> dict:
         kv = answer.get("kv", {})
         steps.append([round(took, 3), answer.get("seconds"), round(planned - started, 3)] +
                      [kv.get(k, 0) for k in ("appended", "restored", "inserted", "dropped", "stored", "spans_removed",
-                                             "spans_inserted")])
+                                             "spans_inserted", "grown_to")] +
+                     [int(answer.get("compacted", False)), answer.get("spread_cells", 0)])
         if not first:
             first = {"first_read_ahead_s": round(took, 4), "first_read_ahead_kv": answer.get("kv", {})}
         clock += took
@@ -143,7 +144,9 @@ def type_ahead(session, client, index, text: str, cps: float) -> dict:
     return {"typing_s": round(enter, 2), "read_aheads": runs, "read_ahead_s": round(spent, 4),
             "wait_at_enter_s": round(max(0.0, done_at - enter), 4), **first,
             # each read-ahead: [seconds, the server's, tokenize+search+plan, then the server's
-            # kv report: appended, restored, inserted, dropped, stored, spans removed / inserted]
+            # kv report: appended, restored, inserted, dropped, stored, spans removed / inserted,
+            # the cells the cache grew to (0: none), then whether it packed the cache after and
+            # the cells a decode then attends over beyond the live context's]
             "read_ahead_steps": steps, "read_ahead_failures": failures}
 
 
@@ -257,7 +260,8 @@ def summarize(rows: list[dict]) -> dict:
         "index_s_total": round(sum(r["finish_s"] for r in rows), 1),
         # the exact path's re-runs and the live tokens re-run into a grown cache
         "reprefilled_tokens": int(sum(r.get("kv_rerun", 0) + r.get("kv_regrown", 0) for r in rows)),
-        "cache_growths": sum(1 for r in rows if r.get("kv_grown_to")),
+        "cache_growths": sum(1 for r in rows if r.get("kv_grown_to"))
+        + sum(1 for r in rows for step in r.get("read_ahead_steps", []) if step[10]),
         "new_tokens": int(sum(r.get("kv_appended", 0) for r in rows)),
         "inserted_tokens": int(sum(r.get("kv_inserted", 0) for r in rows)),
         "restored_tokens": int(sum(r.get("kv_restored", 0) for r in rows)),

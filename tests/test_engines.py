@@ -382,3 +382,20 @@ def test_the_default_server_runs_llama_cpp_and_reports_what_it_reused(server):
     assert done["type"] == "done"
     assert done["kv"]["reused"] == len(ids) - 1 and done["processed_prompt_tokens"] == 1
 
+
+
+@pytest.mark.parametrize("which", ["llama", "transformers_engine"])
+def test_a_read_ahead_leaves_the_answer_only_the_end_of_its_prompt(which, request):
+    """Both engines take a draft prompt early (what the app sends while the user types):
+    the generate that follows runs only the tokens the draft did not have."""
+    engine = request.getfixturevalue(which)
+    text = " ".join(PARAGRAPHS) + " Which city did my sister move to?"
+    ids = [i for i, _ in engine.tokenize(CHAT.format("user", text) + "<|im_start|>assistant\n")]
+    draft = ids[:-9]  # the question's last word, the closing and the answer's opening are left
+    ahead = engine.prepare(draft, max_length=4)
+    assert ahead["prepared"] is True and ahead["prompt_tokens"] == len(draft)
+    records = list(engine.generate(ids, max_length=2, output_attentions=False, temperature=0.0))
+    done = records[-1]
+    assert done.kv["appended"] == len(ids) - 1 - len(draft)  # the last prompt token runs with the answer
+    assert done.kv["reused"] == len(draft) and done.kv["rerun"] == 0
+    assert len(records) >= 2  # and it answered

@@ -19,12 +19,15 @@ Importing this module loads neither torch nor llama.cpp.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 from .errors import EngineBusy, RequestError
 from .generation import Generation, GenerationRequest
 from .sampling import sampler_settings
+
+log = logging.getLogger("halo_weave.server")
 
 AGGREGATED = "aggregated"
 PER_LAYER = "per_layer"
@@ -206,6 +209,7 @@ class EngineBase:
         if not self._lock.acquire(timeout=PREPARE_WAIT_S):
             raise EngineBusy("a generation is running; a read-ahead does not queue behind it")
         preparation = Preparation(request_id)
+        compacted = False
         self._running = preparation
         started = time.perf_counter()
         try:
@@ -214,6 +218,15 @@ class EngineBase:
                 room = max(1, max_length) if isinstance(max_length, int) and not isinstance(max_length, bool) else 1
                 reserve(min(self.context_size, len(ids) + room), should_stop=lambda: preparation.aborted)
             report = self.kv.sync(ids, should_stop=lambda: preparation.aborted)
+            # A read-ahead's prunes and restores spread the cache out as a generation's do,
+            # and a dozen of them may come before one Enter: pack it now, while the user
+            # types, as a generation does after its answer (the answer attends over holes).
+            compact = getattr(self.kv, "compact", None)
+            if report is not None and compact is not None and not preparation.aborted:
+                try:
+                    compacted = bool(compact())
+                except Exception:  # noqa: BLE001 - the cache resets itself; the next request re-runs
+                    log.exception("compacting the KV cache after a read-ahead failed")
         finally:
             self._running = None
             self._lock.release()
@@ -222,6 +235,8 @@ class EngineBase:
             "prompt_tokens": len(ids),
             "seconds": round(time.perf_counter() - started, 4),
             "kv": report.as_dict() if report is not None else {},
+            "compacted": compacted,
+            "spread_cells": int(self.kv.spread()) if hasattr(self.kv, "spread") else 0,
         }
 
     def _release(self, generation: Generation) -> None:
