@@ -34,6 +34,7 @@ class ReadAhead:
         self._draft_sent = None  # the settled text of the last read-ahead started
         self._ahead_running = False
         self.read_aheads = 0  # read-aheads the server took (tests, diagnostics)
+        self.last_done = None  # the done event of the last answer (see TurnFlow)
         self._idle_timer = QTimer(self)
         self._idle_timer.setSingleShot(True)
         self._idle_timer.setInterval(IDLE_MS)

@@ -92,6 +92,7 @@ class TurnFlow:
             self._stop_pending = True
 
     def _on_stream_completed(self, done) -> None:
+        self.last_done = done  # the server's account of the last answer (kv, timings): scripts, tests
         reason = getattr(done, "finish_reason", "stop") or "stop"
         if reason == "abort" or (self._gen is not None and self._gen.stopping):
             reason = "aborted"
