@@ -6,6 +6,8 @@ drives the same methods with a scripted backend, so SIGKILL lands in these saves
 
 A turn, in order (DESIGN.md)::
 
+    ids = session.draft_ids(index, matches, pieces)  while the user types (read-ahead,
+    backend.prepare(ids)                             :mod:`.read_ahead`; ours only)
     pieces = session.tokenize(text)                  blocking: a thread in the app
     session.resurrect_for(matches, len(pieces))      search results, within the budget
     turn = session.add_user_message(ids, texts)      DB-first: saved before it is shown
@@ -27,7 +29,7 @@ default they are raised), so one failed save never skips the rest of the turn.
 
 The class is in :mod:`.chat`; the last exchange changed after the fact (Continue,
 Regenerate, Edit and resend) in :mod:`.last_exchange`, tool steps and the attention
-recording in :mod:`.rounds`, the user's levers on chunks in :mod:`.levers`, resurrection
+recording in :mod:`.rounds`, the prompt of a message being typed in :mod:`.read_ahead`, the user's levers on chunks in :mod:`.levers`, resurrection
 for a message (and, pruning only for room, the prune that makes room) in :mod:`.resurrect`, the chat
 template and the system prompt in :mod:`.system_prompt`.
 """
