@@ -19,15 +19,12 @@ Importing this module loads neither torch nor llama.cpp.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 
 from .errors import EngineBusy, RequestError
-from .generation import Generation, GenerationRequest
+from .generation import Generation, GenerationRequest, pack
 from .sampling import sampler_settings
-
-log = logging.getLogger("halo_weave.server")
 
 AGGREGATED = "aggregated"
 PER_LAYER = "per_layer"
@@ -209,7 +206,6 @@ class EngineBase:
         if not self._lock.acquire(timeout=PREPARE_WAIT_S):
             raise EngineBusy("a generation is running; a read-ahead does not queue behind it")
         preparation = Preparation(request_id)
-        compacted = False
         self._running = preparation
         started = time.perf_counter()
         try:
@@ -221,12 +217,7 @@ class EngineBase:
             # A read-ahead's prunes and restores spread the cache out as a generation's do,
             # and a dozen of them may come before one Enter: pack it now, while the user
             # types, as a generation does after its answer (the answer attends over holes).
-            compact = getattr(self.kv, "compact", None)
-            if report is not None and compact is not None and not preparation.aborted:
-                try:
-                    compacted = bool(compact())
-                except Exception:  # noqa: BLE001 - the cache resets itself; the next request re-runs
-                    log.exception("compacting the KV cache after a read-ahead failed")
+            compacted = report is not None and not preparation.aborted and pack(self.kv)
         finally:
             self._running = None
             self._lock.release()

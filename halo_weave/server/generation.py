@@ -214,9 +214,18 @@ class Generation:
         # The answer is out and the server is idle until the next request (which waits
         # for the lock meanwhile): pack the cache now, so the next one's new tokens and
         # answer attend over the live context, not the holes prunes left (llama.cpp).
-        compact = getattr(kv, "compact", None)
-        if compact is not None:
-            try:
-                compact()
-            except Exception:  # noqa: BLE001 - the answer is already out; the cache resets itself
-                log.exception("compacting the KV cache failed")
+        pack(kv)
+
+
+def pack(kv) -> bool:
+    """Pack a cache that can be packed (llama.cpp's ``compact``) while the model is idle;
+    whether it was.  A failure is logged, never raised: the cache resets itself and the
+    next request re-runs its prompt."""
+    compact = getattr(kv, "compact", None)
+    if compact is None:
+        return False
+    try:
+        return bool(compact())
+    except Exception:  # noqa: BLE001 - what was asked of the model is already done
+        log.exception("compacting the KV cache failed")
+        return False
