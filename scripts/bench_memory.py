@@ -62,9 +62,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-turns", type=int, default=0,
                    help="replay only the first N turns (questions whose evidence lies there)")
     p.add_argument("--kv", choices=["llamacpp", "shift", "exact", "engine"], default="shift",
-                   help="teacher-forcing source: the llama.cpp engine with its KV surgery "
-                        "(default; the only one giving log-likelihoods), or transformers "
-                        "(memory_bench/attention.py)")
+                   help="teacher-forcing source: transformers with ContextShift (default), "
+                        "the llama.cpp engine with its KV surgery, or transformers exact / the "
+                        "server's engine (memory_bench/attention.py)")
     p.add_argument("--window", type=int, default=8192,
                    help="the reference context of the fidelity figures (the model's window)")
     p.add_argument("--half-life", type=int, default=256,
@@ -85,6 +85,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="print one JSON object of figures last")
     p.add_argument("--merge", nargs="+", default=None, metavar="OUTPUT",
                    help="no run: combine the JSON last lines of earlier runs' outputs")
+    p.add_argument("--worker-of", default="", help=argparse.SUPPRESS)  # memory_bench/jobs.py
     return p.parse_args(argv)
 
 
@@ -96,6 +97,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.merge:
         return merge_outputs(args.merge, args.json, args.plot)
+    if args.worker_of:
+        from memory_bench import jobs
+
+        return jobs.serve(args.worker_of, main, log)
     if args.jobs > 1:
         return run_jobs(args, sys.argv[1:] if argv is None else list(argv))
     started = time.perf_counter()
@@ -136,8 +141,7 @@ def main(argv=None) -> int:
     source = _load_source(args)
     tokenize = source.tokenize
     log(f"model loaded in {time.perf_counter() - t:.0f} s (kv={args.kv})")
-    embedder = Embedder()
-    embedder.load()
+    embedder = _loaded(("embedder",), lambda: _load_embedder(Embedder))
     queries = retrieval.CachedEmbedder(embedder, args.embed_cache)  # each text embedded once
 
     results = {name: MethodResult(name) for name, _, _ in methods}
@@ -354,8 +358,34 @@ def _progress(label: str, total: int):
     return report
 
 
+#: What one process loaded, for the next conversation a ``--jobs`` worker runs.
+_LOADED: dict = {}
+
+
+def _loaded(key: tuple, load):
+    """``load()`` once per process and ``key``."""
+    if key not in _LOADED:
+        _LOADED[key] = load()
+    return _LOADED[key]
+
+
+def _load_embedder(cls):
+    embedder = cls()
+    embedder.load()
+    return embedder
+
+
 def _load_source(args):
-    """The teacher-forcing source ``--kv`` names (see memory_bench/attention.py)."""
+    """The teacher-forcing source ``--kv`` names (see memory_bench/attention.py), loaded
+    once per process: a ``--jobs`` worker runs several conversations on one model (its
+    figures counted afresh for each)."""
+    source = _loaded(("source", args.kv, args.threads), lambda: _new_source(args))
+    if hasattr(source, "stats"):
+        source.stats = type(source.stats)()
+    return source
+
+
+def _new_source(args):
     if args.kv == "llamacpp":
         from memory_bench.llama_forcing import LlamaForcing
 

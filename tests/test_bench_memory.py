@@ -494,7 +494,8 @@ def test_llama_forcing_reads_every_row_through_the_caches_decode():
 
 
 def test_jobs_runs_each_conversation_in_a_worker_and_merges_like_merge(data_file, tmp_path, capsys):
-    """``--jobs 2`` on two conversations: one command, the same figures as the two
+    """``--jobs 2`` on three conversations: one command, two workers (one of them runs two
+    conversations on the model it loaded once), the same figures as the three
     conversations run apart and combined with ``--merge``."""
     import bench_memory
 
@@ -502,16 +503,18 @@ def test_jobs_runs_each_conversation_in_a_worker_and_merges_like_merge(data_file
     other = json.loads(json.dumps(item))
     other["sample_id"] = "conv-u"
     other["qa"] = other["qa"][:1]
-    two = tmp_path / "two.json"
-    two.write_text(json.dumps([item, other]))
+    third = json.loads(json.dumps(other))
+    third["sample_id"] = "conv-v"
+    two = tmp_path / "three.json"
+    two.write_text(json.dumps([item, other, third]))
     argv = ["--data", str(two), "--prune-to", "300", "--context", "520", "--max-new-tokens", "40",
             "--window", "600", "--diagnostics", "0", "--methods", "full,fifo"]
     assert bench_memory.main(argv + ["--jobs", "2", "--json"]) == 0
     together = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert together["conversations"] == ["conv-t", "conv-u"] and together["runs"] == 2
+    assert together["conversations"] == ["conv-t", "conv-u", "conv-v"] and together["runs"] == 3
     assert together["elapsed_seconds"] > 0
     paths = []
-    for conv in ("conv-t", "conv-u"):
+    for conv in ("conv-t", "conv-u", "conv-v"):
         assert bench_memory.main(argv + ["--conversations", conv, "--json"]) == 0
         path = tmp_path / f"{conv}.out"
         path.write_text(capsys.readouterr().out)
@@ -520,12 +523,12 @@ def test_jobs_runs_each_conversation_in_a_worker_and_merges_like_merge(data_file
     apart = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for name, f in apart["methods"].items():
         g = together["methods"][name]
-        assert g["questions"] == f["questions"] == 4, name
+        assert g["questions"] == f["questions"] == 5, name
         for key in ("recall_overall", "delta_nll", "kept_attention_mass", "fidelity_turns", "mean_tokens"):
             assert g[key] == pytest.approx(f[key], abs=1e-4), (name, key)
     # Each conversation's own figures survive the merge (does every conversation agree?).
-    for conv in ("conv-t", "conv-u"):
-        alone = json.loads(Path(paths[("conv-t", "conv-u").index(conv)]).read_text().strip().splitlines()[-1])
+    for conv in ("conv-t", "conv-u", "conv-v"):
+        alone = json.loads(Path(paths[("conv-t", "conv-u", "conv-v").index(conv)]).read_text().strip().splitlines()[-1])
         for name in ("full", "fifo"):
             assert together["per_conversation"][conv][name]["recall_overall"] == pytest.approx(
                 alone["methods"][name]["recall_overall"], abs=1e-4), (conv, name)
@@ -556,3 +559,34 @@ def test_grouped_attention_gives_eagers_rows_and_log_probabilities():
     b = eager.force(kept, more, kept_keys + list(range(300, 309)))
     assert grouped.stats.shifts == 1
     assert np.allclose(a.rows, b.rows, atol=1e-6) and np.allclose(a.logprobs, b.logprobs, atol=1e-5)
+
+
+def test_rows_summed_as_the_layers_run_are_the_stored_probabilities_summed():
+    """The replay's rows, summed into one buffer while each layer runs (no layer's
+    probabilities kept to the end of the pass), are the very floats transformers' stored
+    probabilities give when summed over heads and layers afterwards, after a KV shift too."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from memory_bench import gqa
+    from memory_bench.attention import ModelAttention
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=48, intermediate_size=64,
+                                      num_hidden_layers=3, num_attention_heads=6,
+                                      num_key_value_heads=2, max_position_embeddings=256)
+    model = transformers.LlamaForCausalLM(config).eval()
+    summed, stored = ModelAttention(model, None, "shift"), ModelAttention(model, None, "shift")
+    stored.sum_in_layers = False
+    rng = np.random.default_rng(5)
+    ids, forced, more = (rng.integers(1, 64, n).tolist() for n in (150, 70, 9))
+    keys = list(range(220))
+    a, b = summed.force(ids, forced, keys), stored.force(ids, forced, keys)
+    assert a.rows.shape == (70, 219) and np.allclose(a.rows.sum(1), 1, atol=1e-5)
+    # Same products, same order: equal to the last bit, not only close.
+    assert np.array_equal(a.rows, b.rows) and np.array_equal(a.logprobs, b.logprobs)
+    kept, kept_keys = ids[:30] + ids[60:] + forced[:-1], keys[:30] + keys[60:219]
+    a = summed.force(kept, more, kept_keys + list(range(300, 309)))
+    b = stored.force(kept, more, kept_keys + list(range(300, 309)))
+    assert summed.stats.shifts == stored.stats.shifts == 1
+    assert np.array_equal(a.rows, b.rows) and np.array_equal(a.logprobs, b.logprobs)
+    assert gqa.Rows.active is None  # nothing left reading rows after the pass

@@ -278,20 +278,29 @@ def sync(cache, ids: list[int], should_stop=lambda: False) -> SyncReport | None:
     return None if second is None else merge_reports(first, second)
 
 
-def rotate_keys(keys, delta, inv_freq):
+def rope_factors(delta, n: int, inv_freq, device, dtype):
+    """``(cos, sin)`` ``[n, head_dim]`` that rotate ``n`` keys by ``delta`` positions each
+    (a 1-D tensor or an int); the same for every layer, so a caller rotating many layers
+    by the same shifts computes them once (:func:`rotate_keys`'s ``factors``)."""
+    import torch
+
+    if not torch.is_tensor(delta):
+        delta = torch.full((n,), int(delta), device=device)
+    freqs = delta[:, None].to(torch.float32) * inv_freq.to(device, torch.float32)[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_keys(keys, delta, inv_freq, factors=None):
     """RoPE-rotate ``keys`` ``[..., tokens, head_dim]`` by ``delta`` positions each (torch).
 
     ``delta``: a 1-D tensor (one shift per token) or an int.  Uses the half-split layout
-    of Llama-family models (``rotate_half``), as transformers does.
+    of Llama-family models (``rotate_half``), as transformers does.  ``factors``: the
+    :func:`rope_factors` of ``delta``, if the caller has them.
     """
     import torch
 
-    n = keys.shape[-2]
-    if not torch.is_tensor(delta):
-        delta = torch.full((n,), int(delta), device=keys.device)
-    freqs = delta[:, None].to(torch.float32) * inv_freq.to(keys.device, torch.float32)[None, :]
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos().to(keys.dtype), emb.sin().to(keys.dtype)
+    cos, sin = factors or rope_factors(delta, keys.shape[-2], inv_freq, keys.device, keys.dtype)
     half = keys.shape[-1] // 2
     rotated = torch.cat((-keys[..., half:], keys[..., :half]), dim=-1)
     return keys * cos + rotated * sin

@@ -8,6 +8,13 @@ probabilities with the query heads of one key/value head stacked, against the sh
 keys (same products, same softmax, same order: the rows agree with eager to float
 rounding).  The fast path (no rows) gets the same from torch's own grouped-query
 ``scaled_dot_product_attention`` (``TRANSFORMERS_SDPA_FORCE_GQA``; bit-identical here).
+
+What the replay reads is one row per query: the attention summed over every head of every
+layer.  With :class:`Rows` active the function adds each layer's head sum to it as the
+layer runs and hands transformers no probabilities, instead of the model keeping every
+layer's ``[heads, q, keys]`` probabilities to the end of the pass (30 layers x 9 heads x
+64 queries x 8k keys = 566 MB per block at the fidelity reference's window, allocated
+afresh each time) and summing them afterwards.  Same sums, same order: the same floats.
 """
 
 from __future__ import annotations
@@ -21,8 +28,43 @@ NAME = "halo_grouped_eager"
 os.environ.setdefault("TRANSFORMERS_SDPA_FORCE_GQA", "1")
 
 
+class Rows:
+    """Head-and-layer sums of the attention of one forward pass (see the module docstring).
+
+    ``with Rows() as rows: model(...)``; then ``rows.total`` is ``[q, keys]`` (float32,
+    the sum over layers, in layer order, of each layer's sum over heads) and
+    ``rows.layers`` / ``rows.heads`` what it summed."""
+
+    active: "Rows | None" = None
+
+    def __init__(self) -> None:
+        self.total = None
+        self.layers = 0
+        self.heads = 0
+
+    def add(self, probs) -> None:
+        s = probs[0].float().sum(0)  # [heads, q, keys] -> [q, keys]
+        self.total = s if self.total is None else self.total + s
+        self.layers += 1
+        self.heads = probs.shape[1]
+
+    def mean(self):
+        """The mean over layers and heads, ``[q, keys]``."""
+        return self.total / (self.layers * self.heads)
+
+    def __enter__(self) -> "Rows":
+        if Rows.active is not None:
+            raise RuntimeError("attention rows are already being read")
+        Rows.active = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        Rows.active = None
+
+
 def grouped_eager(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-    """transformers' eager attention (probabilities returned) for grouped-query heads."""
+    """transformers' eager attention (probabilities returned, or added to the active
+    :class:`Rows`) for grouped-query heads."""
     import torch
 
     b, heads, q, d = query.shape
@@ -35,7 +77,11 @@ def grouped_eager(module, query, key, value, attention_mask, scaling, dropout=0.
         scores = scores + attention_mask[:, :, None, :, :k]
     probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     out = torch.matmul(probs.view(b, groups, per * q, k), value).view(b, heads, q, d)
-    return out.transpose(1, 2).contiguous(), probs.view(b, heads, q, k)
+    probs = probs.view(b, heads, q, k)
+    if Rows.active is not None:
+        Rows.active.add(probs)
+        probs = None
+    return out.transpose(1, 2).contiguous(), probs
 
 
 def register() -> str:

@@ -1,18 +1,27 @@
 """``--jobs N``: one command runs the conversations in N worker processes and merges.
 
-Each worker is this script again with ``--conversations <one>`` and ``--json`` (its own
-model, one thread); the workers' stdout goes to files in a temporary folder and the
-driver combines their last JSON lines exactly as ``--merge`` does.  Conversations are
-handed out longest first, so the last one to start is a short one.
+Each worker is this script again (``--worker-of <folder>``, one thread) that loads the
+model and the embedder once and then takes conversations from a queue in the folder, one
+at a time, longest first, until none is left; each conversation runs exactly as
+``--conversations <one> --json`` would, its stdout in ``<folder>/<conversation>.out``.  The
+driver combines those files' last JSON lines exactly as ``--merge`` does.  (Until stop 28
+every conversation had a process of its own, and each loaded the GGUF model again: ~27 s
+of the two cores' time per conversation.)
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
+
+QUEUE = "queue.json"
 
 
 def worker_argv(argv: list[str], conversation: str) -> list[str]:
@@ -24,7 +33,7 @@ def worker_argv(argv: list[str], conversation: str) -> list[str]:
             skip = False
             continue
         name = arg.split("=", 1)[0]
-        if name in ("--jobs", "--conversations", "--plot"):
+        if name in ("--jobs", "--conversations", "--plot", "--worker-of"):
             skip = "=" not in arg
             continue
         if name == "--json":
@@ -33,31 +42,61 @@ def worker_argv(argv: list[str], conversation: str) -> list[str]:
     return out + ["--conversations", conversation, "--json"]
 
 
+def claim(folder: Path, conversation: str) -> bool:
+    """Take ``conversation`` for this worker unless another already has (atomic)."""
+    try:
+        os.close(os.open(folder / f"{conversation}.claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    return True
+
+
+def serve(folder: str, main, log=lambda *a: None) -> int:
+    """A worker: run ``main`` for every conversation of the queue no other worker took
+    (in the queue's order), each one's stdout to its ``.out`` file; 1 if any failed."""
+    folder = Path(folder)
+    queue = json.loads((folder / QUEUE).read_text())
+    failed = 0
+    for conversation in queue["conversations"]:
+        if not claim(folder, conversation):
+            continue
+        started = time.perf_counter()
+        with open(folder / f"{conversation}.out", "w") as out, contextlib.redirect_stdout(out):
+            try:
+                code = main(worker_argv(queue["argv"], conversation))
+            except Exception:
+                traceback.print_exc()
+                code = 1
+        failed += code != 0
+        log(f"[jobs] worker {os.getpid()}: {conversation} done (exit {code}) in "
+            f"{time.perf_counter() - started:.0f} s")
+    return 1 if failed else 0
+
+
 def run(script: str, argv: list[str], conversations: list[str], jobs: int,
         log=lambda *a: None) -> tuple[list[str], float]:
-    """Run one worker per conversation, ``jobs`` at a time; (output files in conversation
-    order, elapsed seconds).  Raises if a worker fails (its stderr was already shown)."""
+    """Run the conversations in ``jobs`` workers (:func:`serve`); (output files in
+    conversation order, elapsed seconds).  Raises if one failed (its stderr was shown)."""
     folder = Path(tempfile.mkdtemp(prefix="bench_memory_jobs_"))
     started = time.perf_counter()
-    waiting = list(conversations)
-    running: dict[str, subprocess.Popen] = {}
+    (folder / QUEUE).write_text(json.dumps({"conversations": conversations, "argv": argv}))
+    workers = [subprocess.Popen([sys.executable, script, "--worker-of", str(folder)])
+               for _ in range(min(jobs, len(conversations)))]
+    log(f"[jobs] {len(workers)} workers for {len(conversations)} conversations")
+    codes = [w.wait() for w in workers]
     outputs = {c: folder / f"{c}.out" for c in conversations}
-    failed = []
-    while waiting or running:
-        while waiting and len(running) < jobs:
-            c = waiting.pop(0)
-            with open(outputs[c], "w") as out:
-                running[c] = subprocess.Popen([sys.executable, script, *worker_argv(argv, c)],
-                                              stdout=out)
-            log(f"[jobs] started {c} ({len(running)} running, {len(waiting)} waiting)")
-        time.sleep(0.5)
-        for c, proc in list(running.items()):
-            if proc.poll() is not None:
-                del running[c]
-                log(f"[jobs] {c} finished (exit {proc.returncode}) at "
-                    f"{time.perf_counter() - started:.0f} s")
-                if proc.returncode != 0:
-                    failed.append(c)
-    if failed:
-        raise SystemExit(f"workers failed for {', '.join(failed)}; their output is in {folder}")
+    failed = [c for c in conversations if not _finished(outputs[c])]
+    log(f"[jobs] workers done (exit {codes}) at {time.perf_counter() - started:.0f} s")
+    if failed or any(codes):
+        raise SystemExit(f"workers failed for {', '.join(failed) or 'a conversation'}; "
+                         f"their output is in {folder}")
     return [str(outputs[c]) for c in conversations], time.perf_counter() - started
+
+
+def _finished(path: Path) -> bool:
+    """Whether a conversation's output ends with its JSON figures."""
+    try:
+        lines = path.read_text().strip().splitlines()
+        return bool(lines) and isinstance(json.loads(lines[-1]), dict)
+    except (OSError, ValueError):
+        return False
