@@ -577,6 +577,7 @@ def test_rows_summed_as_the_layers_run_are_the_stored_probabilities_summed():
     model = transformers.LlamaForCausalLM(config).eval()
     summed, stored = ModelAttention(model, None, "shift"), ModelAttention(model, None, "shift")
     stored.sum_in_layers = False
+    summed.one_pass = stored.one_pass = False  # the prompt in a pass of its own, as stored needs
     rng = np.random.default_rng(5)
     ids, forced, more = (rng.integers(1, 64, n).tolist() for n in (150, 70, 9))
     keys = list(range(220))
@@ -590,3 +591,56 @@ def test_rows_summed_as_the_layers_run_are_the_stored_probabilities_summed():
     assert summed.stats.shifts == stored.stats.shifts == 1
     assert np.array_equal(a.rows, b.rows) and np.array_equal(a.logprobs, b.logprobs)
     assert gqa.Rows.active is None  # nothing left reading rows after the pass
+    # The prompt run in the forced tokens' pass (its rows skipped): the same to rounding.
+    one = ModelAttention(model, None, "shift")
+    a, b = one.force(ids, forced, keys), stored.force(ids, forced, keys)
+    assert np.allclose(a.rows, b.rows, atol=1e-6) and np.allclose(a.logprobs, b.logprobs, atol=1e-5)
+    a = one.force(kept, more, kept_keys + list(range(300, 309)))
+    b = stored.force(kept, more, kept_keys + list(range(300, 309)))
+    assert np.allclose(a.rows, b.rows, atol=1e-6) and np.allclose(a.logprobs, b.logprobs, atol=1e-5)
+    assert one.stats.calls == 2 and one.stats.forced_tokens == 70 + 9
+    assert one.stats.by_kind["forced"][0] == 150 + 70 - 1 + 9  # two passes ran every token once
+
+
+def test_a_cache_growing_in_place_gives_the_same_floats_as_concatenation():
+    """The replay's cache layers write each pass after what they hold (no copy of the
+    whole cache per pass); forcing through them, a KV shift and a restore from kept cells
+    included, gives the rows and log-probabilities transformers' own concatenating cache
+    gives, to the bit, and a tensor the shared prefix holds is never written into."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from memory_bench.attention import ModelAttention
+    from memory_bench.kv_buffer import GrowingLayer
+
+    torch.manual_seed(2)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=48, intermediate_size=64,
+                                      num_hidden_layers=2, num_attention_heads=6,
+                                      num_key_value_heads=2, max_position_embeddings=512)
+    model = transformers.LlamaForCausalLM(config).eval()
+    growing, concatenating = ModelAttention(model, None, "shift"), ModelAttention(model, None, "shift")
+    concatenating._new_cache = lambda: transformers.DynamicCache(config=config)
+    for source in (growing, concatenating):
+        source.reset(keep_pruned=True)
+    rng = np.random.default_rng(9)
+    ids, forced, more, again = (rng.integers(1, 64, n).tolist() for n in (120, 40, 12, 9))
+    keys = list(range(160))
+    calls = [(ids, forced, keys),
+             # a prune: a middle span leaves, the rest shifts back
+             (ids[:20] + ids[50:] + forced[:-1] + [5], more, keys[:20] + keys[50:159] + [400] + list(range(401, 413))),
+             # the span comes back from kept cells, at its old place
+             (ids + forced[:-1] + [5] + more[:-1] + [7], again, keys[:159] + [400] + list(range(401, 412)) + [500]
+              + list(range(501, 510)))]
+    for call in calls:
+        a, b = growing.force(*call), concatenating.force(*call)
+        assert np.array_equal(a.rows, b.rows) and np.array_equal(a.logprobs, b.logprobs)
+    assert growing.stats.shifts == 2 and growing.stats.restored_tokens == 30
+    assert all(isinstance(layer, GrowingLayer) for layer in growing._cache.layers)
+    # A prefix another replay adopted is copied before anything is written after it.
+    shared = list(growing.shared.layers)
+    held = [(k.clone(), v.clone()) for k, v in shared]
+    other = ModelAttention(model, None, "shift")
+    other.shared = growing.shared
+    other.force(ids, forced, keys)  # served from the shared calls
+    other.force(ids + forced[:-1] + [3], more, keys[:159] + list(range(700, 713)))
+    assert other.shared.adopted_tokens == 159
+    assert all(torch.equal(k, hk) and torch.equal(v, hv) for (k, v), (hk, hv) in zip(shared, held))

@@ -38,6 +38,8 @@ from .prefix import SharedPrefix
 PREFILL_BLOCK = 1024
 #: Query tokens per eager pass (bounds the [layers, heads, q, keys] attention tensor).
 FORCED_BLOCK = 64
+#: Query tokens per pass when the rows are summed as each layer runs ([heads, q, keys]).
+SUMMED_BLOCK = 256
 
 
 @dataclass
@@ -60,6 +62,8 @@ class ModelAttention:
     #: Rows summed while each layer runs (:class:`gqa.Rows`); False: from the
     #: probabilities transformers returns for every layer (the check).
     sum_in_layers = True
+    #: The input the cache lacks runs in the forced tokens' pass (False: a pass of its own).
+    one_pass = True
 
     def __init__(self, model, tokenizer, mode: str = "shift", device: str = "cpu") -> None:
         if mode not in ("exact", "shift"):
@@ -101,6 +105,12 @@ class ModelAttention:
                 self._pieces = lambda ids: [self.tokenizer.decode([i]) for i in ids]
         return list(zip((int(i) for i in ids), self._pieces(ids)))
 
+    @property
+    def sums_rows(self) -> bool:
+        """Whether rows are summed as each layer runs (:class:`gqa.Rows`), so that a pass
+        can also run tokens whose rows nobody reads."""
+        return self.rows_impl == gqa.NAME and self.sum_in_layers
+
     # ------------------------------------------------------------------ cache
     def reset(self, keep_pruned: bool = False) -> None:
         """Forget the cache (a new conversation); ``keep_pruned``: keep the keys and values
@@ -121,9 +131,9 @@ class ModelAttention:
         self.shared.clear()
 
     def _new_cache(self):
-        from transformers import DynamicCache
+        from .kv_buffer import growing_cache
 
-        return DynamicCache(config=self.model.config)
+        return growing_cache(self.model.config)
 
     def _crop(self, keep: int) -> None:
         if keep <= 0 or self._cache is None:
@@ -172,6 +182,8 @@ class ModelAttention:
 
         from halo_weave.server.kv_surgery import rope_factors, rotate_keys
 
+        from .kv_buffer import GrowingLayer
+
         here = {k: i for i, k in enumerate(self._keys)}
         src_cache, dst_cache, src_grave, dst_grave = [], [], [], []
         old_pos = []  # per restored row: the position its key was rotated to
@@ -214,8 +226,7 @@ class ModelAttention:
             back = rope_factors(delta, len(src_grave), inv_freq, dev, dtype)
         for li, layer in enumerate(self._cache.layers):
             k, v = layer.keys, layer.values
-            new_k = k.new_empty(k.shape[:-2] + (m, k.shape[-1]))
-            new_v = v.new_empty(v.shape[:-2] + (m, v.shape[-1]))
+            new_k, new_v = GrowingLayer.new_buffer(k, m), GrowingLayer.new_buffer(v, m)
             if src_cache:
                 new_k.index_copy_(-2, dc, rotate_keys(k.index_select(-2, sc), dc - sc, inv_freq, moved))
                 new_v.index_copy_(-2, dc, v.index_select(-2, sc))
@@ -223,7 +234,10 @@ class ModelAttention:
                 gk, gv = restored[li]
                 new_k.index_copy_(-2, dg, rotate_keys(gk, delta, inv_freq, back))
                 new_v.index_copy_(-2, dg, gv)
-            layer.keys, layer.values = new_k, new_v
+            if isinstance(layer, GrowingLayer):
+                layer.hold(new_k, new_v, m)  # the rows after m: room for what runs next
+            else:
+                layer.keys, layer.values = new_k[..., :m, :], new_v[..., :m, :]
         self._ids, self._keys = list(ids[:m]), list(keys[:m])
         self.stats.shifts += 1
         self.stats.restored_tokens += len(src_grave)
@@ -302,12 +316,13 @@ class ModelAttention:
             self.model.set_attn_implementation(impl)
         rows = []
         self._logp = []  # per attention block: log-softmax over the vocabulary per query
-        block = FORCED_BLOCK if attention else PREFILL_BLOCK
+        sums = attention and self.sums_rows
+        block = SUMMED_BLOCK if sums else FORCED_BLOCK if attention else PREFILL_BLOCK
         for start in range(0, len(ids), block):
             part = ids[start:start + block]
             keep = max(0, start + len(part) - max(start, first_scored)) if logits else 0
             tensor = torch.tensor([part], dtype=torch.long, device=self.device)
-            summed = gqa.Rows() if attention and impl == gqa.NAME and self.sum_in_layers else None
+            summed = gqa.Rows(skip=min(len(part), max(0, first_scored - start))) if sums else None
             with torch.inference_mode():
                 try:
                     if summed is not None:  # rows summed as each layer runs
@@ -325,7 +340,8 @@ class ModelAttention:
             if keep:
                 self._logp.append(torch.log_softmax(out.logits[0].float(), dim=-1))
             if summed is not None:
-                rows.append(summed.mean().cpu().numpy())
+                if summed.total is not None:  # (a block of unscored queries has none)
+                    rows.append(summed.mean().cpu().numpy())
             elif attention:
                 total = None
                 for layer in out.attentions:  # [1, heads, q, keys]
@@ -370,10 +386,12 @@ class ModelAttention:
             self.stats.seconds += time.perf_counter() - started
             return out
         # The last input token is the query that produces forced[0], so it runs eagerly
-        # with the forced tokens; the last forced token is never a query.  Without rows
-        # the input the cache lacks runs in the same pass as the forced tokens (one pass
-        # of ~70 tokens instead of two of ~35: the layers' matrix products run fuller).
-        n = self._sync(ids[:-1], keys[: len(ids) - 1], run=rows)
+        # with the forced tokens; the last forced token is never a query.  The input the
+        # cache lacks runs in the same pass as the forced tokens (one pass of ~70 tokens
+        # instead of two of ~35: the layers' matrix products run fuller), through the fast
+        # kernel (no rows read for it).
+        n = self._sync(ids[:-1], keys[: len(ids) - 1],
+                       run=not self.one_pass or (rows and not self.sums_rows))
         blocks = self._run(ids[n:] + forced[:-1], keys[n:-1], attention=rows, logits=True,
                            scored=len(forced))
         import torch

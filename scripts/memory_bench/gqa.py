@@ -37,10 +37,13 @@ class Rows:
 
     active: "Rows | None" = None
 
-    def __init__(self) -> None:
+    def __init__(self, skip: int = 0) -> None:
         self.total = None
         self.layers = 0
         self.heads = 0
+        #: Leading queries whose rows nobody reads (a prompt's end run in the same pass as
+        #: the forced tokens): they attend through torch's fast kernel, no probabilities.
+        self.skip = skip
 
     def add(self, probs) -> None:
         s = probs[0].float().sum(0)  # [heads, q, keys] -> [q, keys]
@@ -67,6 +70,19 @@ def grouped_eager(module, query, key, value, attention_mask, scaling, dropout=0.
     :class:`Rows`) for grouped-query heads."""
     import torch
 
+    import torch.nn.functional as F
+
+    skip = Rows.active.skip if Rows.active is not None else 0
+    first = None
+    if skip:
+        mask = None if attention_mask is None else attention_mask[:, :, :skip, :key.shape[2]]
+        first = F.scaled_dot_product_attention(query[:, :, :skip], key, value, attn_mask=mask,
+                                               scale=scaling, enable_gqa=True)
+        if skip == query.shape[2]:
+            return first.transpose(1, 2).contiguous(), None
+        query = query[:, :, skip:]
+        if attention_mask is not None:
+            attention_mask = attention_mask[:, :, skip:]
     b, heads, q, d = query.shape
     groups = key.shape[1]
     k = key.shape[2]
@@ -77,6 +93,8 @@ def grouped_eager(module, query, key, value, attention_mask, scaling, dropout=0.
         scores = scores + attention_mask[:, :, None, :, :k]
     probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     out = torch.matmul(probs.view(b, groups, per * q, k), value).view(b, heads, q, d)
+    if first is not None:
+        out = torch.cat((first, out), dim=2)
     probs = probs.view(b, heads, q, k)
     if Rows.active is not None:
         Rows.active.add(probs)
