@@ -561,13 +561,14 @@ def test_grouped_attention_gives_eagers_rows_and_log_probabilities():
     assert np.allclose(a.rows, b.rows, atol=1e-6) and np.allclose(a.logprobs, b.logprobs, atol=1e-5)
 
 
-def test_rows_summed_as_the_layers_run_are_the_stored_probabilities_summed():
+def test_rows_summed_as_the_layers_run_are_the_stored_probabilities_summed(monkeypatch):
     """The replay's rows, summed into one buffer while each layer runs (no layer's
     probabilities kept to the end of the pass), are the very floats transformers' stored
     probabilities give when summed over heads and layers afterwards, after a KV shift too."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from memory_bench import gqa
+    from memory_bench import attention
     from memory_bench.attention import ModelAttention
 
     torch.manual_seed(0)
@@ -578,6 +579,7 @@ def test_rows_summed_as_the_layers_run_are_the_stored_probabilities_summed():
     summed, stored = ModelAttention(model, None, "shift"), ModelAttention(model, None, "shift")
     stored.sum_in_layers = False
     summed.one_pass = stored.one_pass = False  # the prompt in a pass of its own, as stored needs
+    monkeypatch.setattr(attention, "SUMMED_BLOCK", attention.FORCED_BLOCK)  # the same passes
     rng = np.random.default_rng(5)
     ids, forced, more = (rng.integers(1, 64, n).tolist() for n in (150, 70, 9))
     keys = list(range(220))

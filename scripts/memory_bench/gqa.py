@@ -87,10 +87,13 @@ def grouped_eager(module, query, key, value, attention_mask, scaling, dropout=0.
     groups = key.shape[1]
     k = key.shape[2]
     per = heads // groups  # query heads per key/value head, in transformers' order
-    scores = torch.matmul(query.reshape(b, groups, per * q, d), key.transpose(2, 3)) * scaling
+    # Scaled and masked in place (the same operations as eager's, so the same floats,
+    # without two more [heads, q, keys] tensors: 5-15 % of this function at 8k keys).
+    scores = torch.matmul(query.reshape(b, groups, per * q, d), key.transpose(2, 3))
+    scores.mul_(scaling)
     scores = scores.view(b, groups, per, q, k)
     if attention_mask is not None:
-        scores = scores + attention_mask[:, :, None, :, :k]
+        scores.add_(attention_mask[:, :, None, :, :k])
     probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     out = torch.matmul(probs.view(b, groups, per * q, k), value).view(b, heads, q, d)
     if first is not None:
