@@ -300,9 +300,10 @@ class ModelAttention:
 
     def _run(self, ids: list[int], keys: list, *, attention: bool, logits: bool | None = None,
              scored: int | None = None):
-        """Feed ids after the cache; returns mean attention rows [len(ids), keys] per block
-        (none without ``attention``).  ``logits`` (default: with ``attention``): keep the
-        log-softmax of the last ``scored`` queries (default: every one) in ``self._logp``."""
+        """Feed ids after the cache; returns mean attention rows [queries, keys] per block
+        (none without ``attention``; with rows summed in layers, only the last ``scored``
+        queries have rows).  ``logits`` (default: with ``attention``): keep the log-softmax
+        of the last ``scored`` queries (default: every one) in ``self._logp``."""
         import torch
 
         logits = attention if logits is None else logits

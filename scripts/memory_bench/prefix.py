@@ -7,9 +7,10 @@ the first prune, so one cache holds every earlier call's state as a prefix); a l
 replay takes them instead of running the model again, and a pass with other calls (the
 fidelity reference) starts from the longest prefix of that cache it shares.
 
-Cached keys and values are shared by reference, never copied: the transformers cache
-grows by concatenation into new tensors and the KV surgery builds new ones, so nothing
-writes into a tensor held here.
+Cached keys and values are shared by reference, never copied, and nothing writes into
+what is held here: the replay's cache layers (:mod:`.kv_buffer`) write only after the rows
+they hold, into a buffer of their own (an adopted prefix is copied into a new buffer before
+the first write), and the KV surgery builds new buffers.
 """
 
 from __future__ import annotations

@@ -192,10 +192,17 @@ def plot_fidelity(figures: dict[str, dict], path: str, title: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     for ax, key, label in ((axes[0], "delta_nll", "ΔNLL vs the 8k-window reference (nats/token)"),
                            (axes[1], "kept_attention_mass", "share of the reference's attention kept")):
-        for name in names:
-            f = figures[name]
-            ax.plot(f[key], f["recall_overall"], "o", color="C1" if "fifo" in name or name == "rag" else "C0")
-            ax.annotate(name, (f[key], f["recall_overall"]), fontsize=7, xytext=(3, 3), textcoords="offset points")
+        xs = [figures[n][key] for n in names]
+        ys = [figures[n]["recall_overall"] for n in names]
+        span_x, span_y = (max(xs) - min(xs)) or 1.0, (max(ys) - min(ys)) or 1.0
+        placed: list[tuple[float, float]] = []  # labelled points, in axis fractions
+        for name, x, y in zip(names, xs, ys):
+            ax.plot(x, y, "o", color="C1" if "fifo" in name or name == "rag" else "C0")
+            # Points that (nearly) coincide get their labels stacked, not drawn over each other.
+            here = ((x - min(xs)) / span_x, (y - min(ys)) / span_y)
+            crowd = sum(abs(here[0] - px) < 0.15 and abs(here[1] - py) < 0.04 for px, py in placed)
+            placed.append(here)
+            ax.annotate(name, (x, y), fontsize=7, xytext=(3, 3 - 9 * crowd), textcoords="offset points")
         ax.set_xlabel(label)
         ax.set_ylabel("evidence recall (overall)")
         ax.grid(alpha=0.3)
