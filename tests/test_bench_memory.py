@@ -646,3 +646,17 @@ def test_a_cache_growing_in_place_gives_the_same_floats_as_concatenation():
     other.force(ids + forced[:-1] + [3], more, keys[:159] + list(range(700, 713)))
     assert other.shared.adopted_tokens == 159
     assert all(torch.equal(k, hk) and torch.equal(v, hv) for (k, v), (hk, hv) in zip(shared, held))
+
+
+def test_labels_of_methods_that_nearly_coincide_are_stacked():
+    """The fidelity plot prints each method's name by its point; the stop-26 run's
+    fifo-halo, recent-halo and halo (ΔNLL 0.0438 / 0.0438 / 0.0444, recall 0.806 / 0.805 /
+    0.807) got three different lines, the far-away points the usual one."""
+    from memory_bench.report import label_offsets
+
+    xs = [0.0, 0.0189, 0.0444, 0.0438, 0.0438, -0.0012, -0.0056]  # full, fifo, halo, ...
+    ys = [1.0, 0.084, 0.807, 0.806, 0.805, 0.799, 0.802]
+    offsets = label_offsets(xs, ys)
+    assert offsets[0] == offsets[1] == 3
+    assert len({offsets[2], offsets[3], offsets[4]}) == 3
+    assert offsets[5] != offsets[6]  # fifo-halo-live and lazy-fifo-halo, 0.0044 apart
