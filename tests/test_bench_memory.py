@@ -535,71 +535,70 @@ def test_jobs_runs_each_conversation_in_a_worker_and_merges_like_merge(data_file
     assert together["per_conversation"]["conv-t"]["full"]["recall_overall"] == 1.0
 
 
+def grouped_model(layers: int = 2, seed: int = 0, positions: int = 256):
+    """A tiny Llama with 3 query heads per key/value head (as SmolLM2 groups them)."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=48, intermediate_size=64,
+                                      num_hidden_layers=layers, num_attention_heads=6,
+                                      num_key_value_heads=2, max_position_embeddings=positions)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def forced_then_pruned(seed: int):
+    """Two calls (input ids, forced ids, keys): 70 tokens forced after 150, then 9 more
+    after a prune of a 30-token middle span (a KV shift)."""
+    rng = np.random.default_rng(seed)
+    ids, forced, more = (rng.integers(1, 64, n).tolist() for n in (150, 70, 9))
+    keys = list(range(220))
+    kept, kept_keys = ids[:30] + ids[60:] + forced[:-1], keys[:30] + keys[60:219]
+    return (ids, forced, keys), (kept, more, kept_keys + list(range(300, 309)))
+
+
 def test_grouped_attention_gives_eagers_rows_and_log_probabilities():
     """The grouped-query attention the replay reads rows from agrees with transformers'
     eager attention (3 query heads per key/value head, after a KV shift too)."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
     from memory_bench.attention import ModelAttention
 
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=48, intermediate_size=64,
-                                      num_hidden_layers=2, num_attention_heads=6,
-                                      num_key_value_heads=2, max_position_embeddings=256)
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = grouped_model()
     grouped, eager = ModelAttention(model, None, "shift"), ModelAttention(model, None, "shift")
     eager.rows_impl = "eager"
-    rng = np.random.default_rng(3)
-    ids, forced, more = (rng.integers(1, 64, n).tolist() for n in (150, 70, 9))
-    keys = list(range(220))
-    a, b = grouped.force(ids, forced, keys), eager.force(ids, forced, keys)
-    assert np.allclose(a.rows, b.rows, atol=1e-6) and np.allclose(a.logprobs, b.logprobs, atol=1e-5)
-    kept, kept_keys = ids[:30] + ids[60:] + forced[:-1], keys[:30] + keys[60:219]
-    a = grouped.force(kept, more, kept_keys + list(range(300, 309)))
-    b = eager.force(kept, more, kept_keys + list(range(300, 309)))
+    for call in forced_then_pruned(3):
+        a, b = grouped.force(*call), eager.force(*call)
+        assert np.allclose(a.rows, b.rows, atol=1e-6) and np.allclose(a.logprobs, b.logprobs, atol=1e-5)
     assert grouped.stats.shifts == 1
-    assert np.allclose(a.rows, b.rows, atol=1e-6) and np.allclose(a.logprobs, b.logprobs, atol=1e-5)
 
 
 def test_rows_summed_as_the_layers_run_are_the_stored_probabilities_summed(monkeypatch):
     """The replay's rows, summed into one buffer while each layer runs (no layer's
     probabilities kept to the end of the pass), are the very floats transformers' stored
     probabilities give when summed over heads and layers afterwards, after a KV shift too."""
-    torch = pytest.importorskip("torch")
-    transformers = pytest.importorskip("transformers")
-    from memory_bench import gqa
-    from memory_bench import attention
+    pytest.importorskip("transformers")
+    from memory_bench import attention, gqa
     from memory_bench.attention import ModelAttention
 
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=48, intermediate_size=64,
-                                      num_hidden_layers=3, num_attention_heads=6,
-                                      num_key_value_heads=2, max_position_embeddings=256)
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = grouped_model(layers=3)
     summed, stored = ModelAttention(model, None, "shift"), ModelAttention(model, None, "shift")
     stored.sum_in_layers = False
     summed.one_pass = stored.one_pass = False  # the prompt in a pass of its own, as stored needs
     monkeypatch.setattr(attention, "SUMMED_BLOCK", attention.FORCED_BLOCK)  # the same passes
-    rng = np.random.default_rng(5)
-    ids, forced, more = (rng.integers(1, 64, n).tolist() for n in (150, 70, 9))
-    keys = list(range(220))
-    a, b = summed.force(ids, forced, keys), stored.force(ids, forced, keys)
-    assert a.rows.shape == (70, 219) and np.allclose(a.rows.sum(1), 1, atol=1e-5)
-    # Same products, same order: equal to the last bit, not only close.
-    assert np.array_equal(a.rows, b.rows) and np.array_equal(a.logprobs, b.logprobs)
-    kept, kept_keys = ids[:30] + ids[60:] + forced[:-1], keys[:30] + keys[60:219]
-    a = summed.force(kept, more, kept_keys + list(range(300, 309)))
-    b = stored.force(kept, more, kept_keys + list(range(300, 309)))
+    calls = forced_then_pruned(5)
+    for call in calls:
+        a, b = summed.force(*call), stored.force(*call)
+        # Same products, same order: equal to the last bit, not only close.
+        assert np.array_equal(a.rows, b.rows) and np.array_equal(a.logprobs, b.logprobs)
+        if call is calls[0]:
+            assert a.rows.shape == (70, 219) and np.allclose(a.rows.sum(1), 1, atol=1e-5)
     assert summed.stats.shifts == stored.stats.shifts == 1
-    assert np.array_equal(a.rows, b.rows) and np.array_equal(a.logprobs, b.logprobs)
     assert gqa.Rows.active is None  # nothing left reading rows after the pass
     # The prompt run in the forced tokens' pass (its rows skipped): the same to rounding.
-    one = ModelAttention(model, None, "shift")
-    a, b = one.force(ids, forced, keys), stored.force(ids, forced, keys)
-    assert np.allclose(a.rows, b.rows, atol=1e-6) and np.allclose(a.logprobs, b.logprobs, atol=1e-5)
-    a = one.force(kept, more, kept_keys + list(range(300, 309)))
-    b = stored.force(kept, more, kept_keys + list(range(300, 309)))
-    assert np.allclose(a.rows, b.rows, atol=1e-6) and np.allclose(a.logprobs, b.logprobs, atol=1e-5)
+    one, stored = ModelAttention(model, None, "shift"), ModelAttention(model, None, "shift")
+    stored.sum_in_layers = False
+    stored.one_pass = False
+    for call in calls:
+        a, b = one.force(*call), stored.force(*call)
+        assert np.allclose(a.rows, b.rows, atol=1e-6) and np.allclose(a.logprobs, b.logprobs, atol=1e-5)
     assert one.stats.calls == 2 and one.stats.forced_tokens == 70 + 9
     assert one.stats.by_kind["forced"][0] == 150 + 70 - 1 + 9  # two passes ran every token once
 
@@ -614,13 +613,9 @@ def test_a_cache_growing_in_place_gives_the_same_floats_as_concatenation():
     from memory_bench.attention import ModelAttention
     from memory_bench.kv_buffer import GrowingLayer
 
-    torch.manual_seed(2)
-    config = transformers.LlamaConfig(vocab_size=64, hidden_size=48, intermediate_size=64,
-                                      num_hidden_layers=2, num_attention_heads=6,
-                                      num_key_value_heads=2, max_position_embeddings=512)
-    model = transformers.LlamaForCausalLM(config).eval()
+    model = grouped_model(seed=2, positions=512)
     growing, concatenating = ModelAttention(model, None, "shift"), ModelAttention(model, None, "shift")
-    concatenating._new_cache = lambda: transformers.DynamicCache(config=config)
+    concatenating._new_cache = lambda: transformers.DynamicCache(config=model.config)
     for source in (growing, concatenating):
         source.reset(keep_pruned=True)
     rng = np.random.default_rng(9)

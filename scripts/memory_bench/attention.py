@@ -321,9 +321,10 @@ class ModelAttention:
         block = SUMMED_BLOCK if sums else FORCED_BLOCK if attention else PREFILL_BLOCK
         for start in range(0, len(ids), block):
             part = ids[start:start + block]
-            keep = max(0, start + len(part) - max(start, first_scored)) if logits else 0
+            unscored = min(len(part), max(0, first_scored - start))  # leading queries not scored
+            keep = len(part) - unscored if logits else 0
             tensor = torch.tensor([part], dtype=torch.long, device=self.device)
-            summed = gqa.Rows(skip=min(len(part), max(0, first_scored - start))) if sums else None
+            summed = gqa.Rows(skip=unscored) if sums else None
             with torch.inference_mode():
                 try:
                     if summed is not None:  # rows summed as each layer runs
@@ -343,12 +344,11 @@ class ModelAttention:
             if summed is not None:
                 if summed.total is not None:  # (a block of unscored queries has none)
                     rows.append(summed.mean().cpu().numpy())
-            elif attention:
-                total = None
+            elif attention:  # the probabilities transformers kept, summed the same way
+                stored = gqa.Rows()
                 for layer in out.attentions:  # [1, heads, q, keys]
-                    s = layer[0].float().sum(0)
-                    total = s if total is None else total + s
-                rows.append((total / (len(out.attentions) * out.attentions[0].shape[1])).cpu().numpy())
+                    stored.add(layer)
+                rows.append(stored.mean().cpu().numpy())
         if logits:
             self.stats.forced_tokens += scored
             self.stats.prefill_tokens += len(ids) - scored

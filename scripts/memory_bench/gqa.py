@@ -69,7 +69,6 @@ def grouped_eager(module, query, key, value, attention_mask, scaling, dropout=0.
     """transformers' eager attention (probabilities returned, or added to the active
     :class:`Rows`) for grouped-query heads."""
     import torch
-
     import torch.nn.functional as F
 
     skip = Rows.active.skip if Rows.active is not None else 0
@@ -94,7 +93,7 @@ def grouped_eager(module, query, key, value, attention_mask, scaling, dropout=0.
     scores = scores.view(b, groups, per, q, k)
     if attention_mask is not None:
         scores.add_(attention_mask[:, :, None, :, :k])
-    probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
     out = torch.matmul(probs.view(b, groups, per * q, k), value).view(b, heads, q, d)
     if first is not None:
         out = torch.cat((first, out), dim=2)
