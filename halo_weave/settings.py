@@ -95,7 +95,20 @@ class Settings:
     # Semantic resurrection
     resurrection_brightness: str = "at_prune"  # or "mean"
     resurrection_budget_cap: int = 0  # 0 = no cap beyond the universal equation
-    query_max_results: int = 20
+    # Room for what a message brings back (halo_weave.memory.room): the room is counted as
+    # if the live context held only its newest resurrection_keep_share x max_context_tokens
+    # tokens, and when the plan needs it, just enough older live context is pruned (oldest
+    # first, or by the prune order; never the latest exchange, a pinned chunk or a match of
+    # this search).  1.0 = off: the room is what pruning after the exchange left.  Issue 16,
+    # stop 29 (docs/memory-benchmark.md, "Room for what a message brings back", six dev
+    # conversations together): 0.5 with query_max_results 30: recall 0.805 -> 0.831,
+    # multi-hop 0.490 -> 0.579, every conversation better on both (0.25: 0.836 / 0.587).
+    # With a roomy window (the model's window well above max_context_tokens) nothing is
+    # pruned for it: the plan fits the room the equation leaves.
+    resurrection_keep_share: float = 0.5
+    # 20 -> 30 with resurrection_keep_share 0.5 (stop 29, above): the room it makes needs
+    # more candidates to fill (20: 0.824 / 0.527 multi-hop; 40: 0.830 / 0.587).
+    query_max_results: int = 30
     # 1.5 (seed 001) -> 1.0: with the recall settings below, no boost recalls more on the
     # six LoCoMo dev conversations together, 0.748 -> 0.763 (five better, one -0.004;
     # docs/memory-benchmark.md, "Multi-hop and temporal recall").

@@ -257,7 +257,8 @@ def main(argv=None) -> int:
                     opts = {k: v for k, v in options.items() if k != "recent_turns"}
                     index = _index(indexes, store, settings, queries, opts, SemanticIndex)
                     text = retrieval.with_recent(recent, question.question, options.get("recent_turns", 0))
-                    out = answer_halo_dry(recent, index.search(text), ctx, index.plan)
+                    out = answer_halo_dry(recent, index.search(text), ctx, index.plan,
+                                          floor=room_floor(index.settings, args.prune_to), by_age=True)
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1
                 elif name == "brightness":
@@ -270,9 +271,11 @@ def main(argv=None) -> int:
                     if conv.settings.prune_when == "for_room":  # its plan prunes too: in a copy
                         out = answer_halo(conv, matches, ctx,
                                           options.get("rule", settings.resurrection_brightness),
-                                          settings.resurrection_budget_cap, index.plan)  # the app's plan
+                                          settings.resurrection_budget_cap, index.plan,  # the app's plan
+                                          floor=room_floor(index.settings, args.prune_to))
                     else:  # the same figures read off the plan (the rule moves no liveness)
-                        out = answer_halo_dry(conv, matches, ctx, index.plan, settings.resurrection_budget_cap)
+                        out = answer_halo_dry(conv, matches, ctx, index.plan, settings.resurrection_budget_cap,
+                                              floor=room_floor(index.settings, args.prune_to))
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1
                 results[name].question_seconds += time.perf_counter() - t
@@ -360,6 +363,13 @@ def _progress(label: str, total: int):
 
 #: What one process loaded, for the next conversation a ``--jobs`` worker runs.
 _LOADED: dict = {}
+
+
+def room_floor(settings, prune_to: int) -> int | None:
+    """The floor of the room a question's resurrection makes, as the app's session has
+    it (``ChatSession.room_floor``) when ``resurrection_keep_share`` < 1; else None."""
+    share = settings.resurrection_keep_share
+    return int(prune_to * max(share, 0.0)) if share < 1 and prune_to > 0 else None
 
 
 def _loaded(key: tuple, load):

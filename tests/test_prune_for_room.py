@@ -75,8 +75,11 @@ def _chat(embedder, path, prune_when, exchanges=24, **changes):  # noqa: F811
 
 @pytest.mark.parametrize("order", ["brightness", "age"])
 def test_pruning_for_room_keeps_the_window_full_and_still_brings_the_boat_back(embedder, tmp_path, order):  # noqa: F811
-    after, after_live = _chat(embedder, tmp_path / "after.db", "after_exchange", prune_order=order)
-    lazy, lazy_live = _chat(embedder, tmp_path / "lazy.db", "for_room", prune_order=order)
+    # The room as pruning after the exchange leaves it (no share of it given up for recall).
+    after, after_live = _chat(embedder, tmp_path / "after.db", "after_exchange", prune_order=order,
+                              resurrection_keep_share=1.0)
+    lazy, lazy_live = _chat(embedder, tmp_path / "lazy.db", "for_room", prune_order=order,
+                            resurrection_keep_share=1.0)
     limit = WINDOW - NEW_TOKENS
     # Between messages: after every exchange the context goes down to P; only for room it
     # keeps what the window holds, so the recent exchanges the model goes on from stay.

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..conversation import Chunk, Conversation
+from ..core import pruning
 from .resurrection import Match, ResurrectionPlan
 from .resurrection import budget as equation_budget
 
@@ -49,25 +50,45 @@ class RoomPlan:
     pruned: list[Chunk] = field(default_factory=list)
 
 
-def plan_with_room(conv: Conversation, matches: Sequence[Match], planner: Planner, *,
-                   user_tokens: int, max_context: int, max_new_tokens: int, floor: int,
-                   cap: int = 0, by_age: bool = False) -> RoomPlan:
-    """Plan the matches within :func:`room`, then prune just enough that the plan, the
-    message and the answer fit ``max_context``; re-planned within what is then left (a
-    prune can take a turn's framing, which the plan then pays for again).  The prune
-    spares the latest exchange, pinned chunks, and the plan's live matches and anchors."""
+def room_choice(conv: Conversation, matches: Sequence[Match], planner: Planner, *,
+                user_tokens: int, max_context: int, max_new_tokens: int, floor: int,
+                cap: int = 0, by_age: bool = False) -> tuple[ResurrectionPlan, list[Chunk], set[int]]:
+    """The plan within :func:`room`, the live chunks that pruning would take to make it
+    fit ``max_context`` with the message and the answer, and the chunk ids that pruning
+    spares (the plan's live matches and anchors).  Nothing is changed: a draft prompt
+    (read-ahead) reads the same choice that :func:`plan_with_room` then makes."""
     allowed = room(conv, user_tokens, max_context, max_new_tokens, floor, cap)
     plan = planner(conv, matches, allowed)
     if not plan.taken:
-        return RoomPlan(plan)
+        return plan, [], set()
     limit = max_context - user_tokens - max_new_tokens - plan.tokens
     if conv.live_token_count() <= limit:
-        return RoomPlan(plan)
+        return plan, [], set()
     keep: set[int] = set()
     for planned in plan.taken:
         chunk = conv.chunks.get(planned.match.chunk_id)
         if chunk is not None:
             keep.update(c.id for c in [chunk, *conv.anchors_of(chunk)] if c.live)
+    chosen = pruning.select(conv, conv.live_token_count() - max(limit, 0),
+                            by_age=by_age or conv.settings.prune_order == "age",
+                            spared=conv.turns.last("user"), keep=keep)
+    return plan, chosen, keep
+
+
+def plan_with_room(conv: Conversation, matches: Sequence[Match], planner: Planner, *,
+                   user_tokens: int, max_context: int, max_new_tokens: int, floor: int,
+                   cap: int = 0, by_age: bool = False) -> RoomPlan:
+    """Plan the matches within :func:`room`, then prune just enough that the plan, the
+    message and the answer fit ``max_context`` (:func:`room_choice`); re-planned within
+    what is then left (a prune can take a turn's framing, which the plan then pays for
+    again).  The prune spares the latest exchange, pinned chunks, and the plan's live
+    matches and anchors."""
+    allowed = room(conv, user_tokens, max_context, max_new_tokens, floor, cap)
+    plan, chosen, keep = room_choice(conv, matches, planner, user_tokens=user_tokens, max_context=max_context,
+                                     max_new_tokens=max_new_tokens, floor=floor, cap=cap, by_age=by_age)
+    if not chosen:
+        return RoomPlan(plan)
+    limit = max_context - user_tokens - max_new_tokens - plan.tokens
     pruned = conv.prune_to_fit(max(limit, 0), by_age=by_age, keep_latest_exchange=True, keep=keep)
     left = equation_budget(conv, user_tokens, max_context, max_new_tokens, cap)
     return RoomPlan(planner(conv, matches, min(allowed, left)), pruned)

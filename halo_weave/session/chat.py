@@ -214,6 +214,20 @@ class ChatSession:
         return self.settings.prune_when == "for_room" and self.window_limit() > 0
 
     @property
+    def makes_room(self) -> bool:
+        """Whether a message's resurrection prunes just enough to make its room
+        (:mod:`halo_weave.memory.room`): pruning only for room, or a keep share below 1."""
+        s = self.settings
+        return self.prunes_for_room or (s.resurrection_keep_share < 1 and s.max_context_tokens > 0
+                                        and self.window_limit() > 0)
+
+    @property
+    def room_floor(self) -> int:
+        """The live tokens the room of a message's resurrection counts at most."""
+        s = self.settings
+        return int(s.max_context_tokens * min(max(s.resurrection_keep_share, 0.0), 1.0))
+
+    @property
     def prunes_by_age(self) -> bool:
         """Without attention brightness says nothing about relevance: oldest first then
         (unless the reader's attention is asked to rank chunks: :attr:`proxy_ranks`)."""

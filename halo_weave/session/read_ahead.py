@@ -24,6 +24,8 @@ import numpy as np
 
 from ..core.pruning import load_pruned
 from ..core.resurrection import returning
+from ..memory.room import room_choice
+from .resurrect import room_terms
 
 _LAST_WORD = re.compile(r"\s+\S*$")
 
@@ -50,27 +52,35 @@ def draft_ids(session, index, matches, ids: list[int]) -> list[int]:
     with what :meth:`resurrect_for` would bring back for ``matches`` (the search for the
     draft, on ``index``), the user turn's opening framing, then ``ids``.
 
-    Pruning only for room plans its prunes with the message: the live context is read as
-    it is then (the sync moves what differs)."""
+    When the message makes room (:attr:`ChatSession.makes_room`) the chunks its plan would
+    prune are left out too (:func:`~halo_weave.memory.room.room_choice`; a turn's framing
+    that the prune would also take stays: the sync moves what differs)."""
     conv = session.conv
-    chunks = []
-    if (matches and index is not None and index is session.index and not session.prunes_for_room
-            and session.can_resurrect()):
-        plan = index.plan(conv, matches, session.resurrection_budget(len(ids)))
+    chunks, gone = [], []
+    if matches and index is not None and index is session.index and session.can_resurrect():
+        if session.makes_room:
+            plan, gone, _ = room_choice(conv, matches, index.plan, **room_terms(session, len(ids)))
+        else:
+            plan = index.plan(conv, matches, session.resurrection_budget(len(ids)))
         if plan.taken:
             chunks = returning(conv, plan.chunk_ids, plan.with_anchors)
     prefix = conv.framing.prefix.get("user", ([], []))[0]
-    return [*map(int, input_ids_with(conv, chunks)), *map(int, prefix), *map(int, ids)]
+    return [*map(int, input_ids_with(conv, chunks, gone)), *map(int, prefix), *map(int, ids)]
 
 
-def input_ids_with(conv, chunks) -> np.ndarray:
+def input_ids_with(conv, chunks, without=()) -> np.ndarray:
     """``conv.live_input_ids()`` as it would read with the pruned ``chunks`` live again
-    (at their original positions), the conversation left as it is."""
-    if not chunks:
+    (at their original positions) and the live chunks ``without`` pruned, the
+    conversation left as it is."""
+    if not chunks and not without:
         return conv.live_input_ids()
-    tokens = load_pruned(conv, [c.id for c in chunks])
-    positions = np.concatenate([conv.table.position] + [np.arange(c.start, c.end) for c in chunks])
-    ids = np.concatenate([conv.table.token_id] + [np.asarray(tokens[c.id].token_ids) for c in chunks])
+    table = conv.table
+    kept = np.ones(len(table.position), bool)
+    for chunk in without:
+        kept &= ~((table.position >= chunk.start) & (table.position < chunk.end))
+    tokens = load_pruned(conv, [c.id for c in chunks]) if chunks else {}
+    positions = np.concatenate([table.position[kept]] + [np.arange(c.start, c.end) for c in chunks])
+    ids = np.concatenate([table.token_id[kept]] + [np.asarray(tokens[c.id].token_ids) for c in chunks])
     order = np.argsort(positions, kind="stable")
     return np.concatenate((conv.system_ids, ids[order])).astype(np.int32)
 

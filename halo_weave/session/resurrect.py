@@ -1,6 +1,8 @@
 """The user's message brings back what its search found (seed 001 §7-8), within the
-budget: pruned after every exchange, the universal equation; pruned only for room
-(``prune_when = "for_room"``), just enough is pruned first (:mod:`halo_weave.memory.room`).
+budget: the universal equation, with the live context counted as at most
+``resurrection_keep_share`` of the max context (or of the window, pruning only for
+room); just enough older context is pruned first when the plan needs it
+(:mod:`halo_weave.memory.room`).
 
 Functions of the :class:`~halo_weave.session.ChatSession` (``session``), whose method of
 the same name calls them.
@@ -13,6 +15,16 @@ from ..memory.resurrection import apply_plan
 from ..memory.room import plan_with_room
 
 
+def room_terms(session, user_tokens: int) -> dict:
+    """The terms of the room a message makes (:func:`~halo_weave.memory.room.plan_with_room`):
+    the model's window less the answer's opening framing, the room counted from
+    ``session.room_floor`` live tokens at most."""
+    s = session.settings
+    return dict(user_tokens=user_tokens, max_context=session.window_limit() + s.max_new_tokens,
+                max_new_tokens=s.max_new_tokens, floor=session.room_floor, cap=s.resurrection_budget_cap,
+                by_age=session.prunes_by_age)
+
+
 def resurrect_for(session, index, matches, user_tokens: int) -> list[Chunk]:
     """Bring back what the search for the message found; the content chunks resurrected.
 
@@ -23,14 +35,10 @@ def resurrect_for(session, index, matches, user_tokens: int) -> list[Chunk]:
         return []
     conv, s = session.conv, session.settings
     try:
-        if session.prunes_for_room:
+        if session.makes_room:
             # The window less the answer's opening framing: fit_model_window then has
             # nothing left to prune (it would take the dim chunks just brought back first).
-            made = plan_with_room(conv, matches, index.plan, user_tokens=user_tokens,
-                                  max_context=session.window_limit() + s.max_new_tokens,
-                                  max_new_tokens=s.max_new_tokens,
-                                  floor=s.max_context_tokens, cap=s.resurrection_budget_cap,
-                                  by_age=session.prunes_by_age)
+            made = plan_with_room(conv, matches, index.plan, **room_terms(session, user_tokens))
             plan = made.plan
             if made.pruned:
                 session._save(lambda: session.store.save_chunks(conv, made.pruned), "Saving pruned chunks")

@@ -135,16 +135,18 @@ def answer_rag(recent: Conversation, matches, q: QuestionContext) -> Outcome:
 
 
 def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
-                budget_cap: int = 0, planner=make_plan) -> Outcome:
+                budget_cap: int = 0, planner=make_plan, floor: int | None = None) -> Outcome:
     """The app's resurrection for the question, then the question itself.
 
     ``planner(conv, matches, budget)``: the index's :meth:`SemanticIndex.plan` (its
-    settings: neighbours, anchors) or the plain :func:`make_plan`.
+    settings: neighbours, anchors) or the plain :func:`make_plan`.  ``floor``: the room's
+    floor when pruning for room (default ``P``; lower with ``resurrection_keep_share``).
     """
     conv = copy.deepcopy(base)
     if conv.settings.prune_when == "for_room":  # pruned just enough for the plan (memory/room.py)
         plan = plan_with_room(conv, matches, planner, user_tokens=q.framed_tokens, max_context=q.model_context,
-                              max_new_tokens=q.max_new_tokens, floor=conv.settings.max_context_tokens,
+                              max_new_tokens=q.max_new_tokens,
+                              floor=conv.settings.max_context_tokens if floor is None else floor,
                               cap=budget_cap).plan
         plan.apply(conv, rule)
         conv.prune_to_fit(q.budget - q.framed_tokens, keep_latest_exchange=True)  # nothing came back: fit anyway
@@ -166,14 +168,36 @@ def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
 
 
 def answer_halo_dry(base: Conversation, matches, q: QuestionContext, planner=make_plan,
-                    budget_cap: int = 0) -> Outcome:
+                    budget_cap: int = 0, floor: int | None = None, by_age: bool = False) -> Outcome:
     """:func:`answer_halo` without copying ``base`` (the copy was two thirds of a
     question-time run): recall and tokens read off the plan, which names exactly the
     chunks resurrection makes live (matches, their anchors as planned, their framing).
-    Not for ``prune_when = "for_room"``, whose plan also prunes."""
+    Not for ``prune_when = "for_room"``, whose plan also prunes.
+
+    With ``floor`` the plan makes its room as the app's session does when
+    ``resurrection_keep_share`` < 1 (:func:`~halo_weave.memory.room.plan_with_room`, the
+    context counted as at most ``floor`` tokens): the prune is made in ``base``, read, and
+    undone (the chunks put back as they were pruned) before this returns."""
     if base.settings.prune_when == "for_room":
         raise ValueError("a for_room plan prunes: use answer_halo")
-    plan = planner(base, matches, budget(base, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))
+    if floor is None:
+        plan = planner(base, matches, budget(base, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))
+        return _read_plan(base, plan, matches, q)
+    before = base.live_token_count()
+    made = plan_with_room(base, matches, planner, user_tokens=q.framed_tokens, max_context=q.model_context,
+                          max_new_tokens=q.max_new_tokens, floor=floor, cap=budget_cap, by_age=by_age)
+    try:
+        return _read_plan(base, made.plan, matches, q)
+    finally:
+        if made.pruned:
+            base.resurrect([c.id for c in made.pruned if not c.framing], brightness="at_prune",
+                           with_anchors=False)
+        if base.live_token_count() != before:
+            raise RuntimeError("the room's prune was not undone exactly")
+
+
+def _read_plan(base: Conversation, plan, matches, q: QuestionContext) -> Outcome:
+    """Recall and tokens of ``base`` with ``plan`` applied, read without applying it."""
     coming = set(plan.chunk_ids)
     if plan.with_anchors:
         coming.update(a.id for p in plan.taken for a in base.anchors_of(base.chunks[p.match.chunk_id]))

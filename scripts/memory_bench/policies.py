@@ -20,7 +20,8 @@ from .replay import Policy
 SEED_RECALL = {"date_weight": 0.0, "query_split": False, "resurrect_neighbours": 0,
                "resurrection_anchors": "always", "user_similarity_boost": 1.5,
                "hybrid_common_share": 1.0, "hybrid_prefix_stems": False,
-               "query_feedback": 0.0, "neighbour_matches": 0}
+               "query_feedback": 0.0, "neighbour_matches": 0,
+               "resurrection_keep_share": 1.0, "query_max_results": 20}
 #: BM25's words as they were before (issue 16 part 3 again): every word, as written.
 _S24_OFF = {"query_feedback": 0.0, "neighbour_matches": 0}  # stop 24's two rules
 _TERMS_OFF = {"hybrid_common_share": 1.0, "hybrid_prefix_stems": False, **_S24_OFF}
@@ -98,6 +99,9 @@ METHODS = [
     ("recent-s23", None, _S24_OFF),
     ("recent-feedback-only", None, {"neighbour_matches": 0}),
     ("recent-nb4-only", None, {"query_feedback": 0.0}),
+    # Stop 29: room for what a message brings back (resurrection_keep_share 0.5, 30
+    # candidates); recent-s28 is the app before it (the room what pruning left, 20).
+    ("recent-s28", None, {"resurrection_keep_share": 1.0, "query_max_results": 20}),
     # The app's resurrection on every user message during the replay too.
     ("halo-live", "live", {}),
     ("halo-live-mean", "live-mean", {"rule": "mean"}),
@@ -203,4 +207,5 @@ def past_search(index, limit: int) -> Callable[[str, int], list]:
     # The app plans with its index's settings (neighbours, anchors if room): the replay's
     # resurrection uses the same plan as SemanticIndex.resurrect_for.
     search.plan = index.plan
+    search.keep_share = index.settings.resurrection_keep_share  # the room it makes (room.py)
     return search

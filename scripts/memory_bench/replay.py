@@ -251,6 +251,11 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
     if for_room:  # the session prunes to the model's window, so it needs to know it
         session.model_info = SimpleNamespace(max_context=model_context)
     conv = session.adopt(new_conversation(tok, session.settings, policy.rank))
+    # The room of a message's resurrection (the app's session.makes_room / room_floor, with
+    # the search's settings: resurrection_keep_share < 1 makes room as pruning for room does).
+    share = min(getattr(search, "keep_share", 1.0), 1.0)
+    makes_room = for_room or (share < 1 and policy.prune_to > 0)
+    floor = int(policy.prune_to * share)
     backend = TeacherForced(source, policy.reads_attention) if policy.attention else None
     trace = Trace()
     fidelity: list[FidelityRecord] = []
@@ -271,9 +276,9 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
                 back = conv.resurrect(plain_plan(conv, matches, room), with_anchors=False)
             else:
                 planner = getattr(search, "plan", None) or make_plan  # the app's (past_search), else seed 001's
-                if for_room:  # prune just enough for the plan, as the app's session does
+                if makes_room:  # prune just enough for the plan, as the app's session does
                     made = plan_with_room(conv, matches, planner, user_tokens=len(ids), max_context=model_context,
-                                          max_new_tokens=max_new_tokens, floor=policy.prune_to,
+                                          max_new_tokens=max_new_tokens, floor=floor,
                                           cap=session.settings.resurrection_budget_cap)
                     plan, gone = made.plan, made.pruned
                     before -= sum(c.token_count for c in gone)
