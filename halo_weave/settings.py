@@ -395,6 +395,11 @@ def scoring_words(settings: Settings, source: str = "server") -> Scoring:
                    f"Pruning: {order}, by that {rank} score."))
     if settings.prune_when == "for_room":
         sentence += " The context keeps the model's window full; pruning makes only the room needed."
+    share = settings.resurrection_keep_share
+    if share < 1 and settings.max_context_tokens > 0:
+        sentence += (f" When the model's window is too small for what your message brings back, older context "
+                     f"beyond the newest {int(settings.max_context_tokens * max(share, 0.0)):,} tokens is pruned "
+                     f"({'oldest' if by_age else 'dimmest'} first) to make room for it.")
     colour = (f"Paragraph colour: its {rank} brightness {scale}. "
               + ("Pruning is oldest first: the colour shows what the model reads, not what goes next."
                  if by_age else "Dim paragraphs are pruned first."))

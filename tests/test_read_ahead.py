@@ -29,7 +29,11 @@ def test_the_draft_stops_before_a_word_still_being_typed(typed, settled):
 
 
 def test_the_draft_prompt_is_what_enter_sends_and_changes_nothing(embedder, tmp_path):  # noqa: F811
-    session, _ = _chat(embedder, tmp_path / "chat.db", "after_exchange", exchanges=12)
+    # The room as pruning after the exchange leaves it, and 20 candidates (which leave it
+    # a little room): the plan prunes nothing, so the draft is the start of what Enter
+    # sends (a plan that prunes: the next test).
+    session, _ = _chat(embedder, tmp_path / "chat.db", "after_exchange", exchanges=12,
+                       resurrection_keep_share=1.0, query_max_results=20)
     conv = session.conv
     boat = next(c for c in conv.graveyard() if "Marigold" in conv.chunk_text(c.id))
     live_before = conv.live_input_ids().tolist()
@@ -58,3 +62,44 @@ def test_the_draft_prompt_is_what_enter_sends_and_changes_nothing(embedder, tmp_
     assert boat.live
     assert len(sent) > len(early) > len(live_before)
     assert sent[:len(early)] == early
+
+
+def test_a_draft_whose_plan_makes_room_leaves_out_what_enter_prunes(embedder, tmp_path):  # noqa: F811
+    """resurrection_keep_share < 1 (the default): the message's plan prunes older context;
+    the draft plans the same choice without making it."""
+    session, _ = _chat(embedder, tmp_path / "room.db", "after_exchange", exchanges=12,
+                       resurrection_keep_share=0.5)
+    conv = session.conv
+    live_before = conv.live_input_ids().tolist()
+    live_chunks = {c.id for c in conv.live_chunks()}
+    file_before = session.store.conn.execute("SELECT count(*), sum(live) FROM chunks").fetchone()
+
+    draft = settled_text(BOAT_ASKED[:-6])
+    ids, _ = tokenize(embedder, draft)
+    early = session.draft_ids(session.index, session.index.search(draft), ids)
+    assert conv.live_input_ids().tolist() == live_before
+    assert {c.id for c in conv.live_chunks()} == live_chunks
+    assert session.store.conn.execute("SELECT count(*), sum(live) FROM chunks").fetchone() == file_before
+    boat = next(c for c in conv.graveyard() if "Marigold" in conv.chunk_text(c.id))
+    boat_ids = conv.chunk_tokens(boat.id).token_ids.tolist()
+    assert any(early[i:i + len(boat_ids)] == boat_ids for i in range(len(early)))
+
+    full, texts = tokenize(embedder, BOAT_ASKED)
+    session.resurrect_for(session.index, session.index.search(BOAT_ASKED), len(full))
+    pruned = live_chunks - {c.id for c in conv.live_chunks()}
+    assert pruned, "Enter pruned older context to make room"
+    session.add_user_message(full, texts)
+    session.fit_model_window()
+    session.begin_answer()
+    sent = session.generation_request()["input_ids"]
+    # What Enter sends before the message is the draft's context with only what Enter
+    # pruned besides (the draft, a word shorter, may plan its room to prune a little less):
+    # in order, so the server's cache keeps all of it and only drops the rest.
+    prefix = [int(i) for i in conv.framing.prefix.get("user", ([], []))[0]]
+    marker = prefix + [int(i) for i in full[:4]]
+    start = max(i for i in range(len(sent)) if sent[i:i + len(marker)] == marker)
+    context, draft_context = sent[:start], early[:len(early) - len(prefix) - len(ids)]
+    it = iter(draft_context)
+    assert all(token in it for token in context), "the sent context is the draft's, less what was pruned"
+    framing = 8 * len(pruned)  # a turn left empty takes its framing too; the draft keeps it
+    assert len(draft_context) - len(context) <= sum(conv.chunks[i].token_count for i in pruned) + framing

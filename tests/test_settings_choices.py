@@ -62,3 +62,12 @@ def test_a_half_life_is_named_only_by_the_rule_that_uses_it():
     assert choice_words(Settings(brightness_half_life=99), "brightness_rule") == "magnitude votes"
     assert choice_words(Settings(brightness_rule="decay", brightness_half_life=99), "brightness_rule") == (
         "decayed attention mass (half-life 99)")
+
+
+def test_the_sentence_says_when_a_message_may_prune_older_context_for_what_it_brings_back():
+    # resurrection_keep_share (stop 29): the heatmap's words say what decides pruning at a message too.
+    words = scoring_words(Settings(max_context_tokens=2000, resurrection_keep_share=0.5))
+    assert "older context beyond the newest 1,000 tokens is pruned (oldest first)" in words.sentence
+    dimmest = scoring_words(Settings(max_context_tokens=2000, resurrection_keep_share=0.25, prune_order="brightness"))
+    assert "beyond the newest 500 tokens is pruned (dimmest first)" in dimmest.sentence
+    assert "older context" not in scoring_words(Settings(resurrection_keep_share=1.0)).sentence

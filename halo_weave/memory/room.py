@@ -9,10 +9,14 @@ to resurrect, just enough is pruned to make room for them: oldest first or dimme
 (``prune_order``), never a pinned chunk, the latest exchange or a match of this search that
 is live already (nor its anchors).
 
-The room resurrection may take is never more than pruning after every exchange would give
-it: the universal equation with the context at P (:func:`room`).  So the matches that come
-back are found within the same budget, and between messages the model sees the window.
-With KV surgery (issue 14) a prune costs no re-prefill, so pruning in small steps is cheap.
+The room resurrection may take is the universal equation with the live context counted as
+at most a *floor* (:func:`room`): P, what pruning after every exchange would leave, or less
+with ``resurrection_keep_share`` < 1 (the newest share of P).  The share applies pruned
+after every exchange too: a message whose plan does not fit the window then prunes just
+enough older context for it, by the same rule (issue 16, stop 29: on LoCoMo the room of
+P = 1,024 in C = 2,048 held too few matches for questions whose evidence lies in many
+sittings).  With KV surgery (issue 14) a prune costs no re-prefill, so pruning in small
+steps is cheap.
 """
 
 from __future__ import annotations

@@ -116,6 +116,12 @@ class SettingsDialog(QDialog):
         form.addRow("Max context tokens", self._int("max_context_tokens", s.max_context_tokens, "No pruning"))
         form.addRow("Min chunk tokens", self._int("min_chunk_tokens", s.min_chunk_tokens))
         form.addRow("Resurrection budget cap", self._int("resurrection_budget_cap", s.resurrection_budget_cap, "No cap"))
+        keep = self._double("resurrection_keep_share", s.resurrection_keep_share, 0.05)
+        keep.setToolTip("When the model's window is too small for what your message brings back from memory, "
+                        "older context is pruned to make room, beyond this share of the max context tokens "
+                        "(the newest part always stays, and the exchange you just read). 1.00: never; the "
+                        "room is only what pruning after the last answer left.")
+        form.addRow("Recall may replace context beyond the newest (share)", keep)
         form.addRow("Semantic resurrection brightness",
                     self._combo("resurrection_brightness", s.resurrection_brightness))
         form.addRow("", self._check("score_current_turn", s.score_current_turn,

@@ -181,6 +181,8 @@ def test_dialog_edit_accept_save_reload(dialog, qsettings):
     e["attention_format"].setCurrentIndex(e["attention_format"].findData("per_layer"))
     e["server_url"].setText("http://192.168.1.20:5001")
     e["system_prompt"].setPlainText("Be brief.\nBe kind.")
+    assert e["resurrection_keep_share"].value() == pytest.approx(0.5)
+    e["resurrection_keep_share"].setValue(1.0)  # recall never prunes context for its room
     QTimer.singleShot(0, dialog.accept)
     assert dialog.exec() == QDialog.DialogCode.Accepted
     result = dialog.result_settings()
@@ -191,6 +193,7 @@ def test_dialog_edit_accept_save_reload(dialog, qsettings):
     assert loaded.score_current_turn is False and loaded.hybrid_search is False
     assert loaded.attention_format == "per_layer" and loaded.server_url == "http://192.168.1.20:5001"
     assert loaded.system_prompt == "Be brief.\nBe kind."
+    assert loaded.resurrection_keep_share == 1.0
 
 
 def test_dialog_refuses_invalid_input_with_a_message(dialog, qtbot):
