@@ -8,6 +8,8 @@ an exact run on a tiny random Llama, where (one layer) the two must agree.
 
 from __future__ import annotations
 
+import copy
+
 import json
 import re
 import sys
@@ -214,6 +216,29 @@ def test_the_no_copy_question_path_gives_the_same_figures(dialogue, settings):
             copied = answer_halo(recent, matches, ctx, rule, budget_cap=cap, planner=planner)
             dry = answer_halo_dry(recent, matches, ctx, planner, budget_cap=cap)
             assert (dry.recall, dry.tokens, dry.missing) == (copied.recall, copied.tokens, copied.missing), anchors
+    # A plan that makes its room (the app's resurrection_keep_share < 1) prunes too: the
+    # no-copy path prunes in place, reads, and undoes it; the figures are a copy's.
+    recent = keep_recent(full, 200)
+    pruned = [m for m in matches if not recent.chunks[m.chunk_id].live]  # the live context is not a match
+    before = sorted(c.id for c in recent.live_chunks())
+    roomy = copy.deepcopy(recent)
+    roomy.settings = roomy.settings.replace(prune_when="for_room")  # answer_halo's pruning copy
+    differs = 0
+    for i in range(len(dialogue.questions)):
+        ctx = _question(tok, i, context - max_new, context, max_new)
+        dry = answer_halo_dry(recent, pruned, ctx, make_plan, floor=60)
+        copied = answer_halo(roomy, pruned, ctx, "at_prune", planner=make_plan, floor=60)
+        assert (dry.recall, dry.tokens, dry.missing) == (copied.recall, copied.tokens, copied.missing)
+        assert sorted(c.id for c in recent.live_chunks()) == before, "the room's prune was undone"
+        plain = answer_halo_dry(recent, pruned, ctx, make_plan)
+        differs += (dry.missing, dry.tokens) != (plain.missing, plain.tokens)
+    assert differs, "with the floor below the live context, some question's room was made by pruning"
+    # Nothing to prune (every live chunk a match, or the exchange just read): the plan is
+    # made again within what is left, so the prompt still fits.
+    small = keep_recent(full, 120)
+    for i in range(len(dialogue.questions)):
+        ctx = _question(tok, i, context - max_new, context, max_new)
+        assert answer_halo_dry(small, matches, ctx, make_plan, floor=60).tokens <= context - max_new
     # A for_room conversation's plan prunes as well: only the copy can tell.
     lazy = keep_recent(full, 120)
     lazy.settings = lazy.settings.replace(prune_when="for_room")

@@ -88,11 +88,12 @@ def plan_with_room(conv: Conversation, matches: Sequence[Match], planner: Planne
     again).  The prune spares the latest exchange, pinned chunks, and the plan's live
     matches and anchors."""
     allowed = room(conv, user_tokens, max_context, max_new_tokens, floor, cap)
-    plan, chosen, keep = room_choice(conv, matches, planner, user_tokens=user_tokens, max_context=max_context,
-                                     max_new_tokens=max_new_tokens, floor=floor, cap=cap, by_age=by_age)
-    if not chosen:
-        return RoomPlan(plan)
+    plan, _, keep = room_choice(conv, matches, planner, user_tokens=user_tokens, max_context=max_context,
+                                max_new_tokens=max_new_tokens, floor=floor, cap=cap, by_age=by_age)
     limit = max_context - user_tokens - max_new_tokens - plan.tokens
+    if not plan.taken or conv.live_token_count() <= limit:
+        return RoomPlan(plan)
+    # Pruned, or nothing could be (all spared): either way re-planned within what is left.
     pruned = conv.prune_to_fit(max(limit, 0), by_age=by_age, keep_latest_exchange=True, keep=keep)
     left = equation_budget(conv, user_tokens, max_context, max_new_tokens, cap)
     return RoomPlan(planner(conv, matches, min(allowed, left)), pruned)
