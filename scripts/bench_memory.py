@@ -33,6 +33,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from memory_bench import fidelity, locomo, retrieval  # noqa: E402
+
+from halo_weave.memory import room  # noqa: E402
 from memory_bench.methods import (QuestionContext, answer_brightness, answer_full,  # noqa: E402
                                   answer_halo, answer_halo_dry, answer_rag, keep_recent)
 from memory_bench.policies import BASE_RULE, METHODS, QUICK_METHODS, RETIRED, past_search, policies  # noqa: E402
@@ -258,7 +260,7 @@ def main(argv=None) -> int:
                     index = _index(indexes, store, settings, queries, opts, SemanticIndex)
                     text = retrieval.with_recent(recent, question.question, options.get("recent_turns", 0))
                     out = answer_halo_dry(recent, index.search(text), ctx, index.plan,
-                                          floor=room_floor(index.settings, args.prune_to), by_age=True)
+                                          floor=room_floor(index.settings), by_age=True)
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1
                 elif name == "brightness":
@@ -272,10 +274,10 @@ def main(argv=None) -> int:
                         out = answer_halo(conv, matches, ctx,
                                           options.get("rule", settings.resurrection_brightness),
                                           settings.resurrection_budget_cap, index.plan,  # the app's plan
-                                          floor=room_floor(index.settings, args.prune_to))
+                                          floor=room_floor(index.settings))
                     else:  # the same figures read off the plan (the rule moves no liveness)
                         out = answer_halo_dry(conv, matches, ctx, index.plan, settings.resurrection_budget_cap,
-                                              floor=room_floor(index.settings, args.prune_to))
+                                              floor=room_floor(index.settings))
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1
                 results[name].question_seconds += time.perf_counter() - t
@@ -365,11 +367,10 @@ def _progress(label: str, total: int):
 _LOADED: dict = {}
 
 
-def room_floor(settings, prune_to: int) -> int | None:
-    """The floor of the room a question's resurrection makes, as the app's session has
-    it (``ChatSession.room_floor``) when ``resurrection_keep_share`` < 1; else None."""
-    share = settings.resurrection_keep_share
-    return int(prune_to * max(share, 0.0)) if share < 1 and prune_to > 0 else None
+def room_floor(settings) -> int | None:
+    """The floor of the room a question's resurrection makes, as the app's session has it
+    (:func:`halo_weave.memory.room.floor`) when the keep share lowers it; else None."""
+    return room.floor(settings) if room.shares_room(settings) else None
 
 
 def _loaded(key: tuple, load):

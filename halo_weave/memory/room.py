@@ -26,11 +26,24 @@ from typing import Callable, Sequence
 
 from ..conversation import Chunk, Conversation
 from ..core import pruning
+from ..settings import Settings
 from .resurrection import Match, ResurrectionPlan
 from .resurrection import budget as equation_budget
 
 #: ``planner(conv, matches, budget)``: the index's plan (neighbours, anchors) or make_plan.
 Planner = Callable[[Conversation, Sequence[Match], int], ResurrectionPlan]
+
+
+def floor(settings: Settings) -> int:
+    """The live tokens a message's room counts at most: the newest
+    ``resurrection_keep_share`` of ``max_context_tokens`` (P itself at share 1)."""
+    return int(settings.max_context_tokens * min(max(settings.resurrection_keep_share, 0.0), 1.0))
+
+
+def shares_room(settings: Settings) -> bool:
+    """Whether the keep share lowers the floor below P, so that a message pruned after
+    every exchange makes its room too."""
+    return settings.resurrection_keep_share < 1 and settings.max_context_tokens > 0
 
 
 def room(conv: Conversation, user_tokens: int, max_context: int, max_new_tokens: int,

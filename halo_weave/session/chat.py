@@ -12,6 +12,7 @@ from ..conversation import Chunk, Conversation, Framing, Turn
 from ..core.stream_clock import StreamClock
 from ..errors import AttentionError
 from ..events import TokenEvent
+from ..memory import room
 from ..memory.resurrection import budget as resurrection_budget
 from ..settings import Settings
 from ..storage.capture import RoundCapture
@@ -217,15 +218,7 @@ class ChatSession:
     def makes_room(self) -> bool:
         """Whether a message's resurrection prunes just enough to make its room
         (:mod:`halo_weave.memory.room`): pruning only for room, or a keep share below 1."""
-        s = self.settings
-        return self.prunes_for_room or (s.resurrection_keep_share < 1 and s.max_context_tokens > 0
-                                        and self.window_limit() > 0)
-
-    @property
-    def room_floor(self) -> int:
-        """The live tokens the room of a message's resurrection counts at most."""
-        s = self.settings
-        return int(s.max_context_tokens * min(max(s.resurrection_keep_share, 0.0), 1.0))
+        return self.prunes_for_room or (room.shares_room(self.settings) and self.window_limit() > 0)
 
     @property
     def prunes_by_age(self) -> bool:

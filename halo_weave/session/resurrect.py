@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from ..conversation import Chunk
 from ..memory.resurrection import apply_plan
+from ..memory import room
 from ..memory.room import plan_with_room
 
 
 def room_terms(session, user_tokens: int) -> dict:
     """The terms of the room a message makes (:func:`~halo_weave.memory.room.plan_with_room`):
     the model's window less the answer's opening framing, the room counted from
-    ``session.room_floor`` live tokens at most."""
+    :func:`~halo_weave.memory.room.floor` live tokens at most."""
     s = session.settings
     return dict(user_tokens=user_tokens, max_context=session.window_limit() + s.max_new_tokens,
-                max_new_tokens=s.max_new_tokens, floor=session.room_floor, cap=s.resurrection_budget_cap,
+                max_new_tokens=s.max_new_tokens, floor=room.floor(s), cap=s.resurrection_budget_cap,
                 by_age=session.prunes_by_age)
 
 

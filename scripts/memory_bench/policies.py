@@ -207,5 +207,4 @@ def past_search(index, limit: int) -> Callable[[str, int], list]:
     # The app plans with its index's settings (neighbours, anchors if room): the replay's
     # resurrection uses the same plan as SemanticIndex.resurrect_for.
     search.plan = index.plan
-    search.keep_share = index.settings.resurrection_keep_share  # the room it makes (room.py)
     return search

@@ -37,7 +37,8 @@ from halo_weave.conversation import Conversation, Framing
 from halo_weave.events import TokenEvent
 from halo_weave.memory.resurrection import budget as resurrection_budget
 from halo_weave.memory.resurrection import make_plan
-from halo_weave.memory.room import plan_with_room
+from halo_weave.memory.room import floor as room_floor
+from halo_weave.memory.room import plan_with_room, shares_room
 from halo_weave.session import ChatSession
 from halo_weave.settings import Settings
 
@@ -251,11 +252,9 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
     if for_room:  # the session prunes to the model's window, so it needs to know it
         session.model_info = SimpleNamespace(max_context=model_context)
     conv = session.adopt(new_conversation(tok, session.settings, policy.rank))
-    # The room of a message's resurrection (the app's session.makes_room / room_floor, with
-    # the search's settings: resurrection_keep_share < 1 makes room as pruning for room does).
-    share = min(getattr(search, "keep_share", 1.0), 1.0)
-    makes_room = for_room or (share < 1 and policy.prune_to > 0)
-    floor = int(policy.prune_to * share)
+    # The room of a message's resurrection, as the app's session.makes_room has it.
+    makes_room = for_room or shares_room(session.settings)
+    floor = room_floor(session.settings)
     backend = TeacherForced(source, policy.reads_attention) if policy.attention else None
     trace = Trace()
     fidelity: list[FidelityRecord] = []
