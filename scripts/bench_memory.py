@@ -36,7 +36,8 @@ from memory_bench import fidelity, locomo, retrieval  # noqa: E402
 
 from halo_weave.memory import room  # noqa: E402
 from memory_bench.methods import (QuestionContext, answer_brightness, answer_full,  # noqa: E402
-                                  answer_halo, answer_halo_dry, answer_rag, keep_recent)
+                                  answer_halo, answer_halo_dry, answer_halo_in_place, answer_rag,
+                                  keep_recent)
 from memory_bench.policies import BASE_RULE, METHODS, QUICK_METHODS, RETIRED, past_search, policies  # noqa: E402
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
 from memory_bench.report import MethodResult, diagnose, merge_outputs, plot_brightness, table  # noqa: E402
@@ -270,11 +271,11 @@ def main(argv=None) -> int:
                     index = _index(indexes, store, settings, queries, search_opts, SemanticIndex)
                     matches = index.search(question.question)
                     conv = replays[key].conv
-                    if conv.settings.prune_when == "for_room":  # its plan prunes too: in a copy
-                        out = answer_halo(conv, matches, ctx,
-                                          options.get("rule", settings.resurrection_brightness),
-                                          settings.resurrection_budget_cap, index.plan,  # the app's plan
-                                          floor=room_floor(index.settings))
+                    if conv.settings.prune_when == "for_room":  # its plan prunes too: made, read, undone
+                        rule = options.get("rule", settings.resurrection_brightness)
+                        answer = answer_halo_in_place if rule == "at_prune" else answer_halo  # (a copy)
+                        out = answer(conv, matches, ctx, rule, settings.resurrection_budget_cap,
+                                     index.plan, floor=room_floor(index.settings))  # the app's plan
                     else:  # the same figures read off the plan (the rule moves no liveness)
                         out = answer_halo_dry(conv, matches, ctx, index.plan, settings.resurrection_budget_cap,
                                               floor=room_floor(index.settings))
@@ -418,7 +419,7 @@ def _stats(source) -> str:
         return s.line()
     shared = getattr(source, "shared", None)
     return (f"model {s.seconds:.0f} s total, {s.prefill_tokens} prefilled, {s.forced_tokens} forced, "
-            f"{s.shifts} shifts, {s.reprefills} re-prefills, {s.restored_tokens} restored"
+            f"{s.shifts} shifts ({getattr(s, 'in_place_shifts', 0)} in place), {s.reprefills} re-prefills, {s.restored_tokens} restored"
             + (f", shared: {shared.served_tokens} forced, {shared.adopted_tokens} cached"
                if shared is not None else ""))
 

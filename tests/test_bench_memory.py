@@ -23,12 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 from memory_bench import locomo  # noqa: E402
 from memory_bench.methods import (QuestionContext, answer_brightness, answer_fifo,  # noqa: E402
-                                  answer_full, answer_halo, answer_halo_dry, answer_rag, evidence_recall,
-                                  keep_recent)
+                                  answer_full, answer_halo, answer_halo_dry, answer_halo_in_place,
+                                  answer_rag, evidence_recall, keep_recent)
 from memory_bench.policies import BASE_RULE  # noqa: E402
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
 
 from halo_weave.memory.resurrection import Match, make_plan  # noqa: E402
+from halo_weave.memory.room import plan_with_room  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
 
 FILLER = "we talked about the weather and the garden and the long drive home again"
@@ -277,6 +278,27 @@ def test_pruning_only_for_room_keeps_more_recent_context_and_brings_the_match_ba
             ctx = _question(tok, i, context - max_new, context, max_new)
             out = answer_halo(r.conv, [found], ctx, "at_prune")
             assert out.tokens <= context - max_new and "D1:1" not in out.missing, (name, i)
+        # Made in the conversation itself, read and undone: the copy's figures, and the
+        # conversation as it was (the same live chunks, positions and brightness).
+        gone = [Match(c.id, c.turn_id, c.chunk_index, c.role, "", c.token_count, 0, 0.9, 0.9)
+                for c in r.conv.graveyard() if not c.framing]
+        before = ([c.id for c in r.conv.live_chunks()], r.conv.table.position.copy(),
+                  r.conv.table.brightness.copy())
+        made_room = 0
+        for i in range(len(dialogue.questions)):
+            ctx = _question(tok, i, context - max_new, context, max_new)
+            out = answer_halo(r.conv, gone, ctx, "at_prune")
+            made = answer_halo_in_place(r.conv, gone, ctx, "at_prune")
+            assert (made.recall, made.tokens, made.missing) == (out.recall, out.tokens, out.missing), (name, i)
+            after = ([c.id for c in r.conv.live_chunks()], r.conv.table.position, r.conv.table.brightness)
+            assert after[0] == before[0] and np.array_equal(after[1], before[1]), (name, i)
+            assert np.array_equal(after[2], before[2]), (name, i)
+            probe = copy.deepcopy(r.conv)
+            made_room += bool(plan_with_room(probe, gone, make_plan, user_tokens=ctx.framed_tokens,
+                                             max_context=context, max_new_tokens=max_new, floor=prune_to).pruned)
+        assert made_room, "some question's plan pruned older context to make its room"
+        with pytest.raises(ValueError):  # a mean-brightness resurrection cannot be undone exactly
+            answer_halo_in_place(r.conv, gone, ctx, "mean")
 
 
 def test_halo_reports_why_evidence_is_missing(dialogue, settings):
@@ -632,7 +654,8 @@ def test_a_cache_growing_in_place_gives_the_same_floats_as_concatenation():
     """The replay's cache layers write each pass after what they hold (no copy of the
     whole cache per pass); forcing through them, a KV shift and a restore from kept cells
     included, gives the rows and log-probabilities transformers' own concatenating cache
-    gives, to the bit, and a tensor the shared prefix holds is never written into."""
+    gives, to the bit; a shift within the layer's own buffer too (only the moved rows
+    rewritten); and a tensor the shared prefix holds is never written into."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     from memory_bench.attention import ModelAttention
@@ -644,18 +667,24 @@ def test_a_cache_growing_in_place_gives_the_same_floats_as_concatenation():
     for source in (growing, concatenating):
         source.reset(keep_pruned=True)
     rng = np.random.default_rng(9)
-    ids, forced, more, again = (rng.integers(1, 64, n).tolist() for n in (120, 40, 12, 9))
+    ids, forced, more, again, last = (rng.integers(1, 64, n).tolist() for n in (120, 40, 12, 9, 6))
     keys = list(range(160))
     calls = [(ids, forced, keys),
-             # a prune: a middle span leaves, the rest shifts back
+             # a prune: a middle span leaves, the rest shifts back (a new buffer: the
+             # shared prefix holds views of the first one)
              (ids[:20] + ids[50:] + forced[:-1] + [5], more, keys[:20] + keys[50:159] + [400] + list(range(401, 413))),
-             # the span comes back from kept cells, at its old place
+             # the span comes back from kept cells, at its old place (within the buffer)
              (ids + forced[:-1] + [5] + more[:-1] + [7], again, keys[:159] + [400] + list(range(401, 412)) + [500]
-              + list(range(501, 510)))]
+              + list(range(501, 510))),
+             # another prune, within the buffer: only the rows after the gap move
+             (ids[:10] + ids[40:] + forced[:-1] + [5] + more[:-1] + [7] + again[:-1] + [9], last,
+              keys[:10] + keys[40:159] + [400] + list(range(401, 412)) + [500] + list(range(501, 509)) + [600]
+              + list(range(601, 607)))]
     for call in calls:
         a, b = growing.force(*call), concatenating.force(*call)
         assert np.array_equal(a.rows, b.rows) and np.array_equal(a.logprobs, b.logprobs)
-    assert growing.stats.shifts == 2 and growing.stats.restored_tokens == 30
+    assert growing.stats.shifts == 3 and growing.stats.restored_tokens == 30
+    assert growing.stats.in_place_shifts == 2
     assert all(isinstance(layer, GrowingLayer) for layer in growing._cache.layers)
     # A prefix another replay adopted is copied before anything is written after it.
     shared = list(growing.shared.layers)

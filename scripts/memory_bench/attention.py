@@ -51,6 +51,7 @@ class AttentionStats:
     forced_tokens: int = 0
     shifts: int = 0
     reprefills: int = 0
+    in_place_shifts: int = 0
     restored_tokens: int = 0  # resurrected tokens taken from kept cells (not run)
     seconds: float = 0.0
     by_kind: dict = field(default_factory=dict)
@@ -64,6 +65,9 @@ class ModelAttention:
     sum_in_layers = True
     #: The input the cache lacks runs in the forced tokens' pass (False: a pass of its own).
     one_pass = True
+    #: A KV shift moves rows within the layer's own buffer where it can (False: always a
+    #: new buffer, the check).
+    shift_in_place = True
 
     def __init__(self, model, tokenizer, mode: str = "shift", device: str = "cpu") -> None:
         if mode not in ("exact", "shift"):
@@ -125,6 +129,7 @@ class ModelAttention:
         self._call = 0  # teacher_force calls since the reset
         self._pending = 0  # cache length the last shared call left (not adopted yet)
         self._pure = True  # the cache only grew since the reset (no prune yet)
+        self._exposed = False  # a shared prefix holds views of this cache's buffers
 
     def forget_shared(self) -> None:
         """A new conversation: drop the calls shared between its replays."""
@@ -218,16 +223,28 @@ class ModelAttention:
         inv_freq = self.model.model.rotary_emb.inv_freq
         sc, dc = (torch.tensor(x, dtype=torch.long, device=dev) for x in (src_cache, dst_cache))
         dtype = self._cache.layers[0].keys.dtype
-        # The rotations are the same for every layer: their cos and sin are computed once.
-        moved = rope_factors(dc - sc, len(src_cache), inv_freq, dev, dtype) if src_cache else None
         if src_grave:
             dg = torch.tensor(dst_grave, dtype=torch.long, device=dev)
             delta = dg - torch.tensor(old_pos, dtype=torch.long, device=dev)
             back = rope_factors(delta, len(src_grave), inv_freq, dev, dtype)
+        # A layer that owns its buffer (nothing shared holds a view of it) with room for m
+        # rows is shifted in place: the rows that keep their index stay where they are, and
+        # only the moved rows are read (copies, before anything is written) and written
+        # back rotated.  Otherwise a new buffer is built.  Same floats either way.
+        in_place = self.shift_in_place and not self._exposed and all(
+            isinstance(layer, GrowingLayer) and layer.owns_buffer(m) for layer in self._cache.layers)
+        if in_place and src_cache:
+            stays = sc == dc
+            sc, dc = sc[~stays], dc[~stays]
+        # The rotations are the same for every layer: their cos and sin are computed once.
+        moved = rope_factors(dc - sc, len(sc), inv_freq, dev, dtype) if len(sc) else None
         for li, layer in enumerate(self._cache.layers):
             k, v = layer.keys, layer.values
-            new_k, new_v = GrowingLayer.new_buffer(k, m), GrowingLayer.new_buffer(v, m)
-            if src_cache:
+            if in_place:
+                new_k, new_v = layer.buffers
+            else:
+                new_k, new_v = GrowingLayer.new_buffer(k, m), GrowingLayer.new_buffer(v, m)
+            if src_cache and len(sc):
                 new_k.index_copy_(-2, dc, rotate_keys(k.index_select(-2, sc), dc - sc, inv_freq, moved))
                 new_v.index_copy_(-2, dc, v.index_select(-2, sc))
             if src_grave:
@@ -239,7 +256,9 @@ class ModelAttention:
             else:
                 layer.keys, layer.values = new_k[..., :m, :], new_v[..., :m, :]
         self._ids, self._keys = list(ids[:m]), list(keys[:m])
+        self._exposed = False  # new buffers, or ours already: no shared prefix views them
         self.stats.shifts += 1
+        self.stats.in_place_shifts += in_place
         self.stats.restored_tokens += len(src_grave)
         return m
 
@@ -411,6 +430,7 @@ class ModelAttention:
         if self._pure:
             self.shared.record(call, signature, out, self.last_logprobs, self._ids, self._keys,
                                self._cache.layers)
+            self._exposed = True  # it may hold views of our buffers: never written in place
         self.stats.calls += 1
         self.stats.seconds += time.perf_counter() - started
         return out

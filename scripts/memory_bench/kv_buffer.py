@@ -40,6 +40,16 @@ class GrowingLayer(DynamicLayer):
         self._view = self.keys
         self.is_initialized = True
 
+    def owns_buffer(self, n: int) -> bool:
+        """Whether the layer's keys are the view of its own buffer (no one else's tensor)
+        and that buffer has room for ``n`` rows."""
+        return self._view is not None and self.keys is self._view and self._buffers[0].shape[-2] >= n
+
+    @property
+    def buffers(self):
+        """``(keys, values)`` buffers; write only where :meth:`owns_buffer` says so."""
+        return self._buffers
+
     @staticmethod
     def new_buffer(like, n: int):
         """An empty buffer shaped like ``like`` ``[..., rows, d]`` for ``n`` rows and spare."""

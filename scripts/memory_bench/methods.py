@@ -24,7 +24,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from halo_weave.conversation import Conversation
+from halo_weave.core import pruning
 from halo_weave.memory.resurrection import budget, make_plan
 from halo_weave.memory.room import plan_with_room
 
@@ -143,16 +146,75 @@ def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
     floor when pruning for room (default ``P``; lower with ``resurrection_keep_share``).
     """
     conv = copy.deepcopy(base)
-    if conv.settings.prune_when == "for_room":  # pruned just enough for the plan (memory/room.py)
-        plan = plan_with_room(conv, matches, planner, user_tokens=q.framed_tokens, max_context=q.model_context,
-                              max_new_tokens=q.max_new_tokens,
-                              floor=conv.settings.max_context_tokens if floor is None else floor,
-                              cap=budget_cap).plan
-        plan.apply(conv, rule)
-        conv.prune_to_fit(q.budget - q.framed_tokens, keep_latest_exchange=True)  # nothing came back: fit anyway
+    if conv.settings.prune_when == "for_room":
+        plan = _for_room(conv, matches, q, rule, budget_cap, planner, floor)
     else:
         plan = planner(conv, matches, budget(conv, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))
         plan.apply(conv, rule)
+    return q.finish(conv, _why(plan, matches, q))
+
+
+def answer_halo_in_place(base: Conversation, matches, q: QuestionContext, rule: str,
+                         budget_cap: int = 0, planner=make_plan, floor: int | None = None) -> Outcome:
+    """:func:`answer_halo` for ``prune_when = "for_room"`` without copying ``base`` (the
+    copy was 96 % of such a question's time): the room's prune, the resurrection and the
+    fit are made in ``base``, read, and undone (what came back pruned again, what was
+    pruned put back, each with the brightness it had), so ``base`` holds the same live
+    chunks, tokens and brightness afterwards (the same chunks and positions are checked,
+    else an error).
+    The question itself never joins: its tokens are counted, as :func:`answer_full` does."""
+    if base.settings.prune_when != "for_room" or rule != "at_prune":
+        raise ValueError("only a for_room plan resurrected at prune brightness is undone exactly")
+    before = {c.id for c in base.live_chunks()}
+    positions, brightness = base.table.position.copy(), base.table.brightness.copy()
+    at_prune = {i: c.brightness_at_prune for i, c in base.chunks.items()}
+    try:
+        plan = _for_room(base, matches, q, rule, budget_cap, planner, floor)
+        recall, live = evidence_recall(base, q.question.evidence, q.turn_of)
+        why = _why(plan, matches, q)
+        missing = {d: why(d) for d in q.question.evidence if d not in live}
+        return Outcome(recall, base.live_token_count() + q.framed_tokens, live, missing)
+    finally:
+        _restore_live(base, before)
+        if not np.array_equal(base.table.position, positions):
+            raise RuntimeError("the question's prune and resurrection were not undone exactly")
+        # A turn's framing that left with its content comes back at the initial brightness,
+        # and a live chunk pruned and put back has its last peak as its brightness at prune.
+        base.table.brightness[:] = brightness
+        for i, value in at_prune.items():
+            base.chunks[i].brightness_at_prune = value
+
+
+def _for_room(conv: Conversation, matches, q: QuestionContext, rule: str, budget_cap: int, planner,
+              floor: int | None):
+    """The question's plan pruned just enough for (memory/room.py), applied, and the
+    context then fitted to the prompt budget; returns the plan."""
+    plan = plan_with_room(conv, matches, planner, user_tokens=q.framed_tokens, max_context=q.model_context,
+                          max_new_tokens=q.max_new_tokens,
+                          floor=conv.settings.max_context_tokens if floor is None else floor,
+                          cap=budget_cap).plan
+    plan.apply(conv, rule)
+    conv.prune_to_fit(q.budget - q.framed_tokens, keep_latest_exchange=True)  # nothing came back: fit anyway
+    return plan
+
+
+def _restore_live(conv: Conversation, before: set[int]) -> None:
+    """Make exactly the chunks ``before`` live again: what came back is pruned (keeping the
+    brightness it came back with, its brightness at prune), what was pruned comes back at
+    the brightness it was pruned with; framing follows its turn's content."""
+    now = {c.id for c in conv.live_chunks()}
+    extra = [conv.chunks[i] for i in sorted(now - before) if not conv.chunks[i].framing]
+    if extra:
+        pruning.take_out(conv, extra)
+    gone = [i for i in sorted(before - now) if not conv.chunks[i].framing]
+    if gone:
+        conv.resurrect(gone, brightness="at_prune", with_anchors=False)
+    if {c.id for c in conv.live_chunks()} != before:
+        raise RuntimeError("the question's prune and resurrection were not undone exactly")
+
+
+def _why(plan, matches, q: QuestionContext):
+    """Why an evidence turn is not live after ``plan``."""
     searched = {m.turn_id for m in matches}
     skipped = {p.match.turn_id for p in plan.skipped}
 
@@ -164,7 +226,7 @@ def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
             return "retrieved, not resurrected"
         return "never retrieved"
 
-    return q.finish(conv, why)
+    return why
 
 
 def answer_halo_dry(base: Conversation, matches, q: QuestionContext, planner=make_plan,
