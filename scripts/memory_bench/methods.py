@@ -157,13 +157,12 @@ def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
 def answer_halo_in_place(base: Conversation, matches, q: QuestionContext, rule: str,
                          budget_cap: int = 0, planner=make_plan, floor: int | None = None) -> Outcome:
     """:func:`answer_halo` for ``prune_when = "for_room"`` without copying ``base`` (42
-    questions on conv-30's first 200 turns: 0.35 s instead of 2.08): the room's prune, the
-    resurrection and the
-    fit are made in ``base``, read, and undone (what came back pruned again, what was
-    pruned put back, each with the brightness it had), so ``base`` holds the same live
-    chunks, tokens and brightness afterwards (the same chunks and positions are checked,
-    else an error).
-    The question itself never joins: its tokens are counted, as :func:`answer_full` does."""
+    questions on conv-30's first 200 turns: 0.35 s instead of 2.08).  The room's prune,
+    the resurrection and the fit are made in ``base``, read, and undone (what came back
+    pruned again, what was pruned put back, each with the brightness it had), so ``base``
+    holds the same live chunks, tokens and brightness afterwards (the same chunks and
+    positions are checked, else an error).  The question itself never joins: its tokens
+    are counted, as :func:`answer_full` does."""
     if base.settings.prune_when != "for_room" or rule != "at_prune":
         raise ValueError("only a for_room plan resurrected at prune brightness is undone exactly")
     before = {c.id for c in base.live_chunks()}
