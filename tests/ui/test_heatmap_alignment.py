@@ -74,9 +74,12 @@ def rgb(image: QImage) -> np.ndarray:
 
 
 def on_screen(view: HeatmapView) -> np.ndarray:
-    """The viewport's pixels as the window shows them (the backing store)."""
-    view.flush()
-    QApplication.processEvents()
+    """The viewport's pixels as the window shows them (the backing store), once what is
+    pending has painted: a timer that fires inside one round of events (the re-wrap after a
+    resize) posts its repaint for the next, which the screen shows a frame later."""
+    for _ in range(3):
+        view.flush()
+        QApplication.processEvents()
     viewport = view.viewport()
     origin = viewport.mapTo(view.window(), QPoint(0, 0))
     screen = QGuiApplication.primaryScreen()
