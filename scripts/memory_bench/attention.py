@@ -244,7 +244,7 @@ class ModelAttention:
                 new_k, new_v = layer.buffers
             else:
                 new_k, new_v = GrowingLayer.new_buffer(k, m), GrowingLayer.new_buffer(v, m)
-            if src_cache and len(sc):
+            if len(sc):
                 new_k.index_copy_(-2, dc, rotate_keys(k.index_select(-2, sc), dc - sc, inv_freq, moved))
                 new_v.index_copy_(-2, dc, v.index_select(-2, sc))
             if src_grave:

@@ -9,9 +9,10 @@ model reads a view of the filled part (the same numbers; the attention kernels t
 view's strides as they are).
 
 A buffer is only written where nothing else can see: when the layer's keys were replaced
-from outside (a KV shift, a crop, a shared prefix adopted, :mod:`.prefix`), the next call
-first copies them into a buffer of its own, so a tensor another cache holds is never
-written into.
+from outside (a crop, a shared prefix adopted, :mod:`.prefix`, a KV shift that built new
+buffers), the next call first copies them into a buffer of its own, so a tensor another
+cache holds is never written into; a KV shift writes into the buffer itself only where
+:meth:`GrowingLayer.owns_buffer` and no shared prefix views it.
 """
 
 from __future__ import annotations

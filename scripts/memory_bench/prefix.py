@@ -10,7 +10,9 @@ fidelity reference) starts from the longest prefix of that cache it shares.
 Cached keys and values are shared by reference, never copied, and nothing writes into
 what is held here: the replay's cache layers (:mod:`.kv_buffer`) write only after the rows
 they hold, into a buffer of their own (an adopted prefix is copied into a new buffer before
-the first write), and the KV surgery builds new buffers.
+the first write), and a KV shift rewrites a layer's buffer in place only once no call
+recorded here can hold a view of it (:meth:`.attention.ModelAttention._shift`), else it
+builds new buffers.
 """
 
 from __future__ import annotations
