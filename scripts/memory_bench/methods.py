@@ -3,8 +3,9 @@
 Every question starts from its method's end-of-conversation state as the replay left it,
 so questions never change each other: a method resurrects in a copy of that state, or reads
 its figures off the plan (:func:`answer_halo_dry`), or makes the plan in the state itself,
-reads it and undoes it exactly (:func:`answer_halo_in_place`, the ``lazy-*`` methods).  The prompt budget is ``C - max_new_tokens`` (the room the
-universal equation leaves for the prompt); every method but ``full`` stays within it.
+reads it and undoes it exactly (:func:`answer_halo_in_place`, the ``lazy-*`` methods).
+The prompt budget is ``C - max_new_tokens`` (the room the universal equation leaves for
+the prompt); every method but ``full`` stays within it.
 
 * ``full``: everything (reported, not bounded).
 * ``fifo``: the most recent whole turns that fit with the question.
