@@ -199,6 +199,12 @@ def test_every_bounded_method_fits_the_prompt_budget(dialogue, settings):
     assert all(t.role != "user" or t.turn_id < len(dialogue.turns) for t in halo.turns.values())
 
 
+def _stamps(conv):
+    """Per chunk: its brightness at prune and when it was last resurrected (its age for
+    oldest-first pruning)."""
+    return {i: (c.brightness_at_prune, c.resurrected_at) for i, c in conv.chunks.items()}
+
+
 def test_the_no_copy_question_path_gives_the_same_figures(dialogue, settings):
     """recent-* methods read recall and tokens off the plan instead of resurrecting in a
     copy: the figures must be the copy's, with anchors always or paid from what is left."""
@@ -222,6 +228,7 @@ def test_the_no_copy_question_path_gives_the_same_figures(dialogue, settings):
     recent = keep_recent(full, 200)
     pruned = [m for m in matches if not recent.chunks[m.chunk_id].live]  # the live context is not a match
     before = sorted(c.id for c in recent.live_chunks())
+    stamps = _stamps(recent)
     roomy = copy.deepcopy(recent)
     roomy.settings = roomy.settings.replace(prune_when="for_room")  # answer_halo's pruning copy
     differs = 0
@@ -231,6 +238,9 @@ def test_the_no_copy_question_path_gives_the_same_figures(dialogue, settings):
         copied = answer_halo(roomy, pruned, ctx, "at_prune", planner=make_plan, floor=60)
         assert (dry.recall, dry.tokens, dry.missing) == (copied.recall, copied.tokens, copied.missing)
         assert sorted(c.id for c in recent.live_chunks()) == before, "the room's prune was undone"
+        # ... each chunk put back as old as it was: else it ranks as the newest in the next
+        # question's oldest-first prune, and the questions change each other's figures.
+        assert _stamps(recent) == stamps, i
         plain = answer_halo_dry(recent, pruned, ctx, make_plan)
         differs += (dry.missing, dry.tokens) != (plain.missing, plain.tokens)
     assert differs, "with the floor below the live context, some question's room was made by pruning"
@@ -284,15 +294,18 @@ def test_pruning_only_for_room_keeps_more_recent_context_and_brings_the_match_ba
                 for c in r.conv.graveyard() if not c.framing]
         before = ([c.id for c in r.conv.live_chunks()], r.conv.table.position.copy(),
                   r.conv.table.brightness.copy())
+        stamps = _stamps(r.conv)
+        alone = copy.deepcopy(r.conv)  # only ever copied: what every question starts from
         made_room = 0
         for i in range(len(dialogue.questions)):
             ctx = _question(tok, i, context - max_new, context, max_new)
-            out = answer_halo(r.conv, gone, ctx, "at_prune")
+            out = answer_halo(alone, gone, ctx, "at_prune")
             made = answer_halo_in_place(r.conv, gone, ctx, "at_prune")
             assert (made.recall, made.tokens, made.missing) == (out.recall, out.tokens, out.missing), (name, i)
             after = ([c.id for c in r.conv.live_chunks()], r.conv.table.position, r.conv.table.brightness)
             assert after[0] == before[0] and np.array_equal(after[1], before[1]), (name, i)
             assert np.array_equal(after[2], before[2]), (name, i)
+            assert _stamps(r.conv) == stamps, (name, i)  # as old as they were (see above)
             probe = copy.deepcopy(r.conv)
             made_room += bool(plan_with_room(probe, gone, make_plan, user_tokens=ctx.framed_tokens,
                                              max_context=context, max_new_tokens=max_new, floor=prune_to).pruned)
