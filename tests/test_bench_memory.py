@@ -28,6 +28,7 @@ from memory_bench.methods import (QuestionContext, answer_brightness, answer_fif
 from memory_bench.policies import BASE_RULE  # noqa: E402
 from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
 
+from halo_weave.core.token_table import COLUMNS  # noqa: E402
 from halo_weave.memory.resurrection import Match, make_plan  # noqa: E402
 from halo_weave.memory.room import plan_with_room  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
@@ -295,6 +296,7 @@ def test_pruning_only_for_room_keeps_more_recent_context_and_brings_the_match_ba
         before = ([c.id for c in r.conv.live_chunks()], r.conv.table.position.copy(),
                   r.conv.table.brightness.copy())
         stamps = _stamps(r.conv)
+        columns = {name: getattr(r.conv.table, name).copy() for name in COLUMNS}
         alone = copy.deepcopy(r.conv)  # only ever copied: what every question starts from
         made_room = 0
         for i in range(len(dialogue.questions)):
@@ -306,6 +308,8 @@ def test_pruning_only_for_room_keeps_more_recent_context_and_brings_the_match_ba
             assert after[0] == before[0] and np.array_equal(after[1], before[1]), (name, i)
             assert np.array_equal(after[2], before[2]), (name, i)
             assert _stamps(r.conv) == stamps, (name, i)  # as old as they were (see above)
+            for column, values in columns.items():  # every token row as it was
+                assert np.array_equal(getattr(r.conv.table, column), values), (name, i, column)
             probe = copy.deepcopy(r.conv)
             made_room += bool(plan_with_room(probe, gone, make_plan, user_tokens=ctx.framed_tokens,
                                              max_context=context, max_new_tokens=max_new, floor=prune_to).pruned)
