@@ -216,7 +216,7 @@ def test_shared_anchors_are_paid_once(chat, embedder):  # noqa: F811
 def memory_state(conv):
     """What the user sees of the conversation: live tokens and every chunk's state."""
     return ({name: getattr(conv.table, name).tolist() for name in ("position", "token_id", "brightness")},
-            {c.id: (c.live, c.brightness_at_prune) for c in conv.chunks.values()},
+            {c.id: (c.live, c.brightness_at_prune, c.age_key) for c in conv.chunks.values()},
             {c.id: conv.chunk_tokens(c.id).brightness.tolist() for c in conv.graveyard()})
 
 

@@ -200,12 +200,14 @@ class _UndoResurrect:
     Conversation has no public inverse of ``resurrect``; this uses its prune step
     (``_prune_chunks``) and then puts back what pruning recomputes: the brightness at prune
     and the pruned tokens as they were (those long pruned are left to reload from the file,
-    which the rolled-back transaction left unchanged).
+    which the rolled-back transaction left unchanged), and what resurrecting stamped: when
+    each chunk last came back (``resurrected_at``, its age for oldest-first pruning).
     """
 
     def __init__(self, conv: Conversation, plan: ResurrectionPlan) -> None:
         self.conv = conv
         self.pruned_tokens = dict(conv._pruned_tokens)
+        self.stamps = {c.id: c.resurrected_at for c in conv.chunks.values() if not c.live}
 
     def __call__(self, resurrected: list[Chunk]) -> None:
         if not resurrected:
@@ -215,6 +217,7 @@ class _UndoResurrect:
         conv._prune_chunks(list(resurrected))
         for chunk in resurrected:
             chunk.brightness_at_prune = at_prune[chunk.id]
+            chunk.resurrected_at = self.stamps.get(chunk.id, chunk.resurrected_at)
             tokens = self.pruned_tokens.get(chunk.id)
             if tokens is None:
                 conv._pruned_tokens.pop(chunk.id, None)
