@@ -176,7 +176,7 @@ def apply_plan(conv: Conversation, plan: ResurrectionPlan, conn: sqlite3.Connect
     the conversation never shows chunks as live that the file holds as pruned.
     """
     before = conv.live_token_count()
-    undo = _UndoResurrect(conv, plan)
+    undo = _UndoResurrect(conv)
     resurrected = plan.apply(conv, brightness)
     counts = [p.match.chunk_id for p in plan.taken]
     try:
@@ -204,7 +204,7 @@ class _UndoResurrect:
     each chunk last came back (``resurrected_at``, its age for oldest-first pruning).
     """
 
-    def __init__(self, conv: Conversation, plan: ResurrectionPlan) -> None:
+    def __init__(self, conv: Conversation) -> None:
         self.conv = conv
         self.pruned_tokens = dict(conv._pruned_tokens)
         self.stamps = {c.id: c.resurrected_at for c in conv.chunks.values() if not c.live}
