@@ -41,7 +41,9 @@ def start_llama_cpp_server(n_ctx: int) -> tuple[subprocess.Popen, str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     log = tempfile.NamedTemporaryFile(prefix="llama-cpp-server-", suffix=".log", delete=False)
-    process = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(bundled_gguf()),
+    # tests/llama_cpp_server_main.py: llama_cpp.server with the model settings this CPU survives.
+    main = Path(__file__).resolve().parents[1] / "tests" / "llama_cpp_server_main.py"
+    process = subprocess.Popen([sys.executable, str(main), "--model", str(bundled_gguf()),
                                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
                                 "--n_threads", "2"], stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"

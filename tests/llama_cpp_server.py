@@ -14,9 +14,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+
+#: Runs ``llama_cpp.server`` with the model settings this CPU survives.
+MAIN = Path(__file__).with_name("llama_cpp_server_main.py")
 
 #: Seconds the server may take to load the 135M model (well under 10 s on two cores).
 START_TIMEOUT_S = 120
@@ -34,7 +38,7 @@ def free_port() -> int:
 
 
 class LlamaCppServer:
-    """``python -m llama_cpp.server`` as a child process (``.url``, ``.api_key``)."""
+    """llama-cpp-python's server (through :data:`MAIN`) as a child process (``.url``, ``.api_key``)."""
 
     def __init__(self, api_key: str | None = None, n_ctx: int = 2048) -> None:
         if MISSING:
@@ -44,7 +48,7 @@ class LlamaCppServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = api_key
-        args = [sys.executable, "-m", "llama_cpp.server", "--model", str(bundled_gguf()), "--host", "127.0.0.1",
+        args = [sys.executable, str(MAIN), "--model", str(bundled_gguf()), "--host", "127.0.0.1",
                 "--port", str(self.port), "--n_ctx", str(n_ctx), "--n_threads", "2"]
         if api_key:
             args += ["--api_key", api_key]

@@ -80,6 +80,9 @@ class LocalTokenizer:
 
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True  # the vocabulary only: no weights, no context
+        # No weight repacking either (it crashes on CPUs with AMX: see server/llamacpp/safety.py);
+        # with the vocabulary only there are no weights to repack, and it stays so.
+        params.use_extra_bufts = False
         model = LlamaModel(path_model=str(gguf), params=params, verbose=False)
         lock = threading.Lock()
 

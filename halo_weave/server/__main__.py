@@ -15,6 +15,7 @@ then carries ``Authorization: Bearer KEY`` (see :mod:`halo_weave.server.guard`).
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import socket
@@ -109,6 +110,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # A crash in native code (llama.cpp, torch) prints the Python stack to stderr, which
+    # the app keeps in the server's log file.
+    faulthandler.enable()
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # The model ships on disk: never reach for the network.
@@ -139,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from .app import create_app
-    from .engines import load_engine
+    from .engines import engine_note, load_engine
 
     log.info("loading model %s ...", args.model or "(bundled SmolLM2-135M-Instruct)")
     try:
@@ -157,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
              engine.kind, engine.kv.mode, ", tail first" if engine.kv.tail_first else "", engine.context_size,
              f" ({engine.n_cells} cells to start)" if getattr(engine, "n_cells", None) else "",
              " (from the dequantized cache)" if engine.loaded_from_cache else "")
+    note = engine_note(engine.kind)
+    if note:
+        log.warning("%s", note)
 
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host

@@ -45,6 +45,7 @@ from starlette.routing import Route
 from .. import __version__
 from . import limits, schema
 from .engine_api import EngineBase as Engine
+from .engines import engine_note
 from .errors import EngineBusy, RequestError
 from .guard import RequestGuard
 from .generation import DoneRecord
@@ -120,6 +121,9 @@ def model_info(engine: Engine, attention: bool = True) -> dict:
         "kv_tail_first": engine.kv.tail_first,
         "version": __version__,
     }
+    note = engine_note(engine.kind)
+    if note:
+        info["engine_note"] = note
     if attention:
         info.update({
             "supports_attention": True,

@@ -40,11 +40,14 @@ def choose(kind: str, source: loader.ModelSource, device: str = "auto") -> str:
 
     try:
         bindings.load()
-        return LLAMACPP
     except bindings.LlamaUnavailable as exc:
         log.debug("llama.cpp unavailable: %s", exc)
         log.warning(FASTER_ENGINE_HINT)
         return TRANSFORMERS
+    from .llamacpp import safety
+
+    # A build that crashed its test run on this CPU, even with safe settings, is not used.
+    return TRANSFORMERS if safety.verdict().mode == safety.UNUSABLE else LLAMACPP
 
 
 def load_engine(
@@ -90,3 +93,16 @@ def load_engine(
     engine.kv.tail_first = kv_tail_first
     engine.kv.store.max_bytes = store_bytes
     return engine
+
+
+def engine_note(kind: str) -> str | None:
+    """The sentence about how llama.cpp runs on this machine that the window shows with the
+    model (None: the default settings, or llama.cpp not consulted in this process)."""
+    from .llamacpp import safety
+
+    found = safety.known_verdict()
+    if found is None or not found.noteworthy:
+        return None
+    if (kind == LLAMACPP and found.mode == safety.SAFE) or (kind == TRANSFORMERS and found.mode == safety.UNUSABLE):
+        return found.sentence
+    return None

@@ -19,6 +19,7 @@ from ..engine_api import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, STOP_TO
 from ..tokens import TokenText
 from . import bindings
 from . import filter as filter_
+from . import safety
 from ..span_store import DEFAULT_STORE_BYTES
 from .cache import N_SEQ, LlamaCache
 from .growth import CELL_PAD
@@ -59,9 +60,8 @@ class LlamaEngine(EngineBase):
         lib = bindings.load()
         L = self.L = lib.llama
         self._silence_logs()
-        params = L.llama_model_default_params()
-        params.n_gpu_layers = 0
-        model = L.llama_model_load_from_file(str(path).encode(), params)
+        # Settings this CPU survives: see .safety (AMX, and the canary's verdict).
+        model = L.llama_model_load_from_file(str(path).encode(), safety.model_params(L))
         if not model:
             raise loader.ModelNotFound(f"llama.cpp cannot load {path}")
         self.model = model
