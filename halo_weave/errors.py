@@ -19,6 +19,7 @@ Callers match these by type (``except StoreError``), never by class name: a name
     │       ├── StreamInterrupted the stream broke before its done event
     │       └── GenerationAborted aborted, on a stream opened with raise_on_abort=True
     ├── ServerStartError          the bundled server exited or stayed silent before it was ready
+    ├── ServerStopped             the bundled server exited after it was ready (how, last lines)
     ├── StoreError                anything the conversation file cannot do
     │   ├── StoreMissing          open(create=False) on a path with no file
     │   ├── StoreDamaged          damaged rows found (checksums): open read-only, saving refused
@@ -115,6 +116,19 @@ class GenerationAborted(PartialError):
 
 class ServerStartError(HaloError, RuntimeError):
     """The bundled server exited or stayed silent before printing its ready line."""
+
+
+class ServerStopped(HaloError, RuntimeError):
+    """The bundled server exited after it was ready.
+
+    ``how`` says how (``signal 11``, ``exit status 1``), ``tail`` holds its last output
+    lines, ``restarting`` whether it is being started again, ``log_path`` the file with
+    its whole output.
+    """
+
+    def __init__(self, how: str, tail: str = "", *, restarting: bool = False, log_path: str = "") -> None:
+        self.how, self.tail, self.restarting, self.log_path = how, tail, restarting, log_path
+        super().__init__(f"The built-in model server stopped ({how})")
 
 
 # ---------------------------------------------------------------- files

@@ -418,6 +418,12 @@ def cache_dir() -> Path:
     return _user_dir("HALO_WEAVE_CACHE", "user_cache_dir")
 
 
+def log_dir() -> Path:
+    """Where the app's and the built-in server's log files go: ``$HALO_WEAVE_LOGS`` or the
+    platform's user log directory (``~/.local/state/halo-weave/log`` on Linux)."""
+    return _user_dir("HALO_WEAVE_LOGS", "user_log_dir")
+
+
 def _user_dir(env_var: str, platform_kind: str) -> Path:
     env = os.environ.get(env_var)
     if env:

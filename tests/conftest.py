@@ -23,6 +23,7 @@ SERVER_START_TIMEOUT_S = 300
 _HOME = tempfile.mkdtemp(prefix="halo-weave-home-")
 os.environ["HALO_WEAVE_HOME"] = _HOME
 os.environ["HALO_WEAVE_CACHE"] = str(TEST_CACHE_DIR)
+os.environ["HALO_WEAVE_LOGS"] = str(Path(_HOME) / "logs")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 

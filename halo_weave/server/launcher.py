@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -21,6 +22,7 @@ import time
 from typing import Callable, Mapping, Sequence
 
 from ..errors import ServerStartError
+from ..logs import server_output_log
 
 #: Matches the ready line printed by ``halo_weave.server.__main__``.
 READY_PATTERN = re.compile(r"Halo Weave server ready on (?P<url>http://\S+) \(model (?P<model>.*)\)")
@@ -32,15 +34,36 @@ LOG_TAIL_LINES = 200
 STOP_GRACE_S = 5.0
 
 
-class ServerProcess:
-    """A running ``halo_weave.server`` child process."""
+def exit_words(returncode: int) -> str:
+    """How a process ended, in words: ``signal 11`` for one killed by SIGSEGV (``128 + n``
+    from a shell counts as signal n), ``exit status 3`` otherwise."""
+    number = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else 0
+    if number in _CRASH_SIGNALS or (returncode < 0 and number > 0):
+        return f"signal {number}"
+    return f"exit status {returncode}"
 
-    def __init__(self, process: subprocess.Popen, on_line: Callable[[str], None] | None = None) -> None:
+
+_CRASH_SIGNALS = {int(s) for s in (signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGABRT, signal.SIGFPE)}
+
+
+class ServerProcess:
+    """A running ``halo_weave.server`` child process.
+
+    ``on_line`` receives every output line; ``on_exit(returncode)`` is called once when
+    the process ends by itself (not after :meth:`stop`); with ``log_file`` every line is
+    also written to the built-in server's log file (:mod:`halo_weave.logs`).
+    """
+
+    def __init__(self, process: subprocess.Popen, on_line: Callable[[str], None] | None = None,
+                 on_exit: Callable[[int], None] | None = None, log_file: bool = False) -> None:
         self.process = process
         self.url: str | None = None
         self.model: str | None = None
         self.log: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self._on_line = on_line
+        self._on_exit = on_exit
+        self._stopping = False
+        self._file_log = server_output_log() if log_file else None
         self._ready = threading.Event()
         self._reader = threading.Thread(target=self._read, name="server-output", daemon=True)
         self._reader.start()
@@ -58,6 +81,8 @@ class ServerProcess:
         for line in self.process.stdout:
             line = line.rstrip("\n")
             self.log.append(line)
+            if self._file_log is not None:
+                self._file_log.info("%s", line)
             match = READY_PATTERN.search(line)
             if match and not self._ready.is_set():
                 self.url, self.model = match.group("url"), match.group("model")
@@ -68,6 +93,11 @@ class ServerProcess:
                 except Exception:  # noqa: BLE001 - a display callback must not kill the reader
                     pass
         self._ready.set()  # process ended: wake waiters, they check `url`
+        code = self.process.wait()
+        if self._file_log is not None:
+            self._file_log.info("[the server process ended: %s]", exit_words(code))
+        if self._on_exit is not None and not self._stopping:
+            self._on_exit(code)
 
     def wait_ready(self, timeout: float = 300.0) -> str:
         """Block until the ready line (returns the URL) or raise :class:`ServerStartError`."""
@@ -89,8 +119,14 @@ class ServerProcess:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the process has ended (negative: the signal that ended it)."""
+        return self.process.poll()
+
     def stop(self) -> None:
         """Terminate the server (SIGTERM, then SIGKILL after a grace period)."""
+        self._stopping = True
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -115,11 +151,14 @@ def start_server(
     host: str = "127.0.0.1",
     python: str | None = None,
     on_line: Callable[[str], None] | None = None,
+    on_exit: Callable[[int], None] | None = None,
+    log_file: bool = False,
 ) -> ServerProcess:
     """Start ``python -m halo_weave.server``; call :meth:`ServerProcess.wait_ready` next.
 
     ``env`` is added to this process's environment; ``on_line`` receives every output
-    line (stdout and stderr merged), e.g. to show loading progress.
+    line (stdout and stderr merged), e.g. to show loading progress; ``on_exit`` and
+    ``log_file``: see :class:`ServerProcess`.
     """
     full_env = dict(os.environ)
     full_env.setdefault("HF_HUB_OFFLINE", "1")
@@ -139,4 +178,4 @@ def start_server(
         errors="replace",
         bufsize=1,
     )
-    return ServerProcess(process, on_line)
+    return ServerProcess(process, on_line, on_exit, log_file)

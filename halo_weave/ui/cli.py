@@ -18,9 +18,20 @@ from ..settings import Settings
 from .connection import DEFAULT_SERVER_URL
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's layout, but paths in the description stay whole (no break at a hyphen)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        import textwrap
+
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
+                             break_on_hyphens=False, break_long_words=False)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="halo-weave",
+        formatter_class=_HelpFormatter,
         description=(
             "Halo Weave: an endless conversation with your own LLM inside a fixed context "
             "window. The model's attention decides what stays; pruned chunks wait in the "
@@ -29,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=(
             "Without a server at the configured URL the built-in model server starts "
             "automatically on a free loopback port and stops when the window closes. "
-            "Conversations are SQLite files in the data directory ($HALO_WEAVE_HOME)."
+            "Conversations are SQLite files in the data directory ($HALO_WEAVE_HOME). "
+            f"Logs (the app's, the built-in server's, crash stacks): {_log_folder()} ($HALO_WEAVE_LOGS)."
         ),
     )
     parser.add_argument(
@@ -64,6 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _log_folder() -> str:
+    try:
+        return str(settings_mod.log_dir())
+    except OSError as exc:  # an unwritable home: say so instead of failing --help
+        return f"(none: {exc})"
+
+
 def probe_main(url: str) -> int:
     """``halo-weave --probe URL``: one JSON line, exit 0 when something usable answers."""
     import json
@@ -91,7 +110,9 @@ def run(argv: list[str] | None, controller_class) -> int:
         return 0 if sound else 1
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from ..logs import install_app_logging
+
+    install_app_logging(logging.INFO)  # stderr and the log folder, uncaught exceptions too
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per token otherwise
 
     from .platform_check import platform_problem

@@ -6,12 +6,16 @@ framing; only when *nothing* answers at the default URL does it start the bundle
 reference server as a child process (progress while the model loads), stopped on
 :meth:`shutdown`.  A server that answers but cannot be used is reported with the
 sentence saying what is missing.  After a lost server it retries quietly every few
-seconds.  QtCore only.
+seconds.  When the bundled server's process ends by itself (a crash), the state turns
+offline at once, :class:`~halo_weave.errors.ServerStopped` is reported with how it ended
+and its last lines, and it is started again once; a second end within
+:data:`RESTART_WINDOW_S` is reported and not restarted.  QtCore only.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -26,6 +30,12 @@ RECONNECT_MS = 5000
 
 #: Seconds the bundled server may take to load its model.
 SERVER_START_TIMEOUT_S = 600.0
+
+#: A bundled server that stops again within this many seconds of its last stop is not restarted.
+RESTART_WINDOW_S = 60.0
+
+#: Output lines of a stopped server shown with the message.
+STOPPED_TAIL_LINES = 20
 
 
 def is_default_url(url: str) -> bool:
@@ -45,6 +55,7 @@ class ServerConnection(QObject):
     connected = Signal(object, object, object)
     failed = Signal(object, str)
     progress = Signal(str, int, int)
+    _server_exited = Signal(object, int)  # the ServerProcess and its exit status, from its reader thread
 
     def __init__(self, autostart: bool, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -61,6 +72,8 @@ class ServerConnection(QObject):
         self.options = lambda: {}
         #: ``() -> list[str]``: options for the bundled server, read when it starts.
         self.server_args = lambda: []
+        self._stops: list[float] = []  # monotonic times the bundled server stopped by itself
+        self._server_exited.connect(self._on_server_exit)
 
     def connect_to(self, url: str, *, quiet: bool = False) -> None:
         """Probe ``url`` on a thread.  ``quiet``: on failure retry later without a message."""
@@ -118,9 +131,46 @@ class ServerConnection(QObject):
 
     def lost(self) -> None:
         """The server stopped answering mid-answer: go offline and retry quietly."""
+        if self.explains_failure():
+            return  # the bundled server's exit is reported and handled on its own
         self.client = None
         self._set_state("offline", "The model server stopped answering")
         self.reconnect_later()
+
+    def explains_failure(self) -> bool:
+        """Whether a failed request is explained by the bundled server having stopped
+        (its own message says so; a generic "cannot reach" would only confuse)."""
+        return (self.server is not None and not self.server.alive()) or bool(
+            self._stops and time.monotonic() - self._stops[-1] < 2.0)
+
+    def restart_bundled_server(self) -> None:
+        """Start the bundled server again (after it stopped twice, or on the user's request)."""
+        self._stops.clear()
+        old, self.server = self.server, None
+        if old is not None:
+            old.stop()
+        self.client = None
+        self.start_bundled_server()
+
+    def _on_server_exit(self, server, code: int) -> None:
+        if self._closed or server is None or server is not self.server:
+            return
+        from ..errors import ServerStopped
+        from ..logs import server_log_path
+        from ..server.launcher import exit_words
+
+        now = time.monotonic()
+        again = bool(self._stops) and now - self._stops[-1] < RESTART_WINDOW_S
+        self._stops.append(now)
+        self.server = None
+        self.client = None
+        self._attempt += 1  # answers and retries aimed at the dead server are moot
+        how = exit_words(code)
+        self._set_state("offline", f"The built-in model server stopped ({how})")
+        self.failed.emit(ServerStopped(how, server.log_tail(STOPPED_TAIL_LINES), restarting=not again,
+                                       log_path=str(server_log_path())), "")
+        if not again:
+            self.start_bundled_server()
 
     def reconnect_later(self, delay_ms: int = RECONNECT_MS) -> None:
         attempt = self._attempt
@@ -137,7 +187,9 @@ class ServerConnection(QObject):
             return
         self._set_state("loading", "Starting the built-in model server…")
         self.progress.emit("Loading the model", 0, 0)
-        worker = ServerStartWorker(SERVER_START_TIMEOUT_S, extra_args=self.server_args(), parent=self)
+        worker = ServerStartWorker(SERVER_START_TIMEOUT_S, extra_args=self.server_args(),
+                                   on_exit=lambda server, code: self._server_exited.emit(server, code),
+                                   parent=self)
         worker.progress.connect(
             lambda seconds, line: self._set_state(
                 "loading", f"Loading the built-in model… {seconds:.0f} s" + (f" — {line[:60]}" if line else "")

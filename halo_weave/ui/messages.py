@@ -27,6 +27,7 @@ from ..errors import (
     GenerationAborted,
     ProtocolError,
     ServerStartError,
+    ServerStopped,
     StoreError,
     StreamInterrupted,
     TransferError,
@@ -46,6 +47,10 @@ class UserMessage:
     title: str
     text: str
     serious: bool = False
+    #: More text behind the dialog's "Show Details…" (e.g. a server's last output lines).
+    details: str = ""
+    #: A file the dialog offers to open ("Open log").
+    log_path: str = ""
 
 
 def _connect_error(exc: BaseException) -> bool:
@@ -54,12 +59,28 @@ def _connect_error(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionError) or (httpx is not None and isinstance(exc, httpx.ConnectError))
 
 
+def stopped_words(exc: ServerStopped) -> str:
+    """What the user reads when the bundled server stopped: how, its last lines, what now."""
+    lines = [line.strip() for line in exc.tail.splitlines() if line.strip()][-3:]
+    last = ("Its last lines:\n" + "\n".join(line[:160] for line in lines) + "\n\n") if lines else ""
+    if exc.restarting:
+        what = ("It is being started again; your conversation and your unsent message are safe. "
+                "The whole log: Open log, or Help → Open log folder.")
+    else:
+        what = ("It stopped again within a minute, so it is not restarted. The whole log: Open log, "
+                "or Help → Open log folder; Help → Restart the built-in model server tries again.")
+    return f"{exc}.\n\n{last}{what}"
+
+
 def describe(exc: BaseException, context: str = "") -> UserMessage:
     """Turn an exception into words a user understands."""
     detail = str(exc).strip()
     prefix = f"{context}: " if context else ""
     if isinstance(exc, GenerationAborted):
         return UserMessage("Stopped", f"{prefix}Generation stopped; the partial answer was kept.")
+    if isinstance(exc, ServerStopped):
+        return UserMessage("Built-in model server stopped", stopped_words(exc), serious=True,
+                           details=exc.tail, log_path=exc.log_path)
     if isinstance(exc, StreamInterrupted):
         return UserMessage(
             "Answer cut off",
@@ -118,6 +139,14 @@ def describe(exc: BaseException, context: str = "") -> UserMessage:
     )
 
 
+def open_path(path: str) -> bool:
+    """Open a file or folder with the desktop's own application."""
+    from PySide6.QtCore import QUrl
+    from PySide6.QtGui import QDesktopServices
+
+    return QDesktopServices.openUrl(QUrl.fromLocalFile(path))
+
+
 class MessageCenter(QObject):
     """Shows messages in a window's status bar, and serious ones in a dialog."""
 
@@ -155,6 +184,13 @@ class MessageCenter(QObject):
             self._dialog.close()
         box = QMessageBox(QMessageBox.Icon.Warning, message.title, message.text,
                           QMessageBox.StandardButton.Ok, self._window)
+        if message.details:
+            box.setDetailedText(message.details)
+        if message.log_path:
+            button = box.addButton("Open log", QMessageBox.ButtonRole.ActionRole)
+            # An action button would close the box: keep it open, show the file.
+            button.clicked.disconnect()
+            button.clicked.connect(lambda: open_path(message.log_path))
         box.setModal(False)
         box.show()
         self._dialog = box

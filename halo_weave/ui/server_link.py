@@ -37,6 +37,9 @@ class ServerLink:
         self.connection_state = "connected"
         self._sync_system_prompt()  # before input opens: the prefix is part of every turn
         self._set_connection("connected", status_line(client, info))
+        note = (getattr(info, "raw", None) or {}).get("engine_note")
+        if isinstance(note, str) and note:
+            self.info.emit(note)  # e.g. llama.cpp's safe settings on this CPU
         self.stats_changed.emit()
 
     def _apply_context_override(self, client, info) -> None:

@@ -110,6 +110,8 @@ class TurnFlow:
             return
         self._finish_capture("error")
         self._finish_turn("error", None)
+        if self.connection.explains_failure():
+            return  # the bundled server stopped: its own message says so, and it restarts
         self.error.emit(exc, "Generating the answer")
         if isinstance(exc, (BackendUnavailable, StreamInterrupted, BackendTimeout)):
             self.connection.lost()
@@ -141,7 +143,8 @@ class TurnFlow:
         unsent, self._unsent = self._unsent, ""
         if unsent:
             self.message_returned.emit(unsent)  # before the error, which says it was kept
-        self.error.emit(exc, context)
+        if not self.connection.explains_failure():  # else the server's stop is the message
+            self.error.emit(exc, context)
         self.turn_finished.emit("error")
 
     def _finish_capture(self, reason: str) -> None:

@@ -84,6 +84,12 @@ class WindowMenus:
                                    f"Open {c.capture_dir}")
         c.capture_saved.connect(self._on_capture_saved)
 
+        help_menu = bar.addMenu("&Help")
+        self.log_action = add(help_menu, "Open &log folder", self.open_log_folder, None,
+                              "The app's and the built-in model server's log files, to read or to send")
+        self.restart_action = add(help_menu, "&Restart the built-in model server", self.restart_server, None,
+                                  "Stop and start the model server that came with the app")
+
     def _action(self, menu, text: str, slot, shortcut=None, tip: str = "") -> QAction:
         action = QAction(text, self.window)
         if shortcut is not None:
@@ -161,3 +167,20 @@ class WindowMenus:
             return
         if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
             self.window.messages.info(f"Captures are in {folder}")
+
+    # ------------------------------------------------------------------ help menu
+    def open_log_folder(self) -> None:
+        from ..settings import log_dir
+        from .messages import open_path
+
+        folder = log_dir()
+        if not open_path(str(folder)):
+            self.window.messages.info(f"The logs are in {folder}")
+
+    def restart_server(self) -> None:
+        connection = self.controller.connection
+        if connection.autostart or connection.server is not None:
+            connection.restart_bundled_server()
+        else:
+            self.window.messages.info("The built-in model server is off (File → Settings → Server); "
+                                      f"the app uses the server at {connection.url}")

@@ -189,10 +189,13 @@ class ServerStartWorker(QThread):
     ready = Signal(object)
     failed = Signal(object)
 
-    def __init__(self, timeout_s: float = 300.0, extra_args=(), parent=None) -> None:
+    def __init__(self, timeout_s: float = 300.0, extra_args=(), on_exit=None, parent=None) -> None:
+        """``on_exit(server_process, returncode)``: called on the server's output thread
+        when the process ends by itself (see :class:`~halo_weave.server.launcher.ServerProcess`)."""
         super().__init__(parent)
         self._timeout = timeout_s
         self._extra_args = tuple(extra_args)
+        self._on_exit = on_exit
         self.server = None
         self._cancel = threading.Event()
         self._last_line = ""
@@ -211,7 +214,12 @@ class ServerStartWorker(QThread):
 
         started = time.monotonic()
         try:
-            self.server = start_server(port=0, extra_args=self._extra_args, on_line=self._on_line)
+            on_exit = self._on_exit
+            holder: list = []  # the process object, for the exit callback that may outlive this thread
+            self.server = start_server(port=0, extra_args=self._extra_args, on_line=self._on_line,
+                                       on_exit=(lambda code: on_exit(holder[0] if holder else None, code)) if on_exit else None,
+                                       log_file=True)
+            holder.append(self.server)
             while not self.server.ready:
                 if self._cancel.is_set():
                     raise RuntimeError("start cancelled")
