@@ -202,6 +202,8 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
             return "The model is loading…"
         if self.connection_state == "connecting":
             return "Connecting to the model server…"
+        if self.connection_state == "stopped":
+            return "The built-in model server stopped — Help → Restart the built-in model server"
         if self.client is None or self.connection_state != "connected":
             return "No model server — see File → Settings"
         if self.conv is None:

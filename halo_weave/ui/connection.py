@@ -34,8 +34,9 @@ SERVER_START_TIMEOUT_S = 600.0
 #: A bundled server that stops again within this many seconds of its last stop is not restarted.
 RESTART_WINDOW_S = 60.0
 
-#: Output lines of a stopped server shown with the message.
-STOPPED_TAIL_LINES = 20
+#: Output lines of a stopped server kept with the message (its dialog's details): enough
+#: for faulthandler's stack of every thread and the lines before it.
+STOPPED_TAIL_LINES = 200
 
 
 def is_default_url(url: str) -> bool:
@@ -44,7 +45,8 @@ def is_default_url(url: str) -> bool:
 
 
 class ServerConnection(QObject):
-    """One server at a time.  States: connecting, loading, connected, offline.
+    """One server at a time.  States: connecting, loading, connected, offline, stopped
+    (the bundled server's process ended by itself).
 
     Signals: ``state_changed(state, detail)``; ``connected(client, model_info,
     framing)``; ``failed(exc, context)`` for errors worth a message; ``progress(what,
@@ -166,7 +168,7 @@ class ServerConnection(QObject):
         self.client = None
         self._attempt += 1  # answers and retries aimed at the dead server are moot
         how = exit_words(code)
-        self._set_state("offline", f"The built-in model server stopped ({how})")
+        self._set_state("stopped", f"The built-in model server stopped ({how})")
         self.failed.emit(ServerStopped(how, server.log_tail(STOPPED_TAIL_LINES), restarting=not again,
                                        log_path=str(server_log_path())), "")
         if not again:

@@ -59,9 +59,16 @@ def _connect_error(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionError) or (httpx is not None and isinstance(exc, httpx.ConnectError))
 
 
+def _stack_line(line: str) -> bool:
+    """A line of a faulthandler or Python stack dump (the details show them all)."""
+    text = line.strip()
+    return text.startswith(("File \"", "Thread 0x", "Current thread", "Extension modules", "Traceback",
+                            "<no Python frame>")) or text.endswith("(most recent call first):")
+
+
 def stopped_words(exc: ServerStopped) -> str:
     """What the user reads when the bundled server stopped: how, its last lines, what now."""
-    lines = [line.strip() for line in exc.tail.splitlines() if line.strip()][-3:]
+    lines = [line.strip() for line in exc.tail.splitlines() if line.strip() and not _stack_line(line)][-3:]
     last = ("Its last lines:\n" + "\n".join(line[:160] for line in lines) + "\n\n") if lines else ""
     if exc.restarting:
         what = ("It is being started again; your conversation and your unsent message are safe. "

@@ -70,7 +70,7 @@ class ServerLink:
     def _set_connection(self, state: str, detail: str) -> None:
         self.connection_state = state
         if state != "connected":
-            self.client = None if state == "offline" else self.client
+            self.client = None if state in ("offline", "stopped") else self.client
         self.connection_changed.emit(state, detail)
         if not self.busy:
             self.busy_changed.emit(False, self.input_block_reason())

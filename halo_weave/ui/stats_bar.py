@@ -22,6 +22,7 @@ CONNECTION_STATES: dict[str, tuple[tuple[int, int, int], str]] = {
     "generating": ((90, 160, 255), "Generating"),
     "error": ((235, 80, 80), "Error"),
     "offline": ((130, 130, 135), "Offline"),
+    "stopped": ((235, 80, 80), "The built-in model server stopped"),
 }
 
 #: Short (the line is crowded: at 1,360 px the longer "no attention from this server —

@@ -47,9 +47,10 @@ def test_a_crashed_builtin_server_is_said_dead_restarted_once_then_left(qtbot, t
         message = _stopped_messages(window)[0]
         assert message.text.startswith("The built-in model server stopped (signal 11).")
         assert "being started again" in message.text and "unsent message" in message.text
+        assert "Fatal Python error: Segmentation fault" in message.text, "its last lines say what died"
         assert message.log_path.endswith(SERVER_LOG) and message.serious
         assert window.messages.dialog is not None
-        assert ("offline", "The built-in model server stopped (signal 11)") in states
+        assert ("stopped", "The built-in model server stopped (signal 11)") in states
         assert window.input.toPlainText() == "What is the capital of France?"
         assert not any("Cannot reach" in m.text for m in window.messages.history)
 
@@ -68,9 +69,9 @@ def test_a_crashed_builtin_server_is_said_dead_restarted_once_then_left(qtbot, t
         again = _stopped_messages(window)[1]
         assert "again within a minute, so it is not restarted" in again.text
         qtbot.wait(2000)
-        assert controller.server is None and controller.connection_state == "offline"
-        assert window.stats_bar.connection_state() == "offline"  # the red dot
-        assert "No model server" in controller.input_block_reason()
+        assert controller.server is None and controller.connection_state == "stopped"
+        assert window.stats_bar.connection_state() == "stopped"  # the red dot
+        assert "Restart the built-in model server" in controller.input_block_reason()
 
         log = (log_dir() / SERVER_LOG).read_text()
         assert "Halo Weave server ready on" in log
