@@ -38,15 +38,17 @@ def segfaults_in(*modes: str):
     return run
 
 
-def test_the_real_canary_decodes_the_bundled_model_with_either_settings():
+def test_the_real_canary_decodes_the_bundled_model():
+    import llama_cpp.llama_cpp as llama
     from halo_weave.server.loader import bundled_gguf
 
-    default = safety.run_child(safety.DEFAULT, bundled_gguf())
     safe = safety.run_child(safety.SAFE, bundled_gguf())
-    assert default.ok and safe.ok, (default, safe)
-    # Four greedy tokens each; the settings change where weights live, not what comes out.
-    assert len(default.tokens) == 4
-    assert default.tokens == safe.tokens
+    assert safe.ok and len(safe.tokens) == 4, safe
+    if safety.has_amx(system_info=safety.system_info(llama)):
+        return  # the default settings are the crash this guards against: never run here
+    default = safety.run_child(safety.DEFAULT, bundled_gguf())
+    # The settings change where weights live, not what comes out.
+    assert default.ok and default.tokens == safe.tokens, default
 
 
 def test_a_default_run_that_segfaults_makes_the_engine_use_its_safe_settings(tmp_path):
