@@ -34,6 +34,14 @@ SERVER_START_TIMEOUT_S = 600.0
 #: A bundled server that stops again within this many seconds of its last stop is not restarted.
 RESTART_WINDOW_S = 60.0
 
+#: While the bundled server is connected it is asked every HEALTH_MS whether it still
+#: answers (``/api/extra/version``: no model work, so a long prefill does not delay it);
+#: after HEALTH_MISSES unanswered asks in a row (HEALTH_TIMEOUT_S each) it counts as hung,
+#: is ended, and is reported and restarted like a crash.
+HEALTH_MS = 10_000
+HEALTH_TIMEOUT_S = 5.0
+HEALTH_MISSES = 2
+
 #: Output lines of a stopped server kept with the message (its dialog's details): enough
 #: for faulthandler's stack of every thread and the lines before it.
 STOPPED_TAIL_LINES = 200
@@ -76,6 +84,12 @@ class ServerConnection(QObject):
         self.server_args = lambda: []
         self._stops: list[float] = []  # monotonic times the bundled server stopped by itself
         self._server_exited.connect(self._on_server_exit)
+        self._health = QTimer(self)
+        self._health.setInterval(HEALTH_MS)
+        self._health.timeout.connect(self._check_health)
+        self._health_probe: CallWorker | None = None
+        self._misses = 0
+        self._hung: object = None  # the server process ended because it stopped answering
 
     def connect_to(self, url: str, *, quiet: bool = False) -> None:
         """Probe ``url`` on a thread.  ``quiet``: on failure retry later without a message."""
@@ -107,6 +121,9 @@ class ServerConnection(QObject):
                 client, info, framing = result
                 self.client = client
                 self.state = "connected"
+                if self.server is not None and self.server.url == url:
+                    self._misses = 0
+                    self._health.start(HEALTH_MS)
                 self.connected.emit(client, info, framing)
 
         def fail(exc) -> None:
@@ -167,7 +184,9 @@ class ServerConnection(QObject):
         self.server = None
         self.client = None
         self._attempt += 1  # answers and retries aimed at the dead server are moot
-        how = exit_words(code)
+        self._health.stop()
+        how = (f"no answer for {HEALTH_MISSES * HEALTH_MS // 1000} s, so it was ended" if self._hung is server
+               else exit_words(code))
         self._set_state("stopped", f"The built-in model server stopped ({how})")
         self.failed.emit(ServerStopped(how, server.log_tail(STOPPED_TAIL_LINES), restarting=not again,
                                        log_path=str(server_log_path())), "")
@@ -218,6 +237,45 @@ class ServerConnection(QObject):
         self._starter = worker
         worker.start()
 
+    def _check_health(self) -> None:
+        """Ask the bundled server whether it still answers (see :data:`HEALTH_MS`)."""
+        server = self.server
+        if server is None or self._closed:
+            self._health.stop()
+            return
+        if self._health_probe is not None or not server.url:
+            return  # the last ask is still out
+
+        def ask() -> None:
+            import httpx
+
+            key = os.environ.get("HALO_WEAVE_API_KEY")  # the bundled server inherits it
+            headers = {"Authorization": f"Bearer {key}"} if key else {}
+            httpx.get(f"{server.url}/api/extra/version", headers=headers,
+                      timeout=HEALTH_TIMEOUT_S).raise_for_status()
+
+        def answered(_) -> None:
+            self._misses = 0
+
+        def unanswered(_exc) -> None:
+            if server is not self.server or not server.alive():
+                return  # gone already: its exit is reported on its own
+            self._misses += 1
+            if self._misses >= HEALTH_MISSES:
+                self._hung = server
+                server.process.kill()  # its exit is then reported and it is restarted
+
+        worker = CallWorker(ask, parent=self)
+        worker.succeeded.connect(answered)
+        worker.failed.connect(unanswered)
+        worker.finished.connect(self._health_probe_done)
+        worker.finished.connect(worker.deleteLater)
+        self._health_probe = worker
+        worker.start()
+
+    def _health_probe_done(self) -> None:
+        self._health_probe = None
+
     def _set_state(self, state: str, detail: str) -> None:
         self.state = state
         self.state_changed.emit(state, detail)
@@ -226,6 +284,12 @@ class ServerConnection(QObject):
         """Forget pending attempts, stop a loading or running bundled server."""
         self._closed = True
         self._attempt += 1
+        self._health.stop()
+        if self._health_probe is not None:
+            try:
+                self._health_probe.wait(int(HEALTH_TIMEOUT_S * 1000) + 1000)
+            except RuntimeError:  # already deleted
+                pass
         if self._starter is not None:
             self._starter.cancel()
             self._starter.wait(5000)

@@ -79,3 +79,32 @@ def test_a_crashed_builtin_server_is_said_dead_restarted_once_then_left(qtbot, t
     finally:
         window.close()
         controller.shutdown()
+
+
+def test_a_builtin_server_that_stops_answering_is_ended_said_and_restarted(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
+    monkeypatch.setattr(connection_mod, "DEFAULT_SERVER_URL", NOTHING_LISTENS)
+    # Asked twice a second, a second to answer: a hang shows within a few seconds.
+    monkeypatch.setattr(connection_mod, "HEALTH_MS", 500)
+    monkeypatch.setattr(connection_mod, "HEALTH_TIMEOUT_S", 1.0)
+    controller = TurnController(Settings(server_url=NOTHING_LISTENS, autostart_server=True), tmp_path,
+                                autostart=True)
+    window = MainWindow(controller, app_qsettings(tmp_path))
+    qtbot.addWidget(window)
+    window.show()
+    try:
+        controller.start()
+        qtbot.waitUntil(lambda: not controller.input_block_reason(), timeout=START_TIMEOUT_MS)
+        qtbot.wait(1500)
+        assert not _stopped_messages(window), "a server that answers is left alone"
+        first = controller.server
+        os.kill(first.process.pid, signal.SIGSTOP)  # alive, answering nothing
+        qtbot.waitUntil(lambda: bool(_stopped_messages(window)), timeout=30_000)
+        message = _stopped_messages(window)[0]
+        assert message.text.startswith("The built-in model server stopped (no answer for 1 s, so it was ended).")
+        assert first.process.wait(10) == -signal.SIGKILL
+        qtbot.waitUntil(lambda: not controller.input_block_reason(), timeout=START_TIMEOUT_MS)
+        assert controller.server is not first and controller.server.alive()
+    finally:
+        window.close()
+        controller.shutdown()
