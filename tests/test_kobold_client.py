@@ -46,7 +46,7 @@ def client(server):
 
 
 def prompt_ids(client: KoboldClient, text: str) -> list[int]:
-    return [i for i, _ in client.tokenize(CHAT.format(text))]
+    return [i for i, _ in client.tokenize(CHAT.format(text), parse_special=True)]
 
 
 def run(stream) -> list[TokenEvent]:
@@ -159,7 +159,7 @@ def test_prefix_reuse_processes_only_the_new_tokens(client):
     first = client.stream(input_ids=first_ids, max_length=4, sampler_seed=9, output_attentions=False)
     run(first)
     follow = first_ids + [e.token_id for e in first.tokens] + [i for i, _ in client.tokenize(
-        "<|im_end|>\n" + CHAT.format("What is my name?"))]
+        "<|im_end|>\n" + CHAT.format("What is my name?"), parse_special=True)]
     second = client.stream(input_ids=follow, max_length=2, output_attentions=False)
     run(second)
     shared = len(first_ids) + len(first.tokens) - 1  # the last sampled token was never fed

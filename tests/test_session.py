@@ -28,13 +28,13 @@ def _session(client, tmp_path, **changes):
     settings = Settings(min_chunk_tokens=8, max_new_tokens=16, sampler_seed=7,
                         system_prompt="You are brief.", max_context_tokens=0).replace(**changes)
     info = client.model_info()
-    framing = build_framing(lambda t: client.tokenize(t, add_special_tokens=False),
+    framing = build_framing(lambda t: client.tokenize(t, parse_special=True),
                             detect_template(info.chat_template))
     session = ChatSession(settings)
     session.connect(client, info, framing)
     path = new_conversation_path(tmp_path)
     session.open(ConversationStore.open(path))
-    session.set_system_prompt(settings.system_prompt, session.tokenize(session.system_prompt_text()))
+    session.set_system_prompt(settings.system_prompt, session.system_prompt_pieces(settings.system_prompt))
     return session, path
 
 
