@@ -161,18 +161,18 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         Input waits while this runs, and it never runs during a turn (the prefix is part
         of the context the streamed attention covers).
         """
-        conv, client = self.conv, self.client
+        conv, client, session = self.conv, self.client, self.session
         if conv is None or client is None:
             return
         if self.busy:
             self._system_dirty = True
             return
-        prompt, text = self.settings.system_prompt, self.session.system_prompt_text()
-        if text is None:
+        prompt = self.settings.system_prompt
+        if session.system_prompt_text() is None:
             return
 
         def tokenize():
-            return client.tokenize(text, add_special_tokens=False) if text else []
+            return session.system_prompt_pieces(prompt)
 
         def ok(pieces) -> None:
             self._system_syncing -= 1

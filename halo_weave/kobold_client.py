@@ -144,10 +144,16 @@ class KoboldClient:
             raw=raw,
         )
 
-    def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
-        """``(token_id, piece)`` pairs for ``text`` (special-token strings are parsed)."""
+    def tokenize(self, text: str, add_special_tokens: bool = False, *,
+                 parse_special: bool = False) -> list[tuple[int, str]]:
+        """``(token_id, piece)`` pairs for ``text``.
+
+        ``parse_special`` (for chat framing only) makes control-token strings such as
+        ``<|im_end|>`` those tokens; otherwise our server keeps them text.
+        """
         data = self._call("POST", "/api/v1/tokenize",
-                          {"text": text, "add_special_tokens": add_special_tokens, "with_pieces": True},
+                          {"text": text, "add_special_tokens": add_special_tokens,
+                           "parse_special": parse_special, "with_pieces": True},
                           timeout=tokenize_timeout(len(text), self.tokenize_timeout))
         tokens = data.get("tokens")
         if not isinstance(tokens, list):

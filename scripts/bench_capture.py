@@ -90,7 +90,7 @@ def synthetic(tokens: int, context: int, fmt: str, root: Path) -> dict:
 
 
 def real(tokens: int, fmt: str, keep: Path | None) -> dict:
-    from halo_weave.core.chat_template import build_framing, system_text
+    from halo_weave.core.chat_template import build_framing
     from halo_weave.server.engine import Engine
     from halo_weave.tools.notebook import TOOL_PROMPT
 
@@ -99,9 +99,10 @@ def real(tokens: int, fmt: str, keep: Path | None) -> dict:
     load_s = time.perf_counter() - t
     settings = Settings(min_chunk_tokens=16)
     tokenize = lambda text: engine.tokenize(text)  # noqa: E731
-    conv = Conversation(settings, build_framing(tokenize))
+    framing = build_framing(lambda text: engine.tokenize(text, parse_special=True))
+    conv = Conversation(settings, framing)
     prompt = "You are a helpful assistant.\n\n" + TOOL_PROMPT
-    pieces = tokenize(system_text(prompt))
+    pieces = framing.wrap("system", tokenize(prompt))
     conv.set_system_prompt(prompt, [i for i, _ in pieces], [p for _, p in pieces])
     for role, text in STORY + [("user", QUESTION)]:
         pieces = tokenize(text)

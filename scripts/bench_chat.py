@@ -165,15 +165,14 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
         settings = settings.replace(max_new_tokens=max_new_tokens)
     client = KoboldClient(url)
     info = client.model_info()
-    framing = build_framing(lambda text: client.tokenize(text, add_special_tokens=False),
+    framing = build_framing(lambda text: client.tokenize(text, parse_special=True),
                             detect_template(info.chat_template))
     session = ChatSession(settings)
     session.connect(client, info, framing)
     store = ConversationStore.open(home / "bench.sqlite")
     session.open(store)
-    text = session.system_prompt_text()
-    if text:
-        session.set_system_prompt(settings.system_prompt, session.tokenize(text))
+    if session.system_prompt_text():
+        session.set_system_prompt(settings.system_prompt, session.system_prompt_pieces(settings.system_prompt))
     embedder = Embedder()
     embedder.load()
     index = SemanticIndex(store.conn, settings, embedder, lock=store.lock)

@@ -68,7 +68,7 @@ def build_case(engine, dialogue, offset: int, context_tokens: int = CONTEXT_TOKE
     ids; ``message``: the next user turns after the context (30-100 tokens with the
     assistant header)."""
     def ids(text):
-        return [i for i, _ in engine.tokenize(text)]
+        return [i for i, _ in engine.tokenize(text, parse_special=True)]
 
     turns = [ids(CHAT.format(t.role, t.text)) for t in dialogue.turns[offset:]]
     head = ids(CHAT.format("system", SYSTEM))
@@ -104,9 +104,9 @@ def next_message(engine, turns) -> list[int]:
         if len(engine.encode(CHAT.format("user", text) + header)) >= TAIL_MIN:
             break
     words = text.split()
-    while len(words) > 1 and len(engine.encode(CHAT.format("user", " ".join(words)) + header)) > TAIL_MAX:
+    while len(words) > 1 and len(engine.encode(CHAT.format("user", " ".join(words)) + header, parse_special=True)) > TAIL_MAX:
         words = words[:-1]
-    return [i for i, _ in engine.tokenize(CHAT.format("user", " ".join(words)) + header)]
+    return [i for i, _ in engine.tokenize(CHAT.format("user", " ".join(words)) + header, parse_special=True)]
 
 
 def run(engine, ids: list[int]):

@@ -48,12 +48,13 @@ def build(tok, turns, context_tokens: int, answer_tokens: int):
     """A conversation of about ``context_tokens`` live tokens ending with an answer of
     about ``answer_tokens`` (LoCoMo answers are short: the last one is lengthened)."""
     from halo_weave.conversation import Conversation
-    from halo_weave.core.chat_template import CHATML, build_framing, system_text
+    from halo_weave.core.chat_template import CHATML, build_framing
     from halo_weave.settings import Settings
 
     settings = Settings(max_context_tokens=0)
-    conv = Conversation(settings, build_framing(lambda t: tok.tokenize(t), CHATML))
-    pieces = tok.tokenize(system_text(settings.system_prompt, CHATML))
+    framing = build_framing(lambda t: tok.tokenize(t, parse_special=True), CHATML)
+    conv = Conversation(settings, framing)
+    pieces = framing.wrap("system", tok.tokenize(settings.system_prompt))
     conv.set_system_prompt(settings.system_prompt, [i for i, _ in pieces], [t for _, t in pieces])
     role = "user"
     for _, text in turns:

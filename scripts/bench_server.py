@@ -87,7 +87,7 @@ def measure_start(cache: Path, threads: int, engine: str) -> float:
 
 
 def ids_of(client: KoboldClient, text: str) -> list[int]:
-    return [i for i, _ in client.tokenize(text)]
+    return [i for i, _ in client.tokenize(text, parse_special=True)]
 
 
 def filler(client: KoboldClient, tokens: int) -> list[int]:
@@ -311,7 +311,7 @@ def abort_latency(url: str) -> dict:
 
     chat = CHAT.format("user", "Write a long story about the sea.") + "<|im_start|>assistant\n"
     with httpx.Client(base_url=url, timeout=120) as http:
-        ids = http.post("/api/v1/tokenize", json={"text": chat}).json()["token_ids"]
+        ids = http.post("/api/v1/tokenize", json={"text": chat, "parse_special": True}).json()["token_ids"]
     json_header = {"Content-Type": "application/json"}
     stop_body = (json.dumps({"input_ids": ids, "max_length": 4})[:-1] + ', "stop_sequence": ["').encode() \
         + b"z" * (30 * 1024 * 1024) + b'"]}'

@@ -189,7 +189,7 @@ class KoboldReplay(_Base):
                                                 "invalid.", "type": "unauthorized"}}, 401)
             return
         if path == "/api/extra/tokencount":
-            ids = self.tok.ids(str(body.get("prompt", "")))
+            ids = self.tok.ids(str(body.get("prompt", "")), parse_special=True)
             # As recorded and as a real 1.76 counts: a BOS (id 1) is added unless the text
             # starts with one or the request says "special": false.
             if body.get("special", True) is not False and ids[:1] != [1]:
@@ -264,7 +264,8 @@ class LlamaReplay(_Base):
 
     def post(self, handler, body: dict) -> None:
         if handler.path == "/tokenize":
-            ids = self.tok.ids(str(body.get("content", "")))
+            # As llama-server: control-token strings are parsed unless the request says not.
+            ids = self.tok.ids(str(body.get("content", "")), parse_special=body.get("parse_special", True) is not False)
             if body.get("with_pieces"):
                 tokens = []
                 for i in ids:

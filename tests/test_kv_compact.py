@@ -16,12 +16,12 @@ pytestmark = pytest.mark.slow
 
 def _conversation(engine, turns: int):
     """Ids of a chat whose turns all differ (numbered), and each turn's span."""
-    ids = [i for i, _ in engine.tokenize(CHAT.format("system", "You are a friendly assistant."))]
+    ids = [i for i, _ in engine.tokenize(CHAT.format("system", "You are a friendly assistant."), parse_special=True)]
     spans = []
     for n in range(turns):
         role = "user" if n % 2 == 0 else "assistant"
         text = f"Note {n + 1}. " + " ".join(PARAGRAPHS[(n + k) % len(PARAGRAPHS)] for k in range(2))
-        turn = [i for i, _ in engine.tokenize(CHAT.format(role, text))]
+        turn = [i for i, _ in engine.tokenize(CHAT.format(role, text), parse_special=True)]
         spans.append((len(ids), len(ids) + len(turn)))
         ids += turn
     return ids, spans

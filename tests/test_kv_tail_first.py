@@ -134,7 +134,7 @@ def test_the_server_runs_a_new_message_first_and_answers_as_an_exact_re_prefill(
         assert http.get("/api/v1/model").json()["kv_tail_first"] is True
 
         def ids_of(text):
-            return http.post("/api/v1/tokenize", json={"text": text}).json()["token_ids"]
+            return http.post("/api/v1/tokenize", json={"text": text, "parse_special": True}).json()["token_ids"]
 
         # Enough comes back under the message for tail first to pay (TAIL_FIRST_MIN_PAIRS).
         turns = [ids_of(CHAT.format("user" if n % 2 == 0 else "assistant", p * repeat))

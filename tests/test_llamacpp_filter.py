@@ -44,7 +44,7 @@ def test_the_c_filter_and_the_python_callback_read_the_same_attention(tmp_path, 
     try:
         assert fast._filter is not None and slow._filter is None
         assert list((tmp_path / "llamacpp").glob("filter-*.so"))
-        ids = fast.encode(CHAT.format(PROMPT))
+        ids = fast.encode(CHAT.format(PROMPT), parse_special=True)
         for fmt in ("aggregated", "per_layer"):
             before = fast._filter.forwarded
             got, ref = generate(fast, ids, fmt), generate(slow, ids, fmt)
@@ -64,7 +64,7 @@ def per_layer_attention(url: str, prompt: str) -> tuple[list[int], list[np.ndarr
     with httpx.Client(base_url=url, timeout=httpx.Timeout(120, connect=5)) as http:
         info = http.get("/api/v1/model").json()
         assert info["engine"] == "llamacpp"
-        ids = http.post("/api/v1/tokenize", json={"text": CHAT.format(prompt)}).json()["token_ids"]
+        ids = http.post("/api/v1/tokenize", json={"text": CHAT.format(prompt), "parse_special": True}).json()["token_ids"]
         body = {"input_ids": ids, "max_length": 3, "temperature": 0, "output_attentions": True,
                 "attention_format": "per_layer"}
         with http.stream("POST", "/api/extra/generate/stream", json=body) as response:

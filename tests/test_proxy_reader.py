@@ -9,7 +9,7 @@ import pytest
 
 from halo_weave.backends.local_tokenizer import shared
 from halo_weave.conversation import Conversation
-from halo_weave.core.chat_template import CHATML, build_framing, system_text
+from halo_weave.core.chat_template import CHATML, build_framing
 from halo_weave.memory import proxy
 from halo_weave.settings import MAX_BRIGHTNESS, Settings
 
@@ -38,9 +38,9 @@ def tok():
 
 def _conversation(tok, exchanges) -> Conversation:
     """A conversation as text mode fills it: every id is the bundled tokenizer's."""
-    framing = build_framing(lambda t: tok.tokenize(t), CHATML)
+    framing = build_framing(lambda t: tok.tokenize(t, parse_special=True), CHATML)
     conv = Conversation(Settings(min_chunk_tokens=8), framing)
-    pieces = tok.tokenize(system_text("You are brief.", CHATML))
+    pieces = framing.wrap("system", tok.tokenize("You are brief."))
     conv.set_system_prompt("You are brief.", [i for i, _ in pieces], [t for _, t in pieces])
     for role, text in exchanges:
         pieces = tok.tokenize(text)

@@ -29,7 +29,7 @@ def client(server):
 
 
 def prompt_ids(client: KoboldClient, text: str) -> list[int]:
-    return [i for i, _ in client.tokenize(CHAT.format(text))]
+    return [i for i, _ in client.tokenize(CHAT.format(text), parse_special=True)]
 
 
 def test_the_server_declares_read_ahead(client):

@@ -2,7 +2,8 @@
 
 A *backend* is one server kind behind the interface of
 :class:`halo_weave.kobold_client.KoboldClient`: ``model_info()``, ``tokenize(text)`` →
-``[(token_id, piece)]``, ``detokenize(ids)``, ``stream(input_ids=… | prompt=…, …)`` → an
+``[(token_id, piece)]`` (markup in the text stays text; chat framing alone passes
+``parse_special=True`` to have it read as control tokens), ``detokenize(ids)``, ``stream(input_ids=… | prompt=…, …)`` → an
 iterable of :class:`~halo_weave.kobold_client.TokenEvent` with ``.done`` afterwards,
 ``abort()``, ``close()``; plus what the app shows and decides by:
 

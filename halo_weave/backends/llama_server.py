@@ -2,7 +2,7 @@
 
 Endpoints used (llama.cpp ``tools/server/README.md``): ``GET /props`` (context size
 ``default_generation_settings.n_ctx``, the model's ``chat_template``, ``build_info``),
-``POST /tokenize {"content", "with_pieces": true}`` → ``{"tokens": [{"id", "piece"}]}``
+``POST /tokenize {"content", "parse_special", "with_pieces": true}`` → ``{"tokens": [{"id", "piece"}]}``
 (a piece that is not valid UTF-8 comes as a list of bytes), ``POST /detokenize
 {"tokens"}`` → ``{"content"}``, ``POST /completion`` with the prompt as a token-id list,
 ``"stream": true``, ``"cache_prompt": true`` and ``"return_tokens": true``: SSE
@@ -88,11 +88,13 @@ class LlamaServer:
 
     # -- tokens: the server's own
 
-    def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
+    def tokenize(self, text: str, add_special_tokens: bool = False, *,
+                 parse_special: bool = False) -> list[tuple[int, str]]:
         if not text:
             return []
+        # llama-server parses control-token strings unless told not to: always say which.
         data = self.http.request("POST", "/tokenize", {"content": text, "add_special": add_special_tokens,
-                                                       "parse_special": True, "with_pieces": True})
+                                                       "parse_special": parse_special, "with_pieces": True})
         tokens = data.get("tokens")
         if not isinstance(tokens, list):
             raise ProtocolError("/tokenize answered without a token list")

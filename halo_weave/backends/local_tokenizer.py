@@ -10,7 +10,9 @@ no weights) when llama-cpp-python is installed, else with the transformers GGUF
 tokenizer (slower: it converts the vocabulary).  Pieces follow the reference server's
 rule: a token ending inside a UTF-8 character gets ``""`` and the token completing it
 carries the character; control tokens (``<|im_start|>``) have empty pieces but are kept
-in :meth:`LocalTokenizer.detokenize`, so a prompt rebuilt from ids is exact.  Qt-free.
+in :meth:`LocalTokenizer.detokenize`, so a prompt rebuilt from ids is exact.  Text is
+text: ``<|im_end|>`` typed in a message stays the characters it is, and only chat framing
+(``parse_special=True``) turns such strings into control tokens.  Qt-free.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class LocalTokenizer:
     """``tokenize(text) -> [(id, piece)]``, ``detokenize(ids) -> str``, ``count(text)``."""
 
     def __init__(self, encode, token_bytes, control_ids: frozenset[int], name: str, load_seconds: float) -> None:
-        self._encode = encode  # text -> list[int], special-token strings parsed
+        self._encode = encode  # (text, parse_special) -> list[int]
         self._token_bytes = token_bytes  # id -> bytes (control tokens: their text)
         self._control = control_ids
         self._cache: dict[int, bytes] = {}
@@ -86,9 +88,9 @@ class LocalTokenizer:
         model = LlamaModel(path_model=str(gguf), params=params, verbose=False)
         lock = threading.Lock()
 
-        def encode(text: str) -> list[int]:
+        def encode(text: str, parse_special: bool) -> list[int]:
             with lock:
-                return list(model.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+                return list(model.tokenize(text.encode("utf-8"), add_bos=False, special=parse_special))
 
         def token_bytes(token_id: int) -> bytes:
             with lock:
@@ -113,8 +115,8 @@ class LocalTokenizer:
         special |= {int(i) for i, t in (getattr(tok, "added_tokens_decoder", {}) or {}).items()
                     if getattr(t, "special", False)}
 
-        def encode(text: str) -> list[int]:
-            return list(tok.encode(text, add_special_tokens=False))
+        def encode(text: str, parse_special: bool) -> list[int]:
+            return list(tok.encode(text, add_special_tokens=False, split_special_tokens=not parse_special))
 
         def token_bytes(token_id: int) -> bytes:
             if token_id in special:
@@ -137,12 +139,14 @@ class LocalTokenizer:
             cached = self._cache[token_id] = self._token_bytes(int(token_id))
         return cached
 
-    def ids(self, text: str) -> list[int]:
-        return self._encode(text) if text else []
+    def ids(self, text: str, *, parse_special: bool = False) -> list[int]:
+        """Token ids of ``text``; ``parse_special``: control-token strings become those tokens."""
+        return self._encode(text, parse_special) if text else []
 
-    def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
+    def tokenize(self, text: str, add_special_tokens: bool = False, *,
+                 parse_special: bool = False) -> list[tuple[int, str]]:
         """``(id, piece)`` pairs; pieces of control tokens are ``""`` (as our server's)."""
-        ids = self.ids(text)
+        ids = self.ids(text, parse_special=parse_special)
         return list(zip(ids, self.pieces(ids)))
 
     def pieces(self, ids) -> list[str]:

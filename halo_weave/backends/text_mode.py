@@ -78,8 +78,9 @@ class TextModeBackend:
 
     # -- tokens: the bundled tokenizer's
 
-    def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
-        return self.local.tokenize(text, add_special_tokens)
+    def tokenize(self, text: str, add_special_tokens: bool = False, *,
+                 parse_special: bool = False) -> list[tuple[int, str]]:
+        return self.local.tokenize(text, add_special_tokens, parse_special=parse_special)
 
     def detokenize(self, ids) -> str:
         return self.local.detokenize(ids, keep_control=False)

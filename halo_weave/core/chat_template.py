@@ -1,7 +1,9 @@
 """Chat framing: the template text wrapped around each turn, and where an answer stops.
 
 Framing is tokenized once per conversation (with the backend's tokenizer) and stored with
-the turns it belongs to.  The template is the model's own when the server publishes one
+the turns it belongs to.  It is the only text whose marker strings (``<|im_start|>``)
+become control tokens: a message, an imported chat or a tool result is tokenized as
+text, so typing ``<|im_end|>`` cannot open a turn of another role.  The template is the model's own when the server publishes one
 (matched here by its marker tokens); otherwise the user picks one in Settings (ChatML,
 Llama 3, Mistral, Gemma, Alpaca, plain), saved per conversation.  ChatML is the default.
 """
@@ -13,7 +15,8 @@ from typing import Callable, Sequence
 
 from .framing import ROLES, Framing
 
-#: tokenize(text) -> [(token_id, text)], with special-token strings parsed as specials.
+#: tokenize(text) -> [(token_id, text)]; for :func:`build_framing`, with special-token
+#: strings parsed as specials (a backend's ``tokenize(text, parse_special=True)``).
 Tokenize = Callable[[str], Sequence[tuple[int, str]]]
 
 #: The choice that means "the server's own template, else ChatML".
@@ -104,7 +107,9 @@ def build_framing(tokenize: Tokenize, template: TemplateStrings = CHATML) -> Fra
 
 
 def system_text(prompt: str, template: TemplateStrings = CHATML) -> str:
-    """The framed system prefix; empty when there is no system prompt."""
+    """The framed system prefix as the model reads it; empty when there is no system
+    prompt.  Its tokens are the framing's around the prompt tokenized as text
+    (:meth:`~halo_weave.core.framing.Framing.wrap`), never this string tokenized whole."""
     return template.wrap("system", prompt) if prompt.strip() else ""
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 ROLES = ("system", "user", "assistant")
 
@@ -13,6 +14,11 @@ class Framing:
 
     prefix: dict[str, tuple[list[int], list[str]]]
     suffix: dict[str, tuple[list[int], list[str]]]
+
+    def wrap(self, role: str, pieces: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
+        """``(id, piece)`` pairs of a whole turn: the role's framing around ``pieces``."""
+        before, after = self.prefix.get(role, ([], [])), self.suffix.get(role, ([], []))
+        return [*zip(*before), *pieces, *zip(*after)]
 
     @classmethod
     def none(cls) -> "Framing":

@@ -11,6 +11,16 @@ large, 503 busy.  Once a stream has started, a failure is sent as an
 ``{"type": "error", "message": ...}`` event and the stream is closed, never left hanging.
 A client that disconnects mid-stream stops the generation after the current token.
 
+``POST /api/v1/tokenize`` (``{"text", "add_special_tokens": false, "parse_special": false,
+"with_pieces": true}``, ``content`` / ``add_special`` as aliases) answers ``{"tokens":
+[{"token_id", "text"}], "token_ids", "token_count"}``.  Text is text: ``<|im_end|>`` in it
+is the characters it is (and detokenizes back to them) unless ``"parse_special": true``
+(llama-server's name), which chat framing sends to have its marker strings read as
+control tokens.  A text ``prompt`` to generate is the client's framed chat, its markers
+parsed as KoboldCPP parses them, and so is the text of ``POST /api/extra/tokencount``
+(``{"prompt", "special": true}`` → ``{"value": n, "ids": [...]}``, KoboldCPP's counter,
+the model's BOS in front unless ``"special": false`` or the text starts with it).
+
 ``POST /api/extra/prepare`` (``{"input_ids": [...]}``, our extension, declared by
 ``supports_prepare`` in ``/api/v1/model``) reads ahead: the cache takes a draft prompt
 while the user types, so the generate that follows runs only what is new; it answers 503
@@ -163,13 +173,18 @@ def create_app(engine: Engine, *, attention: bool = True, api_key: str | None = 
         return JSONResponse({"value": schema.DEFAULT_MAX_LENGTH})
 
     async def tokenize(request: Request) -> JSONResponse:
-        text, add_special, with_pieces = schema.tokenize_args(await _json(request))
+        text, add_special, parse_special, with_pieces = schema.tokenize_args(await _json(request))
 
         def answer() -> bytes:  # on a worker: a million tokens take a second to encode
-            ids, pieces = engine.token_columns(text, add_special)
+            ids, pieces = engine.token_columns(text, add_special, parse_special)
             return tokenize_answer(ids, pieces if with_pieces else None)
 
         return Response(await run_in_threadpool(answer), media_type="application/json")
+
+    async def tokencount(request: Request) -> JSONResponse:
+        prompt, special = schema.tokencount_args(await _json(request))
+        ids = await run_in_threadpool(lambda: engine.count_prompt(prompt, add_bos=special))
+        return JSONResponse({"value": len(ids), "ids": ids})
 
     async def detokenize(request: Request) -> JSONResponse:
         body = await _json(request)
@@ -235,7 +250,7 @@ def create_app(engine: Engine, *, attention: bool = True, api_key: str | None = 
         Route("/api/v1/config/max_context_length", max_context),
         Route("/api/v1/config/max_length", max_length),
         Route("/api/v1/tokenize", tokenize, methods=["POST"]),
-        Route("/api/extra/tokencount", tokenize, methods=["POST"]),
+        Route("/api/extra/tokencount", tokencount, methods=["POST"]),
         Route("/api/v1/detokenize", detokenize, methods=["POST"]),
         Route("/api/extra/detokenize", detokenize, methods=["POST"]),
         Route("/api/extra/generate/stream", generate_stream, methods=["POST"]),

@@ -1,7 +1,7 @@
 """The model behind the server, usable in-process without HTTP.
 
 >>> engine = Engine.load()                                    # doctest: +SKIP
->>> ids = [i for i, _ in engine.tokenize("<|im_start|>user\\nHi<|im_end|>\\n")]
+>>> ids = [i for i, _ in engine.tokenize("<|im_start|>user\\nHi<|im_end|>\\n", parse_special=True)]
 >>> for record in engine.generate(ids, max_length=8):         # doctest: +SKIP
 ...     print(record)       # TokenRecord(token_id, text, attention), then one DoneRecord
 
@@ -96,8 +96,9 @@ class Engine(EngineBase):
 
     # ---------------------------------------------------------------- tokens
 
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    def encode(self, text: str, add_special_tokens: bool = False, parse_special: bool = False) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens,
+                                     split_special_tokens=not parse_special)
 
     # ---------------------------------------------------------------- model facts
 

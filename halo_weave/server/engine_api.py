@@ -92,19 +92,34 @@ class EngineBase:
     def vocab_size(self) -> int:
         return self.text.vocab_size
 
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = False, parse_special: bool = False) -> list[int]:
+        """Token ids of ``text``; ``parse_special``: its control-token strings (``<|im_end|>``)
+        become those tokens, otherwise they are text like any other."""
         raise NotImplementedError
 
-    def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
+    def tokenize(self, text: str, add_special_tokens: bool = False,
+                 parse_special: bool = False) -> list[tuple[int, str]]:
         """``(token_id, piece)`` pairs; pieces join to :meth:`detokenize` of the ids."""
-        return list(zip(*self.token_columns(text, add_special_tokens)))
+        return list(zip(*self.token_columns(text, add_special_tokens, parse_special)))
 
-    def token_columns(self, text: str, add_special_tokens: bool = False) -> tuple[list[int], list[str]]:
+    def token_columns(self, text: str, add_special_tokens: bool = False,
+                      parse_special: bool = False) -> tuple[list[int], list[str]]:
         """The ids and pieces of :meth:`tokenize` as two lists (no per-token objects for
         the garbage collector to walk: a million of them stalled every thread)."""
         with self._tokenizer_lock:
-            ids = self.encode(text, add_special_tokens=add_special_tokens)
+            ids = self.encode(text, add_special_tokens=add_special_tokens, parse_special=parse_special)
         return ids, self.text.pieces(ids)
+
+    def count_prompt(self, prompt: str, add_bos: bool = True) -> list[int]:
+        """The ids KoboldCPP's ``/api/extra/tokencount`` answers for ``prompt``: read as a
+        text prompt is (control-token strings parsed), with the model's BOS in front
+        unless ``add_bos`` is false or the prompt already starts with it."""
+        with self._tokenizer_lock:
+            ids = self.encode(prompt, parse_special=True)
+        bos = self.describe().get("bos_token_id")
+        if add_bos and isinstance(bos, int) and bos >= 0 and ids[:1] != [bos]:
+            ids.insert(0, bos)
+        return ids
 
     def detokenize(self, ids) -> str:
         """Text of ``ids`` (control tokens dropped); raises RequestError on bad ids."""
@@ -264,7 +279,7 @@ class EngineBase:
         for s in stops if isinstance(stops, (list, tuple)) else ():
             if isinstance(s, str) and s:
                 with self._tokenizer_lock:
-                    ids = self.encode(s)
+                    ids = self.encode(s, parse_special=True)
                 if len(ids) == 1 and ids[0] in self.text.special_ids:
                     found.add(ids[0])
         return found

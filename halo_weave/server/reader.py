@@ -78,7 +78,8 @@ class ProxyReader:
         return cls(engine)
 
     def tokenize(self, text: str) -> list[int]:
-        """The reader's token ids of ``text`` (special-token strings parsed)."""
+        """The reader's token ids of ``text``, split as the token table's tokenizer splits
+        text (control-token strings in it are text)."""
         return self.engine.encode(text)
 
     def vocab_size(self) -> int:

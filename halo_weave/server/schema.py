@@ -82,8 +82,10 @@ def generate_kwargs(body: dict, engine: Engine) -> dict[str, Any]:
         prompt = body.get("prompt")
         if not isinstance(prompt, str) or not prompt:
             raise RequestError("send input_ids (a non-empty list of token ids) or a non-empty prompt")
-        # A text prompt gets the model's BOS, as KoboldCPP does; input_ids are used as given.
-        kwargs["input_ids"] = [i for i, _ in engine.tokenize(prompt, add_special_tokens=True)]
+        # A text prompt is the client's framed chat, read as KoboldCPP reads it: its
+        # marker strings are control tokens, and it gets the BOS where the model's
+        # tokenizer adds one; input_ids are used as given.
+        kwargs["input_ids"] = [i for i, _ in engine.tokenize(prompt, add_special_tokens=True, parse_special=True)]
 
     limit = body.get("max_context_length")
     if isinstance(limit, int) and len(kwargs["input_ids"]) + kwargs["max_length"] > limit:
@@ -133,19 +135,40 @@ def _flag(body: dict, key: str) -> bool:
     return bool(value)
 
 
-def tokenize_args(body: dict) -> tuple[str, bool, bool]:
-    """``(text, add_special_tokens, with_pieces)`` from a tokenize request."""
-    text = body.get("text", body.get("content"))
-    if not isinstance(text, str):
-        raise RequestError("text must be a string")
-    limits.check_text(text, "text")
-    if len(text) > min(MAX_TOKENIZE_CHARS, limits.MAX_TEXT_CHARS):
-        raise RequestError(f"text longer than {MAX_TOKENIZE_CHARS} characters")
+def tokenize_args(body: dict) -> tuple[str, bool, bool, bool]:
+    """``(text, add_special_tokens, parse_special, with_pieces)`` from a tokenize request.
+
+    ``parse_special`` (llama-server's name, default false) is how chat framing asks for
+    its marker strings as control tokens; without it ``<|im_end|>`` in a message is text.
+    """
+    text = _text_field(body.get("text", body.get("content")), "text")
     add = body.get("add_special_tokens", body.get("add_special", False))
+    parse = body.get("parse_special", False)
     pieces = body.get("with_pieces", True)
-    if not isinstance(add, bool) or not isinstance(pieces, bool):
-        raise RequestError("add_special_tokens and with_pieces must be true or false")
-    return text, add, pieces
+    if not all(isinstance(flag, bool) for flag in (add, parse, pieces)):
+        raise RequestError("add_special_tokens, parse_special and with_pieces must be true or false")
+    return text, add, parse, pieces
+
+
+def tokencount_args(body: dict) -> tuple[str, bool]:
+    """``(prompt, special)`` from KoboldCPP's ``/api/extra/tokencount`` request.
+
+    ``special`` (default true) adds the model's BOS, as KoboldCPP does to a prompt.
+    """
+    prompt = _text_field(body.get("prompt", ""), "prompt")
+    special = body.get("special", True)
+    if not isinstance(special, bool):
+        raise RequestError("special must be true or false")
+    return prompt, special
+
+
+def _text_field(text, name: str) -> str:
+    if not isinstance(text, str):
+        raise RequestError(f"{name} must be a string")
+    limits.check_text(text, name)
+    if len(text) > min(MAX_TOKENIZE_CHARS, limits.MAX_TEXT_CHARS):
+        raise RequestError(f"{name} longer than {MAX_TOKENIZE_CHARS} characters")
+    return text
 
 
 def detokenize_ids(body: dict, engine: Engine) -> list[int]:

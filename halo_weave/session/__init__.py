@@ -17,8 +17,8 @@ A turn, in order (DESIGN.md)::
         session.receive(event)                       attention, append, save every 16
     session.finish_turn(reason, rate)                save, queue indexing, prune
 
-The *backend* is any object with ``tokenize(text, add_special_tokens=False)`` →
-``[(id, piece)]``, ``stream(input_ids=…, **params)`` → iterable of
+The *backend* is any object with ``tokenize(text, add_special_tokens=False,
+parse_special=False)`` → ``[(id, piece)]``, ``stream(input_ids=…, **params)`` → iterable of
 :class:`~halo_weave.events.TokenEvent` (``.done`` afterwards), ``abort()``,
 ``model_info()``, and optionally ``capabilities`` with ``attention`` (True, False, None =
 unknown until the first answer) and ``token_ids`` (False: events carry text only;

@@ -130,12 +130,15 @@ class ChatSession:
     def system_prompt_text(self) -> str | None:
         return system_prompt.system_prompt_text(self)
 
+    def system_prompt_pieces(self, prompt: str) -> list[tuple[int, str]]:
+        return system_prompt.system_prompt_pieces(self, prompt)
+
     def set_system_prompt(self, prompt: str, pieces: list[tuple[int, str]]) -> None:
         system_prompt.set_system_prompt(self, prompt, pieces)
 
     # ------------------------------------------------------------------ the user's half
     def tokenize(self, text: str) -> list[tuple[int, str]]:
-        """The backend's tokens of ``text`` (blocking)."""
+        """The backend's tokens of ``text`` as text (blocking): markup in it stays text."""
         return self.backend.tokenize(text, add_special_tokens=False) if text else []
 
     def can_resurrect(self) -> bool:

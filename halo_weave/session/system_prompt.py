@@ -7,6 +7,7 @@ members of the same names call them.
 from __future__ import annotations
 
 from ..core.chat_template import TemplateStrings, detect_template, system_text
+from ..core.framing import Framing
 
 
 def template(session) -> TemplateStrings:
@@ -28,7 +29,8 @@ def template_choice(session) -> str:
 
 
 def system_prompt_text(session) -> str | None:
-    """The framed system text to tokenize, or None when the conversation has it already."""
+    """The framed system text (as the model reads it), or None when the conversation has
+    it already."""
     conv, prompt, chosen = session.conv, session.settings.system_prompt, template(session)
     same_template = getattr(conv, "system_template", chosen.name) == chosen.name
     if conv.system_prompt == prompt and same_template and (len(conv.system_ids) > 0 or not prompt.strip()):
@@ -36,8 +38,16 @@ def system_prompt_text(session) -> str | None:
     return system_text(prompt, chosen)
 
 
+def system_prompt_pieces(session, prompt: str) -> list[tuple[int, str]]:
+    """The system turn's ``(id, piece)`` pairs (blocking): the framing's tokens around
+    ``prompt`` tokenized as text, so markup in the prompt stays text; none when blank."""
+    if not prompt.strip():
+        return []
+    return (session.framing or Framing.none()).wrap("system", session.tokenize(prompt))
+
+
 def set_system_prompt(session, prompt: str, pieces: list[tuple[int, str]]) -> None:
-    """Adopt ``prompt`` tokenized (the text of :func:`system_prompt_text`) and save it."""
+    """Adopt ``prompt`` tokenized (:func:`system_prompt_pieces`) and save it."""
     conv = session.conv
     conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
     conv.system_template = template(session).name

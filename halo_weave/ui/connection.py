@@ -109,7 +109,8 @@ class ServerConnection(QObject):
             try:
                 info = client.model_info()
                 template = detect_template(getattr(info, "chat_template", None), options.get("template") or AUTO)
-                framing = build_framing(lambda text: client.tokenize(text, add_special_tokens=False), template)
+                # The framing alone has its marker strings read as control tokens.
+                framing = build_framing(lambda text: client.tokenize(text, parse_special=True), template)
             except BaseException:
                 client.close()
                 raise

@@ -455,7 +455,9 @@ class EngineAttention:
         self.stats = AttentionStats()
 
     def tokenize(self, text: str) -> list[tuple[int, str]]:
-        return self.engine.tokenize(text)
+        """``[(token_id, piece)]``; special-token strings are parsed as specials (the
+        replay's framing comes through here; LoCoMo's text holds no such strings)."""
+        return self.engine.tokenize(text, parse_special=True)
 
     def reset(self, keep_pruned: bool = False) -> None:
         """Nothing to do: the engine reuses whatever prefix it shares with the next input."""

@@ -74,7 +74,9 @@ class LlamaForcing:
         return cls(engine)
 
     def tokenize(self, text: str) -> list[tuple[int, str]]:
-        return self.engine.tokenize(text)
+        """``[(token_id, piece)]``; special-token strings are parsed as specials (the
+        replay's framing comes through here; LoCoMo's text holds no such strings)."""
+        return self.engine.tokenize(text, parse_special=True)
 
     def reset(self, keep_pruned: bool = True) -> None:
         """Forget the cache (a new replay); ``keep_pruned``: keep pruned spans' cells."""

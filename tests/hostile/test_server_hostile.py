@@ -27,7 +27,7 @@ def http(server):
 
 
 def ids_of(http, text: str) -> list[int]:
-    return http.post("/api/v1/tokenize", json={"text": text}).json()["token_ids"]
+    return http.post("/api/v1/tokenize", json={"text": text, "parse_special": True}).json()["token_ids"]
 
 
 def not_busy(http) -> bool:

@@ -43,7 +43,7 @@ def _chat_prune_resurrect_stop_export(qtbot, tmp_path, url: str, status_start: s
     partial = stop_mid_answer(app, qtbot, after=3, timeout_ms=60_000)
 
     # Every turn is closed once: no end token twice in a row in what the model is sent.
-    end = [i for i, _ in c.client.tokenize("<|im_end|>")]
+    end = [i for i, _ in c.client.tokenize("<|im_end|>", parse_special=True)]
     sent = [int(i) for i in conv.live_input_ids()]
     assert len(end) == 1 and not any(a == b == end[0] for a, b in zip(sent, sent[1:]))
 

@@ -158,16 +158,16 @@ class LlamaEngine(EngineBase):
             table.append(buf.raw[:n] if n > 0 else b"")
         return table, special
 
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = False, parse_special: bool = False) -> list[int]:
         import ctypes
 
         data = text.encode("utf-8")
         room = len(data) + 16
         out = (ctypes.c_int32 * room)()
-        n = self.L.llama_tokenize(self.vocab, data, len(data), out, room, add_special_tokens, True)
+        n = self.L.llama_tokenize(self.vocab, data, len(data), out, room, add_special_tokens, parse_special)
         if n < 0:  # more tokens than bytes: cannot happen for BPE, but size it and retry
             out = (ctypes.c_int32 * -n)()
-            n = self.L.llama_tokenize(self.vocab, data, len(data), out, -n, add_special_tokens, True)
+            n = self.L.llama_tokenize(self.vocab, data, len(data), out, -n, add_special_tokens, parse_special)
         return list(out[:n])
 
     def _token_text(self, token: int) -> str:
