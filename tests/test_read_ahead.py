@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from halo_weave.session.read_ahead import settled_text
-from test_prune_for_room import BOAT_ASKED, _chat
+from test_prune_for_room import BOAT_ASKED, TIGHT, _chat
 from test_semantic_index import embedder, tokenize  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -66,9 +66,20 @@ def test_the_draft_prompt_is_what_enter_sends_and_changes_nothing(embedder, tmp_
 
 def test_a_draft_whose_plan_makes_room_leaves_out_what_enter_prunes(embedder, tmp_path):  # noqa: F811
     """resurrection_keep_share < 1 (the default): the message's plan prunes older context;
-    the draft plans the same choice without making it."""
+    the draft plans the same choice without making it.
+
+    Guards that the draft's room prune is the one Enter makes (or a little less of it, the
+    draft being a word shorter) and that the draft resurrects what Enter does, so the
+    server's cache keeps all of what Enter sends.  The plan is made of the boat talk's
+    matches alone (cosine 0.6-0.96, the next match 0.05 lower) in a window where they
+    need the room: with the default 30 matches in the 1,024-token window the plan filled
+    its room with unrelated chunks of cosine ~0, whose order (and whether a 16-token one
+    fitted by a token) followed the embedder's last bits: bfloat16 vectors from another
+    CPU's kernels (~1e-3 apart, far more than the rank grid of halo_weave.core.ties
+    absorbs) changed the draft's plan but not Enter's, and the test failed on such a CPU.
+    """
     session, _ = _chat(embedder, tmp_path / "room.db", "after_exchange", exchanges=12,
-                       resurrection_keep_share=0.5)
+                       window=TIGHT, resurrection_keep_share=0.5, query_max_results=5)
     conv = session.conv
     live_before = conv.live_input_ids().tolist()
     live_chunks = {c.id for c in conv.live_chunks()}

@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ConversationError
+from . import ties
 from .anchors import anchor_partner, framing_of, live_content_count, prunable_group
 from .records import Chunk, ChunkTokens
 
@@ -28,7 +29,8 @@ def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None
     resurrected for the spared turn is not spared outright (the limit comes first), but
     ranked by age it counts as new, so older chunks go before it.  Ranked by brightness,
     the chunks in the last ``prune_keep_recent`` live tokens go only after every older
-    one (H2O's recent window; the limit still comes first)."""
+    one (H2O's recent window; the limit still comes first).  Peaks are compared on the
+    grid of :mod:`.ties` and ties go oldest first (by position), the same on every CPU."""
     ids, peaks = conv.chunk_peaks()
     peak_of = dict(zip(ids.tolist(), peaks.tolist()))
     recent = set() if by_age else recent_chunks(conv, ids)
@@ -40,7 +42,7 @@ def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None
         peak = peak_of[chunk.id]
         if partner is not None and partner.live:
             peak = max(peak, peak_of[partner.id])
-        return chunk.id in recent, peak, chunk.start
+        return chunk.id in recent, ties.level(peak), chunk.start
 
     candidates = sorted(
         (c for c in map(conv.chunks.__getitem__, peak_of)

@@ -10,6 +10,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..core import ties
 from ..settings import Settings
 from .vector_matrix import VectorMatrix
 
@@ -58,7 +59,9 @@ def distinctive_terms(text: str, documents: Callable[[str], int | None], entries
 def rank(vm: VectorMatrix, query: np.ndarray, s: Settings, limit: int,
          bm25_ids: dict[int, float], dated: frozenset[int] = frozenset()
          ) -> dict[int, tuple[float, float, float | None]]:
-    """The ``limit`` best entries: chunk id -> (cosine, score, normalised BM25 or None).
+    """The ``limit`` best entries, best first: chunk id -> (cosine, score, normalised BM25
+    or None).  Ranked by :func:`.ties.rank_key`: scores closer than the grid rank by chunk
+    id, so a plan does not depend on the CPU's last bits.
 
     ``dated``: entries said on a day the query names; each gets ``s.date_weight`` more.
     """
@@ -84,11 +87,11 @@ def rank(vm: VectorMatrix, query: np.ndarray, s: Settings, limit: int,
         at = rows_dated if rows is None else np.searchsorted(rows, rows_dated)
         score = score.copy()
         score[at] += s.date_weight
-    k = min(limit, len(score))
-    top = np.argpartition(-score, k - 1)[:k]
-    top = top[np.argsort(-score[top], kind="stable")]
-    top = top[score[top] >= s.min_similarity] if s.min_similarity > 0 else top
-    ids = vm.ids[top] if rows is None else vm.ids[rows[top]]
+    row_ids = vm.ids[: vm.n] if rows is None else vm.ids[rows]
+    top = ties.best(score, row_ids, limit)
+    if s.min_similarity > 0:
+        top = top[ties.levels(score[top]) >= ties.level(s.min_similarity)]
+    ids = row_ids[top]
     return {int(c): (float(similarity[i]), float(score[i]), float(bm25[i]) if s.hybrid_search else None)
             for c, i in zip(ids, top)}
 

@@ -36,6 +36,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..core import ties
 from ..errors import SnapshotInvalid
 
 _MAGIC = b"HALOVEC1"
@@ -163,7 +164,8 @@ class VectorMatrix:
 
     # ------------------------------------------------------------------ search
     def candidates(self, query: np.ndarray, boost: float, limit: int) -> np.ndarray | None:
-        """Rows that may hold the best ``limit`` boosted scores; None means every row."""
+        """Rows that may hold the best ``limit`` boosted scores, in row order (a tie at
+        the cut goes to the lower chunk id, :func:`.ties.best`); None means every row."""
         t = self.tuning
         count = max(t.candidates, t.candidate_factor * limit, self.n // t.candidate_share)
         if not self.two_stage or count * 4 >= self.n:
@@ -173,7 +175,7 @@ class VectorMatrix:
             self.coarse[:n][self.user[:n]] *= boost / self.coarse_boost
             self.coarse_boost = boost
         coarse = self.coarse[:n] @ (query @ self.basis)
-        return np.argpartition(coarse, n - count)[n - count:]
+        return np.sort(ties.best(coarse, self.ids[:n], count))
 
     def similarity(self, query: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         """Exact cosine of ``rows`` (every row when None) with a unit ``query``."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from halo_weave.conversation import Conversation
-from halo_weave.core import pruning
+from halo_weave.core import pruning, ties
 from halo_weave.memory.resurrection import budget, make_plan
 from halo_weave.memory.room import plan_with_room
 
@@ -128,7 +128,7 @@ def answer_rag(recent: Conversation, matches, q: QuestionContext) -> Outcome:
     conv = copy.deepcopy(recent)
     left = q.budget - q.framed_tokens - conv.live_token_count()
     taken = []
-    for match in sorted(matches, key=lambda m: -m.similarity):
+    for match in sorted(matches, key=lambda m: ties.rank_key(m.similarity, m.chunk_id)):
         chunk = conv.chunks.get(match.chunk_id)
         if chunk is None or chunk.live or chunk.id in taken:
             continue

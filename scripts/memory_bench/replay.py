@@ -32,6 +32,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+from halo_weave.core import ties
 from halo_weave.core.chat_template import build_framing, system_text
 from halo_weave.conversation import Conversation, Framing
 from halo_weave.events import TokenEvent
@@ -319,7 +320,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
 def plain_plan(conv: Conversation, matches, room: int) -> list[int]:
     """SillyTavern-style vector storage: chunks by similarity, no anchors, within ``room``."""
     taken: list[int] = []
-    for match in sorted(matches, key=lambda m: -m.similarity):
+    for match in sorted(matches, key=lambda m: ties.rank_key(m.similarity, m.chunk_id)):
         chunk = conv.chunks.get(match.chunk_id)
         if chunk is None or chunk.live or chunk.framing or chunk.id in taken:
             continue
