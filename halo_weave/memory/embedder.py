@@ -23,6 +23,9 @@ import numpy as np
 
 from ..errors import EmbedderUnavailable
 
+#: ``bfloat16`` here makes the embedder compute in bfloat16 where the CPU has it natively.
+PRECISION_ENV = "HALO_WEAVE_EMBED_PRECISION"
+
 #: Name recorded with every stored vector; a different name means "re-index".
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -53,7 +56,7 @@ class Embedder:
         self.model_path = Path(model_path) if model_path is not None else bundled_model_path()
         self.name = name or (DEFAULT_MODEL_NAME if model_path is None else str(self.model_path))
         self.device = device
-        #: "float32" or "bfloat16"; None picks bfloat16 on a CPU with native bf16 support.
+        #: "float32" or "bfloat16"; None: ``$HALO_WEAVE_EMBED_PRECISION``, else float32.
         self.precision = precision
         self.error: EmbedderUnavailable | None = None
         self._model = None
@@ -176,16 +179,21 @@ class Embedder:
 
 
 def _default_precision(torch, device: str) -> str:
-    """bfloat16 on a CPU that computes it natively (AVX512-BF16 / AMX), else float32.
+    """float32, unless ``$HALO_WEAVE_EMBED_PRECISION=bfloat16`` asks for bfloat16 on a CPU
+    that computes it natively (AVX512-BF16 / AMX).
 
-    Measured on the 2-core machine (AMX), 48 turn-pair contexts of ~210 word-pieces,
-    batch 32, three alternating rounds: 118-120 ms CPU per chunk in float32, 62-69 in
-    bfloat16; every vector's cosine with its float32 twin >= 0.9999, so vectors of
-    either precision share the model's name.  Dynamic int8 quantisation of the Linear
-    layers was rejected: cosine with float32 down to 0.89.  Elsewhere (AVX2 only)
-    bfloat16 is emulated and slower, so float32 stays.
+    float32 everywhere so that the vectors, and so every search and resurrection plan
+    ranked on them, are the same on every CPU to about 1e-7, which the ranking grid
+    (:mod:`halo_weave.core.ties`) absorbs.  bfloat16 differs between CPUs by about 1e-3
+    per element (AMX and AVX512-BF16 kernels round differently, and a CPU without native
+    bf16 runs float32), which moved near-tied plans from one machine to another.  It is
+    faster where native: on a 2-core AMX machine, 48 turn-pair contexts of ~210
+    word-pieces, batch 32: 118-120 ms CPU per chunk in float32, 62-69 in bfloat16; every
+    vector's cosine with its float32 twin >= 0.9999, so vectors of either precision share
+    the model's name and an index made with one is searched with the other.
     """
-    if device != "cpu":
+    asked = os.environ.get(PRECISION_ENV, "").strip().lower()
+    if device != "cpu" or asked != "bfloat16":
         return "float32"
     try:
         native = torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()

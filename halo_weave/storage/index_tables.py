@@ -81,7 +81,7 @@ def bm25(conn: sqlite3.Connection, query: str, limit: int) -> dict[int, float]:
     """Chunk id -> BM25 score of the ``limit`` best full-text matches of ``query``."""
     rows = conn.execute(
         "SELECT rowid, -bm25(semantic_fts) FROM semantic_fts WHERE semantic_fts MATCH ? "
-        "ORDER BY rank LIMIT ?", (query, limit)).fetchall()
+        "ORDER BY rank, rowid LIMIT ?", (query, limit)).fetchall()  # ties: the older chunk
     return {int(r[0]): max(float(r[1]), 0.0) for r in rows}
 
 
