@@ -140,9 +140,10 @@ def build_key(llama) -> str:
 
 def apply(params, mode: str):
     """``params`` (``llama_model_params``) set up for ``mode``: CPU only, and no extra
-    buffer types (so no weight repacking) in the safe mode."""
+    buffer types (so no weight repacking) in every mode but the default (a caller that
+    loads llama.cpp although the verdict says it crashes gets the least risky settings)."""
     params.n_gpu_layers = 0
-    if mode == SAFE:
+    if mode != DEFAULT:
         params.use_extra_bufts = False
     return params
 
