@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+
 
 def measure(mode: str, threads: int, prefill: int, decode: int) -> dict:
     from halo_weave.server.llamacpp import bindings, safety
@@ -56,8 +58,8 @@ def measure(mode: str, threads: int, prefill: int, decode: int) -> dict:
         array = (L.llama_token * 1)(token)
         if L.llama_decode(ctx, L.llama_batch_get_one(array, 1)) != 0:
             raise RuntimeError("decode failed")
-        logits = ctypes.cast(L.llama_get_logits_ith(ctx, -1), ctypes.POINTER(ctypes.c_float * n_vocab)).contents
-        token = max(range(n_vocab), key=logits.__getitem__)
+        logits = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, -1), shape=(n_vocab,))
+        token = int(logits.argmax())
     decode_s = time.perf_counter() - started
     L.llama_free(ctx)
     L.llama_model_free(model)
