@@ -299,7 +299,7 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
             live_tokens=conv.live_token_count(),
             max_tokens=self.settings.max_context_tokens
             or int(getattr(self.model_info, "max_context", 0) or 0),
-            total_tokens=conv.next_position + len(conv.system_ids),
+            total_tokens=conv.total_token_count(),
             pruned_chunks=len(conv.graveyard()),
             mean_brightness=conv.mean_brightness(),
             brightness_source=self.brightness_source(),

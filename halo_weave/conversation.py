@@ -143,6 +143,11 @@ class Conversation:
         """Tokens the model sees now, system prompt included."""
         return len(self.system_ids) + len(self.table)
 
+    def total_token_count(self) -> int:
+        """Tokens of the whole conversation: the live ones and those of every pruned
+        chunk (other versions of an answer are not part of it)."""
+        return self.live_token_count() + self.chunks.pruned_content_tokens()
+
     def chunk_by_key(self, turn_id: int, chunk_index: int, role: str) -> Chunk | None:
         turn = self.turns.get(turn_id)
         if turn is None or turn.role != role:

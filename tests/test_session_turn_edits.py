@@ -64,3 +64,23 @@ def test_continue_regenerate_edit_through_the_session(client, tmp_path):
         reopened = store.load(session.settings, session.framing)
     assert [t.role for t in (reopened.turns[i] for i in reopened.turns)] == ["user", "assistant"]
     assert _text(reopened, question.turn_id) == "Tell me a short poem about the moon."
+
+
+def test_flipping_answer_versions_leaves_the_total_as_it_was(client, tmp_path):
+    """The stats bar's Total counts the conversation, not how often a version was shown."""
+    session, _ = _session(client, tmp_path, max_new_tokens=8, temperature=1.0, sampler_seed=-1)
+    conv = session.conv
+    _ask(session, "Name a colour.")
+    session.regenerate()
+    session.begin_answer()
+    _stream(session)
+    session.finish_turn("stop")
+    shown = {2: conv.total_token_count()}
+    for number in (1, 2, 1, 2, 1):
+        session.show_version(-1 if number == 1 else 1)
+        answer = session.last_exchange()[1].turn_id
+        expected = conv.live_token_count() + sum(c.token_count for c in conv.graveyard())
+        assert conv.total_token_count() == expected
+        shown.setdefault(number, conv.total_token_count())
+        assert conv.total_token_count() == shown[number], "flipping back gives the same Total"
+        assert answer in conv.turns

@@ -274,6 +274,12 @@ class ChunkRegistry(_Registry):
                 column(cols.role, (ROLE_CODE[c.role] for c in hot)),
                 column(cols.token_count, (c.token_count for c in hot)))
 
+    def pruned_content_tokens(self) -> int:
+        """Tokens of the pruned content chunks, all together."""
+        rows = self._cold & (self._cols.chunk_index >= 0)
+        hot = sum(c.token_count for c in self._hot.values() if not c.live and not c.framing)
+        return int(self._cols.token_count[rows].sum()) + hot
+
     def pruned_content(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, starts) of the pruned content chunks, in position order."""
         rows = np.flatnonzero(self._cold & (self._cols.chunk_index >= 0))
