@@ -84,3 +84,18 @@ def test_flipping_answer_versions_leaves_the_total_as_it_was(client, tmp_path):
         shown.setdefault(number, conv.total_token_count())
         assert conv.total_token_count() == shown[number], "flipping back gives the same Total"
         assert answer in conv.turns
+
+
+def test_another_conversation_starts_without_the_last_answers_speed(client, tmp_path):
+    """After switching conversations the stats bar shows no tok/s or first-token time of
+    an answer that belongs to the other one."""
+    session, _ = _session(client, tmp_path, max_new_tokens=8)
+    session.clock.start()
+    _ask(session, "Name a colour.")
+    assert session.tokens_per_s > 0 and session.clock.first_token_s is not None
+    other = ConversationStore.open(tmp_path / "other.db", create=True)
+    session.store.close()
+    session.open(other)
+    assert session.tokens_per_s == 0.0
+    assert session.clock.first_token_s is None and session.clock.tokens_per_s is None
+    other.close()

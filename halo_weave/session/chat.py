@@ -91,6 +91,9 @@ class ChatSession:
             conv.framing = self.framing
         self.store, self.conv, self.index = store, conv, None
         self.last_resurrected = 0
+        # The speed figures were the previous conversation's answer: not this one's.
+        self.tokens_per_s = 0.0
+        self.clock = StreamClock()
         return conv
 
     def connect(self, backend, info, framing: Framing) -> bool | None:
