@@ -99,3 +99,17 @@ def test_another_conversation_starts_without_the_last_answers_speed(client, tmp_
     assert session.tokens_per_s == 0.0
     assert session.clock.first_token_s is None and session.clock.tokens_per_s is None
     other.close()
+
+
+def test_a_continue_the_model_adds_nothing_to_is_said(client, tmp_path):
+    """An answer that ended by itself: Continue lets the model add nothing, and the turn's
+    end says so (the window shows it) instead of silently doing nothing."""
+    session, _ = _session(client, tmp_path, max_new_tokens=64, temperature=0.0)
+    answer = _ask(session, "Reply with the single word: yes")
+    assert session.streamed < 64, "the answer ended by itself, before the length limit"
+    before = _text(session.conv, answer.turn_id)
+    session.resume_answer()
+    _stream(session)
+    end = session.finish_turn("stop")
+    assert _text(session.conv, answer.turn_id) == before and session.streamed == 0
+    assert end.nothing_added

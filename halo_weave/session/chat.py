@@ -46,6 +46,8 @@ class TurnEnd:
     turn: Turn | None
     pruned: list[Chunk] = field(default_factory=list)
     attention_changed: bool = False
+    #: A Continue to which the model added nothing: the answer had ended by itself.
+    nothing_added: bool = False
 
 
 class ChatSession:
@@ -76,6 +78,7 @@ class ChatSession:
         self._started = 0.0
         self._attention_seen = False
         self._attention_errors = 0
+        self._resumed = False  # the open answer is a Continue of the last one
         self._stop_ids: set[int] = set()
         self.round = 0
         self.capture = RoundCapture()  # "Record attention": one folder per round
@@ -247,6 +250,7 @@ class ChatSession:
             self.streamed += 1
 
     def _new_answer(self) -> None:
+        self._resumed = False  # resume_answer sets it after this
         self.streamed = 0
         self._started = time.monotonic()
         self._attention_seen = False
@@ -325,7 +329,8 @@ class ChatSession:
         if self.indexer is not None:
             self.indexer.queue_pending(conv)  # the answer, and the question whose context now has it
         pruned = self.prune() if prune else []
-        return TurnEnd(reason, turn, pruned, self.attention_available != before)
+        nothing_added = self._resumed and self.streamed == 0 and reason == "stop"
+        return TurnEnd(reason, turn, pruned, self.attention_available != before, nothing_added)
 
     def prune(self, limit: int | None = None) -> list[Chunk]:
         """Prune to ``limit`` (default: the max-context setting, with hysteresis; pruning
@@ -370,6 +375,7 @@ class ChatSession:
         """Continue: reopen the last answer; new tokens join its last chunk."""
         turn = last_exchange.resume_answer(self)
         self._new_answer()
+        self._resumed = True
         return turn
 
     # ------------------------------------------------------------------ tool rounds, capture

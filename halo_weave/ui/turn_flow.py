@@ -125,6 +125,9 @@ class TurnFlow:
         if end.turn is None:
             self._set_busy(False)
             return
+        if end.nothing_added:
+            self.info.emit("The model had nothing to add: the answer had ended by itself. "
+                           "↻ Regenerate gives another answer.")
         self._read_exchange()  # proxy attention, on a thread (a no-op where the server sends attention)
         if end.attention_changed:
             self._announce_attention(True)
