@@ -253,6 +253,8 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         if (rescored or new.max_context_tokens != old.max_context_tokens) and self.conv is not None and not self.busy:
             self._prune()  # a smaller budget takes effect now, not after the next answer
             self.conversation_changed.emit()  # and the colours follow the score in use
+        elif new.highlight_fraction != old.highlight_fraction and self.conv is not None:
+            self.conversation_changed.emit()  # the highlight follows at once
         self.stats_changed.emit()
 
     # ------------------------------------------------------------------ indexing

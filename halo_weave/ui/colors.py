@@ -60,6 +60,10 @@ def level_colors() -> list[QColor]:
     return [QColor(int(r), int(g), int(b)) for r, g, b in np.rint(rgb)]
 
 
+#: The settings field that sets how much is highlighted (the dialog's label, the legend's words).
+HIGHLIGHT_LABEL = "Highlighted share of words"
+
+
 def highlight_colors() -> list[QColor]:
     """One translucent yellow per highlight step (alpha 0.2 .. 0.5)."""
     lo, hi = HIGHLIGHT_ALPHA

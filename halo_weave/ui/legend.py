@@ -114,7 +114,8 @@ class LegendDialog(QDialog):
         rows = [
             (_scale, ""),  # what decides the colour and pruning: set_scoring
             (_text((255, 255, 255), " brightest words", highlight),
-             "The brightest share of all tokens (Settings → highlight) stays white on a yellow "
+             f"The brightest share of all tokens (Settings → Context & memory → {colors.HIGHLIGHT_LABEL}) "
+             "stays white on a yellow "
              "background, stronger for the very brightest."),
             (_text(colors.TOOL_CYAN, " tool result"), "What the model's notebook tool returned."),
             (_text(colors.UNSCORED_GREY, " System prompt"), "The system prompt and “⋯ pruned here” "

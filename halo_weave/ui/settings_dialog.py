@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from ..settings import CHOICES, DEFAULT_SYSTEM_PROMPT, Settings
+from .colors import HIGHLIGHT_LABEL
 from .pruning_settings import PruningPage, set_item_tooltips
 from .settings_io import RANGES, settings_problems
 
@@ -124,6 +125,10 @@ class SettingsDialog(QDialog):
         form.addRow("Recall may replace context beyond the newest (share)", keep)
         form.addRow("Semantic resurrection brightness",
                     self._combo("resurrection_brightness", s.resurrection_brightness))
+        share = self._double("highlight_fraction", s.highlight_fraction, 0.05)
+        share.setToolTip("The brightest share of all words the heatmap highlights in yellow "
+                         "(0.20: the brightest fifth; 0: none).")
+        form.addRow(HIGHLIGHT_LABEL, share)
         form.addRow("", self._check("score_current_turn", s.score_current_turn,
                                     "Score the turn being generated (its own tokens gain brightness)"))
         form.addRow("", self._check("hybrid_search", s.hybrid_search,

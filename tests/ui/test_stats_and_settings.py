@@ -217,3 +217,24 @@ def test_cancel_keeps_original(dialog):
     QTimer.singleShot(0, dialog.reject)
     dialog.exec()
     assert dialog.result_settings() == Settings()
+
+
+def test_the_legend_names_the_settings_field_for_the_highlight(dialog, qtbot):
+    """The legend's 'Settings → Context & memory → …' leads to a field that exists, and
+    changing it changes the setting."""
+    import re
+
+    from PySide6.QtWidgets import QFormLayout, QLabel
+
+    from halo_weave.ui.legend import LegendDialog
+
+    legend = LegendDialog()
+    qtbot.addWidget(legend)
+    words = " ".join(label.text() for label in legend.findChildren(QLabel))
+    named = re.search(r"Settings → Context & memory → ([^)]+)\)", words)
+    assert named, words
+    labels = [form.labelForField(dialog.editors["highlight_fraction"])
+              for form in dialog.findChildren(QFormLayout) if form.labelForField(dialog.editors["highlight_fraction"])]
+    assert labels and labels[0].text() == named.group(1)
+    dialog.editors["highlight_fraction"].setValue(0.35)
+    assert dialog.current_settings().highlight_fraction == pytest.approx(0.35)
