@@ -99,7 +99,11 @@ class Embedder:
             raise FileNotFoundError(f"{self.model_path} holds no model (no config.json)")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         import torch
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()  # "Loading weights" on stderr at every start
         from sentence_transformers import SentenceTransformer
 
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -148,7 +152,9 @@ class Embedder:
         if not texts:
             return []
         with self._lock:
-            encoded = self._tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+            # verbose=False: counting a text longer than the model's 256 pieces is the point
+            # here, not a mistake worth transformers' warning on stderr.
+            encoded = self._tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
         return [len(ids) for ids in encoded]
 
     def truncate(self, text: str, max_pieces: int) -> str:
@@ -158,7 +164,7 @@ class Embedder:
         self._ready()
         with self._lock:
             offsets = self._tokenizer(
-                text, add_special_tokens=False, return_offsets_mapping=True
+                text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
             )["offset_mapping"]
         if len(offsets) <= max_pieces:
             return text
