@@ -53,6 +53,8 @@ class Conversation:
         self.system_ids = np.zeros(0, np.int32)
         self.system_texts: list[str] = []
         self.system_prompt = ""
+        #: Names shown for a role instead of "User" / "Assistant" (an imported character's).
+        self.role_names: dict[str, str] = {}
         self.next_position = 0
         self.next_turn_id = 0
         self.next_chunk_id = 0

@@ -178,3 +178,11 @@ def test_import_is_tokenized_by_the_server_and_framed(tmp_path, server):
     assert framing_chunks, "each turn is wrapped in the chat template like a turn typed here"
     framed = [int(i) for c in framing_chunks for i in conv.chunk_tokens(c.id).token_ids]
     assert framed == framing.prefix["user"][0] + framing.suffix["user"][0]
+
+
+def test_a_sillytavern_chat_keeps_who_speaks_and_a_group_keeps_no_single_name():
+    single = read_foreign(DATA / "sillytavern_current.jsonl")
+    assert single.names == {"user": "Sam", "assistant": "Seraphina"}
+    group = read_foreign(DATA / "sillytavern_group.jsonl")
+    assert "assistant" not in group.names, "Alice and Bob both answer: neither names the role"
+    assert group.names.get("user") == "Kim"

@@ -70,6 +70,8 @@ class ForeignChat:
     title: str
     messages: list[Message] = field(default_factory=list)
     skipped: int = 0  # hidden/system messages left out
+    #: Who speaks for a role, when the file says ({"assistant": "Seraphina", "user": "Ann"}).
+    names: dict[str, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------- reading
@@ -143,6 +145,7 @@ def parse_sillytavern(text: str, name: str = "chat.jsonl") -> ForeignChat:
         if not any(k in header for k in ("user_name", "character_name", "chat_metadata", "name")):
             raise TransferError(f"{name}, line {n}: neither a SillyTavern chat header nor a message.")
     chat = ForeignChat("SillyTavern", _st_title(header, name))
+    speakers: dict[str, set[str]] = {}
     for n, obj in objects:
         where = f"{name}, line {n}"
         if not _is_st_message(obj):
@@ -154,10 +157,20 @@ def parse_sillytavern(text: str, name: str = "chat.jsonl") -> ForeignChat:
         if is_system or not body.strip():
             chat.skipped += 1
             continue
-        chat.messages.append(Message("user" if is_user else "assistant", body.replace("\r\n", "\n"),
-                                     parse_st_date(obj.get("send_date"))))
+        role = "user" if is_user else "assistant"
+        chat.messages.append(Message(role, body.replace("\r\n", "\n"), parse_st_date(obj.get("send_date"))))
+        speaker = obj.get("name")
+        if isinstance(speaker, str) and speaker.strip():
+            speakers.setdefault(role, set()).add(speaker.strip()[:80])
     if not chat.messages:
         raise TransferError(f"{name} holds no messages to import.")
+    # A role's name: the header's, else its one speaker's (a group chat's several stay unnamed).
+    for role, key in (("user", "user_name"), ("assistant", "character_name")):
+        named, heard = header.get(key), speakers.get(role, set())
+        if isinstance(named, str) and named.strip() and len(heard - {named.strip()[:80]}) == 0:
+            chat.names[role] = named.strip()[:80]
+        elif len(heard) == 1:
+            chat.names[role] = next(iter(heard))
     return chat
 
 
@@ -367,6 +380,8 @@ def write_chat(chat: ForeignChat, data_dir: Path, tokenize: Tokenize, framing: F
             if pruned:
                 store.save_chunks(conv, pruned)
             store.set_meta("title", chat.title)
+            if chat.names:
+                store.set_meta("role_names", chat.names)
             store.set_meta("imported_from", {"app": chat.source, "messages": len(chat.messages),
                                              "skipped": chat.skipped})
 

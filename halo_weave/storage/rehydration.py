@@ -55,6 +55,10 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
     conv.set_system_prompt(
         meta.get("system_prompt", ""), meta.get("system_ids", []), meta.get("system_texts", [])
     )
+    names = meta.get("role_names")
+    if isinstance(names, dict):
+        conv.role_names = {role: name.strip()[:80] for role, name in names.items()
+                           if role in ("user", "assistant") and isinstance(name, str) and name.strip()}
     skip = integrity.skipped(store.damage)  # damaged records are left out (read-only)
     if records is not None and not skip:
         turns, chunks = records

@@ -36,9 +36,11 @@ def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
-def turn_label(role: str, created_at: float | None, now: float | None = None) -> str:
-    """"User · 14:32" (date added when not today); assistant turns carry no time."""
-    label = ROLE_LABELS.get(role, role.title())
+def turn_label(role: str, created_at: float | None, now: float | None = None,
+               names: dict[str, str] | None = None) -> str:
+    """"User · 14:32" (date added when not today); assistant turns carry no time.
+    ``names``: the conversation's own names for its roles (an imported character's)."""
+    label = (names or {}).get(role) or ROLE_LABELS.get(role, role.title())
     if role != "user" or created_at is None:
         return label
     when = time.localtime(created_at)
@@ -215,7 +217,8 @@ class DocumentPlan:
                     self._newline()
                     self._region("blank")
                     self._emit("\n")
-                self._block("header", turn_label(turn.role, turn.created_at), turn.role, chunk.turn_id)
+                self._block("header", turn_label(turn.role, turn.created_at, names=conv.role_names),
+                            turn.role, chunk.turn_id)
                 self._region("body", turn.role, chunk.turn_id)
                 self.last_turn_id = chunk.turn_id
             elif pruned_starts is not None and not chunk.framing:

@@ -148,6 +148,9 @@ def test_import_a_sillytavern_chat_opens_and_indexes_it(make_app, qtbot):
     text = app.window.heatmap.toPlainText()
     assert "Welcome to the glade" in text and "stay until morning" in text
     assert app.window.conversation_list.titles()[0] == "Seraphina (SillyTavern)"
+    # The character and the user speak under their own names, not "Assistant" and "User".
+    assert "Seraphina\n" in text and "Sam · " in text
+    assert "Assistant\n" not in text and "User · " not in text
     entries = app.controller.store.conn.execute(
         "SELECT COUNT(*) FROM semantic_entries WHERE embedding IS NOT NULL").fetchone()[0]
     assert entries >= 4, "every message is in the memory index"
