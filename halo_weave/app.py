@@ -167,7 +167,7 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         if self.busy:
             self._system_dirty = True
             return
-        prompt = self.settings.system_prompt
+        prompt = self.settings.effective_system_prompt
         if session.system_prompt_text() is None:
             return
 
@@ -239,9 +239,9 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         if new.server_url != old.server_url or new.chat_template != old.chat_template or (
                 new.server_context_tokens != old.server_context_tokens):
             self.connect_server(new.server_url)
-        elif new.system_prompt != old.system_prompt:
+        elif new.effective_system_prompt != old.effective_system_prompt:
             self._sync_system_prompt()
-        self._prompt_edited |= new.system_prompt != old.system_prompt  # the open one is kept
+        self._prompt_edited |= new.effective_system_prompt != old.effective_system_prompt  # the open one is kept
         if (new.proxy_attention, new.proxy_pruning) != (old.proxy_attention, old.proxy_pruning):
             self._sync_proxy_ranks()
             self.attention_changed.emit(self.session.attention_available)

@@ -17,8 +17,10 @@ from .tools.notebook import TOOL_PROMPT
 #: Brightness every new token starts with ("fail bright") and the cap of the vote.
 MAX_BRIGHTNESS = 10000
 
-#: The default system prompt: a plain assistant that knows its notebook tool.
-DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant.\n\n" + TOOL_PROMPT
+#: The default system prompt: a plain assistant.  The notebook tool's instructions are
+#: added only while the tool is on (``notes_tool``): models follow them literally (a
+#: Qwen2.5-Coder answered every message with their "> output").
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 
 
 @dataclass
@@ -165,6 +167,9 @@ class Settings:
     # The model's context on a server that does not say (OpenAI-compatible ones); 0 = assume 2048.
     server_context_tokens: int = 0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    #: The model's notebook (notes.json, edited with jq): off unless asked for; when on,
+    #: its instructions follow the system prompt and the answers' tool calls run.
+    notes_tool: bool = False
 
     # Proxy attention, for a server that sends none: the bundled model reads each finished
     # exchange and its attention lights the heatmap.  It drives pruning only when asked:
@@ -191,6 +196,14 @@ class Settings:
             return 0
         cells = self.max_context_tokens + self.max_new_tokens
         return -(-cells // 256) * 256
+
+    @property
+    def effective_system_prompt(self) -> str:
+        """The system prompt the model reads: the user's, with the notebook tool's
+        instructions after it while the tool is on."""
+        if not self.notes_tool:
+            return self.system_prompt
+        return f"{self.system_prompt.rstrip()}\n\n{TOOL_PROMPT}" if self.system_prompt.strip() else TOOL_PROMPT
 
     def server_args(self) -> list[str]:
         """Command-line options for the bundled server that follow from these settings."""

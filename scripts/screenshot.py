@@ -69,7 +69,8 @@ def main() -> None:
     url = args.server_url or Settings().server_url
     settings = Settings(server_url=url, max_new_tokens=args.max_new_tokens,
                         max_context_tokens=args.max_context, min_chunk_tokens=24,
-                        autostart_server=args.server_url is None, temperature=0.7, sampler_seed=7)
+                        autostart_server=args.server_url is None, temperature=0.7, sampler_seed=7,
+                        notes_tool=True)
     controller = TurnController(settings, home)
     window = MainWindow(controller, app_qsettings(home))
     window.resize(1280, 800)

@@ -21,7 +21,8 @@ def answer_text(session) -> str:
 
 def answer_has_tool_call(session) -> bool:
     conv = session.conv
-    return conv is not None and conv.open_turn is not None and notebook.OPEN_TAG in answer_text(session)
+    return (session.settings.notes_tool and conv is not None and conv.open_turn is not None
+            and notebook.OPEN_TAG in answer_text(session))
 
 
 def apply_tool_step(session, step, prefix, result) -> bool:

@@ -31,7 +31,7 @@ def template_choice(session) -> str:
 def system_prompt_text(session) -> str | None:
     """The framed system text (as the model reads it), or None when the conversation has
     it already."""
-    conv, prompt, chosen = session.conv, session.settings.system_prompt, template(session)
+    conv, prompt, chosen = session.conv, session.settings.effective_system_prompt, template(session)
     same_template = getattr(conv, "system_template", chosen.name) == chosen.name
     if conv.system_prompt == prompt and same_template and (len(conv.system_ids) > 0 or not prompt.strip()):
         return None

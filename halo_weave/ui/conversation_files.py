@@ -102,7 +102,7 @@ class ConversationFiles:
             return None
         if conv.turns or conv.next_position or self._prompt_edited:
             return None
-        if conv.system_prompt not in ("", self.settings.system_prompt):
+        if conv.system_prompt not in ("", self.settings.effective_system_prompt):
             return None
         try:
             if store.get_meta("title") or store.load_tool_data(notebook.NOTES_NAME) is not None:

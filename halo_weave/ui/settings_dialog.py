@@ -164,13 +164,18 @@ class SettingsDialog(QDialog):
         prompt = QPlainTextEdit(s.system_prompt)
         prompt.setTabChangesFocus(True)
         self.editors["system_prompt"] = prompt
-        form.addRow(QLabel("Sent before every conversation turn; never scored or pruned. "
-                           "The default tells the model about its notes.json tool."))
+        form.addRow(QLabel("Sent before every conversation turn; never scored or pruned."))
         form.addRow(prompt)
         restore = QPushButton("Restore default prompt")
-        restore.setToolTip("The default prompt: a helpful assistant that knows its notes.json tool")
+        restore.setToolTip(f"The default prompt: “{DEFAULT_SYSTEM_PROMPT}”")
         restore.clicked.connect(lambda: prompt.setPlainText(DEFAULT_SYSTEM_PROMPT))
         form.addRow("", restore)
+        tool = self._check("notes_tool", s.notes_tool, "Give the model a notebook (notes.json)")
+        tool.setToolTip("The model may keep notes that last the whole conversation, written with jq "
+                        "commands in tool tags (View → Show notes). Its instructions (about 190 tokens) "
+                        "follow the prompt while this is on; small models may repeat them instead of "
+                        "answering.")
+        form.addRow("Tools", tool)
         return page
 
     # ------------------------------------------------------------------ result

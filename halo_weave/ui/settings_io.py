@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 from PySide6.QtCore import QSettings
 
 from ..settings import CHOICES as SETTING_CHOICES, Settings, choice_values
+from ..tools.notebook import TOOL_PROMPT
 
 ORGANIZATION = "HaloWeave"
 APPLICATION = "Halo Weave"
@@ -178,7 +179,7 @@ def load_settings(qsettings: QSettings | None = None) -> Settings:
                 values[f.name] = value
     finally:
         qs.endGroup()
-    settings = defaults.replace(**values)
+    settings = _notes_tool_from_prompt(defaults.replace(**values), qs)
     if settings_problems(settings):
         # Individually fine but inconsistent together: keep the budget fields safe.
         settings = settings.replace(
@@ -187,6 +188,21 @@ def load_settings(qsettings: QSettings | None = None) -> Settings:
             min_chunk_tokens=defaults.min_chunk_tokens,
         )
     return settings
+
+
+def _notes_tool_from_prompt(settings: Settings, qs: QSettings) -> Settings:
+    """Settings saved before the notebook tool was a setting of its own held its
+    instructions at the end of the system prompt: keep the tool on for them, and the
+    prompt without the instructions (added back while the tool is on)."""
+    qs.beginGroup(GROUP)
+    try:
+        asked = qs.contains("notes_tool")
+    finally:
+        qs.endGroup()
+    prompt = settings.system_prompt.rstrip()
+    if asked or not prompt.endswith(TOOL_PROMPT.rstrip()):
+        return settings
+    return settings.replace(system_prompt=prompt[: -len(TOOL_PROMPT.rstrip())].rstrip(), notes_tool=True)
 
 
 def save_settings(settings: Settings, qsettings: QSettings | None = None) -> None:

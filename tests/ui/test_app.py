@@ -78,8 +78,8 @@ def make_app(qtbot, tmp_path, monkeypatch, server):
     apps: list[App] = []
 
     def make(**overrides) -> App:
-        # A short system prompt: the default one (with the notes tool, ~180 tokens) would
-        # not fit the small max-context budgets these tests prune to.
+        # A short system prompt: keeps the small max-context budgets these tests prune to
+        # about the conversation (SHORT_SYSTEM_PROMPT says what it is).
         values = dict(server_url=server.url, max_new_tokens=12, autostart_server=False, temperature=0.0,
                       system_prompt=SHORT_SYSTEM_PROMPT)
         values.update(overrides)

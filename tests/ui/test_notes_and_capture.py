@@ -38,19 +38,26 @@ def _say(app, qtbot, text: str, answer_prefix: str = "") -> str:
     return finished.args[0]
 
 
-def test_default_system_prompt_teaches_the_tool_and_replaces_the_old_default(tmp_path):
-    assert DEFAULT_SYSTEM_PROMPT.startswith("You are a helpful assistant.\n\n")
-    assert tools.TOOL_PROMPT in Settings().system_prompt
+def test_the_notebook_tool_is_an_opt_in_and_settings_that_had_it_keep_it(tmp_path):
+    """A new user's model reads a one-line prompt; the notebook's ~190 tokens of jq
+    instructions follow it only while the tool is on.  Settings saved when the prompt
+    itself held the instructions keep the tool on, the prompt without them."""
+    assert DEFAULT_SYSTEM_PROMPT == "You are a helpful assistant."
+    assert Settings().effective_system_prompt == DEFAULT_SYSTEM_PROMPT and not Settings().notes_tool
+    on = Settings(notes_tool=True).effective_system_prompt
+    assert on.startswith(DEFAULT_SYSTEM_PROMPT + "\n\n") and on.endswith(tools.TOOL_PROMPT)
     qs = app_qsettings(tmp_path)
-    qs.setValue(f"{GROUP}/system_prompt", "You are a helpful assistant.")  # saved by an older version
-    assert load_settings(qs).system_prompt == DEFAULT_SYSTEM_PROMPT
+    qs.setValue(f"{GROUP}/system_prompt", "You are a helpful assistant.\n\n" + tools.TOOL_PROMPT)  # an older version's
+    loaded = load_settings(qs)
+    assert (loaded.system_prompt, loaded.notes_tool) == (DEFAULT_SYSTEM_PROMPT, True)
+    assert loaded.effective_system_prompt == on
     qs.setValue(f"{GROUP}/system_prompt", "Be brief.")  # a prompt the user wrote stays
-    assert load_settings(qs).system_prompt == "Be brief."
+    assert (load_settings(qs).system_prompt, load_settings(qs).notes_tool) == ("Be brief.", False)
 
 
 @pytest.mark.slow
 def test_notes_panel_shows_notes_after_a_tool_round_and_after_restart(make_app, qtbot):
-    app = make_app(max_new_tokens=8).start()
+    app = make_app(max_new_tokens=8, notes_tool=True).start()
     window = app.window
     assert not window.notes_panel.isVisible()
     window.menus.notes_action.trigger()  # View → Show notes
@@ -71,12 +78,24 @@ def test_notes_panel_shows_notes_after_a_tool_round_and_after_restart(make_app, 
     assert chunks[-1] is not results[-1] or reason == "length", "the model went on after the result"
 
     app.close()
-    again = make_app(max_new_tokens=8).start()  # reopens the last conversation
+    again = make_app(max_new_tokens=8, notes_tool=True).start()  # reopens the last conversation
     assert again.window.notes_panel.isVisible(), "the panel's visibility is restored"
     assert json.loads(again.window.notes_panel.text())["topics"]["cat"] == "Tuna, a grey tabby"
 
     again.controller.new_conversation()
     assert again.window.notes_panel.text() == "", "a new conversation shows its own (empty) notes"
+
+
+@pytest.mark.slow
+def test_with_the_notebook_off_a_tool_call_is_only_text(make_app, qtbot):
+    app = make_app(max_new_tokens=8).start()
+    assert not app.controller.settings.notes_tool
+    with qtbot.assert_not_emitted(app.controller.notes_changed):
+        _say(app, qtbot, "My cat is called Tuna.", answer_prefix=WRITE_CALL)
+    assert app.controller.notes() in (None, {}) or "cat" not in app.controller.notes().get("topics", {})
+    chunks = _answer_chunks(app.conv)
+    assert not any(c.tool_result for c in chunks), "no tool ran"
+    assert "notes.json" not in app.conv.system_prompt, "the model was told of no notebook"
 
 
 @pytest.mark.slow

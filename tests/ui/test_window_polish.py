@@ -107,7 +107,8 @@ def test_the_window_fits_a_1280_px_screen_with_the_graveyard_open(window, qtbot)
 # ---------------------------------------------------------------- an empty conversation
 @pytest.mark.slow
 def test_the_first_start_box_leaves_the_system_prompt_readable(make_app, qtbot):
-    app = make_app(system_prompt=Settings().system_prompt).start()  # the long default prompt
+    # The longest prompt the app writes: the default with the notebook's instructions.
+    app = make_app(system_prompt=Settings().system_prompt, notes_tool=True).start()
     window, view = app.window, app.window.heatmap
     qtbot.waitUntil(lambda: "notes.json" in view.toPlainText(), timeout=10_000)
     hint = window.first_start
