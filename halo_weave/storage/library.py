@@ -47,6 +47,8 @@ class Entry:
     token_count: int
     custom_title: bool = False
     error: str | None = None
+    #: When the conversation last changed (the time the list shows; opening it is no change).
+    updated_at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,7 @@ class Library:
         custom = self._custom_title(summary.path) if summary.error is None else None
         last_used = max(summary.updated_at, opened.get(str(summary.path), 0.0))
         return Entry(summary.path, custom or summary.title, last_used, summary.turn_count,
-                     summary.token_count, custom is not None, summary.error)
+                     summary.token_count, custom is not None, summary.error, summary.updated_at)
 
     @staticmethod
     def _custom_title(path: Path) -> str | None:

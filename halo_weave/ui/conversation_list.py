@@ -174,7 +174,7 @@ class ConversationList(QWidget):
         return self._current is not None and path == self._current
 
     def _item(self, entry: Entry) -> QListWidgetItem:
-        detail = f"{when(entry.last_used)} · {entry.turn_count} turns"
+        detail = f"{when(entry.updated_at)} · {entry.turn_count} turns"
         if entry.error:
             detail = f"⚠ {entry.error}"
         item = QListWidgetItem(f"{entry.title}\n{detail}")

@@ -49,6 +49,10 @@ def test_list_shows_titles_last_used_first_and_highlights_the_open_one(window, d
     assert window.conversation_list.current_row() == 0
     item = window.conversation_list.list.item(0)
     assert item.font().bold() and window.conversation_list.list.currentRow() == 0
+    # Each shows when it last changed: opening the soup moved it up, not its time.
+    from halo_weave.ui.conversation_list import when
+
+    assert item.text().split("\n")[1].startswith(when(2000.0))
 
 
 def test_clicking_a_conversation_opens_it(window, data, qtbot):
