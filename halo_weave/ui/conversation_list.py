@@ -29,6 +29,9 @@ SEARCH_DELAY_MS = 250
 UNDO_SECONDS = 30
 
 
+#: The Rename dialog is at least this wide, and wider for a long title (up to 900 px).
+RENAME_MIN_WIDTH_PX = 420
+
 def when(stamp: float, now: float | None = None) -> str:
     """"14:32" today, "Mon 14:32" this week, else the date."""
     now = time.time() if now is None else now
@@ -211,11 +214,22 @@ class ConversationList(QWidget):
         menu.addAction("Delete").triggered.connect(lambda: self.delete_requested.emit(path, title))
         return menu
 
+    def rename_dialog(self, title: str) -> QInputDialog:
+        """The Rename dialog, wide enough for a long title (Qt's default cut the field)."""
+        dialog = QInputDialog(self)
+        dialog.setWindowTitle("Rename conversation")
+        dialog.setLabelText("Title (empty: its first message):")
+        dialog.setTextEchoMode(QLineEdit.EchoMode.Normal)
+        dialog.setTextValue(title)
+        metrics = dialog.fontMetrics()
+        dialog.resize(max(RENAME_MIN_WIDTH_PX, min(metrics.horizontalAdvance(title) + 80, 900)),
+                      dialog.sizeHint().height())
+        return dialog
+
     def _ask_rename(self, path: Path, title: str) -> None:
-        text, ok = QInputDialog.getText(self, "Rename conversation", "Title (empty: its first message):",
-                                        QLineEdit.EchoMode.Normal, title)
-        if ok:
-            self.rename(path, text)
+        dialog = self.rename_dialog(title)
+        if dialog.exec() == QInputDialog.DialogCode.Accepted:
+            self.rename(path, dialog.textValue())
 
     def _forget_undo(self) -> None:
         self._undo_timer.stop()

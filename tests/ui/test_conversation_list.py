@@ -114,3 +114,16 @@ def test_deleting_the_open_conversation_opens_another(window, data):
     assert window.conversation_list.titles()[0].startswith("Leaving my cat Tuna")
     assert window.conversation_list.current_row() == 0
     assert paths["soup"] not in [s.path for s in list_conversations(data[0])]
+
+
+def test_the_rename_dialog_shows_a_long_title_whole(window, qtbot):
+    title = "Packing for Kyoto in April with an umbrella and comfortable shoes for rainy days"
+    dialog = window.conversation_list.rename_dialog(title)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    from PySide6.QtWidgets import QLineEdit
+
+    field = dialog.findChild(QLineEdit)
+    assert field.width() >= field.fontMetrics().horizontalAdvance(title), "the whole title is visible"
+    dialog.reject()
