@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QMenu
 from ..conversation import Chunk, Conversation
 from ..core.pruning import recent_chunks
 from ..settings import choice_words
+from . import colors
 
 
 def tooltip(conv: Conversation | None, chunk_id: int, scoring: str = "") -> str:
@@ -30,7 +31,7 @@ def tooltip(conv: Conversation | None, chunk_id: int, scoring: str = "") -> str:
         f"{chunk.token_count:,} tokens · {choice_words(s, 'chunk_rank')} brightness {conv.chunk_peak(chunk_id):,}",
     ]
     if chunk.pinned:
-        lines.append("📌 pinned: never pruned")
+        lines.append(colors.emoji_or(QGuiApplication.font(), "📌 ", "") + "pinned: never pruned")
     elif s.prune_order == "age":
         lines.append("pruned oldest first (brightness does not decide)")
     elif chunk.live and chunk.id in recent_chunks(conv, conv.table.chunk_spans()[0]):
@@ -85,7 +86,7 @@ def context_menu(view, point: QPoint | QPointF) -> QMenu:
     if chunk is not None:
         title = menu.addAction(f"Chunk {chunk.id} · turn {chunk.turn_id} · {chunk.role}")
         title.setEnabled(False)
-        pin = menu.addAction("Unpin" if chunk.pinned else "📌 Pin (never prune)")
+        pin = menu.addAction("Unpin" if chunk.pinned else colors.emoji_or(menu.font(), "📌 ", "") + "Pin (never prune)")
         pin.triggered.connect(lambda: view.pin_requested.emit(chunk.id, not chunk.pinned))
         merge = menu.addAction("Merge with next chunk")
         merge.setEnabled(can_merge(conv, chunk))

@@ -197,7 +197,11 @@ def test_pin_merge_prune_through_context_menu(make_app, qtbot):
     assert len(chunks) >= 3
 
     first = chunks[0]
-    _menu_action(app, first.id, "Pin").trigger()
+    pin = _menu_action(app, first.id, "Pin")
+    from halo_weave.ui.colors import has_glyph
+
+    assert has_glyph(app.window.heatmap.font(), pin.text()), "no missing-glyph box in the menu"
+    pin.trigger()
     assert first.pinned and (conv.table.brightness[conv.chunk_rows(first)] == MAX_BRIGHTNESS).all()
     _menu_action(app, first.id, "Unpin").trigger()
     assert not first.pinned
