@@ -94,7 +94,7 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         self.session.indexer = _IndexFeed(self)
         self._index_tried = False
         self.path: Path | None = None
-        self.connection_state = "offline"
+        self.connection_state = "connecting"  # start() connects; "offline" only once that fails
         self.busy = False
         self.busy_reason = ""
         self._embedder_factory = embedder_factory

@@ -145,7 +145,8 @@ class StatsBar(QWidget):
         self._by_importance = (self.budget_label, self.totals_label, self.brightness_label, self.speed_label,
                                self.attention_label, self.resurrected_label, self.connection_label)
         self.update_stats(0, 0, 0, 0, 0.0, None, 0)
-        self.set_connection("offline", "")
+        # Until the controller says otherwise it is starting: "Offline" would flash at every start.
+        self.set_connection("connecting", "Starting…")
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt API
         super().resizeEvent(event)

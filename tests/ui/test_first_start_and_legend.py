@@ -41,3 +41,25 @@ def test_view_menu_opens_the_legend_with_every_colour(window, qtbot):
     # The scale swatch really is painted olive → gold.
     colours = {image.pixelColor(x, y).name() for x in range(0, image.width(), 4) for y in range(0, image.height(), 4)}
     assert len(colours) > 10
+
+
+def test_a_starting_window_says_it_is_starting_not_offline(qtbot, tmp_path, monkeypatch):
+    """Between the window's first paint and the first connection attempt nothing says
+    "Offline" or "No model server": that flashed at every start."""
+    from halo_weave.app import TurnController
+    from halo_weave.settings import Settings
+    from halo_weave.ui.main_window import MainWindow, app_qsettings
+
+    monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
+    controller = TurnController(Settings(server_url="http://127.0.0.1:9", autostart_server=False), tmp_path,
+                                autostart=False)
+    window = MainWindow(controller, app_qsettings(tmp_path))
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitExposed(window)
+    assert window.stats_bar.connection_state() == "connecting"
+    assert "No model server" not in window.reason.text() and "Offline" not in window.stats_bar.connection_label.text()
+    controller.start()  # nothing answers there: now it is offline, and says so
+    qtbot.waitUntil(lambda: controller.connection_state == "offline", timeout=30_000)
+    assert window.stats_bar.connection_state() == "offline"
+    window.close()
