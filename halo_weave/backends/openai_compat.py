@@ -7,22 +7,41 @@ llama-cpp-python's server, hosted APIs), in text mode.
 "finish_reason"}]}`` lines ending with ``data: [DONE]``.  An API key goes in
 ``Authorization: Bearer``.  Counting: llama-cpp-python's ``/extras/tokenize/count`` or
 vLLM's ``/tokenize`` when present (exact), else the bundled tokenizer (an estimate).
-Aborting closes the connection.  Only standard request fields are sent (strict servers
-refuse unknown ones), at most four stop strings (OpenAI's limit).  Qt-free.
+Aborting closes the connection.  At most four stop strings (OpenAI's limit).  Top-k and
+the repetition penalty are not OpenAI fields: they are sent under the names local servers
+read (``top_k``; ``repeat_penalty``: llama.cpp, llama-cpp-python, LM Studio;
+``repetition_penalty``: vLLM), and a strict server that refuses them (a 400 or 422 before
+any text) is asked again with the standard fields only, from then on.  Qt-free.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Iterator
 
-from ..errors import BackendError, ProtocolError
+from ..errors import BackendError, BackendHTTPError, ProtocolError
 from ..events import ModelInfo
 from . import native_context
 from .base import ASSUMED_CONTEXT, Capabilities
 from .text_mode import TextModeBackend, TextStream
 
+log = logging.getLogger("halo_weave.backends")
+
 #: OpenAI accepts at most this many stop strings.
 MAX_STOPS = 4
+#: Statuses with which a strict server refuses fields it does not know.
+REFUSED_FIELDS = (400, 422)
+
+
+def sampler_extras(top_k: int, rep_pen: float) -> dict:
+    """Top-k and the repetition penalty under the names local servers read (none at their
+    neutral values: 0 = no top-k, 1.0 = no penalty)."""
+    extras: dict = {}
+    if top_k and top_k > 0:
+        extras["top_k"] = int(top_k)
+    if rep_pen and abs(rep_pen - 1.0) > 1e-9:
+        extras["repeat_penalty"] = extras["repetition_penalty"] = float(rep_pen)
+    return extras
 
 #: (path, body key, answer key) of the token counters some servers add.
 COUNTERS = (("/extras/tokenize/count", "input", "count"), ("/tokenize", "prompt", "count"))
@@ -44,6 +63,8 @@ class OpenAICompat(TextModeBackend):
         self._counter: tuple[str, str, str] | None = None
         self._counter_checked = False
         self.native: native_context.NativeContext | None = None
+        #: False once the server refused top-k and the repetition penalty (see the module docstring).
+        self.sends_sampler_extras = True
 
     @property
     def label(self) -> str:
@@ -125,6 +146,18 @@ class OpenAICompat(TextModeBackend):
             body["stop"] = list(p["stop_sequence"])[:MAX_STOPS]
         if p["sampler_seed"] is not None and p["sampler_seed"] >= 0:
             body["seed"] = p["sampler_seed"]
+        extras = sampler_extras(p["top_k"], p["rep_pen"]) if self.sends_sampler_extras else {}
+        try:
+            yield from self._completions(stream, {**body, **extras})
+        except BackendHTTPError as exc:
+            if not extras or exc.status not in REFUSED_FIELDS or stream.stats.events:
+                raise
+            log.info("%s refused top_k / repeat_penalty (%s): standard fields only from now on",
+                     self.base_url, exc)
+            self.sends_sampler_extras = False
+            yield from self._completions(stream, body)
+
+    def _completions(self, stream: TextStream, body: dict) -> Iterator[tuple[str, str | None]]:
         for data in stream.sse("/v1/completions", body):
             if "error" in data:
                 error = data["error"]
