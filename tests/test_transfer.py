@@ -8,6 +8,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conversation_writer import FRAMING, add_user, message, new_conversation, settings, stream_answer
@@ -40,6 +41,17 @@ def build(path: Path) -> None:
             )
         store.save_tool_data("notes", {"user": {"name": "Ada", "pets": ["cat"]}})
         store.set_meta("embedding_model", "all-MiniLM-L6-v2")
+        # Two other versions of the last answer (Regenerate), one given to an earlier wording.
+        from halo_weave.storage.schema import pack_tokens
+
+        question = max(t for t, turn in conv.turns.items() if turn.role == "user")
+        for n, wording in enumerate((None, "an earlier wording of the question")):
+            ids = np.arange(100 + n, 108 + n, dtype=np.int32)
+            store.conn.execute(
+                "INSERT INTO answer_versions (user_turn_id, created_at, question, token_ids, brightness, "
+                "text, text_lengths) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (question, 1700000100.0 + n, wording,
+                 *pack_tokens(ids, [f" w{n}{i}" for i in range(len(ids))], np.arange(len(ids), dtype=np.int32))))
 
 
 @pytest.fixture(scope="module")
@@ -58,9 +70,12 @@ def exported(tmp_path_factory, data_dir) -> Path:
 
 
 def as_version(current: dict, version: int) -> dict:
-    """Today's document as an older version wrote it (only names differ)."""
+    """Today's document as an older version wrote it (names differ; no answer versions)."""
     old = copy.deepcopy(current)
     old["version"] = version
+    del old["answer_versions"]
+    if version == 3:
+        return old
     for row in old["chunks"]:
         row["brightness_at_deletion"] = row.pop("brightness_at_prune")
     old["tokens"]["deleted"] = old["tokens"].pop("pruned")
@@ -70,11 +85,12 @@ def as_version(current: dict, version: int) -> dict:
     return old
 
 
-@pytest.mark.parametrize("version", [1, 2])
+@pytest.mark.parametrize("version", [1, 2, 3])
 def test_an_older_version_document_is_still_read(exported, tmp_path, version):
-    """Version 2 named ``brightness_at_prune`` ``brightness_at_deletion`` and the ``pruned``
-    token column ``deleted``; version 1 also named ``chunk_index`` ``sentence_id``.
-    Importing either gives the same conversation."""
+    """Version 3 had no answer versions; version 2 also named ``brightness_at_prune``
+    ``brightness_at_deletion`` and the ``pruned`` token column ``deleted``; version 1 also
+    named ``chunk_index`` ``sentence_id``.  Importing any gives the same conversation
+    (without other versions of answers)."""
     current = json.loads(exported.read_text())
     assert all("chunk_index" in c and "sentence_id" not in c for c in current["chunks"])
     assert current["semantic_entries"] and all("chunk_index" in e for e in current["semantic_entries"])
@@ -84,7 +100,7 @@ def test_an_older_version_document_is_still_read(exported, tmp_path, version):
 
     imported = import_conversation(path, tmp_path)
     with ConversationStore.open(imported, create=False) as store:
-        assert export_document(store) == current
+        assert export_document(store) == {**current, "answer_versions": []}
         conv = store.load(settings(), FRAMING)
         assert {c["id"]: c["chunk_index"] for c in current["chunks"]} == {
             c.id: c.key[1] for c in conv.chunks.values()}
@@ -95,13 +111,17 @@ def test_an_older_version_document_is_still_read(exported, tmp_path, version):
     mixed = copy.deepcopy(current)
     mixed["version"] = version
     path.write_text(json.dumps(mixed))
-    with pytest.raises(TransferError, match="sentence_id" if version == 1 else "brightness_at_deletion"):
+    words = {1: "sentence_id", 2: "brightness_at_deletion", 3: "answer_versions"}[version]
+    with pytest.raises(TransferError, match=words):
         import_conversation(path, tmp_path)
 
 
 def test_export_import_round_trip(exported, data_dir, tmp_path):
     original = json.loads(exported.read_text())
-    assert original["format"] == FORMAT and original["version"] == 3
+    assert original["format"] == FORMAT and original["version"] == 4
+    versions = original["answer_versions"]
+    assert [v["question"] for v in versions] == [None, "an earlier wording of the question"]
+    assert versions[1]["texts"][:2] == [" w10", " w11"] and versions[1]["brightness"][:3] == [0, 1, 2]
     assert any(t is True for t in original["tokens"]["pruned"])
     assert any(t is True for t in original["tokens"]["pinned"])
     assert all("embedding" not in e for e in original["semantic_entries"])
@@ -168,7 +188,9 @@ def _pruned_mismatch(doc):
 
 MUTATIONS = {
     "wrong format": (_set("format", "chatgpt-export"), "not a Halo Weave export"),
-    "newer version": (_set("version", 4), "version 4"),
+    "newer version": (_set("version", 5), "version 5"),
+    "version of a missing question": (_set("answer_versions.0.user_turn_id", 999_999), "not a user turn"),
+    "version columns of different lengths": (_set("answer_versions.0.texts", []), "different lengths"),
     "version as text": (_set("version", "1"), "version '1'"),
     "token id as text": (_set("tokens.token_id.3", "17"), "tokens.token_id"),
     "brightness as float": (_set("tokens.brightness.0", 12.5), "tokens.brightness"),
@@ -198,7 +220,7 @@ RAW = {
     "truncated": (lambda text: text[: len(text) // 2], "not valid JSON"),
     "not an object": (lambda text: "[1, 2, 3]", "expected a JSON object"),
     "NaN": (lambda text: text.replace('"reference_count":2', '"reference_count":NaN', 1), "NaN"),
-    "number with 400 digits": (lambda text: text.replace('"version":3', '"version":' + "9" * 400, 1),
+    "number with 400 digits": (lambda text: text.replace('"version":4', '"version":' + "9" * 400, 1),
                                "out of range"),
     "deep nesting": (lambda text: text[:-1] + ',"x":' + "[" * 100_000 + "]" * 100_000 + "}",
                      "not a usable export"),

@@ -15,6 +15,8 @@ import secrets
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from ..errors import TransferError
 from ..store import ConversationStore
 from .file_safety import UnsafePath, check_export_target
@@ -79,7 +81,17 @@ def export_document(store: ConversationStore) -> dict:
             name: json.loads(text)
             for name, text in conn.execute("SELECT name, json FROM tool_data ORDER BY name")
         },
+        "answer_versions": [_version_record(row) for row in conn.execute(
+            "SELECT user_turn_id, created_at, question, token_ids, brightness, text, text_lengths "
+            "FROM answer_versions ORDER BY user_turn_id, created_at, id")],
     }
+
+
+def _version_record(row) -> dict:
+    tokens = unpack_tokens(*row[3:])
+    return {"user_turn_id": row[0], "created_at": row[1], "question": row[2],
+            "token_ids": tokens.token_ids.tolist(), "texts": list(tokens.texts),
+            "brightness": tokens.brightness.tolist()}
 
 
 def export_conversation(source: ConversationStore | Path, out_path: Path) -> None:
@@ -188,3 +200,9 @@ def _insert(conn, plan: dict) -> None:
     )
     conn.executemany("INSERT INTO tool_data (name, json) VALUES (?, ?)",
                      [(name, json.dumps(note)) for name, note in doc["tool_notes"].items()])
+    conn.executemany(
+        "INSERT INTO answer_versions (user_turn_id, created_at, question, token_ids, brightness, text, "
+        "text_lengths) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(v["user_turn_id"], v["created_at"], v["question"],
+          *pack_tokens(np.asarray(v["token_ids"], np.int32), v["texts"], np.asarray(v["brightness"], np.int32)))
+         for v in doc["answer_versions"]])

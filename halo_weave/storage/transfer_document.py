@@ -1,6 +1,6 @@
 """The export document: its format, reading a file into one, and validating it.
 
-The document (``{"format": "halo-weave", "version": 3, ...}``)::
+The document (``{"format": "halo-weave", "version": 4, ...}``)::
 
     metadata          counters (next_position, next_turn_id, next_chunk_id) and "extra":
                       every other meta value (created_at, updated_at, ...)
@@ -14,8 +14,12 @@ The document (``{"format": "halo-weave", "version": 3, ...}``)::
                         context_hash, reference_count, updated_at}]  (no embeddings: the
                       app re-embeds imported entries, whose embedding is NULL)
     tool_notes        {name: JSON document}
+    answer_versions   [{user_turn_id, created_at, question, token_ids, texts, brightness}]:
+                      the other versions of an answer (Regenerate), by the user turn they
+                      answer; ``question`` is the wording they answered when it was edited
+                      since, else null
 
-Older versions differ only in names, and are still read: version 2 named
+Older versions are still read: version 3 had no ``answer_versions`` (read as none); version 2 named
 ``brightness_at_prune`` ``brightness_at_deletion`` and the ``pruned`` column ``deleted``;
 version 1 also named ``chunk_index`` ``sentence_id`` (in chunks and semantic entries).  Validation checks the entire document (types, ranges, sizes,
 references, positions) before :mod:`.transfer` writes anything.
@@ -35,9 +39,9 @@ from .file_safety import UnsafePath, read_regular_file
 from .transfer_checks import check_token_ids, check_unicode
 
 FORMAT = "halo-weave"
-VERSION = 3
+VERSION = 4
 #: Versions still read (see :data:`RENAMES` for how they differ).
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 #: Limits that keep a hostile file from exhausting memory or time.
 MAX_FILE_BYTES = 1 << 30
@@ -172,7 +176,9 @@ def _bool_column(values: list, where: str) -> np.ndarray:
 RENAMES: dict[int, dict[str, dict[str, str]]] = {
     2: {"chunks": {"sentence_id": "chunk_index"}, "semantic_entries": {"sentence_id": "chunk_index"}},
     3: {"chunks": {"brightness_at_deletion": "brightness_at_prune"}, "tokens": {"deleted": "pruned"}},
+    4: {},  # added answer_versions (see _upgrade)
 }
+_VERSION_FIELDS = ("user_turn_id", "created_at", "question", "token_ids", "texts", "brightness")
 
 
 def _upgrade(doc: dict, version: int) -> dict:
@@ -181,6 +187,10 @@ def _upgrade(doc: dict, version: int) -> dict:
     for step in range(version + 1, VERSION + 1):
         for part, renames in RENAMES[step].items():
             doc[part] = _renamed(doc.get(part), part, renames, step)
+    if version < 4:
+        if "answer_versions" in doc:
+            _fail("the document", f"has 'answer_versions' in a version-{version} document")
+        doc["answer_versions"] = []
     doc["version"] = VERSION
     return doc
 
@@ -216,7 +226,7 @@ def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
     if version != VERSION:
         doc = _upgrade(doc, version)
     _record(doc, "the document", ("format", "version", "metadata", "system_prompt", "turns", "chunks",
-                                  "tokens", "semantic_entries", "tool_notes"))
+                                  "tokens", "semantic_entries", "tool_notes", "answer_versions"))
 
     metadata = _record(doc["metadata"], "metadata", _COUNTERS + ("extra",))
     counters = {
@@ -307,6 +317,8 @@ def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
         _str(name, "a tool name", MAX_NAME)
         _json_value(note, f"tool_notes.{name}")
 
+    _validate_versions(doc["answer_versions"], turns, vocab_size)
+
     if turns and counters["next_turn_id"] <= max(turns):
         _fail("metadata.next_turn_id", "is not past the last turn")
     if chunks and counters["next_chunk_id"] <= max(chunks):
@@ -314,6 +326,36 @@ def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
     if tokens["position"].size and counters["next_position"] <= int(tokens["position"][-1]):
         _fail("metadata.next_position", "is not past the last token")
     return {"doc": doc, "chunks": chunks, "tokens": tokens, "extra": extra, "counters": counters}
+
+
+def _validate_versions(versions: Any, turns: dict[int, dict], vocab_size: int | None) -> None:
+    """The other versions of answers: each answers a user turn of the file, its columns
+    of equal length, within the token limits."""
+    total = 0
+    for i, version in enumerate(_list(versions, "answer_versions", MAX_ROWS)):
+        where = f"answer_versions[{i}]"
+        _record(version, where, _VERSION_FIELDS)
+        turn = turns.get(_int(version["user_turn_id"], f"{where}.user_turn_id", 0, MAX_ID))
+        if turn is None or turn["role"] != "user":
+            _fail(where, f"answers turn {version['user_turn_id']}, which is not a user turn in the file")
+        _time(version["created_at"], f"{where}.created_at")
+        if version["question"] is not None:
+            _str(version["question"], f"{where}.question", MAX_TEXT)
+        ids = _list(version["token_ids"], f"{where}.token_ids", MAX_TOKENS)
+        texts = _list(version["texts"], f"{where}.texts", MAX_TOKENS)
+        brightness = _list(version["brightness"], f"{where}.brightness", MAX_TOKENS)
+        if not len(ids) == len(texts) == len(brightness):
+            _fail(where, "has columns of different lengths")
+        total += len(ids)
+        if total > MAX_TOKENS:
+            _fail("answer_versions", f"hold more than {MAX_TOKENS:,} tokens")
+        for j, token_id in enumerate(ids):
+            _int(token_id, f"{where}.token_ids[{j}]", 0, MAX_ID)
+        for j, text in enumerate(texts):
+            _str(text, f"{where}.texts[{j}]", MAX_TOKEN_TEXT)
+        for j, value in enumerate(brightness):
+            _int(value, f"{where}.brightness[{j}]", *INT32)
+        check_token_ids(ids, f"{where}.token_ids", vocab_size)
 
 
 def _validate_tokens(columns: Any, chunks: dict[int, dict]) -> dict[str, Any]:
