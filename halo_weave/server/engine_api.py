@@ -19,12 +19,16 @@ Importing this module loads neither torch nor llama.cpp.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
 from .errors import EngineBusy, RequestError
 from .generation import Generation, GenerationRequest, pack
+from .kv_files import common_prefix
 from .sampling import sampler_settings
+
+log = logging.getLogger("halo_weave.server")
 
 AGGREGATED = "aggregated"
 PER_LAYER = "per_layer"
@@ -46,6 +50,12 @@ CHATML_TEMPLATE = (
 #: seconds of prompt on two cores), and what it ran is the generate's own prompt.
 PREEMPT_WAIT_S = 30.0
 
+#: Seconds a generate waits for a restore (:meth:`EngineBase.restore`) to finish: a restore
+#: is never stopped (reading a file back is one copy; its fallback prefill is the
+#: generate's own prompt), and a prefill of a whole conversation may take minutes on a
+#: slow machine.
+RESTORE_WAIT_S = 600.0
+
 #: Seconds a read-ahead waits for the model: a generation keeps it for a moment after its
 #: last token (it packs the cache while the client is already typing), so a read-ahead
 #: sent right after an answer must not be turned away; a longer wait means another
@@ -54,10 +64,13 @@ PREPARE_WAIT_S = 2.0
 
 
 class Preparation:
-    """A read-ahead holding the model (see :meth:`EngineBase.prepare`); a generate stops it."""
+    """A read-ahead or a restore holding the model (see :meth:`EngineBase.prepare` and
+    :meth:`EngineBase.restore`); a generate stops a read-ahead, and waits for a restore."""
 
-    def __init__(self, request_id: str | None) -> None:
+    def __init__(self, request_id: str | None, *, yields: bool = True) -> None:
         self.request_id = request_id
+        #: Whether a generate stops it (a read-ahead) or waits for it (a restore).
+        self.yields = yields
         self._abort = threading.Event()
 
     def abort(self) -> None:
@@ -85,6 +98,75 @@ class EngineBase:
         self._lock = threading.Lock()
         self._tokenizer_lock = threading.Lock()
         self._running: Generation | None = None
+        #: When a request last started or ended (``time.monotonic``): the idle saver waits for quiet.
+        self.last_activity = time.monotonic()
+        #: The conversation the cache holds, as the last request named it (None: unnamed).
+        self.conversation: str | None = None
+        self.state_files = None  # a StateFiles once keep_states() was called
+        self._saver = None
+        self._changes = 0  # requests that changed the cache ...
+        self._saved_changes = 0  # ... of which the last one saved had seen this many
+
+    # ---------------------------------------------------------------- saved caches
+
+    @property
+    def keeps_states(self) -> bool:
+        """Whether this engine saves conversations' caches to disk and reads them back."""
+        return self.state_files is not None and callable(getattr(self.kv, "export_state", None))
+
+    def keep_states(self, files, idle_s: float | None = None) -> None:
+        """Save the cache of the conversation the requests name into ``files`` (a
+        :class:`~halo_weave.server.kv_files.StateFiles`) once idle, and read it back at
+        :meth:`restore` (a no-op for an engine whose cache cannot be copied out)."""
+        from .kv_files import IdleSaver
+
+        if not callable(getattr(self.kv, "export_state", None)):
+            return
+        self.state_files = files
+        if self._saver is None:
+            self._saver = IdleSaver(self) if idle_s is None else IdleSaver(self, idle_s)
+
+    def fingerprint(self) -> str:
+        """What a saved cache must have been made with to be read back by this engine."""
+        return f"{self.kind}|{self.name}"
+
+    def _follow(self, conversation) -> None:
+        """The cache is about to change for ``conversation`` (under the lock)."""
+        self.conversation = conversation if isinstance(conversation, str) and conversation else None
+        self._changes += 1
+
+    def _touched(self) -> None:
+        self.last_activity = time.monotonic()
+        if self._saver is not None:
+            self._saver.poke()
+
+    def save_state_if_changed(self) -> bool:
+        """Write the cache to its conversation's file if it changed since the last save
+        and the model is free now; whether it was written.  The copy is made under the
+        lock (a memory copy), the file written outside it."""
+        if not self.keeps_states or self.conversation is None or self._changes == self._saved_changes:
+            return False
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            key, changes = self.conversation, self._changes
+            blob = self.kv.export_state() if key is not None else None
+            ids = list(self.kv.ids)
+        finally:
+            self._lock.release()
+        if blob is None:
+            return False
+        saved = self.state_files.save(key, self.fingerprint(), ids, blob) is not None
+        if saved:
+            self._saved_changes = changes
+            log.info("KV cache of %d tokens saved for its conversation (%.1f MB)", len(ids), len(blob) / 1e6)
+        return saved
+
+    def close_states(self) -> None:
+        """Stop the idle saver (the engine is being closed)."""
+        if self._saver is not None:
+            self._saver.stop()
+            self._saver = None
 
     # ---------------------------------------------------------------- tokens
 
@@ -146,12 +228,14 @@ class EngineBase:
         attention_format: str | None = None,
         request_id: str | None = None,
         wait_s: float = 0.0,
+        conversation: str | None = None,
     ) -> Generation:
         """Start a generation; iterate it for ``TokenRecord``s then one ``DoneRecord``.
 
         Raises :class:`RequestError` for invalid input and :class:`EngineBusy` when another
         generation is still running after ``wait_s`` seconds.  Call ``.abort()`` on the
-        result (or :meth:`abort`) to stop it after the current token.
+        result (or :meth:`abort`) to stop it after the current token.  ``conversation``
+        names the conversation the prompt belongs to (its cache is saved once idle).
         """
         ids = self.check_ids(input_ids)
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
@@ -176,17 +260,23 @@ class EngineBase:
         )
         running = self._running
         if isinstance(running, Preparation):
-            # A read-ahead never keeps an answer waiting: stop it (what it ran stays cached).
-            running.abort()
-            wait_s = max(wait_s, PREEMPT_WAIT_S)
+            if running.yields:
+                # A read-ahead never keeps an answer waiting: stop it (what it ran stays cached).
+                running.abort()
+                wait_s = max(wait_s, PREEMPT_WAIT_S)
+            else:  # a restore: what it loads or runs is this prompt's start
+                wait_s = max(wait_s, RESTORE_WAIT_S)
         acquired = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(False)
         if not acquired:
             raise EngineBusy("another generation is running; abort it or retry when it ends")
+        self._follow(conversation)
+        self.last_activity = time.monotonic()
         generation = Generation(self.kv, self.text, request, release=self._release)
         self._running = generation
         return generation
 
-    def prepare(self, input_ids, *, max_length: int = 0, request_id: str | None = None) -> dict:
+    def prepare(self, input_ids, *, max_length: int = 0, request_id: str | None = None,
+                conversation: str | None = None) -> dict:
         """Read ahead: make the cache hold ``input_ids`` now, so that a generate whose
         prompt starts with them (or differs from them by spans the cache can move or
         restore) runs only what is new.  The app sends its draft prompt while the user
@@ -207,12 +297,10 @@ class EngineBase:
             raise EngineBusy("a generation is running; a read-ahead does not queue behind it")
         preparation = Preparation(request_id)
         self._running = preparation
+        self._follow(conversation)
         started = time.perf_counter()
         try:
-            reserve = getattr(self.kv, "reserve", None)
-            if reserve is not None:
-                room = max(1, max_length) if isinstance(max_length, int) and not isinstance(max_length, bool) else 1
-                reserve(min(self.context_size, len(ids) + room), should_stop=lambda: preparation.aborted)
+            self._reserve(len(ids), max_length, preparation)
             report = self.kv.sync(ids, should_stop=lambda: preparation.aborted)
             # A read-ahead's prunes and restores spread the cache out as a generation's do,
             # and a dozen of them may come before one Enter: pack it now, while the user
@@ -221,6 +309,7 @@ class EngineBase:
         finally:
             self._running = None
             self._lock.release()
+            self._touched()
         return {
             "prepared": report is not None,
             "prompt_tokens": len(ids),
@@ -230,10 +319,99 @@ class EngineBase:
             "spread_cells": int(self.kv.spread()) if hasattr(self.kv, "spread") else 0,
         }
 
+    def _reserve(self, n_ids: int, max_length, preparation: Preparation) -> None:
+        """Grow a cache that can grow to hold ``n_ids`` and the answer (``max_length``)."""
+        reserve = getattr(self.kv, "reserve", None)
+        if reserve is not None:
+            room = max(1, max_length) if isinstance(max_length, int) and not isinstance(max_length, bool) else 1
+            reserve(min(self.context_size, n_ids + room), should_stop=lambda: preparation.aborted)
+
+    def restore(self, input_ids, conversation: str, *, max_length: int = 0,
+                request_id: str | None = None) -> dict:
+        """Make the cache hold ``input_ids``, the live context of ``conversation`` being
+        reopened: from the conversation's saved cache when one was made with this model
+        and starts with the same token ids (checked id by id; the ids after the shared
+        start are run), else by a prefill (:meth:`prepare`'s sync).  Before another
+        conversation's cache is replaced, it is saved if it changed since its last save.
+
+        A generate arriving meanwhile waits for it (:data:`RESTORE_WAIT_S`).  Raises as
+        :meth:`prepare`.  Returns ``restored`` (tokens read back from the file), ``ran``
+        (tokens run), ``reused`` (tokens the cache already held), ``prompt_tokens``,
+        ``seconds``, ``reason`` (why no file was used, when none was) and ``kv``.
+        """
+        ids = self.check_ids(input_ids)
+        if not isinstance(conversation, str) or not conversation:
+            raise RequestError("conversation must be a non-empty string")
+        if len(ids) >= self.context_size:
+            raise RequestError(f"prompt of {len(ids)} tokens leaves no room in the context "
+                               f"size of {self.context_size} tokens")
+        if not self._lock.acquire(timeout=PREPARE_WAIT_S):
+            raise EngineBusy("a generation is running; a restore does not queue behind it")
+        preparation = Preparation(request_id, yields=False)
+        self._running = preparation
+        started = time.perf_counter()
+        restored, saved, reason = 0, None, ""
+        try:
+            if conversation != self.conversation:
+                self._save_locked()
+            held = common_prefix(self.kv.ids, ids)
+            if held == len(ids) == len(self.kv.ids) and conversation == self.conversation:
+                reason = "already in the cache"
+            else:
+                self._follow(conversation)
+                saved, reason = self._saved(conversation, ids, held)
+                if saved is not None:
+                    self._reserve(len(saved.ids), max_length, preparation)
+                    if self.kv.import_state(saved.ids, saved.blob):
+                        restored = common_prefix(saved.ids, ids)
+                    else:
+                        saved, reason = None, "the saved cache does not fit this server's cache"
+            self._reserve(len(ids), max_length, preparation)
+            before = common_prefix(self.kv.ids, ids)
+            report = self.kv.sync(ids, should_stop=lambda: False)
+            if saved is not None and self.kv.ids == saved.ids:
+                self._saved_changes = self._changes  # the cache is what the file holds
+            pack(self.kv)
+        finally:
+            self._running = None
+            self._lock.release()
+            self._touched()
+        return {
+            "restored": restored,
+            "reused": 0 if restored else before,
+            "ran": len(ids) - before,
+            "prompt_tokens": len(ids),
+            "seconds": round(time.perf_counter() - started, 4),
+            "reason": reason,
+            "kv": report.as_dict() if report is not None else {},
+        }
+
+    def _saved(self, conversation: str, ids: list[int], held: int):
+        """``(SavedState or None, why not)``: the saved cache of ``conversation`` worth
+        reading back for ``ids``, the cache holding the first ``held`` of them already."""
+        if not self.keeps_states:
+            return None, "this server keeps no saved caches"
+        saved, reason = self.state_files.load(conversation, self.fingerprint())
+        if saved is None:
+            return None, reason
+        if common_prefix(saved.ids, ids) <= held:
+            return None, "the cache holds as much already" if held else "the saved cache holds other tokens"
+        return saved, ""
+
+    def _save_locked(self) -> None:
+        """Save the cache of the conversation it holds, if changed (the lock is held)."""
+        if not self.keeps_states or self.conversation is None or self._changes == self._saved_changes:
+            return
+        blob = self.kv.export_state()
+        if blob is not None and self.state_files.save(
+                self.conversation, self.fingerprint(), list(self.kv.ids), blob) is not None:
+            self._saved_changes = self._changes
+
     def _release(self, generation: Generation) -> None:
         if self._running is generation:
             self._running = None
             self._lock.release()
+            self._touched()
 
     def abort(self, request_id: str | None = None) -> bool:
         """Stop the running generation (only if its request id matches, when given)."""
