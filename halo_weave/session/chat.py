@@ -91,6 +91,7 @@ class ChatSession:
             conv.framing = self.framing
         self.store, self.conv, self.index = store, conv, None
         self.last_resurrected = 0
+        self._name_conversation()
         return conv
 
     def connect(self, backend, info, framing: Framing) -> bool | None:
@@ -109,6 +110,7 @@ class ChatSession:
                           if ids and (texts[0] == "" or texts[0] in stops)}
         if self.conv is not None:
             self.conv.framing = framing
+        self._name_conversation()
         declared = getattr(getattr(backend, "capabilities", None), "attention", None)
         if declared is None and getattr(info, "supports_attention", False):
             declared = True
@@ -151,6 +153,31 @@ class ChatSession:
     def resurrect_for(self, index, matches, user_tokens: int) -> list[Chunk]:
         """Bring back what the search for the message found (see :mod:`.resurrect`)."""
         return resurrect.resurrect_for(self, index, matches, user_tokens)
+
+    def _name_conversation(self) -> None:
+        """Tell a server that saves caches per conversation which one its requests are for."""
+        if self.backend is not None and hasattr(self.backend, "conversation"):
+            self.backend.conversation = read_ahead.cache_key(self) if self.conv is not None else None
+
+    @property
+    def can_warm_up(self) -> bool:
+        """Whether the server can be given the open conversation's context before a message:
+        restored from the cache it saved (ours), or read ahead as a prefill."""
+        backend = self.backend
+        return self.conv is not None and (bool(getattr(backend, "restores", False)) or self.can_read_ahead)
+
+    def warm_up_ids(self) -> list[int]:
+        """The prompt a warm-up gives the server (:func:`.read_ahead.warm_up_ids`)."""
+        return read_ahead.warm_up_ids(self)
+
+    def warm_up(self, ids: list[int]) -> dict:
+        """Put ``ids`` (:meth:`warm_up_ids`, read on the conversation's thread) in the
+        server's cache; blocking, the restore or prefill may take minutes.  Returns the
+        server's answer."""
+        room = self.settings.max_new_tokens
+        if getattr(self.backend, "restores", False):
+            return self.backend.restore(ids, max_length=room)
+        return self.backend.prepare(ids, max_length=room)
 
     @property
     def can_read_ahead(self) -> bool:

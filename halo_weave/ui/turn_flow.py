@@ -27,6 +27,7 @@ from __future__ import annotations
 from PySide6.QtCore import QTimer
 
 from ..errors import BackendTimeout, BackendUnavailable, GenerationAborted, StreamInterrupted
+from ..session.read_ahead import unread
 from ..tools import notebook
 from .workers import GenerationWorker
 
@@ -50,6 +51,11 @@ class TurnFlow:
         return self._gen is not None
 
     @property
+    def stoppable(self) -> bool:
+        """True while Stop applies: from Enter to the end of the answer."""
+        return self._gen is not None or bool(self._unsent) or self._after_warm_up is not None
+
+    @property
     def capture_dir(self):
         """Where "Record attention" writes its capture folders."""
         return self.data_dir / CAPTURES_FOLDER
@@ -66,6 +72,9 @@ class TurnFlow:
                     self._run_tools("stop", None)  # the given start of the answer holds a tool call
                     return
         request = session.generation_request()
+        ids = request["input_ids"]
+        self.turn_phase.emit("", f"reading {unread(self._server_has, ids):,} tokens…")
+        self._server_has = ids
         session.start_capture(self.capture_dir, request, self.path)
         worker = GenerationWorker(session.backend, request, parent=self)
         worker.token.connect(self._on_token)
@@ -81,15 +90,50 @@ class TurnFlow:
 
     def _on_token(self, event) -> None:
         if self.session.receive(event):
+            if self.session.streamed == 1:
+                self.turn_phase.emit("", "")  # the answer itself shows now
             self.tokens_streamed.emit()
 
     def stop(self) -> None:
-        """Abort the answer being generated; what arrived so far is kept."""
+        """Stop the turn in whatever phase it is: an answer being generated ends (what
+        arrived so far is kept); a message still being read or searched for goes back to
+        the input box; a saved message waiting for the server to read the conversation
+        stays, unanswered."""
         if self._gen is not None:
             self._set_busy(True, "Stopping…")
             self._gen.stop()
+        elif self._after_warm_up is not None:
+            self._after_warm_up = None
+            self._stopped_before_answer()
+        elif self.busy and self._unsent:
+            self._stop_pending = True
+            self._set_busy(True, "Stopping…")
+            if self._wait_timer.isActive():  # waiting for indexing: nothing to wait for now
+                self._wait_timer.stop()
+                self._run_pending_send()
         elif self.busy:
             self._stop_pending = True
+
+    def _stopped_before_answer(self) -> None:
+        """The turn ends without an answer (Stop before the answer started)."""
+        self._stop_pending = False
+        self.session.clock.stop()
+        self._set_busy(False)
+        self.stats_changed.emit()
+        self.turn_finished.emit("aborted")
+
+    def _stopped_early(self) -> bool:
+        """Stop was pressed before the message was saved: it goes back to the input box."""
+        if not self._stop_pending:
+            return False
+        self._stop_pending = False
+        self.session.clock.stop()
+        self._set_busy(False)
+        unsent, self._unsent = self._unsent, ""
+        if unsent:
+            self.message_returned.emit(unsent)
+        self.turn_finished.emit("aborted")
+        return True
 
     def _on_stream_completed(self, done) -> None:
         self.last_done = done  # the server's account of the last answer (kv, timings): scripts, tests
@@ -121,6 +165,7 @@ class TurnFlow:
         if worker is not None:
             worker.wait(5000)
             worker.deleteLater()
+        self._server_has = self.session.warm_up_ids()  # the prompt and the answer (before a prune)
         end = self.session.finish_turn(reason, rate, prune=not self._proxy_prunes_after_read())
         if end.turn is None:
             self._set_busy(False)
@@ -165,11 +210,12 @@ class TurnFlow:
             if reason:
                 self.info.emit(reason)
             return False
-        self._set_busy(True, "Reading your message…")
+        self._unsent = text  # first: Stop applies from here (the window asks when busy changes)
         self._stop_pending = False
+        self._set_busy(True, "Reading your message…")
         self.session.streamed = 0
         self.session.clock.start()
-        self._unsent = text
+        self.turn_phase.emit(text, "")
         session = self.session
 
         def tokenize():
@@ -202,13 +248,17 @@ class TurnFlow:
         return finish
 
     def _after_tokenize(self, text: str, pieces, prefix=()) -> None:
+        if self._stopped_early():
+            return
         ids = [int(i) for i, _ in pieces]
         texts = [t for _, t in pieces]
         self._answer_prefix = list(prefix)
         self._pending_send = lambda: self._resurrect_then_add(text, ids, texts)
-        if self.index is not None and self._indexer.pending > 0:
+        if (self._memory_loading or self.index is not None) and self._indexer.pending > 0:
             # Let the previous exchange's embeddings land, but not for long.
-            self._set_busy(True, "Finishing memory indexing…")
+            what = "loading memory" if self._memory_loading else "finishing memory indexing"
+            self._set_busy(True, what.capitalize() + "…")
+            self.turn_phase.emit(text, what + "…")
             self._wait_timer.start(int(self.settings.embed_wait_seconds * 1000))
         else:
             self._run_pending_send()
@@ -224,17 +274,22 @@ class TurnFlow:
             action()
 
     def _resurrect_then_add(self, text: str, ids: list[int], texts: list[str]) -> None:
+        if self._stopped_early():
+            return
         index = self.index  # loaded on first use
         if not self.session.can_resurrect():
             self.session.last_resurrected = 0
             self._add_user_turn(ids, texts)
             return
         self._set_busy(True, "Searching memory…")
+        self.turn_phase.emit(text, "searching memory…")
         # The query embedding is the slow part: it runs on the embedder thread, ahead of
         # queued indexing; planning and resurrecting touch the conversation, so they run here.
         self._indexer.search(text, lambda matches, exc: self._resurrect(index, matches, ids, texts))
 
     def _resurrect(self, index, matches, ids, texts) -> None:
+        if self._stopped_early():
+            return
         if self.session.resurrect_for(index, matches, len(ids)):
             self.graveyard_changed.emit()
         self._add_user_turn(ids, texts)
@@ -269,7 +324,13 @@ class TurnFlow:
         self.session.index_user_message(turn)
         if self.session.fit_model_window():
             self.graveyard_changed.emit()
-        self._start_generation()  # shows the message (and any resurrection) with the answer
+        # Saved: the message (and any resurrection) shows now, before the server reads it.
+        self.tokens_streamed.emit()
+        self.turn_phase.emit("", "")
+        if self._stop_pending:
+            self._stopped_before_answer()
+            return
+        self.when_warm(self._start_generation)
 
     # ------------------------------------------------------------------ tool rounds
     def _run_tools(self, reason: str, rate) -> None:
