@@ -96,6 +96,7 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         self.session.indexer = _IndexFeed(self)
         self._index_tried = False
         self._memory_loading = False  # the embedder and index load on the embedder thread
+        self._reindex_when_loaded = False  # an import asked to re-index while they loaded
         self._painted = False  # the window has painted once (see window_painted)
         self.path: Path | None = None
         self.connection_state = "offline"

@@ -177,7 +177,11 @@ class ConversationFiles:
             self._memory_loading = False
             if session.store is store and session.index is None:
                 session.index = index
-                self._index_pending()
+                if self._reindex_when_loaded:
+                    self.reindex_all()
+                else:
+                    self._index_pending()
+            self._reindex_when_loaded = False
 
         def failed(exc) -> None:
             self._memory_loading = False
@@ -257,6 +261,10 @@ class ConversationFiles:
 
     def reindex_all(self) -> None:
         """Embed every chunk without a current entry (after an import), with progress."""
+        if self._memory_loading:
+            self._reindex_when_loaded = True  # once the index has loaded
+            return
+        self._reindex_when_loaded = False
         index, conv = self.index, self.conv
         if index is None or conv is None or not index.available:
             return

@@ -47,8 +47,9 @@ class IndexQueue(QObject):
     # ------------------------------------------------------------------ state
     @property
     def pending(self) -> int:
-        """Jobs queued or running."""
-        return self._worker.pending
+        """Jobs queued or running, or whose result has not reached this thread yet (a
+        result may queue more work: the index, once loaded, queues what it lacks)."""
+        return max(self._worker.pending, len(self._callbacks))
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until the queue drains (scripts, tests, quitting)."""
