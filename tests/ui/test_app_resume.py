@@ -29,7 +29,7 @@ def chat_then_switch_away(app, qtbot, messages):
     c = app.controller
     for text in messages:
         app.say(text)
-    first, context = c.path, len(c.session.warm_up_ids())
+    first, context = c.path, len(c.conv.live_input_ids())
     cache = saved_cache(app)
     c.new_conversation()
     qtbot.waitUntil(lambda: not c.input_block_reason(), timeout=30_000)  # its system prompt is set
