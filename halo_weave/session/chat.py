@@ -179,6 +179,13 @@ class ChatSession:
             return self.backend.restore(ids, max_length=room)
         return self.backend.prepare(ids, max_length=room)
 
+    def save_server_cache(self) -> int:
+        """Ask a server that keeps no cache per conversation itself to save this one's
+        (llama-server's slot, :meth:`~halo_weave.backends.llama_server.LlamaServer.save_cache`);
+        blocking.  Returns the tokens saved (0 where the server saves none)."""
+        save = getattr(self.backend, "save_cache", None)
+        return save() if callable(save) else 0
+
     @property
     def can_read_ahead(self) -> bool:
         """Whether the server takes the prompt of a message being typed (:mod:`.read_ahead`)."""

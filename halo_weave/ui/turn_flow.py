@@ -24,12 +24,16 @@ Each round with "Record attention" on becomes one capture folder (``docs/capture
 
 from __future__ import annotations
 
+import logging
+
 from PySide6.QtCore import QTimer
 
 from ..errors import BackendTimeout, BackendUnavailable, GenerationAborted, StreamInterrupted
 from ..session.read_ahead import unread
 from ..tools import notebook
 from .workers import GenerationWorker
+
+log = logging.getLogger("halo_weave.app")
 
 #: Folder under the data dir where attention captures go.
 CAPTURES_FOLDER = "captures"
@@ -182,6 +186,9 @@ class TurnFlow:
         (self.conversation_changed if end.pruned else self.tokens_streamed).emit()
         self.stats_changed.emit()
         self.turn_finished.emit(reason)
+        if callable(getattr(self.client, "save_cache", None)):  # llama-server: its slot, for a reopening
+            self._call(self.session.save_server_cache,
+                       on_fail=lambda exc: log.info("saving the server's cache failed: %s", exc))
 
     def _turn_failed_early(self, exc, context: str) -> None:
         self._set_busy(False)
