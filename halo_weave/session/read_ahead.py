@@ -27,12 +27,11 @@ import numpy as np
 from ..core.pruning import load_pruned
 from ..core.resurrection import returning
 from ..memory.room import room_choice
+from ..storage.transfer_document import CACHE_KEY_META
 from .resurrect import room_terms
 
 _LAST_WORD = re.compile(r"\s+\S*$")
 
-#: The conversation file's meta key holding the name its KV cache is saved under.
-CACHE_KEY_META = "kv_cache_key"
 
 
 def settled_text(text: str) -> str:

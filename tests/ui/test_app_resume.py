@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 
 from conftest import TEST_CACHE_DIR
 from halo_weave.server.kv_files import file_name
-from halo_weave.session.read_ahead import CACHE_KEY_META
+from halo_weave.storage.transfer_document import CACHE_KEY_META
 from test_app import LONG_MESSAGE, TURN_TIMEOUT_MS, make_app  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
