@@ -127,6 +127,8 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         self._system_dirty = False  # settings changed it during a turn
         self._stop_pending = False  # Esc before the answer started
         self._unsent = ""  # the message being sent, until it is saved
+        self._turn_seq = 0  # numbers each message sent: a step of one Stop gave back is dropped
+        self._saving_turn = False  # a long message is being saved on a thread
         self._prompt_edited = False  # the system prompt changed while this conversation was open
         self._answer_prefix = ()  # tokens the next answer starts with (see send())
         self._init_proxy()

@@ -109,14 +109,15 @@ class TurnFlow:
         elif self._after_warm_up is not None:
             self._after_warm_up = None
             self._stopped_before_answer()
-        elif self.busy and self._unsent:
-            self._stop_pending = True
-            self._set_busy(True, "Stopping…")
-            if self._wait_timer.isActive():  # waiting for indexing: nothing to wait for now
-                self._wait_timer.stop()
-                self._run_pending_send()
+        elif self._unsent and not self._saving_turn:
+            # Not saved yet: it goes back at once; the tokenize or search still under way
+            # finds its turn gone when it ends (see _stale).
+            self._turn_seq += 1
+            self._wait_timer.stop()
+            self._pending_send = None
+            self._give_back_message()
         elif self.busy:
-            self._stop_pending = True
+            self._stop_pending = True  # a long message being saved: it stops once saved
 
     def _stopped_before_answer(self) -> None:
         """The turn ends without an answer (Stop before the answer started)."""
@@ -126,10 +127,8 @@ class TurnFlow:
         self.stats_changed.emit()
         self.turn_finished.emit("aborted")
 
-    def _stopped_early(self) -> bool:
-        """Stop was pressed before the message was saved: it goes back to the input box."""
-        if not self._stop_pending:
-            return False
+    def _give_back_message(self) -> None:
+        """Stop before the message was saved: the turn ends, the message goes back to the box."""
         self._stop_pending = False
         self.session.clock.stop()
         self._set_busy(False)
@@ -137,7 +136,10 @@ class TurnFlow:
         if unsent:
             self.message_returned.emit(unsent)
         self.turn_finished.emit("aborted")
-        return True
+
+    def _stale(self, seq: int | None) -> bool:
+        """Whether a step of the message ``seq`` comes after Stop gave that message back."""
+        return seq is not None and seq != self._turn_seq
 
     def _on_stream_completed(self, done) -> None:
         self.last_done = done  # the server's account of the last answer (kv, timings): scripts, tests
@@ -218,6 +220,8 @@ class TurnFlow:
                 self.info.emit(reason)
             return False
         self._unsent = text  # first: Stop applies from here (the window asks when busy changes)
+        self._turn_seq += 1
+        seq = self._turn_seq
         self._stop_pending = False
         self._set_busy(True, "Reading your message…")
         self.session.streamed = 0
@@ -231,8 +235,9 @@ class TurnFlow:
         finish = self._progress_after_a_second(f"Reading your message ({len(text):,} characters)")
         self._call(
             tokenize,
-            on_ok=lambda pieces: (finish(), self._after_tokenize(text, *pieces)),
-            on_fail=lambda exc: (finish(), self._turn_failed_early(exc, "Tokenizing your message")),
+            on_ok=lambda pieces: (finish(), self._after_tokenize(text, *pieces, seq=seq)),
+            on_fail=lambda exc: (finish(), None if self._stale(seq) else
+                                 self._turn_failed_early(exc, "Tokenizing your message")),
         )
         return True
 
@@ -254,13 +259,13 @@ class TurnFlow:
         QTimer.singleShot(PROGRESS_AFTER_MS, show)
         return finish
 
-    def _after_tokenize(self, text: str, pieces, prefix=()) -> None:
-        if self._stopped_early():
+    def _after_tokenize(self, text: str, pieces, prefix=(), seq: int | None = None) -> None:
+        if self._stale(seq):
             return
         ids = [int(i) for i, _ in pieces]
         texts = [t for _, t in pieces]
         self._answer_prefix = list(prefix)
-        self._pending_send = lambda: self._resurrect_then_add(text, ids, texts)
+        self._pending_send = lambda: self._resurrect_then_add(text, ids, texts, seq)
         if (self._memory_loading or self.index is not None) and self._indexer.pending > 0:
             # Let the previous exchange's embeddings land, but not for long.
             what = "loading memory" if self._memory_loading else "finishing memory indexing"
@@ -280,8 +285,8 @@ class TurnFlow:
         if action is not None:
             action()
 
-    def _resurrect_then_add(self, text: str, ids: list[int], texts: list[str]) -> None:
-        if self._stopped_early():
+    def _resurrect_then_add(self, text: str, ids: list[int], texts: list[str], seq: int | None = None) -> None:
+        if self._stale(seq):
             return
         index = self.index  # loaded on first use
         if not self.session.can_resurrect():
@@ -292,10 +297,10 @@ class TurnFlow:
         self.turn_phase.emit(text, "searching memory…")
         # The query embedding is the slow part: it runs on the embedder thread, ahead of
         # queued indexing; planning and resurrecting touch the conversation, so they run here.
-        self._indexer.search(text, lambda matches, exc: self._resurrect(index, matches, ids, texts))
+        self._indexer.search(text, lambda matches, exc: self._resurrect(index, matches, ids, texts, seq))
 
-    def _resurrect(self, index, matches, ids, texts) -> None:
-        if self._stopped_early():
+    def _resurrect(self, index, matches, ids, texts, seq: int | None = None) -> None:
+        if self._stale(seq):
             return
         if self.session.resurrect_for(index, matches, len(ids)):
             self.graveyard_changed.emit()
@@ -304,6 +309,7 @@ class TurnFlow:
     def _add_user_turn(self, ids: list[int], texts: list[str]) -> None:
         session = self.session
         if len(ids) > SAVE_ON_THREAD_TOKENS:
+            self._saving_turn = True  # past the point where Stop can give it back
             self._set_busy(True, f"Saving your message ({len(ids):,} tokens)…")
             finish = self._progress_after_a_second(f"Saving your message ({len(ids):,} tokens)")
             self._call(
@@ -320,6 +326,7 @@ class TurnFlow:
         self._user_turn_saved(turn)
 
     def _user_turn_not_saved(self, exc) -> None:
+        self._saving_turn = False
         # Not on disk, so not shown and not answered: the message goes back to the input
         # box; the session has put the conversation back to what the file holds.
         for changed in (self.conversation_changed, self.graveyard_changed, self.stats_changed):
@@ -327,7 +334,7 @@ class TurnFlow:
         self._turn_failed_early(exc, "Saving your message")
 
     def _user_turn_saved(self, turn) -> None:
-        self._unsent = ""
+        self._unsent, self._saving_turn = "", False
         self.session.index_user_message(turn)
         if self.session.fit_model_window():
             self.graveyard_changed.emit()
