@@ -206,13 +206,13 @@ class LlamaServer:
         saved = answer.get("n_saved")
         return saved if isinstance(saved, int) else 0
 
-    def restore(self, input_ids, max_length: int = 0) -> dict:
-        """Warm slot 0 for :attr:`conversation`, reopened, whose live context is
+    def restore(self, input_ids, max_length: int = 0, conversation: str | None = None) -> dict:
+        """Warm slot 0 for ``conversation`` (default :attr:`conversation`), reopened, whose live context is
         ``input_ids``: its saved slot read back where the server saves slots (a different
         conversation's slot saved first), then the context sent as a one-token completion,
         which runs what the restored tokens do not already hold.  Returns ``restored``,
         ``ran`` (tokens the server evaluated), ``seconds`` and ``reason``."""
-        key = self.conversation
+        key = conversation or self.conversation
         if not key:
             raise ValueError("restore needs the conversation's key (LlamaServer.conversation)")
         started = time.perf_counter()

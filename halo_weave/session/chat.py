@@ -170,14 +170,21 @@ class ChatSession:
         """The prompt a warm-up gives the server (:func:`.read_ahead.warm_up_ids`)."""
         return read_ahead.warm_up_ids(self)
 
-    def warm_up(self, ids: list[int]) -> dict:
-        """Put ``ids`` (:meth:`warm_up_ids`, read on the conversation's thread) in the
-        server's cache; blocking, the restore or prefill may take minutes.  Returns the
-        server's answer."""
+    def cache_key(self) -> str | None:
+        """The name the server saves the open conversation's cache under (:func:`.read_ahead.cache_key`)."""
+        return read_ahead.cache_key(self)
+
+    def warm_up(self, ids: list[int], key: str | None) -> dict:
+        """Put ``ids`` (:meth:`warm_up_ids`) in the server's cache for the conversation
+        ``key`` names (:meth:`cache_key`; both read on the conversation's thread: the
+        user may open another one meanwhile); blocking, the restore or prefill may take
+        minutes.  Returns the server's answer."""
         room = self.settings.max_new_tokens
-        if getattr(self.backend, "restores", False):
-            return self.backend.restore(ids, max_length=room)
-        return self.backend.prepare(ids, max_length=room)
+        if getattr(self.backend, "restores", False) and key:
+            return self.backend.restore(ids, max_length=room, conversation=key)
+        if self.can_read_ahead:
+            return self.backend.prepare(ids, max_length=room)
+        return {}
 
     def save_server_cache(self) -> int:
         """Ask a server that keeps no cache per conversation itself to save this one's

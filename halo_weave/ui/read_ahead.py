@@ -101,7 +101,7 @@ class ReadAhead:
             if not self._warming and self._draft.strip():
                 self._read_ahead(paused=not self._idle_timer.isActive())
 
-        self._call(session.warm_up, ids, on_ok=ended, on_fail=lambda exc: ended(error=exc))
+        self._call(session.warm_up, ids, session.cache_key(), on_ok=ended, on_fail=lambda exc: ended(error=exc))
 
     @property
     def reading_ahead(self) -> bool:
