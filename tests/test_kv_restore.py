@@ -178,3 +178,33 @@ def test_a_generate_waits_for_a_restore_instead_of_running_the_prompt_again(clie
     thread.join()
     assert result["ran"] > 500 and result["ran"] + result["reused"] == len(ids)
     assert kv["reused"] == len(ids) - 1 and kv["rerun"] == 0
+
+
+def test_the_last_answers_cache_is_saved_when_the_server_stops(tmp_path):
+    """Quitting right after an answer (before the idle save) still leaves its cache on disk."""
+    from halo_weave.server.launcher import start_server
+
+    process = start_server(port=0, extra_args=["--kv-dir", str(tmp_path), "--threads", "2"])
+    try:
+        process.wait_ready(timeout=300)
+        with KoboldClient(process.url) as c:
+            ids = [i for i, _ in c.tokenize(CHAT.format(STORY * 2))]
+            c.conversation = "quit-at-once"
+            c.prepare(ids)
+    finally:
+        process.stop()  # at once: well within the idle time
+    saved, reason = StateFiles(tmp_path).load("quit-at-once", _fingerprint_of(tmp_path))
+    assert saved is not None and saved.ids == ids, reason
+
+
+def _fingerprint_of(folder) -> str:
+    """The fingerprint written in the folder's one file (the server's, whatever it is here)."""
+    import json
+    import struct
+
+    from halo_weave.server.kv_files import MAGIC
+
+    (path,) = folder.glob("*.kvstate")
+    data = path.read_bytes()
+    (length,) = struct.unpack_from("<I", data, len(MAGIC))
+    return json.loads(data[len(MAGIC) + 4:len(MAGIC) + 4 + length])["fingerprint"]

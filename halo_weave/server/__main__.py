@@ -192,6 +192,16 @@ def main(argv: list[str] | None = None) -> int:
             if self.started:
                 print(ready, flush=True)
 
+        async def shutdown(self, sockets=None) -> None:
+            await super().shutdown(sockets=sockets)
+            # Stopped (SIGTERM from the app quitting, Ctrl+C): the last answer's cache may be
+            # younger than the idle save.  Here, not after run(): uvicorn re-raises the signal
+            # when run() ends.  A memory copy and one file write, when the model is free.
+            try:
+                engine.save_state_if_changed()
+            except Exception:  # noqa: BLE001 - a failed save costs a prefill on reopening, nothing now
+                log.exception("saving the KV cache at shutdown failed")
+
     if args.no_attention:
         log.info("attention disabled (--no-attention): serving like stock KoboldCPP")
     app = create_app(engine, attention=not args.no_attention, api_key=args.api_key)
