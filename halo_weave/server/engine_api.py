@@ -282,8 +282,6 @@ class EngineBase(SavedCaches):
         started = time.perf_counter()
         restored, saved, reason = 0, None, ""
         try:
-            if conversation != self.conversation:
-                self._save_locked()
             held = common_prefix(self.kv.ids, ids)
             if held == len(ids) == len(self.kv.ids) and conversation == self.conversation:
                 reason = "already in the cache"

@@ -54,8 +54,13 @@ class SavedCaches:
         return f"{self.kind}|{self.name}"
 
     def _follow(self, conversation) -> None:
-        """The cache is about to change for ``conversation`` (under the lock)."""
-        self.conversation = conversation if isinstance(conversation, str) and conversation else None
+        """The cache is about to change for ``conversation`` (under the lock): the cache of
+        another conversation it held is saved first if it changed since its last save
+        (the idle save may not have come yet)."""
+        conversation = conversation if isinstance(conversation, str) and conversation else None
+        if conversation != self.conversation:
+            self._save_locked()
+        self.conversation = conversation
         self._changes += 1
 
     def _touched(self) -> None:

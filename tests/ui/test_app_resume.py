@@ -122,3 +122,24 @@ def test_the_memory_loads_right_after_the_window_paints(make_app, qtbot):
     # No message sent: the embedder and the index load on their thread by themselves.
     qtbot.waitUntil(lambda: c.session.index is not None and c.session.index.embedder.loaded, timeout=120_000)
     assert not c.busy
+
+
+def test_at_start_the_last_conversation_is_read_back(make_app, qtbot, server):
+    from halo_weave.kobold_client import KoboldClient
+
+    app = make_app(max_new_tokens=8).start()
+    app.say(LONG_MESSAGE)
+    context, cache = len(app.conv.live_input_ids()), saved_cache(app)
+    app.close()  # the server saves its cache before another conversation's replaces it
+    with KoboldClient(server.url) as other:  # another client's chat takes the server's cache
+        other.model_info()
+        other.conversation = "another-client"
+        other.prepare([i for i, _ in other.tokenize("<|im_start|>user\n" + OTHER * 20)])
+
+    again = make_app(max_new_tokens=8).start()  # the app started again: the last conversation opens
+    c = again.controller
+    qtbot.waitUntil(lambda: c.last_warm_up is not None and not c.warming_up, timeout=TURN_TIMEOUT_MS)
+    assert c.last_warm_up["restored"] >= context - 4, c.last_warm_up
+    again.say("Thanks!")
+    kv = c.last_done.raw["kv"]
+    assert kv["rerun"] == 0 and kv["reused"] >= context and kv["appended"] < 20, kv
