@@ -200,15 +200,18 @@ class KoboldClient:
         return self._call("POST", "/api/extra/prepare", body, timeout=timeout)
 
     def restore(self, input_ids, max_length: int = 0, conversation: str | None = None,
-                timeout: float = RESTORE_TIMEOUT_S) -> dict:
+                request_id: str | None = None, timeout: float = RESTORE_TIMEOUT_S) -> dict:
         """Warm the server's cache for ``conversation`` (default :attr:`conversation`),
         just opened, whose live context is ``input_ids`` (our server's
         ``/api/extra/restore``): from the cache it saved for it, else by a prefill.
-        Returns the server's answer (``restored``, ``ran``, ``seconds``, ``reason``)."""
+        Returns the server's answer (``restored``, ``ran``, ``seconds``, ``reason``);
+        :meth:`abort` with ``request_id`` stops its prefill."""
         key = conversation or self.conversation
         if not key:
             raise ValueError("restore needs the conversation's key (KoboldClient.conversation)")
         body = {"input_ids": [int(i) for i in input_ids], "max_length": int(max_length), "conversation": key}
+        if request_id:
+            body["request_id"] = request_id
         return self._call("POST", "/api/extra/restore", body, timeout=timeout)
 
     # -- streaming

@@ -206,7 +206,8 @@ class LlamaServer:
         saved = answer.get("n_saved")
         return saved if isinstance(saved, int) else 0
 
-    def restore(self, input_ids, max_length: int = 0, conversation: str | None = None) -> dict:
+    def restore(self, input_ids, max_length: int = 0, conversation: str | None = None,
+                request_id: str | None = None) -> dict:
         """Warm slot 0 for ``conversation`` (default :attr:`conversation`), reopened, whose live context is
         ``input_ids``: its saved slot read back where the server saves slots (a different
         conversation's slot saved first), then the context sent as a one-token completion,

@@ -260,14 +260,16 @@ class EngineBase(SavedCaches):
                 request_id: str | None = None) -> dict:
         """Make the cache hold ``input_ids``, the live context of ``conversation`` being
         reopened: from the conversation's saved cache when one was made with this model
-        and starts with the same token ids (checked id by id; the ids after the shared
-        start are run), else by a prefill (:meth:`prepare`'s sync).  Before another
+        and starts with the same token ids (checked id by id; only the shared start is
+        read back, the ids after it are run), else by a prefill (:meth:`prepare`'s sync).  Before another
         conversation's cache is replaced, it is saved if it changed since its last save.
 
-        A generate arriving meanwhile waits for it (:data:`RESTORE_WAIT_S`).  Raises as
-        :meth:`prepare`.  Returns ``restored`` (tokens read back from the file), ``ran``
-        (tokens run), ``reused`` (tokens the cache already held), ``prompt_tokens``,
-        ``seconds``, ``reason`` (why no file was used, when none was) and ``kv``.
+        A generate arriving meanwhile waits for it (:data:`RESTORE_WAIT_S`); an abort
+        naming its ``request_id`` stops its prefill after the current batch (the app's,
+        when the user opened another conversation meanwhile).  Raises as :meth:`prepare`.
+        Returns ``restored`` (tokens read back from the file), ``ran`` (tokens run),
+        ``reused`` (tokens the cache already held), ``prompt_tokens``, ``seconds``,
+        ``reason`` (why no file was used, when none was), ``stopped`` and ``kv``.
         """
         ids = self.check_ids(input_ids)
         if not isinstance(conversation, str) or not conversation:
@@ -290,13 +292,16 @@ class EngineBase(SavedCaches):
                 saved, reason = self._saved(conversation, ids, held)
                 if saved is not None:
                     self._reserve(len(saved.ids), max_length, preparation)
-                    if self.kv.import_state(saved.ids, saved.blob):
-                        restored = common_prefix(saved.ids, ids)
+                    # Only the states of the ids the request shares from the start: a token
+                    # after the first difference was computed with other tokens before it.
+                    shared = common_prefix(saved.ids, ids)
+                    if self.kv.import_state(saved.ids, saved.blob, keep=shared):
+                        restored = shared
                     else:
                         saved, reason = None, "the saved cache does not fit this server's cache"
             self._reserve(len(ids), max_length, preparation)
             before = common_prefix(self.kv.ids, ids)
-            report = self.kv.sync(ids, should_stop=lambda: False)
+            report = self.kv.sync(ids, should_stop=lambda: preparation.aborted)
             if saved is not None and self.kv.ids == saved.ids:
                 self._saved_changes = self._changes  # the cache is what the file holds
             pack(self.kv)
@@ -307,8 +312,9 @@ class EngineBase(SavedCaches):
         return {
             "restored": restored,
             "reused": 0 if restored else before,
-            "ran": len(ids) - before,
+            "ran": report.computed if report is not None else max(0, common_prefix(self.kv.ids, ids) - before),
             "prompt_tokens": len(ids),
+            "stopped": report is None,
             "seconds": round(time.perf_counter() - started, 4),
             "reason": reason,
             "kv": report.as_dict() if report is not None else {},

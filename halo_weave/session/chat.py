@@ -174,14 +174,14 @@ class ChatSession:
         """The name the server saves the open conversation's cache under (:func:`.read_ahead.cache_key`)."""
         return read_ahead.cache_key(self)
 
-    def warm_up(self, ids: list[int], key: str | None) -> dict:
+    def warm_up(self, ids: list[int], key: str | None, request_id: str | None = None) -> dict:
         """Put ``ids`` (:meth:`warm_up_ids`) in the server's cache for the conversation
         ``key`` names (:meth:`cache_key`; both read on the conversation's thread: the
         user may open another one meanwhile); blocking, the restore or prefill may take
-        minutes.  Returns the server's answer."""
+        minutes; ``request_id`` lets ``backend.abort`` stop it.  Returns the server's answer."""
         room = self.settings.max_new_tokens
         if getattr(self.backend, "restores", False) and key:
-            return self.backend.restore(ids, max_length=room, conversation=key)
+            return self.backend.restore(ids, max_length=room, conversation=key, request_id=request_id)
         if self.can_read_ahead:
             return self.backend.prepare(ids, max_length=room)
         return {}

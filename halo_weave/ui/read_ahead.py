@@ -21,6 +21,7 @@ for it (:meth:`ReadAhead.when_warm`) rather than making the server read the cont
 from __future__ import annotations
 
 import logging
+import uuid
 
 from PySide6.QtCore import QTimer
 
@@ -48,6 +49,7 @@ class ReadAhead:
         self._warm_wanted = False  # the open conversation's context is not at the server yet
         self._warming = 0  # tokens of the warm-up at the server (0: none running)
         self._after_warm_up = None  # the answer waiting for the warm-up
+        self._warm_request: tuple[str, str | None] | None = None  # the running one's request id and key
         self.last_warm_up: dict | None = None  # the server's answer to the last warm-up
         #: The prompt the server was last given (warm-up, read-ahead, answer), to tell the
         #: user how much of the next one it still has to read.
@@ -60,8 +62,14 @@ class ReadAhead:
 
     def warm_up(self) -> None:
         """Give the server the open conversation's context now (it opened, or the server
-        connected): it is read while the user reads and types, not after Enter."""
+        connected): it is read while the user reads and types, not after Enter.  One still
+        running for another conversation is stopped (the server then stops its prefill)."""
         self._warm_wanted = True
+        running, backend = self._warm_request, self.session.backend
+        if self._warming and running is not None and running[1] != self.session.cache_key() and backend is not None:
+            self._warm_request = None
+            self._call(backend.abort, running[0],
+                       on_fail=lambda exc: log.debug("stopping a warm-up failed: %s", exc))
         self._try_warm_up()
 
     def when_warm(self, action) -> None:
@@ -82,11 +90,14 @@ class ReadAhead:
         ids = session.warm_up_ids()
         if not ids:
             return
+        key = session.cache_key()
+        request_id = f"hw-warm-{uuid.uuid4().hex[:12]}"
         self._warming, self._ahead_running = len(ids), True
+        self._warm_request = (request_id, key)
         self.warm_up_changed.emit(len(ids))
 
         def ended(answer: dict | None = None, error: BaseException | None = None) -> None:
-            self._warming, self._ahead_running = 0, False
+            self._warming, self._ahead_running, self._warm_request = 0, False, None
             if error is not None:
                 log.info("warm-up failed (the first answer reads the context itself): %s", error)
             else:
@@ -101,7 +112,7 @@ class ReadAhead:
             if not self._warming and self._draft.strip():
                 self._read_ahead(paused=not self._idle_timer.isActive())
 
-        self._call(session.warm_up, ids, session.cache_key(), on_ok=ended, on_fail=lambda exc: ended(error=exc))
+        self._call(session.warm_up, ids, key, request_id, on_ok=ended, on_fail=lambda exc: ended(error=exc))
 
     @property
     def reading_ahead(self) -> bool:

@@ -143,3 +143,20 @@ def test_at_start_the_last_conversation_is_read_back(make_app, qtbot, server):
     again.say("Thanks!")
     kv = c.last_done.raw["kv"]
     assert kv["rerun"] == 0 and kv["reused"] >= context and kv["appended"] < 20, kv
+
+
+def test_opening_another_conversation_stops_reading_the_one_left(make_app, qtbot):
+    app = make_app(max_new_tokens=4).start()
+    c = app.controller
+    first, context, cache = chat_then_switch_away(app, qtbot, ["\n\n".join([LONG_MESSAGE] * 8)])
+    second = c.path
+    cache.unlink()  # reopening the first makes the server prefill it
+    answers = []
+    c.warm_up_changed.connect(lambda tokens: answers.append(c.last_warm_up) if tokens == 0 else None)
+    assert c.open_conversation(first)
+    qtbot.waitUntil(lambda: c.warming_up > 0, timeout=30_000)
+    assert c.open_conversation(second)  # the user clicks on, before the server has read the first
+    qtbot.waitUntil(lambda: len(answers) == 2, timeout=TURN_TIMEOUT_MS)
+    left, opened = answers
+    assert left["stopped"] is True and left["ran"] < context, left
+    assert opened["stopped"] is False

@@ -262,11 +262,15 @@ class LlamaCache(AttentionReadout):
         or a position shift is pending."""
         return live_state.export_live(self)
 
-    def import_state(self, ids: list[int], blob: bytes) -> bool:
-        """Hold ``ids`` from a blob of :meth:`export_state` without a model run; False
-        when it does not fit this cache (see :func:`.live_state.import_live`)."""
+    def import_state(self, ids: list[int], blob: bytes, keep: int | None = None) -> bool:
+        """Hold ``ids`` from a blob of :meth:`export_state` without a model run, then only
+        their first ``keep`` (default all); False when it does not fit this cache (see
+        :func:`.live_state.import_live`)."""
         try:
-            return live_state.import_live(self, ids, blob)
+            if not live_state.import_live(self, ids, blob):
+                return False
+            self._truncate(len(ids) if keep is None else keep)
+            return True
         except BaseException:
             self.reset()
             raise
