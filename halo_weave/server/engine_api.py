@@ -48,8 +48,8 @@ CHATML_TEMPLATE = (
 #: seconds of prompt on two cores), and what it ran is the generate's own prompt.
 PREEMPT_WAIT_S = 30.0
 
-#: Seconds a generate waits for a restore (:meth:`EngineBase.restore`) to finish: a restore
-#: is never stopped (reading a file back is one copy; its fallback prefill is the
+#: Seconds a generate waits for a restore (:meth:`EngineBase.restore`) to finish: a generate
+#: never stops a restore (reading a file back is one copy; its fallback prefill is the
 #: generate's own prompt), and a prefill of a whole conversation may take minutes on a
 #: slow machine.
 RESTORE_WAIT_S = 600.0
@@ -227,9 +227,9 @@ class EngineBase(SavedCaches):
             raise EngineBusy("a generation is running; a read-ahead does not queue behind it")
         preparation = Preparation(request_id)
         self._running = preparation
-        self._follow(conversation)
         started = time.perf_counter()
         try:
+            self._follow(conversation)
             self._reserve(len(ids), max_length, preparation)
             report = self.kv.sync(ids, should_stop=lambda: preparation.aborted)
             # A read-ahead's prunes and restores spread the cache out as a generation's do,
@@ -261,8 +261,9 @@ class EngineBase(SavedCaches):
         """Make the cache hold ``input_ids``, the live context of ``conversation`` being
         reopened: from the conversation's saved cache when one was made with this model
         and starts with the same token ids (checked id by id; only the shared start is
-        read back, the ids after it are run), else by a prefill (:meth:`prepare`'s sync).  Before another
-        conversation's cache is replaced, it is saved if it changed since its last save.
+        read back, the ids after it are run), else by a prefill (:meth:`prepare`'s
+        sync).  Before another conversation's cache is replaced, it is saved if it
+        changed since its last save.
 
         A generate arriving meanwhile waits for it (:data:`RESTORE_WAIT_S`); an abort
         naming its ``request_id`` stops its prefill after the current batch (the app's,

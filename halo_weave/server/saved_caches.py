@@ -109,10 +109,15 @@ class SavedCaches:
         return saved, ""
 
     def _save_locked(self) -> None:
-        """Save the cache of the conversation it holds, if changed (the lock is held)."""
+        """Save the cache of the conversation it holds, if changed (the lock is held).
+        Never raises: the request that called it goes on (a failed save costs a prefill
+        when that conversation is reopened)."""
         if not self.keeps_states or self.conversation is None or self._changes == self._saved_changes:
             return
-        blob = self.kv.export_state()
-        if blob is not None and self.state_files.save(
-                self.conversation, self.fingerprint(), list(self.kv.ids), blob) is not None:
-            self._saved_changes = self._changes
+        try:
+            blob = self.kv.export_state()
+            if blob is not None and self.state_files.save(
+                    self.conversation, self.fingerprint(), list(self.kv.ids), blob) is not None:
+                self._saved_changes = self._changes
+        except Exception:  # noqa: BLE001
+            log.exception("saving the KV cache of the conversation left failed")
