@@ -101,6 +101,30 @@ def test_only_the_token_ids_a_saved_cache_shares_are_read_back(engine):
     assert engine.kv.ids == different
 
 
+def test_the_transformers_engine_reads_a_saved_cache_back_exactly_too(tmp_path):
+    from halo_weave.server.engine import Engine
+
+    engine = Engine.load(threads=2)
+    engine.keep_states(StateFiles(tmp_path), idle_s=3600)
+    try:
+        ids = engine.encode(CHAT.format(STORY * 3))
+        context, last = ids[:-1], ids[-1]
+        engine.kv.reset()
+        engine.kv.sync(context)
+        want_logits, want_rows = next_token(engine, last)
+        engine.prepare(context, conversation="lighthouse")
+        assert engine.save_state_if_changed()
+        engine.prepare(engine.encode(CHAT.format(OTHER * 3)), conversation="bakery")
+
+        answer = engine.restore(context, "lighthouse")
+        assert answer["restored"] == len(context) and answer["ran"] == 0, answer
+        logits, rows = next_token(engine, last)
+        assert float(np.abs(logits - want_logits).max()) == 0.0
+        assert float(np.abs(rows - want_rows).max()) == 0.0
+    finally:
+        engine.close_states()
+
+
 # ------------------------------------------------------------------ the real server
 
 

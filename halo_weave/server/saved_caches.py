@@ -6,8 +6,9 @@ request).  Every request that changes the cache names the conversation it is for
 (:meth:`SavedCaches._follow`, under the lock); once the model has been idle a while the
 :class:`~halo_weave.server.kv_files.IdleSaver` writes the cache to that conversation's
 file (:meth:`SavedCaches.save_state_if_changed`).  Files, their format and their bound:
-:mod:`halo_weave.server.kv_files`.  An engine whose cache cannot be copied out (no
-``export_state``: transformers) keeps none, and a restore prefills.
+:mod:`halo_weave.server.kv_files`.  The cache object copies itself out and back
+(``export_state`` / ``import_state``: llama.cpp's sequence state, transformers' tensors);
+an engine whose cache cannot keeps none, and a restore prefills.
 """
 
 from __future__ import annotations
