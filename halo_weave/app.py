@@ -75,6 +75,8 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
     notes_changed = Signal()  # the model's notes were saved (or another conversation opened)
     capture_saved = Signal(str)  # folder of a finished attention recording
     message_returned = Signal(str)  # a message that could not be sent, back to the input box
+    warm_up_changed = Signal(int)  # tokens of the context the server is reading (0: done)
+    turn_phase = Signal(str, str)  # the message not shown yet ("" once it is), what the turn waits for
 
     def __init__(
         self,
@@ -93,6 +95,9 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         self.session = ChatSession(self.settings, report=lambda exc, context: self.error.emit(exc, context))
         self.session.indexer = _IndexFeed(self)
         self._index_tried = False
+        self._memory_loading = False  # the embedder and index load on the embedder thread
+        self._reindex_when_loaded = False  # an import asked to re-index while they loaded
+        self._painted = False  # the window has painted once (see window_painted)
         self.path: Path | None = None
         self.connection_state = "connecting"  # start() connects; "offline" only once that fails
         self.busy = False
@@ -122,10 +127,13 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         self._system_dirty = False  # settings changed it during a turn
         self._stop_pending = False  # Esc before the answer started
         self._unsent = ""  # the message being sent, until it is saved
+        self._turn_seq = 0  # numbers each message sent: a step of one Stop gave back is dropped
+        self._saving_turn = False  # a long message is being saved on a thread
         self._prompt_edited = False  # the system prompt changed while this conversation was open
         self._answer_prefix = ()  # tokens the next answer starts with (see send())
         self._init_proxy()
         self._init_read_ahead()
+        self.turn_finished.connect(lambda _reason: self.turn_phase.emit("", ""))
 
     # ------------------------------------------------------------------ the session's state
     # Read-only views for the window and tests; the session owns the state.
@@ -181,11 +189,13 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
                 self.conversation_changed.emit()
                 self.stats_changed.emit()
             self._set_busy(self.busy, self.busy_reason)
+            self._try_warm_up()  # the context starts with the prompt: warmed once it is set
 
         def fail(exc) -> None:
             self._system_syncing -= 1
             self.error.emit(exc, "System prompt")
             self._set_busy(self.busy, self.busy_reason)
+            self._try_warm_up()
 
         self._system_syncing += 1
         self._set_busy(self.busy, self.busy_reason)
@@ -223,6 +233,8 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         self.busy = busy
         self.busy_reason = reason if busy else ""
         self.busy_changed.emit(busy, self.busy_reason if busy else self.input_block_reason())
+        if not busy:
+            self._try_warm_up()  # one asked for while busy (an import, a turn)
 
     # ------------------------------------------------------------------ settings
     def apply_settings(self, new: Settings) -> None:

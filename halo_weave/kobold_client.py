@@ -55,6 +55,9 @@ TOKENIZE_TIMEOUT_S = 5.0
 #: the bundled server (issue 17), past the fixed 5 s.  The timeout grows by a second per
 #: this many characters, a margin of ~10x over what was measured.
 TOKENIZE_CHARS_PER_S = 20_000
+#: Seconds a restore may take: without a saved cache it prefills the whole conversation
+#: (minutes for a long one on a slow CPU).
+RESTORE_TIMEOUT_S = 900.0
 
 
 def tokenize_timeout(chars: int, base: float = TOKENIZE_TIMEOUT_S) -> float:
@@ -76,6 +79,12 @@ class KoboldClient:
         #: Takes a draft prompt while the user types (:meth:`prepare`): set by
         #: :meth:`model_info` from ``supports_prepare`` (our server declares it).
         self.read_ahead = False
+        #: Warms its cache for a reopened conversation (:meth:`restore`): set by
+        #: :meth:`model_info` from ``supports_restore`` (our server declares it).
+        self.restores = False
+        #: The conversation generate, prepare and restore requests name (the server saves
+        #: that conversation's cache when idle); None names none.
+        self.conversation: str | None = None
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=httpx.Timeout(tokenize_timeout, connect=connect_timeout),
@@ -130,6 +139,7 @@ class KoboldClient:
                 max_context = 0
         template = raw.get("chat_template")
         self.read_ahead = raw.get("supports_prepare") is True
+        self.restores = raw.get("supports_restore") is True
         return ModelInfo(
             name=str(raw.get("model_name") or raw.get("result") or "unknown"),
             num_layers=num("num_layers"),
@@ -191,7 +201,24 @@ class KoboldClient:
         body = {"input_ids": [int(i) for i in input_ids], "max_length": int(max_length)}
         if request_id:
             body["request_id"] = request_id
+        if self.conversation:
+            body["conversation"] = self.conversation
         return self._call("POST", "/api/extra/prepare", body, timeout=timeout)
+
+    def restore(self, input_ids, max_length: int = 0, conversation: str | None = None,
+                request_id: str | None = None, timeout: float = RESTORE_TIMEOUT_S) -> dict:
+        """Warm the server's cache for ``conversation`` (default :attr:`conversation`),
+        just opened, whose live context is ``input_ids`` (our server's
+        ``/api/extra/restore``): from the cache it saved for it, else by a prefill.
+        Returns the server's answer (``restored``, ``ran``, ``seconds``, ``reason``);
+        :meth:`abort` with ``request_id`` stops its prefill."""
+        key = conversation or self.conversation
+        if not key:
+            raise ValueError("restore needs the conversation's key (KoboldClient.conversation)")
+        body = {"input_ids": [int(i) for i in input_ids], "max_length": int(max_length), "conversation": key}
+        if request_id:
+            body["request_id"] = request_id
+        return self._call("POST", "/api/extra/restore", body, timeout=timeout)
 
     # -- streaming
 
@@ -211,6 +238,8 @@ class KoboldClient:
             "per_token": True,
             "request_id": request_id or f"hw-{uuid.uuid4().hex[:12]}",
         }
+        if self.conversation:
+            body["conversation"] = self.conversation
         if input_ids is not None:
             body["input_ids"] = [int(i) for i in input_ids]
         else:

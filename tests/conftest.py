@@ -37,7 +37,8 @@ def server():
     """The real reference server on 127.0.0.1 (``.url``, ``.port``, ``.process``)."""
     from halo_weave.server.launcher import start_server
 
-    process = start_server(port=0, env={"HALO_WEAVE_CACHE": str(TEST_CACHE_DIR)})
+    # The saved conversation caches go to TEST_CACHE_DIR/kv-states, which outlives the run: bounded.
+    process = start_server(port=0, extra_args=["--kv-disk-mb", "512"], env={"HALO_WEAVE_CACHE": str(TEST_CACHE_DIR)})
     try:
         process.wait_ready(timeout=SERVER_START_TIMEOUT_S)
         yield process

@@ -147,6 +147,35 @@ def test_real_llama_server_stop_frees_its_slot(llama):
     assert not any(slot.get("is_processing") for slot in slots), "the server stopped generating"
 
 
+def test_real_llama_server_reopens_a_conversation_from_its_saved_slot(tmp_path):
+    """Started with --slot-save-path, the slot saved after an answer is read back when the
+    conversation is reopened: the server then runs none of its context again."""
+    with LlamaServerProcess(n_ctx=1536, extra=("--slot-save-path", str(tmp_path))) as server, \
+            connect(server.url) as backend:
+        context = _ids(backend, PROMPT * 8)
+        backend.conversation = "first"
+        cold = backend.restore(context)  # nothing saved yet: the whole context is run
+        assert cold["restored"] == 0 and cold["ran"] >= len(context) - 1, cold
+        assert backend.save_cache() >= len(context)
+        backend.conversation = "second"
+        backend.restore(_ids(backend, LONG_PROMPT))  # the slot holds another conversation
+        backend.conversation = "first"
+        warm = backend.restore(context)
+        assert warm["restored"] >= len(context) and warm["ran"] <= 1, warm
+
+
+def test_real_llama_server_without_slot_saves_prefills_a_reopened_conversation(llama):
+    with connect(llama.url) as backend:
+        context = _ids(backend, PROMPT * 4)
+        backend.conversation = "unsaved"
+        answer = backend.restore(context)
+        assert answer["restored"] == 0 and "--slot-save-path" in answer["reason"]
+        again = backend.stream(input_ids=context + _ids(backend, "<|im_start|>user\nHi<|im_end|>\n"),
+                               max_length=2, **GREEDY)
+        list(again)
+    assert again.done.reused_prefix_tokens >= len(context) - 1, "the warm-up's prefill was reused"
+
+
 # ---------------------------------------------------------------- both
 
 

@@ -152,6 +152,22 @@ def test_an_empty_conversation_round_trips(tmp_path):
         assert export_document(store) == json.loads(out.read_text())
 
 
+def test_an_imported_copy_gets_a_kv_cache_name_of_its_own(tmp_path):
+    """The name the model server saves a conversation's cache under names one file: a copy
+    sharing it would read back (and overwrite) the original's cache."""
+    from halo_weave.storage.transfer_document import CACHE_KEY_META
+
+    data_dir = tmp_path / "home"
+    source = new_conversation_path(data_dir)
+    with ConversationStore.open(source) as store:
+        store.set_meta(CACHE_KEY_META, "the-original")
+    out = tmp_path / "copy.json"
+    export_conversation(source, out)
+    assert CACHE_KEY_META not in json.loads(out.read_text())["metadata"]["extra"]
+    with ConversationStore.open(import_conversation(out, data_dir)) as store:
+        assert store.get_meta(CACHE_KEY_META) is None
+
+
 # ---------------------------------------------------------------------- refusals
 def _set(path: str, value):
     def mutate(doc):

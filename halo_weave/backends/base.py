@@ -78,10 +78,13 @@ class Http:
     def close(self) -> None:
         self.client.close()
 
-    def request(self, method: str, path: str, body: dict | None = None, *, raw: bool = False):
-        """JSON object answer of ``path``; every failure is a :class:`BackendError`."""
+    def request(self, method: str, path: str, body: dict | None = None, *, raw: bool = False,
+                timeout: float | None = None):
+        """JSON object answer of ``path``; every failure is a :class:`BackendError`.
+        ``timeout``: seconds to wait for the answer, when longer than a short call's."""
         try:
-            response = self.client.request(method, path, json=body)
+            extra = {"timeout": httpx.Timeout(timeout, connect=self.connect_timeout)} if timeout else {}
+            response = self.client.request(method, path, json=body, **extra)
         except httpx.TimeoutException as exc:
             raise BackendTimeout(f"{self.base_url}{path} did not answer in time") from exc
         except httpx.HTTPError as exc:

@@ -13,18 +13,30 @@ counts what the slot holds after the answer, generated tokens included, as seen 
 llama-server).
 Aborting closes the connection: the server stops a slot whose client went away.
 No attention.  Qt-free.
+
+*Reopening a conversation* (:meth:`LlamaServer.restore`): llama-server keeps no cache per
+conversation, but one started with ``--slot-save-path DIR`` saves a slot's cache to a file
+and reads it back (``POST /slots/0?action=save|restore {"filename"}``, answering
+``n_saved`` / ``n_restored``; without the option it answers 501).  The app saves slot 0
+after each answer under a name made from the conversation's key and the model, restores it
+when the conversation is opened again, and then sends the live context as a one-token
+completion: the server reuses the restored tokens that match the prompt id by id (its
+longest common prefix) and runs only the rest.  Without saved slots that completion is
+the whole prefill, made while the user reads instead of after Enter.
 """
 
 from __future__ import annotations
 
 import codecs
+import hashlib
+import logging
 import time
 import uuid
 from typing import Iterator, Sequence
 
 from ..errors import BackendError, GenerationAborted, ProtocolError, StreamInterrupted
 from ..events import ModelInfo
-from .base import ASSUMED_CONTEXT, Capabilities, Http
+from .base import ASSUMED_CONTEXT, Capabilities, Http, error_message
 from .text_mode import TextStream
 
 CAPABILITIES = Capabilities(
@@ -35,6 +47,13 @@ CAPABILITIES = Capabilities(
 
 STOP_TYPES = {"eos": "stop", "word": "stop", "limit": "length"}
 
+#: The slot the app's caches are saved from and restored into.
+SLOT = 0
+#: Seconds a slot save, restore or warm-up prefill may take (a long context on a slow CPU).
+SLOT_TIMEOUT_S = 900.0
+
+log = logging.getLogger("halo_weave.backends")
+
 
 class LlamaServer:
     """``llama-server`` with token ids; the interface of :class:`KoboldClient`."""
@@ -42,12 +61,20 @@ class LlamaServer:
     kind = "llama-server"
     capabilities = CAPABILITIES
 
+    #: Warms its cache for a reopened conversation (:meth:`restore`).
+    restores = True
+
     def __init__(self, base_url: str, *, api_key: str | None = None, props: dict | None = None) -> None:
         self.http = Http(base_url, api_key=api_key)
         self.base_url = self.http.base_url
         self._props = props
         self.version: str | None = None
         self._info: ModelInfo | None = None
+        #: The conversation the app's requests are for (its slot file's name comes from it).
+        self.conversation: str | None = None
+        #: Whether the server saves slots to files (None: not asked yet; False: it answered 501).
+        self.saves_slots: bool | None = None
+        self._slot_holds: str | None = None  # the conversation slot 0 was last warmed or saved for
 
     def close(self) -> None:
         self.http.close()
@@ -143,6 +170,68 @@ class LlamaServer:
 
     def abort(self, request_id: str | None = None) -> bool:
         return False  # a stream is aborted through itself (closing its connection)
+
+    # -- the slot's cache across reopenings (see the module docstring)
+
+    def slot_file(self, key: str) -> str:
+        """The file name slot 0 is saved under for conversation ``key`` (and this model)."""
+        model = str((self._props or {}).get("model_path") or (self._info.name if self._info else ""))
+        return "halo-weave-" + hashlib.sha256(f"{key}|{model}".encode()).hexdigest()[:32] + ".bin"
+
+    def _slot_action(self, action: str, key: str) -> tuple[dict | None, str]:
+        """``POST /slots/0?action=…`` for conversation ``key``'s file: the answer, or None and why."""
+        if self.saves_slots is False:
+            return None, "the server saves no slots (start it with --slot-save-path)"
+        response = self.http.request("POST", f"/slots/{SLOT}?action={action}", {"filename": self.slot_file(key)},
+                                     raw=True, timeout=SLOT_TIMEOUT_S)
+        if response.status_code == 501:
+            self.saves_slots = False
+            return None, "the server saves no slots (start it with --slot-save-path)"
+        if response.status_code != 200:
+            return None, f"{action} answered {response.status_code}: {error_message(response)}"
+        self.saves_slots = True
+        try:
+            data = response.json()
+        except ValueError:
+            return None, f"{action} answered with something that is not JSON"
+        return (data, "") if isinstance(data, dict) else (None, f"{action} answered with no object")
+
+    def save_cache(self) -> int:
+        """Save slot 0 for the conversation it holds (after an answer); the tokens saved."""
+        key = self._slot_holds
+        if key is None or key != self.conversation:
+            return 0
+        answer, reason = self._slot_action("save", key)
+        if answer is None:
+            log.info("llama-server slot not saved: %s", reason)
+            return 0
+        saved = answer.get("n_saved")
+        return saved if isinstance(saved, int) else 0
+
+    def restore(self, input_ids, max_length: int = 0, conversation: str | None = None,
+                request_id: str | None = None) -> dict:
+        """Warm slot 0 for ``conversation`` (default :attr:`conversation`), reopened, whose live context is
+        ``input_ids``: its saved slot read back where the server saves slots (a different
+        conversation's slot saved first), then the context sent as a one-token completion,
+        which runs what the restored tokens do not already hold.  Returns ``restored``,
+        ``ran`` (tokens the server evaluated), ``seconds`` and ``reason``."""
+        key = conversation or self.conversation
+        if not key:
+            raise ValueError("restore needs the conversation's key (LlamaServer.conversation)")
+        started = time.perf_counter()
+        if self._slot_holds is not None and self._slot_holds != key and self.saves_slots is not False:
+            self._slot_action("save", self._slot_holds)
+        answer, reason = self._slot_action("restore", key)
+        restored = answer.get("n_restored", 0) if answer is not None else 0
+        ids = [int(i) for i in input_ids]
+        body = {"prompt": ids, "n_predict": 1, "cache_prompt": True, "id_slot": SLOT, "temperature": 0.0}
+        final = self.http.request("POST", "/completion", body, timeout=SLOT_TIMEOUT_S)
+        self._slot_holds = key
+        timings = final.get("timings") or {}
+        ran = timings.get("prompt_n")
+        return {"restored": restored if isinstance(restored, int) else 0,
+                "ran": ran if isinstance(ran, int) else len(ids), "prompt_tokens": len(ids),
+                "seconds": round(time.perf_counter() - started, 4), "reason": reason}
 
     def abort_stream(self, stream: TextStream) -> None:
         stream.close_response()

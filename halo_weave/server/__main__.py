@@ -20,7 +20,9 @@ import logging
 import os
 import socket
 import sys
+from pathlib import Path
 
+from .kv_files import DEFAULT_DISK_BYTES
 from .kv_surgery import TAIL_FIRST_DEFAULT
 
 #: Format of the ready line; :mod:`halo_weave.server.launcher` parses it.
@@ -30,6 +32,8 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 5001
 #: Default bound of the pruned-span store (``span_store.DEFAULT_STORE_BYTES``, in MiB).
 DEFAULT_STORE_MB = 1024
+#: Folder under the user cache folder where conversations' KV caches are saved.
+KV_STATES_FOLDER = "kv-states"
 
 #: Environment variable holding the API key (keeps it out of the process list).
 API_KEY_ENV = "HALO_WEAVE_API_KEY"
@@ -60,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kv-store-mb", type=int, default=DEFAULT_STORE_MB,
                         help="host memory (MiB) keeping the states of pruned spans, so that resurrecting "
                              "them runs nothing (default %(default)s; 0 turns it off)")
+    parser.add_argument("--kv-dir", default=None, metavar="FOLDER",
+                        help="where the llama.cpp engine saves each conversation's KV cache when idle, "
+                             "to read it back when the conversation is reopened (default: kv-states in "
+                             "the user cache folder)")
+    parser.add_argument("--kv-disk-mb", type=int, default=DEFAULT_DISK_BYTES >> 20,
+                        help="bound on the saved KV caches on disk, least recently saved dropped first; "
+                             "0 saves none (default %(default)s)")
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default %(default)s)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help="port (default %(default)s; 0 picks a free one)")
@@ -164,6 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     note = engine_note(engine.kind)
     if note:
         log.warning("%s", note)
+    if args.kv_disk_mb > 0:
+        from ..settings import cache_dir
+        from .kv_files import StateFiles
+
+        engine.keep_states(StateFiles(Path(args.kv_dir) if args.kv_dir else cache_dir() / KV_STATES_FOLDER,
+                                      max(0, args.kv_disk_mb) << 20))
 
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
@@ -174,6 +191,16 @@ def main(argv: list[str] | None = None) -> int:
             await super().startup(sockets=sockets)
             if self.started:
                 print(ready, flush=True)
+
+        async def shutdown(self, sockets=None) -> None:
+            await super().shutdown(sockets=sockets)
+            # Stopped (SIGTERM from the app quitting, Ctrl+C): the last answer's cache may be
+            # younger than the idle save.  Here, not after run(): uvicorn re-raises the signal
+            # when run() ends.  A memory copy and one file write, when the model is free.
+            try:
+                engine.save_state_if_changed()
+            except Exception:  # noqa: BLE001 - a failed save costs a prefill on reopening, nothing now
+                log.exception("saving the KV cache at shutdown failed")
 
     if args.no_attention:
         log.info("attention disabled (--no-attention): serving like stock KoboldCPP")

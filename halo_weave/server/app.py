@@ -27,6 +27,14 @@ while the user types, so the generate that follows runs only what is new; it ans
 when a generation keeps the model, and a generate stops a running one
 (:meth:`EngineBase.prepare`).
 
+``POST /api/extra/restore`` (``{"conversation": key, "input_ids": [...]}``, our extension,
+declared by ``supports_restore`` in ``/api/v1/model``, with ``restores_from_disk`` when the
+engine keeps saved caches) warms the cache for a conversation being reopened: from the
+cache saved for it while the server was idle, checked against the model and the token ids,
+else by a prefill (:meth:`EngineBase.restore`).  A generate arriving meanwhile waits for it.
+Generate and prepare requests may name their ``conversation`` too: its cache is what the
+server saves once idle (:mod:`halo_weave.server.kv_files`).
+
 ``create_app(engine, attention=False)`` (``--no-attention``) serves like stock KoboldCPP:
 ``/api/v1/model`` declares no attention support, ``output_attentions`` is ignored and
 ``/api/extra/generate/stream`` sends KoboldCPP's text chunks (no token ids, no attention).
@@ -138,6 +146,8 @@ def model_info(engine: Engine, attention: bool = True) -> dict:
         info.update({
             "supports_attention": True,
             "supports_prepare": True,
+            "supports_restore": True,
+            "restores_from_disk": engine.keeps_states,
             "attention_formats": ["aggregated", "per_layer"],
             "default_attention_format": engine.default_attention_format,
             "attention_aggregation": "mean over all layers and heads, live context length",
@@ -211,11 +221,33 @@ def create_app(engine: Engine, *, attention: bool = True, api_key: str | None = 
             raise RequestError("input_ids must be a list of token ids")
         request_id = body.get("request_id")
         request_id = str(request_id) if isinstance(request_id, (str, int)) and not isinstance(request_id, bool) else None
+        conversation = schema.conversation_key(body)
         try:
             max_length = body.get("max_length", 0)
-            result = await _on_own_thread(lambda: engine.prepare(ids, max_length=max_length, request_id=request_id))
+            result = await _on_own_thread(lambda: engine.prepare(ids, max_length=max_length, request_id=request_id,
+                                                                 conversation=conversation))
         except EngineBusy as exc:
             return error_response(503, f"Server is busy: {exc}", "service_unavailable")
+        return JSONResponse(result)
+
+    async def restore(request: Request) -> JSONResponse:
+        # A conversation reopened: its saved cache, else a prefill (EngineBase.restore).
+        body = await _json(request)
+        ids = body.get("input_ids")
+        if not isinstance(ids, list):
+            raise RequestError("input_ids must be a list of token ids")
+        conversation = schema.conversation_key(body, required=True)
+        request_id = body.get("request_id")
+        request_id = str(request_id) if isinstance(request_id, (str, int)) and not isinstance(request_id, bool) else None
+        max_length = body.get("max_length", 0)
+        try:
+            result = await _on_own_thread(lambda: engine.restore(ids, conversation, max_length=max_length,
+                                                                 request_id=request_id))
+        except EngineBusy as exc:
+            return error_response(503, f"Server is busy: {exc}", "service_unavailable")
+        log.info("restore: %d prompt tokens, %d from the saved cache, %d run, %.2f s%s", result["prompt_tokens"],
+                 result["restored"], result["ran"], result["seconds"],
+                 f" ({result['reason']})" if result["reason"] else "")
         return JSONResponse(result)
 
     async def generate_stream(request: Request):
@@ -258,6 +290,7 @@ def create_app(engine: Engine, *, attention: bool = True, api_key: str | None = 
     ]
     if attention:  # stock KoboldCPP has no read-ahead: without attention we serve as it does
         routes.append(Route("/api/extra/prepare", prepare, methods=["POST"]))
+        routes.append(Route("/api/extra/restore", restore, methods=["POST"]))
     handlers = {
         RequestError: _request_error,
         HTTPException: _http_error,

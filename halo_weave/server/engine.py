@@ -94,6 +94,14 @@ class Engine(EngineBase):
             log.warning("context size %d exceeds the model's trained %d", size, trained)
         return cls(hf_model, tokenizer, source.name, device, size, attention_format, cached)
 
+    def fingerprint(self) -> str:
+        """What a saved cache must have been made with to be read back here: the model,
+        its dtype and the shape of its cache."""
+        config = self.model.config
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        return "|".join(map(str, (self.kind, self.name, getattr(self.model, "dtype", "?"), torch.__version__,
+                                  config.num_hidden_layers, heads, config.hidden_size, self.vocab_size)))
+
     # ---------------------------------------------------------------- tokens
 
     def encode(self, text: str, add_special_tokens: bool = False, parse_special: bool = False) -> list[int]:

@@ -24,6 +24,8 @@ import time
 
 from .errors import EngineBusy, RequestError
 from .generation import Generation, GenerationRequest, pack
+from .kv_files import common_prefix
+from .saved_caches import SavedCaches
 from .sampling import sampler_settings
 
 AGGREGATED = "aggregated"
@@ -46,6 +48,12 @@ CHATML_TEMPLATE = (
 #: seconds of prompt on two cores), and what it ran is the generate's own prompt.
 PREEMPT_WAIT_S = 30.0
 
+#: Seconds a generate waits for a restore (:meth:`EngineBase.restore`) to finish: a generate
+#: never stops a restore (reading a file back is one copy; its fallback prefill is the
+#: generate's own prompt), and a prefill of a whole conversation may take minutes on a
+#: slow machine.
+RESTORE_WAIT_S = 600.0
+
 #: Seconds a read-ahead waits for the model: a generation keeps it for a moment after its
 #: last token (it packs the cache while the client is already typing), so a read-ahead
 #: sent right after an answer must not be turned away; a longer wait means another
@@ -54,10 +62,13 @@ PREPARE_WAIT_S = 2.0
 
 
 class Preparation:
-    """A read-ahead holding the model (see :meth:`EngineBase.prepare`); a generate stops it."""
+    """A read-ahead or a restore holding the model (see :meth:`EngineBase.prepare` and
+    :meth:`EngineBase.restore`); a generate stops a read-ahead, and waits for a restore."""
 
-    def __init__(self, request_id: str | None) -> None:
+    def __init__(self, request_id: str | None, *, yields: bool = True) -> None:
         self.request_id = request_id
+        #: Whether a generate stops it (a read-ahead) or waits for it (a restore).
+        self.yields = yields
         self._abort = threading.Event()
 
     def abort(self) -> None:
@@ -68,7 +79,7 @@ class Preparation:
         return self._abort.is_set()
 
 
-class EngineBase:
+class EngineBase(SavedCaches):
     """Validation, locking and abort shared by the engines (see the module docstring).
 
     Subclasses set ``name``, ``device``, ``context_size``, ``default_attention_format``,
@@ -85,6 +96,7 @@ class EngineBase:
         self._lock = threading.Lock()
         self._tokenizer_lock = threading.Lock()
         self._running: Generation | None = None
+        self._init_saved_caches()
 
     # ---------------------------------------------------------------- tokens
 
@@ -161,12 +173,14 @@ class EngineBase:
         attention_format: str | None = None,
         request_id: str | None = None,
         wait_s: float = 0.0,
+        conversation: str | None = None,
     ) -> Generation:
         """Start a generation; iterate it for ``TokenRecord``s then one ``DoneRecord``.
 
         Raises :class:`RequestError` for invalid input and :class:`EngineBusy` when another
         generation is still running after ``wait_s`` seconds.  Call ``.abort()`` on the
-        result (or :meth:`abort`) to stop it after the current token.
+        result (or :meth:`abort`) to stop it after the current token.  ``conversation``
+        names the conversation the prompt belongs to (its cache is saved once idle).
         """
         ids = self.check_ids(input_ids)
         if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
@@ -191,17 +205,23 @@ class EngineBase:
         )
         running = self._running
         if isinstance(running, Preparation):
-            # A read-ahead never keeps an answer waiting: stop it (what it ran stays cached).
-            running.abort()
-            wait_s = max(wait_s, PREEMPT_WAIT_S)
+            if running.yields:
+                # A read-ahead never keeps an answer waiting: stop it (what it ran stays cached).
+                running.abort()
+                wait_s = max(wait_s, PREEMPT_WAIT_S)
+            else:  # a restore: what it loads or runs is this prompt's start
+                wait_s = max(wait_s, RESTORE_WAIT_S)
         acquired = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(False)
         if not acquired:
             raise EngineBusy("another generation is running; abort it or retry when it ends")
+        self._follow(conversation)
+        self.last_activity = time.monotonic()
         generation = Generation(self.kv, self.text, request, release=self._release)
         self._running = generation
         return generation
 
-    def prepare(self, input_ids, *, max_length: int = 0, request_id: str | None = None) -> dict:
+    def prepare(self, input_ids, *, max_length: int = 0, request_id: str | None = None,
+                conversation: str | None = None) -> dict:
         """Read ahead: make the cache hold ``input_ids`` now, so that a generate whose
         prompt starts with them (or differs from them by spans the cache can move or
         restore) runs only what is new.  The app sends its draft prompt while the user
@@ -224,10 +244,8 @@ class EngineBase:
         self._running = preparation
         started = time.perf_counter()
         try:
-            reserve = getattr(self.kv, "reserve", None)
-            if reserve is not None:
-                room = max(1, max_length) if isinstance(max_length, int) and not isinstance(max_length, bool) else 1
-                reserve(min(self.context_size, len(ids) + room), should_stop=lambda: preparation.aborted)
+            self._follow(conversation)
+            self._reserve(len(ids), max_length, preparation)
             report = self.kv.sync(ids, should_stop=lambda: preparation.aborted)
             # A read-ahead's prunes and restores spread the cache out as a generation's do,
             # and a dozen of them may come before one Enter: pack it now, while the user
@@ -236,6 +254,7 @@ class EngineBase:
         finally:
             self._running = None
             self._lock.release()
+            self._touched()
         return {
             "prepared": report is not None,
             "prompt_tokens": len(ids),
@@ -245,10 +264,83 @@ class EngineBase:
             "spread_cells": int(self.kv.spread()) if hasattr(self.kv, "spread") else 0,
         }
 
+    def _reserve(self, n_ids: int, max_length, preparation: Preparation) -> None:
+        """Grow a cache that can grow to hold ``n_ids`` and the answer (``max_length``)."""
+        reserve = getattr(self.kv, "reserve", None)
+        if reserve is not None:
+            room = max(1, max_length) if isinstance(max_length, int) and not isinstance(max_length, bool) else 1
+            reserve(min(self.context_size, n_ids + room), should_stop=lambda: preparation.aborted)
+
+    def restore(self, input_ids, conversation: str, *, max_length: int = 0,
+                request_id: str | None = None) -> dict:
+        """Make the cache hold ``input_ids``, the live context of ``conversation`` being
+        reopened: from the conversation's saved cache when one was made with this model
+        and starts with the same token ids (checked id by id; only the shared start is
+        read back, the ids after it are run), else by a prefill (:meth:`prepare`'s
+        sync).  Before another conversation's cache is replaced, it is saved if it
+        changed since its last save.
+
+        A generate arriving meanwhile waits for it (:data:`RESTORE_WAIT_S`); an abort
+        naming its ``request_id`` stops its prefill after the current batch (the app's,
+        when the user opened another conversation meanwhile).  Raises as :meth:`prepare`.
+        Returns ``restored`` (tokens read back from the file), ``ran`` (tokens run),
+        ``reused`` (tokens the cache already held), ``prompt_tokens``, ``seconds``,
+        ``reason`` (why no file was used, when none was), ``stopped`` and ``kv``.
+        """
+        ids = self.check_ids(input_ids)
+        if not isinstance(conversation, str) or not conversation:
+            raise RequestError("conversation must be a non-empty string")
+        if len(ids) >= self.context_size:
+            raise RequestError(f"prompt of {len(ids)} tokens leaves no room in the context "
+                               f"size of {self.context_size} tokens")
+        if not self._lock.acquire(timeout=PREPARE_WAIT_S):
+            raise EngineBusy("a generation is running; a restore does not queue behind it")
+        preparation = Preparation(request_id, yields=False)
+        self._running = preparation
+        started = time.perf_counter()
+        restored, saved, reason = 0, None, ""
+        try:
+            held = common_prefix(self.kv.ids, ids)
+            if held == len(ids) == len(self.kv.ids) and conversation == self.conversation:
+                reason = "already in the cache"
+            else:
+                self._follow(conversation)
+                saved, reason = self._saved(conversation, ids, held)
+                if saved is not None:
+                    self._reserve(len(saved.ids), max_length, preparation)
+                    # Only the states of the ids the request shares from the start: a token
+                    # after the first difference was computed with other tokens before it.
+                    shared = common_prefix(saved.ids, ids)
+                    if self.kv.import_state(saved.ids, saved.blob, keep=shared):
+                        restored = shared
+                    else:
+                        saved, reason = None, "the saved cache does not fit this server's cache"
+            self._reserve(len(ids), max_length, preparation)
+            before = common_prefix(self.kv.ids, ids)
+            report = self.kv.sync(ids, should_stop=lambda: preparation.aborted)
+            if saved is not None and self.kv.ids == saved.ids:
+                self._saved_changes = self._changes  # the cache is what the file holds
+            pack(self.kv)
+        finally:
+            self._running = None
+            self._lock.release()
+            self._touched()
+        return {
+            "restored": restored,
+            "reused": 0 if restored else before,
+            "ran": report.computed if report is not None else max(0, common_prefix(self.kv.ids, ids) - before),
+            "prompt_tokens": len(ids),
+            "stopped": report is None,
+            "seconds": round(time.perf_counter() - started, 4),
+            "reason": reason,
+            "kv": report.as_dict() if report is not None else {},
+        }
+
     def _release(self, generation: Generation) -> None:
         if self._running is generation:
             self._running = None
             self._lock.release()
+            self._touched()
 
     def abort(self, request_id: str | None = None) -> bool:
         """Stop the running generation (only if its request id matches, when given)."""

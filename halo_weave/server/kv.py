@@ -14,6 +14,7 @@ the cache cropped in front of them, and the keys after them rotated forward.
 
 from __future__ import annotations
 
+import io
 import time
 
 import numpy as np
@@ -226,6 +227,39 @@ class ContextCache:
                 layer.values = torch.cat([layer.values, v], dim=-2)
             self.ids = self.ids + old_ids[a:b]
             report.moved += (b - a) if delta else 0
+        return True
+
+    # ------------------------------------------------------------ saved to disk
+
+    def export_state(self) -> bytes | None:
+        """Every layer's cached keys and values as one blob (``torch.save`` of host
+        copies), for :mod:`..kv_files`; None when the cache is empty."""
+        if self._cache is None or not self.ids:
+            return None
+        out = io.BytesIO()
+        torch.save([(layer.keys.cpu(), layer.values.cpu()) for layer in self._cache.layers], out)
+        return out.getvalue()
+
+    def import_state(self, ids: list[int], blob: bytes, keep: int | None = None) -> bool:
+        """Hold ``ids`` from a blob of :meth:`export_state` without a model run, then only
+        their first ``keep`` (default all); False when the blob is not one for this model
+        and these ids (the cache is then left as it was)."""
+        from transformers import DynamicCache
+
+        try:
+            layers = torch.load(io.BytesIO(blob), map_location=self.device, weights_only=True)
+        except Exception:  # noqa: BLE001 - not a blob of ours: the caller prefills
+            return False
+        config = self.model.config
+        if not isinstance(layers, list) or len(layers) != config.num_hidden_layers or not ids or any(
+                not isinstance(kv, tuple) or len(kv) != 2 or kv[0].shape[-2] != len(ids) or kv[1].shape[-2] != len(ids)
+                for kv in layers):
+            return False
+        cache = DynamicCache(config=config)
+        for index, (keys, values) in enumerate(layers):
+            cache.update(keys, values, index)
+        self._cache, self.ids = cache, [int(i) for i in ids]
+        self.rewind(len(ids) if keep is None else keep)
         return True
 
     def _use(self, impl: str) -> None:

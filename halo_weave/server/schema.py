@@ -114,7 +114,22 @@ def generate_kwargs(body: dict, engine: Engine) -> dict[str, Any]:
         if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
             raise RequestError("request_id must be a string")
         kwargs["request_id"] = str(request_id) or None
+    conversation = conversation_key(body)
+    if conversation is not None:
+        kwargs["conversation"] = conversation
     return kwargs
+
+
+def conversation_key(body: dict, required: bool = False) -> str | None:
+    """The ``conversation`` a request names (our extension: whose cache is saved when idle)."""
+    from .kv_files import MAX_KEY_CHARS
+
+    key = body.get("conversation")
+    if key is None and not required:
+        return None
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
+        raise RequestError(f"conversation must be a string of 1 to {MAX_KEY_CHARS} characters")
+    return key
 
 
 def wants_token_events(body: dict) -> bool:

@@ -97,6 +97,7 @@ class ChatSession:
         # The speed figures were the previous conversation's answer: not this one's.
         self.tokens_per_s = 0.0
         self.clock = StreamClock()
+        self._name_conversation()
         return conv
 
     def connect(self, backend, info, framing: Framing) -> bool | None:
@@ -115,6 +116,7 @@ class ChatSession:
                           if ids and (texts[0] == "" or texts[0] in stops)}
         if self.conv is not None:
             self.conv.framing = framing
+        self._name_conversation()
         declared = getattr(getattr(backend, "capabilities", None), "attention", None)
         if declared is None and getattr(info, "supports_attention", False):
             declared = True
@@ -160,6 +162,45 @@ class ChatSession:
     def resurrect_for(self, index, matches, user_tokens: int) -> list[Chunk]:
         """Bring back what the search for the message found (see :mod:`.resurrect`)."""
         return resurrect.resurrect_for(self, index, matches, user_tokens)
+
+    def _name_conversation(self) -> None:
+        """Tell a server that saves caches per conversation which one its requests are for."""
+        if self.backend is not None and hasattr(self.backend, "conversation"):
+            self.backend.conversation = read_ahead.cache_key(self) if self.conv is not None else None
+
+    @property
+    def can_warm_up(self) -> bool:
+        """Whether the server can be given the open conversation's context before a message:
+        restored from the cache it saved (ours), or read ahead as a prefill."""
+        backend = self.backend
+        return self.conv is not None and (bool(getattr(backend, "restores", False)) or self.can_read_ahead)
+
+    def warm_up_ids(self) -> list[int]:
+        """The prompt a warm-up gives the server (:func:`.read_ahead.warm_up_ids`)."""
+        return read_ahead.warm_up_ids(self)
+
+    def cache_key(self) -> str | None:
+        """The name the server saves the open conversation's cache under (:func:`.read_ahead.cache_key`)."""
+        return read_ahead.cache_key(self)
+
+    def warm_up(self, ids: list[int], key: str | None, request_id: str | None = None) -> dict:
+        """Put ``ids`` (:meth:`warm_up_ids`) in the server's cache for the conversation
+        ``key`` names (:meth:`cache_key`; both read on the conversation's thread: the
+        user may open another one meanwhile); blocking, the restore or prefill may take
+        minutes; ``request_id`` lets ``backend.abort`` stop it.  Returns the server's answer."""
+        room = self.settings.max_new_tokens
+        if getattr(self.backend, "restores", False) and key:
+            return self.backend.restore(ids, max_length=room, conversation=key, request_id=request_id)
+        if self.can_read_ahead:
+            return self.backend.prepare(ids, max_length=room)
+        return {}
+
+    def save_server_cache(self) -> int:
+        """Ask a server that keeps no cache per conversation itself to save this one's
+        (llama-server's slot, :meth:`~halo_weave.backends.llama_server.LlamaServer.save_cache`);
+        blocking.  Returns the tokens saved (0 where the server saves none)."""
+        save = getattr(self.backend, "save_cache", None)
+        return save() if callable(save) else 0
 
     @property
     def can_read_ahead(self) -> bool:

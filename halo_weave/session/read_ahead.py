@@ -18,16 +18,20 @@ Functions of the session (``session``); Qt-free.
 
 from __future__ import annotations
 
+import hashlib
 import re
+import uuid
 
 import numpy as np
 
 from ..core.pruning import load_pruned
 from ..core.resurrection import returning
 from ..memory.room import room_choice
+from ..storage.transfer_document import CACHE_KEY_META
 from .resurrect import room_terms
 
 _LAST_WORD = re.compile(r"\s+\S*$")
+
 
 
 def settled_text(text: str) -> str:
@@ -84,3 +88,35 @@ def input_ids_with(conv, chunks, without=()) -> np.ndarray:
     order = np.argsort(positions, kind="stable")
     return np.concatenate((conv.system_ids, ids[order])).astype(np.int32)
 
+
+
+def cache_key(session) -> str | None:
+    """The name the server saves the open conversation's KV cache under: a random key
+    kept in the file (a read-only file: one made from its path); None without a file."""
+    store = session.store
+    if store is None:
+        return None
+    try:
+        key = store.get_meta(CACHE_KEY_META)
+        if not key:
+            key = uuid.uuid4().hex
+            store.set_meta(CACHE_KEY_META, key)
+        return str(key)
+    except Exception:  # noqa: BLE001 - a read-only or damaged file still gets a name
+        path = getattr(store, "path", None)
+        return hashlib.sha256(str(path).encode()).hexdigest()[:32] if path is not None else None
+
+
+def warm_up_ids(session) -> list[int]:
+    """The prompt the next message starts with, as far as it is known: the live context
+    (what a warm-up puts in the server's cache when a conversation opens)."""
+    conv = session.conv
+    return [int(i) for i in conv.live_input_ids()] if conv is not None else []
+
+
+def unread(held: list[int], ids: list[int]) -> int:
+    """Tokens of the prompt ``ids`` a server holding ``held`` still has to read, counting
+    from the first that differs (what the user is told while the answer waits)."""
+    n = min(len(held), len(ids))
+    same = next((k for k in range(n) if held[k] != ids[k]), n)
+    return len(ids) - same

@@ -24,7 +24,7 @@ from .files import conversations_dir, new_conversation_path
 from .schema import pack_tokens, unpack_tokens
 from .transfer_checks import bad_text_path
 from .transfer_document import (  # noqa: F401  (MAX_FILE_BYTES, MAX_ID: importers' API here too)
-    _CHUNK_FIELDS, _COUNTERS, _ENTRY_FIELDS, _SYSTEM_KEYS, _TOKEN_COLUMNS, FORMAT, MAX_FILE_BYTES,
+    _CHUNK_FIELDS, _COUNTERS, _ENTRY_FIELDS, _SYSTEM_KEYS, _TOKEN_COLUMNS, CACHE_KEY_META, FORMAT, MAX_FILE_BYTES,
     MAX_ID, VERSION, read_document, validate_document,
 )
 
@@ -59,7 +59,7 @@ def export_document(store: ConversationStore) -> dict:
         "version": VERSION,
         "metadata": {
             **{name: meta.get(name, 0) for name in _COUNTERS},
-            "extra": {k: v for k, v in meta.items() if k not in _COUNTERS + _SYSTEM_KEYS},
+            "extra": {k: v for k, v in meta.items() if k not in _COUNTERS + _SYSTEM_KEYS + (CACHE_KEY_META,)},
         },
         "system_prompt": {
             "text": meta.get("system_prompt", ""),

@@ -60,6 +60,9 @@ MAX_TIME = 1e11  # seconds since 1970: year 5138
 
 _COUNTERS = ("next_position", "next_turn_id", "next_chunk_id")
 _SYSTEM_KEYS = ("system_prompt", "system_ids", "system_texts")
+#: The meta key of the name a model server saves this conversation's KV cache under: it
+#: names this file, so an export leaves it out and an import makes its own.
+CACHE_KEY_META = "kv_cache_key"
 _TURN_FIELDS = ("turn_id", "role", "created_at", "complete")
 _CHUNK_FIELDS = ("id", "turn_id", "chunk_index", "role", "start", "token_count", "live",
                  "pinned", "brightness_at_prune", "tool_result")
@@ -238,7 +241,7 @@ def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
         _fail("metadata.extra", "must be an object of at most 1000 values")
     for key, value in extra.items():
         _str(key, "a metadata key", MAX_NAME)
-        if key in _COUNTERS + _SYSTEM_KEYS:
+        if key in _COUNTERS + _SYSTEM_KEYS + (CACHE_KEY_META,):
             _fail(f"metadata.extra.{key}", "is reserved")
         _json_value(value, f"metadata.extra.{key}")
 

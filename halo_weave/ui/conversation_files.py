@@ -32,6 +32,16 @@ def _drop(path: Path) -> None:
             log.warning("cannot remove the unused conversation %s: %s", path.name, exc)
 
 
+def _new_index(store, settings, embedder):
+    """The semantic index of ``store``'s conversation, loaded (any thread)."""
+    from ..semantic_index import SemanticIndex
+
+    # The indexing thread shares the connection: commits go through the store's lock.
+    index = SemanticIndex(store.conn, settings, embedder, lock=store.lock)
+    index.load()
+    return index
+
+
 class ConversationFiles:
     """Which conversation is open, its semantic index, and moving conversations in and out."""
 
@@ -71,7 +81,7 @@ class ConversationFiles:
             _drop(unused)  # before the list hears of the switch: it must not list it
         self._prompt_edited = False
         self.path = target
-        self._index_tried = False  # the index opens on first use, after the first paint
+        self._index_tried = False  # the index opens after the first paint (or on first use)
         self._remember(target)
         self.conversation_opened.emit(str(target))
         self.notes_changed.emit()
@@ -88,6 +98,9 @@ class ConversationFiles:
             self._sync_system_prompt()
         # Catch-up indexing waits until the window has painted the conversation.
         QTimer.singleShot(INDEX_CATCH_UP_DELAY_MS, lambda: self._index_pending() if self.conv is conv else None)
+        self.warm_up()  # the server reads its context while the user reads it
+        if self._painted:
+            self.load_memory()
         return True
 
     def new_conversation(self) -> bool:
@@ -122,24 +135,60 @@ class ConversationFiles:
 
     @property
     def index(self):
-        """The open conversation's semantic index (loaded on first use; None if unusable)."""
+        """The open conversation's semantic index (loaded after the window's first paint,
+        or here on first use; None if unusable or still loading)."""
         session = self.session
         if session.index is None and not self._index_tried and session.store is not None:
             self._index_tried = True
-            session.index = self._make_index(session.store)
+            try:
+                session.index = _new_index(session.store, self.settings, self._get_embedder())
+            except Exception as exc:  # noqa: BLE001
+                self.error.emit(exc, "Loading the semantic index")
         return session.index
 
-    def _make_index(self, store):
-        try:
-            from ..semantic_index import SemanticIndex
+    @property
+    def memory_loading(self) -> bool:
+        """The embedder and the index are being loaded on the embedder thread."""
+        return self._memory_loading
 
-            # The indexing thread shares the connection: commits go through the store's lock.
-            index = SemanticIndex(store.conn, self.settings, self._get_embedder(), lock=store.lock)
-            index.load()
+    def window_painted(self) -> None:
+        """The window has painted the conversation: load what the memory needs now, on
+        its thread, so the first message's search does not wait for it."""
+        if not self._painted:
+            self._painted = True
+            self.load_memory()
+
+    def load_memory(self) -> None:
+        """Load the embedder (torch and the model: seconds) and the open conversation's
+        index on the embedder thread."""
+        session = self.session
+        store = session.store
+        if session.index is not None or self._index_tried or store is None or self._shutting_down:
+            return
+        self._index_tried, self._memory_loading = True, True
+        embedder, settings = self._get_embedder(), self.settings
+
+        def load():
+            index = _new_index(store, settings, embedder)
+            embedder.load()
             return index
-        except Exception as exc:  # noqa: BLE001
-            self.error.emit(exc, "Loading the semantic index")
-            return None
+
+        def loaded(index) -> None:
+            self._memory_loading = False
+            if session.store is store and session.index is None:
+                session.index = index
+                if self._reindex_when_loaded:
+                    self.reindex_all()
+                else:
+                    self._index_pending()
+            self._reindex_when_loaded = False
+
+        def failed(exc) -> None:
+            self._memory_loading = False
+            if session.store is store:
+                self.error.emit(exc, "Loading the semantic index")
+
+        self._indexer.run(load, on_ok=loaded, on_fail=failed)
 
     def _get_embedder(self):
         if self._embedder is None:
@@ -212,6 +261,10 @@ class ConversationFiles:
 
     def reindex_all(self) -> None:
         """Embed every chunk without a current entry (after an import), with progress."""
+        if self._memory_loading:
+            self._reindex_when_loaded = True  # once the index has loaded
+            return
+        self._reindex_when_loaded = False
         index, conv = self.index, self.conv
         if index is None or conv is None or not index.available:
             return

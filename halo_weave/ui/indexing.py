@@ -47,8 +47,9 @@ class IndexQueue(QObject):
     # ------------------------------------------------------------------ state
     @property
     def pending(self) -> int:
-        """Jobs queued or running."""
-        return self._worker.pending
+        """Jobs queued or running, or whose result has not reached this thread yet (a
+        result may queue more work: the index, once loaded, queues what it lacks)."""
+        return max(self._worker.pending, len(self._callbacks))
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until the queue drains (scripts, tests, quitting)."""
@@ -120,6 +121,11 @@ class IndexQueue(QObject):
 
         self._submit(lambda: index.search(text), urgent=True, on_ok=done,
                      on_fail=lambda exc: on_done([], exc))
+
+    def run(self, fn: Callable[[], object], on_ok: Callable | None = None, on_fail: Callable | None = None) -> None:
+        """Run ``fn`` on the embedder thread ahead of queued indexing (loading the embedder
+        and an index); ``on_ok(result)`` or ``on_fail(exc)`` on this thread."""
+        self._submit(fn, urgent=True, on_ok=on_ok, on_fail=on_fail)
 
     # ------------------------------------------------------------------ plumbing
     def _submit(self, fn, *, urgent: bool = False, on_ok=None, on_fail=None) -> None:

@@ -97,8 +97,8 @@ class InputActions:
         ready = not busy and not reason
         self.input.setReadOnly(not ready)
         self.send_button.setEnabled(ready)
-        self.stop_button.setEnabled(c.generating)
-        self.menus.stop_action.setEnabled(c.generating)
+        self.stop_button.setEnabled(c.stoppable)
+        self.menus.stop_action.setEnabled(c.stoppable)
         for action in (self.menus.new_action, self.menus.open_action, self.menus.import_action):
             action.setEnabled(not busy)
         if c.generating:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QEvent, QSettings, Qt
+from PySide6.QtCore import QEvent, QSettings, Qt, QTimer
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QMainWindow, QPushButton, QSplitter, QVBoxLayout, QWidget,
@@ -69,6 +69,9 @@ class MainWindow(QMainWindow, InputActions):
         self.statusBar().addPermanentWidget(self.progress_bar)
 
         self.answer_bar = AnswerBar()
+        from .pending_turn import PendingTurn
+
+        self.pending_turn = PendingTurn()
         buttons = QVBoxLayout()
         buttons.addWidget(self.send_button)
         buttons.addWidget(self.stop_button)
@@ -81,6 +84,7 @@ class MainWindow(QMainWindow, InputActions):
         column.setContentsMargins(6, 6, 6, 6)
         column.addWidget(self.stats_bar)
         column.addWidget(self.heatmap, 1)
+        column.addWidget(self.pending_turn)
         column.addWidget(self.answer_bar)
         column.addWidget(self.reason)
         column.addLayout(row)
@@ -104,6 +108,8 @@ class MainWindow(QMainWindow, InputActions):
         self._editing = False  # the input holds the last message being edited
         self.first_start = FirstStartHint(self.heatmap)
         self.heatmap.installEventFilter(self)
+        self.heatmap.viewport().installEventFilter(self)
+        self._painted = False  # the conversation has been painted once
         self._legend = None
         self.menus = WindowMenus(self)
         self._closed = False
@@ -127,6 +133,7 @@ class MainWindow(QMainWindow, InputActions):
         c.info.connect(self.messages.info)
         c.turn_finished.connect(self._on_turn_finished)
         c.message_returned.connect(self._on_message_returned)
+        c.turn_phase.connect(self.pending_turn.show_phase)
         c.conversation_opened.connect(self._on_opened)
         c.notes_changed.connect(self.refresh_notes)
         self.notes_panel.visibilityChanged.connect(lambda visible: visible and self.refresh_notes())
@@ -223,6 +230,10 @@ class MainWindow(QMainWindow, InputActions):
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt API
         if watched is self.heatmap and event.type() == QEvent.Type.Resize and self.first_start.isVisible():
             self.first_start.place_in(self.heatmap)
+        elif watched is self.heatmap.viewport() and event.type() == QEvent.Type.Paint and not self._painted:
+            self._painted = True
+            # After this paint has reached the screen: the memory loads on its thread then.
+            QTimer.singleShot(0, self.controller.window_painted)
         return False
 
     def _on_tokens_streamed(self) -> None:

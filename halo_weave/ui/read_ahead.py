@@ -10,11 +10,18 @@ prompt here, send it on a thread (:meth:`halo_weave.kobold_client.KoboldClient.p
 One that ends while the user typed on is followed at once by the next.  Only for a
 server that declares it (ours); a failed read-ahead changes nothing the user sees (Enter
 then runs the whole message, as without it), so it is only logged.
+
+A *warm-up* (:meth:`ReadAhead.warm_up`) gives the server the whole live context when a
+conversation opens (at start or from the list) or the server connects: restored from the
+cache the server saved for it (``/api/extra/restore``), else prefilled through the
+read-ahead path.  No read-ahead starts while it runs, and a message sent meanwhile waits
+for it (:meth:`ReadAhead.when_warm`) rather than making the server read the context twice.
 """
 
 from __future__ import annotations
 
 import logging
+import uuid
 
 from PySide6.QtCore import QTimer
 
@@ -39,6 +46,73 @@ class ReadAhead:
         self._idle_timer.setSingleShot(True)
         self._idle_timer.setInterval(IDLE_MS)
         self._idle_timer.timeout.connect(lambda: self._read_ahead(paused=True))
+        self._warm_wanted = False  # the open conversation's context is not at the server yet
+        self._warming = 0  # tokens of the warm-up at the server (0: none running)
+        self._after_warm_up = None  # the answer waiting for the warm-up
+        self._warm_request: tuple[str, str | None] | None = None  # the running one's request id and key
+        self.last_warm_up: dict | None = None  # the server's answer to the last warm-up
+        #: The prompt the server was last given (warm-up, read-ahead, answer), to tell the
+        #: user how much of the next one it still has to read.
+        self._server_has: list[int] = []
+
+    @property
+    def warming_up(self) -> int:
+        """Tokens of the context the server is reading for a warm-up (0: none running)."""
+        return self._warming
+
+    def warm_up(self) -> None:
+        """Give the server the open conversation's context now (it opened, or the server
+        connected): it is read while the user reads and types, not after Enter.  One still
+        running for another conversation is stopped (the server then stops its prefill)."""
+        self._warm_wanted = True
+        running, backend = self._warm_request, self.session.backend
+        if self._warming and running is not None and running[1] != self.session.cache_key() and backend is not None:
+            self._warm_request = None
+            self._call(backend.abort, running[0],
+                       on_fail=lambda exc: log.debug("stopping a warm-up failed: %s", exc))
+        self._try_warm_up()
+
+    def when_warm(self, action) -> None:
+        """Run ``action`` (the answer's request) now, or once the warm-up has ended."""
+        if not self._warming:
+            action()
+            return
+        self._after_warm_up = action
+        self._set_busy(True, f"Reading the conversation ({self._warming:,} tokens) — Esc stops")
+        self.turn_phase.emit("", f"reading {self._warming:,} tokens…")
+
+    def _try_warm_up(self) -> None:
+        session = self.session
+        if (not self._warm_wanted or self._warming or self._ahead_running or self.busy or self._shutting_down
+                or self._system_syncing or self.connection_state != "connected" or not session.can_warm_up):
+            return
+        self._warm_wanted = False
+        ids = session.warm_up_ids()
+        if not ids:
+            return
+        key = session.cache_key()
+        request_id = f"hw-warm-{uuid.uuid4().hex[:12]}"
+        self._warming, self._ahead_running = len(ids), True
+        self._warm_request = (request_id, key)
+        self.warm_up_changed.emit(len(ids))
+
+        def ended(answer: dict | None = None, error: BaseException | None = None) -> None:
+            self._warming, self._ahead_running, self._warm_request = 0, False, None
+            if error is not None:
+                log.info("warm-up failed (the first answer reads the context itself): %s", error)
+            else:
+                self.last_warm_up, self._server_has = answer, ids
+                log.info("warm-up of %d tokens: %s", len(ids), answer)
+            self.warm_up_changed.emit(0)
+            waiting, self._after_warm_up = self._after_warm_up, None
+            if waiting is not None:
+                waiting()
+                return
+            self._try_warm_up()  # another conversation opened meanwhile
+            if not self._warming and self._draft.strip():
+                self._read_ahead(paused=not self._idle_timer.isActive())
+
+        self._call(session.warm_up, ids, key, request_id, on_ok=ended, on_fail=lambda exc: ended(error=exc))
 
     @property
     def reading_ahead(self) -> bool:
@@ -83,7 +157,7 @@ class ReadAhead:
                 return self._read_ahead_ended()
             backend, room = session.backend, self.settings.max_new_tokens
             self._call(lambda: backend.prepare(ids, max_length=room),
-                       on_ok=lambda answer: self._read_ahead_ended(answer),
+                       on_ok=lambda answer: self._read_ahead_ended(answer, ids=ids),
                        on_fail=lambda exc: self._read_ahead_ended(error=exc))
 
         def tokenized(pieces) -> None:
@@ -98,11 +172,14 @@ class ReadAhead:
         self._call(session.tokenize, draft, on_ok=tokenized,
                    on_fail=lambda exc: self._read_ahead_ended(error=exc))
 
-    def _read_ahead_ended(self, answer: dict | None = None, error: BaseException | None = None) -> None:
+    def _read_ahead_ended(self, answer: dict | None = None, error: BaseException | None = None,
+                          ids: list[int] | None = None) -> None:
         self._ahead_running = False
         if error is not None:
             log.debug("read-ahead failed: %s", error)
         elif answer and answer.get("prepared"):
             self.read_aheads += 1
-        if self._draft.strip():
+            self._server_has = ids or self._server_has
+        self._try_warm_up()
+        if not self._warming and self._draft.strip():
             self._read_ahead(paused=not self._idle_timer.isActive())

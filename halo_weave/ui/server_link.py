@@ -41,6 +41,7 @@ class ServerLink:
         if isinstance(note, str) and note:
             self.info.emit(note)  # e.g. llama.cpp's safe settings on this CPU
         self.stats_changed.emit()
+        self.warm_up()  # the open conversation's context, read before the first message
 
     def _apply_context_override(self, client, info) -> None:
         """A server that does not say its context size gets the one set in Settings."""

@@ -24,11 +24,16 @@ Each round with "Record attention" on becomes one capture folder (``docs/capture
 
 from __future__ import annotations
 
+import logging
+
 from PySide6.QtCore import QTimer
 
 from ..errors import BackendTimeout, BackendUnavailable, GenerationAborted, StreamInterrupted
+from ..session.read_ahead import unread
 from ..tools import notebook
 from .workers import GenerationWorker
+
+log = logging.getLogger("halo_weave.app")
 
 #: Folder under the data dir where attention captures go.
 CAPTURES_FOLDER = "captures"
@@ -50,6 +55,11 @@ class TurnFlow:
         return self._gen is not None
 
     @property
+    def stoppable(self) -> bool:
+        """True while Stop applies: from Enter to the end of the answer."""
+        return self._gen is not None or bool(self._unsent) or self._after_warm_up is not None
+
+    @property
     def capture_dir(self):
         """Where "Record attention" writes its capture folders."""
         return self.data_dir / CAPTURES_FOLDER
@@ -66,6 +76,9 @@ class TurnFlow:
                     self._run_tools("stop", None)  # the given start of the answer holds a tool call
                     return
         request = session.generation_request()
+        ids = request["input_ids"]
+        self.turn_phase.emit("", f"reading {unread(self._server_has, ids):,} tokens…")
+        self._server_has = ids
         session.start_capture(self.capture_dir, request, self.path)
         worker = GenerationWorker(session.backend, request, parent=self)
         worker.token.connect(self._on_token)
@@ -81,15 +94,52 @@ class TurnFlow:
 
     def _on_token(self, event) -> None:
         if self.session.receive(event):
+            if self.session.streamed == 1:
+                self.turn_phase.emit("", "")  # the answer itself shows now
             self.tokens_streamed.emit()
 
     def stop(self) -> None:
-        """Abort the answer being generated; what arrived so far is kept."""
+        """Stop the turn in whatever phase it is: an answer being generated ends (what
+        arrived so far is kept); a message still being read or searched for goes back to
+        the input box; a saved message waiting for the server to read the conversation
+        stays, unanswered."""
         if self._gen is not None:
             self._set_busy(True, "Stopping…")
             self._gen.stop()
+        elif self._after_warm_up is not None:
+            self._after_warm_up = None
+            self._stopped_before_answer()
+        elif self._unsent and not self._saving_turn:
+            # Not saved yet: it goes back at once; the tokenize or search still under way
+            # finds its turn gone when it ends (see _stale).
+            self._turn_seq += 1
+            self._wait_timer.stop()
+            self._pending_send = None
+            self._give_back_message()
         elif self.busy:
-            self._stop_pending = True
+            self._stop_pending = True  # a long message being saved: it stops once saved
+
+    def _stopped_before_answer(self) -> None:
+        """The turn ends without an answer (Stop before the answer started)."""
+        self._stop_pending = False
+        self.session.clock.stop()
+        self._set_busy(False)
+        self.stats_changed.emit()
+        self.turn_finished.emit("aborted")
+
+    def _give_back_message(self) -> None:
+        """Stop before the message was saved: the turn ends, the message goes back to the box."""
+        self._stop_pending = False
+        self.session.clock.stop()
+        self._set_busy(False)
+        unsent, self._unsent = self._unsent, ""
+        if unsent:
+            self.message_returned.emit(unsent)
+        self.turn_finished.emit("aborted")
+
+    def _stale(self, seq: int | None) -> bool:
+        """Whether a step of the message ``seq`` comes after Stop gave that message back."""
+        return seq is not None and seq != self._turn_seq
 
     def _on_stream_completed(self, done) -> None:
         self.last_done = done  # the server's account of the last answer (kv, timings): scripts, tests
@@ -121,6 +171,7 @@ class TurnFlow:
         if worker is not None:
             worker.wait(5000)
             worker.deleteLater()
+        self._server_has = self.session.warm_up_ids()  # the prompt and the answer (before a prune)
         end = self.session.finish_turn(reason, rate, prune=not self._proxy_prunes_after_read())
         if end.turn is None:
             self._set_busy(False)
@@ -140,6 +191,9 @@ class TurnFlow:
         (self.conversation_changed if end.pruned else self.tokens_streamed).emit()
         self.stats_changed.emit()
         self.turn_finished.emit(reason)
+        if callable(getattr(self.client, "save_cache", None)):  # llama-server: its slot, for a reopening
+            self._call(self.session.save_server_cache,
+                       on_fail=lambda exc: log.info("saving the server's cache failed: %s", exc))
 
     def _turn_failed_early(self, exc, context: str) -> None:
         self._set_busy(False)
@@ -168,11 +222,14 @@ class TurnFlow:
             if reason:
                 self.info.emit(reason)
             return False
-        self._set_busy(True, "Reading your message…")
+        self._unsent = text  # first: Stop applies from here (the window asks when busy changes)
+        self._turn_seq += 1
+        seq = self._turn_seq
         self._stop_pending = False
+        self._set_busy(True, "Reading your message…")
         self.session.streamed = 0
         self.session.clock.start()
-        self._unsent = text
+        self.turn_phase.emit(text, "")
         session = self.session
 
         def tokenize():
@@ -181,8 +238,9 @@ class TurnFlow:
         finish = self._progress_after_a_second(f"Reading your message ({len(text):,} characters)")
         self._call(
             tokenize,
-            on_ok=lambda pieces: (finish(), self._after_tokenize(text, *pieces)),
-            on_fail=lambda exc: (finish(), self._turn_failed_early(exc, "Tokenizing your message")),
+            on_ok=lambda pieces: (finish(), self._after_tokenize(text, *pieces, seq=seq)),
+            on_fail=lambda exc: (finish(), None if self._stale(seq) else
+                                 self._turn_failed_early(exc, "Tokenizing your message")),
         )
         return True
 
@@ -204,14 +262,18 @@ class TurnFlow:
         QTimer.singleShot(PROGRESS_AFTER_MS, show)
         return finish
 
-    def _after_tokenize(self, text: str, pieces, prefix=()) -> None:
+    def _after_tokenize(self, text: str, pieces, prefix=(), seq: int | None = None) -> None:
+        if self._stale(seq):
+            return
         ids = [int(i) for i, _ in pieces]
         texts = [t for _, t in pieces]
         self._answer_prefix = list(prefix)
-        self._pending_send = lambda: self._resurrect_then_add(text, ids, texts)
-        if self.index is not None and self._indexer.pending > 0:
+        self._pending_send = lambda: self._resurrect_then_add(text, ids, texts, seq)
+        if (self._memory_loading or self.index is not None) and self._indexer.pending > 0:
             # Let the previous exchange's embeddings land, but not for long.
-            self._set_busy(True, "Finishing memory indexing…")
+            what = "loading memory" if self._memory_loading else "finishing memory indexing"
+            self._set_busy(True, what.capitalize() + "…")
+            self.turn_phase.emit(text, what + "…")
             self._wait_timer.start(int(self.settings.embed_wait_seconds * 1000))
         else:
             self._run_pending_send()
@@ -226,18 +288,23 @@ class TurnFlow:
         if action is not None:
             action()
 
-    def _resurrect_then_add(self, text: str, ids: list[int], texts: list[str]) -> None:
+    def _resurrect_then_add(self, text: str, ids: list[int], texts: list[str], seq: int | None = None) -> None:
+        if self._stale(seq):
+            return
         index = self.index  # loaded on first use
         if not self.session.can_resurrect():
             self.session.last_resurrected = 0
             self._add_user_turn(ids, texts)
             return
         self._set_busy(True, "Searching memory…")
+        self.turn_phase.emit(text, "searching memory…")
         # The query embedding is the slow part: it runs on the embedder thread, ahead of
         # queued indexing; planning and resurrecting touch the conversation, so they run here.
-        self._indexer.search(text, lambda matches, exc: self._resurrect(index, matches, ids, texts))
+        self._indexer.search(text, lambda matches, exc: self._resurrect(index, matches, ids, texts, seq))
 
-    def _resurrect(self, index, matches, ids, texts) -> None:
+    def _resurrect(self, index, matches, ids, texts, seq: int | None = None) -> None:
+        if self._stale(seq):
+            return
         if self.session.resurrect_for(index, matches, len(ids)):
             self.graveyard_changed.emit()
         self._add_user_turn(ids, texts)
@@ -245,6 +312,7 @@ class TurnFlow:
     def _add_user_turn(self, ids: list[int], texts: list[str]) -> None:
         session = self.session
         if len(ids) > SAVE_ON_THREAD_TOKENS:
+            self._saving_turn = True  # past the point where Stop can give it back
             self._set_busy(True, f"Saving your message ({len(ids):,} tokens)…")
             finish = self._progress_after_a_second(f"Saving your message ({len(ids):,} tokens)")
             self._call(
@@ -261,6 +329,7 @@ class TurnFlow:
         self._user_turn_saved(turn)
 
     def _user_turn_not_saved(self, exc) -> None:
+        self._saving_turn = False
         # Not on disk, so not shown and not answered: the message goes back to the input
         # box; the session has put the conversation back to what the file holds.
         for changed in (self.conversation_changed, self.graveyard_changed, self.stats_changed):
@@ -268,11 +337,17 @@ class TurnFlow:
         self._turn_failed_early(exc, "Saving your message")
 
     def _user_turn_saved(self, turn) -> None:
-        self._unsent = ""
+        self._unsent, self._saving_turn = "", False
         self.session.index_user_message(turn)
         if self.session.fit_model_window():
             self.graveyard_changed.emit()
-        self._start_generation()  # shows the message (and any resurrection) with the answer
+        # Saved: the message (and any resurrection) shows now, before the server reads it.
+        self.tokens_streamed.emit()
+        self.turn_phase.emit("", "")
+        if self._stop_pending:
+            self._stopped_before_answer()
+            return
+        self.when_warm(self._start_generation)
 
     # ------------------------------------------------------------------ tool rounds
     def _run_tools(self, reason: str, rate) -> None:

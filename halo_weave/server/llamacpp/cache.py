@@ -38,6 +38,7 @@ from ..kv_surgery import EXACT, SURGERY, SyncReport
 from ..span_store import SpanStore, to_run
 from . import growth
 from .bindings import Bindings
+from . import live_state
 from .readout import AttentionReadout
 from .states import StateSpill
 
@@ -255,6 +256,24 @@ class LlamaCache(AttentionReadout):
         if self.spread() < self.compact_min_cells:
             return False
         return growth.compact(self)
+
+    def export_state(self) -> bytes | None:
+        """The live context's states as a blob (see :mod:`.live_state`); None when empty
+        or a position shift is pending."""
+        return live_state.export_live(self)
+
+    def import_state(self, ids: list[int], blob: bytes, keep: int | None = None) -> bool:
+        """Hold ``ids`` from a blob of :meth:`export_state` without a model run, then only
+        their first ``keep`` (default all); False when it does not fit this cache (see
+        :func:`.live_state.import_live`)."""
+        try:
+            if not live_state.import_live(self, ids, blob):
+                return False
+            self._truncate(len(ids) if keep is None else keep)
+            return True
+        except BaseException:
+            self.reset()
+            raise
 
     def _append(self, ids: list[int], cells: np.ndarray) -> None:
         self.ids.extend(ids)

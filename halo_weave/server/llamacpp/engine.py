@@ -65,6 +65,7 @@ class LlamaEngine(EngineBase):
         if not model:
             raise loader.ModelNotFound(f"llama.cpp cannot load {path}")
         self.model = model
+        self.path = Path(path)
         self.vocab = L.llama_model_get_vocab(model)
         self.name = path.stem
         self.default_attention_format = attention_format
@@ -216,6 +217,22 @@ class LlamaEngine(EngineBase):
             "eot_token_id": eot if eot >= 0 and self.chat_template() else -1,
             "rope_freq_base": float(rope) if rope else 10000.0,
         }
+
+    def fingerprint(self) -> str:
+        """What a saved cache must have been made with to be read back here: the model
+        file (name, size, time), the llama.cpp build and the shape of its cache."""
+        L = self.L
+        try:
+            stat = self.path.stat()
+            made = f"{stat.st_size}:{stat.st_mtime_ns}"
+        except OSError:
+            made = "?"
+        import llama_cpp
+
+        return "|".join(map(str, (
+            self.kind, self.path.name, made, getattr(llama_cpp, "__version__", "?"),
+            self._n_layer, int(L.llama_model_n_head_kv(self.model)), int(L.llama_model_n_embd(self.model)),
+            self.vocab_size, self._params.type_k, self._params.type_v)))
 
     def chat_template(self) -> str | None:
         """The GGUF's chat template (ChatML when it has none but knows ChatML)."""

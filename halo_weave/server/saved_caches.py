@@ -1,0 +1,124 @@
+"""Conversations' KV caches saved to disk and read back: the engines' part.
+
+A mixin of :class:`~halo_weave.server.engine_api.EngineBase` (which holds the lock and the
+cache, ``kv``, and makes :meth:`~halo_weave.server.engine_api.EngineBase.restore` the
+request).  Every request that changes the cache names the conversation it is for
+(:meth:`SavedCaches._follow`, under the lock); once the model has been idle a while the
+:class:`~halo_weave.server.kv_files.IdleSaver` writes the cache to that conversation's
+file (:meth:`SavedCaches.save_state_if_changed`).  Files, their format and their bound:
+:mod:`halo_weave.server.kv_files`.  The cache object copies itself out and back
+(``export_state`` / ``import_state``: llama.cpp's sequence state, transformers' tensors);
+an engine whose cache cannot keeps none, and a restore prefills.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from .kv_files import IdleSaver, common_prefix
+
+log = logging.getLogger("halo_weave.server")
+
+
+class SavedCaches:
+    """Which conversation the engine's cache holds, whether it changed since it was saved,
+    and saving and finding its file (see the module docstring)."""
+
+    def _init_saved_caches(self) -> None:
+        #: When a request last started or ended (``time.monotonic``): the idle saver waits for quiet.
+        self.last_activity = time.monotonic()
+        #: The conversation the cache holds, as the last request named it (None: unnamed).
+        self.conversation: str | None = None
+        self.state_files = None  # a StateFiles once keep_states() was called
+        self._saver = None
+        self._changes = 0  # requests that changed the cache ...
+        self._saved_changes = 0  # ... of which the last one saved had seen this many
+
+    @property
+    def keeps_states(self) -> bool:
+        """Whether this engine saves conversations' caches to disk and reads them back."""
+        return self.state_files is not None and callable(getattr(self.kv, "export_state", None))
+
+    def keep_states(self, files, idle_s: float | None = None) -> None:
+        """Save the cache of the conversation the requests name into ``files`` (a
+        :class:`~halo_weave.server.kv_files.StateFiles`) once idle, and read it back at
+        :meth:`restore` (a no-op for an engine whose cache cannot be copied out)."""
+        if not callable(getattr(self.kv, "export_state", None)):
+            return
+        self.state_files = files
+        if self._saver is None:
+            self._saver = IdleSaver(self) if idle_s is None else IdleSaver(self, idle_s)
+
+    def fingerprint(self) -> str:
+        """What a saved cache must have been made with to be read back by this engine."""
+        return f"{self.kind}|{self.name}"
+
+    def _follow(self, conversation) -> None:
+        """The cache is about to change for ``conversation`` (under the lock): the cache of
+        another conversation it held is saved first if it changed since its last save
+        (the idle save may not have come yet)."""
+        conversation = conversation if isinstance(conversation, str) and conversation else None
+        if conversation != self.conversation:
+            self._save_locked()
+        self.conversation = conversation
+        self._changes += 1
+
+    def _touched(self) -> None:
+        self.last_activity = time.monotonic()
+        if self._saver is not None:
+            self._saver.poke()
+
+    def save_state_if_changed(self) -> bool:
+        """Write the cache to its conversation's file if it changed since the last save
+        and the model is free now; whether it was written.  The copy is made under the
+        lock (a memory copy), the file written outside it."""
+        if not self.keeps_states or self.conversation is None or self._changes == self._saved_changes:
+            return False
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            key, changes = self.conversation, self._changes
+            blob = self.kv.export_state() if key is not None else None
+            ids = list(self.kv.ids)
+        finally:
+            self._lock.release()
+        if blob is None:
+            return False
+        saved = self.state_files.save(key, self.fingerprint(), ids, blob) is not None
+        if saved:
+            self._saved_changes = changes
+            log.info("KV cache of %d tokens saved for its conversation (%.1f MB)", len(ids), len(blob) / 1e6)
+        return saved
+
+    def close_states(self) -> None:
+        """Stop the idle saver (the engine is being closed)."""
+        if self._saver is not None:
+            self._saver.stop()
+            self._saver = None
+
+    def _saved(self, conversation: str, ids: list[int], held: int):
+        """``(SavedState or None, why not)``: the saved cache of ``conversation`` worth
+        reading back for ``ids``, the cache holding the first ``held`` of them already."""
+        if not self.keeps_states:
+            return None, "this server keeps no saved caches"
+        saved, reason = self.state_files.load(conversation, self.fingerprint())
+        if saved is None:
+            return None, reason
+        if common_prefix(saved.ids, ids) <= held:
+            return None, "the cache holds as much already" if held else "the saved cache holds other tokens"
+        return saved, ""
+
+    def _save_locked(self) -> None:
+        """Save the cache of the conversation it holds, if changed (the lock is held).
+        Never raises: the request that called it goes on (a failed save costs a prefill
+        when that conversation is reopened)."""
+        if not self.keeps_states or self.conversation is None or self._changes == self._saved_changes:
+            return
+        try:
+            blob = self.kv.export_state()
+            if blob is not None and self.state_files.save(
+                    self.conversation, self.fingerprint(), list(self.kv.ids), blob) is not None:
+                self._saved_changes = self._changes
+        except Exception:  # noqa: BLE001
+            log.exception("saving the KV cache of the conversation left failed")
