@@ -34,7 +34,8 @@ cache sized from the budget, grown on demand; ``cache_growths`` counts the growt
 re-run tokens count in ``reprefilled_tokens``); ``--full-context`` leaves them out.
 
 Usage: ``python scripts/bench_chat.py [--engines llamacpp,transformers] [--messages 60]
-[--threads N] [--max-new-tokens N] [--full-context] [--json]``; the last line is one JSON object.
+[--threads N] [--max-new-tokens N] [--full-context] [--keep FILE] [--json]``; the last line is
+one JSON object.  ``--keep`` copies the conversation the chat built (a file the app opens).
 """
 
 from __future__ import annotations
@@ -316,6 +317,8 @@ def main(argv=None) -> int:
                         help="the user types each message at this many characters a second while "
                              "the app reads ahead (5 = 60 words a minute, a fast typist); 0: every "
                              "message pasted and sent at once, no read-ahead")
+    parser.add_argument("--keep", type=Path, metavar="FILE",
+                        help="copy the conversation file the chat built to FILE (the first engine's)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     changes = settings_changes(args.set)
@@ -345,6 +348,11 @@ def main(argv=None) -> int:
                 url = server.wait_ready(timeout=600)
                 figures[engine] = chat(url, messages, Path(tmp), say, args.max_new_tokens, changes,
                                        args.typing_cps)
+                if args.keep and engine == engines[0]:
+                    import shutil
+
+                    args.keep.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(Path(tmp) / "bench.sqlite", args.keep)
             finally:
                 server.stop()
         summary = {k: v for k, v in figures[engine].items() if k != "per_message"}

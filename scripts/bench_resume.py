@@ -1,15 +1,29 @@
 """Reopening a conversation: its saved KV cache read back against a prefill, on the bundled model.
 
     python scripts/bench_resume.py [--json] [--quick] [--tokens 4000] [--reopens 5] [--threads 2]
+        [--messages 60] [--app-reopens 10] [--conversation FILE] [--parts engine,server,app]
 
-Two parts.  *The server* (the real one, on loopback, its saved caches in a temporary
+Three parts.  *The app* (:mod:`resume_app`): a ``--messages``-message conversation built by
+bench_chat.py at the app's defaults (answers of at most ``--max-new-tokens``), opened once so
+that the server saves its cache; then ``--app-reopens`` times, each from the same state (a
+fresh copy of the file, the server started anew on a copy of that cache folder), the real
+window opens it at start and sends the next message (a LoCoMo-style line that brings back
+pruned context), the time to its first token measured from Enter:
+``resume_ttft_s`` (typed at 60 words a minute from the moment it opened),
+``resume_ttft_pasted_s`` (pasted and sent 2 s after opening), ``resume_ttft_no_state_s``
+(the same with no saved cache: the prefill path), ``restore_s`` (the server's restore when
+opening), ``resume_prefill_warm_up_s``, ``enter_to_visible_ms`` (Enter until the message is
+shown), ``resume_recalled_tokens`` (what the message brought back), ``state_bytes_per_token``
+(the saved cache's size over the context's tokens); medians.
+
+*The server* (the real one, on loopback, its saved caches in a temporary
 folder): a conversation of ``--tokens`` tokens is reopened ``--reopens`` times after
 another conversation took the cache, each time
 
 * cold, as before: the first message's generate runs the whole context
   (``cold_first_token_s``: from the request to the first token);
 * warmed by a prefill (a restore that finds no saved cache: ``prefill_warm_up_s``);
-* restored from the cache the server saved while idle (``restore_s``), then the first
+* restored from the cache the server saved while idle (``server_restore_s``), then the first
   message (``first_token_after_restore_s``).
 
 *The engine* in this process: the cache of the same context saved and read back against
@@ -68,8 +82,8 @@ def bench_server(args, folder: Path) -> dict:
         with KoboldClient(process.url) as client:
             client.model_info()
 
-            def tokenize(text):
-                return [i for i, _ in client.tokenize(text)]
+            def tokenize(text):  # chat-template text: its markers are the model's control tokens
+                return [i for i, _ in client.tokenize(text, parse_special=True)]
 
             ids = conversation(tokenize, TEXT, args.tokens)
             other = conversation(tokenize, OTHER, min(args.tokens, 600))
@@ -168,24 +182,65 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def build_conversation(args, path: Path) -> dict:
+    """A ``--messages``-message conversation made by bench_chat.py at the app's defaults
+    (answers up to ``--max-new-tokens``), kept at ``path``; returns bench_chat's figures."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, str(Path(__file__).with_name("bench_chat.py")), "--messages", str(args.messages),
+               "--max-new-tokens", str(args.max_new_tokens), "--keep", str(path), "--json"]
+    if args.threads:
+        command += ["--threads", str(args.threads)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    chat = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"chat_messages": args.messages, "chat_max_new_tokens": args.max_new_tokens,
+            "chat_ttft_median_s": chat.get("ttft_median_s")}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--quick", action="store_true", help="1,500 tokens, two reopenings")
+    parser.add_argument("--quick", action="store_true",
+                        help="1,500 tokens and two reopenings for the server part; 20 messages and two "
+                             "reopenings for the app part")
     parser.add_argument("--tokens", type=int, default=None, help="the conversation's context (default 4000)")
     parser.add_argument("--reopens", type=int, default=None, help="reopenings measured (default 5)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--messages", type=int, default=None,
+                        help="app part: messages of the conversation bench_chat.py builds (default 60)")
+    parser.add_argument("--max-new-tokens", type=int, default=96,
+                        help="app part: answer length while the conversation is built (default 96)")
+    parser.add_argument("--conversation", type=Path, default=None,
+                        help="app part: reopen this conversation file instead of building one")
+    parser.add_argument("--app-reopens", type=int, default=None, help="app part: reopenings (default 10)")
+    parser.add_argument("--parts", default="engine,server,app", help="which parts to run (default all)")
     args = parser.parse_args()
+    args.messages = args.messages or (20 if args.quick else 60)
+    args.app_reopens = args.app_reopens or (2 if args.quick else 10)
+    parts = set(args.parts.split(","))
     args.tokens = args.tokens or (1500 if args.quick else 4000)
     args.reopens = args.reopens or (2 if args.quick else 5)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     figures = {"tokens": args.tokens, "reopens": args.reopens, "threads": args.threads, "cpu": cpu_model(),
                "load_average_before": round(os.getloadavg()[0], 2)}
     with tempfile.TemporaryDirectory(prefix="bench-resume-") as folder:
-        figures.update(bench_engine(args, Path(folder)))
-        figures.update(bench_server(args, Path(folder)))
-    cold = figures["cold_first_token_s"]
-    figures["reopen_speedup"] = round(cold / max(1e-6, figures["restore_s"] + figures["first_token_after_restore_s"]), 1)
+        if "engine" in parts:
+            figures.update(bench_engine(args, Path(folder)))
+        if "server" in parts:
+            figures.update(bench_server(args, Path(folder)))
+            cold = figures["cold_first_token_s"]
+            figures["reopen_speedup"] = round(
+                cold / max(1e-6, figures["restore_s"] + figures["first_token_after_restore_s"]), 1)
+            figures["server_restore_s"] = figures.pop("restore_s")
+        if "app" in parts:
+            from resume_app import bench_app
+
+            conversation = args.conversation
+            if conversation is None:
+                conversation = Path(folder) / "app" / "conversation.sqlite"
+                figures.update(build_conversation(args, conversation))
+            figures.update(bench_app(args, conversation, Path(folder) / "app"))
     figures["load_average_after"] = round(os.getloadavg()[0], 2)
     if not args.json:
         for name, value in figures.items():

@@ -51,7 +51,7 @@ def next_token(engine, last: int):
 
 
 def test_a_restored_cache_answers_exactly_as_a_prefill_of_the_same_ids(engine):
-    ids = engine.encode(CHAT.format(STORY * 8))
+    ids = engine.encode(CHAT.format(STORY * 8), parse_special=True)
     context, last = ids[:-1], ids[-1]
     engine.kv.reset()
     engine.kv.sync(context)  # the reference: a prefill into an empty cache
@@ -59,7 +59,7 @@ def test_a_restored_cache_answers_exactly_as_a_prefill_of_the_same_ids(engine):
 
     engine.prepare(context, conversation="lighthouse")
     assert engine.save_state_if_changed()
-    engine.prepare(engine.encode(CHAT.format(OTHER * 6)), conversation="bakery")  # another chat meanwhile
+    engine.prepare(engine.encode(CHAT.format(OTHER * 6), parse_special=True), conversation="bakery")  # another chat meanwhile
     answer = engine.restore(context, "lighthouse")
 
     assert answer["restored"] == len(context) and answer["ran"] == 0, answer
@@ -71,12 +71,12 @@ def test_a_restored_cache_answers_exactly_as_a_prefill_of_the_same_ids(engine):
 
 
 def test_a_cache_saved_with_another_model_is_not_read_back(engine):
-    ids = engine.encode(CHAT.format(STORY * 3))
+    ids = engine.encode(CHAT.format(STORY * 3), parse_special=True)
     engine.prepare(ids, conversation="other-model")
     engine.save_state_if_changed()
     saved, _ = engine.state_files.load("other-model", engine.fingerprint())
     engine.state_files.save("other-model", "llamacpp|another.gguf", saved.ids, saved.blob)
-    engine.prepare(engine.encode(CHAT.format(OTHER * 3)), conversation="bakery")
+    engine.prepare(engine.encode(CHAT.format(OTHER * 3), parse_special=True), conversation="bakery")
 
     answer = engine.restore(ids, "other-model")
     assert answer["restored"] == 0 and answer["reason"] == "saved with another model"
@@ -84,18 +84,18 @@ def test_a_cache_saved_with_another_model_is_not_read_back(engine):
 
 
 def test_only_the_token_ids_a_saved_cache_shares_are_read_back(engine):
-    ids = engine.encode(CHAT.format(STORY * 3))
+    ids = engine.encode(CHAT.format(STORY * 3), parse_special=True)
     engine.prepare(ids, conversation="edited")
     engine.save_state_if_changed()
-    engine.prepare(engine.encode(CHAT.format(OTHER * 3)), conversation="bakery")
+    engine.prepare(engine.encode(CHAT.format(OTHER * 3), parse_special=True), conversation="bakery")
 
     edited = ids[:40] + engine.encode(" Nothing else happened.") + ids[40:]  # changed from token 40 on
     answer = engine.restore(edited, "edited")
     assert answer["restored"] == 40 and answer["ran"] == len(edited) - 40, answer
     assert engine.kv.ids == edited
 
-    engine.prepare(engine.encode(CHAT.format(OTHER * 3)), conversation="bakery")
-    different = engine.encode("<|im_start|>system\nBe terse.<|im_end|>\n") + ids
+    engine.prepare(engine.encode(CHAT.format(OTHER * 3), parse_special=True), conversation="bakery")
+    different = engine.encode("<|im_start|>system\nBe terse.<|im_end|>\n", parse_special=True) + ids
     answer = engine.restore(different, "edited")
     assert answer["restored"] == 0 and answer["ran"] > len(ids) - 10
     assert engine.kv.ids == different
@@ -107,14 +107,14 @@ def test_the_transformers_engine_reads_a_saved_cache_back_exactly_too(tmp_path):
     engine = Engine.load(threads=2)
     engine.keep_states(StateFiles(tmp_path), idle_s=3600)
     try:
-        ids = engine.encode(CHAT.format(STORY * 3))
+        ids = engine.encode(CHAT.format(STORY * 3), parse_special=True)
         context, last = ids[:-1], ids[-1]
         engine.kv.reset()
         engine.kv.sync(context)
         want_logits, want_rows = next_token(engine, last)
         engine.prepare(context, conversation="lighthouse")
         assert engine.save_state_if_changed()
-        engine.prepare(engine.encode(CHAT.format(OTHER * 3)), conversation="bakery")
+        engine.prepare(engine.encode(CHAT.format(OTHER * 3), parse_special=True), conversation="bakery")
 
         answer = engine.restore(context, "lighthouse")
         assert answer["restored"] == len(context) and answer["ran"] == 0, answer
@@ -160,11 +160,11 @@ def test_the_server_declares_restore(client):
 
 
 def test_a_reopened_conversation_is_read_back_and_answers_as_after_a_prefill(client):
-    ids = [i for i, _ in client.tokenize(CHAT.format(STORY * 6))]
+    ids = [i for i, _ in client.tokenize(CHAT.format(STORY * 6), parse_special=True)]
     key = f"test-{uuid.uuid4().hex}"
     # The reference: a conversation never saved is prefilled (the cache holds another one).
     client.conversation = f"other-{uuid.uuid4().hex}"
-    client.prepare([i for i, _ in client.tokenize(CHAT.format(OTHER * 6))])
+    client.prepare([i for i, _ in client.tokenize(CHAT.format(OTHER * 6), parse_special=True)])
     client.conversation = f"never-saved-{uuid.uuid4().hex}"
     first = client.restore(ids)
     assert first["restored"] == 0 and first["reason"] == "no saved cache"
@@ -175,7 +175,7 @@ def test_a_reopened_conversation_is_read_back_and_answers_as_after_a_prefill(cli
     client.prepare(ids)
     wait_for_file(key, since)  # saved once the server was idle
     client.conversation = f"other-{uuid.uuid4().hex}"
-    client.prepare([i for i, _ in client.tokenize(CHAT.format(OTHER * 6))])
+    client.prepare([i for i, _ in client.tokenize(CHAT.format(OTHER * 6), parse_special=True)])
 
     client.conversation = key
     reopened = client.restore(ids)
@@ -191,7 +191,7 @@ def test_a_reopened_conversation_is_read_back_and_answers_as_after_a_prefill(cli
 
 
 def test_a_generate_waits_for_a_restore_instead_of_running_the_prompt_again(client):
-    ids = [i for i, _ in client.tokenize(CHAT.format(STORY * 30))]
+    ids = [i for i, _ in client.tokenize(CHAT.format(STORY * 30), parse_special=True)]
     client.conversation = f"slow-{uuid.uuid4().hex}"  # never saved: the restore prefills
 
     result = {}
@@ -212,7 +212,7 @@ def test_the_last_answers_cache_is_saved_when_the_server_stops(tmp_path):
     try:
         process.wait_ready(timeout=300)
         with KoboldClient(process.url) as c:
-            ids = [i for i, _ in c.tokenize(CHAT.format(STORY * 2))]
+            ids = [i for i, _ in c.tokenize(CHAT.format(STORY * 2), parse_special=True)]
             c.conversation = "quit-at-once"
             c.prepare(ids)
     finally:
@@ -237,7 +237,7 @@ def _fingerprint_of(folder) -> str:
 def test_a_restore_stops_its_prefill_when_aborted_by_its_request_id(client):
     # Text found nowhere in the cache (a repeated one would be moved there, not run).
     text = " ".join(f"Ship {k} ({uuid.uuid4().hex[:6]}) passed at dawn." for k in range(150))
-    ids = [i for i, _ in client.tokenize(CHAT.format(text))]
+    ids = [i for i, _ in client.tokenize(CHAT.format(text), parse_special=True)]
     client.conversation = f"left-at-once-{uuid.uuid4().hex}"  # never saved: the restore prefills
     result = {}
     thread = threading.Thread(target=lambda: result.update(client.restore(ids, request_id="warm-1")))

@@ -1,0 +1,210 @@
+"""The reopening figures as a user meets them: the window, the real server restarted with its
+saved caches, a 60-message conversation (see ``bench_resume.py``, which runs this).
+
+Each reopening starts from the same state: a fresh copy of the conversation file in a fresh
+data folder, the server started anew on a copy of the cache folder it left when the
+conversation was first opened (``prime``).  The app is the real one (``TurnController``
+and ``MainWindow``, offscreen), opening the file at start as after a restart; the next
+message is sent with Enter, and the time to the first token is measured from Enter.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+#: The 61st line: asks after something said early in the LoCoMo dialogue, so it brings back
+#: pruned context (the figure ``resume_recalled_tokens`` says how much).
+NEXT_MESSAGE = "By the way, what did you say about the support group you went to?"
+#: 60 words a minute: five characters a second.
+TYPING_CPS = 5.0
+
+
+class App:
+    """The window and its controller on a server URL, in the data folder ``home``."""
+
+    def __init__(self, url: str, home: Path) -> None:
+        from halo_weave.app import TurnController
+        from halo_weave.settings import Settings
+        from halo_weave.ui.main_window import MainWindow, app_qsettings
+
+        os.environ["HALO_WEAVE_HOME"] = str(home)
+        settings = Settings(server_url=url, autostart_server=False)
+        self.controller = TurnController(settings, home, autostart=False)
+        self.window = MainWindow(self.controller, app_qsettings(home))
+        self.window.resize(1180, 780)
+        self.window.show()
+        self.first_token: float | None = None
+        self.request_sent: float | None = None  # "reading N tokens…": the answer's request starts
+        self.controller.tokens_streamed.connect(self._streamed)
+        self.controller.turn_phase.connect(self._phase)
+
+    def _phase(self, _message: str, line: str) -> None:
+        if self.request_sent is None and line.startswith("reading") and not self.controller.warming_up:
+            self.request_sent = time.perf_counter()
+
+    def _streamed(self) -> None:
+        # Also emitted when the message is saved and when the request starts: the first
+        # token is the first emission with an answer token in the session.
+        if self.first_token is None and self.controller.session.streamed >= 1:
+            self.first_token = time.perf_counter()
+
+    def events(self, seconds: float = 0.0) -> None:
+        from PySide6.QtWidgets import QApplication
+
+        deadline = time.perf_counter() + seconds
+        while True:
+            QApplication.processEvents()
+            if time.perf_counter() >= deadline:
+                return
+            time.sleep(0.005)
+
+    def wait(self, condition, timeout: float, what: str) -> None:
+        deadline = time.perf_counter() + timeout
+        while not condition():
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"timed out waiting for {what}")
+            self.events(0.01)
+
+    def close(self) -> None:
+        self.window.close()
+        self.controller.shutdown()
+
+
+def prime(url_of, conversation: Path, work: Path) -> None:
+    """Open the conversation once, as after bench_chat built it: the server reads its context
+    and saves its cache when idle and when stopped (``url_of`` starts the server and returns
+    its URL and a stop function)."""
+    home = work / "prime"
+    home_conv = copy_conversation(conversation, home)
+    url, stop = url_of()
+    app = App(url, home)
+    try:
+        app.controller.start(home_conv)
+        app.wait(lambda: app.controller.connection_state == "connected", 120, "the connection")
+        app.wait(lambda: app.controller.last_warm_up is not None and not app.controller.warming_up, 600,
+                 "the first warm-up")
+        app.events(3.0)  # the server saves once it has been idle
+    finally:
+        app.close()
+        stop()
+
+
+def copy_conversation(conversation: Path, home: Path) -> Path:
+    from halo_weave.store import conversations_dir
+
+    folder = conversations_dir(home)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / conversation.name
+    shutil.copyfile(conversation, target)
+    return target
+
+
+def reopen(url_of, conversation: Path, home: Path, *, typed: bool, send_after_s: float = 2.0) -> dict:
+    """One reopening: start the server, open the app on the conversation, send the next
+    message (typed at 60 words a minute from the moment it opened, or pasted and sent
+    ``send_after_s`` after it); figures from Enter."""
+    path = copy_conversation(conversation, home)
+    url, stop = url_of()
+    app = App(url, home)
+    c = app.controller
+    try:
+        opened = time.perf_counter()
+        c.start(path)
+        if typed:
+            box = app.window.input
+            for n in range(1, len(NEXT_MESSAGE) + 1):
+                box.setPlainText(NEXT_MESSAGE[:n])  # each key press: the draft as the app sees it
+                app.events(max(0.0, opened + n / TYPING_CPS - time.perf_counter()))
+        else:
+            app.events(max(0.0, opened + send_after_s - time.perf_counter()))
+            app.window.input.setPlainText(NEXT_MESSAGE)
+        app.wait(lambda: not c.input_block_reason() or c.busy, 300, "the input to open")
+        live_before = {ch.id for ch in c.conv.live_chunks()}
+        turns_before = set(c.conv.turns)
+        warming_at_enter = c.warming_up
+        enter = time.perf_counter()
+        app.window.send()  # Enter
+        shown = None
+        while shown is None:
+            app.events()
+            if app.window.pending_turn.message.isVisible() or "You:" in app.window.heatmap.toPlainText()[-400:]:
+                shown = time.perf_counter()
+        app.wait(lambda: app.first_token is not None or c.last_finish_reason == "error", 600, "the first token")
+        first = app.first_token or time.perf_counter()
+        # What the message brought back: chunks of earlier turns that were not live before it.
+        recalled = sum(ch.token_count for ch in c.conv.live_chunks()
+                       if ch.id not in live_before and not ch.framing and ch.turn_id in turns_before)
+        app.wait(lambda: not c.busy, 600, "the answer")
+        warm = c.last_warm_up or {}
+        done = getattr(c.last_done, "raw", None) or {}
+        timings, kv = done.get("timings") or {}, done.get("kv") or {}
+        return {"ttft_s": first - enter, "enter_to_visible_ms": 1000 * (shown - enter),
+                "enter_to_request_s": (app.request_sent or first) - enter,
+                "server_ttft_s": timings.get("time_to_first_token_s"),
+                "kv_appended": kv.get("appended"), "kv_inserted": kv.get("inserted"),
+                "kv_restored": kv.get("restored"), "kv_reused": kv.get("reused"),
+                "recalled_tokens": recalled, "warming_at_enter": warming_at_enter,
+                "restored": int(warm.get("restored", 0) or 0), "warm_up_s": warm.get("seconds"),
+                "context_tokens": len(c.conv.live_input_ids()), "opened_to_enter_s": enter - opened}
+    finally:
+        app.close()
+        stop()
+
+
+def bench_app(args, conversation: Path, work: Path) -> dict:
+    """The figures of the issue's resume benchmark (medians over ``args.app_reopens``)."""
+    from PySide6.QtWidgets import QApplication
+
+    from halo_weave.server.launcher import start_server
+    from halo_weave.settings import Settings
+
+    QApplication.instance() or QApplication(sys.argv[:1])
+    primed = work / "kv-primed"
+    server_args = [*Settings().server_args(), "--threads", str(args.threads)]
+
+    def server_on(folder: Path):
+        def start():
+            process = start_server(port=0, extra_args=[*server_args, "--kv-dir", str(folder)])
+            return process.wait_ready(timeout=600), process.stop
+        return start
+
+    prime(server_on(primed), conversation, work)
+    saved = [p for p in primed.rglob("*") if p.is_file()]
+    if not saved:
+        raise RuntimeError("the server saved no cache for the conversation")
+    runs: dict[str, list[dict]] = {"typed": [], "pasted": [], "no_state": []}
+    for n in range(args.app_reopens):
+        for mode in runs:
+            folder = work / f"kv-{mode}-{n}"
+            if mode != "no_state":
+                shutil.copytree(primed, folder)
+            else:
+                folder.mkdir()
+            runs[mode].append(reopen(server_on(folder), conversation, work / f"home-{mode}-{n}",
+                                     typed=mode == "typed"))
+            shutil.rmtree(folder, ignore_errors=True)
+            print(f"reopening {n + 1} {mode}: {runs[mode][-1]}", file=sys.stderr, flush=True)
+
+    def median(mode: str, key: str) -> float:
+        return round(statistics.median(r[key] for r in runs[mode]), 3)
+
+    tokens = runs["pasted"][0]["context_tokens"]
+    state_bytes = sum(p.stat().st_size for p in saved)
+    return {
+        "resume_ttft_s": median("typed", "ttft_s"),
+        "resume_ttft_pasted_s": median("pasted", "ttft_s"),
+        "resume_ttft_no_state_s": median("no_state", "ttft_s"),
+        "restore_s": median("pasted", "warm_up_s"),
+        "resume_prefill_warm_up_s": median("no_state", "warm_up_s"),
+        "enter_to_visible_ms": round(statistics.median(r["enter_to_visible_ms"] for mode in runs for r in runs[mode]), 1),
+        "resume_recalled_tokens": int(statistics.median(r["recalled_tokens"] for r in runs["pasted"])),
+        "state_bytes_per_token": round(state_bytes / max(1, tokens), 1),
+        "resume_context_tokens": tokens,
+        "resume_reopens": args.app_reopens,
+        "resume_runs": runs,
+    }
