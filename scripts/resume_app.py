@@ -146,8 +146,7 @@ def reopen(url_of, conversation: Path, home: Path, *, typed: bool, send_after_s:
         return {"ttft_s": first - enter, "enter_to_visible_ms": 1000 * (shown - enter),
                 "enter_to_request_s": (app.request_sent or first) - enter,
                 "server_ttft_s": timings.get("time_to_first_token_s"),
-                "kv_appended": kv.get("appended"), "kv_inserted": kv.get("inserted"),
-                "kv_restored": kv.get("restored"), "kv_reused": kv.get("reused"),
+                **{f"kv_{name}": value for name, value in kv.items()},
                 "recalled_tokens": recalled, "warming_at_enter": warming_at_enter,
                 "restored": int(warm.get("restored", 0) or 0), "warm_up_s": warm.get("seconds"),
                 "context_tokens": len(c.conv.live_input_ids()), "opened_to_enter_s": enter - opened}
