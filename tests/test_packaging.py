@@ -1,13 +1,25 @@
-"""What an installation gives: the exact commands that add the llama.cpp engine or the
-bundled model where they are missing."""
+"""What an installation gives: the version on both commands, and the exact commands that
+add the llama.cpp engine or the bundled model where they are missing."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
+from importlib import metadata
+from pathlib import Path
 
 import pytest
 
 from halo_weave.server import engines, loader
+
+BIN = Path(sys.executable).parent  # the console scripts are installed beside this interpreter
+
+
+@pytest.mark.parametrize("command", ["halo-weave", "halo-weave-server"])
+def test_both_commands_print_the_installed_version(command):
+    result = subprocess.run([str(BIN / command), "--version"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{command} {metadata.version('halo-weave')}"
 
 
 def test_the_llama_extra_brings_the_engine_and_the_bundled_model():

@@ -21,6 +21,7 @@ import os
 import socket
 import sys
 
+from .. import __version__
 from .kv_surgery import TAIL_FIRST_DEFAULT
 
 #: Format of the ready line; :mod:`halo_weave.server.launcher` parses it.
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="require 'Authorization: Bearer KEY' on every request (default: "
                              f"${API_KEY_ENV}); required with a --host other than loopback")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 
 

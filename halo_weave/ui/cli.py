@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from .. import __version__
 from .. import settings as settings_mod
 from ..settings import Settings
 from .connection import DEFAULT_SERVER_URL
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="verify a conversation file (SQLite integrity and every checksum), say what is "
              "wrong, and exit: 0 when sound, 1 when damaged or not a conversation",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 
 
@@ -129,6 +131,7 @@ def run(argv: list[str] | None, controller_class) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Halo Weave")
     app.setOrganizationName("halo-weave")
+    app.setApplicationVersion(__version__)
     try:
         from .theme import apply_dark_theme
 
