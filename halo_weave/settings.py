@@ -7,6 +7,7 @@ persists it with QSettings and the benchmarks override fields on the command lin
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -424,6 +425,32 @@ def scoring_words(settings: Settings, source: str = "server") -> Scoring:
 def data_dir() -> Path:
     """Where conversations live: ``$HALO_WEAVE_HOME`` or the platform's user data dir."""
     return _user_dir("HALO_WEAVE_HOME", "user_data_dir")
+
+
+#: The settings file's name in the config directory (QSettings' INI format).
+SETTINGS_FILE = "settings.ini"
+
+
+def config_dir() -> Path:
+    """Where the settings file lives: ``$HALO_WEAVE_CONFIG``; else ``$HALO_WEAVE_HOME`` when
+    that is set (a private data directory keeps its own settings, as the tests' does); else
+    the platform's user config directory (``~/.config/halo-weave`` on Linux)."""
+    if not os.environ.get("HALO_WEAVE_CONFIG") and os.environ.get("HALO_WEAVE_HOME"):
+        return data_dir()
+    return _user_dir("HALO_WEAVE_CONFIG", "user_config_dir")
+
+
+def settings_file() -> Path:
+    """The settings file in :func:`config_dir`.  One kept in the data directory, where
+    earlier versions wrote it, is moved here first, once (never over an existing one)."""
+    target = config_dir() / SETTINGS_FILE
+    old = data_dir() / SETTINGS_FILE
+    if not target.exists() and old.is_file() and old.resolve() != target.resolve():
+        import shutil
+
+        shutil.move(old, target)
+        logging.getLogger("halo_weave.settings").info("Moved the settings from %s to %s", old, target)
+    return target
 
 
 def cache_dir() -> Path:

@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Without a server at the configured URL the built-in model server starts "
             "automatically on a free loopback port and stops when the window closes. "
             "Conversations are SQLite files in the data directory ($HALO_WEAVE_HOME). "
+            f"Settings: {_settings_file()} ($HALO_WEAVE_CONFIG). "
             f"Logs (the app's, the built-in server's, crash stacks): {_log_folder()} ($HALO_WEAVE_LOGS)."
         ),
     )
@@ -52,8 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--data-dir", metavar="DIR", type=Path,
-        help="where conversations and settings live (default: $HALO_WEAVE_HOME or the "
-             "platform's user data directory)",
+        help="where conversations live, and then the settings too (default: $HALO_WEAVE_HOME or the "
+             "platform's user data directory, with the settings in the user config directory, "
+             "$HALO_WEAVE_CONFIG)",
     )
     parser.add_argument(
         "--conversation", metavar="FILE", type=Path,
@@ -76,6 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
+
+
+def _settings_file() -> str:
+    try:
+        return str(settings_mod.config_dir() / settings_mod.SETTINGS_FILE)
+    except OSError as exc:
+        return f"(none: {exc})"
 
 
 def _log_folder() -> str:
@@ -139,7 +148,7 @@ def run(argv: list[str] | None, controller_class) -> int:
     except ImportError:
         pass
     data_dir = settings_mod.data_dir()
-    qsettings = app_qsettings(data_dir)
+    qsettings = app_qsettings()
     settings = _load_settings(qsettings)
     if args.server_url:
         settings = settings.replace(server_url=args.server_url)

@@ -26,9 +26,13 @@ from .window_menus import WindowMenus
 PREVIEW_CHARS = 160
 
 
-def app_qsettings(data_dir: Path) -> QSettings:
-    """The settings file of a data directory (so HALO_WEAVE_HOME isolates everything)."""
-    return QSettings(str(Path(data_dir) / "settings.ini"), QSettings.Format.IniFormat)
+def app_qsettings(folder: Path | None = None) -> QSettings:
+    """The settings file in ``folder``; by default the user's, in the config directory
+    (:func:`halo_weave.settings.settings_file`, which moves one left in the data directory)."""
+    from ..settings import SETTINGS_FILE, settings_file
+
+    path = Path(folder) / SETTINGS_FILE if folder is not None else settings_file()
+    return QSettings(str(path), QSettings.Format.IniFormat)
 
 
 class MainWindow(QMainWindow, InputActions):
