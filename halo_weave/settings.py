@@ -431,13 +431,14 @@ def data_dir() -> Path:
 SETTINGS_FILE = "settings.ini"
 
 
-def config_dir() -> Path:
+def config_dir(create: bool = True) -> Path:
     """Where the settings file lives: ``$HALO_WEAVE_CONFIG``; else ``$HALO_WEAVE_HOME`` when
     that is set (a private data directory keeps its own settings, as the tests' does); else
-    the platform's user config directory (``~/.config/halo-weave`` on Linux)."""
+    the platform's user config directory (``~/.config/halo-weave`` on Linux).  ``create``:
+    make it if missing (``--help`` only names it)."""
     if not os.environ.get("HALO_WEAVE_CONFIG") and os.environ.get("HALO_WEAVE_HOME"):
-        return data_dir()
-    return _user_dir("HALO_WEAVE_CONFIG", "user_config_dir")
+        return _user_dir("HALO_WEAVE_HOME", "user_data_dir", create)
+    return _user_dir("HALO_WEAVE_CONFIG", "user_config_dir", create)
 
 
 def settings_file() -> Path:
@@ -464,7 +465,7 @@ def log_dir() -> Path:
     return _user_dir("HALO_WEAVE_LOGS", "user_log_dir")
 
 
-def _user_dir(env_var: str, platform_kind: str) -> Path:
+def _user_dir(env_var: str, platform_kind: str, create: bool = True) -> Path:
     env = os.environ.get(env_var)
     if env:
         path = Path(env).expanduser()
@@ -472,5 +473,6 @@ def _user_dir(env_var: str, platform_kind: str) -> Path:
         import platformdirs  # only when no override is set: tests and CI never need it
 
         path = Path(getattr(platformdirs, platform_kind)("halo-weave", appauthor=False))
-    path.mkdir(parents=True, exist_ok=True)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
     return path

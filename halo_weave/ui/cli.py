@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _settings_file() -> str:
     try:
-        return str(settings_mod.config_dir() / settings_mod.SETTINGS_FILE)
+        return str(settings_mod.config_dir(create=False) / settings_mod.SETTINGS_FILE)
     except OSError as exc:
         return f"(none: {exc})"
 
