@@ -76,8 +76,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="verify a conversation file (SQLite integrity and every checksum), say what is "
              "wrong, and exit: 0 when sound, 1 when damaged or not a conversation",
     )
+    parser.add_argument(
+        "--install-desktop-entry", action="store_true",
+        help="add Halo Weave to the desktop's application menu, with its icon (for this user: "
+             "$XDG_DATA_HOME/applications and icons), and exit",
+    )
+    parser.add_argument(
+        "--remove-desktop-entry", action="store_true",
+        help="take the desktop entry and the icon that --install-desktop-entry wrote away again, and exit",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
+
+
+def desktop_entry_main(install: bool) -> int:
+    """``--install-desktop-entry`` / ``--remove-desktop-entry``: say which files changed."""
+    from . import desktop_entry
+
+    if install:
+        for path in desktop_entry.install():
+            print(f"wrote {path}")
+        return 0
+    removed = desktop_entry.remove()
+    print("\n".join(f"removed {path}" for path in removed) or "no desktop entry was installed")
+    return 0
 
 
 def _settings_file() -> str:
@@ -113,6 +135,8 @@ def run(argv: list[str] | None, controller_class) -> int:
         os.environ["HALO_WEAVE_HOME"] = str(args.data_dir.expanduser())
     if args.probe:
         return probe_main(args.probe)
+    if args.install_desktop_entry or args.remove_desktop_entry:
+        return desktop_entry_main(args.install_desktop_entry)
     if args.check:
         from ..storage.files import check_file
 
@@ -135,12 +159,15 @@ def run(argv: list[str] | None, controller_class) -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    from .main_window import MainWindow, app_qsettings
+    from .desktop_entry import APP_ID
+    from .main_window import MainWindow, app_icon, app_qsettings
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Halo Weave")
     app.setOrganizationName("halo-weave")
     app.setApplicationVersion(__version__)
+    app.setDesktopFileName(APP_ID)  # Wayland matches the window to the installed desktop entry
+    app.setWindowIcon(app_icon())
     try:
         from .theme import apply_dark_theme
 

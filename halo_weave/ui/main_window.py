@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QSettings, Qt
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtGui import QCloseEvent, QIcon
 from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QMainWindow, QPushButton, QSplitter, QVBoxLayout, QWidget,
 )
@@ -35,6 +35,13 @@ def app_qsettings(folder: Path | None = None) -> QSettings:
     return QSettings(str(path), QSettings.Format.IniFormat)
 
 
+def app_icon() -> QIcon:
+    """Halo Weave's icon (the SVG shipped in ``resources/``)."""
+    from .desktop_entry import icon_path
+
+    return QIcon(str(icon_path()))
+
+
 class MainWindow(QMainWindow, InputActions):
     """The Halo Weave window around one :class:`TurnController`."""
 
@@ -50,6 +57,7 @@ class MainWindow(QMainWindow, InputActions):
         self.controller = controller
         self.qsettings = qsettings
         self.setWindowTitle("Halo Weave")
+        self.setWindowIcon(app_icon())
         self.resize(1180, 780)
         self.messages = MessageCenter(self)
 
