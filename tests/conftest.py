@@ -1,6 +1,6 @@
 """Session-wide test setup: private data dirs, offline models, one real model server.
 
-``HALO_WEAVE_HOME`` points at a fresh temporary directory per session;
+``HALO_WEAVE_HOME`` and ``HALO_WEAVE_CONFIG`` point at a fresh temporary directory per session;
 ``HALO_WEAVE_CACHE`` at a stable temporary path so the dequantized model cached by the
 first run makes later runs start the server in seconds.
 """
@@ -22,6 +22,7 @@ SERVER_START_TIMEOUT_S = 300
 
 _HOME = tempfile.mkdtemp(prefix="halo-weave-home-")
 os.environ["HALO_WEAVE_HOME"] = _HOME
+os.environ["HALO_WEAVE_CONFIG"] = _HOME  # settings.ini: never the user's own
 os.environ["HALO_WEAVE_CACHE"] = str(TEST_CACHE_DIR)
 os.environ["HALO_WEAVE_LOGS"] = str(Path(_HOME) / "logs")
 os.environ["HF_HUB_OFFLINE"] = "1"

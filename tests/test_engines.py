@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import httpx
 import numpy as np
@@ -377,7 +378,8 @@ def test_without_llama_cpp_the_server_runs_on_transformers_and_says_how_to_get_i
         url = server.wait_ready(timeout=300)
         info = httpx.get(f"{url}/api/v1/model", timeout=30).json()
         assert info["engine"] == "transformers"
-        assert any("pip install llama-cpp-python" in line for line in server.log)
+        # The exact command for this installation: its own Python, the version the llama extra declares.
+        assert any(f"`{sys.executable} -m pip install 'llama-cpp-python[server]" in line for line in server.log)
     finally:
         server.stop()
 

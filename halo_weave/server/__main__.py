@@ -22,6 +22,7 @@ import socket
 import sys
 from pathlib import Path
 
+from .. import __version__
 from .kv_files import DEFAULT_DISK_BYTES
 from .kv_surgery import TAIL_FIRST_DEFAULT
 
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="require 'Authorization: Bearer KEY' on every request (default: "
                              f"${API_KEY_ENV}); required with a --host other than loopback")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 
 

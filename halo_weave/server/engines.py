@@ -20,12 +20,14 @@ log = logging.getLogger("halo_weave.server")
 AUTO, LLAMACPP, TRANSFORMERS = "auto", "llamacpp", "transformers"
 ENGINES = (AUTO, LLAMACPP, TRANSFORMERS)
 
-#: Shown when ``auto`` falls back to transformers for a GGUF file.
-FASTER_ENGINE_HINT = (
-    "llama-cpp-python is not installed, so this GGUF model runs on transformers; "
-    "`.venv/bin/pip install llama-cpp-python` (needs a C/C++ compiler, ~8 min) gives the "
-    "llama.cpp engine, several times faster."
-)
+
+def faster_engine_hint() -> str:
+    """Shown when ``auto`` falls back to transformers for a GGUF file: the command that fixes it."""
+    from .install_hints import engine_command
+
+    return ("llama-cpp-python is not installed, so this GGUF model runs on transformers; "
+            f"`{engine_command()}` (needs a C/C++ compiler, ~8 min) gives the "
+            "llama.cpp engine, several times faster.")
 
 
 def choose(kind: str, source: loader.ModelSource, device: str = "auto") -> str:
@@ -42,7 +44,7 @@ def choose(kind: str, source: loader.ModelSource, device: str = "auto") -> str:
         bindings.load()
     except bindings.LlamaUnavailable as exc:
         log.debug("llama.cpp unavailable: %s", exc)
-        log.warning(FASTER_ENGINE_HINT)
+        log.warning(faster_engine_hint())
         return TRANSFORMERS
     from .llamacpp import safety
 

