@@ -168,6 +168,9 @@ class Settings:
     # The model's context on a server that does not say (OpenAI-compatible ones); 0 = assume 2048.
     server_context_tokens: int = 0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    #: Disk the built-in server may fill with conversations' saved KV caches (MiB; the least
+    #: recently saved go first; 0 saves none, and reopening a conversation prefills it).
+    saved_caches_mb: int = 2048
     #: The model's notebook (notes.json, edited with jq): off unless asked for; when on,
     #: its instructions follow the system prompt and the answers' tool calls run.
     notes_tool: bool = False
@@ -209,7 +212,7 @@ class Settings:
     def server_args(self) -> list[str]:
         """Command-line options for the bundled server that follow from these settings."""
         cells = self.server_context_cells()
-        return ["--initial-context", str(cells)] if cells else []
+        return [*(["--initial-context", str(cells)] if cells else []), "--kv-disk-mb", str(self.saved_caches_mb)]
 
     @classmethod
     def field_names(cls) -> list[str]:

@@ -103,4 +103,7 @@ def test_the_app_sizes_its_server_cache_from_the_budget():
     cells = int(args[1])
     s = Settings()
     assert cells % 256 == 0 and s.max_context_tokens + s.max_new_tokens <= cells < 8192
-    assert Settings(max_context_tokens=0).server_args() == []
+    assert "--initial-context" not in Settings(max_context_tokens=0).server_args()
+    # The saved caches' bound on disk follows the setting (2 GiB unless changed).
+    assert args[-2:] == ["--kv-disk-mb", "2048"]
+    assert Settings(saved_caches_mb=0).server_args()[-2:] == ["--kv-disk-mb", "0"]

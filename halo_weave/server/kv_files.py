@@ -40,8 +40,8 @@ MAGIC = b"HWKV1\n"
 SUFFIX = ".kvstate"
 #: Seconds without a request before a changed cache is written out.
 IDLE_SAVE_S = 1.5
-#: Default bound on the directory (SmolLM2-135M: ~23 KB per token, ~180k tokens).
-DEFAULT_DISK_BYTES = 4 << 30
+#: Default bound on the directory (SmolLM2-135M: ~23 KB per token, ~90k tokens).
+DEFAULT_DISK_BYTES = 2 << 30
 #: Longest conversation key accepted (the app sends a UUID).
 MAX_KEY_CHARS = 200
 

@@ -155,6 +155,12 @@ class SettingsDialog(QDialog):
         form.addRow("Attention format", self._combo("attention_format", s.attention_format))
         form.addRow("", self._check("autostart_server", s.autostart_server,
                                     "Start the built-in server when none answers at this URL"))
+        saved = self._int("saved_caches_mb", s.saved_caches_mb, "None: reopening reads the context again")
+        saved.setSuffix(" MiB")
+        saved.setToolTip("The built-in server saves each conversation's model cache to disk, so that "
+                         "reopening it answers at once instead of reading the whole context again; "
+                         "the least recently saved go first beyond this size (applies when it starts).")
+        form.addRow("Saved model caches", saved)
         form.addRow("Debugging", self._check("record_attention", s.record_attention,
                                              "Record attention of every answer to the captures folder"))
         return page
