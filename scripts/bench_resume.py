@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import tempfile
 import time
@@ -172,16 +171,6 @@ def bench_engine(args, folder: Path) -> dict:
         engine.close()
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def build_conversation(args, path: Path) -> dict:
     """A ``--messages``-message conversation made by bench_chat.py at the app's defaults
     (answers up to ``--max-new-tokens``), kept at ``path``; returns bench_chat's figures."""
@@ -222,7 +211,9 @@ def main() -> None:
     args.tokens = args.tokens or (1500 if args.quick else 4000)
     args.reopens = args.reopens or (2 if args.quick else 5)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    figures = {"tokens": args.tokens, "reopens": args.reopens, "threads": args.threads, "cpu": cpu_model(),
+    from halo_weave.server.llamacpp.safety import cpu_name
+
+    figures = {"tokens": args.tokens, "reopens": args.reopens, "threads": args.threads, "cpu": cpu_name(),
                "load_average_before": round(os.getloadavg()[0], 2)}
     with tempfile.TemporaryDirectory(prefix="bench-resume-") as folder:
         if "engine" in parts:
