@@ -352,12 +352,15 @@ class SemanticIndex:
 
     # ------------------------------------------------------------------ resurrection
     def plan(self, conv: Conversation, matches: Sequence[Match], budget: int) -> ResurrectionPlan:
-        """Which matches come back within ``budget`` tokens (see :mod:`.memory.resurrection`),
-        each followed by its neighbours of the same sitting (``resurrect_neighbours``)."""
+        """Which matches come back within ``budget`` tokens (see :mod:`.memory.resurrection`):
+        those scoring at least ``recall_relative_floor`` of the best, each followed by its
+        neighbours of the same sitting (``resurrect_neighbours``), at most
+        ``recall_max_chunks`` paragraphs."""
         s = self.settings
+        matches = query.relevant(matches, s.recall_relative_floor)
         matches = query.with_neighbours(conv, matches, s.resurrect_neighbours, s.session_gap_seconds,
                                         s.neighbour_matches)
-        return make_plan(conv, matches, budget, s.resurrection_anchors)
+        return make_plan(conv, matches, budget, s.resurrection_anchors, s.recall_max_chunks)
 
     def resurrect_for(self, conv: Conversation, user_text: str, user_tokens: int,
                       model_max_context: int, max_new_tokens: int,

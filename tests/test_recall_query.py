@@ -156,3 +156,29 @@ def test_feedback_finds_what_the_best_matches_are_about(diary):
     assert plain.index(boat) < plain.index(operation)
     assert moved.index(operation) < moved.index(boat)
     assert set(moved[:2]) == set(plain[:2])  # the best matches stay where they were
+
+
+def test_a_message_about_one_thing_brings_back_only_what_is_about_it(diary):
+    conv, _, index = diary
+    question = "What is my sister's dog called?"
+    every = with_settings(index, resurrect_neighbours=0, resurrection_anchors="if_room")
+    focused = with_settings(index, resurrect_neighbours=0, resurrection_anchors="if_room",
+                            recall_relative_floor=0.8)
+    matches = index.search(question, limit=20)
+    pepper = chunk_with(conv, "My sister's dog is called Pepper").id
+    brought = [p.match.chunk_id for p in every.plan(conv, matches, 10_000).taken]
+    kept = [p.match.chunk_id for p in focused.plan(conv, matches, 10_000).taken]
+    assert len(brought) == len(matches)  # with room, every match found comes back
+    assert kept[0] == pepper and len(kept) < len(brought) / 2
+
+
+def test_at_most_the_cap_of_paragraphs_comes_back(diary):
+    conv, _, index = diary
+    capped = with_settings(index, resurrect_neighbours=1, neighbour_matches=0,
+                           resurrection_anchors="if_room", recall_max_chunks=3)
+    matches = index.search("cooking dinner and the cat's operation", limit=20)
+    plan = capped.plan(conv, matches, 10_000)
+    assert len(plan.chunk_ids) == 3
+    before = conv.live_token_count()
+    plan.apply(conv, "at_prune")
+    assert conv.live_token_count() - before == plan.tokens

@@ -23,6 +23,7 @@ from datetime import datetime
 from typing import Sequence
 
 from ..conversation import Conversation
+from ..core import ties
 from .resurrection import Match
 
 _MONTHS = {m: i + 1 for i, m in enumerate(
@@ -91,6 +92,19 @@ def interleave(lists: Sequence[Sequence[Match]], limit: int) -> list[Match]:
                 if len(out) >= limit:
                     return out
     return out
+
+
+def relevant(matches: Sequence[Match], floor: float) -> list[Match]:
+    """The matches scoring at least ``floor`` times the best one's score (setting
+    ``recall_relative_floor``; 0 keeps them all).  Scores are compared on the rank grid of
+    :mod:`..core.ties`, so the cut does not move with a CPU's last bits."""
+    if floor <= 0 or not matches:
+        return list(matches)
+    best = max(m.score for m in matches)
+    if best <= 0:
+        return list(matches)
+    least = ties.level(floor * best)
+    return [m for m in matches if ties.level(m.score) >= least]
 
 
 def with_neighbours(conv: Conversation, matches: Sequence[Match], reach: int,

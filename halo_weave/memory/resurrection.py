@@ -111,11 +111,13 @@ def budget(conv: Conversation, user_tokens: int, max_context: int, max_new_token
 
 
 def make_plan(conv: Conversation, matches: Sequence[Match], budget: int,
-              anchors: str = "always") -> ResurrectionPlan:
+              anchors: str = "always", max_chunks: int = 0) -> ResurrectionPlan:
     """Take matches in order while their cost fits (see the module docstring).
 
     ``anchors``: ``"always"`` (each match with its anchors) or ``"if_room"`` (anchors
-    from what the matches leave).
+    from what the matches leave).  ``max_chunks`` > 0: at most that many pruned chunks
+    come back (matches and anchors counted; a match already live costs nothing and is
+    not counted).
     """
     if anchors not in ("always", "if_room"):
         raise ValueError(f"resurrection anchors must be 'always' or 'if_room', not {anchors!r}")
@@ -127,6 +129,10 @@ def make_plan(conv: Conversation, matches: Sequence[Match], budget: int,
             continue  # an entry whose chunk is gone (merged away) cannot come back
         group = [chunk] + (conv.anchors_of(chunk) if plan.with_anchors else [])
         cost, new, turns = cost_of(group)
+        if max_chunks > 0 and len(cost_of.planned) + len(new) > max_chunks:
+            if new:
+                plan.skipped.append(PlannedMatch(match, cost))
+            continue
         if cost <= budget - plan.tokens:
             plan.taken.append(PlannedMatch(match, cost))
             cost_of.take(new, turns)
@@ -136,6 +142,8 @@ def make_plan(conv: Conversation, matches: Sequence[Match], budget: int,
         for planned in list(plan.taken):
             for anchor in conv.anchors_of(conv.chunks[planned.match.chunk_id]):
                 cost, new, turns = cost_of([anchor])
+                if max_chunks > 0 and len(cost_of.planned) + len(new) > max_chunks:
+                    break
                 if new and cost <= budget - plan.tokens:
                     plan.anchors.append(anchor.id)
                     plan.anchor_tokens += cost

@@ -69,6 +69,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "date_weight": (0.0, 10.0),
     "resurrect_neighbours": (0, 100),
     "neighbour_matches": (0, 100_000),
+    "recall_relative_floor": (0.0, 1.0),
+    "recall_max_chunks": (0, 100_000),
     "query_feedback": (0.0, 10.0),
     "query_feedback_top": (1, 1000),
     "session_gap_seconds": (0.0, 10_000_000.0),
