@@ -282,7 +282,7 @@ def main(argv=None) -> int:
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1
                 results[name].question_seconds += time.perf_counter() - t
-                results[name].add(question.category, out.recall, out.tokens)
+                results[name].add(question.category, out.recall, out.tokens, out.recalled)
                 per_question[name].append(out)
         diagnostics += diagnose(dialogue, per_question, args.diagnostics - len(diagnostics))
         store.close()

@@ -45,6 +45,7 @@ class Outcome:
     tokens: int
     live_evidence: list[str]
     missing: dict[str, str] = field(default_factory=dict)  # dia id -> why it is not live
+    recalled: int | None = None  # tokens the question's plan brought back (None: not read)
 
 
 def evidence_recall(conv: Conversation, evidence: list[str], turn_of: dict[str, int]) -> tuple[float, list[str]]:
@@ -293,4 +294,4 @@ def _read_plan(base: Conversation, plan, matches, q: QuestionContext) -> Outcome
             missing[dia_id] = ("over budget" if turn_id in skipped else
                                "retrieved, not resurrected" if turn_id in searched else "never retrieved")
     recall = len(live) / len(q.question.evidence) if q.question.evidence else float("nan")
-    return Outcome(recall, base.live_token_count() + plan.tokens + q.framed_tokens, live, missing)
+    return Outcome(recall, base.live_token_count() + plan.tokens + q.framed_tokens, live, missing, plan.tokens)

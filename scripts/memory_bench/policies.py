@@ -102,6 +102,16 @@ METHODS = [
     # Stop 29: room for what a message brings back (resurrection_keep_share 0.5, 30
     # candidates); recent-s28 is the app before it (the room what pruning left, 20).
     ("recent-s28", None, {"resurrection_keep_share": 1.0, "query_max_results": 20}),
+    # What one message may bring back: only matches scoring at least a share of the best
+    # one's score (recall_relative_floor), at most N paragraphs (recall_max_chunks).
+    ("recent-floor70", None, {"recall_relative_floor": 0.7}),
+    ("recent-floor80", None, {"recall_relative_floor": 0.8}),
+    ("recent-floor90", None, {"recall_relative_floor": 0.9}),
+    ("recent-cap8", None, {"recall_max_chunks": 8}),
+    ("recent-cap16", None, {"recall_max_chunks": 16}),
+    ("recent-floor80-cap8", None, {"recall_relative_floor": 0.8, "recall_max_chunks": 8}),
+    ("recent-floor80-cap16", None, {"recall_relative_floor": 0.8, "recall_max_chunks": 16}),
+    ("recent-keep100", None, {"resurrection_keep_share": 1.0}),
     # The app's resurrection on every user message during the replay too.
     ("halo-live", "live", {}),
     ("halo-live-mean", "live-mean", {"rule": "mean"}),

@@ -28,11 +28,14 @@ class MethodResult:
     replay_shared_with: str | None = None
     missing_reasons: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     fidelity: Fidelity = field(default_factory=Fidelity)
+    recalled: list[int] = field(default_factory=list)  # tokens each question brought back
 
-    def add(self, category: int, recall: float, tokens: int) -> None:
+    def add(self, category: int, recall: float, tokens: int, recalled: int | None = None) -> None:
         if not math.isnan(recall):
             self.recalls[category].append(recall)
         self.tokens.append(tokens)
+        if recalled is not None:
+            self.recalled.append(recalled)
 
     def recall(self, category: int | None = None) -> float:
         values = (sum(self.recalls.values(), []) if category is None
@@ -48,6 +51,8 @@ class MethodResult:
         out["mean_tokens"] = _r(float(np.mean(self.tokens)) if self.tokens else float("nan"), 1)
         out["max_tokens"] = int(max(self.tokens)) if self.tokens else 0
         out["max_tokens"] = max(out["max_tokens"], getattr(self, "max_tokens", 0))
+        if self.recalled:
+            out["mean_recalled_tokens"] = _r(float(np.mean(self.recalled)), 1)
         # Continuation fidelity (finite: a method without scored turns counts as none lost).
         f = self.fidelity
         out["delta_nll"] = round(f.delta_nll, 4) if f.turns and math.isfinite(f.delta_nll) else 0.0
@@ -79,6 +84,8 @@ def merge(figures: list[dict]) -> list[MethodResult]:
                 if n and value is not None:
                     r.recalls[c].extend([value] * n)  # same mean, same weight
             r.tokens.extend([f["mean_tokens"]] * f["questions"])
+            if f.get("mean_recalled_tokens") is not None:
+                r.recalled.extend([f["mean_recalled_tokens"]] * f["questions"])
             r.replay_seconds += f.get("replay_seconds", 0.0)
             r.question_seconds += f.get("question_seconds", 0.0)
             r.replay_shared_with = f.get("replay_shared_with")
