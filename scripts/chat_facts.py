@@ -146,11 +146,12 @@ class SyncIndexer:
         self.index.index_chunks(conv, chunk_ids)
 
 
-def start_ours(model: str | None, settings, folder: Path):
+def start_ours(model: str | None, threads: int | None, settings, folder: Path):
     """The bundled server with the app's options; returns (url, stop)."""
     from halo_weave.server.launcher import start_server
 
     args = [*settings.server_args(), "--kv-dir", str(folder / "kv")] + (["--model", model] if model else [])
+    args += ["--threads", str(threads)] if threads else []
     server = start_server(port=0, extra_args=args)
     try:
         return server.wait_ready(timeout=START_TIMEOUT_S), server.stop
@@ -159,21 +160,28 @@ def start_ours(model: str | None, settings, folder: Path):
         raise
 
 
-def start_llama_cpp(model: str | None, n_ctx: int, folder: Path):
-    """llama-cpp-python's OpenAI-compatible server; returns (url, stop)."""
+def start_llama_cpp(model: str | None, threads: int | None, n_ctx: int, folder: Path):
+    """llama-cpp-python's OpenAI-compatible server; returns (url, stop).
+
+    Its OpenMP threads wait as our server's do (:mod:`halo_weave.server.omp`): spinning
+    without bound, its 2 threads on a 2-core machine that other work keeps busy took
+    seconds per token, which measures the machine's load rather than the server."""
     import httpx
 
     from halo_weave.server.loader import bundled_gguf
+    from halo_weave.server.omp import configure as configure_openmp
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     url = f"http://127.0.0.1:{port}"
     log = open(folder / "llama-cpp-server.log", "wb")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    configure_openmp(env)
     process = subprocess.Popen(
         [sys.executable, str(LLAMA_CPP_MAIN), "--model", str(model or bundled_gguf()), "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(len(os.sched_getaffinity(0)))],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+         "--port", str(port), "--n_ctx", str(n_ctx), "--n_threads", str(threads or len(os.sched_getaffinity(0)))],
+        stdout=log, stderr=subprocess.STDOUT, env=env)
 
     def stop() -> None:
         if process.poll() is None:
@@ -342,6 +350,8 @@ def main(argv=None) -> int:
     parser.add_argument("--n-ctx", type=int, default=2048,
                         help="llama-cpp-python's context; its /v1/models does not say it, so the app "
                              "assumes 2048 (default 2048)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="the server's CPU threads (default: ours decides; llama-cpp-python: every core)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -359,9 +369,9 @@ def main(argv=None) -> int:
         folder = Path(tmp)
         os.environ["HALO_WEAVE_HOME"] = tmp
         if args.server_kind == "ours":
-            url, stop = start_ours(args.model, settings, folder)
+            url, stop = start_ours(args.model, args.threads, settings, folder)
         else:
-            url, stop = start_llama_cpp(args.model, args.n_ctx, folder)
+            url, stop = start_llama_cpp(args.model, args.threads, args.n_ctx, folder)
         try:
             session, index, store = open_session(url, settings, folder)
             try:
@@ -373,7 +383,7 @@ def main(argv=None) -> int:
         finally:
             stop()
     figures = {"server_kind": args.server_kind, "model": args.model or model, "model_name": model,
-               "target": args.target, "seed": args.seed, "temperature": settings.temperature,
+               "target": args.target, "seed": args.seed, "threads": args.threads, "temperature": settings.temperature,
                "max_new_tokens": settings.max_new_tokens, "system_prompt": settings.effective_system_prompt,
                **summary(rows, facts), "wall_s": round(time.perf_counter() - started, 1),
                "cpu": before["cpu"], "cpus": before["cpus"], "load_average_start": before["load_average"],
