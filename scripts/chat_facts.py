@@ -7,7 +7,9 @@ answered.  The chat runs through the app's :class:`~halo_weave.session.ChatSessi
 (search, resurrect, save, fit the window, stream, finish and prune, as in the window;
 messages pasted, indexing in place between turns) against a real server started here on
 127.0.0.1, at the app's default settings except the target (``max_context_tokens``,
-700 by default: the facts are pruned long before they are asked about).
+700 by default: the facts are pruned long before they are asked about).  In text mode the
+app's reader would light the heatmap with the bundled model's attention; it is not run
+here: by default it ranks nothing for pruning.
 
 Each fact question is scored twice: ``answered`` (the answer contains the fact, any of
 its usual spellings: :func:`contains_fact`) and ``live`` (the chunk that states the
