@@ -261,6 +261,7 @@ def main(argv=None) -> int:
                     index = _index(indexes, store, settings, queries, opts, SemanticIndex)
                     text = retrieval.with_recent(recent, question.question, options.get("recent_turns", 0))
                     out = answer_halo_dry(recent, index.search(text), ctx, index.plan,
+                                          index.settings.resurrection_budget_cap,
                                           floor=room_floor(index.settings), by_age=True)
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1

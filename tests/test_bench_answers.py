@@ -1,0 +1,59 @@
+"""The answer benchmark's scoring (LoCoMo's answer F1) and its question subset.
+
+Fast: no model.  The figures in docs/answers.md come from these functions, so a wrong
+normalisation or split would move every one of them.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+pytest.importorskip("nltk")
+
+from memory_bench import answers  # noqa: E402
+from memory_bench.locomo import Dialogue, Question  # noqa: E402
+
+
+def test_an_answer_in_other_words_scores_by_the_words_it_shares():
+    # Case, punctuation, articles and word endings do not count; extra words lower precision.
+    assert answers.answer_f1("The Lean Startup!", "the lean startup", 4) == 1.0
+    assert answers.answer_f1('Jon is currently reading "The Lean Startup".', "The Lean Startup", 4) == pytest.approx(0.5)
+    assert answers.answer_f1("She painted sunsets", "painting a sunset", 4) == pytest.approx(0.8)
+    assert answers.answer_f1("Paris", "Rome", 4) == 0.0
+    assert answers.answer_f1("", "Rome", 4) == 0.0
+
+
+def test_a_multi_hop_answer_is_scored_part_by_part():
+    # Each gold part takes the best predicted part: naming both cities in any order is full marks.
+    assert answers.answer_f1("Rome, Paris", "Paris, Rome", 1) == 1.0
+    assert answers.answer_f1("Paris", "Paris, Rome", 1) == 0.5
+    # Without the split the same answer would be scored as one phrase.
+    assert answers.answer_f1("Paris", "Paris, Rome", 4) == pytest.approx(2 / 3)
+
+
+def test_an_open_domain_answer_is_scored_against_its_first_alternative():
+    assert answers.answer_f1("likely yes", "Likely yes; because she said so", 3) == 1.0
+
+
+def test_containment_asks_for_every_gold_word():
+    assert answers.contains("Gina opened it on March 16, 2023.", "16 March, 2023", 2) == 1.0
+    assert answers.contains("Gina opened it in 2023.", "16 March, 2023", 2) == 0.0
+    assert answers.contains("Jon has visited Paris and London.", "Paris, Rome", 1) == 0.5
+
+
+def test_the_subset_is_fixed_by_its_seed_and_balanced_by_category():
+    import bench_answers
+
+    questions = [Question(i, f"q{i}", "a", 1 + i % 4, ["D1:1"]) for i in range(40)]
+    questions.append(Question(99, "no evidence", "a", 1, []))
+    dialogue = Dialogue("conv-x", "A", "B", [], questions)
+    first = bench_answers.subset([dialogue], 3, seed=7)
+    assert first == bench_answers.subset([dialogue], 3, seed=7)
+    assert sorted(q.category for _, q in first) == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
+    assert all(q.evidence for _, q in first)
+    assert first != bench_answers.subset([dialogue], 3, seed=8)
