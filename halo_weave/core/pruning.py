@@ -100,6 +100,7 @@ def take_out(conv, chunks: list[Chunk]) -> list[Chunk]:
     table.keep(~np.isin(table.chunk_id, np.fromiter(gone, np.int32, len(gone))))
     for chunk in pruned:
         chunk.live = False
+        chunk.recalled_for = None  # a recall's mark lasts until the chunk is pruned
     pruned.sort(key=lambda c: c.start)
     return pruned
 
