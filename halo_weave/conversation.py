@@ -320,6 +320,10 @@ class Conversation:
         chosen = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared, keep=keep)
         return self._prune_chunks(chosen) if chosen else []
 
+    def kept_tokens(self) -> int:
+        """Live tokens no prune after an answer takes (:func:`.core.pruning.kept_tokens`)."""
+        return pruning.kept_tokens(self)
+
     def prune_chunk(self, chunk_id: int) -> list[Chunk]:
         """Prune one chunk by hand (the user's decision overrides anchor protection)."""
         chunk = self.chunks[chunk_id]
