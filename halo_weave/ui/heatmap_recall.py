@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QPoint, QPointF, QRectF, Qt
-from PySide6.QtGui import QColor, QPainter, QPainterPath, QPen
+from PySide6.QtGui import QPainter, QPainterPath, QPen
 
 from . import colors
 from .heatmap_frame import Frame, region_of
@@ -132,7 +132,6 @@ def paint_flash(view, painter: QPainter, frame: Frame, chunk_id: int | None) -> 
         path.addRect(QRectF(float(x0[on].min()) - 3, line, float(x1[on].max() - x0[on].min()) + 6, float(h[on].max())))
     painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
     painter.setPen(QPen(colors.qcolor(colors.RECALL_VIOLET), 2))
-    painter.setBrush(QColor(*colors.RECALL_VIOLET, 45))
+    painter.setBrush(Qt.BrushStyle.NoBrush)  # a fill over the text would dim its colour
     painter.drawPath(path.simplified())
     painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
-    painter.setBrush(Qt.BrushStyle.NoBrush)

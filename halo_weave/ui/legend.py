@@ -24,8 +24,9 @@ FIRST_START_LINES = (
     "lately) to gold (read a lot); the words it attends to most get a yellow background.",
     "<b>The graveyard</b> (right) holds paragraphs pruned when the context is full; a later "
     "question brings the right ones back in place, or click one to resurrect it.",
-    "<b>The numbers</b> above: <i>Live</i> tokens the model sees / the limit, <i>Total</i> ever "
-    "written, ☀ mean brightness, speed. View → Heatmap legend explains every colour.",
+    "<b>The numbers</b> above: <i>Live</i> tokens the model sees / the limit (and, beside it, what "
+    "your messages recalled), <i>Total</i> ever written, ☀ mean brightness, speed. View → Heatmap "
+    "legend explains every colour.",
 )
 
 

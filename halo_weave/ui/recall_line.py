@@ -3,9 +3,9 @@
 "Recalled for this message: 3 chunks: “My cat is called Mochi…” · “I fly to Lisbon on…” ·
 “My sister Ana is…”": each quoted piece is the first words of a chunk the message's
 search brought back, a link the heatmap jumps to it by (one pruned since says so, and
-its link shows it in the graveyard); past :data:`SHOWN` chunks a last link, "+ 22 more",
-lists the rest.  Qt-free: the heatmap's document plan lays it out
-(:mod:`.heatmap_layout`).
+its link shows it in the graveyard; when all are, the line says it once); past
+:data:`SHOWN` chunks a last link, "+ 22 more", lists the rest.  Qt-free: the heatmap's
+document plan lays it out (:mod:`.heatmap_layout`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ FIRST_WORDS = 6
 FIRST_CHARS = 36
 #: The chunk id of the "+ N more" link.
 MORE = -1
+#: Joins the words of one link, so that a line wraps between links, not inside one.
+NBSP = "\u00a0"
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,8 @@ def recall_line(conv: Conversation, turn_id: int, expanded: bool = False) -> tup
     ids = [c for c in conv.recalls.of(turn_id) if c in conv.chunks]
     if not ids:
         return "", []
-    text = f"Recalled for this message: {count_words(len(ids))}: "
+    all_pruned = not any(conv.chunks[c].live for c in ids)
+    text = f"Recalled for this message: {count_words(len(ids))}{', all pruned since' if all_pruned else ''}: "
     links: list[Link] = []
     shown = ids if expanded or len(ids) <= SHOWN + 1 else ids[:SHOWN]
     for i, chunk_id in enumerate(shown):
@@ -64,13 +67,13 @@ def recall_line(conv: Conversation, turn_id: int, expanded: bool = False) -> tup
             words = first_words(conv.chunk_text(chunk_id))
         except Exception:  # noqa: BLE001 - a line under a message is never worth an error dialog
             words = f"chunk {chunk_id}"
-        piece = f"“{words}”"
+        piece = f"“{words}”".replace(" ", NBSP)
         links.append(Link(_units(text), _units(text) + _units(piece), chunk_id))
         text += piece
-        if not conv.chunks[chunk_id].live:
-            text += " (pruned since)"
+        if not (all_pruned or conv.chunks[chunk_id].live):
+            text += f"{NBSP}(pruned{NBSP}since)"
     if len(shown) < len(ids):
-        piece = f"+ {len(ids) - len(shown):,} more"
+        piece = f"+{NBSP}{len(ids) - len(shown):,}{NBSP}more"
         text += " · "
         links.append(Link(_units(text), _units(text) + _units(piece), MORE))
         text += piece

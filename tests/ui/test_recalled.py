@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from halo_weave.ui.heatmap_recall import recall_marks
-from halo_weave.ui.recall_line import MORE, count_words, first_words
+from halo_weave.ui.recall_line import MORE, NBSP, count_words, first_words
 
 from server_steps import CAT, prune_the_cat
 from test_app import make_app  # noqa: F401 - the fixture
@@ -27,7 +27,7 @@ def _line_under(view, conv, turn_id: int) -> str:
     text = view.toPlainText()
     words = "".join(conv.chunk_text(c.id) for c in conv.content_chunks(turn_id)).strip()
     after = text[text.rindex(words) + len(words):].lstrip("\n")
-    return after.split("\n\n")[0].replace("\n", " ").strip()
+    return after.split("\n\n")[0].replace("\n", " ").replace(NBSP, " ").strip()
 
 
 def _click_link(app, turn_id: int, chunk_id: int) -> None:
@@ -197,3 +197,12 @@ def test_a_long_recall_lists_six_then_the_rest_on_a_click_and_a_pruned_one_opens
     window.refresh_stats()
     bar = window.stats_bar
     assert bar.recalled_label.text() == f"+ {conv.recalled_tokens():,} recalled" and conv.recalled_tokens() > 0
+    # All of them pruned: the line says it once, and the counter has nothing recalled to add.
+    for chunk_id in ids:
+        if conv.chunks[chunk_id].live:
+            window.controller.prune_chunk(chunk_id)
+    view.flush()
+    line = _line_under(view, conv, question)
+    assert line.startswith("Recalled for this message: 10 chunks, all pruned since: “") and "(pruned since)" not in line
+    window.refresh_stats()
+    assert bar.recalled_label.isHidden() and conv.recalled_tokens() == 0
