@@ -47,9 +47,10 @@ def delete_turn(conn: sqlite3.Connection, turn_id: int) -> None:
 
 def load(conn: sqlite3.Connection, conv: Conversation, skip: Sequence[int] = ()) -> None:
     """Put what the file says each message recalled into ``conv`` (rows in ``skip``,
-    damaged, are left out).  A row is taken only where it can be true: a user turn and a
-    content chunk that both exist, the chunk before the message; a mark only on a live
-    chunk."""
+    damaged, are left out).  A row is taken only for a user turn and a chunk that both
+    exist, and a mark only on a live chunk.  Chunk ids follow positions, so the rows come
+    in position order; pruned chunks stay columns (opening a long conversation makes no
+    object for them)."""
     left_out = set(skip)
     by_turn: dict[int, list[tuple[int, bool]]] = {}
     for row_id, turn_id, chunk_id, live in conn.execute(
@@ -58,13 +59,10 @@ def load(conn: sqlite3.Connection, conv: Conversation, skip: Sequence[int] = ())
             by_turn.setdefault(turn_id, []).append((chunk_id, bool(live)))
     for turn_id, rows in by_turn.items():
         turn = conv.turns.get(turn_id)
-        if turn is None or turn.role != "user" or not turn.chunk_ids:
+        if turn is None or turn.role != "user":
             continue
-        message_start = conv.chunks[turn.chunk_ids[0]].start
-        kept = [(c, live) for c, live in rows if c in conv.chunks and not conv.chunks[c].framing
-                and conv.chunks[c].start < message_start]
-        conv.recalls.put(turn_id, sorted((c for c, _ in kept), key=lambda c: conv.chunks[c].start))
+        kept = [(c, live) for c, live in rows if c in conv.chunks]
+        conv.recalls.put(turn_id, [c for c, _ in kept])
         for chunk_id, live in kept:
-            chunk = conv.chunks[chunk_id]
-            if live and chunk.live:
-                chunk.recalled_for = turn_id
+            if live and conv.chunks[chunk_id].live:
+                conv.chunks[chunk_id].recalled_for = turn_id
