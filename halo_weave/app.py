@@ -322,7 +322,8 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
             first_token_s=session.clock.first_token_s,
             recalled_tokens=conv.recalled_tokens(),
             kept_tokens=conv.kept_tokens(),
-            exchange_open=self.busy,
+            # Ranked by the reader, the prune waits for its read of the exchange.
+            exchange_open=self.busy or (session.proxy_ranks and self._reading is not None),
         )
 
     def shutdown(self) -> None:
