@@ -36,11 +36,6 @@ def rewrite_chunk(conn: sqlite3.Connection, conv: Conversation, chunk: Chunk, ab
     )
 
 
-def move(conn: sqlite3.Connection, old_turn: int, new_turn: int) -> None:
-    """An edited message (``old_turn`` replaced by ``new_turn``) keeps what it recalled."""
-    conn.execute("UPDATE recalls SET turn_id = ? WHERE turn_id = ?", (new_turn, old_turn))
-
-
 def delete_turn(conn: sqlite3.Connection, turn_id: int) -> None:
     conn.execute("DELETE FROM recalls WHERE turn_id = ?", (turn_id,))
 
