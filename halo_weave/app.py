@@ -305,21 +305,25 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         return worker
 
     def stats(self) -> dict:
-        """Figures for the stats bar."""
-        conv = self.conv
+        """Figures for the stats bar: the limit is the one pruning keeps to (the model's
+        window when pruning only for room), what recalls brought back is counted apart."""
+        conv, session = self.conv, self.session
         if conv is None:
             return {}
+        limit = session.window_limit() if session.prunes_for_room else self.settings.max_context_tokens
         return dict(
             live_tokens=conv.live_token_count(),
-            max_tokens=self.settings.max_context_tokens
-            or int(getattr(self.model_info, "max_context", 0) or 0),
+            max_tokens=limit or int(getattr(self.model_info, "max_context", 0) or 0),
             total_tokens=conv.total_token_count(),
             pruned_chunks=len(conv.graveyard()),
             mean_brightness=conv.mean_brightness(),
             brightness_source=self.brightness_source(),
-            tokens_per_s=self.session.clock.tokens_per_s if self.session.clock.running else self.tokens_per_s,
-            first_token_s=self.session.clock.first_token_s,
-            last_resurrected=self.last_resurrected,
+            tokens_per_s=session.clock.tokens_per_s if session.clock.running else self.tokens_per_s,
+            first_token_s=session.clock.first_token_s,
+            recalled_tokens=conv.recalled_tokens(),
+            kept_tokens=conv.kept_tokens(),
+            # Ranked by the reader, the prune waits for its read of the exchange.
+            exchange_open=self.busy or (session.proxy_ranks and self._reading is not None),
         )
 
     def shutdown(self) -> None:

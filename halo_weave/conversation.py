@@ -15,6 +15,8 @@ Everything that decides what the model sees lives here, Qt-free and without I/O:
   protection (:mod:`.core.anchors`: what leaves and comes back together).
 * :meth:`Conversation.resurrect` (:mod:`.core.resurrection`), :meth:`pin`, :meth:`merge_with_next`,
   :meth:`prune_chunk` are the user's and the semantic index's levers.
+* :attr:`Conversation.recalls` says what each user message's search brought back
+  (:mod:`.core.recall`); those chunks stay marked until they are pruned.
 
 Only live tokens are held in the columnar :class:`TokenTable`; a pruned chunk's tokens
 move to a per-chunk record, and chunks that were already pruned when the conversation was
@@ -29,9 +31,10 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from . import brightness as bright
-from .core import merging, pruning, rehydration, resurrection
+from .core import merging, pruning, recall, rehydration, resurrection
 from .core.anchors import anchors_of
 from .core.framing import Framing  # noqa: F401 - importable from here too
+from .core.recall import Recalls
 from .core.records import Chunk, ChunkLoader, ChunkTokens, Turn  # noqa: F401 - importable from here too
 from .core.registry import ChunkColumns, ChunkList, ChunkRegistry, TurnColumns, TurnRegistry
 from .core.token_table import TokenTable
@@ -63,6 +66,8 @@ class Conversation:
         #: Token data of chunks pruned in this session, kept for cheap resurrection.
         self._pruned_tokens: dict[int, ChunkTokens] = {}
         self.chunk_loader: ChunkLoader | None = None
+        #: What each user message recalled (:mod:`.core.recall`).
+        self.recalls = Recalls()
         self._writer = TurnWriter(self)
 
     # ------------------------------------------------------------------ building
@@ -130,6 +135,7 @@ class Conversation:
             self._texts.pop(chunk.id, None)
             self._pruned_tokens.pop(chunk.id, None)
         del self.turns[turn_id]
+        self.recalls.forget(turn_id)
         return turn, chunks
 
     # ------------------------------------------------------------------ reading
@@ -314,6 +320,10 @@ class Conversation:
         chosen = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared, keep=keep)
         return self._prune_chunks(chosen) if chosen else []
 
+    def kept_tokens(self) -> int:
+        """Live tokens no prune after an answer takes (:func:`.core.pruning.kept_tokens`)."""
+        return pruning.kept_tokens(self)
+
     def prune_chunk(self, chunk_id: int) -> list[Chunk]:
         """Prune one chunk by hand (the user's decision overrides anchor protection)."""
         chunk = self.chunks[chunk_id]
@@ -366,6 +376,18 @@ class Conversation:
                       else bright.resurrected(brightness, data.brightness, mean))
             resurrection.put_back(self, chunk, data, values)
         return resurrected
+
+    def record_recall(self, turn_id: int, chunk_ids: Iterable[int]) -> None:
+        """The message ``turn_id`` recalled ``chunk_ids`` (see :func:`.core.recall.record`)."""
+        recall.record(self, turn_id, chunk_ids)
+
+    def move_recall(self, old_turn: int, new_turn: int, chunk_ids: Iterable[int]) -> None:
+        """An edited message keeps what it recalled (see :func:`.core.recall.move`)."""
+        recall.move(self, old_turn, new_turn, chunk_ids)
+
+    def recalled_tokens(self) -> int:
+        """Live tokens recalls brought back that no prune took since (:func:`.core.recall.recalled_tokens`)."""
+        return recall.recalled_tokens(self)
 
     # ------------------------------------------------------------------ user levers
     def pin(self, chunk_id: int, pinned: bool = True) -> Chunk:

@@ -4,7 +4,8 @@ Errors are :class:`~halo_weave.errors.StoreError` and its subclasses (:mod:`halo
 
 Layout (see :mod:`halo_weave.storage.schema`): ``turns``, ``chunks`` (metadata only), ``chunk_tokens``
 (one row per chunk: ids and brightness as int32 BLOBs, texts as one string plus lengths),
-``meta`` (JSON values: counters, system prompt), ``tool_data``, ``semantic_entries`` +
+``meta`` (JSON values: counters, system prompt), ``tool_data``, ``recalls`` (what each message
+recalled: :mod:`.storage.recall_rows`), ``semantic_entries`` +
 ``semantic_fts`` (owned by the semantic index, which uses :attr:`ConversationStore.conn`).
 
 Why a row per chunk rather than DESIGN.md's row per token: measured on this (shared)
@@ -52,7 +53,7 @@ from .storage.files import (  # noqa: F401 - the conversation list, importable f
     new_conversation_path,
 )
 from .storage.sql import batches, transaction
-from .storage import integrity, rehydration
+from .storage import integrity, recall_rows, rehydration
 from .storage.wal_guard import DatabaseVanished, WalGuard, WalVanished
 from .storage.schema import (
     migrations,
@@ -269,10 +270,13 @@ class ConversationStore:
         """Persist a whole turn (its chunks, framing and tokens) in one transaction.
 
         DB-first: call it for a user message before the message is shown, and for an
-        answer once generation has ended.
+        answer once generation has ended.  A message's recall (``conv.recalls``) is saved
+        with it.
         """
         with self.transaction():
             self._write_turn(conv, turn)
+            if conv.recalls.of(turn.turn_id):
+                recall_rows.write(self.conn, conv, turn.turn_id)
             self._write_counters(conv)
         for chunk_id in turn.chunk_ids:
             self._streamed.pop(chunk_id, None)
@@ -324,6 +328,7 @@ class ConversationStore:
             for table, column in (("semantic_entries", "chunk_id"), ("chunk_tokens", "chunk_id"), ("chunks", "id")):
                 self.conn.execute(f"DELETE FROM {table} WHERE {column} = ?", (absorbed.id,))
             self._write_chunks(conv, [kept])
+            recall_rows.rewrite_chunk(self.conn, conv, kept, absorbed)
             self._touch()
 
     # ------------------------------------------------------------------ row writers
@@ -351,6 +356,7 @@ class ConversationStore:
             "INSERT OR REPLACE INTO chunk_tokens (chunk_id, token_ids, brightness, text, text_lengths) "
             "VALUES (?, ?, ?, ?, ?)", rows,
         )
+        recall_rows.unmark(self.conn, chunks)
 
     def _write_counters(self, conv: Conversation) -> None:
         self._put_meta({

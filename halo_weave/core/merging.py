@@ -5,6 +5,7 @@ was cut in two.  A function of a :class:`~halo_weave.conversation.Conversation` 
 from __future__ import annotations
 
 from ..errors import ConversationError
+from . import recall
 from .records import Chunk
 
 
@@ -30,6 +31,7 @@ def merge_with_next(conv, chunk_id: int) -> tuple[Chunk, Chunk]:
     conv._texts[chunk.id] = conv._texts[chunk.id] + conv._texts.pop(nxt.id)
     chunk.token_count += nxt.token_count
     chunk.pinned = chunk.pinned or nxt.pinned
+    recall.merged(conv, chunk, nxt)
     turn.chunk_ids.remove(nxt.id)
     del conv.chunks[nxt.id]
     return chunk, nxt

@@ -79,6 +79,20 @@ def recent_chunks(conv, ids: np.ndarray) -> set[int]:
     return set(ids[from_end <= window].tolist())
 
 
+def kept_tokens(conv) -> int:
+    """Live tokens that the prune after an answer never takes: the system prompt, pinned
+    chunks and the latest exchange (the last user turn and what follows it)."""
+    table = conv.table
+    keep = np.zeros(len(table), bool)
+    spared = conv.turns.last("user")
+    if spared is not None:
+        keep |= table.turn_id >= spared
+    pinned = [c.id for c in conv.live_chunks() if c.pinned]
+    if pinned:
+        keep |= np.isin(table.chunk_id, pinned)
+    return len(conv.system_ids) + int(keep.sum())
+
+
 def take_out(conv, chunks: list[Chunk]) -> list[Chunk]:
     """Prune ``chunks``: move them (and the framing of turns left empty) out of the live
     table, keeping their tokens for a cheap resurrection and their peak as
@@ -100,6 +114,7 @@ def take_out(conv, chunks: list[Chunk]) -> list[Chunk]:
     table.keep(~np.isin(table.chunk_id, np.fromiter(gone, np.int32, len(gone))))
     for chunk in pruned:
         chunk.live = False
+        chunk.recalled_for = None  # a recall's mark lasts until the chunk is pruned
     pruned.sort(key=lambda c: c.start)
     return pruned
 

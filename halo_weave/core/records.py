@@ -29,6 +29,8 @@ class Chunk:
     #: ``next_position`` when it was last resurrected (None: never, in this session):
     #: oldest-first pruning counts its age from then, not from where it sits.
     resurrected_at: int | None = None
+    #: The user turn whose message recalled it (:mod:`.recall`), until it is pruned.
+    recalled_for: int | None = None
 
     @property
     def age_key(self) -> int:

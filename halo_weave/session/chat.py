@@ -212,23 +212,28 @@ class ChatSession:
         (see :func:`.read_ahead.draft_ids`)."""
         return read_ahead.draft_ids(self, index, matches, ids)
 
-    def add_user_message(self, ids: list[int], texts: list[str], created_at: float | None = None) -> Turn:
-        """Add the user's turn and save it before anything shows it (DB-first).
+    def add_user_message(self, ids: list[int], texts: list[str], created_at: float | None = None,
+                         recalled: Iterable[Chunk] = ()) -> Turn:
+        """Add the user's turn and save it before anything shows it (DB-first);
+        ``recalled``: what :meth:`resurrect_for` brought back for it.
 
         Raises when the save fails: not on disk, so not shown and not answered.
         """
-        turn = self.save_user_message(ids, texts, created_at)
+        turn = self.save_user_message(ids, texts, created_at, recalled)
         self.index_user_message(turn)
         return turn
 
-    def save_user_message(self, ids: list[int], texts: list[str], created_at: float | None = None) -> Turn:
-        """The saving half of :meth:`add_user_message` (safe on a worker thread).
+    def save_user_message(self, ids: list[int], texts: list[str], created_at: float | None = None,
+                          recalled: Iterable[Chunk] = ()) -> Turn:
+        """The saving half of :meth:`add_user_message` (safe on a worker thread); the
+        message's recall (``conv.recalls``) is saved with it.
 
         When the save fails, the conversation in memory goes back to what the file holds
         (the unsaved turn is not left behind to be shown or sent later), then it raises.
         """
         conv, store = self.conv, self.store
         turn = conv.add_turn("user", ids, texts, created_at)
+        conv.record_recall(turn.turn_id, [c.id for c in recalled])
         if store is not None:
             try:
                 store.save_turn(conv, turn)

@@ -3,11 +3,12 @@
 SQLite's ``integrity_check`` sees damage to its own structure, not to the values inside
 a row: a flipped bit in a chunk's token-lengths BLOB opened without error and showed
 altered text (issue 17: 34 of 60 single-bit flips).  So every row of the tables that
-hold the conversation (``chunk_tokens``, ``chunks``, ``turns``, ``meta``, ``tool_data``)
-has a CRC-32 in ``row_checksums``, kept by triggers that call :func:`row_sum` (registered
-on every connection :class:`~halo_weave.store.ConversationStore` opens, so every writer
-keeps them, and a program writing the file without it fails instead of leaving stale
-sums).  ``semantic_entries`` is left out: it is an index, rebuilt from the chunks.
+hold the conversation (``chunk_tokens``, ``chunks``, ``turns``, ``meta``, ``tool_data``,
+``recalls``) has a CRC-32 in ``row_checksums``, kept by triggers that call
+:func:`row_sum` (registered on every connection
+:class:`~halo_weave.store.ConversationStore` opens, so every writer keeps them, and a
+program writing the file without it fails instead of leaving stale sums).
+``semantic_entries`` is left out: it is an index, rebuilt from the chunks.
 
 Reading verifies what is read: opening checks every row of the small tables and the live
 chunks' tokens; a pruned chunk's tokens are checked when they are read back (resurrection,
@@ -39,7 +40,11 @@ CHECKED: dict[str, tuple[str, tuple[str, ...]]] = {
     "turns": ("turn_id", ("role", "created_at", "complete")),
     "meta": ("key", ("value",)),
     "tool_data": ("name", ("json",)),
+    "recalls": ("id", ("turn_id", "chunk_id", "live")),
 }
+
+#: The tables m004 gave checksums; later migrations add theirs with :func:`checksum_sql`.
+FIRST_CHECKED = ("chunk_tokens", "chunks", "turns", "meta", "tool_data")
 
 
 def row_sum(table: str, *values) -> int:
@@ -84,13 +89,15 @@ _ARITH_TERMS: dict[str, tuple[str, ...]] = {
     "turns": ("turn_id", "complete", "CAST(round(created_at * 1000) AS INTEGER)", "length(role)",
               "instr(role, 'user') + 2 * instr(role, 'assistant')",
               "length(typeof(turn_id) || typeof(complete) || typeof(created_at))"),
+    "recalls": ("id", "turn_id", "chunk_id", "live",
+                "length(typeof(id) || typeof(turn_id) || typeof(chunk_id) || typeof(live))"),
 }
 
 
 def _arith_sql(table: str, ref: str) -> str:
     expr = "0"
     for term in _ARITH_TERMS[table]:
-        term = re.sub(r"\b(id|turn_id|chunk_index|start|token_count|live|pinned|brightness_at_prune|"
+        term = re.sub(r"\b(id|turn_id|chunk_index|chunk_id|start|token_count|live|pinned|brightness_at_prune|"
                       r"tool_result|role|complete|created_at)\b(?!')", rf"{ref}.\1", term)
         expr = f"(({expr}) * 1000003 + ({term}) % {_PRIME}) % {_PRIME}"
     return expr
@@ -116,7 +123,8 @@ def lenient_text(data: bytes) -> str:
 
 
 def schema_sql(names: dict[str, str] | None = None) -> str:
-    """The ``row_checksums`` table and the triggers that keep it (for the migration).
+    """The ``row_checksums`` table and the triggers that keep it (for the migration), over
+    the tables of :data:`FIRST_CHECKED`.
 
     ``names`` maps a column's name today to its name as the calling migration knows it.
     """
@@ -125,24 +133,28 @@ def schema_sql(names: dict[str, str] | None = None) -> str:
         " tbl TEXT NOT NULL, key NUMERIC NOT NULL, sum INTEGER NOT NULL, PRIMARY KEY (tbl, key)"
         ") WITHOUT ROWID;"
     ]
-    for table, (key, _) in CHECKED.items():
-        # Delete-then-insert: a trigger body inherits the outer statement's conflict
-        # policy (see m003), and this form has no conflict to resolve.
-        put = (f"DELETE FROM row_checksums WHERE tbl = '{table}' AND key = new.{key}; "
-               f"INSERT INTO row_checksums (tbl, key, sum) VALUES ('{table}', new.{key}, {_sum_sql(table, 'new')});")
-        drop = f"DELETE FROM row_checksums WHERE tbl = '{table}' AND key = old.{key};"
-        parts += [
-            f"CREATE TRIGGER {table}_sum_ai AFTER INSERT ON {table} BEGIN {put} END;",
-            f"CREATE TRIGGER {table}_sum_au AFTER UPDATE ON {table} BEGIN {drop} {put} END;",
-            f"CREATE TRIGGER {table}_sum_ad AFTER DELETE ON {table} BEGIN {drop} END;",
-        ]
-        parts.append(
-            f"INSERT INTO row_checksums (tbl, key, sum) SELECT '{table}', {key}, {_sum_sql(table, table)} FROM {table};"
-        )
+    parts += [checksum_sql(table) for table in FIRST_CHECKED]
     sql = "\n".join(parts)
     for name, then in (names or {}).items():
         sql = re.sub(rf"\b{name}\b", then, sql)
     return sql
+
+
+def checksum_sql(table: str) -> str:
+    """The triggers that keep ``table``'s rows summed in ``row_checksums``, and the sums of
+    the rows it holds already."""
+    key, _ = CHECKED[table]
+    # Delete-then-insert: a trigger body inherits the outer statement's conflict
+    # policy (see m003), and this form has no conflict to resolve.
+    put = (f"DELETE FROM row_checksums WHERE tbl = '{table}' AND key = new.{key}; "
+           f"INSERT INTO row_checksums (tbl, key, sum) VALUES ('{table}', new.{key}, {_sum_sql(table, 'new')});")
+    drop = f"DELETE FROM row_checksums WHERE tbl = '{table}' AND key = old.{key};"
+    return "\n".join([
+        f"CREATE TRIGGER {table}_sum_ai AFTER INSERT ON {table} BEGIN {put} END;",
+        f"CREATE TRIGGER {table}_sum_au AFTER UPDATE ON {table} BEGIN {drop} {put} END;",
+        f"CREATE TRIGGER {table}_sum_ad AFTER DELETE ON {table} BEGIN {drop} END;",
+        f"INSERT INTO row_checksums (tbl, key, sum) SELECT '{table}', {key}, {_sum_sql(table, table)} FROM {table};",
+    ])
 
 
 # ---------------------------------------------------------------------- verifying
@@ -159,13 +171,18 @@ class Damage:
             return f"chunk {self.key} ({self.problem})"
         if self.table == "turns":
             return f"turn {self.key} ({self.problem})"
+        if self.table == "recalls":
+            return f"what a message recalled, row {self.key} ({self.problem})"
         return f"{self.table} '{self.key}' ({self.problem})"
 
 
 def has_checksums(conn: sqlite3.Connection) -> bool:
-    return conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'row_checksums'"
-    ).fetchone() is not None
+    return has_table(conn, "row_checksums")
+
+
+def has_table(conn: sqlite3.Connection, name: str) -> bool:
+    """Whether the file has the table ``name`` (a file from before a migration may not)."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone() is not None
 
 
 def _totals_agree(conn: sqlite3.Connection, table: str) -> bool:
@@ -264,7 +281,8 @@ def verify_on_open(conn: sqlite3.Connection, chunks_agree: Callable[[], bool] | 
     if not has_checksums(conn):
         return []
     live = "AND t.chunk_id IN (SELECT id FROM chunks WHERE live)"
-    damage = [d for table in ("meta", "tool_data", "turns") for d in _mismatches(conn, table)]
+    damage = [d for table in ("meta", "tool_data", "turns", "recalls") if has_table(conn, table)
+              for d in _mismatches(conn, table)]
     if damage or chunks_agree is None or not chunks_agree():
         damage += _mismatches(conn, "chunks")
     damage += _mismatches(conn, "chunk_tokens", live)
@@ -288,7 +306,7 @@ def verify_chunks(conn: sqlite3.Connection, chunk_ids: Iterable[int]) -> list[Da
 
 def verify_all(conn: sqlite3.Connection) -> list[Damage]:
     """Every checked row (``--check``)."""
-    damage = [d for table in CHECKED for d in _mismatches(conn, table)]
+    damage = [d for table in CHECKED if has_table(conn, table) for d in _mismatches(conn, table)]
     return _unique(damage + shape_problems(conn))
 
 

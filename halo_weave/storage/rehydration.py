@@ -17,7 +17,7 @@ from ..conversation import Conversation, Framing
 from ..core.registry import ChunkColumns, TurnColumns
 from ..errors import StoreCorrupt, StoreError
 from ..settings import Settings
-from . import integrity
+from . import integrity, recall_rows
 from .record_columns import chunk_columns, live_token_rows, turn_columns
 from .schema import unpack_token_rows
 
@@ -75,6 +75,7 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
     conv.next_turn_id = max(meta.get("next_turn_id", 0), turn_end)
     conv.next_chunk_id = max(meta.get("next_chunk_id", 0), chunk_end)
     conv.chunk_loader = store.load_chunk_tokens
+    recall_rows.load(store.conn, conv, [d.key for d in store.damage if d.table == "recalls"])
     store._streamed.clear()
     _close_crashed_turn(store, conv)
     return conv

@@ -252,6 +252,31 @@ def m007_brightness_at_prune(db: Database) -> None:
     db.execute("ALTER TABLE chunks RENAME COLUMN brightness_at_deletion TO brightness_at_prune")
 
 
+@_migration
+def m008_recalls(db: Database) -> None:
+    """What each user message recalled (:mod:`halo_weave.core.recall`), with checksums.
+
+    One row per message and chunk it brought back; ``live`` is 1 while the chunk has not
+    been pruned since (the mark the heatmap shows).  Files from before this migration
+    have no rows: their messages show nothing recalled rather than a guess.
+    """
+    from .integrity import checksum_sql
+
+    db.executescript(
+        """
+        CREATE TABLE recalls (
+            id INTEGER PRIMARY KEY,
+            turn_id INTEGER NOT NULL,
+            chunk_id INTEGER NOT NULL,
+            live INTEGER NOT NULL,
+            UNIQUE (turn_id, chunk_id)
+        );
+        CREATE INDEX recalls_by_chunk ON recalls (chunk_id);
+        """
+        + checksum_sql("recalls")
+    )
+
+
 # ---------------------------------------------------------------------- token codec
 _I4 = np.dtype("<i4")
 

@@ -25,6 +25,7 @@ import numpy as np
 from ..conversation import Chunk, Conversation, Turn
 from ..errors import ConversationError
 from ..store import ConversationStore
+from . import recall_rows
 from .schema import pack_tokens, unpack_tokens
 
 
@@ -122,6 +123,7 @@ def _delete_turn_rows(store: ConversationStore, turn: Turn) -> None:
     conn.executemany("DELETE FROM chunk_tokens WHERE chunk_id = ?", chunk_ids)
     conn.executemany("DELETE FROM chunks WHERE id = ?", chunk_ids)
     conn.execute("DELETE FROM turns WHERE turn_id = ?", (turn.turn_id,))
+    recall_rows.delete_turn(conn, turn.turn_id)
 
 
 def _insert_version(store: ConversationStore, user_turn_id: int, created_at: float,
@@ -202,14 +204,15 @@ def replace_question(conv: Conversation, store: ConversationStore, token_ids, te
 
     One transaction: the old answer joins the versions (with the old wording, so it is
     clear what it answered), the old question goes, the new one is saved (DB-first, as a
-    typed message is) and inherits the versions.  Returns the new user turn and the
-    removed chunks.
+    typed message is) and inherits the versions and what the old one recalled.  Returns
+    the new user turn and the removed chunks.
     """
     question, answer = last_exchange(conv)
     if question is None or conv.open_turn is not None:
         raise TurnEditError("There is no message of yours to edit.")
     old_ids, old_texts = _content_tokens(conv, store, question)
     old_wording = "".join(old_texts)
+    recalled = conv.recalls.of(question.turn_id)
     removed: list[Chunk] = []
     with store.transaction():
         if answer is not None:
@@ -222,6 +225,7 @@ def replace_question(conv: Conversation, store: ConversationStore, token_ids, te
         _delete_turn_rows(store, question)
         removed += conv.remove_last_turn()[1]
         turn = conv.add_turn("user", token_ids, texts)
+        conv.move_recall(question.turn_id, turn.turn_id, recalled)
         store.save_turn(conv, turn)
         store.conn.execute("UPDATE answer_versions SET user_turn_id = ? WHERE user_turn_id = ?",
                            (turn.turn_id, question.turn_id))

@@ -18,6 +18,9 @@ GOLD = (255, 220, 100)
 TOOL_CYAN = (0x4E, 0xCD, 0xC4)
 #: Unscored text: the system prompt and the "pruned here" markers.
 UNSCORED_GREY = (125, 125, 130)
+#: What a message recalled: the line under it and the mark beside each recalled chunk
+#: (apart from every other colour of the heatmap: the scale, tool cyan, the role bars).
+RECALL_VIOLET = (185, 150, 255)
 ROLE_COLORS = {
     "user": (125, 180, 255),
     "assistant": (235, 205, 130),

@@ -62,6 +62,10 @@ class Follower(QObject):
         self._set_following(True)
         self.scroll_to_end()
 
+    def stop_following(self) -> None:
+        """The user went to read elsewhere (a link): new text no longer moves the view."""
+        self._set_following(False)
+
     def content_changed(self, rebuilt: bool = False) -> None:
         """Text was added (or, ``rebuilt``, the document replaced): keep the end in view
         when following."""

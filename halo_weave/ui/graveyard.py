@@ -123,7 +123,7 @@ class GraveyardPanel(QWidget):
     Methods: ``set_rows(chunks, preview, previews=None)`` (``chunks`` from
     ``conv.graveyard()``, newest first; ``preview(chunk_id) -> str`` is called lazily;
     the optional ``previews(ids) -> {id: text}`` loads the filter index in one query),
-    ``set_filter(text)``,
+    ``set_filter(text)``, ``show_chunk(chunk_id)``,
     ``model()``, ``list_view()``.  Widgets: ``filter_edit``, ``count_label``,
     ``close_button``.
 
@@ -197,6 +197,19 @@ class GraveyardPanel(QWidget):
             self.filter_edit.blockSignals(False)
         self._model.set_filter(text)
         self._update_count()
+
+    def show_chunk(self, chunk_id: int) -> bool:
+        """Scroll to a pruned chunk's row and select it (clearing a filter that hides it);
+        False when it is not in the graveyard."""
+        if self._model.row_of(chunk_id) is None and self._model.total_count():
+            self.set_filter("")
+        row = self._model.row_of(chunk_id)
+        if row is None:
+            return False
+        index = self._model.index(row)
+        self._view.setCurrentIndex(index)
+        self._view.scrollTo(index, QListView.ScrollHint.PositionAtCenter)
+        return True
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         # Down arrow from the filter box moves into the list; Enter resurrects the first match.

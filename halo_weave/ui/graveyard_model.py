@@ -108,6 +108,19 @@ class GraveyardModel(QAbstractListModel):
     def total_count(self) -> int:
         return len(self._source)
 
+    def row_of(self, chunk_id: int) -> int | None:
+        """The row that shows ``chunk_id`` now (None: not in the graveyard, or filtered out)."""
+        ids = getattr(self._source, "ids", None)  # conv.graveyard()'s ids: no row is made
+        if ids is None:
+            ids = [self._row(i).chunk_id for i in range(len(self._source))]
+        try:
+            index = ids.index(chunk_id)
+        except ValueError:
+            return None
+        if self._shown is None:
+            return index
+        return self._shown.index(index) if index in self._shown else None
+
     def row_at(self, row: int) -> GraveRow:
         return self._row(row if self._shown is None else self._shown[row])
 

@@ -22,7 +22,8 @@ What a streamed token costs is kept to a few lines of painting: a frame asks Qt 
 repaint only the lines where a token's colour key changed, and each rectangle of a
 scattered update is painted on its own (:mod:`.heatmap_paint`); the growing paragraph is
 cut into short blocks while it streams (:mod:`.heatmap_stream`).  The tooltip and the
-context menu are :mod:`.heatmap_menu`.
+context menu are :mod:`.heatmap_menu`; the line under a message that says what it
+recalled, its links and the marks of recalled chunks, :mod:`.heatmap_recall`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, QRectF, Qt
 from PySide6.QtGui import (
     QColor,
     QContextMenuEvent,
+    QMouseEvent,
     QPainter,
     QPaintEvent,
     QPalette,
@@ -54,10 +56,14 @@ from .follow import Follower
 from .heatmap_gutter import Gutter, pin_markers
 from .heatmap_layout import DocumentPlan, build_plan
 from .heatmap_paint import FramePainter, boxes_in, request_lines, update_rects
+from .heatmap_recall import FLASH_MS, link_at, link_rects, recall_marks
 from .heatmap_stream import append_pending_text, without_cuts
+from .recall_line import MORE
 
 #: Minimum milliseconds between two repaints (one frame at 60 Hz).
 FRAME_MS = 16
+#: Lines left above a chunk a recall link shows (its message's label, the line before).
+SHOW_LINES_BEFORE = 2
 
 
 class HeatmapView(QPlainTextEdit):
@@ -68,14 +74,19 @@ class HeatmapView(QPlainTextEdit):
     alone changed; ``flush()`` does the pending frame now (tests, benchmarks);
     ``follower`` follows the answer ("Jump to latest").  Points are viewport points.
 
+    A click on a link of the line under a message (what it recalled) shows that chunk:
+    :meth:`show_chunk` when it is live, else ``graveyard_requested``.
+
     Signals (user intent, never acted on here): ``pin_requested(chunk_id, pinned)``,
     ``merge_requested(chunk_id)`` (with the next chunk of its turn),
-    ``prune_requested(chunk_id)`` (prune by hand).
+    ``prune_requested(chunk_id)`` (prune by hand), ``graveyard_requested(chunk_id)`` (a
+    recalled chunk pruned since: show it in the graveyard).
     """
 
     pin_requested = Signal(int, bool)
     merge_requested = Signal(int)
     prune_requested = Signal(int)
+    graveyard_requested = Signal(int)
     #: A frame with streamed tokens was done (the window refreshes its stats with it).
     streamed_frame = Signal()
 
@@ -128,11 +139,21 @@ class HeatmapView(QPlainTextEdit):
         self.scoring_note = ""
         #: Fenced code in monospace (its background is painted in paintEvent).
         self._code = CodeBlockHighlighter()
+        #: The chunk a recall link jumped to, outlined for a moment (None: none).
+        self.flashed_chunk: int | None = None
+        self._flash_timer = QTimer(self)
+        self._flash_timer.setSingleShot(True)
+        self._flash_timer.setInterval(FLASH_MS)
+        self._flash_timer.timeout.connect(self._end_flash)
+        self._expanded: set[int] = set()  # messages whose recall line lists every chunk
+        self._pressed_link: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ public API
     def set_conversation(self, conv: Conversation | None) -> None:
         """Show ``conv`` (None clears the view)."""
         self._conv = conv
+        self._expanded.clear()
+        self.flashed_chunk = None
         self.rebuild()
         self.follower.jump_to_latest()  # a conversation opens at its newest text
 
@@ -151,7 +172,7 @@ class HeatmapView(QPlainTextEdit):
             self._plan = DocumentPlan()
             self.setPlainText("")
         else:
-            self._plan, text = build_plan(self._conv)
+            self._plan, text = build_plan(self._conv, frozenset(self._expanded))
             attached = self._code.follow(self.document(), text, replaced=True)
             self.setPlainText(text)
             if attached:
@@ -196,7 +217,7 @@ class HeatmapView(QPlainTextEdit):
             return
         changed = np.flatnonzero(self._current_keys(frame) != self._shown_keys(frame.token))
         request_lines(self.viewport(), frame, changed)
-        signature = (tuple(frame.bodies), tuple(pin_markers(self, frame)))
+        signature = (tuple(frame.bodies), tuple(pin_markers(self, frame)), tuple(recall_marks(self, frame)))
         if signature != self._gutter_signature:
             self._gutter_signature = signature
             self._gutter.update()
@@ -225,6 +246,39 @@ class HeatmapView(QPlainTextEdit):
         # QPlainTextEdit scrolls in lines: a block's first line number plus the line in it.
         self.verticalScrollBar().setValue(block.firstLineNumber() + max(line, 0))
         self._schedule()
+
+    def show_chunk(self, chunk_id: int) -> bool:
+        """Scroll to a live chunk and outline it for a moment (the view stops following
+        the answer: the user went to read there).  False when it is not in the view."""
+        if self._first_token_of(chunk_id) is None:
+            return False
+        self.follower.stop_following()
+        self.scroll_to_chunk(chunk_id)
+        bar = self.verticalScrollBar()
+        bar.setValue(max(bar.value() - SHOW_LINES_BEFORE, 0))  # with the lines that lead to it
+        self.flashed_chunk = chunk_id
+        self._flash_timer.start()
+        self.viewport().update()
+        return True
+
+    def recall_link_at(self, point: QPoint | QPointF) -> tuple[int, int] | None:
+        """(message turn id, chunk id or ``recall_line.MORE``) of the link under a
+        viewport point, on the line that says what a message recalled."""
+        return link_at(self, self._plan, point)
+
+    def recall_link_rect(self, turn_id: int, chunk_id: int) -> QRect | None:
+        """Viewport rectangle of a recall link's first piece on screen (None: off screen)."""
+        return next((rect.toAlignedRect() for t, c, rect in link_rects(self, self._plan)
+                     if (t, c) == (turn_id, chunk_id)), None)
+
+    def open_recall_link(self, turn_id: int, chunk_id: int) -> None:
+        """What a click on a recall link does: the whole list (``MORE``), the chunk
+        (:meth:`show_chunk`), or, pruned since, ``graveyard_requested``."""
+        if chunk_id == MORE:
+            self._expanded.add(turn_id)
+            self.rebuild()
+        elif not self.show_chunk(chunk_id):
+            self.graveyard_requested.emit(chunk_id)
 
     def tooltip_for(self, chunk_id: int) -> str:
         """Turn, role, chunk id, token count and score of a chunk, and :attr:`scoring_note`."""
@@ -303,7 +357,30 @@ class HeatmapView(QPlainTextEdit):
                                   cursor.selectionEnd(), self._plan.soft_breaks))
         return mime
 
+    def mousePressEvent(self, event: QMouseEvent) -> None:
+        link = self.recall_link_at(event.position()) if event.button() == Qt.MouseButton.LeftButton else None
+        self._pressed_link = link
+        if link is None:
+            super().mousePressEvent(event)
+
+    def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        pressed, self._pressed_link = self._pressed_link, None
+        if pressed is None:
+            super().mouseReleaseEvent(event)
+        elif self.recall_link_at(event.position()) == pressed:
+            self.open_recall_link(*pressed)
+
+    def mouseMoveEvent(self, event: QMouseEvent) -> None:
+        super().mouseMoveEvent(event)
+        if self._plan.links:
+            over = self.recall_link_at(event.position()) is not None
+            self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if over else Qt.CursorShape.IBeamCursor)
+
     def viewportEvent(self, event: QEvent) -> bool:
+        link = self.recall_link_at(event.pos()) if event.type() == QEvent.Type.ToolTip else None
+        if link is not None:
+            QToolTip.showText(event.globalPos(), heatmap_menu.link_tooltip(self._conv, *link), self.viewport())
+            return True
         if event.type() == QEvent.Type.ToolTip:
             chunk_id = self.chunk_at(event.pos())
             if chunk_id is None:
@@ -319,6 +396,10 @@ class HeatmapView(QPlainTextEdit):
         menu.deleteLater()
 
     # ------------------------------------------------------------------ internals
+    def _end_flash(self) -> None:
+        self.flashed_chunk = None
+        self.viewport().update()
+
     def _schedule(self) -> None:
         if not self._frame_timer.isActive():
             self._frame_timer.start()

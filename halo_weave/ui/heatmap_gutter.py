@@ -1,4 +1,5 @@
-"""The heatmap's gutter: a role bar beside each turn and 📌 on pinned chunks."""
+"""The heatmap's gutter: a role bar beside each turn, 📌 on pinned chunks and a violet
+bar beside each recalled chunk (:mod:`.heatmap_recall`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette, QPen
 from PySide6.QtWidgets import QWidget
 
 from .heatmap_frame import Frame
+from .heatmap_recall import paint_marks, recall_marks
 
 
 class Gutter(QWidget):
-    """The strip left of the text: a role bar per turn and 📌 on pinned chunks."""
+    """The strip left of the text: a role bar per turn, 📌 on pinned chunks, a violet bar
+    beside recalled ones."""
 
     def __init__(self, view) -> None:
         super().__init__(view)
@@ -39,6 +42,7 @@ class Gutter(QWidget):
                 else:
                     draw_pin(painter, rect)
         painter.end()
+        paint_marks(self, recall_marks(view, frame))
 
 
 def pin_markers(view, frame: Frame | None) -> list[tuple[int, float, float]]:

@@ -8,7 +8,9 @@ appends the tokens streamed since the last call.  Framing tokens (chat-template
 markers) are never shown.
 
 The text is split into *regions* that each start a block: ``system`` (the prompt),
-``header`` (a turn's label), ``body`` (its tokens) and ``gap`` (chunks pruned here).
+``header`` (a turn's label), ``body`` (its tokens), ``gap`` (chunks pruned here) and
+``recall`` (under a user message: what it recalled, :mod:`.recall_line`, whose links are
+in ``links``).
 
 While an answer streams, the view may cut its growing paragraph into blocks where a
 line wraps anyway (:meth:`DocumentPlan.soft_break`), so Qt re-lays out and repaints a
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..conversation import Conversation
+from .recall_line import recall_line
 
 SYSTEM_LABEL = "System prompt"
 ROLE_LABELS = {"user": "User", "assistant": "Assistant", "system": "System"}
@@ -108,6 +111,11 @@ class DocumentPlan:
     region_turn: list[int] = field(default_factory=list)
     #: Document positions of paragraph separators the view inserted (see module docstring).
     soft_breaks: list[int] = field(default_factory=list)
+    #: The recall lines' links: (start, end, user turn id, chunk id or recall_line.MORE).
+    links: list[tuple[int, int, int, int]] = field(default_factory=list)
+    #: User turns whose recall line lists every chunk (the others stop at recall_line.SHOWN).
+    expanded: frozenset[int] = frozenset()
+    _recall_done: set[int] = field(default_factory=set)
     _rows: _Column = field(default_factory=_Column)
     _starts: _Column = field(default_factory=_Column)
     _ends: _Column = field(default_factory=_Column)
@@ -140,6 +148,7 @@ class DocumentPlan:
         tail[tail >= position] += 1
         ends[first:] += 1
         self.region_start = [r + 1 if r > position else r for r in self.region_start]
+        self.links = [(a + 1, b + 1, t, c) if a > position else (a, b, t, c) for a, b, t, c in self.links]
         self.soft_breaks.append(position)
         self.length += 1
 
@@ -210,6 +219,8 @@ class DocumentPlan:
             if run_end <= row:  # a chunk whose positions are not contiguous: lay out anew
                 return False
             if chunk.turn_id != self.last_turn_id:
+                if self.last_turn_id is not None:
+                    self._recall(conv, self.last_turn_id)
                 if pruned_starts is not None:
                     self._gap_before(chunk.start, pruned_starts, "", -1)
                 turn = conv.turns[chunk.turn_id]
@@ -230,7 +241,26 @@ class DocumentPlan:
             row = run_end
             self.last_position = int(positions[run_end - 1])
         self.rows_seen = n
+        last = conv.turns.get(self.last_turn_id) if self.last_turn_id is not None else None
+        if last is not None and last.complete:  # a message is added whole: its line goes under it
+            self._recall(conv, last.turn_id)
         return True
+
+    def _recall(self, conv: Conversation, turn_id: int) -> None:
+        """The line under a user message that says what it recalled (once)."""
+        if turn_id in self._recall_done:
+            return
+        self._recall_done.add(turn_id)
+        turn = conv.turns.get(turn_id)
+        if turn is None or turn.role != "user":
+            return
+        text, links = recall_line(conv, turn_id, turn_id in self.expanded)
+        if not text:
+            return
+        self._newline()
+        start = self.length
+        self._block("recall", text, "user", turn_id)
+        self.links += [(start + link.start, start + link.end, turn_id, link.chunk_id) for link in links]
 
     def _gap_before(self, start: int, pruned_starts: np.ndarray, role: str, turn_id: int) -> None:
         """A marker where pruned chunks lay between the previous live token and ``start``."""
@@ -244,9 +274,10 @@ class DocumentPlan:
                 self._region("body", role, turn_id)
 
 
-def build_plan(conv: Conversation) -> tuple[DocumentPlan, str]:
-    """Lay out the whole live context: returns the plan and the document text."""
-    plan = DocumentPlan()
+def build_plan(conv: Conversation, expanded: frozenset[int] = frozenset()) -> tuple[DocumentPlan, str]:
+    """Lay out the whole live context: returns the plan and the document text.
+    ``expanded``: user turns whose recall line lists every chunk."""
+    plan = DocumentPlan(expanded=expanded)
     plan.add_system(conv.system_prompt or "".join(conv.system_texts))
     _, pruned_starts = conv.chunks.pruned_content()
     plan.extend(conv, pruned_starts)

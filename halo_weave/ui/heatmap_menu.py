@@ -5,6 +5,7 @@ signals; the controller acts on them."""
 from __future__ import annotations
 
 import bisect
+import time
 
 from PySide6.QtCore import QPoint, QPointF
 from PySide6.QtGui import QGuiApplication
@@ -14,6 +15,7 @@ from ..conversation import Chunk, Conversation
 from ..core.pruning import recent_chunks
 from ..settings import choice_words
 from . import colors
+from .recall_line import MORE
 
 
 def tooltip(conv: Conversation | None, chunk_id: int, scoring: str = "") -> str:
@@ -30,6 +32,9 @@ def tooltip(conv: Conversation | None, chunk_id: int, scoring: str = "") -> str:
         f"Turn {chunk.turn_id} · {kind} · chunk {chunk.id} (S{chunk.chunk_index} of its turn{anchor})",
         f"{chunk.token_count:,} tokens · {choice_words(s, 'chunk_rank')} brightness {conv.chunk_peak(chunk_id):,}",
     ]
+    if chunk.recalled_for is not None:
+        lines.append(f"recalled for {_message_words(conv, chunk.recalled_for)} (violet bar): "
+                     "marked until it is pruned")
     if chunk.pinned:
         lines.append(colors.emoji_or(QGuiApplication.font(), "📌 ", "") + "pinned: never pruned")
     elif s.prune_order == "age":
@@ -39,6 +44,27 @@ def tooltip(conv: Conversation | None, chunk_id: int, scoring: str = "") -> str:
     if scoring:
         lines.append(scoring)
     return "\n".join(lines)
+
+
+def link_tooltip(conv: Conversation | None, turn_id: int, chunk_id: int) -> str:
+    """What a click on a recall link of the message ``turn_id`` does."""
+    chunk = conv.chunks.get(chunk_id) if conv else None
+    if chunk_id == MORE:
+        return "Show every chunk this message recalled"
+    if chunk is None:
+        return ""
+    where = f"chunk {chunk.id} · turn {chunk.turn_id} · {chunk.role}"
+    if chunk.live:
+        return f"Show it in the context ({where})"
+    return f"Pruned since: show it in the graveyard ({where})"
+
+
+def _message_words(conv: Conversation, turn_id: int) -> str:
+    """"your message of 14:32 (turn 12)"."""
+    turn = conv.turns.get(turn_id)
+    if turn is None:
+        return f"turn {turn_id}"
+    return f"your message of {time.strftime('%H:%M', time.localtime(turn.created_at))} (turn {turn_id})"
 
 
 def turn_at(view, plan, point: QPoint | QPointF) -> int | None:

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QPlainTextEdit
 
 from . import colors
 from .code_blocks import paint_code_backgrounds
+from .heatmap_recall import paint_flash, paint_links
 from .heatmap_frame import KEY_STRIDE, TOOL_TINT, Frame
 
 #: An update region of at most this many rectangles is painted rectangle by rectangle.
@@ -63,7 +64,8 @@ class FramePainter:
         self.level_brushes = colors.level_colors()
         self.highlight_brushes = colors.highlight_colors()
         self.tool_color = colors.qcolor(colors.TOOL_CYAN)
-        self.kind_colors = {"system": colors.qcolor(colors.UNSCORED_GREY), "gap": colors.qcolor(colors.UNSCORED_GREY)}
+        self.kind_colors = {"system": colors.qcolor(colors.UNSCORED_GREY), "gap": colors.qcolor(colors.UNSCORED_GREY),
+                            "recall": colors.qcolor(colors.RECALL_VIOLET)}
         self.role_colors = {r: colors.qcolor(c) for r, c in colors.ROLE_COLORS.items()}
 
     def paint(self, view: QPlainTextEdit, event: QPaintEvent, rects: list, frame: Frame,
@@ -101,6 +103,9 @@ class FramePainter:
                 if color is not None:
                     painter.setBrush(color)
                     painter.drawRect(QRectF(x, y, w, h))
+        painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
+        paint_links(view, view._plan, painter)
+        paint_flash(view, painter, frame, view.flashed_chunk)
         painter.end()
 
 

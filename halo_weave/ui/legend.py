@@ -24,8 +24,9 @@ FIRST_START_LINES = (
     "lately) to gold (read a lot); the words it attends to most get a yellow background.",
     "<b>The graveyard</b> (right) holds paragraphs pruned when the context is full; a later "
     "question brings the right ones back in place, or click one to resurrect it.",
-    "<b>The numbers</b> above: <i>Live</i> tokens the model sees / the limit, <i>Total</i> ever "
-    "written, ☀ mean brightness, speed. View → Heatmap legend explains every colour.",
+    "<b>The numbers</b> above: <i>Live</i> tokens the model sees / the limit (and, beside it, what "
+    "your messages recalled), <i>Total</i> ever written, ☀ mean brightness, speed. View → Heatmap "
+    "legend explains every colour.",
 )
 
 
@@ -89,6 +90,14 @@ def _scale(painter: QPainter, rect: QRectF) -> None:
     painter.fillRect(rect, gradient)
 
 
+def _recall(painter: QPainter, rect: QRectF) -> None:
+    """The mark beside a recalled chunk and the start of the line under its message."""
+    painter.fillRect(QRectF(rect.left(), rect.top(), 4, rect.height()), QColor(*colors.RECALL_VIOLET))
+    painter.setPen(QColor(*colors.RECALL_VIOLET))
+    painter.drawText(rect.adjusted(10, 0, 0, 0), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
+                     "Recalled for…")
+
+
 def _fill(rgb: tuple[int, int, int]):
     return lambda painter, rect: painter.fillRect(rect, QColor(*rgb))
 
@@ -122,6 +131,9 @@ class LegendDialog(QDialog):
              "markers: never scored, never pruned."),
             (_fill(colors.ROLE_COLORS["user"]), "Bar in the left margin and label of your messages."),
             (_fill(colors.ROLE_COLORS["assistant"]), "Bar and label of the model's answers."),
+            (_recall, "Recalled: brought back from the graveyard by the search for one of your messages. "
+             "A violet bar in the left margin marks it until it is pruned; the violet line under the "
+             "message lists what it recalled (click one to jump to it)."),
             (_text((255, 255, 255), f" {pin}"), "Pinned: never pruned (right-click a paragraph to pin; "
              "resurrecting from the graveyard pins too)."),
         ]

@@ -164,6 +164,7 @@ class MainWindow(QMainWindow, InputActions):
         self.heatmap.pin_requested.connect(c.pin)
         self.heatmap.merge_requested.connect(c.merge_with_next)
         self.heatmap.prune_requested.connect(c.prune_chunk)
+        self.heatmap.graveyard_requested.connect(self.show_in_graveyard)
         self.graveyard.resurrect_requested.connect(c.resurrect_chunk)
         self.stats_bar.graveyard_toggled.connect(self.set_graveyard_visible)
         self.stats_bar.scoring_changed.connect(self._on_scoring_changed)
@@ -304,6 +305,12 @@ class MainWindow(QMainWindow, InputActions):
             self.statusBar().showMessage(f"Connected: {self.stats_bar.connection_detail}", 5000)
 
     # ------------------------------------------------------------------ graveyard
+    def show_in_graveyard(self, chunk_id: int) -> None:
+        """A recalled chunk pruned since: open the graveyard at its row."""
+        self.set_graveyard_visible(True)
+        if not self.graveyard.show_chunk(chunk_id):
+            self.messages.info("That chunk is no longer in the graveyard.")
+
     def set_graveyard_visible(self, visible: bool) -> None:
         self.graveyard.setVisible(visible)
         self.menus.graveyard_action.setChecked(visible)

@@ -33,6 +33,32 @@ NO_ATTENTION_DETAIL = ("This server sends no attention, so brightness is not mea
                        "back when it needs it.")
 #: The brightness figure when nothing measures brightness (every token stays at 10,000).
 NO_BRIGHTNESS_TEXT = "☀ not measured"
+RECALLED_DETAIL = ("Tokens the search for your messages brought back from the graveyard, not pruned "
+                   "since: a violet bar marks them in the heatmap, and the line under each message "
+                   "says what it recalled. After an answer they are pruned like the rest of the "
+                   "context when it is over the limit.")
+
+
+def budget_words(live: int, limit: int, recalled: int, kept: int, exchange_open: bool) -> str:
+    """The budget's tooltip: what is live, what was recalled, and why it is over the limit."""
+    rest = live - recalled
+    lines = [f"{live:,} tokens live: what the model reads now, system prompt included."]
+    if recalled:
+        lines.append(f"{recalled:,} of them recalled for your messages (violet in the heatmap), "
+                     f"{rest:,} the rest of the conversation.")
+    if limit <= 0:
+        lines.append("No limit: nothing is pruned (Settings → Context).")
+        return "\n".join(lines)
+    lines.append(f"After each answer the context is pruned back under {limit:,} tokens, recalled chunks "
+                 "included (Settings → Context).")
+    if rest > limit and exchange_open:
+        lines.append(f"{rest - limit:,} over while this exchange goes on: pruned when the answer ends.")
+    elif rest > limit and kept > limit:
+        lines.append(f"Over the limit: the system prompt, pinned chunks and your last exchange hold "
+                     f"{kept:,} tokens, and pruning never takes those.")
+    elif rest > limit:
+        lines.append("Over the limit: pruned back under it after the next answer.")
+    return "\n".join(lines)
 
 
 class ConnectionLight(QWidget):
@@ -70,8 +96,10 @@ class StatsBar(QWidget):
     """One line of figures above the heatmap.
 
     Methods: ``update_stats(live_tokens, max_tokens, total_tokens, pruned_chunks,
-    mean_brightness, tokens_per_s, last_resurrected, first_token_s=None)`` (``max_tokens``
-    0 = no pruning; the speed is live while an answer streams);
+    mean_brightness, tokens_per_s, recalled_tokens=0, first_token_s=None,
+    brightness_source=None, kept_tokens=0, exchange_open=False)`` (``max_tokens`` 0 = no
+    pruning; the speed is live while an answer streams; see :meth:`update_stats` for the
+    budget's words);
     ``set_connection(state, detail)`` with state one of ``connecting``, ``loading``,
     ``ready`` (alias ``connected``), ``generating``, ``error``, ``offline``;
     ``set_attention_available(bool)``; ``set_brightness_source(source, words)`` (who
@@ -79,9 +107,9 @@ class StatsBar(QWidget):
     or ``"none"``); ``set_graveyard_open(bool)`` (syncs the toggle
     without emitting); ``set_settings(settings)`` (what colours the chunks and decides
     pruning: ``scoring_label``, shown by the window in its status bar, and :attr:`scoring`).
-    Widgets: ``budget_label``,
+    Widgets: ``budget_label``, ``recalled_label``,
     ``totals_label``, ``brightness_label``, ``scoring_label``, ``speed_label``,
-    ``resurrected_label``, ``connection_light``, ``connection_label``,
+    ``connection_light``, ``connection_label``,
     ``attention_label``, ``graveyard_button``.
 
     Signals: ``graveyard_toggled(bool)`` when the ⚰️ button is toggled by the user;
@@ -99,7 +127,11 @@ class StatsBar(QWidget):
         self.setObjectName("statsBar")
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.budget_label = ElidedLabel()
-        self.budget_label.setToolTip("Tokens the model sees now (system prompt included) / the pruning limit")
+        #: What recalls brought back, beside the budget (hidden when nothing is recalled).
+        self.recalled_label = ElidedLabel()
+        self.recalled_label.setObjectName("recalledTokens")
+        self.recalled_label.setStyleSheet("color: #%02x%02x%02x;" % colors.RECALL_VIOLET)
+        self.recalled_label.setToolTip(RECALLED_DETAIL)
         self.totals_label = ElidedLabel()
         self.totals_label.setToolTip("Tokens ever written in this conversation · chunks in the graveyard")
         self.brightness_label = ElidedLabel()
@@ -113,8 +145,6 @@ class StatsBar(QWidget):
         self.speed_label = ElidedLabel()
         self.speed_label.setToolTip("Generation speed of the answer (live while it streams) and the wait from "
                                     "sending to its first token")
-        self.resurrected_label = ElidedLabel()
-        self.resurrected_label.setToolTip("Chunks brought back for the last message")
         self.attention_label = ElidedLabel(NO_ATTENTION_TEXT)
         self.attention_label.setObjectName("attentionWarning")
         self.attention_label.setStyleSheet("color: #e6b450;")
@@ -130,8 +160,11 @@ class StatsBar(QWidget):
 
         layout = QHBoxLayout(self)
         layout.setContentsMargins(6, 2, 6, 2)
-        for widget in (self.budget_label, self.totals_label, self.brightness_label,
-                       self.speed_label, self.resurrected_label):
+        layout.addWidget(self.budget_label)
+        layout.addSpacing(self.fontMetrics().horizontalAdvance(" "))
+        layout.addWidget(self.recalled_label)
+        layout.addSpacing(self.fontMetrics().horizontalAdvance("  "))
+        for widget in (self.totals_label, self.brightness_label, self.speed_label):
             layout.addWidget(widget)
             layout.addSpacing(self.fontMetrics().horizontalAdvance("  "))
         layout.addWidget(self.attention_label)
@@ -142,9 +175,9 @@ class StatsBar(QWidget):
         self._source = "server"
         self._mean = 0.0
         #: When the bar is too narrow for every text, the first of these keep theirs longest.
-        self._by_importance = (self.budget_label, self.totals_label, self.brightness_label, self.speed_label,
-                               self.attention_label, self.resurrected_label, self.connection_label)
-        self.update_stats(0, 0, 0, 0, 0.0, None, 0)
+        self._by_importance = (self.budget_label, self.recalled_label, self.totals_label, self.brightness_label,
+                               self.speed_label, self.attention_label, self.connection_label)
+        self.update_stats(0, 0, 0, 0, 0.0, None)
         # Until the controller says otherwise it is starting: "Offline" would flash at every start.
         self.set_connection("connecting", "Starting…")
 
@@ -172,15 +205,30 @@ class StatsBar(QWidget):
         pruned_chunks: int,
         mean_brightness: float,
         tokens_per_s: float | None,
-        last_resurrected: int,
+        recalled_tokens: int = 0,
         first_token_s: float | None = None,
         brightness_source: str | None = None,
+        kept_tokens: int = 0,
+        exchange_open: bool = False,
     ) -> None:
-        """Show the figures (see the class docstring)."""
+        """Show the figures (see the class docstring).
+
+        The budget counts what recalls brought back apart: "Live 700 / 700" and "+ 1,334
+        recalled" beside it (``recalled_tokens`` of the ``live_tokens``), so the limit is
+        compared with the rest of the context.  That rest shows in orange only when it is
+        over the limit with no exchange going on (``exchange_open``: the prune after the
+        answer brings it back under); the tooltip says why, e.g. ``kept_tokens`` (the
+        system prompt, pinned chunks and the last exchange) that pruning never takes.
+        """
+        rest = live_tokens - recalled_tokens
         limit = f"{max_tokens:,}" if max_tokens > 0 else "no limit"
-        self.budget_label.setText(f"Live {live_tokens:,} / {limit}")
-        over = max_tokens > 0 and live_tokens > max_tokens
+        self.budget_label.setText(f"Live {rest:,} / {limit}")
+        over = max_tokens > 0 and rest > max_tokens and not exchange_open
         self.budget_label.setStyleSheet("color: #e6b450;" if over else "")
+        self.budget_label.setToolTip(budget_words(live_tokens, max_tokens, recalled_tokens, kept_tokens,
+                                                  exchange_open))
+        self.recalled_label.setText(f"+ {recalled_tokens:,} recalled")
+        self.recalled_label.setVisible(recalled_tokens > 0)
         self.totals_label.setText(f"Total {total_tokens:,} · Pruned {pruned_chunks:,}")
         self._mean = mean_brightness
         if brightness_source is not None:
@@ -190,7 +238,6 @@ class StatsBar(QWidget):
         if first_token_s is not None:
             rate += f" · first token {first_token_s:.1f} s"
         self.speed_label.setText(rate)
-        self.resurrected_label.setText(f"Resurrected {last_resurrected:,}")
         self._fit_labels()
 
     def set_connection(self, state: str, detail: str) -> None:

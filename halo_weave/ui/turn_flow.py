@@ -305,24 +305,26 @@ class TurnFlow:
     def _resurrect(self, index, matches, ids, texts, seq: int | None = None) -> None:
         if self._stale(seq):
             return
-        if self.session.resurrect_for(index, matches, len(ids)):
+        recalled = self.session.resurrect_for(index, matches, len(ids))
+        if recalled:
             self.graveyard_changed.emit()
-        self._add_user_turn(ids, texts)
+        self._add_user_turn(ids, texts, recalled)
 
-    def _add_user_turn(self, ids: list[int], texts: list[str]) -> None:
+    def _add_user_turn(self, ids: list[int], texts: list[str], recalled=()) -> None:
+        """Save the message (and what its search ``recalled``), then answer it."""
         session = self.session
         if len(ids) > SAVE_ON_THREAD_TOKENS:
             self._saving_turn = True  # past the point where Stop can give it back
             self._set_busy(True, f"Saving your message ({len(ids):,} tokens)…")
             finish = self._progress_after_a_second(f"Saving your message ({len(ids):,} tokens)")
             self._call(
-                session.save_user_message, ids, texts,
+                session.save_user_message, ids, texts, None, recalled,
                 on_ok=lambda turn: (finish(), self._user_turn_saved(turn)),
                 on_fail=lambda exc: (finish(), self._user_turn_not_saved(exc)),
             )
             return
         try:
-            turn = session.save_user_message(ids, texts)  # DB-first: persisted before it is shown
+            turn = session.save_user_message(ids, texts, recalled=recalled)  # DB-first: persisted before it is shown
         except BaseException as exc:  # noqa: BLE001 - MemoryError too: the message goes back
             self._user_turn_not_saved(exc)
             return

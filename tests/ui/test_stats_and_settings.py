@@ -31,11 +31,40 @@ def bar(qtbot) -> StatsBar:
 
 
 def test_stats_bar_shows_figures(bar):
-    bar.update_stats(1834, 2000, 12345, 23, 4321.4, 11.26, 3)
+    bar.update_stats(1834, 2000, 12345, 23, 4321.4, 11.26)
     text = " ".join(label.text() for label in (bar.budget_label, bar.totals_label, bar.brightness_label,
-                                               bar.speed_label, bar.resurrected_label))
-    for expected in ("1,834 / 2,000", "12,345", "Pruned 23", "4,321", "11.3 tok/s", "Resurrected 3"):
+                                               bar.speed_label))
+    for expected in ("1,834 / 2,000", "12,345", "Pruned 23", "4,321", "11.3 tok/s"):
         assert expected in text
+    assert bar.recalled_label.isHidden(), "nothing recalled: nothing said about it"
+
+
+ORANGE = "#e6b450"
+
+
+def test_what_a_message_recalled_is_counted_beside_the_limit_not_over_it(bar):
+    # 700 of the conversation and 1,334 brought back for the message being answered.
+    bar.update_stats(2034, 700, 9000, 37, 5000.0, None, recalled_tokens=1334, exchange_open=True)
+    assert bar.budget_label.text() == "Live 700 / 700"
+    assert not bar.recalled_label.isHidden() and bar.recalled_label.text() == "+ 1,334 recalled"
+    assert ORANGE not in bar.budget_label.styleSheet()
+    assert "2,034 tokens live" in bar.budget_label.toolTip()
+    assert "1,334 of them recalled" in bar.budget_label.toolTip()
+    # After the answer the prune kept some of them, within the limit.
+    bar.update_stats(520, 700, 9100, 50, 5000.0, None, recalled_tokens=310, kept_tokens=180)
+    assert (bar.budget_label.text(), bar.recalled_label.text()) == ("Live 210 / 700", "+ 310 recalled")
+    assert ORANGE not in bar.budget_label.styleSheet()
+
+
+def test_the_limit_shows_orange_only_when_the_rest_is_over_it_with_no_answer_to_prune_it(bar):
+    # The answer being written: pruned when it ends, so no alarm, and the tooltip says so.
+    bar.update_stats(900, 700, 900, 0, 5000.0, 9.0, exchange_open=True)
+    assert bar.budget_label.text() == "Live 900 / 700" and ORANGE not in bar.budget_label.styleSheet()
+    assert "pruned when the answer ends" in bar.budget_label.toolTip()
+    # Between answers, over because the last exchange and pinned chunks cannot be pruned.
+    bar.update_stats(1200, 700, 3000, 8, 5000.0, None, recalled_tokens=100, kept_tokens=1050)
+    assert bar.budget_label.text() == "Live 1,100 / 700" and ORANGE in bar.budget_label.styleSheet()
+    assert "pinned chunks and your last exchange hold 1,050 tokens" in bar.budget_label.toolTip()
 
 
 def test_stats_bar_no_limit(bar):

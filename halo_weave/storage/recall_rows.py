@@ -1,0 +1,63 @@
+"""The ``recalls`` table (m008): what each user message recalled, and which of those
+chunks are still marked (not pruned since).  Every statement on it is here; the store
+calls them inside its transactions, and opening reads them back with :func:`load`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Iterable, Sequence
+
+from ..conversation import Chunk, Conversation
+
+
+def write(conn: sqlite3.Connection, conv: Conversation, turn_id: int) -> None:
+    """The rows of what the message ``turn_id`` recalled, as the conversation holds it."""
+    conn.execute("DELETE FROM recalls WHERE turn_id = ?", (turn_id,))
+    conn.executemany(
+        "INSERT INTO recalls (turn_id, chunk_id, live) VALUES (?, ?, ?)",
+        [(turn_id, c, int(conv.chunks[c].recalled_for == turn_id)) for c in conv.recalls.of(turn_id)],
+    )
+
+
+def unmark(conn: sqlite3.Connection, chunks: Iterable[Chunk]) -> None:
+    """Pruned chunks lose their marks."""
+    gone = [(c.id,) for c in chunks if not c.live and not c.framing]
+    if gone:
+        conn.executemany("UPDATE recalls SET live = 0 WHERE chunk_id = ? AND live != 0", gone)
+
+
+def rewrite_chunk(conn: sqlite3.Connection, conv: Conversation, chunk: Chunk, absorbed: Chunk) -> None:
+    """After a merge: ``absorbed``'s rows become ``chunk``'s (see :func:`halo_weave.core.recall.merged`)."""
+    conn.executemany("DELETE FROM recalls WHERE chunk_id = ?", [(chunk.id,), (absorbed.id,)])
+    conn.executemany(
+        "INSERT INTO recalls (turn_id, chunk_id, live) VALUES (?, ?, ?)",
+        [(t, chunk.id, int(chunk.recalled_for == t)) for t in conv.recalls.turns_of(chunk.id)],
+    )
+
+
+def delete_turn(conn: sqlite3.Connection, turn_id: int) -> None:
+    conn.execute("DELETE FROM recalls WHERE turn_id = ?", (turn_id,))
+
+
+def load(conn: sqlite3.Connection, conv: Conversation, skip: Sequence[int] = ()) -> None:
+    """Put what the file says each message recalled into ``conv`` (rows in ``skip``,
+    damaged, are left out).  A row is taken only for a user turn and a chunk that both
+    exist, and a mark only on a live chunk.  Chunk ids follow positions, so the rows come
+    in position order; pruned chunks stay columns (opening a long conversation makes no
+    object for them)."""
+    left_out = set(skip)
+    by_turn: dict[int, list[tuple[int, bool]]] = {}
+    for row_id, turn_id, chunk_id, live in conn.execute(
+            "SELECT id, turn_id, chunk_id, live FROM recalls ORDER BY turn_id, chunk_id"):
+        if row_id not in left_out:
+            by_turn.setdefault(turn_id, []).append((chunk_id, bool(live)))
+    for turn_id, rows in by_turn.items():
+        turn = conv.turns.get(turn_id)
+        if turn is None or turn.role != "user":
+            continue
+        kept = [(c, live) for c, live in rows if c in conv.chunks]
+        conv.recalls.put(turn_id, [c for c, _ in kept])
+        for chunk_id, live in kept:
+            if live and conv.chunks[chunk_id].live:
+                conv.chunks[chunk_id].recalled_for = turn_id
