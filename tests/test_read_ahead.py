@@ -64,21 +64,25 @@ def test_the_draft_prompt_is_what_enter_sends_and_changes_nothing(embedder, tmp_
     assert sent[:len(early)] == early
 
 
+#: Every match the search returns may come back (no absolute or relative floor, no cap).
+EVERY_MATCH = dict(min_similarity=0.0, recall_relative_floor=0.0, recall_max_chunks=0)
+
+
 def test_a_draft_whose_plan_makes_room_leaves_out_what_enter_prunes(embedder, tmp_path):  # noqa: F811
     """resurrection_keep_share < 1 (the default): the message's plan prunes older context;
     the draft plans the same choice without making it.
 
     Guards that the draft's room prune is the one Enter makes (or a little less of it, the
     draft being a word shorter) and that the draft resurrects what Enter does, so the
-    server's cache keeps all of what Enter sends.  At the app's defaults (30 matches, a
-    1,024-token window) the plan fills its room past the boat talk with unrelated chunks
+    server's cache keeps all of what Enter sends.  With every match allowed back (30
+    matches, no floor, no cap, a 1,024-token window) the plan fills its room past the boat talk with unrelated chunks
     of cosine ~0, so it also guards that those rank the same on every CPU: with bfloat16
     vectors (~1e-3 apart between CPUs' kernels) their order, and whether a 16-token one
     fitted by a token, moved, and this failed on an Intel AMX machine; float32 vectors and
     the rank grid (halo_weave.core.ties) keep it.
     """
     session, _ = _chat(embedder, tmp_path / "room.db", "after_exchange", exchanges=12,
-                       resurrection_keep_share=0.5)
+                       resurrection_keep_share=0.5, **EVERY_MATCH)
     _draft_plans_what_enter_prunes(session, embedder)
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from halo_weave.memory.query import date_spans, sub_queries
 from halo_weave.memory.resurrection import make_plan
+from halo_weave.settings import Settings
 from halo_weave.store import ConversationStore
 from test_semantic_index import (chunk_with, embedder, index_all_pruned, new_conversation,  # noqa: F401
                                  tokenize, with_settings)
@@ -148,7 +149,8 @@ def test_feedback_finds_what_the_best_matches_are_about(diary):
     boat = chunk_with(conv, "named my sailing boat").id
 
     def ranks(feedback: float) -> list[int]:
-        return [m.chunk_id for m in with_settings(index, query_feedback=feedback).search(question, limit=14)]
+        found = with_settings(index, query_feedback=feedback, min_similarity=0.0).search(question, limit=14)
+        return [m.chunk_id for m in found]
 
     # The vet's call about the cat is the best match; the question never says "operation",
     # but searching again towards the best matches puts the cat's operation above the boat.
@@ -161,9 +163,10 @@ def test_feedback_finds_what_the_best_matches_are_about(diary):
 def test_a_message_about_one_thing_brings_back_only_what_is_about_it(diary):
     conv, _, index = diary
     question = "What is my sister's dog called?"
-    every = with_settings(index, resurrect_neighbours=0, resurrection_anchors="if_room")
+    every = with_settings(index, resurrect_neighbours=0, resurrection_anchors="if_room",
+                          recall_relative_floor=0.0, min_similarity=0.0, recall_max_chunks=0)
     focused = with_settings(index, resurrect_neighbours=0, resurrection_anchors="if_room",
-                            recall_relative_floor=0.8)
+                            recall_relative_floor=0.8, min_similarity=0.0, recall_max_chunks=0)
     matches = index.search(question, limit=20)
     pepper = chunk_with(conv, "My sister's dog is called Pepper").id
     brought = [p.match.chunk_id for p in every.plan(conv, matches, 10_000).taken]
@@ -182,3 +185,17 @@ def test_at_most_the_cap_of_paragraphs_comes_back(diary):
     before = conv.live_token_count()
     plan.apply(conv, "at_prune")
     assert conv.live_token_count() - before == plan.tokens
+
+
+def test_by_default_a_message_on_another_subject_brings_nothing_back(diary):
+    conv, _, index = diary
+    app = Settings()
+    index = with_settings(index, min_similarity=app.min_similarity, recall_relative_floor=app.recall_relative_floor,
+                          recall_max_chunks=app.recall_max_chunks)  # the app's recall settings
+    unrelated = index.plan(conv, index.search("What is the difference between a violin and a viola?"), 10_000)
+    assert unrelated.chunk_ids == []
+    asked = index.plan(conv, index.search("What is my sister's dog called?"), 10_000)
+    pepper = chunk_with(conv, "My sister's dog is called Pepper")
+    assert asked.taken[0].match.chunk_id == pepper.id
+    # The dog, its answer and their sitting's neighbour: not the whole diary.
+    assert len(asked.chunk_ids) <= 4

@@ -51,7 +51,11 @@ def tokenize(embedder: Embedder, text: str) -> tuple[list[int], list[str]]:
 
 
 def new_conversation(embedder: Embedder, **settings) -> Conversation:
-    opts = dict(min_chunk_tokens=16, max_context_tokens=0)
+    """A conversation whose index returns and plans every match (no floors, no cap): these
+    tests are about search, ranking and resurrection themselves; what the floors leave out
+    is tested with the app's own settings (test_recall_query.py)."""
+    opts = dict(min_chunk_tokens=16, max_context_tokens=0, min_similarity=0.0,
+                recall_relative_floor=0.0, recall_max_chunks=0)
     opts.update(settings)
     framing = build_framing(lambda t: list(zip(*tokenize(embedder, t))))
     return Conversation(Settings(**opts), framing)
