@@ -37,6 +37,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from halo_weave.server import omp  # noqa: E402
+
+omp.configure()  # llama.cpp's threads wait as the server's do (a bounded spin), before it loads
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -54,26 +58,36 @@ NOTE_CHUNK_TOKENS = 40
 ASK = " Answer in a few words."
 
 #: name -> (kind, index settings changed from the app's defaults, note before the question).
+#: The recall settings before the floors and the cap (what "before" runs, the base of the
+#: variants below, so that their names keep their meaning when a default moves).
+BEFORE = {"min_similarity": 0.0, "recall_relative_floor": 0.0, "recall_max_chunks": 0}
+
 METHODS: dict[str, tuple[str, dict, bool]] = {
     "oracle": ("oracle", {}, False),  # the evidence turns only: the ceiling
     "fifo": ("fifo", {}, False),  # the most recent whole turns that fit
     "rag": ("rag", {}, False),  # recent P, then plain cosine until the budget is spent
     "default": ("halo", {}, False),  # the app's defaults
-    "default-note": ("halo", {}, True),
-    "floor70": ("halo", {"recall_relative_floor": 0.7}, False),
-    "floor80": ("halo", {"recall_relative_floor": 0.8}, False),
-    "floor90": ("halo", {"recall_relative_floor": 0.9}, False),
-    "cap4": ("halo", {"recall_max_chunks": 4}, False),
-    "cap8": ("halo", {"recall_max_chunks": 8}, False),
-    "cap16": ("halo", {"recall_max_chunks": 16}, False),
-    "floor80-cap8": ("halo", {"recall_relative_floor": 0.8, "recall_max_chunks": 8}, False),
-    "floor80-cap8-note": ("halo", {"recall_relative_floor": 0.8, "recall_max_chunks": 8}, True),
-    "keep100": ("halo", {"resurrection_keep_share": 1.0}, False),  # room: what pruning left
+    "default-note": ("halo", {}, True),  # ... and a short copy of what came back before the question
+    "before": ("halo", BEFORE, False),
+    "before-note": ("halo", BEFORE, True),
+    # What one message may bring back (settings recall_relative_floor, recall_max_chunks,
+    # min_similarity), measured for recall in bench_memory's recent-* rows of the same names.
+    "floor60": ("halo", {**BEFORE, "recall_relative_floor": 0.6}, False),
+    "floor70": ("halo", {**BEFORE, "recall_relative_floor": 0.7}, False),
+    "floor80": ("halo", {**BEFORE, "recall_relative_floor": 0.8}, False),
+    "min30-floor55-cap24": ("halo", {"min_similarity": 0.3, "recall_relative_floor": 0.55,
+                                     "recall_max_chunks": 24}, False),
+    "min30-floor60": ("halo", {**BEFORE, "min_similarity": 0.3, "recall_relative_floor": 0.6}, False),
+    "cap8": ("halo", {**BEFORE, "recall_max_chunks": 8}, False),
+    "cap12": ("halo", {**BEFORE, "recall_max_chunks": 12}, False),
+    "floor80-cap8": ("halo", {**BEFORE, "recall_relative_floor": 0.8, "recall_max_chunks": 8}, False),
+    "floor80-cap8-note": ("halo", {**BEFORE, "recall_relative_floor": 0.8, "recall_max_chunks": 8}, True),
+    "keep100": ("halo", {**BEFORE, "resurrection_keep_share": 1.0}, False),  # room: what pruning left
 }
-BUNDLED_METHODS = ["oracle", "fifo", "rag", "default", "default-note", "floor80", "floor90",
-                   "cap8", "cap16", "floor80-cap8", "floor80-cap8-note", "keep100"]
+BUNDLED_METHODS = ["oracle", "fifo", "rag", "before", "before-note", "default", "default-note",
+                   "floor70", "cap12", "floor80-cap8"]
 LARGER_METHODS = ["oracle", "fifo", "default"]
-QUICK_METHODS = ["oracle", "fifo", "rag", "default", "floor80", "cap8", "floor80-cap8", "floor80-cap8-note"]
+QUICK_METHODS = ["oracle", "fifo", "rag", "before", "default", "floor80-cap8"]
 QUICK_CONVERSATIONS = ["conv-30"]
 
 
@@ -91,15 +105,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--methods", default="", help=f"for the first model (default: {','.join(BUNDLED_METHODS)})")
     p.add_argument("--other-methods", default=",".join(LARGER_METHODS), help="for the other models")
     p.add_argument("--conversations", default="", help="comma-separated sample ids (default: all)")
-    p.add_argument("--per-category", type=int, default=10,
+    p.add_argument("--per-category", type=int, default=6,
                    help="questions per category in the subset (0: every question)")
     p.add_argument("--seed", type=int, default=1, help="the subset's seed")
-    p.add_argument("--threads", type=int, default=1,
-                   help="model threads (1: llama.cpp's spinning threads lose most of their speed "
-                        "when other work shares the cores)")
-    p.add_argument("--kv", choices=["surgery", "in-order", "exact"], default="surgery",
-                   help="how the engine's cache follows the prompts: the server's KV surgery "
-                        "(default), surgery with the message run after what came back, or exact")
+    p.add_argument("--threads", type=int, default=2, help="model threads")
+    p.add_argument("--kv", choices=["exact", "surgery", "in-order"], default="exact",
+                   help="how the engine's cache follows the prompts: exact (default: everything "
+                        "after the first change re-run, so an answer depends on its prompt only), "
+                        "the server's KV surgery, or surgery with the message run after what "
+                        "came back (both depend on the prompts before)")
+    p.add_argument("--notes-tool", action="store_true",
+                   help="the system prompt with the notes tool's instructions (the app adds them "
+                        "when the tool is on)")
     p.add_argument("--ask", default=ASK,
                    help="added to every question as the user writes it (the search reads it too)")
     p.add_argument("--embed-cache", default="", help="file keeping MiniLM vectors between runs")
@@ -424,7 +441,7 @@ def main(argv=None) -> int:
 
     if args.quick:
         args.conversations = args.conversations or ",".join(QUICK_CONVERSATIONS)
-        args.per_category = 3 if args.per_category == 10 else args.per_category
+        args.per_category = 3 if args.per_category == 6 else args.per_category
         args.models = args.models.split(",")[0]
         args.methods = args.methods or ",".join(QUICK_METHODS)
     methods = [m.strip() for m in (args.methods or ",".join(BUNDLED_METHODS)).split(",") if m.strip()]
@@ -434,6 +451,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"unknown methods: {', '.join(sorted(unknown))}")
     # The app's defaults (prune oldest first, its recall settings), P as the target.
     settings = Settings(max_context_tokens=args.prune_to)
+    if args.notes_tool:  # the prompt the model reads, as the app builds it with the tool on
+        settings = settings.replace(system_prompt=settings.replace(notes_tool=True).effective_system_prompt)
     dialogues = locomo.load(args.data)
     wanted = [c.strip() for c in args.conversations.split(",") if c.strip()]
     if wanted:
@@ -466,6 +485,7 @@ def main(argv=None) -> int:
         figures = {
             "prune_to": args.prune_to, "context": args.context, "answer_tokens": args.answer_tokens,
             "questions": len(chosen), "seed": args.seed, "per_category": args.per_category,
+            "kv": args.kv, "notes_tool": args.notes_tool,
             "conversations": sorted({d.sample_id for d, _ in chosen}), "cpu": cpu,
             "cpus": os.cpu_count(), "load_average": list(os.getloadavg()), "wall_seconds": round(wall, 1),
             "model": results[models[0]]["model"],
