@@ -49,7 +49,7 @@ def choose(kind: str, source: loader.ModelSource, device: str = "auto") -> str:
     from .llamacpp import safety
 
     # A build that crashed its test run on this CPU, even with safe settings, is not used.
-    return TRANSFORMERS if safety.verdict().mode == safety.UNUSABLE else LLAMACPP
+    return TRANSFORMERS if safety.verdict(source.path / source.gguf_file).mode == safety.UNUSABLE else LLAMACPP
 
 
 def load_engine(
