@@ -108,3 +108,6 @@ def test_the_app_sizes_its_server_cache_from_the_budget():
     # The saved caches' bound on disk follows the setting (2 GiB unless changed).
     assert args[-2:] == ["--kv-disk-mb", "2048"]
     assert Settings(saved_caches_mb=0).server_args()[-2:] == ["--kv-disk-mb", "0"]
+    # The bundled default unless another model is chosen (halo-weave --model).
+    assert "--model" not in args
+    assert Settings(server_model="smollm2").server_args()[:2] == ["--model", "smollm2"]
