@@ -4,7 +4,7 @@ The llama.cpp engine runs the bundled default model (Qwen2.5-Coder-0.5B: 24 laye
 query heads over 2 key/value heads).  The transformers engine runs SmolLM2-135M: on Qwen
 it would first dequantize 0.5B weights to float32 (2 GB, minutes on two cores), and what
 is checked here is the engines' mechanics, not the model; the two engines are compared on
-SmolLM2."""
+SmolLM2, or on the default with ``HALO_WEAVE_COMPARE_MODEL=qwen``."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ import pytest
 pytestmark = pytest.mark.slow
 
 CHAT = "<|im_start|>{}\n{}<|im_end|>\n"
+#: The model both engines load to be compared (and the transformers engine's tests run).
+COMPARED = os.environ.get("HALO_WEAVE_COMPARE_MODEL", "smollm2")
 PARAGRAPHS = [
     "My sister Ana moved to Lisbon last spring and opened a small bakery near the river.",
     "She bakes custard tarts every morning at five, and the queue reaches the corner by seven.",
@@ -40,11 +42,11 @@ def llama():
 
 
 @pytest.fixture(scope="module")
-def smollm2_llama():
-    """SmolLM2 on llama.cpp, to compare with :func:`transformers_engine`."""
+def compared_llama():
+    """The compared model on llama.cpp, to set beside :func:`transformers_engine`."""
     from halo_weave.server.engines import load_engine
 
-    engine = load_engine("llamacpp", "smollm2", threads=1)
+    engine = load_engine("llamacpp", COMPARED, threads=1)
     yield engine
     engine.close()
 
@@ -53,7 +55,7 @@ def smollm2_llama():
 def transformers_engine():
     from halo_weave.server.engines import load_engine
 
-    return load_engine("transformers", "smollm2", threads=1)
+    return load_engine("transformers", COMPARED, threads=1)
 
 
 def conversation(engine, turns: int = 6) -> tuple[list[int], list[tuple[int, int]]]:
@@ -93,8 +95,8 @@ def kl(p: np.ndarray, q: np.ndarray) -> float:
 # ---------------------------------------------------------------- both engines agree
 
 
-def test_both_engines_tokenize_the_same_way(smollm2_llama, transformers_engine):
-    llama = smollm2_llama
+def test_both_engines_tokenize_the_same_way(compared_llama, transformers_engine):
+    llama = compared_llama
     for text in ["<|im_start|>user\nHi there! 😀 Ça va? 東京<|im_end|>\n", "  spaces\n\n\ttabs", PARAGRAPHS[0]]:
         for parse_special in (False, True):
             a = llama.tokenize(text, parse_special=parse_special)
@@ -113,8 +115,8 @@ def test_markup_in_text_stays_text_unless_framing_asks(which, request):
     assert control <= {i for i, _ in engine.tokenize(hostile, parse_special=True)}
 
 
-def test_both_engines_pay_the_same_attention_to_a_prompt(smollm2_llama, transformers_engine):
-    llama = smollm2_llama
+def test_both_engines_pay_the_same_attention_to_a_prompt(compared_llama, transformers_engine):
+    llama = compared_llama
     ids, _ = conversation(llama, 4)
     ids += question(llama)
     got, _ = first_token(llama, ids)
@@ -126,7 +128,7 @@ def test_both_engines_pay_the_same_attention_to_a_prompt(smollm2_llama, transfor
 
     got, _ = first_token(llama, ids, per_layer=True)
     ref, _ = first_token(transformers_engine, ids, per_layer=True)
-    assert got.attention.shape == ref.attention.shape == (30, 9, len(ids))
+    assert got.attention.shape == ref.attention.shape == (llama.num_layers, llama.num_heads, len(ids))
     np.testing.assert_allclose(got.attention.sum(axis=-1), 1.0, atol=1e-4)
     assert np.corrcoef(got.attention.ravel(), ref.attention.ravel())[0, 1] > 0.98
 

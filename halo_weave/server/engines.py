@@ -106,7 +106,6 @@ def engine_note(kind: str, model_note: str | None = None) -> str | None:
 
     notes = [model_note] if model_note else []
     found = safety.known_verdict()
-    if found is not None and found.noteworthy and (
-            (kind == LLAMACPP and found.mode == safety.SAFE) or (kind == TRANSFORMERS and found.mode == safety.UNUSABLE)):
+    if found is not None and (kind, found.mode) in ((LLAMACPP, safety.SAFE), (TRANSFORMERS, safety.UNUSABLE)):
         notes.append(found.sentence)
     return " ".join(notes) or None
