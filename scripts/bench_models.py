@@ -1,20 +1,20 @@
 """Speed of the bundled models on the server with attention on: what choosing one costs.
 
-For each model named (default ``qwen,smollm2``), one server at a time, llama.cpp engine,
-``--threads`` threads:
+For each model named (default ``qwen,smollm2``), one server at a time, on the engine
+``--engine`` names (default llama.cpp), ``--threads`` threads:
 
 * ``prefill_tok_s``: a chat prompt of about ``--context`` tokens (LoCoMo dev turns, the
   system prompt the app ships) read from scratch, the last token's attention read out:
   prompt tokens run / the request's prefill time; the median of ``--rounds`` requests, each
-  opening with another line so that nothing is reused from the cache;
+  on another dialogue so that nothing is reused from the cache;
 * ``decode_tok_s``: tokens per second while an answer streams with each token's
   aggregated attention, after that prompt (temperature 0, up to ``--tokens`` tokens),
   the median of the same requests;
-* ``start_s``: server start to its ready line (the assembled file and the llama.cpp
-  verdict already made by an earlier start);
+* ``start_s``: server start to its ready line (the assembled file, the llama.cpp verdict
+  and the transformers engine's dequantized copy as an earlier start left them);
 * ``file_mb``, ``layers``, ``heads``, ``kv_heads``: the model file and its shape.
 
-Usage: ``python scripts/bench_models.py [--models qwen,smollm2] [--threads 2]
+Usage: ``python scripts/bench_models.py [--models qwen,smollm2] [--engine llamacpp] [--threads 2]
 [--context 1500] [--tokens 48] [--rounds 3] [--json]``; the last line is one JSON object,
 the figures under ``models.<name>``.
 """
@@ -40,13 +40,14 @@ LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "l
 CHAT = "<|im_start|>{}\n{}<|im_end|>\n"
 
 
-def chat_text(opening: str, context: int) -> str:
-    """A chat of about ``context`` tokens (at ~4 characters a token) ending in a question."""
+def chat_text(dialogue: int, context: int) -> str:
+    """A chat of about ``context`` tokens (at ~4 characters a token) from LoCoMo's dialogue
+    ``dialogue``, ending in a question."""
     from halo_weave.settings import Settings
 
-    parts = [CHAT.format("system", f"{opening}\n{Settings().system_prompt}")]
+    parts = [CHAT.format("system", Settings().system_prompt)]
     size = 0
-    for turn in load_locomo(LOCOMO)[0].turns:
+    for turn in load_locomo(LOCOMO)[dialogue].turns:
         text = CHAT.format(turn.role, turn.text)
         if size + len(text) > context * 4:
             break
@@ -61,7 +62,7 @@ def measure(url: str, args) -> dict:
         info = http.get("/api/v1/model").json()
         prefill, decode, prompt_tokens = [], [], []
         for n in range(args.rounds):
-            text = chat_text(f"Round {n} of {args.rounds}, {time.time():.6f}.", args.context)
+            text = chat_text(n, args.context)
             ids = http.post("/api/v1/tokenize", json={"text": text, "parse_special": True}).json()["token_ids"]
             body = {"input_ids": ids, "max_length": args.tokens, "temperature": 0, "output_attentions": True}
             with http.stream("POST", "/api/extra/generate/stream", json=body) as response:
@@ -84,6 +85,7 @@ def measure(url: str, args) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="qwen,smollm2")
+    parser.add_argument("--engine", choices=("llamacpp", "transformers"), default="llamacpp")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--context", type=int, default=1500)
     parser.add_argument("--tokens", type=int, default=48)
@@ -94,11 +96,12 @@ def main(argv=None) -> int:
     from halo_weave.server.launcher import start_server
     from halo_weave.server.loader import resolve
 
-    figures: dict = {"threads": args.threads, "load_average_1m": round(os.getloadavg()[0], 2), "models": {}}
+    figures: dict = {"engine": args.engine, "threads": args.threads,
+                     "load_average_1m": round(os.getloadavg()[0], 2), "models": {}}
     for name in args.models.split(","):
         source = resolve(name)  # assembles a bundled model before the timed start
         started = time.perf_counter()
-        server = start_server(port=0, extra_args=["--model", name, "--engine", "llamacpp", "--threads",
+        server = start_server(port=0, extra_args=["--model", name, "--engine", args.engine, "--threads",
                                                   str(args.threads), "--kv-disk-mb", "0"])
         try:
             url = server.wait_ready(timeout=600)
