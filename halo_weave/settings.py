@@ -173,6 +173,9 @@ class Settings:
     # Backend
     server_url: str = "http://127.0.0.1:5001"
     autostart_server: bool = True
+    #: The built-in server's model (its ``--model``): "" for the bundled default
+    #: (Qwen2.5-Coder-0.5B-Instruct), "smollm2", or a GGUF file.
+    server_model: str = ""
     attention_format: str = "aggregated"  # or "per_layer"
     # "auto": the server's own template, else ChatML; or a name in chat_template.TEMPLATES.
     # A choice made for a conversation is saved in its file and wins over this default.
@@ -224,7 +227,8 @@ class Settings:
     def server_args(self) -> list[str]:
         """Command-line options for the bundled server that follow from these settings."""
         cells = self.server_context_cells()
-        return [*(["--initial-context", str(cells)] if cells else []), "--kv-disk-mb", str(self.saved_caches_mb)]
+        return [*(["--model", self.server_model] if self.server_model.strip() else []),
+                *(["--initial-context", str(cells)] if cells else []), "--kv-disk-mb", str(self.saved_caches_mb)]
 
     @classmethod
     def field_names(cls) -> list[str]:

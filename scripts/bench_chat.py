@@ -33,7 +33,10 @@ The server starts with the options the app gives it (``Settings.server_args``: a
 cache sized from the budget, grown on demand; ``cache_growths`` counts the growths, whose
 re-run tokens count in ``reprefilled_tokens``); ``--full-context`` leaves them out.
 
-Usage: ``python scripts/bench_chat.py [--engines llamacpp,transformers] [--messages 60]
+``--model`` names the server's model (a bundled one, ``qwen`` or ``smollm2``, or a GGUF file;
+default: the bundled default).
+
+Usage: ``python scripts/bench_chat.py [--engines llamacpp,transformers] [--model NAME] [--messages 60]
 [--threads N] [--max-new-tokens N] [--full-context] [--keep FILE] [--json]``; the last line is
 one JSON object.  ``--keep`` copies the conversation the chat built (a file the app opens).
 """
@@ -301,6 +304,8 @@ def settings_changes(pairs: list[str]) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--engines", default="llamacpp")
+    parser.add_argument("--model", default=None,
+                        help="the server's --model: qwen, smollm2 or a GGUF file (default: the bundled default)")
     parser.add_argument("--messages", type=int, default=60)
     parser.add_argument("--threads", type=int, default=None, help="server threads (default: the server's)")
     parser.add_argument("--max-new-tokens", type=int, default=None,
@@ -339,8 +344,10 @@ def main(argv=None) -> int:
     figures["server_args"] = app_args
     figures["settings_changed"] = changes
     figures["typing_cps"] = args.typing_cps
+    figures["model"] = args.model or "default"
     for engine in engines:
-        extra = ["--engine", engine, *app_args] + (["--threads", str(args.threads)] if args.threads else [])
+        extra = (["--engine", engine, *app_args] + (["--threads", str(args.threads)] if args.threads else [])
+                 + (["--model", args.model] if args.model else []))
         with tempfile.TemporaryDirectory(prefix="hw-bench-chat-") as tmp:
             os.environ["HALO_WEAVE_HOME"] = tmp
             server = start_server(port=0, extra_args=extra)

@@ -228,7 +228,8 @@ def plain_decode_ms(engine: str, threads: int, context: int, tokens: int, flash:
         L.llama_backend_init()
         from halo_weave.server.llamacpp import safety
 
-        model = L.llama_model_load_from_file(str(source.path / source.gguf_file).encode(), safety.model_params(L))
+        gguf = source.path / source.gguf_file
+        model = L.llama_model_load_from_file(str(gguf).encode(), safety.model_params(L, gguf))
         cp = L.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch = context + tokens + 256, 512, 512
         cp.n_threads = cp.n_threads_batch = threads

@@ -1,8 +1,8 @@
 """Session-wide test setup: private data dirs, offline models, one real model server.
 
 ``HALO_WEAVE_HOME`` and ``HALO_WEAVE_CONFIG`` point at a fresh temporary directory per session;
-``HALO_WEAVE_CACHE`` at a stable temporary path so the dequantized model cached by the
-first run makes later runs start the server in seconds.
+``HALO_WEAVE_CACHE`` at a stable temporary path so the model files made by the first run
+(the assembled Qwen GGUF, the dequantized SmolLM2) make later runs start servers in seconds.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-#: Shared across test runs on purpose: holds the dequantized model (~540 MB).
+#: Shared across test runs on purpose: holds the assembled Qwen GGUF (491 MB), the llama.cpp
+#: verdicts and the dequantized SmolLM2 (~540 MB).
 TEST_CACHE_DIR = Path(tempfile.gettempdir()) / "halo-weave-test-cache"
 
 #: First start dequantizes the GGUF (about a minute on a busy 2-core machine).
@@ -33,18 +34,31 @@ def pytest_unconfigure(config) -> None:
     shutil.rmtree(_HOME, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def server():
-    """The real reference server on 127.0.0.1 (``.url``, ``.port``, ``.process``)."""
+def _session_server(*model: str):
     from halo_weave.server.launcher import start_server
 
     # The saved conversation caches go to TEST_CACHE_DIR/kv-states, which outlives the run: bounded.
-    process = start_server(port=0, extra_args=["--kv-disk-mb", "512"], env={"HALO_WEAVE_CACHE": str(TEST_CACHE_DIR)})
+    process = start_server(port=0, extra_args=["--kv-disk-mb", "512", *model],
+                           env={"HALO_WEAVE_CACHE": str(TEST_CACHE_DIR)})
     try:
         process.wait_ready(timeout=SERVER_START_TIMEOUT_S)
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture(scope="session")
+def server():
+    """The real reference server on 127.0.0.1 with the bundled default model
+    (``.url``, ``.port``, ``.process``)."""
+    yield from _session_server()
+
+
+@pytest.fixture(scope="session")
+def smollm2_server():
+    """The same server with SmolLM2-135M, for what was recorded with it (a real KoboldCPP's
+    answers) and where the text-mode tokenizer's ids must be the server's."""
+    yield from _session_server("--model", "smollm2")
 
 
 @pytest.fixture

@@ -1,4 +1,10 @@
-"""The two engines behind the server: same tokens, same attention, KV surgery close to exact."""
+"""The two engines behind the server: same tokens, same attention, KV surgery close to exact.
+
+The llama.cpp engine runs the bundled default model (Qwen2.5-Coder-0.5B: 24 layers, 14
+query heads over 2 key/value heads).  The transformers engine runs SmolLM2-135M: on Qwen
+it would first dequantize 0.5B weights to float32 (2 GB, minutes on two cores), and what
+is checked here is the engines' mechanics, not the model; the two engines are compared on
+SmolLM2, or on the default with ``HALO_WEAVE_COMPARE_MODEL=qwen``."""
 
 from __future__ import annotations
 
@@ -13,6 +19,8 @@ import pytest
 pytestmark = pytest.mark.slow
 
 CHAT = "<|im_start|>{}\n{}<|im_end|>\n"
+#: The model both engines load to be compared (and the transformers engine's tests run).
+COMPARED = os.environ.get("HALO_WEAVE_COMPARE_MODEL", "smollm2")
 PARAGRAPHS = [
     "My sister Ana moved to Lisbon last spring and opened a small bakery near the river.",
     "She bakes custard tarts every morning at five, and the queue reaches the corner by seven.",
@@ -25,6 +33,7 @@ PARAGRAPHS = [
 
 @pytest.fixture(scope="module")
 def llama():
+    """The bundled default model on llama.cpp."""
     from halo_weave.server.engines import load_engine
 
     engine = load_engine("llamacpp", threads=1)
@@ -33,10 +42,20 @@ def llama():
 
 
 @pytest.fixture(scope="module")
+def compared_llama():
+    """The compared model on llama.cpp, to set beside :func:`transformers_engine`."""
+    from halo_weave.server.engines import load_engine
+
+    engine = load_engine("llamacpp", COMPARED, threads=1)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
 def transformers_engine():
     from halo_weave.server.engines import load_engine
 
-    return load_engine("transformers", threads=1)
+    return load_engine("transformers", COMPARED, threads=1)
 
 
 def conversation(engine, turns: int = 6) -> tuple[list[int], list[tuple[int, int]]]:
@@ -76,7 +95,8 @@ def kl(p: np.ndarray, q: np.ndarray) -> float:
 # ---------------------------------------------------------------- both engines agree
 
 
-def test_both_engines_tokenize_the_same_way(llama, transformers_engine):
+def test_both_engines_tokenize_the_same_way(compared_llama, transformers_engine):
+    llama = compared_llama
     for text in ["<|im_start|>user\nHi there! 😀 Ça va? 東京<|im_end|>\n", "  spaces\n\n\ttabs", PARAGRAPHS[0]]:
         for parse_special in (False, True):
             a = llama.tokenize(text, parse_special=parse_special)
@@ -95,7 +115,8 @@ def test_markup_in_text_stays_text_unless_framing_asks(which, request):
     assert control <= {i for i, _ in engine.tokenize(hostile, parse_special=True)}
 
 
-def test_both_engines_pay_the_same_attention_to_a_prompt(llama, transformers_engine):
+def test_both_engines_pay_the_same_attention_to_a_prompt(compared_llama, transformers_engine):
+    llama = compared_llama
     ids, _ = conversation(llama, 4)
     ids += question(llama)
     got, _ = first_token(llama, ids)
@@ -107,7 +128,7 @@ def test_both_engines_pay_the_same_attention_to_a_prompt(llama, transformers_eng
 
     got, _ = first_token(llama, ids, per_layer=True)
     ref, _ = first_token(transformers_engine, ids, per_layer=True)
-    assert got.attention.shape == ref.attention.shape == (30, 9, len(ids))
+    assert got.attention.shape == ref.attention.shape == (llama.num_layers, llama.num_heads, len(ids))
     np.testing.assert_allclose(got.attention.sum(axis=-1), 1.0, atol=1e-4)
     assert np.corrcoef(got.attention.ravel(), ref.attention.ravel())[0, 1] > 0.98
 
@@ -215,8 +236,9 @@ def test_the_store_forgets_the_oldest_span_when_full(llama):
     store.clear()
     try:
         first_token(llama, ids + q)
-        store.max_bytes = 60 * 23_040  # ~60 tokens of SmolLM2's keys and values: one span
+        store.max_bytes = 1 << 30
         first_token(llama, ids[:a1] + ids[b1:] + q)  # prune span 1: stored
+        store.max_bytes = store.nbytes * 3 // 2  # room for one span of this size, not two
         first_token(llama, ids[:a1] + ids[b1:a2] + ids[b2:] + q)  # prune span 3: span 1 forgotten
         assert len(store) == 1 and store.nbytes <= store.max_bytes
         _, done = first_token(llama, ids + q)
@@ -373,7 +395,7 @@ def test_without_llama_cpp_the_server_runs_on_transformers_and_says_how_to_get_i
     from halo_weave.server.launcher import start_server
 
     path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
-    server = start_server(port=0, extra_args=["--threads", "1"], env={"PYTHONPATH": path})
+    server = start_server(port=0, extra_args=["--threads", "1", "--model", "smollm2"], env={"PYTHONPATH": path})
     try:
         url = server.wait_ready(timeout=300)
         info = httpx.get(f"{url}/api/v1/model", timeout=30).json()

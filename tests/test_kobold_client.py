@@ -88,8 +88,9 @@ def test_the_stock_koboldcpp_counter_reads_our_tokencount(server):
 
 def test_model_info_describes_the_bundled_model(client):
     info = client.model_info()
-    assert (info.num_layers, info.num_heads, info.num_kv_heads) == (30, 9, 3)
-    assert info.max_context == 8192 and info.supports_attention
+    # Qwen2.5-Coder-0.5B-Instruct, the bundled default.
+    assert (info.num_layers, info.num_heads, info.num_kv_heads) == (24, 14, 2)
+    assert info.max_context == 32768 and info.supports_attention
     assert "<|im_start|>" in info.chat_template
     assert info.raw["chat_template_tokens"]["<|im_end|>"] == info.eos_token_id
 
@@ -130,7 +131,8 @@ def test_eos_ends_with_stop_and_is_not_shown(client):
     stream = client.stream(input_ids=ids, max_length=200, temperature=0)
     run(stream)
     assert stream.done.finish_reason == "stop"
-    assert "<|im_end|>" not in stream.text and 2 not in [e.token_id for e in stream.tokens]
+    end = client.model_info().raw["chat_template_tokens"]["<|im_end|>"]
+    assert "<|im_end|>" not in stream.text and end not in [e.token_id for e in stream.tokens]
 
 
 def test_abort_ends_the_stream_within_one_token(client):

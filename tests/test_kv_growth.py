@@ -23,8 +23,8 @@ def small():
 
 
 def test_a_request_larger_than_the_cache_grows_it_and_is_answered_as_before(small):
-    assert small.n_cells == 256 and small.context_size == 8192
-    ids, spans = conversation(small)
+    assert small.n_cells == 256 and small.context_size == small.describe()["max_trained_context"]
+    ids, spans = conversation(small, 8)
     assert len(ids) > 256
     head = ids[:spans[1][1]] + question(small, "Who is Ana?")
     assert len(head) + 1 <= 256
@@ -66,7 +66,8 @@ def test_the_server_starts_small_grows_on_demand_and_still_offers_the_whole_wind
         url = server.wait_ready(timeout=300)
         assert any("256 cells to start" in line for line in server.log)
         with httpx.Client(base_url=url, timeout=300) as http:
-            assert http.get("/api/v1/model").json()["max_context_length"] == 8192
+            info = http.get("/api/v1/model").json()
+            assert info["max_context_length"] == info["max_trained_context"]
             text = "".join(CHAT.format("user", f"Note {n}: the blue door opens at {n} o'clock.") for n in range(30))
             ids = http.post("/api/v1/tokenize", json={"text": text}).json()["token_ids"]
             assert len(ids) > 256
@@ -107,3 +108,6 @@ def test_the_app_sizes_its_server_cache_from_the_budget():
     # The saved caches' bound on disk follows the setting (2 GiB unless changed).
     assert args[-2:] == ["--kv-disk-mb", "2048"]
     assert Settings(saved_caches_mb=0).server_args()[-2:] == ["--kv-disk-mb", "0"]
+    # The bundled default unless another model is chosen (halo-weave --model).
+    assert "--model" not in args
+    assert Settings(server_model="smollm2").server_args()[:2] == ["--model", "smollm2"]

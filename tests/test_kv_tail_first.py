@@ -81,7 +81,7 @@ def test_a_resurrection_with_a_new_message_is_answered_as_before_and_close_to_ex
 def test_the_transformers_engine_runs_the_tail_first_as_well(any_size):
     from halo_weave.server.engines import load_engine
 
-    engine = load_engine("transformers", threads=1)
+    engine = load_engine("transformers", "smollm2", threads=1)  # not the default's 0.5B, dequantized
     request, _, done, (a, b, c, d, n_msg) = follow_up(engine, tail_first=True)
     assert done.kv["tail_first"] == n_msg - 1 and done.kv["restored"] == b - a
     assert done.kv["dropped"] == d - c and done.processed_prompt_tokens == n_msg

@@ -1,6 +1,6 @@
 """llama.cpp loads models with settings the CPU survives: no AMX repacking where the CPU
-has AMX, and a canary child that decides, once per build and CPU, what the engine uses
-when a test run dies."""
+has AMX, and a canary child that decides, once per build, CPU and model, what the engine
+uses when a test run dies."""
 
 from __future__ import annotations
 
@@ -111,3 +111,17 @@ def test_the_canary_child_reports_how_it_died():
     hung = safety.run_child(safety.DEFAULT, "unused", timeout=1,
                             command=[sys.executable, "-c", "import time; time.sleep(30)"])
     assert not hung.ok and "no answer" in hung.how
+
+
+def test_each_model_gets_its_own_verdict(tmp_path):
+    """The kernels that run depend on a model's quantization, so a verdict is per model."""
+    from halo_weave.server import bundled
+
+    first = segfaults_in(safety.DEFAULT)
+    assert safety.verdict(bundled.smollm2_gguf(), run=first, folder=tmp_path).mode == safety.SAFE
+    other = segfaults_in()
+    assert safety.verdict(bundled.find("qwen").path, run=other, folder=tmp_path).mode != safety.UNUSABLE
+    assert other.calls, "another model's canary runs"
+    again = segfaults_in()
+    assert safety.verdict(bundled.smollm2_gguf(), run=again, folder=tmp_path).mode == safety.SAFE
+    assert again.calls == [] and len(list(tmp_path.glob("*.json"))) == 2

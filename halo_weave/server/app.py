@@ -139,7 +139,7 @@ def model_info(engine: Engine, attention: bool = True) -> dict:
         "kv_tail_first": engine.kv.tail_first,
         "version": __version__,
     }
-    note = engine_note(engine.kind)
+    note = engine_note(engine.kind, engine.model_note)
     if note:
         info["engine_note"] = note
     if attention:

@@ -67,14 +67,15 @@ class Engine(EngineBase):
     @classmethod
     def load(
         cls,
-        model: str | None = None,
+        model: "str | loader.ModelSource | None" = None,
         device: str = "auto",
         context_size: int | None = None,
         attention_format: str = AGGREGATED,
         cache_model: bool = True,
         threads: int | None = None,
     ) -> "Engine":
-        """Load ``model`` (see :func:`loader.resolve`; ``None`` = bundled SmolLM2).
+        """Load ``model`` (a source, or what :func:`loader.resolve` takes; ``None`` = the
+        bundled default).
 
         ``threads`` sets torch's CPU thread count for the whole process (default: leave it).
         """
@@ -84,7 +85,7 @@ class Engine(EngineBase):
             raise ValueError(f"attention format must be one of {ATTENTION_FORMATS}")
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        source = loader.resolve(model)
+        source = model if isinstance(model, loader.ModelSource) else loader.resolve(model)
         hf_model, tokenizer, cached = loader.load(source, device)
         if cache_model and not cached:
             loader.save_cache_in_background(source, hf_model, tokenizer)

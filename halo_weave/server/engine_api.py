@@ -91,6 +91,8 @@ class EngineBase(SavedCaches):
     kind = "engine"
     #: How prunes and insertions are applied: ``"surgery"`` or ``"exact"`` (re-run).
     kv_mode = "surgery"
+    #: Why the model served is not the one asked for (set by :func:`.engines.load_engine`).
+    model_note: str | None = None
 
     def _init_locks(self) -> None:
         self._lock = threading.Lock()

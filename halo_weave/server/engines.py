@@ -1,6 +1,6 @@
 """Choose and load the engine the server runs: ``--engine llamacpp|transformers|auto``.
 
-``auto`` takes llama.cpp for a GGUF file (the bundled SmolLM2 included) when
+``auto`` takes llama.cpp for a GGUF file (the bundled models included) when
 llama-cpp-python is installed, and transformers otherwise (a transformers model
 directory, a CUDA device, or no llama-cpp-python).  Each engine's heavy imports
 happen here, on demand: the llama.cpp path never imports torch.
@@ -49,7 +49,7 @@ def choose(kind: str, source: loader.ModelSource, device: str = "auto") -> str:
     from .llamacpp import safety
 
     # A build that crashed its test run on this CPU, even with safe settings, is not used.
-    return TRANSFORMERS if safety.verdict().mode == safety.UNUSABLE else LLAMACPP
+    return TRANSFORMERS if safety.verdict(source.path / source.gguf_file).mode == safety.UNUSABLE else LLAMACPP
 
 
 def load_engine(
@@ -66,7 +66,7 @@ def load_engine(
     store_bytes: int = DEFAULT_STORE_BYTES,
     initial_context: int | None = None,
 ) -> EngineBase:
-    """Load ``model`` (``None``: the bundled SmolLM2) on the engine ``kind`` names;
+    """Load ``model`` (``None``: the bundled default, see :mod:`.bundled`) on the engine ``kind`` names;
     ``kv_tail_first``: run a request's new tokens before its insertions (see
     :func:`.kv_surgery.sync`); ``store_bytes`` bounds the host memory keeping pruned spans' states;
     ``initial_context``: KV cells the llama.cpp engine starts with (it grows on demand up
@@ -88,23 +88,24 @@ def load_engine(
     else:
         from .engine import Engine
 
-        engine = Engine.load(model, device=device, context_size=context_size,
+        engine = Engine.load(source, device=device, context_size=context_size,
                              attention_format=attention_format, cache_model=cache_model,
                              threads=threads if device != "cuda" else None)
+    engine.model_note = source.note
     engine.kv.mode = kv_mode
     engine.kv.tail_first = kv_tail_first
     engine.kv.store.max_bytes = store_bytes
     return engine
 
 
-def engine_note(kind: str) -> str | None:
-    """The sentence about how llama.cpp runs on this machine that the window shows with the
-    model (None: the default settings, or llama.cpp not consulted in this process)."""
+def engine_note(kind: str, model_note: str | None = None) -> str | None:
+    """What the window shows with the model: ``model_note`` (why this is not the model
+    asked for) and the sentence about how llama.cpp runs on this machine (None: nothing
+    to say: the model asked for, llama.cpp's default settings or not consulted here)."""
     from .llamacpp import safety
 
+    notes = [model_note] if model_note else []
     found = safety.known_verdict()
-    if found is None or not found.noteworthy:
-        return None
-    if (kind == LLAMACPP and found.mode == safety.SAFE) or (kind == TRANSFORMERS and found.mode == safety.UNUSABLE):
-        return found.sentence
-    return None
+    if found is not None and (kind, found.mode) in ((LLAMACPP, safety.SAFE), (TRANSFORMERS, safety.UNUSABLE)):
+        notes.append(found.sentence)
+    return " ".join(notes) or None

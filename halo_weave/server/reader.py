@@ -1,9 +1,10 @@
-"""Proxy attention: the bundled model reads each finished exchange of a server that sends
+"""Proxy attention: a bundled model reads each finished exchange of a server that sends
 no attention, and its attention stands in for the missing one.
 
 The reader is a helper beside the user's server, never a chat server in its place: the
-bundled SmolLM2 GGUF on the llama.cpp engine, loaded in the app's process (no port, no
-HTTP) and only when a server without attention is connected.  For each finished answer
+bundled SmolLM2 GGUF (the fastest bundled model, whatever the built-in server runs; see
+:mod:`.bundled`) on the llama.cpp engine, loaded in the app's process (no port, no HTTP)
+and only when a server without attention is connected.  For each finished answer
 it runs the live context once, teacher-forced: the answer the *other* model wrote is fed
 as if the reader had written it, and every answer token's attention row is read in
 batches (:meth:`~halo_weave.server.llamacpp.cache.LlamaCache.attend_all`), which is what
@@ -11,7 +12,7 @@ a generation event would have carried.  It reads at most its own window: the sys
 prompt and the newest context that fits with the answer.  The KV cache keeps the
 context between exchanges, so only what is new is run (and a prune is surgery).
 
-In text mode the token table already holds the bundled tokenizer's ids, so the reader's
+In text mode the token table already holds SmolLM2's ids (the text-mode tokenizer), so the reader's
 rows line up with the table cell for cell; a server with its own token ids
 (llama-server with another model) has a different vocabulary, which the reader cannot
 read: :func:`readable` says so.  The votes are applied by :mod:`halo_weave.memory.proxy`.
@@ -33,7 +34,7 @@ MIN_CONTEXT = 64
 
 
 class ReaderUnavailable(RuntimeError):
-    """The bundled model cannot run here (no llama-cpp-python, or no bundled GGUF)."""
+    """The reader cannot run here (no llama-cpp-python, or no SmolLM2 GGUF)."""
 
 
 @dataclass
@@ -48,7 +49,7 @@ class ReadResult:
 
 
 class ProxyReader:
-    """The bundled model as an attention reader (see the module docstring)."""
+    """SmolLM2 as an attention reader (see the module docstring)."""
 
     def __init__(self, engine) -> None:
         self.engine = engine
@@ -59,17 +60,17 @@ class ProxyReader:
 
     @classmethod
     def load(cls, window: int = READER_WINDOW, threads: int = 1) -> "ProxyReader":
-        """Load the bundled GGUF on llama.cpp (~0.5 s); :class:`ReaderUnavailable` if it cannot."""
-        from . import loader
+        """Load SmolLM2's GGUF on llama.cpp (~0.5 s); :class:`ReaderUnavailable` if it cannot."""
+        from . import bundled, loader
         from .llamacpp import bindings
 
         try:
             bindings.load()
-            source = loader.resolve(None)
+            source = loader.resolve(bundled.SMOLLM2)
         except (bindings.LlamaUnavailable, loader.ModelNotFound) as exc:
             raise ReaderUnavailable(str(exc)) from exc
         if not source.gguf_file:
-            raise ReaderUnavailable("the bundled model is not a GGUF file")
+            raise ReaderUnavailable("the reader's model is not a GGUF file")
         from .llamacpp.engine import LlamaEngine
 
         # No store of pruned spans' states: the reader never brings a span back quickly

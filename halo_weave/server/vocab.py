@@ -2,8 +2,8 @@
 
 An import checks its token ids against it (issue 17: ids outside the vocabulary made
 every later generation fail).  The connected server reports ``vocab_size`` in
-``/api/v1/model``; without a server, the bundled GGUF's token list is counted by reading
-only its metadata header (milliseconds; ``gguf.GGUFReader`` parses every tensor record
+``/api/v1/model``; without a server, the default bundled model's token list is counted by
+reading only its metadata header (milliseconds; ``gguf.GGUFReader`` parses every tensor record
 and takes seconds).
 """
 
@@ -64,17 +64,17 @@ def gguf_vocab_size(path: Path) -> int | None:
 
 @functools.lru_cache(maxsize=1)
 def bundled_vocab_size() -> int | None:
-    """The bundled model's vocabulary size (None when the model is not installed)."""
-    from .loader import ModelNotFound, bundled_gguf
+    """The default bundled model's vocabulary size (None when it is not installed)."""
+    from .bundled import ModelNotFound, default_header
 
     try:
-        return gguf_vocab_size(bundled_gguf())
+        return gguf_vocab_size(default_header())
     except (ModelNotFound, OSError, ValueError, struct.error):
         return None
 
 
 def vocab_size_for(model_info) -> int | None:
-    """The connected server's vocabulary when it reports one, else the bundled model's."""
+    """The connected server's vocabulary when it reports one, else the default bundled model's."""
     raw = getattr(model_info, "raw", None) or {}
     size = raw.get("vocab_size") if isinstance(raw, dict) else None
     if isinstance(size, int) and not isinstance(size, bool) and size > 0:

@@ -52,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
              f"initially {DEFAULT_SERVER_URL}); kept in the settings",
     )
     parser.add_argument(
+        "--model", metavar="NAME|FILE",
+        help="the built-in model server's model: qwen (the bundled default, Qwen2.5-Coder-0.5B-Instruct), "
+             "smollm2 (SmolLM2-135M-Instruct, faster, reads its memory poorly) or a GGUF file; kept in the "
+             "settings ('' goes back to the default)",
+    )
+    parser.add_argument(
         "--data-dir", metavar="DIR", type=Path,
         help="where conversations live, and then the settings too (default: $HALO_WEAVE_HOME or the "
              "platform's user data directory, with the settings in the user config directory, "
@@ -87,6 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
+
+
+def _model_choice(value: str) -> str:
+    """A bundled model's name as given, a file as an absolute path (the server may start
+    from another folder)."""
+    from ..server.bundled import canonical
+
+    value = value.strip()
+    return value if not value or canonical(value) else str(Path(value).expanduser().resolve())
 
 
 def desktop_entry_main(install: bool) -> int:
@@ -179,6 +194,9 @@ def run(argv: list[str] | None, controller_class) -> int:
     settings = _load_settings(qsettings)
     if args.server_url:
         settings = settings.replace(server_url=args.server_url)
+    if args.model is not None:
+        settings = settings.replace(server_model=_model_choice(args.model))
+    if args.server_url or args.model is not None:
         _save_settings(settings, qsettings)
     controller = controller_class(settings, data_dir, autostart=settings.autostart_server and not args.no_autostart)
     window = MainWindow(controller, qsettings)

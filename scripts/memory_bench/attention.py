@@ -86,13 +86,14 @@ class ModelAttention:
 
     @classmethod
     def load(cls, mode: str = "shift", model: str | None = None) -> "ModelAttention":
-        """Load through the server's loader (bundled SmolLM2 GGUF by default)."""
+        """Load through the server's loader (the bundled SmolLM2 GGUF by default: the proxy
+        reader, whose attention the benchmark's figures are)."""
         import torch
 
-        from halo_weave.server import loader
+        from halo_weave.server import bundled, loader
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        source = loader.resolve(model)
+        source = loader.resolve(model or bundled.SMOLLM2)
         lm, tokenizer, _ = loader.load(source, device)
         return cls(lm, tokenizer, mode, device)
 
@@ -482,7 +483,9 @@ def load_source(kv: str, model: str | None = None, context_size: int = 8192):
         if kv == "engine":
             raise RuntimeError("halo_weave.server.engine is not available; use --kv exact")
         return ModelAttention.load(kv, model)
-    engine = Engine.load(model, device="auto", context_size=context_size, cache_model=False)
+    from halo_weave.server import bundled
+
+    engine = Engine.load(model or bundled.SMOLLM2, device="auto", context_size=context_size, cache_model=False)
     if kv == "engine":
         return EngineAttention(engine)
     source = ModelAttention(engine.model, engine.tokenizer, kv, engine.device)

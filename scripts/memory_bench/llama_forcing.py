@@ -66,10 +66,11 @@ class LlamaForcing:
 
     @classmethod
     def load(cls, context_size: int = 8192, threads: int = 1) -> "LlamaForcing":
-        from halo_weave.server import loader
+        from halo_weave.server import bundled, loader
         from halo_weave.server.llamacpp.engine import LlamaEngine
 
-        source = loader.resolve(None)
+        # SmolLM2, the proxy reader, whatever the built-in server's default is.
+        source = loader.resolve(bundled.SMOLLM2)
         engine = LlamaEngine(source.path / source.gguf_file, context_size=context_size, threads=threads)
         return cls(engine)
 

@@ -104,7 +104,7 @@ def refused(path: Path, data_dir: Path, match: str, vocab_size: int | None = Non
 
 def test_token_ids_outside_the_vocabulary_are_refused(document, tmp_path):
     vocab = bundled_vocab_size()
-    assert vocab == 49152  # the bundled SmolLM2
+    assert vocab == 151936  # the bundled Qwen2.5-Coder-0.5B
     # (The test tokenizer's ids reach 50,000: fold them into the vocabulary first.)
     document = copy.deepcopy(document)
     document["tokens"]["token_id"] = [i % vocab for i in document["tokens"]["token_id"]]
@@ -112,7 +112,7 @@ def test_token_ids_outside_the_vocabulary_are_refused(document, tmp_path):
     doc = copy.deepcopy(document)
     doc["tokens"]["token_id"][7] = vocab
     refused(write(tmp_path, doc), tmp_path / "home",
-            r"tokens\.token_id\[7\] = 49152 is outside the model's vocabulary \(0\.\.49151", vocab)
+            rf"tokens\.token_id\[7\] = {vocab} is outside the model's vocabulary \(0\.\.{vocab - 1}", vocab)
     doc = copy.deepcopy(document)
     doc["system_prompt"]["token_ids"][0] = 10**6
     refused(write(tmp_path, doc), tmp_path / "home", r"system_prompt\.token_ids\[0\].*vocabulary", vocab)

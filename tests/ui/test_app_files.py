@@ -47,7 +47,7 @@ def test_no_server_is_explained_and_input_says_why(window, qtbot):
 
 def test_menus_show_shortcuts():
     parser_help = build_parser().format_help()
-    for option in ("--server-url", "--data-dir", "--conversation", "--no-autostart"):
+    for option in ("--server-url", "--model", "--data-dir", "--conversation", "--no-autostart"):
         assert option in parser_help
 
 

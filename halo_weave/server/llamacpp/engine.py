@@ -61,7 +61,7 @@ class LlamaEngine(EngineBase):
         L = self.L = lib.llama
         self._silence_logs()
         # Settings this CPU survives: see .safety (AMX, and the canary's verdict).
-        model = L.llama_model_load_from_file(str(path).encode(), safety.model_params(L))
+        model = L.llama_model_load_from_file(str(path).encode(), safety.model_params(L, path))
         if not model:
             raise loader.ModelNotFound(f"llama.cpp cannot load {path}")
         self.model = model

@@ -10,12 +10,13 @@ engine, the proxy reader, the memory benchmark, the tests' llama-cpp-python serv
   has AMX, models load with ``use_extra_bufts = False``: the weights stay in the ordinary
   CPU buffer and the AVX-512 kernels run them.  A runtime setting rather than a build
   flag, so that it holds for every build, a cached wheel and a user's own install alike.
-* **The canary.**  The first time a llama.cpp build meets a CPU, a child process loads the
-  bundled model and decodes a few tokens with the settings the engine would use.  If the
-  child dies (a signal, an error, a hang), the next settings are tried: the default,
-  then the safe ones (no extra buffer types), then none (the server runs on
-  transformers).  The verdict is kept in the user cache folder, one file per build and
-  CPU, so later starts cost nothing.
+* **The canary.**  The first time a llama.cpp build meets a CPU with a model, a child
+  process loads that model and decodes a few tokens with the settings the engine would
+  use.  If the child dies (a signal, an error, a hang), the next settings are tried: the
+  default, then the safe ones (no extra buffer types), then none (the server runs on
+  transformers).  Per model, because the kernels that run depend on its quantization
+  (Q4_K weights are repacked where Q4_1 weights are not).  The verdict is kept in the user
+  cache folder, one file per build, CPU and model, so later starts cost nothing.
 
 ``$HALO_WEAVE_LLAMACPP`` (``default`` or ``safe``) forces the settings and skips the
 canary, e.g. to measure one against the other.
@@ -43,8 +44,8 @@ log = logging.getLogger("halo_weave.server")
 DEFAULT, SAFE, UNUSABLE = "default", "safe", "unusable"
 #: Forces ``default`` or ``safe`` without a canary.
 MODE_ENV = "HALO_WEAVE_LLAMACPP"
-#: Seconds a canary child may take (loading the 98 MB model and decoding a few tokens
-#: takes about a second on two cores); a child still running then counts as hung.
+#: Seconds a canary child may take (loading a bundled model and decoding a few tokens
+#: takes one to three seconds on two cores); a child still running then counts as hung.
 CANARY_TIMEOUT_S = 120.0
 #: Verdict files live here, under the user cache folder.
 VERDICT_FOLDER = "llamacpp-canary"
@@ -125,9 +126,12 @@ def system_info(llama) -> str:
         return ""
 
 
-def build_key(llama) -> str:
-    """One name per llama.cpp build and CPU: the library files and the CPU's features."""
+def build_key(llama, gguf: Path | None = None) -> str:
+    """One name per llama.cpp build, CPU and model: the library files, the CPU's features
+    and the model file's name and size."""
     parts = [sys.version.split()[0], cpu_name(), " ".join(sorted(cpu_flags())), system_info(llama)]
+    if gguf is not None:
+        parts.append(f"model {Path(gguf).name}:{_size(gguf)}")
     folder = Path(llama.__file__).parent / "lib"
     for lib in sorted(folder.glob("*")):
         try:
@@ -148,9 +152,17 @@ def apply(params, mode: str):
     return params
 
 
-def model_params(llama):
-    """Default ``llama_model_params`` with the settings this machine's verdict chose."""
-    return apply(llama.llama_model_default_params(), verdict().mode)
+def _size(path: Path) -> int:
+    try:
+        return Path(path).stat().st_size
+    except OSError:
+        return -1
+
+
+def model_params(llama, gguf: Path | None = None):
+    """Default ``llama_model_params`` with the settings this machine's verdict for ``gguf``
+    chose (None: the bundled SmolLM2's)."""
+    return apply(llama.llama_model_default_params(), verdict(gguf).mode)
 
 
 def candidates(amx: bool) -> tuple[str, ...]:
@@ -204,28 +216,32 @@ def decide(amx: bool, run: Callable[[str], ChildResult]) -> Verdict:
 
 
 _lock = threading.Lock()
-_verdict: Verdict | None = None
+#: Verdicts found by this process, per model file (None: no model named).
+_verdicts: dict[Path | None, Verdict] = {}
+_last: Verdict | None = None
 
 
-def verdict(*, run: Callable[[str], ChildResult] | None = None, folder: Path | None = None) -> Verdict:
-    """This machine's verdict: forced by ``$HALO_WEAVE_LLAMACPP``, read from the cache
-    folder, or found by the canary (and kept).  Computed once per process."""
-    global _verdict
+def verdict(gguf: Path | None = None, *, run: Callable[[str], ChildResult] | None = None,
+            folder: Path | None = None) -> Verdict:
+    """This machine's verdict for the model ``gguf`` (None: the bundled SmolLM2): forced by
+    ``$HALO_WEAVE_LLAMACPP``, read from the cache folder, or found by the canary (and
+    kept).  Computed once per process and model."""
+    global _last
     with _lock:
-        if _verdict is None or run is not None or folder is not None:
-            found = _find_verdict(run, folder)
-            if run is None and folder is None:
-                _verdict = found
-            return found
-        return _verdict
+        if run is not None or folder is not None:
+            return _find_verdict(gguf, run, folder)
+        if gguf not in _verdicts:
+            _verdicts[gguf] = _find_verdict(gguf, None, None)
+        _last = _verdicts[gguf]
+        return _last
 
 
 def known_verdict() -> Verdict | None:
-    """The verdict if this process has already found it (never runs a canary)."""
-    return _verdict
+    """The verdict this process found last, if any (never runs a canary)."""
+    return _last
 
 
-def _find_verdict(run: Callable[[str], ChildResult] | None, folder: Path | None) -> Verdict:
+def _find_verdict(gguf: Path | None, run: Callable[[str], ChildResult] | None, folder: Path | None) -> Verdict:
     forced = os.environ.get(MODE_ENV, "").strip().lower()
     if forced in (DEFAULT, SAFE):
         return Verdict(forced, f"llama.cpp runs with its {forced} settings (set by ${MODE_ENV}).")
@@ -237,22 +253,24 @@ def _find_verdict(run: Callable[[str], ChildResult] | None, folder: Path | None)
         from ...settings import cache_dir
 
         folder = cache_dir() / VERDICT_FOLDER
-    path = folder / f"{build_key(llama)}.json"
-    cached = _read(path)
-    if cached is not None:
-        return cached
-    if run is None:
+    if gguf is None and run is None:
         try:
-            from ..loader import bundled_gguf
+            from ..bundled import smollm2_gguf
 
-            gguf = bundled_gguf()
+            gguf = smollm2_gguf()
         except Exception as exc:  # noqa: BLE001 - no bundled model: nothing to test with
             mode = SAFE if amx else DEFAULT
             log.info("llama.cpp canary skipped (%s): %s settings", exc, mode)
             return Verdict(mode, _SENTENCES[SAFE].format(why=f"the CPU has AMX ({AMX_ISSUE})")
                            if amx else "llama.cpp runs with its default settings (not tested: no bundled model).")
+    path = folder / f"{build_key(llama, gguf)}.json"
+    cached = _read(path)
+    if cached is not None:
+        return cached
+    if run is None:
         run = functools.partial(run_child, gguf=gguf)
-    log.info("llama.cpp: first start of this build on this CPU, running a short test in a child process")
+    log.info("llama.cpp: first start of this build on this CPU with %s, running a short test in a child process",
+             Path(gguf).name if gguf else "this model")
     found = decide(amx, run)
     _write(path, found)
     (log.warning if found.noteworthy else log.info)("%s", found.sentence)
