@@ -91,13 +91,14 @@ class Answer:
 
 
 class Answerer:
-    """Greedy answers on the app's llama.cpp engine (its KV cache and surgery: a prompt
-    that shares its start, or spans, with the previous one runs only what is new)."""
+    """Greedy answers on the app's llama.cpp engine: a prompt that shares its start with
+    the previous one runs only what follows (with ``kv="surgery"`` also moved or kept spans)."""
 
-    def __init__(self, path, threads: int, context_size: int, kv: str = "surgery") -> None:
-        """``kv``: ``"surgery"`` (the server's default: spans moved and run in place, the
-        new tail first), ``"in-order"`` (surgery, the tail run after the insertions) or
-        ``"exact"`` (everything after the first change re-run: the prompt's true states)."""
+    def __init__(self, path, threads: int, context_size: int, kv: str = "exact") -> None:
+        """``kv``: ``"exact"`` (everything after the first change re-run: the prompt's own
+        states), ``"surgery"`` (the server's default: spans moved, pruned spans' kept states
+        put back, inserted ones run in place) or ``"in-order"`` (surgery, never the new
+        tail before the insertions)."""
         from halo_weave.server import kv_surgery
         from halo_weave.server.llamacpp.engine import LlamaEngine
 
@@ -107,7 +108,9 @@ class Answerer:
             self.engine.kv.mode = kv_surgery.EXACT
         elif kv == "in-order":
             self.engine.kv.tail_first = False
-        elif kv != "surgery":
+        elif kv == "surgery":
+            self.engine.kv.tail_first = kv_surgery.TAIL_FIRST_DEFAULT
+        else:
             raise ValueError(f"unknown kv mode {kv!r}")
 
     def tokenize(self, text: str) -> list[tuple[int, str]]:
