@@ -59,16 +59,17 @@ def test_a_message_says_what_it_recalled_and_a_click_shows_each(make_app, qtbot)
 
     # A limit the question's recall goes far beyond: the counter says what is recalled,
     # beside the limit, and no orange while the answer is written.
-    window.apply_settings(c.settings.replace(max_context_tokens=200))
+    limit = c.conv.live_token_count()  # whatever the question recalls goes beyond it
+    window.apply_settings(c.settings.replace(max_context_tokens=limit))
     seen = []
     view.streamed_frame.connect(lambda: seen.append((c.conv.live_token_count(), c.conv.recalled_tokens(),
                                                    bar.budget_label.text(), bar.recalled_label.text(),
                                                    bar.recalled_label.isVisible(), bar.budget_label.styleSheet())))
     assert app.say(QUESTION) in ("stop", "length")
-    over = [s for s in seen if s[1] and s[0] > 200]
+    over = [s for s in seen if s[1] and s[0] > limit]
     assert over, "the recall took the live context over the limit while the model answered"
     live, recalled, budget, recalled_text, shown, style = over[-1]
-    assert budget == f"Live {live - recalled:,} / 200" and recalled_text == f"+ {recalled:,} recalled" and shown
+    assert budget == f"Live {live - recalled:,} / {limit:,}" and recalled_text == f"+ {recalled:,} recalled" and shown
     assert ORANGE not in style
     first = c.conv.turns.last("user")
     first_recalled = c.conv.recalls.of(first)
