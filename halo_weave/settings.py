@@ -167,6 +167,9 @@ class Settings:
     # model's whole window, the cap is what bounds a message that matches everything.
     recall_relative_floor: float = 0.55
     recall_max_chunks: int = 24
+    #: A short copy of what a message recalled goes just before it in the request
+    #: (halo_weave.memory.recall_note): docs/answers.md, answer F1 with and without.
+    recall_note: bool = True
     embedding_max_tokens: int = 256
     embed_wait_seconds: float = 2.0
 

@@ -11,6 +11,7 @@ the same name calls them.
 from __future__ import annotations
 
 from ..conversation import Chunk
+from ..memory.recall_note import best_first
 from ..memory.resurrection import apply_plan
 from ..memory import room
 from ..memory.room import plan_with_room
@@ -27,14 +28,17 @@ def room_terms(session, user_tokens: int) -> dict:
 
 
 def resurrect_for(session, index, matches, user_tokens: int) -> list[Chunk]:
-    """Bring back what the search for the message found; the content chunks resurrected.
+    """Bring back what the search for the message found; the content chunks resurrected,
+    best match first (:func:`~halo_weave.memory.recall_note.best_first`).
 
     ``index`` is the index the search ran on: results for one closed since are dropped.
+    ``user_tokens``: the message's; the plan keeps room for its recall note too.
     """
     session.last_resurrected = 0
     if index is not session.index or session.store is None or not matches:
         return []
     conv, s = session.conv, session.settings
+    user_tokens += session.note_reserve
     try:
         if session.makes_room:
             # The window less the answer's opening framing: fit_model_window then has
@@ -50,4 +54,5 @@ def resurrect_for(session, index, matches, user_tokens: int) -> list[Chunk]:
         session.report(err, "Resurrecting from memory")
         return []
     session.last_resurrected = len(result.resurrected)
-    return result.resurrected
+    order = best_first(plan.chunk_ids, result.resurrected)
+    return [conv.chunks[c] for c in order]

@@ -133,6 +133,8 @@ class SettingsDialog(QDialog):
                                     "Score the turn being generated (its own tokens gain brightness)"))
         form.addRow("", self._check("hybrid_search", s.hybrid_search,
                                     "Hybrid search (keywords + meaning; helps with names and numbers)"))
+        form.addRow("", self._check("recall_note", s.recall_note,
+                                    "Repeat what a message recalled just before it (the model uses it more)"))
         form.addRow("Servers without attention", self._check(
             "proxy_attention", s.proxy_attention,
             "Let the bundled SmolLM2-135M read each exchange and light the heatmap (its attention, not your model's)"))
