@@ -205,9 +205,9 @@ def finish(conv, prep: Prepared, question, user_text: str, answerer, base_live: 
     it as the app does (None: no note)."""
     evidence = evidence_turns(prep, question) if evidence is None else evidence
     now = {c.id for c in conv.live_chunks()}
-    recalled = [conv.chunks[i] for i in sorted(now - base_live)]
-    content = [c for c in recalled if not c.framing]
-    recalled_tokens = sum(c.token_count for c in recalled)
+    back = [conv.chunks[i] for i in sorted(now - base_live)]
+    content = [c for c in back if not c.framing]
+    recalled_tokens = sum(c.token_count for c in back)
     evidence_tokens = sum(c.token_count for c in content if c.turn_id in evidence)
     live = [t for t in evidence if any(c.live for c in conv.content_chunks(t))]
     recall = len(live) / len(evidence) if evidence else float("nan")
