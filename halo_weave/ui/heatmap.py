@@ -29,10 +29,12 @@ recalled, its links and the marks of recalled chunks, :mod:`.heatmap_recall`.
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, QRectF, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
     QContextMenuEvent,
+    QDesktopServices,
+    QGuiApplication,
     QMouseEvent,
     QPainter,
     QPaintEvent,
@@ -52,6 +54,7 @@ from .heatmap_frame import (
 )
 from . import heatmap_menu
 from .code_blocks import CodeBlockHighlighter
+from .markdown_view import MarkdownHighlighter, carry_marked, code_text, copy_buttons, link_at as markdown_link_at
 from .follow import Follower
 from .heatmap_gutter import Gutter, pin_markers
 from .heatmap_layout import DocumentPlan, build_plan
@@ -89,6 +92,8 @@ class HeatmapView(QPlainTextEdit):
     graveyard_requested = Signal(int)
     #: A frame with streamed tokens was done (the window refreshes its stats with it).
     streamed_frame = Signal()
+    #: A Copy button put text on the clipboard ("code" or "message").
+    copied = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -137,8 +142,9 @@ class HeatmapView(QPlainTextEdit):
         self.follower = Follower(self)
         #: What colours the chunks and decides pruning, in words (the window sets it).
         self.scoring_note = ""
-        #: Fenced code in monospace (its background is painted in paintEvent).
-        self._code = CodeBlockHighlighter()
+        #: Markdown rendered in place (:mod:`.markdown_view`), or, showing the raw text,
+        #: fenced code in monospace; code backgrounds are painted in paintEvent.
+        self._code: MarkdownHighlighter | CodeBlockHighlighter = self._new_highlighter(True)
         #: The chunk a recall link jumped to, outlined for a moment (None: none).
         self.flashed_chunk: int | None = None
         self._flash_timer = QTimer(self)
@@ -159,6 +165,39 @@ class HeatmapView(QPlainTextEdit):
 
     def conversation(self) -> Conversation | None:
         return self._conv
+
+    @property
+    def markdown(self) -> bool:
+        """Whether messages are shown rendered as Markdown (else as typed)."""
+        return isinstance(self._code, MarkdownHighlighter)
+
+    def set_markdown(self, on: bool) -> None:
+        """Show messages rendered as Markdown, or as typed (the raw text)."""
+        if on == self.markdown:
+            return
+        self._code.setDocument(None)
+        self._code = self._new_highlighter(on)
+        self.rebuild()
+
+    def copy_button_at(self, point: QPoint | QPointF) -> tuple[str, object] | None:
+        """("code", its text) or ("message", turn id) of the Copy button under a viewport
+        point (code blocks and message labels carry one while Markdown is rendered)."""
+        if not self.markdown:
+            return None
+        for rect, kind, target in copy_buttons(self, self._plan):
+            if rect.contains(QPointF(point)):
+                if kind == "code":
+                    return kind, code_text(self, target, self._plan.soft_breaks)
+                return kind, target
+        return None
+
+    def copy_buttons(self) -> list[tuple[QRectF, str, object]]:
+        """The Copy buttons on screen (see :func:`.markdown_view.copy_buttons`)."""
+        return copy_buttons(self, self._plan) if self.markdown else []
+
+    def link_at(self, point: QPoint | QPointF) -> str | None:
+        """The address of the rendered Markdown link under a viewport point, or None."""
+        return markdown_link_at(self, QPointF(point)) if self.markdown else None
 
     def rebuild(self) -> None:
         """Lay out the whole live context again (after prune/resurrect/merge/open)."""
@@ -358,7 +397,19 @@ class HeatmapView(QPlainTextEdit):
         return mime
 
     def mousePressEvent(self, event: QMouseEvent) -> None:
-        link = self.recall_link_at(event.position()) if event.button() == Qt.MouseButton.LeftButton else None
+        left = event.button() == Qt.MouseButton.LeftButton
+        button = self.copy_button_at(event.position()) if left else None
+        if button is not None:
+            kind, target = button
+            text = target if kind == "code" else self.message_text(int(target))
+            QGuiApplication.clipboard().setText(text)
+            self.copied.emit(kind)
+            return
+        url = self.link_at(event.position()) if left else None
+        if url:
+            QDesktopServices.openUrl(QUrl(url))
+            return
+        link = self.recall_link_at(event.position()) if left else None
         self._pressed_link = link
         if link is None:
             super().mousePressEvent(event)
@@ -372,9 +423,10 @@ class HeatmapView(QPlainTextEdit):
 
     def mouseMoveEvent(self, event: QMouseEvent) -> None:
         super().mouseMoveEvent(event)
-        if self._plan.links:
-            over = self.recall_link_at(event.position()) is not None
-            self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if over else Qt.CursorShape.IBeamCursor)
+        point = event.position()
+        over = ((self._plan.links and self.recall_link_at(point) is not None)
+                or (self.markdown and (self.copy_button_at(point) is not None or self.link_at(point))))
+        self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if over else Qt.CursorShape.IBeamCursor)
 
     def viewportEvent(self, event: QEvent) -> bool:
         link = self.recall_link_at(event.pos()) if event.type() == QEvent.Type.ToolTip else None
@@ -396,6 +448,13 @@ class HeatmapView(QPlainTextEdit):
         menu.deleteLater()
 
     # ------------------------------------------------------------------ internals
+    def _new_highlighter(self, markdown: bool) -> MarkdownHighlighter | CodeBlockHighlighter:
+        if not markdown:
+            return CodeBlockHighlighter()
+        highlighter = MarkdownHighlighter(lambda: self._plan)
+        highlighter.setDocument(self.document())
+        return highlighter
+
     def _end_flash(self) -> None:
         self.flashed_chunk = None
         self.viewport().update()
@@ -460,6 +519,10 @@ class HeatmapView(QPlainTextEdit):
             rows = self._plan.rows[frame.token]
             rows = np.minimum(rows, max(len(self._conv.table) - 1, 0))
             self._keys = colour_keys(self._conv, rows) if len(rows) else np.zeros(0, np.int64)
+            if self.markdown:
+                last = max(len(self._conv.table) - 1, 0)
+                carry_marked(self, self._plan, frame, self._keys,
+                             lambda marked: colour_keys(self._conv, np.minimum(marked, last)))
         return self._keys
 
     def _shown_keys(self, tokens: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QPlainTextEdit
 
 from . import colors
 from .code_blocks import paint_code_backgrounds
+from .markdown_view import paint_over_tint, paint_under_tint
 from .heatmap_recall import paint_flash, paint_links
 from .heatmap_frame import KEY_STRIDE, TOOL_TINT, Frame
 
@@ -92,6 +93,9 @@ class FramePainter:
             for rect in rects:
                 QPlainTextEdit.paintEvent(view, QPaintEvent(rect))
         painter = QPainter(viewport)
+        markdown = view.markdown
+        if markdown:
+            paint_under_tint(view, painter, QRectF(bounds))
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Darken)
         for tint, batch in batches(frame, inside[~lit], keys_in[~lit]):
@@ -104,6 +108,8 @@ class FramePainter:
                     painter.setBrush(color)
                     painter.drawRect(QRectF(x, y, w, h))
         painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
+        if markdown:
+            paint_over_tint(view, view._plan, painter, QRectF(bounds))
         paint_links(view, view._plan, painter)
         paint_flash(view, painter, frame, view.flashed_chunk)
         painter.end()

@@ -66,10 +66,12 @@ def _cut_streamed_block(view) -> None:
     if region_of(view._plan, block.position())[0] != "body":
         return
     position = block.position() + layout.lineAt(layout.lineCount() - 1).textStart()
+    # The plan learns of the cut first: the Markdown highlighter, which formats the new
+    # block as it is inserted, reads the cut paragraph as one line.
+    view._plan.soft_break(position)
     cursor = QTextCursor(view.document())
     cursor.setPosition(position)
     cursor.insertBlock()
-    view._plan.soft_break(position)
     view._split_width = view.viewport().width()
 
 
