@@ -451,9 +451,15 @@ class HeatmapView(QPlainTextEdit):
     def _new_highlighter(self, markdown: bool) -> MarkdownHighlighter | CodeBlockHighlighter:
         if not markdown:
             return CodeBlockHighlighter()
-        highlighter = MarkdownHighlighter(lambda: self._plan)
-        highlighter.setDocument(self.document())
+        highlighter = MarkdownHighlighter(lambda: self._plan, self._block_formatted)
+        highlighter.attach(self.document())
         return highlighter
+
+    def _block_formatted(self, number: int) -> None:
+        """A block's formats changed (its text may not have): measure its tokens again."""
+        if self._geometry.pop(number, None) is not None:
+            self._frame = None
+            self._keys = None
 
     def _end_flash(self) -> None:
         self.flashed_chunk = None

@@ -3,7 +3,7 @@
 :mod:`.markdown_scan` says what each line's Markdown means; :class:`MarkdownHighlighter`
 turns that into character formats (bold, headings, monospace, link underline, the code's
 syntax colours) and *hides* the markup characters by drawing them at no width at all
-(a one-pixel font whose letter spacing is minus its advance, transparent): they keep
+(transparent, with a letter spacing of minus its advance): they keep
 their document positions, so every token's position stays exact and the overlay,
 which measures tokens from the layout, finds a hidden token's box empty.  Its brightness
 goes to the span it marks instead (:func:`carry_marked`).
@@ -79,19 +79,29 @@ class MarkdownHighlighter(QSyntaxHighlighter):
     they have on :class:`.code_blocks.CodeBlockHighlighter` (this one stays attached).
     """
 
-    def __init__(self, plan: Callable[[], DocumentPlan]) -> None:
+    def __init__(self, plan: Callable[[], DocumentPlan], formatted: Callable[[int], None]) -> None:
         super().__init__(None)
         self._plan = plan
+        self._formatted = formatted
+        self._pending = False
         self.active = False
         self._formats: dict[tuple, QTextCharFormat] = {}
         self._hidden: dict[tuple, QTextCharFormat] = {}
         self._font_key: tuple = ()
 
+    def attach(self, document: QTextDocument) -> None:
+        """Format ``document`` from now on.  Qt formats it whole on its next event loop
+        turn and ignores edits until then: :meth:`follow` asks for it sooner."""
+        self.setDocument(document)
+        self._pending = True
+
     def follow(self, document: QTextDocument, text: str, replaced: bool = False) -> bool:
+        """True when the caller should :meth:`rehighlight` once ``text`` is in (just
+        attached: Qt would format it only on its next event loop turn)."""
         if self.document() is not document:
-            self.setDocument(document)
-            return True
-        return False
+            self.attach(document)
+        pending, self._pending = self._pending, False
+        return pending
 
     @staticmethod
     def is_code(state: int) -> bool:
@@ -100,6 +110,7 @@ class MarkdownHighlighter(QSyntaxHighlighter):
     # ------------------------------------------------------------------ formatting
     def highlightBlock(self, text: str) -> None:  # noqa: N802 - Qt API
         block = self.currentBlock()
+        self._formatted(block.blockNumber())  # its measured token boxes are stale now
         plan = self._plan()
         position = block.position()
         i = bisect.bisect_right(plan.region_start, position) - 1
@@ -160,12 +171,12 @@ class MarkdownHighlighter(QSyntaxHighlighter):
                 active = frozenset(s for a, b, s in spans if a <= x0 and b >= x1)
                 if active:
                     self.setFormat(x0, x1 - x0, self._format(active))
+        fixed = markup.kind in ("fence_open", "fence_close")
         for a, b in markup.hidden:
-            a0, b0 = local(a, b)
             for index in range(a, b):
                 at = local(index, index + 1)
                 if at[0] >= 0 and at[1] <= length and at[1] > at[0]:
-                    self.setFormat(at[0], at[1] - at[0], self._hide(line[index]))
+                    self.setFormat(at[0], at[1] - at[0], self._hide(line[index], fixed))
         if markup.bullet >= 0:
             at = local(markup.bullet, markup.bullet + 1)
             if at[0] >= 0:
@@ -217,21 +228,25 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         self._formats[styles] = fmt
         return fmt
 
-    def _hide(self, char: str) -> QTextCharFormat:
-        """A format that draws ``char`` at no width: the advance of a one-pixel glyph,
-        taken back by negative letter spacing (measured per character: advances differ)."""
+    def _hide(self, char: str, fixed: bool = False) -> QTextCharFormat:
+        """A format that draws ``char`` at no width, transparent: the text font with a
+        letter spacing of minus the character's advance (measured per character, as
+        advances differ; the line keeps its height).  ``fixed``: in the monospace font
+        (a fence line keeps the height of the code lines it borders)."""
         base = self._base()
-        cached = self._hidden.get(char)
+        cached = self._hidden.get((char, fixed))
         if cached is not None:
             return cached
         font = QFont(base)
-        font.setPixelSize(1)
+        if fixed:
+            font.setFamilies(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).families())
+            font.setFixedPitch(True)
         advance = QFontMetricsF(font).horizontalAdvance(char)
         font.setLetterSpacing(QFont.SpacingType.AbsoluteSpacing, -advance)
         fmt = QTextCharFormat()
         fmt.setFont(font)
         fmt.setForeground(QColor(0, 0, 0, 0))
-        self._hidden[char] = fmt
+        self._hidden[(char, fixed)] = fmt
         return fmt
 
 
@@ -338,14 +353,18 @@ def copy_buttons(view, plan: DocumentPlan) -> list[tuple[QRectF, str, object]]:
     buttons = []
     for block, rect in _visible(view):
         data = markup_of(block)
+        layout = block.layout()
+        if layout is None or not layout.lineCount():
+            continue
+        # The first line's own height: a block's rectangle is taller while it is the last.
+        line = layout.lineAt(0)
+        top, height = rect.top() + line.y(), line.height()
         if data is not None and data.kind == "fence_open":
-            height = min(rect.height(), metrics.height() * 1.2)
-            buttons.append((QRectF(right - width, rect.top() + (rect.height() - height) / 2, width, height),
-                            "code", block))
+            buttons.append((QRectF(right - width, top + 1, width, height - 2), "code", block))
             continue
         i = _region(plan, block.position())
         if i >= 0 and plan.region_kind[i] == "header" and plan.region_start[i] == block.position():
-            buttons.append((QRectF(right - width, rect.top(), width, rect.height()), "message", plan.region_turn[i]))
+            buttons.append((QRectF(right - width, top, width, height), "message", plan.region_turn[i]))
     return buttons
 
 
