@@ -213,14 +213,23 @@ class HeatmapView(QPlainTextEdit):
         else:
             self._plan, text = build_plan(self._conv, frozenset(self._expanded))
             attached = self._code.follow(self.document(), text, replaced=True)
-            self.setPlainText(text)
-            if attached:
-                self._code.rehighlight()
+            markdown = self.markdown
+            if markdown:  # states only now; what is on screen is formatted below
+                self._code.deferred = True
+            try:
+                self.setPlainText(text)
+                if attached:
+                    self._code.rehighlight()
+            finally:
+                if markdown:
+                    self._code.deferred = False
         if self.follower.following:
             self.follower.scroll_to_end()
         else:
             bar.setValue(min(old_value, bar.maximum()))
             self.follower.content_changed(rebuilt=True)
+        if self.markdown and self._conv is not None:
+            self._format_on_screen()
         self._schedule()
 
     def append_streamed(self) -> None:
@@ -454,6 +463,15 @@ class HeatmapView(QPlainTextEdit):
         highlighter = MarkdownHighlighter(lambda: self._plan, self._block_formatted)
         highlighter.attach(self.document())
         return highlighter
+
+    def _format_on_screen(self) -> None:
+        """Format the blocks on screen (and a screen's worth around them) now, the rest
+        soon after: a long conversation opens without waiting for all of its Markdown."""
+        first = self.firstVisibleBlock().blockNumber()
+        lines = max(self.viewport().height() // max(self.fontMetrics().height(), 1), 1)
+        self._code.format_around(max(first - lines, 0), 3 * lines)
+        if self.follower.following:
+            self.follower.scroll_to_end()  # headings may have made the last lines taller
 
     def _block_formatted(self, number: int) -> None:
         """A block's formats changed (its text may not have): measure its tokens again."""

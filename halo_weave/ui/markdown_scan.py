@@ -101,6 +101,25 @@ def in_code(state: int) -> bool:
     return state >= CODE_BASE
 
 
+def state_after(text: str, previous: int) -> int:
+    """The state :func:`scan_line` would leave after ``text``, read quickly (fences and
+    tables only).  Cut paragraphs are not joined here: a fence or table row is never cut."""
+    fence = fence_of(previous)
+    if fence is not None:
+        stripped = text.strip()
+        ticks = fence[0]
+        if stripped.startswith(ticks) and set(stripped) == {ticks[0]} and len(text) - len(text.lstrip()) <= 3:
+            return CLOSE
+        return previous
+    if "`" in text or "~" in text:
+        opened = _FENCE.match(text)
+        if opened:
+            return fence_state(opened.group(2)[0] * 3, opened.group(3))
+    if "|" in text and (previous == TABLE or text.lstrip().startswith("|")):
+        return TABLE
+    return NORMAL
+
+
 def scan_line(text: str, previous: int) -> LineMarkup:
     """Read one line of a message, given the state the previous line left."""
     fence = fence_of(previous)

@@ -21,7 +21,7 @@ import bisect
 from typing import Callable
 
 import numpy as np
-from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import (
     QColor,
     QFont,
@@ -54,6 +54,8 @@ CODE_COLORS = {
     "c-class": QColor(130, 220, 200), "c-decorator": QColor(240, 210, 120),
 }
 COPY_LABEL = "Copy"
+#: Blocks formatted per event loop turn after a whole document went in.
+FORMAT_BATCH = 120
 #: How far past the visible blocks a code block is followed to its closing fence.
 FOLLOW_CODE_BLOCKS = 400
 
@@ -84,6 +86,13 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         self._plan = plan
         self._formatted = formatted
         self._pending = False
+        #: While True (a whole document goes in), blocks get their states only.
+        self.deferred = False
+        self._todo: list[int] = []  # block numbers still to format, nearest first
+        self._timer = QTimer()
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(0)
+        self._timer.timeout.connect(self._format_some)
         self.active = False
         self._formats: dict[tuple, QTextCharFormat] = {}
         self._hidden: dict[tuple, QTextCharFormat] = {}
@@ -107,9 +116,45 @@ class MarkdownHighlighter(QSyntaxHighlighter):
     def is_code(state: int) -> bool:
         return md.in_code(state) or state == md.CLOSE
 
+    def format_around(self, first: int, count: int) -> None:
+        """After a deferred fill: format blocks ``first`` .. ``first + count`` now (what
+        is on screen), and the rest a batch per event loop turn, nearest first."""
+        document = self.document()
+        if document is None:
+            return
+        total = document.blockCount()
+        first = min(max(first, 0), max(total - 1, 0))
+        last = min(total, first + count)
+        block = document.findBlockByNumber(first)
+        while block.isValid() and block.blockNumber() < last:
+            self.rehighlightBlock(block)
+            block = block.next()
+        self._todo = list(range(first - 1, -1, -1)) + list(range(last, total))
+        self._todo.sort(key=lambda n: n - last if n >= last else first - n)
+        self._todo.reverse()  # popped from the end
+        if self._todo:
+            self._timer.start()
+
+    def _format_some(self) -> None:
+        document = self.document()
+        if document is None:
+            self._todo = []
+            return
+        for _ in range(FORMAT_BATCH):
+            if not self._todo:
+                return
+            block = document.findBlockByNumber(self._todo.pop())
+            if block.isValid():
+                self.rehighlightBlock(block)
+        self._timer.start()
+
     # ------------------------------------------------------------------ formatting
     def highlightBlock(self, text: str) -> None:  # noqa: N802 - Qt API
         block = self.currentBlock()
+        if self.deferred:
+            previous = max(self.previousBlockState(), md.NORMAL)
+            self.setCurrentBlockState(md.state_after(text, previous))
+            return
         self._formatted(block.blockNumber())  # its measured token boxes are stale now
         plan = self._plan()
         position = block.position()
