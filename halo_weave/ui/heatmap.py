@@ -65,6 +65,9 @@ from .recall_line import MORE
 
 #: Minimum milliseconds between two repaints (one frame at 60 Hz).
 FRAME_MS = 16
+#: Past this many lines a rebuild formats the Markdown on screen first, the rest soon
+#: after (scroll positions can move a little while it does: shorter ones are done whole).
+DEFER_MARKDOWN_LINES = 1500
 #: Lines left above a chunk a recall link shows (its message's label, the line before).
 SHOW_LINES_BEFORE = 2
 
@@ -209,12 +212,14 @@ class HeatmapView(QPlainTextEdit):
         self._invalidate(full=True)
         if self._conv is None:
             self._plan = DocumentPlan()
+            markdown = False
             self.setPlainText("")
         else:
             self._plan, text = build_plan(self._conv, frozenset(self._expanded))
             attached = self._code.follow(self.document(), text, replaced=True)
-            markdown = self.markdown
-            if markdown:  # states only now; what is on screen is formatted below
+            # A long document: states only now; what is on screen is formatted below.
+            markdown = self.markdown and text.count("\n") > DEFER_MARKDOWN_LINES
+            if markdown:
                 self._code.deferred = True
             try:
                 self.setPlainText(text)
@@ -228,7 +233,7 @@ class HeatmapView(QPlainTextEdit):
         else:
             bar.setValue(min(old_value, bar.maximum()))
             self.follower.content_changed(rebuilt=True)
-        if self.markdown and self._conv is not None:
+        if self._conv is not None and markdown:
             self._format_on_screen()
         self._schedule()
 
@@ -470,8 +475,6 @@ class HeatmapView(QPlainTextEdit):
         first = self.firstVisibleBlock().blockNumber()
         lines = max(self.viewport().height() // max(self.fontMetrics().height(), 1), 1)
         self._code.format_around(max(first - lines, 0), 3 * lines)
-        if self.follower.following:
-            self.follower.scroll_to_end()  # headings may have made the last lines taller
 
     def _block_formatted(self, number: int) -> None:
         """A block's formats changed (its text may not have): measure its tokens again."""

@@ -54,8 +54,10 @@ CODE_COLORS = {
     "c-class": QColor(130, 220, 200), "c-decorator": QColor(240, 210, 120),
 }
 COPY_LABEL = "Copy"
-#: Blocks formatted per event loop turn after a whole document went in.
-FORMAT_BATCH = 120
+#: Blocks formatted per batch after a whole document went in.
+FORMAT_BATCH = 40
+#: Milliseconds between two such batches (streamed tokens come first).
+FORMAT_PAUSE_MS = 15
 #: How far past the visible blocks a code block is followed to its closing fence.
 FOLLOW_CODE_BLOCKS = 400
 
@@ -91,7 +93,7 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         self._todo: list[int] = []  # block numbers still to format, nearest first
         self._timer = QTimer()
         self._timer.setSingleShot(True)
-        self._timer.setInterval(0)
+        self._timer.setInterval(FORMAT_PAUSE_MS)
         self._timer.timeout.connect(self._format_some)
         self.active = False
         self._formats: dict[tuple, QTextCharFormat] = {}
