@@ -54,7 +54,15 @@ from .heatmap_frame import (
 )
 from . import heatmap_menu
 from .code_blocks import CodeBlockHighlighter
-from .markdown_view import MarkdownHighlighter, carry_marked, code_text, copy_buttons, link_at as markdown_link_at
+from .markdown_view import (
+    MarkdownHighlighter,
+    Overlay,
+    carry_marked,
+    code_text,
+    collect_overlay,
+    hidden_tokens,
+    link_at as markdown_link_at,
+)
 from .follow import Follower
 from .heatmap_gutter import Gutter, pin_markers
 from .heatmap_layout import DocumentPlan, build_plan
@@ -155,6 +163,7 @@ class HeatmapView(QPlainTextEdit):
         self._flash_timer.setInterval(FLASH_MS)
         self._flash_timer.timeout.connect(self._end_flash)
         self._expanded: set[int] = set()  # messages whose recall line lists every chunk
+        self._overlay: Overlay | None = None  # the rendered Markdown's part of the frame
         self._pressed_link: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ public API
@@ -185,9 +194,7 @@ class HeatmapView(QPlainTextEdit):
     def copy_button_at(self, point: QPoint | QPointF) -> tuple[str, object] | None:
         """("code", its text) or ("message", turn id) of the Copy button under a viewport
         point (code blocks and message labels carry one while Markdown is rendered)."""
-        if not self.markdown:
-            return None
-        for rect, kind, target in copy_buttons(self, self._plan):
+        for rect, kind, target in self.copy_buttons():
             if rect.contains(QPointF(point)):
                 if kind == "code":
                     return kind, code_text(self, target, self._plan.soft_breaks)
@@ -195,8 +202,20 @@ class HeatmapView(QPlainTextEdit):
         return None
 
     def copy_buttons(self) -> list[tuple[QRectF, str, object]]:
-        """The Copy buttons on screen (see :func:`.markdown_view.copy_buttons`)."""
-        return copy_buttons(self, self._plan) if self.markdown else []
+        """The Copy buttons on screen: (viewport rectangle, "code" or "message", the
+        opening fence's block or the message's turn id)."""
+        overlay = self.markdown_overlay()
+        return overlay.buttons if overlay is not None else []
+
+    def markdown_overlay(self) -> Overlay | None:
+        """What the rendered Markdown adds to the current frame (None: shown as typed)."""
+        frame = self._current_frame()
+        if not self.markdown or frame is None:
+            return None
+        key = (frame.key, self._code.generation)
+        if self._overlay is None or self._overlay.key != key:
+            self._overlay = collect_overlay(self, self._plan, key)
+        return self._overlay
 
     def link_at(self, point: QPoint | QPointF) -> str | None:
         """The address of the rendered Markdown link under a viewport point, or None."""
@@ -545,11 +564,15 @@ class HeatmapView(QPlainTextEdit):
         if self._keys is None or len(self._keys) != len(frame.token):
             rows = self._plan.rows[frame.token]
             rows = np.minimum(rows, max(len(self._conv.table) - 1, 0))
-            self._keys = colour_keys(self._conv, rows) if len(rows) else np.zeros(0, np.int64)
-            if self.markdown:
-                last = max(len(self._conv.table) - 1, 0)
-                carry_marked(self, self._plan, frame, self._keys,
-                             lambda marked: colour_keys(self._conv, np.minimum(marked, last)))
+            overlay = self.markdown_overlay()
+            hidden = hidden_tokens(overlay) if overlay is not None else np.zeros(0, np.int64)
+            if len(hidden):  # one pass for both: the ranking behind the highlight is costly
+                hidden_rows = np.minimum(self._plan.rows[hidden], max(len(self._conv.table) - 1, 0))
+                both = colour_keys(self._conv, np.concatenate((rows, hidden_rows)))
+                self._keys = both[: len(rows)].copy()
+                carry_marked(overlay, self._plan, frame, self._keys, both[len(rows):])
+            else:
+                self._keys = colour_keys(self._conv, rows) if len(rows) else np.zeros(0, np.int64)
         return self._keys
 
     def _shown_keys(self, tokens: np.ndarray) -> np.ndarray:

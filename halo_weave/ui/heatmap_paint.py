@@ -93,9 +93,9 @@ class FramePainter:
             for rect in rects:
                 QPlainTextEdit.paintEvent(view, QPaintEvent(rect))
         painter = QPainter(viewport)
-        markdown = view.markdown
-        if markdown:
-            paint_under_tint(view, painter, QRectF(bounds))
+        overlay = view.markdown_overlay()
+        if overlay is not None:
+            paint_under_tint(overlay, painter, QRectF(bounds))
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Darken)
         for tint, batch in batches(frame, inside[~lit], keys_in[~lit]):
@@ -108,8 +108,8 @@ class FramePainter:
                     painter.setBrush(color)
                     painter.drawRect(QRectF(x, y, w, h))
         painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
-        if markdown:
-            paint_over_tint(view, view._plan, painter, QRectF(bounds))
+        if overlay is not None:
+            paint_over_tint(view, overlay, painter, QRectF(bounds))
         paint_links(view, view._plan, painter)
         paint_flash(view, painter, frame, view.flashed_chunk)
         painter.end()

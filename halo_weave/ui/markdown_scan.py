@@ -120,11 +120,12 @@ def state_after(text: str, previous: int) -> int:
     return NORMAL
 
 
-def scan_line(text: str, previous: int) -> LineMarkup:
-    """Read one line of a message, given the state the previous line left."""
+def scan_line(text: str, previous: int, colours: bool = True) -> LineMarkup:
+    """Read one line of a message, given the state the previous line left.
+    ``colours``: False leaves a code line's syntax colours out (monospace only)."""
     fence = fence_of(previous)
     if fence is not None:
-        return _code_line(text, previous, fence)
+        return _code_line(text, previous, fence, colours)
     opened = _FENCE.match(text)
     if opened:
         indent, ticks, language = opened.group(1), opened.group(2), opened.group(3)
@@ -178,7 +179,7 @@ def scan_line(text: str, previous: int) -> LineMarkup:
     return out
 
 
-def _code_line(text: str, state: int, fence: tuple[str, str]) -> LineMarkup:
+def _code_line(text: str, state: int, fence: tuple[str, str], colours: bool = True) -> LineMarkup:
     ticks, language = fence
     stripped = text.strip()
     if stripped.startswith(ticks) and set(stripped) == {ticks[0]} and len(text) - len(text.lstrip()) <= 3:
@@ -187,7 +188,8 @@ def _code_line(text: str, state: int, fence: tuple[str, str]) -> LineMarkup:
         return out
     out = LineMarkup("code", state, language=language)
     out.styles.append((0, len(text), "code"))
-    out.styles += code_styles(language, text)
+    if colours:
+        out.styles += code_styles(language, text)
     return out
 
 
@@ -320,8 +322,18 @@ _CODE_KINDS = (
 )
 
 
+def lexer_ready(language: str) -> bool:
+    """Whether ``language``'s lexer is loaded (the first costs tens of milliseconds:
+    Pygments' import and the lexer's regular expressions)."""
+    return language.lower() in _loaded
+
+
+_loaded: set[str] = set()
+
+
 @lru_cache(maxsize=64)
 def _lexer(language: str):
+    _loaded.add(language)
     if not language:
         return None
     try:

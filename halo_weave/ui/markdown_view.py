@@ -9,7 +9,8 @@ which measures tokens from the layout, finds a hidden token's box empty.  Its br
 goes to the span it marks instead (:func:`carry_marked`).
 
 Bullets, rules, the "Copy" buttons of code blocks and messages are painted by the view
-(:func:`paint_under_tint`, :func:`paint_over_tint`); :func:`copy_buttons` says where.
+(:func:`paint_under_tint`, :func:`paint_over_tint`) from an :class:`Overlay` collected
+once per frame (:func:`collect_overlay`), which also lists the hidden tokens on screen.
 Only message bodies are rendered (labels, the system prompt and recall lines stay as
 they are).  A paragraph the view cut while it streamed (``soft_breaks``) is read as one
 line.
@@ -18,6 +19,7 @@ line.
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -90,6 +92,10 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         self._pending = False
         #: While True (a whole document goes in), blocks get their states only.
         self.deferred = False
+        #: Counts formatted blocks: what was measured from the layout before is stale.
+        self.generation = 0
+        self._quick = False  # code lines without colours where a lexer still has to load
+        self._recolour: list[int] = []  # blocks formatted so, to format again soon
         self._todo: list[int] = []  # block numbers still to format, nearest first
         self._timer = QTimer()
         self._timer.setSingleShot(True)
@@ -102,9 +108,10 @@ class MarkdownHighlighter(QSyntaxHighlighter):
 
     def attach(self, document: QTextDocument) -> None:
         """Format ``document`` from now on.  Qt formats it whole on its next event loop
-        turn and ignores edits until then: :meth:`follow` asks for it sooner."""
+        turn and ignores edits until then (unless it is empty): :meth:`follow` asks for it
+        sooner."""
         self.setDocument(document)
-        self._pending = True
+        self._pending = not document.isEmpty()  # Qt formats an empty one as text goes in
 
     def follow(self, document: QTextDocument, text: str, replaced: bool = False) -> bool:
         """True when the caller should :meth:`rehighlight` once ``text`` is in (just
@@ -120,7 +127,9 @@ class MarkdownHighlighter(QSyntaxHighlighter):
 
     def format_around(self, first: int, count: int) -> None:
         """After a deferred fill: format blocks ``first`` .. ``first + count`` now (what
-        is on screen), and the rest a batch per event loop turn, nearest first."""
+        is on screen), and the rest in batches, nearest first.  Code in a language whose
+        lexer has not loaded yet is monospace now and gets its colours with the first
+        batch."""
         document = self.document()
         if document is None:
             return
@@ -128,12 +137,17 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         first = min(max(first, 0), max(total - 1, 0))
         last = min(total, first + count)
         block = document.findBlockByNumber(first)
-        while block.isValid() and block.blockNumber() < last:
-            self.rehighlightBlock(block)
-            block = block.next()
+        self._quick, self._recolour = True, []
+        try:
+            while block.isValid() and block.blockNumber() < last:
+                self.rehighlightBlock(block)
+                block = block.next()
+        finally:
+            self._quick = False
         self._todo = list(range(first - 1, -1, -1)) + list(range(last, total))
         self._todo.sort(key=lambda n: n - last if n >= last else first - n)
         self._todo.reverse()  # popped from the end
+        self._todo += reversed(self._recolour)  # first of all: the code on screen's colours
         if self._todo:
             self._timer.start()
 
@@ -158,6 +172,7 @@ class MarkdownHighlighter(QSyntaxHighlighter):
             self.setCurrentBlockState(md.state_after(text, previous))
             return
         self._formatted(block.blockNumber())  # its measured token boxes are stale now
+        self.generation += 1
         plan = self._plan()
         position = block.position()
         i = bisect.bisect_right(plan.region_start, position) - 1
@@ -177,7 +192,13 @@ class MarkdownHighlighter(QSyntaxHighlighter):
             if block.userData() is not None:
                 self.setCurrentBlockUserData(None)
             return
-        markup = md.scan_line(line, previous)
+        colours = True
+        if self._quick and md.in_code(previous):
+            fence = md.fence_of(previous)
+            if fence is not None and not md.lexer_ready(fence[1]):
+                colours = False
+                self._recolour.append(block.blockNumber())
+        markup = md.scan_line(line, previous, colours)
         self.setCurrentBlockState(markup.state)
         if markup.kind in ("fence_open", "code", "fence_close"):
             self.active = True
@@ -320,101 +341,107 @@ def markup_of(block: QTextBlock) -> BlockMarkup | None:
     return data if isinstance(data, BlockMarkup) else None
 
 
-# ---------------------------------------------------------------------- brightness
-def _marked_blocks(view):
-    """Blocks on screen, then on through an open code block to its closing fence."""
+# ---------------------------------------------------------------------- one frame
+@dataclass
+class Overlay:
+    """What the Markdown adds to one frame of the view, in viewport coordinates: bullet
+    cells, thematic-break lines, Copy buttons, and the hidden tokens of each rendered
+    span on screen (plan token indices, the span's document range)."""
+
+    key: tuple
+    bullets: list[QRectF] = field(default_factory=list)
+    rules: list[QRectF] = field(default_factory=list)
+    #: (rectangle, "code" or "message", the opening fence's block or the turn id).
+    buttons: list[tuple[QRectF, str, object]] = field(default_factory=list)
+    marks: list[tuple[np.ndarray, int, int]] = field(default_factory=list)
+
+
+def collect_overlay(view, plan: DocumentPlan, key: tuple) -> Overlay:
+    """One walk over the blocks on screen (and on through a code block that goes on
+    below, to reach its closing fence's mark)."""
+    overlay = Overlay(key)
+    metrics = QFontMetricsF(view.font())
+    width = metrics.horizontalAdvance(COPY_LABEL) + metrics.height() * 0.8
+    viewport_width = view.viewport().width()
+    right = viewport_width - metrics.height() * 0.4
     height = view.viewport().height()
     offset = view.contentOffset()
     block = view.firstVisibleBlock()
+    rect = view.blockBoundingGeometry(block).translated(offset) if block.isValid() else QRectF()
+    follow = FOLLOW_CODE_BLOCKS
     while block.isValid():
-        if view.blockBoundingGeometry(block).translated(offset).top() > height:
-            break
-        yield block
+        on_screen = rect.top() <= height
+        if not on_screen:
+            if follow <= 0 or not md.in_code(block.previous().userState()):
+                break
+            follow -= 1
+        data = markup_of(block)
+        if data is not None and data.marks:
+            base = block.position()
+            for hidden, start, end in data.marks:
+                parts = []
+                for a, b in hidden:
+                    lo = int(np.searchsorted(plan.ends, base + a, "right"))
+                    hi = int(np.searchsorted(plan.starts, base + b, "left"))
+                    if hi > lo:
+                        parts.append(np.arange(lo, hi))
+                if parts:
+                    # end -1: up to this block (a closing fence's mark)
+                    overlay.marks.append((np.concatenate(parts), base + start, base + end if end >= 0 else base - 1))
+        if on_screen:
+            layout = block.layout()
+            if layout is not None and layout.lineCount():
+                line = layout.lineAt(0)
+                top, line_height = rect.top() + line.y(), line.height()
+                if data is not None:
+                    if data.kind == "fence_open":
+                        overlay.buttons.append((QRectF(right - width, top + 1, width, line_height - 2), "code", block))
+                    elif data.kind == "rule":
+                        overlay.rules.append(QRectF(rect.left() + 4, top + line_height / 2,
+                                                    viewport_width - rect.left() - 12, 1))
+                    if data.bullet >= 0:
+                        at = layout.lineForTextPosition(data.bullet)
+                        x0, x1 = at.cursorToX(data.bullet)[0], at.cursorToX(data.bullet + 1)[0]
+                        overlay.bullets.append(QRectF(rect.left() + x0, rect.top() + at.y(), max(x1 - x0, 1.0),
+                                                      at.height()))
+                else:
+                    i = bisect.bisect_right(plan.region_start, block.position()) - 1
+                    if i >= 0 and plan.region_kind[i] == "header" and plan.region_start[i] == block.position():
+                        # The first line's own height: a block's rectangle is taller while it is the last.
+                        overlay.buttons.append((QRectF(right - width, top, width, line_height), "message",
+                                                plan.region_turn[i]))
         block = block.next()
-    for _ in range(FOLLOW_CODE_BLOCKS):
-        if not block.isValid() or not md.in_code(block.previous().userState()):
-            return
-        yield block
-        block = block.next()
+        if block.isValid():
+            rect = QRectF(rect.left(), rect.bottom(), rect.width(), view.blockBoundingRect(block).height())
+    return overlay
 
 
-def carry_marked(view, plan: DocumentPlan, frame, keys: np.ndarray, key_rows: Callable[[np.ndarray], np.ndarray]) -> None:
+def carry_marked(overlay: Overlay, plan: DocumentPlan, frame, keys: np.ndarray, hidden_keys: np.ndarray) -> None:
     """Give the boxes of every rendered span on screen at least the colour key of the
     hidden tokens that mark it (a ``**``, a heading's ``#``, a fence): the brighter of
-    the two shows.  ``key_rows`` gives table rows their colour keys."""
-    if not len(frame.token) or not len(plan.starts):
+    the two shows.  ``hidden_keys``: the colour keys of ``hidden_tokens(overlay)``."""
+    if not len(frame.token) or not overlay.marks:
         return
-    groups: list[tuple[np.ndarray, int, int]] = []
-    for block in _marked_blocks(view):
-        data = markup_of(block)
-        if data is None or not data.marks:
-            continue
-        base = block.position()
-        for hidden, start, end in data.marks:
-            end = base + end if end >= 0 else base - 1  # -1: up to this block (a closing fence)
-            indices = []
-            for a, b in hidden:
-                lo = int(np.searchsorted(plan.ends, base + a, "right"))
-                hi = int(np.searchsorted(plan.starts, base + b, "left"))
-                if hi > lo:
-                    indices.append(np.arange(lo, hi))
-            if indices:
-                groups.append((np.concatenate(indices), base + start, end))
-    if not groups:
-        return
-    every = np.concatenate([g[0] for g in groups])
-    hidden_keys = key_rows(plan.rows[every])
+    # Boxes come in document order, so each span's boxes are one slice.
     box_starts, box_ends = plan.starts[frame.token], plan.ends[frame.token]
     at = 0
-    for indices, start, end in groups:
+    for indices, start, end in overlay.marks:
         strongest = int(hidden_keys[at : at + len(indices)].max())
         at += len(indices)
-        inside = (box_starts < end) & (box_ends > start)
-        if inside.any():
-            keys[inside] = np.maximum(keys[inside], strongest)
+        lo = int(np.searchsorted(box_ends, start, "right"))
+        hi = int(np.searchsorted(box_starts, end, "left"))
+        if hi > lo:
+            np.maximum(keys[lo:hi], strongest, out=keys[lo:hi])
+
+
+def hidden_tokens(overlay: Overlay) -> np.ndarray:
+    """Plan token indices of every hidden token of the overlay's marks, in mark order."""
+    if not overlay.marks:
+        return np.zeros(0, np.int64)
+    return np.concatenate([indices for indices, _, _ in overlay.marks])
 
 
 # ---------------------------------------------------------------------- painting
-def _visible(view):
-    offset = view.contentOffset()
-    height = view.viewport().height()
-    block = view.firstVisibleBlock()
-    while block.isValid():
-        rect = view.blockBoundingGeometry(block).translated(offset)
-        if rect.top() > height:
-            break
-        yield block, rect
-        block = block.next()
-
-
-def _region(plan: DocumentPlan, position: int) -> int:
-    return bisect.bisect_right(plan.region_start, position) - 1
-
-
-def copy_buttons(view, plan: DocumentPlan) -> list[tuple[QRectF, str, object]]:
-    """The "Copy" buttons on screen: (viewport rectangle, "code" or "message", the
-    opening fence's block or the message's turn id)."""
-    metrics = QFontMetricsF(view.font())
-    width = metrics.horizontalAdvance(COPY_LABEL) + metrics.height() * 0.8
-    right = view.viewport().width() - metrics.height() * 0.4
-    buttons = []
-    for block, rect in _visible(view):
-        data = markup_of(block)
-        layout = block.layout()
-        if layout is None or not layout.lineCount():
-            continue
-        # The first line's own height: a block's rectangle is taller while it is the last.
-        line = layout.lineAt(0)
-        top, height = rect.top() + line.y(), line.height()
-        if data is not None and data.kind == "fence_open":
-            buttons.append((QRectF(right - width, top + 1, width, height - 2), "code", block))
-            continue
-        i = _region(plan, block.position())
-        if i >= 0 and plan.region_kind[i] == "header" and plan.region_start[i] == block.position():
-            buttons.append((QRectF(right - width, top, width, height), "message", plan.region_turn[i]))
-    return buttons
-
-
 def code_text(view, opening: QTextBlock, soft_breaks) -> str:
     """The code of the block ``opening`` opens (up to its closing fence, or the end)."""
     from .heatmap_stream import without_cuts
@@ -461,36 +488,21 @@ def link_at(view, point: QPointF) -> str | None:
     return None
 
 
-def paint_under_tint(view, painter: QPainter, bounds: QRectF) -> None:
+def paint_under_tint(overlay: Overlay, painter: QPainter, bounds: QRectF) -> None:
     """Bullets (tinted like the text, so drawn before the chunk colours)."""
     painter.setPen(QColor(255, 255, 255))
-    for block, rect in _visible(view):
-        if rect.bottom() < bounds.top() or rect.top() > bounds.bottom():
-            continue
-        data = markup_of(block)
-        if data is None or data.bullet < 0:
-            continue
-        layout = block.layout()
-        if layout is None or not layout.lineCount():
-            continue
-        line = layout.lineForTextPosition(data.bullet)
-        x0 = line.cursorToX(data.bullet)[0]
-        x1 = line.cursorToX(data.bullet + 1)[0]
-        cell = QRectF(rect.left() + x0, rect.top() + line.y(), max(x1 - x0, 1.0), line.height())
-        painter.drawText(cell, Qt.AlignmentFlag.AlignCenter, "•")
+    for cell in overlay.bullets:
+        if cell.bottom() >= bounds.top() and cell.top() <= bounds.bottom():
+            painter.drawText(cell, Qt.AlignmentFlag.AlignCenter, "•")
 
 
-def paint_over_tint(view, plan: DocumentPlan, painter: QPainter, bounds: QRectF) -> None:
+def paint_over_tint(view, overlay: Overlay, painter: QPainter, bounds: QRectF) -> None:
     """Thematic breaks and the "Copy" buttons, in fixed greys."""
-    for block, rect in _visible(view):
-        if rect.bottom() < bounds.top() or rect.top() > bounds.bottom():
-            continue
-        data = markup_of(block)
-        if data is not None and data.kind == "rule":
-            y = rect.top() + rect.height() / 2
-            painter.fillRect(QRectF(rect.left() + 4, y, view.viewport().width() - rect.left() - 12, 1), RULE_COLOR)
+    for line in overlay.rules:
+        if line.bottom() >= bounds.top() and line.top() <= bounds.bottom():
+            painter.fillRect(line, RULE_COLOR)
     painter.setFont(view.font())
-    for rect, kind, _ in copy_buttons(view, plan):
+    for rect, kind, _ in overlay.buttons:
         if rect.bottom() < bounds.top() or rect.top() > bounds.bottom():
             continue
         if kind == "code":
