@@ -165,6 +165,7 @@ class HeatmapView(QPlainTextEdit):
         self._expanded: set[int] = set()  # messages whose recall line lists every chunk
         self._overlay: Overlay | None = None  # the rendered Markdown's part of the frame
         self._pressed_link: tuple[int, int] | None = None
+        self._pressed_url: str | None = None
 
     # ------------------------------------------------------------------ public API
     def set_conversation(self, conv: Conversation | None) -> None:
@@ -438,33 +439,39 @@ class HeatmapView(QPlainTextEdit):
             QGuiApplication.clipboard().setText(text)
             self.copied.emit(kind)
             return
-        url = self.link_at(event.position()) if left else None
-        if url:
-            QDesktopServices.openUrl(QUrl(url))
-            return
         link = self.recall_link_at(event.position()) if left else None
         self._pressed_link = link
+        # A Markdown link opens on release over it; a press may also start a selection.
+        self._pressed_url = self.link_at(event.position()) if left and link is None else None
         if link is None:
             super().mousePressEvent(event)
 
     def mouseReleaseEvent(self, event: QMouseEvent) -> None:
         pressed, self._pressed_link = self._pressed_link, None
+        url, self._pressed_url = self._pressed_url, None
         if pressed is None:
             super().mouseReleaseEvent(event)
+            if url and self.link_at(event.position()) == url and not self.textCursor().hasSelection():
+                QDesktopServices.openUrl(QUrl(url))
         elif self.recall_link_at(event.position()) == pressed:
             self.open_recall_link(*pressed)
 
     def mouseMoveEvent(self, event: QMouseEvent) -> None:
         super().mouseMoveEvent(event)
-        point = event.position()
+        point = QPointF(event.position())
         over = ((self._plan.links and self.recall_link_at(point) is not None)
-                or (self.markdown and (self.copy_button_at(point) is not None or self.link_at(point))))
+                or any(rect.contains(point) for rect, _, _ in self.copy_buttons())
+                or bool(self.link_at(point)))
         self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if over else Qt.CursorShape.IBeamCursor)
 
     def viewportEvent(self, event: QEvent) -> bool:
         link = self.recall_link_at(event.pos()) if event.type() == QEvent.Type.ToolTip else None
         if link is not None:
             QToolTip.showText(event.globalPos(), heatmap_menu.link_tooltip(self._conv, *link), self.viewport())
+            return True
+        url = self.link_at(event.pos()) if event.type() == QEvent.Type.ToolTip else None
+        if url:
+            QToolTip.showText(event.globalPos(), url, self.viewport())
             return True
         if event.type() == QEvent.Type.ToolTip:
             chunk_id = self.chunk_at(event.pos())

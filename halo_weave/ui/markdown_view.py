@@ -75,6 +75,8 @@ class BlockMarkup(QTextBlockUserData):
         self.links: list[tuple[int, int, str]] = []
         self.bullet = -1
         self.language = ""
+        #: The formats it was given (:func:`_signature`), to tell when they change.
+        self.signature: tuple = ()
 
 
 class MarkdownHighlighter(QSyntaxHighlighter):
@@ -95,6 +97,11 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         #: Counts formatted blocks: what was measured from the layout before is stale.
         self.generation = 0
         self._quick = False  # code lines without colours where a lexer still has to load
+        self._stale: list[int] = []  # parts of cut paragraphs to format again
+        self._stale_timer = QTimer()
+        self._stale_timer.setSingleShot(True)
+        self._stale_timer.setInterval(0)
+        self._stale_timer.timeout.connect(self._format_stale)
         self._recolour: list[int] = []  # blocks formatted so, to format again soon
         self._todo: list[int] = []  # block numbers still to format, nearest first
         self._timer = QTimer()
@@ -179,13 +186,9 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         if i < 0 or plan.region_kind[i] != "body":
             self.setCurrentBlockState(md.NORMAL)
             return
-        first, prefix = block, ""
-        if plan.soft_breaks:
-            cuts = set(plan.soft_breaks)
-            while first.position() - 1 in cuts and first.previous().isValid():
-                first = first.previous()
-                prefix = first.text() + prefix
-        line = prefix + text if prefix else text
+        blocks = _logical_line(block, plan.soft_breaks)
+        line = "".join(b.text() for b in blocks) if len(blocks) > 1 else text
+        first = blocks[0]
         previous = max(first.previous().userState(), md.NORMAL) if first.previous().isValid() else md.NORMAL
         if previous == md.NORMAL and not md.MARKUP.search(line):
             self.setCurrentBlockState(md.NORMAL)
@@ -202,17 +205,16 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         self.setCurrentBlockState(markup.state)
         if markup.kind in ("fence_open", "code", "fence_close"):
             self.active = True
-        units = _utf16_offsets(line)
-        skip = units(len(prefix)) if prefix else 0
-        length = units(len(line)) - skip
-        data = BlockMarkup(markup.kind)
-        data.language = markup.language
-        data.bullet = units(markup.bullet) - skip if markup.bullet >= 0 else -1
+        place = _Placement(blocks, line)
+        length = len(text.encode("utf-16-le")) // 2 if not text.isascii() else len(text)
 
         def local(a: int, b: int) -> tuple[int, int]:
-            return units(a) - skip, units(b) - skip
+            return place.position(a) - position, place.position(b, end=True) - position
 
-        self._apply(markup, local, length, line, prefix)
+        data = BlockMarkup(markup.kind)
+        data.language = markup.language
+        data.bullet = local(markup.bullet, markup.bullet)[0] if markup.bullet >= 0 else -1
+        data.signature = self._apply(markup, local, length, line)
         data.marks = [(tuple(local(a, b) for a, b in hidden), *local(s, e)) for hidden, s, e in markup.marks]
         data.links = [(*local(a, b), url) for a, b, url in markup.links]
         if markup.kind == "fence_close":
@@ -222,19 +224,36 @@ class MarkdownHighlighter(QSyntaxHighlighter):
                 end = start + opening.length() - 1
                 data.marks.append((((start, end), (0, length)), end + 1, -1))
         self.setCurrentBlockUserData(data)
+        if len(blocks) > 1:
+            # Text added to a cut paragraph can close what an earlier part opened (a
+            # "**"): the other parts whose formats would change are formatted again.
+            for other in blocks:
+                if other == block:
+                    continue
+                old = markup_of(other)
+                base = other.position() - position
+                size = other.length() - 1
+                wanted = _signature(markup, lambda a, b: (local(a, b)[0] - base, local(a, b)[1] - base), size)
+                if old is None or old.signature != wanted:
+                    self._stale.append(other.blockNumber())
+            if self._stale and not self._stale_timer.isActive():
+                self._stale_timer.start()
 
-    def _apply(self, markup: md.LineMarkup, local, length: int, line: str, prefix: str) -> None:
-        styles = [(a, b, style) for a, b, style in markup.styles if b > a]
-        if styles:
-            points = {0, length}
-            spans = []
-            for a, b, style in styles:
-                a, b = local(a, b)
-                a, b = max(a, 0), min(b, length)
-                if b > a:
-                    points.update((a, b))
-                    spans.append((a, b, style))
-            edges = sorted(points)
+    def _format_stale(self) -> None:
+        """Format again the parts of cut paragraphs that a later part changed."""
+        document = self.document()
+        stale, self._stale = sorted(set(self._stale)), []
+        for number in stale if document is not None else ():
+            block = document.findBlockByNumber(number)
+            if block.isValid():
+                self.rehighlightBlock(block)
+
+    def _apply(self, markup: md.LineMarkup, local, length: int, line: str) -> tuple:
+        """Set this block's formats (``local`` maps line offsets to block offsets);
+        returns their signature (:func:`_signature`)."""
+        spans = _clipped(markup.styles, local, length)
+        if spans:
+            edges = sorted({0, length, *(a for a, _, _ in spans), *(b for _, b, _ in spans)})
             for x0, x1 in zip(edges, edges[1:]):
                 active = frozenset(s for a, b, s in spans if a <= x0 and b >= x1)
                 if active:
@@ -247,8 +266,9 @@ class MarkdownHighlighter(QSyntaxHighlighter):
                     self.setFormat(at[0], at[1] - at[0], self._hide(line[index], fixed))
         if markup.bullet >= 0:
             at = local(markup.bullet, markup.bullet + 1)
-            if at[0] >= 0:
+            if 0 <= at[0] < length:
                 self.setFormat(at[0], 1, self._format(frozenset({"bullet"})))
+        return _signature(markup, local, length)
 
     def _base(self) -> QFont:
         document = self.document()
@@ -316,6 +336,66 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         fmt.setForeground(QColor(0, 0, 0, 0))
         self._hidden[(char, fixed)] = fmt
         return fmt
+
+
+def _clipped(styles, local, length: int) -> list[tuple[int, int, str]]:
+    spans = []
+    for a, b, style in styles:
+        if b > a:
+            a, b = local(a, b)
+            a, b = max(a, 0), min(b, length)
+            if b > a:
+                spans.append((a, b, style))
+    return spans
+
+
+def _signature(markup: md.LineMarkup, local, length: int) -> tuple:
+    """What a block of ``length`` units gets from a line's markup: its styles and hidden
+    ranges clipped to it (equal signatures: equal formats)."""
+    hidden = []
+    for a, b in markup.hidden:
+        x, y = local(a, b)
+        x, y = max(x, 0), min(y, length)
+        if y > x:
+            hidden.append((x, y))
+    return tuple(_clipped(markup.styles, local, length)), tuple(hidden)
+
+
+def _logical_line(block: QTextBlock, soft_breaks) -> list[QTextBlock]:
+    """The blocks of the paragraph line ``block`` belongs to: the view may have cut a
+    streaming paragraph into several (``soft_breaks``: the cuts' positions)."""
+    if not soft_breaks:
+        return [block]
+    cuts = set(soft_breaks)
+    blocks = [block]
+    while blocks[0].position() - 1 in cuts and blocks[0].previous().isValid():
+        blocks.insert(0, blocks[0].previous())
+    following = block.next()
+    while following.isValid() and following.position() - 1 in cuts:
+        blocks.append(following)
+        following = following.next()
+    return blocks
+
+
+class _Placement:
+    """Document positions of a logical line's offsets (Python string offsets of the
+    joined text; each cut between its blocks takes one position)."""
+
+    def __init__(self, blocks: list[QTextBlock], line: str) -> None:
+        self.units = _utf16_offsets(line)
+        self.starts = []
+        at = 0
+        for block in blocks:
+            self.starts.append(at)
+            at += len(block.text())
+        self.positions = [block.position() for block in blocks]
+
+    def position(self, offset: int, end: bool = False) -> int:
+        """The document position of ``offset``; ``end``: as the end of a range (an end at
+        a cut stays in the block before it)."""
+        j = bisect.bisect_left(self.starts, offset) - 1 if end else bisect.bisect_right(self.starts, offset) - 1
+        j = max(j, 0)
+        return self.positions[j] + self.units(offset) - self.units(self.starts[j])
 
 
 def _utf16_offsets(line: str):

@@ -237,3 +237,24 @@ def test_markdown_renders_as_it_streams(view):
     assert x_at(block, star + 2) == x_at(block, star), "closed, it is rendered at once"
     assert format_at(block, star + 2).fontWeight() == QFont.Weight.Bold
     conv.end_turn()
+
+
+def test_emphasis_across_the_cuts_of_a_long_streamed_paragraph(view):
+    conv = conversation(answer=["Hi", "."])
+    view.set_conversation(conv)
+    conv.begin_turn("assistant")
+    words = ["Start", " **", "bold"] + [" bold"] * 120 + ["**", " plain", " end"]
+    for i, text in enumerate(words):
+        conv.append_token(5, text)
+        view.append_streamed()
+        if i % 5 == 0:
+            view.flush()
+            QApplication.processEvents()
+    view.flush()
+    QApplication.processEvents()
+    assert view._plan.soft_breaks, "the streaming paragraph was cut into blocks"
+    start = block_starting(view, "Start **")
+    star = start.text().index("**")
+    assert x_at(start, star) == x_at(start, star + 2), "the opening ** is hidden once the closing one came"
+    assert format_at(start, star + 3).fontWeight() == QFont.Weight.Bold, "the first part is bold too"
+    conv.end_turn()
