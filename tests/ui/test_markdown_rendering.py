@@ -258,3 +258,27 @@ def test_emphasis_across_the_cuts_of_a_long_streamed_paragraph(view):
     assert x_at(start, star) == x_at(start, star + 2), "the opening ** is hidden once the closing one came"
     assert format_at(start, star + 3).fontWeight() == QFont.Weight.Bold, "the first part is bold too"
     conv.end_turn()
+
+
+def test_the_view_menu_switches_to_raw_text_and_remembers_it(qtbot, tmp_path, monkeypatch):
+    from halo_weave.ui.main_window import app_qsettings
+    from halo_weave.ui.settings_io import load_settings
+
+    from window_helpers import offline_window, write_conversation
+
+    path = write_conversation(tmp_path, "Show me **bold**", ("assistant", "Here is **bold** text"))
+    window = offline_window(qtbot, tmp_path, monkeypatch)
+    window.controller.open_conversation(path)
+    view = window.heatmap
+    view.flush()
+    block = block_starting(view, "Here is **bold**")
+    star = block.text().index("**")
+    assert x_at(block, star) == x_at(block, star + 2), "rendered by default"
+    action = window.menus.markdown_action
+    assert action.isChecked()
+    action.trigger()
+    view.flush()
+    block = block_starting(view, "Here is **bold**")
+    assert x_at(block, star + 2) > x_at(block, star), "View → Render Markdown off: as typed"
+    assert load_settings(app_qsettings(tmp_path)).render_markdown is False, "remembered for the next start"
+    window.close()
