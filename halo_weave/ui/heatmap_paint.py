@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QPlainTextEdit
 
 from . import colors
 from .code_blocks import paint_code_backgrounds
-from .markdown_view import paint_over_tint, paint_under_tint
+from .markdown_view import paint_code_spans, paint_over_tint, paint_under_tint
 from .heatmap_recall import paint_flash, paint_links
 from .heatmap_frame import KEY_STRIDE, TOOL_TINT, Frame
 
@@ -80,6 +80,9 @@ class FramePainter:
         painter.fillRect(bounds, viewport.palette().brush(viewport.backgroundRole()))
         if view._code.active:
             paint_code_backgrounds(view, painter, QRectF(bounds))
+        overlay = view.markdown_overlay()
+        if overlay is not None:
+            paint_code_spans(overlay, painter, QRectF(bounds))
         painter.setPen(Qt.PenStyle.NoPen)
         for step, batch in batches(frame, inside[lit], keys_in[lit] // KEY_STRIDE):
             painter.setBrush(self.highlight_brushes[step - 1])
@@ -93,7 +96,6 @@ class FramePainter:
             for rect in rects:
                 QPlainTextEdit.paintEvent(view, QPaintEvent(rect))
         painter = QPainter(viewport)
-        overlay = view.markdown_overlay()
         if overlay is not None:
             paint_under_tint(overlay, painter, QRectF(bounds))
         painter.setPen(Qt.PenStyle.NoPen)

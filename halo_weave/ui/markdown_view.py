@@ -49,6 +49,8 @@ LABEL_COLOR = QColor(150, 150, 160)
 BUTTON_TEXT = QColor(170, 170, 180)
 BUTTON_FILL = QColor(52, 54, 64)
 RULE_COLOR = QColor(90, 90, 100)
+#: Inline code's background: the code blocks' (CODE_BACKGROUND in .code_blocks).
+INLINE_CODE_BACKGROUND = QColor(36, 38, 46)
 #: Syntax colours, light enough that the chunk tint (a per-channel minimum) still reads.
 CODE_COLORS = {
     "c-keyword": QColor(200, 160, 255), "c-string": QColor(170, 230, 140), "c-number": QColor(250, 190, 120),
@@ -77,6 +79,8 @@ class BlockMarkup(QTextBlockUserData):
         self.language = ""
         #: The formats it was given (:func:`_signature`), to tell when they change.
         self.signature: tuple = ()
+        #: (start, end) of its inline code spans (drawn on a background of their own).
+        self.code_spans: list[tuple[int, int]] = []
 
 
 class MarkdownHighlighter(QSyntaxHighlighter):
@@ -215,6 +219,8 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         data.language = markup.language
         data.bullet = local(markup.bullet, markup.bullet)[0] if markup.bullet >= 0 else -1
         data.signature = self._apply(markup, local, length, line)
+        if markup.kind != "code":
+            data.code_spans = [(a, b) for a, b, style in _clipped(markup.styles, local, length) if style == "code"]
         data.marks = [(tuple(local(a, b) for a, b in hidden), *local(s, e)) for hidden, s, e in markup.marks]
         data.links = [(*local(a, b), url) for a, b, url in markup.links]
         if markup.kind == "fence_close":
@@ -434,6 +440,8 @@ class Overlay:
     #: (rectangle, "code" or "message", the opening fence's block or the turn id).
     buttons: list[tuple[QRectF, str, object]] = field(default_factory=list)
     marks: list[tuple[np.ndarray, int, int]] = field(default_factory=list)
+    #: Backgrounds of inline code, one rectangle per line it spans.
+    code_spans: list[QRectF] = field(default_factory=list)
 
 
 def collect_overlay(view, plan: DocumentPlan, key: tuple) -> Overlay:
@@ -479,6 +487,8 @@ def collect_overlay(view, plan: DocumentPlan, key: tuple) -> Overlay:
                     elif data.kind == "rule":
                         overlay.rules.append(QRectF(rect.left() + 4, top + line_height / 2,
                                                     viewport_width - rect.left() - 12, 1))
+                    for a, b in data.code_spans:
+                        overlay.code_spans += _span_rects(layout, rect, a, b)
                     if data.bullet >= 0:
                         at = layout.lineForTextPosition(data.bullet)
                         x0, x1 = at.cursorToX(data.bullet)[0], at.cursorToX(data.bullet + 1)[0]
@@ -494,6 +504,24 @@ def collect_overlay(view, plan: DocumentPlan, key: tuple) -> Overlay:
         if block.isValid():
             rect = QRectF(rect.left(), rect.bottom(), rect.width(), view.blockBoundingRect(block).height())
     return overlay
+
+
+def _span_rects(layout, rect: QRectF, start: int, end: int) -> list[QRectF]:
+    """Rectangles (viewport coordinates) covering block offsets ``start`` .. ``end``, one per line."""
+    rects = []
+    position = start
+    while position < end:
+        line = layout.lineForTextPosition(position)
+        if not line.isValid():
+            break
+        stop = min(end, line.textStart() + line.textLength())
+        x0, x1 = line.cursorToX(position)[0], line.cursorToX(stop)[0]
+        if x1 > x0:
+            rects.append(QRectF(rect.left() + x0 - 2, rect.top() + line.y(), x1 - x0 + 4, line.height()))
+        if stop <= position:
+            break
+        position = stop
+    return rects
 
 
 def carry_marked(overlay: Overlay, plan: DocumentPlan, frame, keys: np.ndarray, hidden_keys: np.ndarray) -> None:
@@ -566,6 +594,13 @@ def link_at(view, point: QPointF) -> str | None:
                 if start <= offset < end:
                     return url
     return None
+
+
+def paint_code_spans(overlay: Overlay, painter: QPainter, bounds: QRectF) -> None:
+    """The backgrounds of inline code (under the highlight layer, as code blocks')."""
+    for rect in overlay.code_spans:
+        if rect.bottom() >= bounds.top() and rect.top() <= bounds.bottom():
+            painter.fillRect(rect, INLINE_CODE_BACKGROUND)
 
 
 def paint_under_tint(overlay: Overlay, painter: QPainter, bounds: QRectF) -> None:

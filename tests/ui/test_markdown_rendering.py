@@ -15,7 +15,7 @@ from halo_weave.settings import Settings
 from halo_weave.ui.heatmap import HeatmapView
 from halo_weave.ui.markdown_view import CODE_COLORS
 
-from test_heatmap_alignment import check, on_screen, vary_brightness, wheel
+from test_heatmap_alignment import check, fresh_render, on_screen, vary_brightness, wheel
 
 ANSWER = [
     "#", " Converting", " units", "\n\n",
@@ -85,6 +85,14 @@ def test_bold_is_bold_and_its_asterisks_take_no_room(view):
     tick = text.index("`")
     assert x_at(block, tick) == x_at(block, tick + 1), "inline code's backticks are hidden"
     assert format_at(block, tick + 1).fontFixedPitch(), "inline code is monospace"
+    # ... on a background of its own (the prose around it keeps the view's).
+    pixels = fresh_render(view)
+    geo = view.blockBoundingGeometry(block).translated(view.contentOffset())
+    line = block.layout().lineAt(0)
+    y = int(geo.top() + line.y() + line.height() / 2)
+    code_x = int(geo.left() + x_at(block, tick + 1)) - 1
+    prose_x = int(geo.left() + x_at(block, text.index(" and")) + 1)
+    assert pixels[y, code_x, 1] >= 32 and pixels[y, prose_x, 1] <= 26
 
 
 def test_headings_lists_and_links_render(view):
