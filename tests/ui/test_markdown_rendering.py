@@ -290,3 +290,31 @@ def test_the_view_menu_switches_to_raw_text_and_remembers_it(qtbot, tmp_path, mo
     assert x_at(block, star + 2) > x_at(block, star), "View → Render Markdown off: as typed"
     assert load_settings(app_qsettings(tmp_path)).render_markdown is False, "remembered for the next start"
     window.close()
+
+
+def test_a_long_conversation_opens_rendered_where_it_is_read_and_then_everywhere(view, qtbot, monkeypatch):
+    from halo_weave.ui import heatmap
+
+    monkeypatch.setattr(heatmap, "DEFER_MARKDOWN_LINES", 40)  # "long" at a test's size
+    conv = conversation(0.2)
+    for _ in range(8):
+        conv.add_turn("user", list(range(len(ANSWER))), ANSWER)
+        conv.add_turn("assistant", list(range(len(ANSWER))), ANSWER)
+    vary_brightness(conv, np.random.default_rng(8))
+    view.set_conversation(conv)
+    last = view.document().lastBlock()
+    while not last.text().startswith("| 1 |"):
+        last = last.previous()
+    assert format_at(last, 0).fontFixedPitch(), "what is on screen is rendered at once"
+    check(view, True, "at the end of a long conversation")
+    heading = block_starting(view, "# Converting")
+
+    def heading_rendered() -> bool:
+        hash_mark = format_at(heading, 0)
+        return hash_mark is not None and hash_mark.foreground().color().alpha() == 0  # hidden
+
+    qtbot.waitUntil(heading_rendered, timeout=5000)
+    view.verticalScrollBar().setValue(0)
+    check(view, True, "at the top, rendered after opening")
+    heading = block_starting(view, "# Converting")
+    assert x_at(heading, 0) == x_at(heading, 2), "the # takes no room there either"
