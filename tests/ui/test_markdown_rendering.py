@@ -318,3 +318,21 @@ def test_a_long_conversation_opens_rendered_where_it_is_read_and_then_everywhere
     check(view, True, "at the top, rendered after opening")
     heading = block_starting(view, "# Converting")
     assert x_at(heading, 0) == x_at(heading, 2), "the # takes no room there either"
+
+
+def test_markup_after_characters_outside_the_basic_plane_lands_on_the_right_letters(view):
+    answer = ["🙂", " naïve", " 🙂", " **", "bold", "**", " and", " `", "x", "`", "."]
+    view.set_conversation(conversation(answer=answer))
+    view.flush()
+    block = block_starting(view, "🙂 naïve")
+    text = block.text()
+
+    def at(word: str, after: int = 0) -> int:
+        """Qt's position of ``word`` in the block: UTF-16 units, each 🙂 is two."""
+        i = text.index(word) + after
+        return len(text[:i].encode("utf-16-le")) // 2
+
+    assert x_at(block, at("**")) == x_at(block, at("**") + 2)
+    assert format_at(block, at("bold")).fontWeight() == QFont.Weight.Bold
+    assert format_at(block, at("bold", 7)) is None, "'and' after the closing ** is plain"
+    assert format_at(block, at("`x") + 1).fontFixedPitch()
