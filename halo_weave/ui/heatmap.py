@@ -54,15 +54,9 @@ from .heatmap_frame import (
 )
 from . import heatmap_menu
 from .code_blocks import CodeBlockHighlighter
-from .markdown_view import (
-    MarkdownHighlighter,
-    Overlay,
-    carry_marked,
-    code_text,
-    collect_overlay,
-    hidden_tokens,
-    link_at as markdown_link_at,
-)
+from .markdown_overlay import Overlay, carry_marked, code_text, collect_overlay, hidden_tokens
+from .markdown_overlay import link_at as markdown_link_at
+from .markdown_view import MarkdownHighlighter
 from .follow import Follower
 from .heatmap_gutter import Gutter, pin_markers
 from .heatmap_layout import DocumentPlan, build_plan

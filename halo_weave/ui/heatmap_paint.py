@@ -11,7 +11,7 @@ from PySide6.QtWidgets import QPlainTextEdit
 
 from . import colors
 from .code_blocks import paint_code_backgrounds
-from .markdown_view import paint_code_spans, paint_over_tint, paint_under_tint
+from .markdown_overlay import paint_code_spans, paint_over_tint, paint_under_tint
 from .heatmap_recall import paint_flash, paint_links
 from .heatmap_frame import KEY_STRIDE, TOOL_TINT, Frame
 
