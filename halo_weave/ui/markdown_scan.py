@@ -120,9 +120,11 @@ def state_after(text: str, previous: int) -> int:
     return NORMAL
 
 
+@lru_cache(maxsize=8192)
 def scan_line(text: str, previous: int, colours: bool = True) -> LineMarkup:
     """Read one line of a message, given the state the previous line left.
-    ``colours``: False leaves a code line's syntax colours out (monospace only)."""
+    ``colours``: False leaves a code line's syntax colours out (monospace only).
+    The result is shared (lines are read again at every rebuild): do not change it."""
     fence = fence_of(previous)
     if fence is not None:
         return _code_line(text, previous, fence, colours)

@@ -107,7 +107,7 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         self.active = False
         self._formats: dict[tuple, QTextCharFormat] = {}
         self._hidden: dict[tuple, QTextCharFormat] = {}
-        self._font_key: tuple = ()
+        self._font = QFont()
 
     def attach(self, document: QTextDocument) -> None:
         """Format ``document`` from now on.  Qt formats it whole on its next event loop
@@ -201,11 +201,18 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         self.setCurrentBlockState(markup.state)
         if markup.kind in ("fence_open", "code", "fence_close"):
             self.active = True
-        place = _Placement(blocks, line)
         length = len(text.encode("utf-16-le")) // 2 if not text.isascii() else len(text)
+        self._check_font()
+        if len(blocks) == 1:
+            units = _utf16_offsets(line)
 
-        def local(a: int, b: int) -> tuple[int, int]:
-            return place.position(a) - position, place.position(b, end=True) - position
+            def local(a: int, b: int) -> tuple[int, int]:
+                return units(a), units(b)
+        else:
+            place = _Placement(blocks, line)
+
+            def local(a: int, b: int) -> tuple[int, int]:
+                return place.position(a) - position, place.position(b, end=True) - position
 
         data = BlockMarkup(markup.kind)
         data.language = markup.language
@@ -258,31 +265,37 @@ class MarkdownHighlighter(QSyntaxHighlighter):
                     self.setFormat(x0, x1 - x0, self._format(active))
         fixed = markup.kind in ("fence_open", "fence_close")
         for a, b in markup.hidden:
-            for index in range(a, b):
-                at = local(index, index + 1)
-                if at[0] >= 0 and at[1] <= length and at[1] > at[0]:
-                    self.setFormat(at[0], at[1] - at[0], self._hide(line[index], fixed))
+            index = a
+            while index < b:
+                # A run of one character takes one format (the spacing applies per character).
+                end = index + 1
+                while end < b and line[end] == line[index]:
+                    end += 1
+                at = local(index, end)
+                start, stop = max(at[0], 0), min(at[1], length)
+                if stop > start:
+                    self.setFormat(start, stop - start, self._hide(line[index], fixed))
+                index = end
         if markup.bullet >= 0:
             at = local(markup.bullet, markup.bullet + 1)
             if 0 <= at[0] < length:
                 self.setFormat(at[0], 1, self._format(frozenset({"bullet"})))
         return _signature(markup, local, length)
 
-    def _base(self) -> QFont:
+    def _check_font(self) -> None:
+        """Drop the cached formats when the text font changed (they are built on it)."""
         document = self.document()
         font = document.defaultFont() if document is not None else QFont()
-        key = (font.key(),)
-        if key != self._font_key:
-            self._font_key = key
+        if font != self._font:
+            self._font = font
             self._formats.clear()
             self._hidden.clear()
-        return font
 
     def _format(self, styles: frozenset) -> QTextCharFormat:
-        base = self._base()
         cached = self._formats.get(styles)
         if cached is not None:
             return cached
+        base = self._font
         fmt = QTextCharFormat()
         size = base.pointSizeF() if base.pointSizeF() > 0 else 10.0
         for style in sorted(styles):
@@ -319,10 +332,10 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         letter spacing of minus the character's advance (measured per character, as
         advances differ; the line keeps its height).  ``fixed``: in the monospace font
         (a fence line keeps the height of the code lines it borders)."""
-        base = self._base()
         cached = self._hidden.get((char, fixed))
         if cached is not None:
             return cached
+        base = self._font
         font = QFont(base)
         if fixed:
             font.setFamilies(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).families())
