@@ -70,6 +70,8 @@ FRAME_MS = 16
 #: Past this many lines a rebuild formats the Markdown on screen first, the rest soon
 #: after (scroll positions can move a little while it does: shorter ones are done whole).
 DEFER_MARKDOWN_LINES = 1500
+#: Milliseconds after a streamed token before the Markdown off screen is formatted on.
+STREAM_HOLD_MS = 250
 #: Lines left above a chunk a recall link shows (its message's label, the line before).
 SHOW_LINES_BEFORE = 2
 
@@ -150,6 +152,7 @@ class HeatmapView(QPlainTextEdit):
         #: Markdown rendered in place (:mod:`.markdown_view`), or, showing the raw text,
         #: fenced code in monospace; code backgrounds are painted in paintEvent.
         self._code: MarkdownHighlighter | CodeBlockHighlighter = self._new_highlighter(True)
+        self.verticalScrollBar().valueChanged.connect(self._format_scrolled_in)
         #: The chunk a recall link jumped to, outlined for a moment (None: none).
         self.flashed_chunk: int | None = None
         self._flash_timer = QTimer(self)
@@ -255,6 +258,8 @@ class HeatmapView(QPlainTextEdit):
         """New tokens were appended to the open turn: show them, and the brightness their
         attention moved, with the next frame (``streamed_frame`` fires after it)."""
         self._pending_append = True
+        if self.markdown:  # Markdown off screen waits while the answer streams
+            self._code.hold(STREAM_HOLD_MS)
         self._schedule()
 
     def refresh_brightness(self) -> None:
@@ -488,6 +493,13 @@ class HeatmapView(QPlainTextEdit):
         highlighter = MarkdownHighlighter(lambda: self._plan, self._block_formatted)
         highlighter.attach(self.document())
         return highlighter
+
+    def _format_scrolled_in(self) -> None:
+        """Blocks that scrolled into view and still wait for their Markdown: now."""
+        if self.markdown:
+            first = self.firstVisibleBlock().blockNumber()
+            lines = max(self.viewport().height() // max(self.fontMetrics().height(), 1), 1)
+            self._code.format_range(first, first + lines + 1)
 
     def _format_on_screen(self) -> None:
         """Format the blocks on screen (and a screen's worth around them) now, the rest

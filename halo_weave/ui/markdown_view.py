@@ -100,6 +100,8 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         self._stale_timer.timeout.connect(self._format_stale)
         self._recolour: list[int] = []  # blocks formatted so, to format again soon
         self._todo: list[int] = []  # block numbers still to format, nearest first
+        self._waiting: set[int] = set()  # the same, for look-ups
+        self._held_until = 0.0  # perf_counter() until which the rest waits (:meth:`hold`)
         self._timer = QTimer()
         self._timer.setSingleShot(True)
         self._timer.setInterval(FORMAT_PAUSE_MS)
@@ -151,21 +153,48 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         self._todo.sort(key=lambda n: n - last if n >= last else first - n)
         self._todo.reverse()  # popped from the end
         self._todo += reversed(self._recolour)  # first of all: the code on screen's colours
+        self._waiting = set(self._todo)
         if self._todo:
             self._timer.start()
+
+    def hold(self, ms: float) -> None:
+        """Leave the blocks off screen for ``ms`` milliseconds (an answer streams: its
+        tokens come first; what scrolls into view is formatted by :meth:`format_range`)."""
+        self._held_until = time.perf_counter() + ms / 1000
+
+    def format_range(self, first: int, last: int) -> None:
+        """Format blocks ``first`` .. ``last`` (they came on screen) if still waiting."""
+        document = self.document()
+        if document is None or not self._waiting:
+            return
+        for number in range(max(first, 0), last):
+            if number in self._waiting:
+                self._waiting.discard(number)
+                block = document.findBlockByNumber(number)
+                if block.isValid():
+                    self.rehighlightBlock(block)
 
     def _format_some(self) -> None:
         document = self.document()
         if document is None:
-            self._todo = []
+            self._todo, self._waiting = [], set()
             return
-        until = time.perf_counter() + FORMAT_SLICE_MS / 1000
+        now = time.perf_counter()
+        if now < self._held_until:
+            self._timer.start(int((self._held_until - now) * 1000) + 1)
+            return
+        until = now + FORMAT_SLICE_MS / 1000
         while self._todo and time.perf_counter() < until:
-            block = document.findBlockByNumber(self._todo.pop())
-            if block.isValid():
-                self.rehighlightBlock(block)
+            number = self._todo.pop()
+            if number in self._waiting:
+                self._waiting.discard(number)
+                block = document.findBlockByNumber(number)
+                if block.isValid():
+                    self.rehighlightBlock(block)
         if self._todo:
-            self._timer.start()
+            self._timer.start(FORMAT_PAUSE_MS)
+        else:
+            self._waiting.clear()
 
     # ------------------------------------------------------------------ formatting
     def highlightBlock(self, text: str) -> None:  # noqa: N802 - Qt API

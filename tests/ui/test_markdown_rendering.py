@@ -336,3 +336,24 @@ def test_markup_after_characters_outside_the_basic_plane_lands_on_the_right_lett
     assert format_at(block, at("bold")).fontWeight() == QFont.Weight.Bold
     assert format_at(block, at("bold", 7)) is None, "'and' after the closing ** is plain"
     assert format_at(block, at("`x") + 1).fontFixedPitch()
+
+
+def test_scrolling_up_while_an_answer_streams_shows_rendered_text(view, monkeypatch):
+    from halo_weave.ui import heatmap
+
+    monkeypatch.setattr(heatmap, "DEFER_MARKDOWN_LINES", 40)
+    conv = conversation(0.0)
+    for _ in range(8):
+        conv.add_turn("user", list(range(len(ANSWER))), ANSWER)
+        conv.add_turn("assistant", list(range(len(ANSWER))), ANSWER)
+    view.set_conversation(conv)
+    conv.begin_turn("assistant")
+    for text in ["Streaming", " on", " and", " on"]:
+        conv.append_token(5, text)
+        view.append_streamed()  # the rest of the Markdown waits while tokens come
+        view.flush()
+    view.verticalScrollBar().setValue(0)
+    check(view, False, "scrolled to the top while streaming")
+    heading = block_starting(view, "# Converting")
+    assert x_at(heading, 0) == x_at(heading, 2), "rendered as soon as it came into view"
+    conv.end_turn()
