@@ -412,6 +412,7 @@ class HeatmapView(QPlainTextEdit):
             self._rejoin_timer.start()  # the cuts no longer fall where lines wrap
         rect = self.contentsRect()
         self._gutter.setGeometry(QRect(rect.left(), rect.top(), self.gutter_width(), rect.height()))
+        self._format_scrolled_in()  # a taller view shows more blocks
 
     def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)
