@@ -5,11 +5,14 @@ code, a fenced Python block and a table, with brightness varied so the chunk col
 the highlight show, and captures the view as the screen shows it:
 
     xvfb-run -a -s "-screen 0 1400x900x24" python scripts/screenshot_markdown.py [--out docs/screenshots]
+
+Saves markdown_answer.png in --out; prints one JSON object last.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -81,7 +84,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "markdown_answer.png"
     shot.save(str(path))
-    print(path)
+    print(json.dumps({"markdown_answer": str(path)}))
 
 
 if __name__ == "__main__":
