@@ -53,6 +53,7 @@ class Settings:
     decay_per_step: int = 1
     score_current_turn: bool = True
     highlight_fraction: float = 0.20  # brightest share of tokens highlighted in the heatmap
+    render_markdown: bool = True  # messages shown rendered as Markdown (False: as typed)
     # How attention becomes brightness (halo_weave.brightness.RULES): "vote" is seed 001's
     # magnitude voting (+floor(a / fair share), -1 otherwise, capped); "decay" an
     # attention mass with a half-life of brightness_half_life generated tokens; "mass"

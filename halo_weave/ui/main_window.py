@@ -330,6 +330,11 @@ class MainWindow(QMainWindow, InputActions):
         record.blockSignals(True)
         record.setChecked(new.record_attention)
         record.blockSignals(False)
+        markdown = self.menus.markdown_action
+        markdown.blockSignals(True)
+        markdown.setChecked(new.render_markdown)
+        markdown.blockSignals(False)
+        self.heatmap.set_markdown(new.render_markdown)
         self.refresh_stats()
 
     # ------------------------------------------------------------------ lifetime

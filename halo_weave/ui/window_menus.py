@@ -74,6 +74,12 @@ class WindowMenus:
         self.notes_action.setShortcut(QKeySequence("Ctrl+Shift+N"))
         self.notes_action.setStatusTip("The model's notebook (notes.json) of this conversation, read-only")
         view.addAction(self.notes_action)
+        self.markdown_action = add(view, "Render &Markdown", self.toggle_markdown, "Ctrl+Shift+M",
+                                   "Show messages rendered (headings, bold, code with colours); "
+                                   "off: as typed, Markdown marks included")
+        self.markdown_action.setCheckable(True)
+        self.markdown_action.setChecked(c.settings.render_markdown)
+        window.heatmap.set_markdown(c.settings.render_markdown)
         view.addSeparator()
         self.record_action = add(view, "&Record attention", self.toggle_recording, None,
                                  "Write every token's attention to the captures folder "
@@ -143,6 +149,9 @@ class WindowMenus:
             window.apply_settings(new)
 
     # ------------------------------------------------------------------ attention capture
+    def toggle_markdown(self, on: bool) -> None:
+        self.window.apply_settings(self.controller.settings.replace(render_markdown=bool(on)))
+
     def toggle_recording(self, on: bool) -> None:
         window = self.window
         window.apply_settings(self.controller.settings.replace(record_attention=bool(on)))
