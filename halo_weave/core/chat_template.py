@@ -40,6 +40,8 @@ class TemplateStrings:
     prefixes: dict = field(default_factory=dict)
     suffixes: dict = field(default_factory=dict)
     role_names: dict = field(default_factory=dict)
+    #: Where it came from, in words ("built in", "from the model (llama-server /props)").
+    source: str = "built in"
 
     def prefix_for(self, role: str) -> str:
         text = self.prefixes.get(role, self.prefix)
