@@ -66,6 +66,8 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
     stats_changed = Signal()
     busy_changed = Signal(bool, str)  # busy, the reason shown next to the input
     connection_changed = Signal(str, str)  # state, detail (model name, what is happening)
+    models_changed = Signal(list, str)  # the server's models (where it lists them), the one in use
+    template_changed = Signal(str)  # which chat template frames the turns, and where it came from
     attention_changed = Signal(bool)
     progress = Signal(str, int, int)  # what, done, total (total 0 = indeterminate; done>=total = finished)
     error = Signal(object, str)  # exception, what we were doing
@@ -131,6 +133,7 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         self._saving_turn = False  # a long message is being saved on a thread
         self._prompt_edited = False  # the system prompt changed while this conversation was open
         self._answer_prefix = ()  # tokens the next answer starts with (see send())
+        self._template_problems: set[str] = set()  # template fallbacks already explained
         self._init_proxy()
         self._init_read_ahead()
         self.turn_finished.connect(lambda _reason: self.turn_phase.emit("", ""))

@@ -43,6 +43,10 @@ class ModelInfo:
     version: str | None = None
     server_max_context: int | None = None  # in the server's tokens (max_context: table units)
     context_known: bool = True  # False: the server does not say; max_context is assumed
+    #: Where ``chat_template`` came from, in words ("llama-server /props"), and the
+    #: end-of-sequence token's text when the server says it ("" when it does not).
+    template_origin: str = "the server"
+    eos_token: str = ""
 
 
 @dataclass

@@ -140,7 +140,9 @@ class KoboldClient:
         template = raw.get("chat_template")
         self.read_ahead = raw.get("supports_prepare") is True
         self.restores = raw.get("supports_restore") is True
-        return ModelInfo(
+        eos_id = num("eos_token_id", None)
+        specials = raw.get("chat_template_tokens") if isinstance(raw.get("chat_template_tokens"), dict) else {}
+        info = ModelInfo(
             name=str(raw.get("model_name") or raw.get("result") or "unknown"),
             num_layers=num("num_layers"),
             num_heads=num("num_attention_heads"),
@@ -148,11 +150,14 @@ class KoboldClient:
             hidden_size=num("embedding_size"),
             max_context=max_context,
             bos_token_id=num("bos_token_id", None),
-            eos_token_id=num("eos_token_id", None),
+            eos_token_id=eos_id,
             chat_template=template if isinstance(template, str) and template else None,
             supports_attention=raw.get("supports_attention") is True,
             raw=raw,
         )
+        info.template_origin = "the model file, via /api/v1/model"
+        info.eos_token = next((text for text, i in specials.items() if i == eos_id and isinstance(text, str)), "")
+        return info
 
     def tokenize(self, text: str, add_special_tokens: bool = False, *,
                  parse_special: bool = False) -> list[tuple[int, str]]:

@@ -184,6 +184,9 @@ class Settings:
     # "auto": the server's own template, else ChatML; or a name in chat_template.TEMPLATES.
     # A choice made for a conversation is saved in its file and wins over this default.
     chat_template: str = "auto"
+    # Which model to use on a server that serves several ("" = the first it lists). Picked
+    # in the window, it is saved with the conversation and is the default for new ones.
+    served_model: str = ""
     # The model's context on a server that does not say (OpenAI-compatible ones); 0 = assume 2048.
     server_context_tokens: int = 0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT

@@ -434,3 +434,27 @@ class LMStudioReplay(OpenAIReplay):
             self.send_json(handler, {"object": "list", "data": [other, loaded]})
         else:
             self.send_json(handler, {"error": f"Unexpected endpoint or method. ({handler.command} {handler.path})"}, 200)
+
+
+class LlamaSwapReplay(OpenAIReplay):
+    """A server with several models behind one ``/v1`` (llama-swap, vLLM with several
+    served names, LM Studio with JIT loading): each answer says which model wrote it, and
+    a request for a model it does not serve is refused as llama-swap does."""
+
+    server_header = "llama-swap"
+    served = ("qwen2.5-coder-1.5b", "llama-3.2-3b", "phi-3-mini")
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 1732700000,
+                                            "owned_by": "llama-swap"} for name in self.served]}
+
+    def post(self, handler, body: dict) -> None:
+        if handler.path == "/v1/completions" and body.get("model") not in self.served:
+            self.send(handler, 404, f"could not find suitable handler for {body.get('model')}".encode(),
+                      "text/plain")
+            return
+        super().post(handler, body)
+
+    def _answer(self, body: dict):
+        self.answer_chunks = ["I am", f" {body['model']}", "."]
+        yield from super()._answer(body)

@@ -156,3 +156,9 @@ def test_the_renderer_runs_once_per_template_text():
     assert len(model_template._cache) == 1
     resolve(QWEN25)
     assert len(model_template._cache) == 1
+
+
+def test_a_template_without_a_generation_prompt_takes_the_opening_from_past_answers():
+    bare = "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    used = resolve(bare)
+    assert used.problem == "" and framing(used.template) == framing(CHATML)

@@ -107,6 +107,8 @@ class LlamaServer:
             supports_attention=False, raw=props)
         info.kind, info.version = self.kind, self.version
         info.server_max_context, info.context_known = info.max_context, known
+        info.template_origin = "llama-server /props"
+        info.eos_token = props.get("eos_token") if isinstance(props.get("eos_token"), str) else ""
         self._info = info
         return info
 

@@ -41,6 +41,7 @@ class NativeContext:
     context: int
     known: bool
     source: str  # where the figure came from, for the tooltip
+    template: str | None = None  # the model's chat template (Ollama's is a Go template)
 
 
 def read(http: Http, model_id: str) -> NativeContext | None:
@@ -71,6 +72,7 @@ def _ollama(http: Http, model_id: str) -> NativeContext | None:
     label, ver = "Ollama", version["version"]
     show = http.post_json("/api/show", {"model": model_id}) or {}
     info = show.get("model_info") if isinstance(show.get("model_info"), dict) else {}
+    template = show.get("template") if isinstance(show.get("template"), str) and show.get("template") else None
     arch = info.get("general.architecture")
     trained = _int(info.get(f"{arch}.context_length")) if isinstance(arch, str) else None
     running = http.get_json("/api/ps") or {}
@@ -78,14 +80,15 @@ def _ollama(http: Http, model_id: str) -> NativeContext | None:
         if isinstance(entry, dict) and (_same_model(entry.get("model"), model_id) or _same_model(entry.get("name"), model_id)):
             loaded = _int(entry.get("context_length"))
             if loaded:
-                return NativeContext(label, ver, loaded, True, "the context the running model was loaded with (/api/ps)")
+                return NativeContext(label, ver, loaded, True, "the context the running model was loaded with (/api/ps)",
+                                         template)
     parameters = show.get("parameters")
     match = _NUM_CTX.search(parameters) if isinstance(parameters, str) else None
     if match:
-        return NativeContext(label, ver, _cap(int(match.group(1)), trained), True, "the model's num_ctx (/api/show)")
+        return NativeContext(label, ver, _cap(int(match.group(1)), trained), True, "the model's num_ctx (/api/show)", template)
     return NativeContext(label, ver, _cap(OLLAMA_DEFAULT, trained), False,
                          "Ollama's default context (the model is not loaded and sets no num_ctx); "
-                         "set the real one in Settings if you changed OLLAMA_CONTEXT_LENGTH")
+                         "set the real one in Settings if you changed OLLAMA_CONTEXT_LENGTH", template)
 
 
 def _lmstudio(http: Http, model_id: str) -> NativeContext | None:

@@ -1,8 +1,11 @@
 """Any OpenAI-compatible completions server (Ollama, LM Studio, vLLM, Jan,
 llama-cpp-python's server, hosted APIs), in text mode.
 
-``GET /v1/models`` names the model (and, on some servers, its context: vLLM's
-``max_model_len``, LM Studio's ``max_context_length``, llama.cpp's ``meta.n_ctx_train``);
+``GET /v1/models`` lists the models the server serves (and, on some servers, their context:
+vLLM's ``max_model_len``, LM Studio's ``max_context_length``, llama.cpp's
+``meta.n_ctx_train``); the one asked for (``model``: the conversation's choice) is used when
+listed, else the first, and every request names it (llama-swap, Ollama and LM Studio load
+the model a request names);
 ``POST /v1/completions`` with ``"stream": true`` streams ``data: {"choices": [{"text",
 "finish_reason"}]}`` lines ending with ``data: [DONE]``.  An API key goes in
 ``Authorization: Bearer``.  Counting: llama-cpp-python's ``/extras/tokenize/count`` or
@@ -52,19 +55,29 @@ class OpenAICompat(TextModeBackend):
 
     kind = "openai"
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, models: dict | None = None, **kwargs) -> None:
+    def __init__(self, base_url: str, *, api_key: str | None = None, models: dict | None = None,
+                 model: str | None = None, **kwargs) -> None:
         base_url = base_url.rstrip("/")
         if base_url.endswith("/v1"):
             base_url = base_url[:-3]
         super().__init__(base_url, api_key=api_key, **kwargs)
         self._models = models
+        #: The model asked for; :attr:`model_id` is the one used (it, when the server lists it).
+        self.wanted_model = model or None
         self.model_id: str | None = None
+        #: Every model the server lists, in its order (the window's model picker).
+        self.models: list[str] = []
         self.server_context = 0
         self._counter: tuple[str, str, str] | None = None
         self._counter_checked = False
         self.native: native_context.NativeContext | None = None
         #: False once the server refused top-k and the repetition penalty (see the module docstring).
         self.sends_sampler_extras = True
+
+    @property
+    def missing_model(self) -> str | None:
+        """The model asked for when the server does not list it (the first is used instead)."""
+        return self.wanted_model if self.wanted_model and self.wanted_model != self.model_id else None
 
     @property
     def label(self) -> str:
@@ -79,7 +92,9 @@ class OpenAICompat(TextModeBackend):
             attention=False, token_ids=False, exact_tokens=exact,
             prefix_cache="server-side only, if the server caches text prompts",
             abort="yes (closing the stream; the server stops when it notices)",
-            template="chosen in Settings (the completions API does not publish one)")
+            template="Ollama's is a Go template: matched by its markers; else chosen in Settings"
+            if self.native is not None and self.native.label == "Ollama"
+            else "chosen in Settings (the completions API does not publish one)")
 
     def server_count(self, text: str) -> int | None:
         if not self._counter_checked:
@@ -105,11 +120,12 @@ class OpenAICompat(TextModeBackend):
         if self._info is not None:
             return self._info
         models = self._models or self.http.request("GET", "/v1/models")
-        entries = models.get("data")
-        if not isinstance(entries, list) or not entries or not isinstance(entries[0], dict):
+        entries = [e for e in models.get("data") or [] if isinstance(e, dict) and e.get("id")]
+        if not entries:
             raise ProtocolError("/v1/models lists no model")
-        first = entries[0]
-        self.model_id = str(first.get("id", ""))
+        self.models = [str(e["id"]) for e in entries]
+        first = next((e for e in entries if str(e["id"]) == self.wanted_model), entries[0])
+        self.model_id = str(first["id"])
         context = 0
         meta = first.get("meta") if isinstance(first.get("meta"), dict) else {}
         for value in (first.get("max_model_len"), first.get("max_context_length"), first.get("context_length"),
@@ -125,11 +141,13 @@ class OpenAICompat(TextModeBackend):
                 context, known = self.native.context, self.native.known
         self.server_context = context or ASSUMED_CONTEXT
         self.calibrate()
+        template = self.native.template if self.native is not None else None
         info = ModelInfo(
             name=self.model_id or "model", num_layers=0, num_heads=0, num_kv_heads=0, hidden_size=0,
             max_context=self.table_context(self.server_context), bos_token_id=None, eos_token_id=None,
-            chat_template=None, supports_attention=False, raw=models)
+            chat_template=template, supports_attention=False, raw=models)
         info.kind, info.version = self.kind, self.version
+        info.template_origin = f"{self.native.label} /api/show" if template else self.label
         info.server_max_context, info.context_known = self.server_context, known
         self._info = info
         return info

@@ -33,15 +33,16 @@ KIND_NAMES = {
 NATIVE_KINDS = ("halo", "koboldcpp-fork", "koboldcpp", "llama-server")
 
 
-def connect(url: str, *, api_key: str | None = None, tokenizer=None):
-    """The backend for the server at ``url`` (its model info is read once here)."""
+def connect(url: str, *, api_key: str | None = None, tokenizer=None, model: str | None = None):
+    """The backend for the server at ``url`` (its model info is read once here).
+    ``model``: which of the server's models to use where it serves several."""
     url = url.strip().rstrip("/")
     if url.endswith("/v1"):
         # Many tools ask for an OpenAI base URL, so people paste ".../v1"; llama-server's own
         # API sits at the root and gives exact token ids (seen: at /v1 a real llama-server
         # ran as a plain OpenAI-compatible server, counts estimated, no prefix cache by ids).
         try:
-            native = connect(url[:-3], api_key=api_key, tokenizer=tokenizer)
+            native = connect(url[:-3], api_key=api_key, tokenizer=tokenizer, model=model)
         except BackendError:
             native = None
         if native is not None and native.kind in NATIVE_KINDS:
@@ -50,7 +51,7 @@ def connect(url: str, *, api_key: str | None = None, tokenizer=None):
             native.close()
     http = Http(url, api_key=api_key)
     try:
-        backend = _detect(http, url, api_key, tokenizer)
+        backend = _detect(http, url, api_key, tokenizer, model)
     finally:
         http.close()
     try:
@@ -61,7 +62,7 @@ def connect(url: str, *, api_key: str | None = None, tokenizer=None):
     return backend
 
 
-def _detect(http: Http, url: str, api_key: str | None, tokenizer):
+def _detect(http: Http, url: str, api_key: str | None, tokenizer, wanted: str | None = None):
     auth_error: BackendAuthError | None = None
     answered = False
 
@@ -117,7 +118,7 @@ def _detect(http: Http, url: str, api_key: str | None, tokenizer):
             raise BackendUnusable(f"The OpenAI-compatible server at {url} serves no model: load one there first.")
         from .openai_compat import OpenAICompat
 
-        return OpenAICompat(url, api_key=api_key, models=models, tokenizer=tokenizer)
+        return OpenAICompat(url, api_key=api_key, models=models, model=wanted, tokenizer=tokenizer)
     if auth_error is not None:
         raise auth_error
     if answered:
@@ -144,6 +145,7 @@ class ProbeResult:
     server: str | None = None  # what the window calls it: "Ollama 0.12.6", "KoboldCPP 1.76"
     version: str | None = None
     model: str | None = None
+    models: list[str] | None = None  # every model the server lists (where it lists several)
     context_size: int | None = None
     context_known: bool = False
     attention: bool | None = None
@@ -154,7 +156,7 @@ class ProbeResult:
     def as_json(self) -> dict:
         return {
             "url": self.url, "usable": self.usable, "kind": self.kind, "server": self.server, "version": self.version,
-            "model": self.model, "context_size": self.context_size, "context_known": self.context_known,
+            "model": self.model, "models": self.models, "context_size": self.context_size, "context_known": self.context_known,
             "attention": self.attention, "token_ids": self.token_ids, "exact_tokens": self.exact_tokens,
             "problem": self.problem,
         }
@@ -171,6 +173,7 @@ def probe(url: str, *, api_key: str | None = None, tokenizer=None) -> ProbeResul
         caps = backend.capabilities
         return ProbeResult(
             url=url, usable=True, kind=backend.kind, version=backend.version, model=info.name,
+            models=list(getattr(backend, "models", None) or []) or None,
             server=getattr(backend, "label", None) or KIND_NAMES.get(backend.kind),
             context_size=info.server_max_context or info.max_context, context_known=info.context_known,
             attention=caps.attention if caps.attention is not None else None,
@@ -194,6 +197,7 @@ def status_line(backend, info) -> str:
     if caps is not None and not caps.exact_tokens:
         parts.append("token counts estimated")
     name = str(getattr(info, "name", "")).replace("\\", "/").rsplit("/", 1)[-1]
-    if name and name.lower() not in label.lower():
+    picked = len(getattr(backend, "models", None) or []) > 1  # the window's model picker names it
+    if name and name.lower() not in label.lower() and not picked:
         parts.append(name)
     return " · ".join(parts)

@@ -108,8 +108,9 @@ def _opening(text: str, head: str, what: str) -> str:
 @dataclass(frozen=True)
 class Split:
     """Per-role framing read from the renderings.  ``lead``: text a past answer starts
-    with that the generation prompt leaves to the model (Mistral's and DeepSeek's space
-    after ``[/INST]``/``Assistant:``); it is part of the assistant's prefix here."""
+    with that the generation prompt leaves out (Mistral's space after ``[/INST]``, or the
+    whole opening in a template that ignores ``add_generation_prompt``); it is part of the
+    assistant's prefix here."""
 
     prefixes: dict
     suffixes: dict
@@ -129,7 +130,8 @@ def _user_assistant(full: str, short: str, prompted: str, first: str):
     user_suffix = _cut(short, sentinels[:-3])[-1]
     assistant_prefix = _appended(prompted, short, "add_generation_prompt")
     lead = _opening(user_to_answer, user_suffix + assistant_prefix, "the text between a message and its answer")
-    if lead.strip():
+    if lead.strip() and assistant_prefix:
+        # (A template without a generation prompt leaves the whole opening to ``lead``.)
         raise TemplateUnusable("a past answer is framed differently from the generation prompt")
     user_prefix = _opening(answer_to_user, assistant_suffix, "the text after an answer")
     if user_to_answer != user_to_answer_2:

@@ -132,6 +132,17 @@ class ChatSession:
     def template_choice(self) -> str:
         return system_prompt.template_choice(self)
 
+    def model_choice(self) -> str:
+        """Which of the server's models this conversation uses (where it serves several):
+        the one saved with it, else the settings' default ("" = the first the server lists)."""
+        saved = None
+        if self.store is not None:
+            try:
+                saved = self.store.get_meta("model")
+            except Exception:  # noqa: BLE001 - an unreadable meta row falls back to settings
+                saved = None
+        return saved if isinstance(saved, str) and saved else self.settings.served_model
+
     @property
     def max_context(self) -> int:
         """The model's context size in tokens (0 when unknown)."""

@@ -19,7 +19,7 @@ import time
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from ..core.chat_template import AUTO, build_framing, detect_template
+from ..core.chat_template import AUTO, build_framing
 from ..settings import Settings
 from .workers import CallWorker, ServerStartWorker
 
@@ -78,7 +78,7 @@ class ServerConnection(QObject):
         self._probe: CallWorker | None = None
         self._starter: ServerStartWorker | None = None
         self._closed = False
-        #: ``() -> {"api_key": str | None, "template": str}``, read at each connect.
+        #: ``() -> {"api_key": str | None, "template": str, "model": str}``, read at each connect.
         self.options = lambda: {}
         #: ``() -> list[str]``: options for the bundled server, read when it starts.
         self.server_args = lambda: []
@@ -105,16 +105,23 @@ class ServerConnection(QObject):
             from ..backends import connect
 
             # A key from Settings (keyring) or $HALO_WEAVE_API_KEY (e.g. halo-weave-server --api-key).
-            client = connect(url, api_key=options.get("api_key") or os.environ.get("HALO_WEAVE_API_KEY") or None)
+            from ..backends.model_template import resolve
+
+            client = connect(url, api_key=options.get("api_key") or os.environ.get("HALO_WEAVE_API_KEY") or None,
+                             model=options.get("model") or None)
+            choice = options.get("template") or AUTO
             try:
                 info = client.model_info()
-                template = detect_template(getattr(info, "chat_template", None), options.get("template") or AUTO)
+                # The model's own template is rendered in a sandboxed process (at most a few seconds).
+                used = resolve(getattr(info, "chat_template", None), choice,
+                               origin=getattr(info, "template_origin", "the server"),
+                               eos_token=getattr(info, "eos_token", ""))
                 # The framing alone has its marker strings read as control tokens.
-                framing = build_framing(lambda text: client.tokenize(text, parse_special=True), template)
+                framing = build_framing(lambda text: client.tokenize(text, parse_special=True), used.template)
             except BaseException:
                 client.close()
                 raise
-            client.template = template
+            client.template, client.template_in_use, client.template_choice = used.template, used, choice
             return client, info, framing
 
         def ok(result) -> None:

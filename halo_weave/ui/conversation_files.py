@@ -11,7 +11,6 @@ from pathlib import Path
 
 from PySide6.QtCore import QTimer
 
-from ..core.chat_template import detect_template
 from ..tools import notebook
 
 log = logging.getLogger("halo_weave.app")
@@ -91,9 +90,8 @@ class ConversationFiles:
         template = getattr(self.client, "template", None)
         if store.refusal is not None:  # damaged: opened read-only, say so and how
             self.error.emit(store.refusal, f"Opening {target.name}")
-        elif template is not None and self.model_info is not None and detect_template(
-                getattr(self.model_info, "chat_template", None), self.template_choice()) is not template:
-            self.connect_server()  # this conversation was framed with another template
+        elif template is not None and self.model_info is not None and not self.follows_conversation():
+            self.connect_server()  # this conversation was framed with another template, or uses another model
         elif self.model_info is not None:
             self._sync_system_prompt()
         # Catch-up indexing waits until the window has painted the conversation.

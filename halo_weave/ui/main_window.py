@@ -139,6 +139,9 @@ class MainWindow(QMainWindow, InputActions):
         c.stats_changed.connect(self.refresh_stats)
         c.busy_changed.connect(self._on_busy)
         c.connection_changed.connect(self._on_connection)
+        c.models_changed.connect(self.stats_bar.set_models)
+        c.template_changed.connect(self.stats_bar.set_template_words)
+        self.stats_bar.model_picked.connect(self.pick_model)
         c.attention_changed.connect(lambda _available: self.stats_bar.set_brightness_source(*c.reader_status()))
         c.progress.connect(self.progress_bar.show_progress)
         c.error.connect(lambda exc, context: self.messages.error(exc, context))
@@ -303,6 +306,17 @@ class MainWindow(QMainWindow, InputActions):
             self.statusBar().showMessage(self.stats_bar.connection_detail)
         elif state == "connected":
             self.statusBar().showMessage(f"Connected: {self.stats_bar.connection_detail}", 5000)
+
+    def pick_model(self, name: str) -> None:
+        """Use the server's model ``name`` in this conversation (and for new ones)."""
+        if self.controller.busy:
+            self.messages.info("Wait for the answer to finish (or press Esc) before switching models.")
+            self.stats_bar.set_models(list(getattr(self.controller.client, "models", None) or []),
+                                      str(getattr(self.controller.client, "model_id", "") or ""))
+            return
+        if name != self.controller.settings.served_model:  # the default for new conversations
+            self.apply_settings(self.controller.settings.replace(served_model=name))
+        self.controller.choose_model(name)
 
     # ------------------------------------------------------------------ graveyard
     def show_in_graveyard(self, chunk_id: int) -> None:

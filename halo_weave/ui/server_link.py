@@ -37,6 +37,7 @@ class ServerLink:
         self.connection_state = "connected"
         self._sync_system_prompt()  # before input opens: the prefix is part of every turn
         self._set_connection("connected", status_line(client, info))
+        self._announce_model_and_template(client, info)
         note = (getattr(info, "raw", None) or {}).get("engine_note")
         if isinstance(note, str) and note:
             self.info.emit(note)  # e.g. llama.cpp's safe settings on this CPU
@@ -66,7 +67,41 @@ class ServerLink:
     def _connection_options(self) -> dict:
         from ..backends.api_keys import get_key
 
-        return {"api_key": get_key(self.settings.server_url), "template": self.template_choice()}
+        return {"api_key": get_key(self.settings.server_url), "template": self.template_choice(),
+                "model": self.session.model_choice()}
+
+    def choose_model(self, name: str) -> None:
+        """Use the server's model ``name`` in the open conversation (saved with it) and
+        reconnect when it is not the one in use."""
+        if self.store is not None and not getattr(self.store, "read_only", False):
+            self.session._save(lambda: self.store.set_meta("model", name), "Saving the model choice")
+        if name != getattr(self.client, "model_id", None):
+            self.connect_server()
+
+    def follows_conversation(self) -> bool:
+        """Whether the connected server frames and answers as the open conversation asks
+        (its template choice, its model where the server serves several)."""
+        client = self.client
+        if client is None:
+            return True
+        if getattr(client, "template_choice", None) not in (None, self.template_choice()):
+            return False
+        wanted, models = self.session.model_choice(), getattr(client, "models", None) or []
+        return not (wanted and wanted in models and wanted != getattr(client, "model_id", None))
+
+    def _announce_model_and_template(self, client, info) -> None:
+        models = list(getattr(client, "models", None) or [])
+        self.models_changed.emit(models, str(getattr(client, "model_id", None) or getattr(info, "name", "")))
+        missing = getattr(client, "missing_model", None)
+        if missing:
+            self.info.emit(f"The model {missing!r} is not served at {self.connection.url}; "
+                           f"using {client.model_id!r} (pick another above the conversation).")
+        used = getattr(client, "template_in_use", None)
+        if used is not None:
+            self.template_changed.emit(used.words)
+            if used.problem and used.problem not in self._template_problems:
+                self._template_problems.add(used.problem)  # said once per session, not per reconnect
+                self.info.emit(used.problem)
 
     def _set_connection(self, state: str, detail: str) -> None:
         self.connection_state = state

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QResizeEvent
-from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QToolButton, QWidget
+from PySide6.QtWidgets import QComboBox, QHBoxLayout, QProgressBar, QToolButton, QWidget
 
 from ..settings import Scoring, Settings, scoring_words
 from . import colors
@@ -12,6 +12,9 @@ from .elided import ElidedLabel  # noqa: F401 - also imported from here
 
 #: Widest the connection detail (model name, loading progress) may get, in pixels.
 CONNECTION_DETAIL_PX = 280
+
+#: Widest the model picker may get, in pixels (model ids can be long paths).
+MODEL_PICKER_PX = 260
 
 #: Connection state -> (light colour, words for the tooltip).
 CONNECTION_STATES: dict[str, tuple[tuple[int, int, int], str]] = {
@@ -112,12 +115,18 @@ class StatsBar(QWidget):
     ``connection_light``, ``connection_label``,
     ``attention_label``, ``graveyard_button``.
 
+    ``set_models(models, current)``: the server's models in ``model_picker`` (shown
+    where it serves more than one); ``set_template_words(words)``: which chat template
+    frames the turns, in the connection's tooltip.
+
     Signals: ``graveyard_toggled(bool)`` when the ⚰️ button is toggled by the user;
-    ``scoring_changed()`` when :attr:`scoring` (the words for the score in use) changed.
+    ``scoring_changed()`` when :attr:`scoring` (the words for the score in use) changed;
+    ``model_picked(str)`` when the user picks another of the server's models.
     """
 
     graveyard_toggled = Signal(bool)
     scoring_changed = Signal()
+    model_picked = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -152,6 +161,14 @@ class StatsBar(QWidget):
         self.connection_light = ConnectionLight()
         self.connection_label = ElidedLabel()
         self.connection_label.setObjectName("connectionDetail")
+        self.template_words = ""
+        self.model_picker = QComboBox()
+        self.model_picker.setObjectName("modelPicker")
+        self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.model_picker.setMaximumWidth(MODEL_PICKER_PX)
+        self.model_picker.setToolTip("The server's model that answers in this conversation")
+        self.model_picker.hide()
+        self.model_picker.activated.connect(self._on_model_activated)
         self.graveyard_button = QToolButton()
         self.graveyard_button.setCheckable(True)
         self.graveyard_button.setText(f"{colors.emoji_or(self.font(), '⚰️', '')} Graveyard".strip())
@@ -171,6 +188,7 @@ class StatsBar(QWidget):
         layout.addStretch(1)
         layout.addWidget(self.connection_light)
         layout.addWidget(self.connection_label)
+        layout.addWidget(self.model_picker)
         layout.addWidget(self.graveyard_button)
         self._source = "server"
         self._mean = 0.0
@@ -246,6 +264,8 @@ class StatsBar(QWidget):
         self.connection_light.set_color(QColor(*rgb))
         self.connection_label.setText(detail or words)
         tip = f"{words}: {detail}" if detail else words
+        if self.template_words and state in ("connected", "ready", "generating"):
+            tip += f"\n{self.template_words}"
         self.connection_light.setToolTip(tip)
         self.connection_label.setToolTip(tip)
         self._state = state
@@ -261,10 +281,38 @@ class StatsBar(QWidget):
                 detail, Qt.TextElideMode.ElideRight, CONNECTION_DETAIL_PX)
         self.set_connection(state, self.connection_detail)
         if self._connection_full:
-            self.connection_label.setToolTip(self._connection_full)
+            self.connection_label.setToolTip(self._connection_full + (
+                f"\n{self.template_words}" if self.template_words and state in ("connected", "ready", "generating")
+                else ""))
 
     def connection_state(self) -> str:
         return self._state
+
+    def set_models(self, models: list[str], current: str) -> None:
+        """The server's models, ``current`` selected; the picker shows only where there is a choice."""
+        picker = self.model_picker
+        picker.blockSignals(True)
+        picker.clear()
+        for name in models:
+            picker.addItem(name.replace("\\", "/").rsplit("/", 1)[-1], name)
+            picker.setItemData(picker.count() - 1, name, Qt.ItemDataRole.ToolTipRole)
+        picker.setCurrentIndex(max(0, picker.findData(current)))
+        picker.blockSignals(False)
+        picker.setVisible(len(models) > 1)
+        picker.setToolTip(f"The server's model that answers in this conversation: {current}"
+                          + (f"\n{self.template_words}" if self.template_words else ""))
+        self._fit_labels()
+
+    def set_template_words(self, words: str) -> None:
+        """Which template frames the turns and where it came from (connection tooltip)."""
+        self.template_words = words
+        self.show_connection(self._state)
+        self.model_picker.setToolTip(self.model_picker.toolTip().split("\n")[0] + (f"\n{words}" if words else ""))
+
+    def _on_model_activated(self, index: int) -> None:
+        name = self.model_picker.itemData(index)
+        if isinstance(name, str):
+            self.model_picked.emit(name)
 
     def set_attention_available(self, available: bool) -> None:
         """Warn when the server sends no attention (pruning falls back to oldest-first)."""

@@ -1,0 +1,60 @@
+"""A server that serves several models: the app lists them, uses the one asked for, and
+says so when the one asked for is not served."""
+
+from __future__ import annotations
+
+import pytest
+
+from halo_weave.backends import connect, probe
+from halo_weave.backends.local_tokenizer import shared
+from halo_weave.backends.model_template import resolve
+
+from replay_servers import LlamaSwapReplay, OllamaReplay
+
+PROMPT = "<|im_start|>user\nWho are you?<|im_end|>\n<|im_start|>assistant\n"
+
+
+@pytest.fixture
+def swap():
+    server = LlamaSwapReplay(shared())
+    yield server
+    server.close()
+
+
+def _answer(backend) -> str:
+    return "".join(event.text for event in backend.stream(prompt=PROMPT, max_length=16))
+
+
+def test_every_model_is_listed_and_the_first_answers_by_default(swap):
+    with connect(swap.url) as backend:
+        assert backend.models == list(LlamaSwapReplay.served)
+        assert backend.model_info().name == "qwen2.5-coder-1.5b"
+        assert _answer(backend) == "I am qwen2.5-coder-1.5b."
+    assert probe(swap.url + "/v1").as_json()["models"] == list(LlamaSwapReplay.served)
+
+
+def test_the_model_asked_for_answers_and_every_request_names_it(swap):
+    with connect(swap.url + "/v1", model="phi-3-mini") as backend:
+        assert backend.model_info().name == "phi-3-mini" and backend.missing_model is None
+        assert _answer(backend) == "I am phi-3-mini."
+    assert [b["model"] for b in swap.bodies("/v1/completions")] == ["phi-3-mini"]
+
+
+def test_a_model_no_longer_served_falls_back_to_the_first_and_says_which(swap):
+    with connect(swap.url, model="mixtral-8x7b") as backend:
+        assert backend.missing_model == "mixtral-8x7b"
+        assert backend.model_id == "qwen2.5-coder-1.5b"
+        assert _answer(backend) == "I am qwen2.5-coder-1.5b."
+
+
+def test_ollamas_go_template_is_read_and_not_run():
+    server = OllamaReplay(shared(), num_ctx=8192)
+    try:
+        with connect(server.url + "/v1") as backend:
+            info = backend.model_info()
+            assert info.chat_template == "{{ .Prompt }}" and info.template_origin == "Ollama /api/show"
+            used = resolve(info.chat_template, origin=info.template_origin)
+            assert used.template.label == "ChatML"
+            assert used.words == "Template: ChatML (built-in fallback: Ollama /api/show publishes a Go template, not Jinja)"
+    finally:
+        server.close()
