@@ -59,9 +59,9 @@ def test_a_chatml_template_gives_chatml_framing_from_the_model():
     used = resolve(QWEN25, origin="GGUF")
     assert used.problem == ""
     assert framing(used.template) == framing(CHATML)
-    assert used.template.source == "from the model (GGUF)"
+    assert used.template.source == "from GGUF"
     assert "<|im_end|>" in used.template.stops
-    assert used.words == "Template: The model's own (from the model (GGUF))"
+    assert used.words == "Template: The model's own (from GGUF)"
 
 
 def test_llama3_framing_matches_the_built_in_one():

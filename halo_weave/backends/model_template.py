@@ -93,7 +93,7 @@ def from_model(text: str, *, origin: str, bos_token: str = "", eos_token: str = 
         try:
             outputs, errors = render_sandboxed(text, bos_token=bos_token, eos_token=eos_token)
             cached = template_strings(split(outputs, errors, eos_token), eos_token=eos_token,
-                                      label="The model's own", source=f"from the model ({origin})")
+                                      label="The model's own", source=f"from {origin}")
         except TemplateUnusable as exc:
             cached = str(exc)
         with _cache_lock:

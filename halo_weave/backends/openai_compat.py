@@ -147,7 +147,8 @@ class OpenAICompat(TextModeBackend):
             max_context=self.table_context(self.server_context), bos_token_id=None, eos_token_id=None,
             chat_template=template, supports_attention=False, raw=models)
         info.kind, info.version = self.kind, self.version
-        info.template_origin = f"{self.native.label} /api/show" if template else self.label
+        info.template_origin = (f"{self.native.label} /api/show" if template
+                                else self.native.label if self.native is not None else "this OpenAI-compatible server")
         info.server_max_context, info.context_known = self.server_context, known
         self._info = info
         return info
