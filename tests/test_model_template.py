@@ -60,14 +60,14 @@ def test_a_chatml_template_gives_chatml_framing_from_the_model():
     assert used.problem == ""
     assert framing(used.template) == framing(CHATML)
     assert used.template.source == "from GGUF"
-    assert "<|im_end|>" in used.template.stops
-    assert used.words == "Template: The model's own (from GGUF)"
+    assert used.template.stops == CHATML.stops, "the built-in it equals, by name and stop strings"
+    assert used.words == "Template: ChatML (from GGUF)"
 
 
 def test_llama3_framing_matches_the_built_in_one():
     used = resolve(LLAMA_3, origin="llama-server /props")
     assert framing(used.template) == framing(LLAMA3)
-    assert used.template.stops[0] == "<|eot_id|>"
+    assert used.template.name == "llama3" and used.template.stops[0] == "<|eot_id|>"
 
 
 def test_mistral_without_a_system_turn_frames_the_system_prompt_as_an_acknowledged_message():
@@ -81,7 +81,10 @@ def test_mistral_without_a_system_turn_frames_the_system_prompt_as_an_acknowledg
 
 
 def test_phi3_end_of_sequence_after_the_last_message_is_not_framing():
-    t = resolve(PHI3, eos_token="<|endoftext|>").template
+    used = resolve(PHI3, eos_token="<|endoftext|>", origin="GGUF")
+    t = used.template
+    assert used.words == "Template: The model's own (from GGUF)"
+    assert t.stops == ("<|end|>", "<|user|>", "<|endoftext|>")
     assert framing(t) == {"system": ("<|system|>\n", "<|end|>\n"), "user": ("<|user|>\n", "<|end|>\n"),
                           "assistant": ("<|assistant|>\n", "<|end|>\n")}
 

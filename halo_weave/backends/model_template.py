@@ -92,8 +92,8 @@ def from_model(text: str, *, origin: str, bos_token: str = "", eos_token: str = 
     if cached is None:
         try:
             outputs, errors = render_sandboxed(text, bos_token=bos_token, eos_token=eos_token)
-            cached = template_strings(split(outputs, errors, eos_token), eos_token=eos_token,
-                                      label="The model's own", source=f"from {origin}")
+            cached = _same_built_in(template_strings(split(outputs, errors, eos_token), eos_token=eos_token,
+                                                     label="The model's own", source=f"from {origin}"))
         except TemplateUnusable as exc:
             cached = str(exc)
         with _cache_lock:
@@ -101,6 +101,19 @@ def from_model(text: str, *, origin: str, bos_token: str = "", eos_token: str = 
     if isinstance(cached, str):
         raise TemplateUnusable(cached)
     return cached
+
+
+def _framing(template: TemplateStrings) -> list[tuple[str, str]]:
+    return [(template.prefix_for(role), template.suffix_for(role)) for role in ("system", "user", "assistant")]
+
+
+def _same_built_in(derived: TemplateStrings) -> TemplateStrings:
+    """The built-in template that frames exactly as ``derived`` does (named as it, with its
+    stop strings, so conversations framed by it before stay as they are), else ``derived``."""
+    for template in TEMPLATES.values():
+        if _framing(template) == _framing(derived):
+            return _fallback(template, derived.source)
+    return derived
 
 
 def _fallback(template: TemplateStrings, words: str) -> TemplateStrings:

@@ -86,7 +86,7 @@ def test_a_server_with_one_model_shows_no_picker_and_names_the_models_own_templa
         app = App(qtbot, tmp_path, small_budget(server.url, proxy_attention=False)).start()
         bar = app.window.stats_bar
         assert not bar.model_picker.isVisible()
-        assert "Template: The model's own (from llama-server /props)" in bar.connection_label.toolTip()
+        assert "Template: ChatML (from llama-server /props)" in bar.connection_label.toolTip()
         assert app.controller.template.prefix_for("assistant") == "<|im_start|>assistant\n"
         app.close()
     finally:
