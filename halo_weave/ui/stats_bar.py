@@ -13,8 +13,10 @@ from .elided import ElidedLabel  # noqa: F401 - also imported from here
 #: Widest the connection detail (model name, loading progress) may get, in pixels.
 CONNECTION_DETAIL_PX = 280
 
-#: Widest the model picker may get, in pixels (model ids can be long paths).
+#: Widest the model picker may get, in pixels (model ids can be long paths), and the
+#: characters it shows at least (the line is crowded; its list shows names whole).
 MODEL_PICKER_PX = 260
+MODEL_PICKER_CHARS = 14
 
 #: Connection state -> (light colour, words for the tooltip).
 CONNECTION_STATES: dict[str, tuple[tuple[int, int, int], str]] = {
@@ -164,7 +166,8 @@ class StatsBar(QWidget):
         self.template_words = ""
         self.model_picker = QComboBox()
         self.model_picker.setObjectName("modelPicker")
-        self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.model_picker.setMinimumContentsLength(MODEL_PICKER_CHARS)
         self.model_picker.setMaximumWidth(MODEL_PICKER_PX)
         self.model_picker.setToolTip("The server's model that answers in this conversation")
         self.model_picker.hide()
@@ -298,6 +301,8 @@ class StatsBar(QWidget):
             picker.setItemData(picker.count() - 1, name, Qt.ItemDataRole.ToolTipRole)
         picker.setCurrentIndex(max(0, picker.findData(current)))
         picker.blockSignals(False)
+        view = picker.view()
+        view.setMinimumWidth(view.sizeHintForColumn(0) + 2 * view.frameWidth() + 8)  # the list shows names whole
         picker.setVisible(len(models) > 1)
         picker.setToolTip(f"The server's model that answers in this conversation: {current}"
                           + (f"\n{self.template_words}" if self.template_words else ""))
