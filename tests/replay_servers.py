@@ -422,6 +422,12 @@ class LMStudioReplay(OpenAIReplay):
         super().__init__(tokenizer)
         self.max_ctx, self.loaded_ctx = max_ctx, loaded_ctx
 
+    def models(self) -> dict:
+        """Every model it has, as with just-in-time loading on (the default)."""
+        return {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "organization_owner"} for m in
+                                           ("text-embedding-nomic-embed-text-v1.5", "qwen2-vl-7b-instruct",
+                                            self.model_id)]}
+
     def native_get(self, handler) -> None:
         if handler.path == "/api/v0/models":
             loaded = {"id": self.model_id, "object": "model", "type": "llm", "publisher": "lmstudio-community",
@@ -431,7 +437,9 @@ class LMStudioReplay(OpenAIReplay):
                 loaded["loaded_context_length"] = self.loaded_ctx
             other = {"id": "qwen2-vl-7b-instruct", "object": "model", "type": "vlm", "arch": "qwen2_vl",
                      "state": "not-loaded", "max_context_length": 32768}
-            self.send_json(handler, {"object": "list", "data": [other, loaded]})
+            embedder = {"id": "text-embedding-nomic-embed-text-v1.5", "object": "model", "type": "embeddings",
+                        "arch": "nomic-bert", "state": "not-loaded", "max_context_length": 2048}
+            self.send_json(handler, {"object": "list", "data": [embedder, other, loaded]})
         else:
             self.send_json(handler, {"error": f"Unexpected endpoint or method. ({handler.command} {handler.path})"}, 200)
 

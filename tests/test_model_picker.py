@@ -9,7 +9,7 @@ from halo_weave.backends import connect, probe
 from halo_weave.backends.local_tokenizer import shared
 from halo_weave.backends.model_template import resolve
 
-from replay_servers import LlamaSwapReplay, OllamaReplay
+from replay_servers import LlamaSwapReplay, LMStudioReplay, OllamaReplay
 
 PROMPT = "<|im_start|>user\nWho are you?<|im_end|>\n<|im_start|>assistant\n"
 
@@ -56,5 +56,17 @@ def test_ollamas_go_template_is_read_and_not_run():
             used = resolve(info.chat_template, origin=info.template_origin)
             assert used.template.label == "ChatML"
             assert used.words == "Template: ChatML (built-in fallback: Ollama /api/show publishes a Go template, not Jinja)"
+    finally:
+        server.close()
+
+
+def test_lm_studio_lists_its_chat_models_and_uses_the_loaded_one():
+    server = LMStudioReplay(shared(), loaded_ctx=8192)
+    try:
+        with connect(server.url + "/v1") as backend:
+            assert backend.models == ["qwen2-vl-7b-instruct", "meta-llama-3.1-8b-instruct"], "no embedding model"
+            assert backend.model_info().name == "meta-llama-3.1-8b-instruct"
+        with connect(server.url, model="qwen2-vl-7b-instruct") as backend:
+            assert backend.model_info().name == "qwen2-vl-7b-instruct"
     finally:
         server.close()

@@ -55,6 +55,21 @@ def read(http: Http, model_id: str) -> NativeContext | None:
     return found
 
 
+def model_states(http: Http) -> tuple[set[str], list[str]]:
+    """LM Studio's ``/api/v0/models``: the models that cannot chat (``type:
+    "embeddings"``) and those loaded now; both empty for other servers."""
+    try:
+        listing = http.get_json("/api/v0/models")
+    except BackendError:
+        return set(), []
+    entries = listing.get("data") if listing else None
+    if not isinstance(entries, list):
+        return set(), []
+    entries = [e for e in entries if isinstance(e, dict) and e.get("id")]
+    return ({str(e["id"]) for e in entries if e.get("type") == "embeddings"},
+            [str(e["id"]) for e in entries if e.get("state") == "loaded" and e.get("type") != "embeddings"])
+
+
 def _int(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 

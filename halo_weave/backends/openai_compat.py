@@ -5,7 +5,8 @@ llama-cpp-python's server, hosted APIs), in text mode.
 vLLM's ``max_model_len``, LM Studio's ``max_context_length``, llama.cpp's
 ``meta.n_ctx_train``); the one asked for (``model``: the conversation's choice) is used when
 listed, else the first, and every request names it (llama-swap, Ollama and LM Studio load
-the model a request names);
+the model a request names; LM Studio's embedding models are left out and, with none asked
+for, a model it has loaded is used);
 ``POST /v1/completions`` with ``"stream": true`` streams ``data: {"choices": [{"text",
 "finish_reason"}]}`` lines ending with ``data: [DONE]``.  An API key goes in
 ``Authorization: Bearer``.  Counting: llama-cpp-python's ``/extras/tokenize/count`` or
@@ -121,10 +122,14 @@ class OpenAICompat(TextModeBackend):
             return self._info
         models = self._models or self.http.request("GET", "/v1/models")
         entries = [e for e in models.get("data") or [] if isinstance(e, dict) and e.get("id")]
+        cannot_chat, loaded = native_context.model_states(self.http)
+        entries = [e for e in entries if str(e["id"]) not in cannot_chat] or entries
         if not entries:
             raise ProtocolError("/v1/models lists no model")
         self.models = [str(e["id"]) for e in entries]
-        first = next((e for e in entries if str(e["id"]) == self.wanted_model), entries[0])
+        # The one asked for; else one loaded already (LM Studio lists every model it has); else the first.
+        first = next((e for e in entries if str(e["id"]) == self.wanted_model), None) or next(
+            (e for e in entries if str(e["id"]) in loaded), entries[0])
         self.model_id = str(first["id"])
         context = 0
         meta = first.get("meta") if isinstance(first.get("meta"), dict) else {}
