@@ -4,7 +4,9 @@
 what answers there ("KoboldCPP 1.76 · no attention · text mode · 4096 ctx") or the
 sentence saying why it cannot be used.  The API key is never a settings field: the
 window hands it to :mod:`halo_weave.api_keys` (keyring, else session or a private file).
-The template choice shows a preview of one framed exchange.
+The template choice shows a preview of one framed exchange; for "the model's own" it is
+the template the connected server's model frames with, and a line says which it is and
+where it came from.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QLineEd
 from ..core.chat_template import AUTO, CHATML, TEMPLATES
 from .workers import CallWorker
 
-TEMPLATE_CHOICES = ((AUTO, "The model's own (from the server), else ChatML"),
+TEMPLATE_CHOICES = ((AUTO, "The model's own (from the server), else a built-in one"),
                     *((t.name, t.label) for t in TEMPLATES.values()))
 
 
@@ -59,12 +61,28 @@ class ServerFields:
         self.preview.setReadOnly(True)
         self.preview.setMaximumHeight(110)
         form.addRow("Preview", self.preview)
+        self.in_use = None  # the connected server's TemplateInUse (halo_weave.backends.model_template)
+        self.in_use_label = QLabel("")
+        self.in_use_label.setObjectName("templateInUse")
+        self.in_use_label.setWordWrap(True)
+        form.addRow("In use now", self.in_use_label)
         form.addRow("", QLabel("Saved with the conversation; applies to the turns that follow."))
         self.template.currentIndexChanged.connect(self._show_preview)
         self._show_preview()
 
+    def show_in_use(self, in_use) -> None:
+        """The template the connected server frames with (None: not connected)."""
+        self.in_use = in_use
+        self.in_use_label.setText(in_use.words.removeprefix("Template: ") if in_use is not None
+                                  else "not connected")
+        self._show_preview()
+
     def _show_preview(self) -> None:
-        template = TEMPLATES.get(self.template.currentData() or AUTO, CHATML)
+        choice = self.template.currentData() or AUTO
+        if choice == AUTO and self.in_use is not None:
+            template = self.in_use.template
+        else:
+            template = TEMPLATES.get(choice, CHATML)
         self.preview.setPlainText(template.preview())
 
     def test_connection(self) -> None:

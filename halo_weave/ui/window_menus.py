@@ -137,6 +137,8 @@ class WindowMenus:
         url = controller.settings.server_url
         old_key = get_key(url) or ""
         dialog = SettingsDialog(controller.settings, window, api_key=old_key, keyring=keyring_available())
+        if dialog.server_fields is not None:
+            dialog.server_fields.show_in_use(getattr(controller.client, "template_in_use", None))
         if dialog.exec():
             new = dialog.result_settings()
             fields = dialog.server_fields

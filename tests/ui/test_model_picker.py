@@ -8,6 +8,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from halo_weave.backends.local_tokenizer import shared
+from halo_weave.ui.settings_dialog import SettingsDialog
 
 from replay_servers import LlamaReplay, LlamaSwapReplay
 from server_steps import small_budget
@@ -88,6 +89,49 @@ def test_a_server_with_one_model_shows_no_picker_and_names_the_models_own_templa
         assert not bar.model_picker.isVisible()
         assert "Template: ChatML (from llama-server /props)" in bar.connection_label.toolTip()
         assert app.controller.template.prefix_for("assistant") == "<|im_start|>assistant\n"
+
+        # Settings → Server says the same, and previews the template in use.
+        dialog = SettingsDialog(app.controller.settings, app.window, keyring=False)
+        qtbot.addWidget(dialog)
+        dialog.server_fields.show_in_use(app.controller.client.template_in_use)
+        assert dialog.server_fields.in_use_label.text() == "ChatML (from llama-server /props)"
+        assert dialog.server_fields.preview.toPlainText().startswith("<|im_start|>system\n")
+        app.close()
+    finally:
+        server.close()
+
+
+PHI3_LIKE = (
+    "{% for message in messages %}{{ '<|' + message['role'] + '|>\\n' + message['content'] + '<|end|>\\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n' }}{% else %}{{ eos_token }}{% endif %}")
+
+
+class PhiLlamaServer(LlamaReplay):
+    """llama-server with a model whose template is none of the built-in ones."""
+
+    def get(self, handler) -> None:
+        if handler.path == "/props":
+            self.send_json(handler, {"default_generation_settings": {"n_ctx": self.n_ctx}, "total_slots": 1,
+                                     "model_path": "/models/Phi-3-mini-4k-instruct-q4.gguf",
+                                     "chat_template": PHI3_LIKE, "eos_token": "<|endoftext|>",
+                                     "build_info": "b4000-replay"})
+        else:
+            super().get(handler)
+
+
+def test_the_prompt_is_framed_by_the_models_own_template(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
+    server = PhiLlamaServer(shared())
+    try:
+        app = App(qtbot, tmp_path, small_budget(server.url, proxy_attention=False,
+                                                system_prompt="Answer briefly.")).start()
+        assert "Template: The model's own (from llama-server /props)" in (
+            app.window.stats_bar.connection_label.toolTip())
+        assert app.say("Name a fruit.") in ("stop", "length")
+        body = server.bodies("/completion")[-1]
+        prompt = shared().detokenize(body["prompt"])
+        assert prompt == ("<|system|>\nAnswer briefly.<|end|>\n<|user|>\nName a fruit.<|end|>\n<|assistant|>\n"), prompt
+        assert "<|end|>" in body["stop"]
         app.close()
     finally:
         server.close()
