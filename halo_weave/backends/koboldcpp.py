@@ -122,6 +122,7 @@ class StockKobold(TextModeBackend):
         self._info.kind, self._info.version = self.kind, self.version
         self._info.server_max_context = self.server_context
         self._info.context_known = known
+        self._info.template_origin = "KoboldCPP"
         return self._info
 
     def open_stream(self, stream: TextStream) -> Iterator[tuple[str, str | None]]:

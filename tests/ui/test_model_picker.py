@@ -135,3 +135,35 @@ def test_the_prompt_is_framed_by_the_models_own_template(qtbot, tmp_path, monkey
         app.close()
     finally:
         server.close()
+
+
+class HostileLlamaServer(LlamaReplay):
+    """llama-server whose published template reaches for Python internals."""
+
+    def get(self, handler) -> None:
+        if handler.path == "/props":
+            self.send_json(handler, {"default_generation_settings": {"n_ctx": self.n_ctx}, "total_slots": 1,
+                                     "model_path": "/models/odd.gguf", "build_info": "b4000-replay",
+                                     "chat_template": "{{ messages.__class__.__mro__[1].__subclasses__() }}"
+                                                      "<|im_start|>{{ messages[0]['content'] }}"})
+        else:
+            super().get(handler)
+
+
+def test_a_hostile_template_is_explained_once_and_chatml_frames_instead(qtbot, tmp_path, monkeypatch):
+    monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
+    server = HostileLlamaServer(shared())
+    try:
+        app = App(qtbot, tmp_path, small_budget(server.url, proxy_attention=False)).start()
+        said = [m.text for m in app.window.messages.history if "chat template" in m.text]
+        assert len(said) == 1 and "sandbox refused" in said[0] and "built-in ChatML template instead" in said[0]
+        assert "Template: ChatML (built-in fallback)" in app.window.stats_bar.connection_label.toolTip()
+        assert app.controller.template.prefix_for("user") == "<|im_start|>user\n"
+        app.controller.connect_server()  # a reconnect does not say it again
+        qtbot.waitUntil(lambda: app.controller.connection_state == "connected"
+                        and not app.controller.input_block_reason(), timeout=20_000)
+        assert len([m for m in app.window.messages.history if "chat template" in m.text]) == 1
+        assert app.say("Hello") in ("stop", "length")
+        app.close()
+    finally:
+        server.close()
