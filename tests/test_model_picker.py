@@ -70,3 +70,38 @@ def test_lm_studio_lists_its_chat_models_and_uses_the_loaded_one():
             assert backend.model_info().name == "qwen2-vl-7b-instruct"
     finally:
         server.close()
+
+
+class OllamaWithSeveral(OllamaReplay):
+    """Ollama with three models pulled: an embedder, and two chat models of which the
+    second is running."""
+
+    pulled = ("llama3.2:latest", "nomic-embed-text:latest", "qwen2.5:7b")
+
+    def __init__(self, tokenizer) -> None:
+        super().__init__(tokenizer, running_ctx=8192)
+        self.model_id = "qwen2.5:7b"  # the running one (/api/ps)
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "library"} for m in self.pulled]}
+
+    def native_post(self, handler, body: dict) -> None:
+        if handler.path == "/api/show" and body.get("model") in self.pulled:
+            embedder = body["model"].startswith("nomic")
+            self.send_json(handler, {"template": "{{ .Prompt }}", "parameters": "", "model_info": {},
+                                     "capabilities": ["embedding"] if embedder else ["completion", "tools"]})
+        else:
+            super().native_post(handler, body)
+
+
+def test_ollama_lists_its_chat_models_and_uses_the_running_one():
+    server = OllamaWithSeveral(shared())
+    try:
+        with connect(server.url) as backend:
+            assert backend.models == ["llama3.2:latest", "qwen2.5:7b"], "no embedding model"
+            info = backend.model_info()
+            assert info.name == "qwen2.5:7b" and info.server_max_context == 8192
+        with connect(server.url, model="llama3.2:latest") as backend:
+            assert backend.model_info().name == "llama3.2:latest"
+    finally:
+        server.close()

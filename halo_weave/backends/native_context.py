@@ -55,16 +55,41 @@ def read(http: Http, model_id: str) -> NativeContext | None:
     return found
 
 
-def model_states(http: Http) -> tuple[set[str], list[str]]:
-    """LM Studio's ``/api/v0/models``: the models that cannot chat (``type:
-    "embeddings"``) and those loaded now; both empty for other servers."""
+#: Ollama models asked about at most (one ``/api/show`` each) when sorting out embedders.
+OLLAMA_SHOW_MAX = 32
+
+
+def model_states(http: Http, listed: list[str]) -> tuple[set[str], list[str]]:
+    """Which of the ``listed`` models cannot chat (embedding models) and which are loaded
+    now: LM Studio's ``/api/v0/models`` (``type``, ``state``); Ollama's ``/api/show``
+    (``capabilities`` without ``completion``) and ``/api/ps``; both empty elsewhere."""
     try:
-        listing = http.get_json("/api/v0/models")
+        return _lmstudio_states(http) or _ollama_states(http, listed) or (set(), [])
     except BackendError:
         return set(), []
+
+
+def _ollama_states(http: Http, listed: list[str]) -> tuple[set[str], list[str]] | None:
+    version = http.get_json("/api/version")
+    if version is None or not isinstance(version.get("version"), str) or set(version) - {"version"}:
+        return None
+    cannot_chat = set()
+    for name in listed[:OLLAMA_SHOW_MAX] if len(listed) > 1 else ():
+        show = http.post_json("/api/show", {"model": name}) or {}
+        capabilities = show.get("capabilities")
+        if isinstance(capabilities, list) and "embedding" in capabilities and "completion" not in capabilities:
+            cannot_chat.add(name)
+    running = http.get_json("/api/ps") or {}
+    loaded = [str(e.get("model") or e.get("name")) for e in running.get("models") or []
+              if isinstance(e, dict) and (e.get("model") or e.get("name"))]
+    return cannot_chat, [m for m in listed if any(_same_model(m, r) for r in loaded)]
+
+
+def _lmstudio_states(http: Http) -> tuple[set[str], list[str]] | None:
+    listing = http.get_json("/api/v0/models")
     entries = listing.get("data") if listing else None
     if not isinstance(entries, list):
-        return set(), []
+        return None
     entries = [e for e in entries if isinstance(e, dict) and e.get("id")]
     return ({str(e["id"]) for e in entries if e.get("type") == "embeddings"},
             [str(e["id"]) for e in entries if e.get("state") == "loaded" and e.get("type") != "embeddings"])

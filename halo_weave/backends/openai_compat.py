@@ -5,8 +5,8 @@ llama-cpp-python's server, hosted APIs), in text mode.
 vLLM's ``max_model_len``, LM Studio's ``max_context_length``, llama.cpp's
 ``meta.n_ctx_train``); the one asked for (``model``: the conversation's choice) is used when
 listed, else the first, and every request names it (llama-swap, Ollama and LM Studio load
-the model a request names; LM Studio's embedding models are left out and, with none asked
-for, a model it has loaded is used);
+the model a request names; LM Studio's and Ollama's embedding models are left out and, with
+none asked for, a model the server has loaded is used);
 ``POST /v1/completions`` with ``"stream": true`` streams ``data: {"choices": [{"text",
 "finish_reason"}]}`` lines ending with ``data: [DONE]``.  An API key goes in
 ``Authorization: Bearer``.  Counting: llama-cpp-python's ``/extras/tokenize/count`` or
@@ -122,7 +122,7 @@ class OpenAICompat(TextModeBackend):
             return self._info
         models = self._models or self.http.request("GET", "/v1/models")
         entries = [e for e in models.get("data") or [] if isinstance(e, dict) and e.get("id")]
-        cannot_chat, loaded = native_context.model_states(self.http)
+        cannot_chat, loaded = native_context.model_states(self.http, [str(e["id"]) for e in entries])
         entries = [e for e in entries if str(e["id"]) not in cannot_chat] or entries
         if not entries:
             raise ProtocolError("/v1/models lists no model")

@@ -33,8 +33,8 @@ from .chat_template import TemplateStrings
 #: What a system prompt folded into a user turn is answered with (as the built-in Mistral).
 ACKNOWLEDGEMENT = "Understood."
 
-#: Contents that no template adds or strips (letters and digits only: some trim, some
-#: capitalise nothing, none split a word).
+#: Stand-ins for message contents: letters and digits only, so a template that trims or
+#: strips whitespace leaves them whole.
 S1, U1, A1, U2, A2 = "hwsysalpha7q", "hwuseralpha7q", "hwansalpha7q", "hwuserbeta7q", "hwansbeta7q"
 S2, U3, A3, U4 = "hwsysgamma7q", "hwusergamma7q", "hwansgamma7q", "hwuserdelta7q"
 
