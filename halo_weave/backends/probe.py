@@ -197,7 +197,9 @@ def status_line(backend, info) -> str:
     if caps is not None and not caps.exact_tokens:
         parts.append("token counts estimated")
     name = str(getattr(info, "name", "")).replace("\\", "/").rsplit("/", 1)[-1]
-    picked = len(getattr(backend, "models", None) or []) > 1  # the window's model picker names it
-    if name and name.lower() not in label.lower() and not picked:
+    served = len(getattr(backend, "models", None) or [])
+    if served > 1:
+        parts.append(f"{served} models")  # the window's model picker names the one in use
+    elif name and name.lower() not in label.lower():
         parts.append(name)
     return " · ".join(parts)

@@ -48,7 +48,8 @@ def test_pick_a_model_per_conversation(qtbot, tmp_path, monkeypatch, swap):
     assert picker.isVisible()
     assert [picker.itemText(i) for i in range(picker.count())] == list(LlamaSwapReplay.served)
     assert picker.currentText() == "qwen2.5-coder-1.5b"
-    assert "qwen2.5-coder-1.5b" not in bar.connection_label.text(), "the picker names it, not the status too"
+    assert bar.connection_label.toolTip().startswith("OpenAI-compatible · no attention · 2048 ctx (assumed) · text mode")
+    assert "3 models" in bar.connection_label.toolTip() and "qwen2.5-coder-1.5b" not in bar.connection_label.text()
     assert "Template: ChatML (built-in fallback: this OpenAI-compatible server publishes no template)" in (
         bar.connection_label.toolTip())
 
