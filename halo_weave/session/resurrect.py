@@ -54,5 +54,5 @@ def resurrect_for(session, index, matches, user_tokens: int) -> list[Chunk]:
         session.report(err, "Resurrecting from memory")
         return []
     session.last_resurrected = len(result.resurrected)
-    order = best_first(plan.chunk_ids, result.resurrected)
+    order = best_first(plan, result.resurrected)
     return [conv.chunks[c] for c in order]
