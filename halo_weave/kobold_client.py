@@ -47,7 +47,7 @@ from .errors import (  # noqa: F401 - the client's errors, importable from here 
 )
 from .kobold_stream import GenerationStream, _error_message
 
-#: Seconds allowed to open a connection, and for short calls (the seed's 5 s).
+#: Seconds allowed to open a connection, and for short calls (tokenize, model info): 5 s.
 CONNECT_TIMEOUT_S = 5.0
 TOKENIZE_TIMEOUT_S = 5.0
 

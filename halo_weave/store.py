@@ -8,7 +8,7 @@ Layout (see :mod:`halo_weave.storage.schema`): ``turns``, ``chunks`` (metadata o
 recalled: :mod:`.storage.recall_rows`), ``semantic_entries`` +
 ``semantic_fts`` (owned by the semantic index, which uses :attr:`ConversationStore.conn`).
 
-Why a row per chunk rather than DESIGN.md's row per token: measured on this (shared)
+Why a row per chunk rather than a row per token: measured on this (shared)
 2-core machine with 1,000,000 tokens, 30,000 live, reading the live tokens took 75-130 ms
 from a ``tokens(position PK, ...)`` table through a ``(live, position)`` index and 13-18 ms
 from chunk BLOBs, and the file held 38 vs 21 bytes per token; pruning or resurrecting a

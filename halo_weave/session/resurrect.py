@@ -1,5 +1,5 @@
-"""The user's message brings back what its search found (seed 001 §7-8), within the
-budget: the universal equation, with the live context counted as at most
+"""The user's message brings back what its search found, with each match's anchors,
+within the budget: the universal equation, with the live context counted as at most
 ``resurrection_keep_share`` of the max context (or of the window, pruning only for
 room); just enough older context is pruned first when the plan needs it
 (:mod:`halo_weave.memory.room`).
