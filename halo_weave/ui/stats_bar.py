@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QResizeEvent
-from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QToolButton, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QToolButton, QVBoxLayout, QWidget
 
 from ..settings import Scoring, Settings, scoring_words
 from . import colors
@@ -93,7 +93,9 @@ class ConnectionLight(QWidget):
 
 
 class StatsBar(QWidget):
-    """One line of figures above the heatmap.
+    """The figures above the heatmap: one line where the bar is wide enough for every
+    text whole, else two (the context's figures and the graveyard toggle, then the speed
+    and the connection), each label elided by importance only where even that is short.
 
     Methods: ``update_stats(live_tokens, max_tokens, total_tokens, pruned_chunks,
     mean_brightness, tokens_per_s, recalled_tokens=0, first_token_s=None,
@@ -158,44 +160,106 @@ class StatsBar(QWidget):
         self.graveyard_button.setToolTip("Show or hide the graveyard of pruned chunks")
         self.graveyard_button.toggled.connect(self.graveyard_toggled)
 
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(6, 2, 6, 2)
-        layout.addWidget(self.budget_label)
-        layout.addSpacing(self.fontMetrics().horizontalAdvance(" "))
-        layout.addWidget(self.recalled_label)
-        layout.addSpacing(self.fontMetrics().horizontalAdvance("  "))
-        for widget in (self.totals_label, self.brightness_label, self.speed_label):
-            layout.addWidget(widget)
-            layout.addSpacing(self.fontMetrics().horizontalAdvance("  "))
-        layout.addWidget(self.attention_label)
-        layout.addStretch(1)
-        layout.addWidget(self.connection_light)
-        layout.addWidget(self.connection_label)
-        layout.addWidget(self.graveyard_button)
+        #: The context's figures (first line) and the answer's and server's (second line when
+        #: the bar is too narrow for one: the window's default width is).
+        self._context_row = (self.budget_label, self.recalled_label, self.totals_label, self.brightness_label)
+        self._server_row = (self.speed_label, self.attention_label)
+        self._rows = QVBoxLayout(self)
+        self._rows.setContentsMargins(6, 2, 6, 2)
+        self._rows.setSpacing(2)
+        self._two_lines: bool | None = None  # None until the first arrangement
         self._source = "server"
         self._mean = 0.0
-        #: When the bar is too narrow for every text, the first of these keep theirs longest.
+        #: When a line is too narrow for every text, the first of these keep theirs longest.
         self._by_importance = (self.budget_label, self.recalled_label, self.totals_label, self.brightness_label,
                                self.speed_label, self.attention_label, self.connection_label)
+        self._arrange(False)
         self.update_stats(0, 0, 0, 0, 0.0, None)
         # Until the controller says otherwise it is starting: "Offline" would flash at every start.
         self.set_connection("connecting", "Starting…")
+
+    # ------------------------------------------------------------------ layout
+    def _gap(self) -> int:
+        return self.fontMetrics().horizontalAdvance("  ")
+
+    def _arrange(self, two_lines: bool) -> None:
+        """Lay the widgets out on one line, or on two: the context's figures and the
+        graveyard toggle above, the speed and the connection below."""
+        if two_lines == self._two_lines:
+            return
+        self._two_lines = two_lines
+        while self._rows.count():
+            row = self._rows.takeAt(0).layout()
+            while row is not None and row.count():
+                row.takeAt(0)
+            if row is not None:
+                row.deleteLater()
+        top = QHBoxLayout()
+        top.setSpacing(0)
+        for widget in self._context_row:
+            top.addWidget(widget)
+            top.addSpacing(self._gap())
+        bottom = top
+        if two_lines:
+            top.addStretch(1)
+            top.addWidget(self.graveyard_button)
+            bottom = QHBoxLayout()
+            bottom.setSpacing(0)
+        for widget in self._server_row:
+            bottom.addWidget(widget)
+            bottom.addSpacing(self._gap())
+        bottom.addStretch(1)
+        bottom.addWidget(self.connection_light)
+        bottom.addWidget(self.connection_label)
+        if not two_lines:
+            top.addSpacing(self._gap())
+            top.addWidget(self.graveyard_button)
+        self._rows.addLayout(top)
+        if two_lines:
+            self._rows.addLayout(bottom)
+
+    def _lines(self) -> list[tuple[QWidget, ...]]:
+        """The widgets of each line as arranged now, left to right."""
+        server = self._server_row + (self.connection_light, self.connection_label)
+        if self._two_lines:
+            return [self._context_row + (self.graveyard_button,), server]
+        return [self._context_row + server + (self.graveyard_button,)]
+
+    def _width_for(self, widgets, hint) -> int:
+        """Width of one line of ``widgets`` at each shown one's ``hint`` width (the gaps
+        after hidden ones stay in the layout, so they count)."""
+        margins = self._rows.contentsMargins()
+        return (sum(hint(w).width() for w in widgets if not w.isHidden()) + self._gap() * len(widgets)
+                + margins.left() + margins.right())
+
+    def one_line_width(self) -> int:
+        """Width the bar needs to show every text whole on one line."""
+        return self._width_for(self._context_row + self._server_row
+                               + (self.connection_light, self.connection_label, self.graveyard_button),
+                               lambda w: w.sizeHint())
+
+    def is_two_lines(self) -> bool:
+        """Whether the bar is too narrow for one line and shows two."""
+        return bool(self._two_lines)
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt API
         super().resizeEvent(event)
         self._fit_labels()
 
     def _fit_labels(self) -> None:
-        """Share the width beyond the bar's minimum out by importance: each label in turn
-        gets the room for its whole text while there is some, the rest elide."""
-        spare = self.width() - self.minimumSizeHint().width()
-        for label in self._by_importance:
-            if label.isHidden():
-                continue
-            least = label.minimumSizeHint().width()
-            extra = max(0, min(spare, label.sizeHint().width() - least))
-            spare -= extra
-            label.setMaximumWidth(least + extra)
+        """One line where every text fits whole, else two; then on each line share the
+        width beyond its minimum out by importance: each label in turn gets the room for
+        its whole text while there is some, the rest elide."""
+        self._arrange(self.width() < self.one_line_width())
+        for line in self._lines():
+            spare = self.width() - self._width_for(line, lambda w: w.minimumSizeHint())
+            for label in self._by_importance:
+                if label not in line or label.isHidden():
+                    continue
+                least = label.minimumSizeHint().width()
+                extra = max(0, min(spare, label.sizeHint().width() - least))
+                spare -= extra
+                label.setMaximumWidth(least + extra)
 
     def update_stats(
         self,
