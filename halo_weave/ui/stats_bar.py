@@ -47,10 +47,10 @@ def budget_words(live: int, limit: int, recalled: int, kept: int, exchange_open:
         lines.append(f"{recalled:,} of them recalled for your messages (violet in the heatmap), "
                      f"{rest:,} the rest of the conversation.")
     if limit <= 0:
-        lines.append("No limit: nothing is pruned (Settings → Context).")
+        lines.append("No context target: nothing is pruned (Settings → Context & memory).")
         return "\n".join(lines)
     lines.append(f"After each answer the context is pruned back under {limit:,} tokens, recalled chunks "
-                 "included (Settings → Context).")
+                 "included (Settings → Context & memory → Context target).")
     if rest > limit and exchange_open:
         lines.append(f"{rest - limit:,} over while this exchange goes on: pruned when the answer ends.")
     elif rest > limit and kept > limit:
