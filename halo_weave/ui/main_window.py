@@ -42,6 +42,10 @@ def app_icon() -> QIcon:
     return QIcon(str(icon_path()))
 
 
+#: The window's size at a first start (later starts restore the last one).
+DEFAULT_SIZE = (1180, 780)
+
+
 class MainWindow(QMainWindow, InputActions):
     """The Halo Weave window around one :class:`TurnController`."""
 
@@ -58,7 +62,7 @@ class MainWindow(QMainWindow, InputActions):
         self.qsettings = qsettings
         self.setWindowTitle("Halo Weave")
         self.setWindowIcon(app_icon())
-        self.resize(1180, 780)
+        self.resize(*DEFAULT_SIZE)
         self.messages = MessageCenter(self)
 
         self.heatmap = HeatmapView()

@@ -9,7 +9,7 @@ its box; a numeric setting (the half-life, k) is enabled only while a chosen val
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QFormLayout, QFrame, QGroupBox, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from ..settings import CHOICES, PRUNING_FIELDS, Settings, choice
 
@@ -63,10 +63,19 @@ class PruningPage(QWidget):
         note = explanation_label()
         note.setText(WHEN_IT_APPLIES)
         note.setObjectName("whenItApplies")
+        # Scrolled: the wrapped explanations take their whole height however short the dialog.
+        inner = QWidget()
+        column = QVBoxLayout(inner)
+        column.addWidget(group)
+        column.addWidget(note)
+        column.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setWidget(inner)
         layout = QVBoxLayout(self)
-        layout.addWidget(group)
-        layout.addWidget(note)
-        layout.addStretch(1)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(scroll)
         self._sync()
 
     def _sync(self) -> None:

@@ -60,9 +60,8 @@ class ServerFields:
         self.preview.setMaximumHeight(110)
         form.addRow("Preview", self.preview)
         #: What the choice does, under it (the dialog counts it among its explanations).
-        self.template_note = QLabel("Which markers frame each message for the model; saved with the "
-                                    "conversation, it applies to the turns that follow.")
-        self.template_note.setWordWrap(True)
+        self.template_note = QLabel("The markers around each message; saved with the conversation, "
+                                    "for the turns after.")
         self.template_note.setStyleSheet("color: #8c8c91;")
         form.addRow("", self.template_note)
         self.template.currentIndexChanged.connect(self._show_preview)

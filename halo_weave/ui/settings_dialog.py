@@ -113,6 +113,7 @@ class SettingsDialog(QDialog):
         """A row: the field's label, its editor and, right under it, its explanation
         (:mod:`.settings_help`; a multiple-choice field's explains the chosen value)."""
         words = explanation_label()
+        words.setWordWrap(False)  # one line: the dialog is as wide as the longest
         words.setObjectName(f"explain_{name}")
         field = QWidget()
         column = QVBoxLayout(field)
@@ -164,7 +165,7 @@ class SettingsDialog(QDialog):
         self._explained(form, "score_current_turn", self._check("score_current_turn", s.score_current_turn,
                                                                 "Score the answer being written"))
         self._explained(form, "hybrid_search", self._check("hybrid_search", s.hybrid_search,
-                                                           "Keywords as well as meaning"))
+                                                           "Hybrid search: keywords as well as meaning"))
         self._explained(form, "proxy_attention", self._check(
             "proxy_attention", s.proxy_attention, "Let the bundled reader light the heatmap"))
         self._explained(form, "proxy_pruning", self._check("proxy_pruning", s.proxy_pruning,

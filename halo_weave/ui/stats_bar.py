@@ -11,7 +11,7 @@ from . import colors
 from .elided import ElidedLabel  # noqa: F401 - also imported from here
 
 #: Widest the connection detail (model name, loading progress) may get, in pixels.
-CONNECTION_DETAIL_PX = 280
+CONNECTION_DETAIL_PX = 400
 
 #: Connection state -> (light colour, words for the tooltip).
 CONNECTION_STATES: dict[str, tuple[tuple[int, int, int], str]] = {
