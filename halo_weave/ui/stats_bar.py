@@ -13,6 +13,9 @@ from .elided import ElidedLabel  # noqa: F401 - also imported from here
 #: Widest the connection detail (model name, loading progress) may get, in pixels.
 CONNECTION_DETAIL_PX = 400
 
+#: Characters of room beyond its texts a two-line bar needs before it goes back to one line.
+ONE_LINE_SLACK_CHARS = 8
+
 #: Connection state -> (light colour, words for the tooltip).
 CONNECTION_STATES: dict[str, tuple[tuple[int, int, int], str]] = {
     "connecting": ((230, 180, 60), "Connecting"),
@@ -250,7 +253,12 @@ class StatsBar(QWidget):
         """One line where every text fits whole, else two; then on each line share the
         width beyond its minimum out by importance: each label in turn gets the room for
         its whole text while there is some, the rest elide."""
-        self._arrange(self.width() < self.one_line_width())
+        needed = self.one_line_width()
+        if self._two_lines:
+            # Back to one line only with room to spare: a speed that gains a digit while an
+            # answer streams must not make the heatmap jump a line up and down.
+            needed += self.fontMetrics().averageCharWidth() * ONE_LINE_SLACK_CHARS
+        self._arrange(self.width() < needed)
         for line in self._lines():
             spare = self.width() - self._width_for(line, lambda w: w.minimumSizeHint())
             for label in self._by_importance:

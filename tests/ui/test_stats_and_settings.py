@@ -86,6 +86,21 @@ def test_stats_bar_no_limit(bar):
     assert "no limit" in bar.budget_label.text()
 
 
+def test_the_bar_does_not_jump_between_one_and_two_lines_as_the_speed_changes(bar, qtbot):
+    bar.show_connection("connected", "Halo Weave server · 8192 ctx")
+    bar.update_stats(1834, 2000, 12345, 23, 4321.4, 9.9, first_token_s=0.8)
+    bar.resize(bar.one_line_width() + 300, bar.height())
+    qtbot.waitUntil(lambda: not bar.is_two_lines(), timeout=1000)
+    bar.resize(bar.one_line_width() + 2, bar.height())  # just wide enough
+    qtbot.waitUntil(lambda: bar.width() == bar.one_line_width() + 2, timeout=1000)
+    assert not bar.is_two_lines()
+    bar.update_stats(1834, 2000, 12345, 23, 4321.4, 123.4, first_token_s=10.8)  # two digits more
+    assert bar.is_two_lines(), "the longer figure does not fit on one line"
+    bar.update_stats(1834, 2000, 12345, 23, 4321.4, 9.9, first_token_s=0.8)
+    assert bar.is_two_lines(), "one digit less: the bar stays as it is until there is room to spare"
+    assert not bar.speed_label.is_elided()
+
+
 @pytest.mark.parametrize(
     ("state", "hue_check"),
     [
