@@ -72,3 +72,21 @@ def test_a_file_from_before_prompts_per_conversation_keeps_its_prompt(tmp_path):
     assert session.conversation_prompt() == "Be brief."
     assert session.effective_prompt() == "Be brief."
     session.store.close()
+
+
+def test_an_export_carries_the_conversations_own_prompt(tmp_path):
+    from halo_weave.storage import transfer
+
+    path = new_conversation_path(tmp_path)
+    session = _open(path)
+    session.set_conversation_prompt("You answer in French.")
+    _frame(session)
+    session.store.save_turn(session.conv, session.conv.add_turn("user", [5, 6], ["Bonjour", " !"]))
+    session.store.close()
+    exported = tmp_path / "french.json"
+    transfer.export_conversation(path, exported)
+    imported = transfer.import_conversation(exported, tmp_path / "elsewhere")
+    again = _open(imported, system_prompt="Be terse.")
+    assert again.conversation_prompt() == "You answer in French."
+    assert again.system_prompt_text() is None, "the model reads the prompt it read before the export"
+    again.store.close()
