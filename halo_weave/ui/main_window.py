@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 from .answer_bar import AnswerBar, MessageInput
 from .input_actions import IDLE_PLACEHOLDER, InputActions
 from .messages import MessageCenter
-from .stats_bar import TaskProgress
+from .status_widgets import TaskProgress
 from .window_menus import WindowMenus
 
 #: Characters of a chunk shown in the graveyard.

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPaintEvent, QResizeEvent
-from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QResizeEvent
+from PySide6.QtWidgets import QHBoxLayout, QToolButton, QVBoxLayout, QWidget
 
 from ..settings import Scoring, Settings, scoring_words
 from . import colors
 from .elided import ElidedLabel  # noqa: F401 - also imported from here
+from .status_widgets import ConnectionLight, TaskProgress  # noqa: F401 - TaskProgress: also imported from here
 
 #: Widest the connection detail (model name, loading progress) may get, in pixels.
 CONNECTION_DETAIL_PX = 400
@@ -62,37 +63,6 @@ def budget_words(live: int, limit: int, recalled: int, kept: int, exchange_open:
     elif rest > limit:
         lines.append("Over the limit: pruned back under it after the next answer.")
     return "\n".join(lines)
-
-
-class ConnectionLight(QWidget):
-    """A small round light in the colour of the connection state."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._color = QColor(*CONNECTION_STATES["offline"][0])
-
-    def set_color(self, color: QColor) -> None:
-        self._color = QColor(color)
-        self.update()
-
-    def color(self) -> QColor:
-        return QColor(self._color)
-
-    def sizeHint(self) -> QSize:
-        side = self.fontMetrics().height()
-        return QSize(side, side)
-
-    def minimumSizeHint(self) -> QSize:
-        return self.sizeHint()  # counted in the bar's minimum, so the labels' share is right
-
-    def paintEvent(self, event: QPaintEvent) -> None:
-        painter = QPainter(self)
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        side = min(self.width(), self.height()) * 0.6
-        painter.setPen(Qt.PenStyle.NoPen)
-        painter.setBrush(self._color)
-        painter.drawEllipse(self.rect().center().toPointF(), side / 2, side / 2)
-        painter.end()
 
 
 class StatsBar(QWidget):
@@ -396,27 +366,3 @@ class StatsBar(QWidget):
         self.graveyard_button.blockSignals(True)
         self.graveyard_button.setChecked(open_)
         self.graveyard_button.blockSignals(False)
-
-
-class TaskProgress(QProgressBar):
-    """The status bar's progress of a long task (loading, re-indexing)."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setMaximumWidth(220)
-        self.setTextVisible(True)
-        self.hide()
-
-    def show_progress(self, what: str, done: int, total: int) -> None:
-        """``total`` 0: indeterminate; ``done`` >= ``total``: finished (hidden)."""
-        if total <= 0:
-            self.setRange(0, 0)
-            self.setFormat(what)
-            self.show()
-        elif done >= total:
-            self.hide()
-        else:
-            self.setRange(0, total)
-            self.setValue(done)
-            self.setFormat(f"{what} %v/%m")
-            self.show()
