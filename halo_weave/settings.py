@@ -24,6 +24,21 @@ MAX_BRIGHTNESS = 10000
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 
 
+def with_notes_tool(prompt: str, notes_tool: bool) -> str:
+    """What the model reads for ``prompt``: the notebook's instructions after it while
+    the tool is on."""
+    if not notes_tool:
+        return prompt
+    return f"{prompt.rstrip()}\n\n{TOOL_PROMPT}" if prompt.strip() else TOOL_PROMPT
+
+
+def without_notes_tool(prompt: str) -> str:
+    """``prompt`` without the notebook's instructions at its end (the user's own words)."""
+    kept = prompt.rstrip()
+    tool = TOOL_PROMPT.rstrip()
+    return kept[: -len(tool)].rstrip() if kept.endswith(tool) else prompt
+
+
 @dataclass
 class Settings:
     """User-tunable behaviour.  The defaults are the measured ones: today's figures are in
@@ -174,6 +189,8 @@ class Settings:
     chat_template: str = "auto"
     # The model's context on a server that does not say (OpenAI-compatible ones); 0 = assume 2048.
     server_context_tokens: int = 0
+    # The system prompt new conversations start with; each conversation keeps its own in
+    # its file (ChatSession.conversation_prompt).
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     #: Disk the built-in server may fill with conversations' saved KV caches (MiB; the least
     #: recently saved go first; 0 saves none, and reopening a conversation prefills it).
@@ -209,11 +226,9 @@ class Settings:
 
     @property
     def effective_system_prompt(self) -> str:
-        """The system prompt the model reads: the user's, with the notebook tool's
-        instructions after it while the tool is on."""
-        if not self.notes_tool:
-            return self.system_prompt
-        return f"{self.system_prompt.rstrip()}\n\n{TOOL_PROMPT}" if self.system_prompt.strip() else TOOL_PROMPT
+        """The default system prompt as the model reads it: the user's, with the notebook
+        tool's instructions after it while the tool is on."""
+        return with_notes_tool(self.system_prompt, self.notes_tool)
 
     def server_args(self) -> list[str]:
         """Command-line options for the bundled server that follow from these settings."""
@@ -304,7 +319,7 @@ CHOICES: dict[str, tuple[Choice, ...]] = {
     ),
     "prune_when": (
         Choice("after_exchange", "After every exchange (down to the context budget)",
-               "After every answer the context is pruned down to the max context tokens, which "
+               "After every answer the context is pruned back under the context target, which "
                "leaves the rest of the model's window free for what your next message brings back.",
                ""),
         Choice("for_room", "Only when room is needed",

@@ -257,13 +257,18 @@ class ConversationStore:
             raise StoreDamaged(self.refusal and str(self.refusal))
 
     # ------------------------------------------------------------------ saving
-    def save_system_prompt(self, conv: Conversation) -> None:
+    def save_system_prompt(self, conv: Conversation, own: str | None = None) -> None:
+        """The system prompt as framed (text, ids, pieces); ``own``: the conversation's own
+        prompt as the user wrote it (meta ``prompt``), saved with it."""
+        values = {
+            "system_prompt": conv.system_prompt,
+            "system_ids": [int(i) for i in conv.system_ids],
+            "system_texts": list(conv.system_texts),
+        }
+        if own is not None:
+            values["prompt"] = own
         with self.transaction():
-            self._put_meta({
-                "system_prompt": conv.system_prompt,
-                "system_ids": [int(i) for i in conv.system_ids],
-                "system_texts": list(conv.system_texts),
-            })
+            self._put_meta(values)
             self._touch()
 
     def save_turn(self, conv: Conversation, turn: Turn) -> None:
