@@ -7,9 +7,9 @@ Three concerns live here, all pure numpy:
   the mean over layers and heads.  It accepts the original fork's quirks (vectors padded
   with zeros to a multiple of 256) and rejects anything that could corrupt brightness
   (wrong size, NaN, infinities, negative probabilities) with :class:`AttentionError`.
-* :func:`magnitude_vote` is seed 001's "Magnitude Voting v3": per generated token, every
-  scored token whose attention beats its fair share gains ``floor(a / threshold)``
-  (capped), every other scored token loses a flat ``decay``.
+* :func:`magnitude_vote` is magnitude voting, the app's original rule: per generated
+  token, every scored token whose attention beats its fair share gains
+  ``floor(a / threshold)`` (capped), every other scored token loses a flat ``decay``.
 * :func:`resurrected` gives a chunk that comes back its brightness.
 """
 
@@ -173,14 +173,14 @@ def magnitude_vote(
     np.minimum(brightness, np.int32(cap), out=brightness)
 
 
-#: Brightness rules (``Settings.brightness_rule``): seed 001's magnitude voting, an
+#: Brightness rules (``Settings.brightness_rule``): magnitude voting, an
 #: exponentially decayed attention mass, and the accumulated mass (H2O's heavy hitters).
 RULES = ("vote", "decay", "mass")
 #: How a chunk is scored for pruning (``Settings.chunk_rank``): its brightest token, the
 #: mean of its ``chunk_rank_k`` brightest tokens, or the mean of all its tokens.
 CHUNK_RANKS = ("peak", "topk", "mean")
 #: Where new tokens start (``Settings.new_token_brightness``): at the cap ("fail
-#: bright", the seed) or at the live median (a fair chance, not a head start).
+#: bright", the original rule) or at the live median (a fair chance, not a head start).
 NEW_TOKEN_RULES = ("cap", "median")
 #: Largest score a mass rule keeps (far from int32's limit: sums never overflow).
 MASS_CEILING = 1 << 30

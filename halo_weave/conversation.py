@@ -11,7 +11,7 @@ Everything that decides what the model sees lives here, Qt-free and without I/O:
   chunk is identified by ``(turn_id, chunk_index, role)``; chunk 0 is the turn's anchor.
 * :meth:`Conversation.apply_attention` runs one magnitude-voting step per generated token.
 * :meth:`Conversation.prune_to_fit` drops the unpinned chunk with the lowest *peak*
-  brightness until the context fits (:mod:`.core.pruning`), with seed 001 §9's anchor
+  brightness until the context fits (:mod:`.core.pruning`), with anchor
   protection (:mod:`.core.anchors`: what leaves and comes back together).
 * :meth:`Conversation.resurrect` (:mod:`.core.resurrection`), :meth:`pin`, :meth:`merge_with_next`,
   :meth:`prune_chunk` are the user's and the semantic index's levers.
@@ -253,7 +253,7 @@ class Conversation:
     # ------------------------------------------------------------------ brightness
     def apply_attention(self, attention: np.ndarray) -> None:
         """One brightness step from one generated token's attention (``brightness_rule``:
-        seed 001's magnitude voting, or a decayed / accumulated attention mass).
+        magnitude voting, or a decayed / accumulated attention mass).
 
         ``attention`` covers the whole input (system prefix + live tokens) as sent; its
         length must equal :meth:`live_token_count` at the time the token was produced.
@@ -340,7 +340,7 @@ class Conversation:
 
     # ------------------------------------------------------------------ resurrection
     def anchors_of(self, chunk: Chunk) -> list[Chunk]:
-        """The anchors a chunk comes back with (seed 001 §8): question S0 and answer S0."""
+        """The anchors a chunk comes back with: its question's S0 and its answer's S0."""
         return anchors_of(self, chunk)
 
     def resurrection_cost(self, chunk: Chunk, with_anchors: bool = True) -> int:

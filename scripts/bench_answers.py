@@ -270,7 +270,7 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
     recalled = None
     if with_note:
         back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
-        recalled = recall_note.best_first(made.plan.chunk_ids, back)
+        recalled = recall_note.best_first(made.plan, back)
     return finish(conv, prep, question, message, answerer, base_live, recalled=recalled)
 
 

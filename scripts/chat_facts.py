@@ -354,6 +354,8 @@ def main(argv=None) -> int:
                              "assumes 2048 (default 2048)")
     parser.add_argument("--threads", type=int, default=None,
                         help="the server's CPU threads (default: ours decides; llama-cpp-python: every core)")
+    parser.add_argument("--no-recall-note", action="store_true",
+                        help="without the recall note (the setting recall_note off)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -363,6 +365,8 @@ def main(argv=None) -> int:
     changes = {"max_context_tokens": args.target, "sampler_seed": args.seed}
     if args.greedy:
         changes["temperature"] = 0.0
+    if args.no_recall_note:
+        changes["recall_note"] = False
     settings = Settings().replace(**changes)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     before = machine()

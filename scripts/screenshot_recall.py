@@ -70,21 +70,31 @@ def shoot(driver) -> dict:
     driver.connect()
     scores = []
 
-    def score(fact) -> None:
-        """The last answer, and whether it and the context held ``fact``."""
+    def stated_live(fact) -> bool:
+        """Whether the chunk that states ``fact`` is live (asked while the model answers)."""
+        conv = c.conv
+        return any(ch.live for ch in conv.chunks.values() if ch.role == "user"
+                   and fact.marker in conv.chunk_text(ch.id) and fact.asked not in conv.chunk_text(ch.id))
+
+    def score(fact, live: bool) -> None:
+        """The last answer: whether it holds ``fact``; ``live``: whether the context did."""
         conv = c.conv
         answer = conv.turns.last("assistant")
         text = "".join(conv.chunk_text(ch.id) for ch in conv.content_chunks(answer))
-        said = [ch for ch in conv.chunks.values() if ch.role == "user" and fact.marker in conv.chunk_text(ch.id)
-                and fact.asked not in conv.chunk_text(ch.id)]
         scores.append({"fact": fact.name, "answer": text.strip()[:200], "answered": contains_fact(text, fact),
-                       "live": any(ch.live for ch in said)})
+                       "live": live})
 
     for text, fact, kind in messages()[:-1]:
-        driver.send(text)
+        if kind != "question":
+            driver.send(text)
+        else:
+            window.input.setPlainText(text)
+            window.send()
+            wait(lambda: c.generating or not c.busy)
+            live = stated_live(fact)
+            wait(lambda: not c.busy)
+            score(fact, live)
         c.wait_for_indexing(300)
-        if kind == "question":
-            score(fact)
     fact = next(ch for ch in c.conv.chunks.values()
                 if ch.role == "user" and FACTS[-1].marker in c.conv.chunk_text(ch.id))
     figures: dict = {"fact_pruned_before_the_question": not fact.live,
@@ -93,11 +103,12 @@ def shoot(driver) -> dict:
     window.input.setPlainText(QUESTION)
     window.send()
     wait(lambda: c.generating and c.session.streamed >= 12 or not c.busy)
+    live = stated_live(FACTS[-1])
     shot("recall_answering", flush=True)
     figures["answering"] = [bar.budget_label.text(), bar.recalled_label.text(), bar.budget_label.styleSheet(),
                             bar.budget_label.toolTip()]
     wait(lambda: not c.busy)
-    score(FACTS[-1])
+    score(FACTS[-1], live)
     figures["facts"] = scores
     figures["facts_answered"] = sum(s["answered"] for s in scores)
     figures["facts_live"] = sum(s["live"] for s in scores)

@@ -98,10 +98,12 @@ def for_message(conv, turn_id: int, limit: int = NOTE_TOKENS) -> RecallNote | No
     return RecallNote(tuple(ids), tuple(texts), offset)
 
 
-def best_first(plan_ids: Sequence[int], chunks: Iterable) -> list[int]:
-    """The order a message's recall is kept in: the plan's matches in score order
-    (``plan_ids``), then what came with them (anchors, neighbours) in position order."""
-    rank = {cid: k for k, cid in enumerate(plan_ids)}
+def best_first(plan, chunks: Iterable) -> list[int]:
+    """The order a message's recall is kept in: the search's own matches in ``plan``
+    (a :class:`~halo_weave.memory.resurrection.ResurrectionPlan`) in score order, then
+    what came with them (neighbouring turns, anchors) in position order."""
+    matched = [p.match.chunk_id for p in plan.taken if p.match.text]  # a neighbour has no text
+    rank = {cid: k for k, cid in enumerate(dict.fromkeys(matched))}
     return [c.id for c in sorted(chunks, key=lambda c: (rank.get(c.id, len(rank)), c.start))]
 
 

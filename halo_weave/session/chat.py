@@ -148,6 +148,15 @@ class ChatSession:
         """The model's context size in tokens (0 when unknown)."""
         return int(getattr(self.model_info, "max_context", 0) or 0)
 
+    def conversation_prompt(self) -> str:
+        return system_prompt.conversation_prompt(self)
+
+    def effective_prompt(self) -> str:
+        return system_prompt.effective_prompt(self)
+
+    def set_conversation_prompt(self, prompt: str) -> None:
+        system_prompt.set_conversation_prompt(self, prompt)
+
     def system_prompt_text(self) -> str | None:
         return system_prompt.system_prompt_text(self)
 

@@ -80,7 +80,7 @@ def draft_ids(session, index, matches, ids: list[int]) -> list[int]:
         framing = conv.framing
         prompt = len(context) + len(prefix) + len(ids) + len(framing.suffix.get("user", ([], []))[0]) \
             + len(framing.prefix.get("assistant", ([], []))[0])
-        order = best_first(plan.chunk_ids, [c for c in chunks if not c.framing])
+        order = best_first(plan, [c for c in chunks if not c.framing])
         tokens = (conv.chunk_tokens(c) for c in order)
         note = note_tokens(framing.note, ((t.token_ids, t.texts) for t in tokens), session.note_room(prompt))[0]
     return [*map(int, context), *map(int, prefix), *note, *map(int, ids)]

@@ -1,5 +1,5 @@
-"""The user's message brings back what its search found (seed 001 §7-8), within the
-budget: the universal equation, with the live context counted as at most
+"""The user's message brings back what its search found, with each match's anchors,
+within the budget: the universal equation, with the live context counted as at most
 ``resurrection_keep_share`` of the max context (or of the window, pruning only for
 room); just enough older context is pruned first when the plan needs it
 (:mod:`halo_weave.memory.room`).
@@ -54,5 +54,5 @@ def resurrect_for(session, index, matches, user_tokens: int) -> list[Chunk]:
         session.report(err, "Resurrecting from memory")
         return []
     session.last_resurrected = len(result.resurrected)
-    order = best_first(plan.chunk_ids, result.resurrected)
+    order = best_first(plan, result.resurrected)
     return [conv.chunks[c] for c in order]

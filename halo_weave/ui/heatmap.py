@@ -12,7 +12,8 @@ colour, at most once per frame.  Three layers:
    chunk (peak brightness on the dynamic olive → yellow → gold scale, cyan for tool
    results, grey for the system prompt).  White text becomes exactly that colour while
    the dark background, darker than every scale colour, is left as it is; the
-   highlighted tokens, left out of this layer, stay white, as seed 001 §4 asks.
+   highlighted tokens (the brightest share), left out of this layer, stay white so
+   they stand out.
 
 Token geometry (x range and line of each token) is cached per block, keyed by the
 block's revision and the viewport width, so a brightness change costs only numpy work

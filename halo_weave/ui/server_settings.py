@@ -61,12 +61,16 @@ class ServerFields:
         self.preview.setReadOnly(True)
         self.preview.setMaximumHeight(110)
         form.addRow("Preview", self.preview)
+        #: What the choice does, under it (the dialog counts it among its explanations).
+        self.template_note = QLabel("The markers around each message; saved with the conversation, "
+                                    "for the turns after.")
+        self.template_note.setStyleSheet("color: #8c8c91;")
+        form.addRow("", self.template_note)
         self.in_use = None  # the connected server's TemplateInUse (halo_weave.backends.model_template)
         self.in_use_label = QLabel("")
         self.in_use_label.setObjectName("templateInUse")
         self.in_use_label.setWordWrap(True)
         form.addRow("In use now", self.in_use_label)
-        form.addRow("", QLabel("Saved with the conversation; applies to the turns that follow."))
         self.template.currentIndexChanged.connect(self._show_preview)
         self._show_preview()
 

@@ -56,6 +56,8 @@ class WindowMenus:
                                            lambda: c.show_answer_version(-1), "Alt+Left")
         self.next_version_action = add(chat, "&Next version of the answer",
                                        lambda: c.show_answer_version(1), "Alt+Right")
+        self.prompt_action = add(chat, "System &prompt…", lambda: self.open_settings("prompt"), None,
+                                 "This conversation's system prompt, and the one new conversations start with")
         chat.addSeparator()
         self.graveyard_action = add(chat, "Show &graveyard",
                                     lambda: window.set_graveyard_visible(not window.graveyard.isVisible()), "Ctrl+G")
@@ -129,14 +131,19 @@ class WindowMenus:
         if path:
             self.controller.import_json(Path(path))
 
-    def open_settings(self) -> None:
+    def open_settings(self, page: str = "") -> None:
+        """File → Settings; ``page="prompt"`` opens it at the system prompts."""
         from ..backends.api_keys import get_key, keyring_available, set_key
         from .settings_dialog import SettingsDialog
 
         window, controller = self.window, self.controller
         url = controller.settings.server_url
         old_key = get_key(url) or ""
-        dialog = SettingsDialog(controller.settings, window, api_key=old_key, keyring=keyring_available())
+        own = controller.session.conversation_prompt() if controller.conv is not None else None
+        dialog = SettingsDialog(controller.settings, window, api_key=old_key, keyring=keyring_available(),
+                                conversation_prompt=own)
+        if page == "prompt":
+            dialog.tabs.setCurrentIndex(dialog.prompt_tab)
         if dialog.server_fields is not None:
             dialog.server_fields.show_in_use(getattr(controller.client, "template_in_use", None))
         if dialog.exec():
@@ -149,6 +156,9 @@ class WindowMenus:
                 if new.server_url == url:
                     controller.connect_server()  # the new key takes effect now
             window.apply_settings(new)
+            prompt = dialog.conversation_prompt()
+            if prompt is not None:
+                controller.set_conversation_prompt(prompt)
 
     # ------------------------------------------------------------------ attention capture
     def toggle_markdown(self, on: bool) -> None:
