@@ -214,7 +214,7 @@ class StatsBar(QWidget):
 
     def _lines(self) -> list[tuple[QWidget, ...]]:
         """The widgets of each line as arranged now, left to right."""
-        server = self._server_row + (self.connection_light, self.connection_label, self.model_picker)
+        server = self._server_row + (self.connection_light, self.connection_label) + self._picker()
         if self._two_lines:
             return [self._context_row + (self.graveyard_button,), server]
         return [self._context_row + server + (self.graveyard_button,)]
@@ -229,9 +229,13 @@ class StatsBar(QWidget):
     def one_line_width(self) -> int:
         """Width the bar needs to show every text whole on one line."""
         return self._width_for(self._context_row + self._server_row
-                               + (self.connection_light, self.connection_label, self.model_picker,
-                                  self.graveyard_button),
+                               + (self.connection_light, self.connection_label) + self._picker()
+                               + (self.graveyard_button,),
                                lambda w: w.sizeHint())
+
+    def _picker(self) -> tuple[QWidget, ...]:
+        """The model picker where it shows (a hidden one takes no room, not even a gap)."""
+        return () if self.model_picker.isHidden() else (self.model_picker,)
 
     def is_two_lines(self) -> bool:
         """Whether the bar is too narrow for one line and shows two."""
