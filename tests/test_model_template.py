@@ -165,3 +165,8 @@ def test_a_template_without_a_generation_prompt_takes_the_opening_from_past_answ
     bare = "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n{% endfor %}"
     used = resolve(bare)
     assert used.problem == "" and framing(used.template) == framing(CHATML)
+
+
+def test_the_same_template_from_two_servers_names_each():
+    assert resolve(QWEN25, origin="GGUF").words == "Template: ChatML (from GGUF)"
+    assert resolve(QWEN25, origin="llama-server /props").words == "Template: ChatML (from llama-server /props)"

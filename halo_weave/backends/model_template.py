@@ -100,7 +100,7 @@ def from_model(text: str, *, origin: str, bos_token: str = "", eos_token: str = 
             _cache[key] = cached
     if isinstance(cached, str):
         raise TemplateUnusable(cached)
-    return cached
+    return _fallback(cached, f"from {origin}")  # the cache is by text: where it came from is this call's
 
 
 def _framing(template: TemplateStrings) -> list[tuple[str, str]]:
