@@ -155,8 +155,9 @@ def reopen(url_of, conversation: Path, home: Path, *, typed: bool, send_after_s:
         stop()
 
 
-def bench_app(args, conversation: Path, work: Path) -> dict:
-    """The figures of the issue's resume benchmark (medians over ``args.app_reopens``)."""
+def bench_app(args, conversation: Path, built_kv: Path, work: Path) -> dict:
+    """The figures of the issue's resume benchmark (medians over ``args.app_reopens``);
+    ``built_kv``: the saved caches of the server that built the conversation (if any)."""
     from PySide6.QtWidgets import QApplication
 
     from halo_weave.server.launcher import start_server
@@ -164,6 +165,8 @@ def bench_app(args, conversation: Path, work: Path) -> dict:
 
     QApplication.instance() or QApplication(sys.argv[:1])
     primed = work / "kv-primed"
+    if built_kv.is_dir():
+        shutil.copytree(built_kv, primed)
     server_args = [*Settings().server_args(), "--threads", str(args.threads)]
 
     def server_on(folder: Path):
@@ -173,7 +176,7 @@ def bench_app(args, conversation: Path, work: Path) -> dict:
         return start
 
     prime(server_on(primed), conversation, work)
-    saved = [p for p in primed.rglob("*") if p.is_file()]
+    saved = [p for p in primed.rglob("*.kvstate")]
     if not saved:
         raise RuntimeError("the server saved no cache for the conversation")
     runs: dict[str, list[dict]] = {"typed": [], "pasted": [], "no_state": []}
@@ -203,6 +206,7 @@ def bench_app(args, conversation: Path, work: Path) -> dict:
         "enter_to_visible_ms": round(statistics.median(r["enter_to_visible_ms"] for mode in runs for r in runs[mode]), 1),
         "resume_recalled_tokens": int(statistics.median(r["recalled_tokens"] for r in runs["pasted"])),
         "state_bytes_per_token": round(state_bytes / max(1, tokens), 1),
+        "span_file_mb": round(sum(p.stat().st_size for p in primed.rglob("*.kvspans")) / 1e6, 1),
         "resume_context_tokens": tokens,
         "resume_reopens": args.app_reopens,
         "resume_runs": runs,

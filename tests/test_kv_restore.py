@@ -101,6 +101,40 @@ def test_only_the_token_ids_a_saved_cache_shares_are_read_back(engine):
     assert engine.kv.ids == different
 
 
+def test_spans_pruned_before_a_restart_are_put_back_not_run_after_it(engine):
+    """A message after reopening brings back a span pruned before the server restarted: its
+    states come from the conversation's span file, and the answer is the one the running
+    server gives with the span in memory."""
+    from halo_weave.server.llamacpp.engine import LlamaEngine
+
+    head = engine.encode(CHAT.format(STORY * 3), parse_special=True)
+    span = engine.encode(" ".join(f"Ship {k} ({uuid.uuid4().hex[:6]}) passed at dawn." for k in range(12)))
+    tail = engine.encode(CHAT.format(OTHER * 2), parse_special=True)
+    turn = engine.encode(CHAT.format("Which ship passed first?"), parse_special=True)  # the prune's turn
+    key = f"restart-{uuid.uuid4().hex}"
+    engine.prepare(head + span + tail, conversation=key)
+    pruned = engine.prepare(head + tail + turn, conversation=key)
+    assert pruned["kv"]["stored"] == len(span), pruned
+    assert engine.save_state_if_changed()
+    back = engine.prepare(head + span + tail + turn, conversation=key)  # the running server: from memory
+    assert back["kv"]["restored"] == len(span) and back["kv"]["inserted"] == 0, back
+    want_logits, _ = next_token(engine, turn[-1])
+
+    restarted = LlamaEngine(engine.path, threads=2)
+    restarted.keep_states(type(engine.state_files)(engine.state_files.folder), idle_s=3600)
+    try:
+        reopened = restarted.restore(head + tail + turn, key)
+        assert reopened["restored"] == len(head + tail + turn), reopened
+        message = restarted.prepare(head + span + tail + turn, conversation=key)
+        assert message["kv"]["restored"] == len(span) and message["kv"]["inserted"] == 0, message
+        logits, _ = next_token(restarted, turn[-1])
+        assert int(np.argmax(logits)) == int(np.argmax(want_logits))
+        np.testing.assert_allclose(logits, want_logits, atol=1e-2)
+    finally:
+        restarted.close_states()
+        restarted.close()
+
+
 def test_the_transformers_engine_reads_a_saved_cache_back_exactly_too(tmp_path):
     from halo_weave.server.engine import Engine
 

@@ -61,6 +61,9 @@ class DecodeError(RuntimeError):
 class LlamaCache(AttentionReadout):
     """Sequence 0 of a llama.cpp context, mirrored by ``ids`` and ``cells``."""
 
+    #: Stored spans are sequence-state blobs, which a span file keeps (:mod:`..span_files`).
+    spans_on_disk = True
+
     def __init__(self, lib: Bindings, ctx, model, n_layer: int, n_head: int, n_cells: int,
                  n_batch: int, n_vocab: int, store: SpanStore | None = None, c_filter=None) -> None:
         self.lib, self.L = lib, lib.llama
