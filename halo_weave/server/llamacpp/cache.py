@@ -246,6 +246,14 @@ class LlamaCache(AttentionReadout):
         finally:
             self.L.llama_memory_seq_rm(self.mem, SCRATCH_SEQ, -1, -1)
 
+    def settle(self) -> bool:
+        """Apply a pending position shift now, so that the cache can be copied out (grown,
+        packed, saved) instead of re-run: llama.cpp shifts at the next decode, so one
+        token is run in the scratch sequence and dropped.  Whether the cache is settled."""
+        if not self.settled and self.ids:
+            self.probe()
+        return self.settled
+
     def spread(self) -> int:
         """Cells a decode attends over beyond the live context's own: llama.cpp attends
         up to the highest used cell (padded), holes included."""
