@@ -83,22 +83,51 @@ def test_a_cache_saved_with_another_model_is_not_read_back(engine):
     assert engine.kv.ids == ids  # prefilled instead
 
 
-def test_only_the_token_ids_a_saved_cache_shares_are_read_back(engine):
+def test_a_conversation_pruned_after_its_cache_was_saved_is_read_back_whole(engine):
+    """Quitting right after an answer: the file holds the cache from before the app pruned
+    the conversation to its budget.  Reopened, nothing is run: the file is read back and
+    the pruned span taken out, as the running server would have done at the next message."""
+    head = engine.encode(CHAT.format(STORY * 2), parse_special=True)
+    span = engine.encode(CHAT.format(OTHER * 3), parse_special=True)
+    rest = engine.encode(CHAT.format("Tell me about the weather at dawn. " * 3), parse_special=True)
+    engine.prepare(head + span + rest, conversation="pruned-after")
+    assert engine.save_state_if_changed()
+    engine.prepare(engine.encode(CHAT.format(OTHER * 6), parse_special=True), conversation="bakery")  # another chat
+
+    answer = engine.restore(head + rest, "pruned-after")
+    assert answer["ran"] == 0 and answer["restored"] == len(head + rest), answer
+    assert engine.kv.ids == head + rest
+    reopened, _ = next_token(engine, rest[-1])
+
+    engine.restore(head + span + rest, "pruned-after")  # the running server: the same prune
+    engine.prepare(head + rest, conversation="pruned-after")
+    running, _ = next_token(engine, rest[-1])
+    assert int(np.argmax(reopened)) == int(np.argmax(running))
+    np.testing.assert_allclose(reopened, running, atol=1e-2)
+
+
+def test_in_exact_mode_only_the_token_ids_a_saved_cache_shares_are_read_back(engine):
+    from halo_weave.server.kv_surgery import EXACT
+
     ids = engine.encode(CHAT.format(STORY * 3), parse_special=True)
     engine.prepare(ids, conversation="edited")
     engine.save_state_if_changed()
     engine.prepare(engine.encode(CHAT.format(OTHER * 3), parse_special=True), conversation="bakery")
 
-    edited = ids[:40] + engine.encode(" Nothing else happened.") + ids[40:]  # changed from token 40 on
-    answer = engine.restore(edited, "edited")
-    assert answer["restored"] == 40 and answer["ran"] == len(edited) - 40, answer
-    assert engine.kv.ids == edited
+    mode, engine.kv.mode = engine.kv.mode, EXACT
+    try:
+        edited = ids[:40] + engine.encode(" Nothing else happened.") + ids[40:]  # changed from token 40 on
+        answer = engine.restore(edited, "edited")
+        assert answer["restored"] == 40 and answer["ran"] == len(edited) - 40, answer
+        assert engine.kv.ids == edited
 
-    engine.prepare(engine.encode(CHAT.format(OTHER * 3), parse_special=True), conversation="bakery")
-    different = engine.encode("<|im_start|>system\nBe terse.<|im_end|>\n", parse_special=True) + ids
-    answer = engine.restore(different, "edited")
-    assert answer["restored"] == 0 and answer["ran"] > len(ids) - 10
-    assert engine.kv.ids == different
+        engine.prepare(engine.encode(CHAT.format(OTHER * 3), parse_special=True), conversation="bakery")
+        different = engine.encode("<|im_start|>system\nBe terse.<|im_end|>\n", parse_special=True) + ids
+        answer = engine.restore(different, "edited")
+        assert answer["restored"] == 0 and answer["ran"] > len(ids) - 10
+        assert engine.kv.ids == different
+    finally:
+        engine.kv.mode = mode
 
 
 def test_spans_pruned_before_a_restart_are_put_back_not_run_after_it(engine):
