@@ -5,9 +5,9 @@
 
 Three parts.  *The app* (:mod:`resume_app`): a ``--messages``-message conversation built by
 bench_chat.py at the app's defaults (answers of at most ``--max-new-tokens``), its server's
-saved cache and pruned spans kept as a user's server keeps them when they quit, opened once
-on a server started on them; then ``--app-reopens`` times, each from the same state (a
-fresh copy of the file, the server started anew on a copy of that cache folder), the real
+saved cache and pruned spans kept as a user's server keeps them when they quit right after
+the last answer; then ``--app-reopens`` times, each from the same state (a fresh copy of the
+file, the server started anew on a copy of that cache folder), the real
 window opens it at start and sends the next message (a LoCoMo-style line that brings back
 pruned context), the time to its first token measured from Enter:
 ``resume_ttft_s`` (typed at 60 words a minute from the moment it opened),
