@@ -37,8 +37,9 @@ re-run tokens count in ``reprefilled_tokens``); ``--full-context`` leaves them o
 default: the bundled default).
 
 Usage: ``python scripts/bench_chat.py [--engines llamacpp,transformers] [--model NAME] [--messages 60]
-[--threads N] [--max-new-tokens N] [--full-context] [--keep FILE] [--json]``; the last line is
-one JSON object.  ``--keep`` copies the conversation the chat built (a file the app opens).
+[--threads N] [--max-new-tokens N] [--full-context] [--keep FILE] [--kv-dir FOLDER] [--json]``; the
+last line is one JSON object.  ``--keep`` copies the conversation the chat built (a file the app
+opens); ``--kv-dir``: where the server saves its cache and pruned spans (what a reopening reads back).
 """
 
 from __future__ import annotations
@@ -324,6 +325,9 @@ def main(argv=None) -> int:
                              "message pasted and sent at once, no read-ahead")
     parser.add_argument("--keep", type=Path, metavar="FILE",
                         help="copy the conversation file the chat built to FILE (the first engine's)")
+    parser.add_argument("--kv-dir", type=Path, metavar="FOLDER",
+                        help="the server saves the conversation's KV cache and pruned spans here (the first "
+                             "engine's; default: a temporary folder), as the app's server does in its cache folder")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     changes = settings_changes(args.set)
@@ -350,7 +354,8 @@ def main(argv=None) -> int:
                  + (["--model", args.model] if args.model else []))
         with tempfile.TemporaryDirectory(prefix="hw-bench-chat-") as tmp:
             os.environ["HALO_WEAVE_HOME"] = tmp
-            server = start_server(port=0, extra_args=extra)
+            kv_dir = args.kv_dir if args.kv_dir and engine == engines[0] else Path(tmp) / "kv-states"
+            server = start_server(port=0, extra_args=[*extra, "--kv-dir", str(kv_dir)])
             try:
                 url = server.wait_ready(timeout=600)
                 figures[engine] = chat(url, messages, Path(tmp), say, args.max_new_tokens, changes,

@@ -1,12 +1,13 @@
 """Reopening a conversation: its saved KV cache read back against a prefill, on the bundled model.
 
     python scripts/bench_resume.py [--json] [--quick] [--tokens 4000] [--reopens 5] [--threads 2]
-        [--messages 60] [--app-reopens 10] [--conversation FILE] [--parts engine,server,app]
+        [--messages 60] [--app-reopens 10] [--conversation FILE] [--keep FOLDER] [--parts engine,server,app]
 
 Three parts.  *The app* (:mod:`resume_app`): a ``--messages``-message conversation built by
-bench_chat.py at the app's defaults (answers of at most ``--max-new-tokens``), opened once so
-that the server saves its cache; then ``--app-reopens`` times, each from the same state (a
-fresh copy of the file, the server started anew on a copy of that cache folder), the real
+bench_chat.py at the app's defaults (answers of at most ``--max-new-tokens``), its server's
+saved cache and pruned spans kept as a user's server keeps them when they quit right after
+the last answer; then ``--app-reopens`` times, each from the same state (a fresh copy of the
+file, the server started anew on a copy of that cache folder), the real
 window opens it at start and sends the next message (a LoCoMo-style line that brings back
 pruned context), the time to its first token measured from Enter:
 ``resume_ttft_s`` (typed at 60 words a minute from the moment it opened),
@@ -171,14 +172,17 @@ def bench_engine(args, folder: Path) -> dict:
         engine.close()
 
 
-def build_conversation(args, path: Path) -> dict:
+def build_conversation(args, path: Path, kv_dir: Path) -> dict:
     """A ``--messages``-message conversation made by bench_chat.py at the app's defaults
-    (answers up to ``--max-new-tokens``), kept at ``path``; returns bench_chat's figures."""
+    (answers up to ``--max-new-tokens``), kept at ``path``, its server's saved cache and
+    pruned spans in ``kv_dir`` (what the user's server holds when they quit); returns
+    bench_chat's figures."""
     import subprocess
     import sys
 
     command = [sys.executable, str(Path(__file__).with_name("bench_chat.py")), "--messages", str(args.messages),
-               "--max-new-tokens", str(args.max_new_tokens), "--keep", str(path), "--json"]
+               "--max-new-tokens", str(args.max_new_tokens), "--keep", str(path), "--kv-dir", str(kv_dir),
+               "--json"]
     if args.threads:
         command += ["--threads", str(args.threads)]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
@@ -201,7 +205,11 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=96,
                         help="app part: answer length while the conversation is built (default 96)")
     parser.add_argument("--conversation", type=Path, default=None,
-                        help="app part: reopen this conversation file instead of building one")
+                        help="app part: reopen this conversation file instead of building one (the "
+                             "server's saved caches from when it was built: the folder kv beside it)")
+    parser.add_argument("--keep", type=Path, default=None, metavar="FOLDER",
+                        help="app part: keep the conversation built (FOLDER/conversation.sqlite) and its "
+                             "server's saved caches (FOLDER/kv), for --conversation")
     parser.add_argument("--app-reopens", type=int, default=None, help="app part: reopenings (default 10)")
     parser.add_argument("--parts", default="engine,server,app", help="which parts to run (default all)")
     args = parser.parse_args()
@@ -229,9 +237,10 @@ def main() -> None:
 
             conversation = args.conversation
             if conversation is None:
-                conversation = Path(folder) / "app" / "conversation.sqlite"
-                figures.update(build_conversation(args, conversation))
-            figures.update(bench_app(args, conversation, Path(folder) / "app"))
+                built = args.keep or Path(folder) / "built"
+                conversation = built / "conversation.sqlite"
+                figures.update(build_conversation(args, conversation, built / "kv"))
+            figures.update(bench_app(args, conversation, conversation.parent / "kv", Path(folder) / "app"))
     figures["load_average_after"] = round(os.getloadavg()[0], 2)
     if not args.json:
         for name, value in figures.items():

@@ -2,8 +2,10 @@
 saved caches, a 60-message conversation (see ``bench_resume.py``, which runs this).
 
 Each reopening starts from the same state: a fresh copy of the conversation file in a fresh
-data folder, the server started anew on a copy of the cache folder it left when the
-conversation was first opened (``prime``).  The app is the real one (``TurnController``
+data folder, the server started anew on a copy of the cache folder the server that built
+the conversation left when it stopped (its cache from before the last answer's prune, and
+the pruned spans), as after a user quit right after an answer; a conversation given
+without that folder is opened once first, so that a server saves its cache (``prime``).  The app is the real one (``TurnController``
 and ``MainWindow``, offscreen), opening the file at start as after a restart; the next
 message is sent with Enter, and the time to the first token is measured from Enter.
 """
@@ -155,8 +157,9 @@ def reopen(url_of, conversation: Path, home: Path, *, typed: bool, send_after_s:
         stop()
 
 
-def bench_app(args, conversation: Path, work: Path) -> dict:
-    """The figures of the issue's resume benchmark (medians over ``args.app_reopens``)."""
+def bench_app(args, conversation: Path, built_kv: Path, work: Path) -> dict:
+    """The figures of the issue's resume benchmark (medians over ``args.app_reopens``);
+    ``built_kv``: the saved caches of the server that built the conversation (if any)."""
     from PySide6.QtWidgets import QApplication
 
     from halo_weave.server.launcher import start_server
@@ -164,6 +167,9 @@ def bench_app(args, conversation: Path, work: Path) -> dict:
 
     QApplication.instance() or QApplication(sys.argv[:1])
     primed = work / "kv-primed"
+    built = built_kv.is_dir() and any(built_kv.glob("*.kvstate"))
+    if built:
+        shutil.copytree(built_kv, primed)
     server_args = [*Settings().server_args(), "--threads", str(args.threads)]
 
     def server_on(folder: Path):
@@ -172,8 +178,9 @@ def bench_app(args, conversation: Path, work: Path) -> dict:
             return process.wait_ready(timeout=600), process.stop
         return start
 
-    prime(server_on(primed), conversation, work)
-    saved = [p for p in primed.rglob("*") if p.is_file()]
+    if not built:
+        prime(server_on(primed), conversation, work)
+    saved = [p for p in primed.rglob("*.kvstate")]
     if not saved:
         raise RuntimeError("the server saved no cache for the conversation")
     runs: dict[str, list[dict]] = {"typed": [], "pasted": [], "no_state": []}
@@ -203,7 +210,9 @@ def bench_app(args, conversation: Path, work: Path) -> dict:
         "enter_to_visible_ms": round(statistics.median(r["enter_to_visible_ms"] for mode in runs for r in runs[mode]), 1),
         "resume_recalled_tokens": int(statistics.median(r["recalled_tokens"] for r in runs["pasted"])),
         "state_bytes_per_token": round(state_bytes / max(1, tokens), 1),
+        "span_file_mb": round(sum(p.stat().st_size for p in primed.rglob("*.kvspans")) / 1e6, 1),
         "resume_context_tokens": tokens,
         "resume_reopens": args.app_reopens,
+        "resume_from": "the building server's saved caches" if built else "a first opening's saved cache",
         "resume_runs": runs,
     }

@@ -58,6 +58,27 @@ def test_a_request_larger_than_the_cache_grows_it_and_is_answered_as_before(smal
     assert done.kv["grown_to"] == 0 and done.kv["carried"] == done.kv["regrown"] == 0
 
 
+def test_a_cache_left_with_a_shift_pending_is_copied_when_it_grows_not_run_again(small):
+    # A read-ahead that only took a span out leaves llama.cpp a position shift to apply at
+    # its next run; the request after it, too big for the cache, still carries the live
+    # context over instead of running it all again (seconds on a long chat).
+    ids, spans = conversation(small, 8)
+    first_token(small, ids + question(small))
+    a, b = spans[2]
+    pruned = ids[:a] + ids[b:]
+    small.prepare(pruned)
+    turns = 9
+    while True:
+        longer, _ = conversation(small, turns)
+        wanted = pruned + longer[len(ids):] + question(small)
+        if len(wanted) + 1 > small.n_cells:
+            break
+        turns += 1
+    _, done = first_token(small, wanted)
+    assert done.kv["grown_to"] > 0
+    assert done.kv["carried"] == len(pruned) and done.kv["regrown"] == 0, done.kv
+
+
 def test_the_server_starts_small_grows_on_demand_and_still_offers_the_whole_window(tmp_path):
     from halo_weave.server.launcher import start_server
 

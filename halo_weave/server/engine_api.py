@@ -25,6 +25,7 @@ import time
 from .errors import EngineBusy, RequestError
 from .generation import Generation, GenerationRequest, pack
 from .kv_files import common_prefix
+from .kv_surgery import EXACT
 from .saved_caches import SavedCaches
 from .sampling import sampler_settings
 
@@ -277,15 +278,18 @@ class EngineBase(SavedCaches):
                 request_id: str | None = None) -> dict:
         """Make the cache hold ``input_ids``, the live context of ``conversation`` being
         reopened: from the conversation's saved cache when one was made with this model
-        and starts with the same token ids (checked id by id; only the shared start is
-        read back, the ids after it are run), else by a prefill (:meth:`prepare`'s
-        sync).  Before another conversation's cache is replaced, it is saved if it
+        and starts with the same token ids (checked id by id), else by a prefill
+        (:meth:`prepare`'s sync).  Where the ids differ later, the cache's ``mode``
+        decides: surgery (the default) reads the whole file back and syncs it to
+        ``input_ids`` as any request is synced (a span the conversation pruned since is
+        taken out, new ids are run); exact reads back only the shared start and runs the
+        rest.  Before another conversation's cache is replaced, it is saved if it
         changed since its last save.
 
         A generate arriving meanwhile waits for it (:data:`RESTORE_WAIT_S`); an abort
         naming its ``request_id`` stops its prefill after the current batch (the app's,
         when the user opened another conversation meanwhile).  Raises as :meth:`prepare`.
-        Returns ``restored`` (tokens read back from the file), ``ran`` (tokens run),
+        Returns ``restored`` (tokens of ``input_ids`` read back from the file), ``ran`` (tokens run),
         ``reused`` (tokens the cache already held), ``prompt_tokens``, ``seconds``,
         ``reason`` (why no file was used, when none was), ``stopped`` and ``kv``.
         """
@@ -300,7 +304,7 @@ class EngineBase(SavedCaches):
         preparation = Preparation(request_id, yields=False)
         self._running = preparation
         started = time.perf_counter()
-        restored, saved, reason = 0, None, ""
+        restored, shared, saved, reason = 0, 0, None, ""
         try:
             held = common_prefix(self.kv.ids, ids)
             if held == len(ids) == len(self.kv.ids) and conversation == self.conversation:
@@ -310,16 +314,23 @@ class EngineBase(SavedCaches):
                 saved, reason = self._saved(conversation, ids, held)
                 if saved is not None:
                     self._reserve(len(saved.ids), max_length, preparation)
-                    # Only the states of the ids the request shares from the start: a token
-                    # after the first difference was computed with other tokens before it.
+                    # Exact mode: only the states of the ids the request shares from the
+                    # start (a token after the first difference was computed with other
+                    # tokens before it).  Surgery: all of them, and the sync below takes out
+                    # what the conversation pruned since, as this server would have had it
+                    # not stopped (the app prunes after an answer; the file holds the cache
+                    # from before, and keeping only the shared start re-ran nearly all of it).
                     shared = common_prefix(saved.ids, ids)
-                    if self.kv.import_state(saved.ids, saved.blob, keep=shared):
-                        restored = shared
+                    whole = getattr(self.kv, "mode", EXACT) != EXACT
+                    if self.kv.import_state(saved.ids, saved.blob, keep=None if whole else shared):
+                        restored = len(saved.ids) if whole else shared
                     else:
                         saved, reason = None, "the saved cache does not fit this server's cache"
             self._reserve(len(ids), max_length, preparation)
             before = common_prefix(self.kv.ids, ids)
             report = self.kv.sync(ids, should_stop=lambda: preparation.aborted)
+            if saved is not None and report is not None and restored > shared:
+                restored = report.reused  # what the sync kept of the saved cache
             if saved is not None and self.kv.ids == saved.ids:
                 self._saved_changes = self._changes  # the cache is what the file holds
             pack(self.kv)

@@ -38,6 +38,8 @@ log = logging.getLogger("halo_weave.server")
 
 MAGIC = b"HWKV1\n"
 SUFFIX = ".kvstate"
+#: Span files (:mod:`.span_files`) share the folder and its bound.
+SPANS_SUFFIX = ".kvspans"
 #: Seconds without a request before a changed cache is written out.
 IDLE_SAVE_S = 1.5
 #: Default bound on the directory (SmolLM2-135M: ~23 KB per token, ~90k tokens).
@@ -80,7 +82,7 @@ class StateFiles:
         temporary = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            self._make_room(size, keep=target)
+            self.make_room(size, keep=target)
             with open(temporary, "wb") as out:
                 out.write(MAGIC)
                 out.write(struct.pack("<I", len(header)))
@@ -123,10 +125,15 @@ class StateFiles:
         ids = np.frombuffer(data, dtype="<i4", count=n_ids, offset=start).tolist()
         return SavedState(ids, data[start + 4 * n_ids:]), ""
 
-    def _make_room(self, size: int, keep: Path) -> None:
-        files = sorted((p for p in self.folder.glob("*" + SUFFIX) if p != keep),
-                       key=lambda p: p.stat().st_mtime)
+    def make_room(self, size: int, keep: Path) -> None:
+        """Delete the least recently written files (saved caches and span files,
+        :mod:`.span_files`) until ``size`` more bytes fit in the bound; ``keep`` (the file
+        being written) counts as its new size, not its old one."""
+        files = sorted((p for pattern in ("*" + SUFFIX, "*" + SPANS_SUFFIX) for p in self.folder.glob(pattern)
+                        if p != keep), key=lambda p: p.stat().st_mtime)
         total = sum(p.stat().st_size for p in files) + size
+        if keep.suffix == SPANS_SUFFIX and keep.exists():
+            total += keep.stat().st_size  # a span file grows: its records so far stay
         for old in files:
             if total <= self.max_bytes:
                 break

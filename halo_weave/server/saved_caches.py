@@ -9,6 +9,12 @@ file (:meth:`SavedCaches.save_state_if_changed`).  Files, their format and their
 :mod:`halo_weave.server.kv_files`.  The cache object copies itself out and back
 (``export_state`` / ``import_state``: llama.cpp's sequence state, transformers' tensors);
 an engine whose cache cannot keeps none, and a restore prefills.
+
+The spans a conversation's prunes put in the span store go to its span file
+(:mod:`~halo_weave.server.span_files`) with the cache, and are read back into the store
+when a request first names the conversation, so that a resurrection after a restart puts
+them back instead of running them (llama.cpp's engine; the transformers engine's stored
+spans stay in memory).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import logging
 import time
 
 from .kv_files import IdleSaver, common_prefix
+from .span_files import SpanFiles
 
 log = logging.getLogger("halo_weave.server")
 
@@ -31,6 +38,8 @@ class SavedCaches:
         #: The conversation the cache holds, as the last request named it (None: unnamed).
         self.conversation: str | None = None
         self.state_files = None  # a StateFiles once keep_states() was called
+        self.span_files = None  # a SpanFiles in the same folder
+        self._spans_read: set[str] = set()  # conversations whose span files were read
         self._saver = None
         self._changes = 0  # requests that changed the cache ...
         self._saved_changes = 0  # ... of which the last one saved had seen this many
@@ -47,6 +56,7 @@ class SavedCaches:
         if not callable(getattr(self.kv, "export_state", None)):
             return
         self.state_files = files
+        self.span_files = SpanFiles(files)
         if self._saver is None:
             self._saver = IdleSaver(self) if idle_s is None else IdleSaver(self, idle_s)
 
@@ -62,7 +72,34 @@ class SavedCaches:
         if conversation != self.conversation:
             self._save_locked()
         self.conversation = conversation
+        store = self._span_store()
+        if store is not None:
+            store.owner = conversation
+            self._read_spans(store, conversation)
         self._changes += 1
+
+    def _span_store(self):
+        """The cache's span store when its spans can be kept on disk, else None."""
+        return self.kv.store if self.keeps_states and getattr(self.kv, "spans_on_disk", False) else None
+
+    def _read_spans(self, store, conversation: str | None) -> None:
+        """Put ``conversation``'s saved spans into the store, once per conversation (under the lock)."""
+        if conversation is None or conversation in self._spans_read:
+            return
+        self._spans_read.add(conversation)
+        started = time.perf_counter()
+        spans = self.span_files.load(conversation, self.fingerprint())
+        taken = sum(store.add_saved(s.ids, s.pos, s.blob, len(s.blob), conversation) for s in spans)
+        if spans:
+            log.info("%d of %d saved spans of the conversation read back (%d tokens) in %.3f s", taken,
+                     len(spans), sum(len(s.ids) for s in spans), time.perf_counter() - started)
+
+    def _write_spans(self, key: str, entries) -> None:
+        """Append ``entries`` (the store's, not on disk yet) to ``key``'s span file."""
+        if entries and self.span_files.append(key, self.fingerprint(),
+                                              [(e.ids, e.pos, e.payload) for e in entries]):
+            for entry in entries:
+                entry.on_disk = True
 
     def _touched(self) -> None:
         self.last_activity = time.monotonic()
@@ -81,8 +118,11 @@ class SavedCaches:
             key, changes = self.conversation, self._changes
             blob = self.kv.export_state() if key is not None else None
             ids = list(self.kv.ids)
+            store = self._span_store()
+            spans = store.unsaved(key) if store is not None and key is not None else []
         finally:
             self._lock.release()
+        self._write_spans(key, spans)
         if blob is None:
             return False
         saved = self.state_files.save(key, self.fingerprint(), ids, blob) is not None
@@ -116,6 +156,9 @@ class SavedCaches:
         if not self.keeps_states or self.conversation is None or self._changes == self._saved_changes:
             return
         try:
+            store = self._span_store()
+            if store is not None:
+                self._write_spans(self.conversation, store.unsaved(self.conversation))
             blob = self.kv.export_state()
             if blob is not None and self.state_files.save(
                     self.conversation, self.fingerprint(), list(self.kv.ids), blob) is not None:

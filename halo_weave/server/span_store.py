@@ -37,12 +37,16 @@ CANDIDATES = 32
 
 @dataclass(eq=False)
 class Entry:
-    """A stored span: ``ids`` whose keys were rotated for positions ``pos..``."""
+    """A stored span: ``ids`` whose keys were rotated for positions ``pos..``; ``owner``:
+    the conversation it was pruned from (None: unnamed), ``on_disk``: whether it is in
+    that conversation's span file already (:mod:`.span_files`)."""
 
     ids: tuple[int, ...]
     pos: int
     payload: Any = field(repr=False)
     nbytes: int = 0
+    owner: str | None = None
+    on_disk: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class SpanStore:
     max_bytes: int = DEFAULT_STORE_BYTES
     entries: OrderedDict = field(default_factory=OrderedDict)  # ids -> Entry, oldest first
     nbytes: int = 0
+    #: The conversation whose prunes are being stored now (the engine's requests name it).
+    owner: str | None = None
     _index: dict = field(default_factory=dict)  # first MIN_RUN ids -> {Entry: [offsets]}
 
     def __len__(self) -> int:
@@ -79,7 +85,8 @@ class SpanStore:
         return self.max_bytes > 0 and n_tokens >= MIN_RUN and n_tokens * bytes_per_token <= self.max_bytes
 
     def put(self, ids: Sequence[int], pos: int, payload: Any, nbytes: int) -> Entry | None:
-        """Store a span (replacing one with the same ids); None if it cannot fit at all."""
+        """Store a span (replacing one with the same ids) for :attr:`owner`; None if it
+        cannot fit at all."""
         if nbytes > self.max_bytes or len(ids) < MIN_RUN:
             return None
         key = tuple(ids)
@@ -87,12 +94,33 @@ class SpanStore:
             self._drop(self.entries[key])
         while self.entries and self.nbytes + nbytes > self.max_bytes:
             self._drop(next(iter(self.entries.values())))
-        entry = Entry(key, pos, payload, nbytes)
+        entry = Entry(key, pos, payload, nbytes, self.owner)
         self.entries[key] = entry
         self.nbytes += nbytes
         for o in range(len(key) - MIN_RUN + 1):
             self._index.setdefault(key[o:o + MIN_RUN], {}).setdefault(entry, []).append(o)
         return entry
+
+    def add_saved(self, ids: Sequence[int], pos: int, payload: Any, nbytes: int, owner: str) -> bool:
+        """Take a span read back from ``owner``'s span file, unless one with the same ids
+        is stored already; whether it was taken.  Read-back spans count as least recently
+        used: what this server stored itself stays longer."""
+        if tuple(ids) in self.entries or nbytes > self.max_bytes - self.nbytes:
+            return False
+        saved_owner, self.owner = self.owner, owner
+        try:
+            entry = self.put(ids, pos, payload, nbytes)
+        finally:
+            self.owner = saved_owner
+        if entry is None:
+            return False
+        entry.on_disk = True
+        self.entries.move_to_end(entry.ids, last=False)
+        return True
+
+    def unsaved(self, owner: str) -> list[Entry]:
+        """``owner``'s entries not in its span file yet, oldest first."""
+        return [e for e in self.entries.values() if e.owner == owner and not e.on_disk]
 
     def touch(self, entry: Entry) -> None:
         """Mark ``entry`` as just used."""

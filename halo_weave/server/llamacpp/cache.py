@@ -61,6 +61,9 @@ class DecodeError(RuntimeError):
 class LlamaCache(AttentionReadout):
     """Sequence 0 of a llama.cpp context, mirrored by ``ids`` and ``cells``."""
 
+    #: Stored spans are sequence-state blobs, which a span file keeps (:mod:`..span_files`).
+    spans_on_disk = True
+
     def __init__(self, lib: Bindings, ctx, model, n_layer: int, n_head: int, n_cells: int,
                  n_batch: int, n_vocab: int, store: SpanStore | None = None, c_filter=None) -> None:
         self.lib, self.L = lib, lib.llama
@@ -242,6 +245,14 @@ class LlamaCache(AttentionReadout):
             self._decode(self.ids[-1:] or [0], 0, SCRATCH_SEQ, logits=False)
         finally:
             self.L.llama_memory_seq_rm(self.mem, SCRATCH_SEQ, -1, -1)
+
+    def settle(self) -> bool:
+        """Apply a pending position shift now, so that the cache can be copied out (grown,
+        packed, saved) instead of re-run: llama.cpp shifts at the next decode, so one
+        token is run in the scratch sequence and dropped.  Whether the cache is settled."""
+        if not self.settled and self.ids:
+            self.probe()
+        return self.settled
 
     def spread(self) -> int:
         """Cells a decode attends over beyond the live context's own: llama.cpp attends

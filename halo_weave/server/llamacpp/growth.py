@@ -33,8 +33,8 @@ def reserve(cache, n_tokens: int, should_stop=lambda: False) -> bool:
     With too few cells, a new context replaces the cache's: ``n_tokens`` and a quarter
     more (fewer growths if the chat keeps growing), padded, at most ``cache.max_cells``.
     The live context's states are copied into it (``llama_state_seq_get_data`` /
-    ``set_data``: no model run); where that cannot be done (a position shift still
-    pending, a copy refused) it is re-run instead, one re-prefill.  Logged, and reported
+    ``set_data``: no model run; a position shift still pending is applied first,
+    :meth:`.LlamaCache.settle`); where a copy is refused it is re-run instead, one re-prefill.  Logged, and reported
     by the next ``sync`` as ``grown_to`` / ``carried`` / ``regrown`` / ``grow_s``.
     ``False`` if stopped meanwhile (the cache is then empty).
     """
@@ -44,7 +44,7 @@ def reserve(cache, n_tokens: int, should_stop=lambda: False) -> bool:
     cells = min(cache.max_cells, -(-(n_tokens + n_tokens // 4) // CELL_PAD) * CELL_PAD)
     ctx = cache.new_context(cells)
     live, old_cells = cache.ids, cache.cells
-    copied = bool(live) and cache.settled and _copy_live(cache.L, cache.ctx, ctx)
+    copied = bool(live) and cache.settle() and _copy_live(cache.L, cache.ctx, ctx)
     cache.L.llama_free(cache.ctx)
     cache.bind(ctx, cells)
     ran = True
@@ -86,12 +86,12 @@ def compact(cache) -> bool:
     over every cell up to the highest one used (measured: 50 new tokens after 5,000 live
     ones took 623 ms spread over 8,000 cells against 459 ms packed; a decode 38 against
     27 ms).  Copying the live sequence out and back into the emptied cache packs it
-    (``llama_state_seq_set_data`` takes one contiguous slot from the first cell).  Only
-    with no position shift pending (the copy holds keys as last rotated); ``False`` if
-    not done.  Should the copy be refused, the cache is emptied and the next request
+    (``llama_state_seq_set_data`` takes one contiguous slot from the first cell).  A
+    position shift still pending is applied first (the copy holds keys as last rotated);
+    ``False`` if not done.  Should the copy be refused, the cache is emptied and the next request
     re-runs its prompt: slower, never wrong.
     """
-    if not cache.settled or not cache.ids:
+    if not cache.ids or not cache.settle():
         return False
     started = time.perf_counter()
     L = cache.L

@@ -25,8 +25,9 @@ LIVE_SEQ = 0
 
 def export_live(cache) -> bytes | None:
     """The live sequence of ``cache`` (a :class:`.LlamaCache`) as a blob; None when it is
-    empty or a position shift is pending (the keys are not rotated for their positions yet)."""
-    if not cache.settled or not cache.ids:
+    empty.  A position shift still pending is applied first (the keys must be rotated for
+    their positions)."""
+    if not cache.ids or not cache.settle():
         return None
     L = cache.L
     size = L.llama_state_seq_get_size(cache.ctx, LIVE_SEQ)

@@ -1,0 +1,66 @@
+"""A conversation's pruned spans kept on disk across a server restart (no model here).
+
+What the user notices: after a restart, a message that brings back text pruned earlier is
+answered without the wait of re-reading it — if the span file is read back.  A damaged
+or foreign file must cost nothing but that wait.
+"""
+
+from __future__ import annotations
+
+from halo_weave.server.kv_files import StateFiles
+from halo_weave.server.span_files import SpanFiles
+from halo_weave.server.span_store import SpanStore
+
+IDS = tuple(range(100, 140))
+
+
+def test_spans_appended_over_time_are_all_read_back_in_order(tmp_path):
+    files = SpanFiles(StateFiles(tmp_path))
+    assert files.append("chat", "model-a", [(IDS, 5, b"first" * 10)])
+    assert files.append("chat", "model-a", [(IDS[:20], 60, b"second"), (IDS[20:], 80, b"third")])
+
+    spans = files.load("chat", "model-a")
+    assert [(s.ids, s.pos, s.blob) for s in spans] == [
+        (list(IDS), 5, b"first" * 10), (list(IDS[:20]), 60, b"second"), (list(IDS[20:]), 80, b"third")]
+    assert files.load("another chat", "model-a") == []
+
+
+def test_spans_of_another_model_are_not_read_and_are_replaced(tmp_path):
+    files = SpanFiles(StateFiles(tmp_path))
+    files.append("chat", "model-a", [(IDS, 0, b"a-states")])
+    assert files.load("chat", "model-b") == []
+
+    files.append("chat", "model-b", [(IDS, 0, b"b-states")])
+    assert [s.blob for s in files.load("chat", "model-b")] == [b"b-states"]
+
+
+def test_a_record_cut_short_by_a_crash_ends_the_file_and_the_next_append_still_counts(tmp_path):
+    files = SpanFiles(StateFiles(tmp_path))
+    files.append("chat", "m", [(IDS, 0, b"whole")])
+    path = files.path("chat")
+    with open(path, "ab") as out:
+        out.write(b"\x28\x00\x00\x00\x00")  # the start of a record, then the crash
+    assert [s.blob for s in files.load("chat", "m")] == [b"whole"]
+
+    files.append("chat", "m", [(IDS[:10], 3, b"after")])
+    assert [s.blob for s in files.load("chat", "m")] == [b"whole", b"after"]
+
+
+def test_span_files_count_towards_the_bound_on_saved_caches(tmp_path):
+    states = StateFiles(tmp_path, max_bytes=4000)
+    files = SpanFiles(states)
+    files.append("old chat", "m", [(IDS, 0, b"x" * 2500)])
+    files.append("new chat", "m", [(IDS, 0, b"y" * 2500)])
+    assert files.load("old chat", "m") == []  # the least recently written went first
+    assert [s.blob for s in files.load("new chat", "m")] == [b"y" * 2500]
+
+
+def test_spans_read_back_fill_only_free_room_and_are_not_written_again():
+    store = SpanStore(max_bytes=1000)
+    store.owner = "chat"
+    kept = store.put(IDS, 0, b"live", 600)
+    assert store.add_saved(tuple(range(200, 240)), 50, b"saved", 300, "chat")
+    assert not store.add_saved(tuple(range(300, 340)), 90, b"too much", 300, "chat")  # would evict
+    assert not store.add_saved(IDS, 0, b"same ids", 10, "chat")
+    assert store.unsaved("chat") == [kept]
+    assert store.unsaved("another chat") == []
