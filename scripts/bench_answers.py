@@ -60,12 +60,13 @@ ASK = " Answer in a few words."
 #: variants below, so that their names keep their meaning when a default moves).
 BEFORE = {"min_similarity": 0.0, "recall_relative_floor": 0.0, "recall_max_chunks": 0}
 
-METHODS: dict[str, tuple[str, dict, bool]] = {
+METHODS: dict[str, tuple[str, dict, bool | str]] = {
     "oracle": ("oracle", {}, False),  # the evidence turns only: the ceiling
     "fifo": ("fifo", {}, False),  # the most recent whole turns that fit
     "rag": ("rag", {}, False),  # recent P, then plain cosine until the budget is spent
     "default": ("halo", {}, True),  # the app's defaults, recall note included
     "default-nonote": ("halo", {}, False),  # ... without the recall note
+    "default-notelive": ("halo", {}, "live"),  # ... the note also copying matches that were live
     "before": ("halo", BEFORE, False),
     "before-note": ("halo", BEFORE, True),
     # What one message may bring back (settings recall_relative_floor, recall_max_chunks,
@@ -270,6 +271,9 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
     recalled = None
     if with_note:
         back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
+        if with_note == "live":  # the search's best matches whether or not they had been pruned
+            matched = {p.match.chunk_id for p in made.plan.taken}
+            back += [c for c in conv.live_chunks() if c.id in base_live and c.id in matched and not c.framing]
         recalled = recall_note.best_first(made.plan, back)
     return finish(conv, prep, question, message, answerer, base_live, recalled=recalled)
 
