@@ -26,7 +26,9 @@ chunks read from storage stay numpy columns until they are used (:mod:`.core.reg
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -38,9 +40,25 @@ from .core.recall import Recalls
 from .core.records import Chunk, ChunkLoader, ChunkTokens, Turn  # noqa: F401 - importable from here too
 from .core.registry import ChunkColumns, ChunkList, ChunkRegistry, TurnColumns, TurnRegistry
 from .core.token_table import TokenTable
+from .core.held_tokens import HeldTokens
 from .core.turn_writer import TurnWriter
 from .errors import ConversationError
 from .settings import MAX_BRIGHTNESS, Settings
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A conversation's state at one moment (:meth:`Conversation.snapshot`); opaque."""
+
+    table: dict
+    chunks: tuple
+    turns: tuple
+    held: tuple
+    recalls: dict
+    writer: tuple
+    counters: tuple[int, int, int]
+    system: tuple
+    role_names: dict
 
 
 class Conversation:
@@ -61,10 +79,9 @@ class Conversation:
         self.next_position = 0
         self.next_turn_id = 0
         self.next_chunk_id = 0
-        #: Texts of the live chunks (and of pruned chunks pruned in this session).
-        self._texts: dict[int, list[str]] = {}
-        #: Token data of chunks pruned in this session, kept for cheap resurrection.
-        self._pruned_tokens: dict[int, ChunkTokens] = {}
+        #: Token texts of the live chunks (and of those pruned in this session), and the
+        #: tokens of the chunks pruned in this session, kept for a cheap resurrection.
+        self.held = HeldTokens()
         self.chunk_loader: ChunkLoader | None = None
         #: What each user message recalled (:mod:`.core.recall`).
         self.recalls = Recalls()
@@ -132,11 +149,59 @@ class Conversation:
         self.table.keep(~np.isin(self.table.chunk_id, ids))
         for chunk in chunks:
             del self.chunks[chunk.id]
-            self._texts.pop(chunk.id, None)
-            self._pruned_tokens.pop(chunk.id, None)
+            self.held.forget(chunk.id)
         del self.turns[turn_id]
         self.recalls.forget(turn_id)
         return turn, chunks
+
+    # ------------------------------------------------------------------ trials
+    def snapshot(self) -> Snapshot:
+        """Everything this conversation holds, copied, for :meth:`restore`: the token
+        table, every turn and chunk with its fields (live, pinned, brightness at prune,
+        ``resurrected_at``, ``recalled_for``, ...), the held texts and pruned tokens, the
+        recalls, the open turn and the counters.  Settings, framing and the chunk loader
+        are not the conversation's state and are left out."""
+        return Snapshot(
+            table=self.table.snapshot(), chunks=self.chunks.snapshot(), turns=self.turns.snapshot(),
+            held=self.held.snapshot(), recalls=dict(self.recalls.items()), writer=self._writer.snapshot(),
+            counters=(self.next_position, self.next_turn_id, self.next_chunk_id),
+            system=(self.system_prompt, self.system_ids, list(self.system_texts)),
+            role_names=dict(self.role_names),
+        )
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Go back exactly to ``snapshot`` (taken of this conversation): whatever was
+        changed since — a prune, a resurrection, brightness, a pin, a merge, a turn — is
+        taken back.  The chunk and turn objects are the same ones, with their old fields;
+        the snapshot stays usable."""
+        self.table.restore(snapshot.table)
+        self.chunks.restore(snapshot.chunks)
+        self.turns.restore(snapshot.turns)
+        self.held.restore(snapshot.held)
+        self.recalls.clear()
+        for turn_id, chunk_ids in snapshot.recalls.items():
+            self.recalls.put(turn_id, chunk_ids)
+        self._writer.restore(snapshot.writer)
+        self.next_position, self.next_turn_id, self.next_chunk_id = snapshot.counters
+        self.system_prompt, self.system_ids, texts = snapshot.system
+        self.system_texts = list(texts)
+        self.role_names = dict(snapshot.role_names)
+
+    @contextmanager
+    def trial(self) -> Iterator[Conversation]:
+        """Try changes and take them back: inside the block the conversation may be
+        pruned, resurrected, scored and read; when the block ends (normally or by an
+        error) it is as it was before (:meth:`restore`).
+
+        >>> with conv.trial():  # doctest: +SKIP
+        ...     conv.prune_to_fit(500)
+        ...     fits = conv.live_token_count()
+        """
+        saved = self.snapshot()
+        try:
+            yield self
+        finally:
+            self.restore(saved)
 
     # ------------------------------------------------------------------ reading
     def live_input_ids(self) -> np.ndarray:
@@ -180,9 +245,12 @@ class Conversation:
 
     def chunk_texts(self, chunk_id: int) -> list[str]:
         """Token texts of a chunk (loading a long-pruned chunk through the store)."""
-        if chunk_id not in self._texts:
-            self._texts[chunk_id] = pruning.load_pruned(self, [chunk_id])[chunk_id].texts
-        return self._texts[chunk_id]
+        texts = self.held.texts(chunk_id)
+        if texts is None:
+            texts = pruning.load_pruned(self, [chunk_id])[chunk_id].texts
+            self.held.put(chunk_id, texts)
+            texts = self.held.texts(chunk_id)
+        return texts
 
     def chunk_text(self, chunk_id: int) -> str:
         return "".join(self.chunk_texts(chunk_id))
@@ -193,7 +261,7 @@ class Conversation:
         if chunk.live:
             rows = self.chunk_rows(chunk)
             return ChunkTokens(
-                self.table.token_id[rows].copy(), list(self._texts[chunk_id]),
+                self.table.token_id[rows].copy(), list(self.held.texts(chunk_id)),
                 self.table.brightness[rows].copy(),
             )
         return pruning.load_pruned(self, [chunk_id])[chunk_id]
@@ -203,7 +271,7 @@ class Conversation:
         chunk = self.chunks[chunk_id]
         if chunk.live:
             return self.chunk_tokens(chunk_id)
-        return self._pruned_tokens.get(chunk_id)
+        return self.held.pruned(chunk_id)
 
     def start_brightness(self) -> int:
         """Where a new turn's tokens start: the cap ("fail bright") or the live median of

@@ -109,7 +109,7 @@ def take_out(conv, chunks: list[Chunk]) -> list[Chunk]:
     for chunk in pruned:
         rows = conv.chunk_rows(chunk)
         values = table.brightness[rows].copy()
-        conv._pruned_tokens[chunk.id] = ChunkTokens(table.token_id[rows].copy(), conv._texts[chunk.id], values)
+        conv.held.keep_pruned(chunk.id, table.token_id[rows].copy(), values)
         chunk.brightness_at_prune = int(values.max()) if values.size else 0
     table.keep(~np.isin(table.chunk_id, np.fromiter(gone, np.int32, len(gone))))
     for chunk in pruned:
@@ -122,7 +122,8 @@ def take_out(conv, chunks: list[Chunk]) -> list[Chunk]:
 def load_pruned(conv, chunk_ids: Sequence[int]) -> dict[int, ChunkTokens]:
     """The tokens of pruned chunks: those pruned in this session are still held
     (:func:`take_out` kept them), the others come through ``conv.chunk_loader``."""
-    found = {c: conv._pruned_tokens[c] for c in chunk_ids if c in conv._pruned_tokens}
+    held = {c: conv.held.pruned(c) for c in chunk_ids}
+    found = {c: tokens for c, tokens in held.items() if tokens is not None}
     missing = [c for c in chunk_ids if c not in found]
     if missing:
         if conv.chunk_loader is None:
