@@ -43,6 +43,7 @@ from .core.token_table import TokenTable
 from .core.held_tokens import HeldTokens
 from .core.turn_writer import TurnWriter
 from .errors import ConversationError
+from .rules import brightness_rule, prune_order
 from .settings import MAX_BRIGHTNESS, Settings
 
 
@@ -320,8 +321,8 @@ class Conversation:
 
     # ------------------------------------------------------------------ brightness
     def apply_attention(self, attention: np.ndarray) -> None:
-        """One brightness step from one generated token's attention (``brightness_rule``:
-        seed 001's magnitude voting, or a decayed / accumulated attention mass).
+        """One brightness step from one generated token's attention, by the settings'
+        ``brightness_rule`` (:mod:`.rules.brightness_rules`).
 
         ``attention`` covers the whole input (system prefix + live tokens) as sent; its
         length must equal :meth:`live_token_count` at the time the token was produced.
@@ -331,26 +332,9 @@ class Conversation:
             raise bright.AttentionError(
                 f"attention has {attention.size} cells, context has {self.live_token_count()}"
             )
-        threshold = bright.vote_threshold(attention)
-        s = self.settings
-        if s.brightness_rule in ("decay", "mass"):
-            # One fair share of attention is worth 1 while read every step: a token the
-            # model keeps reading at its fair share settles at initial_brightness (decay).
-            half_life = s.brightness_half_life if s.brightness_rule == "decay" else 0
-            unit = s.initial_brightness * (1.0 - 2.0 ** (-1.0 / half_life)) if half_life else 1.0
-            bright.attention_mass(self.table.brightness, attention[n_system:], threshold,
-                                  unit=unit, half_life=half_life, mask=self.scored_mask())
-            return
-        if s.brightness_rule != "vote":
-            raise ConversationError(f"unknown brightness rule {s.brightness_rule!r}")
-        bright.magnitude_vote(
-            self.table.brightness,
-            attention[n_system:],
-            threshold,
-            cap=self.settings.brightness_cap,
-            decay=self.settings.decay_per_step,
-            mask=self.scored_mask(),
-        )
+        rule = brightness_rule(self.settings.brightness_rule)
+        rule.step(self.table.brightness, attention[n_system:], bright.vote_threshold(attention),
+                  self.settings, mask=self.scored_mask())
 
     # ------------------------------------------------------------------ pruning
     def prune_to_fit(
@@ -358,7 +342,7 @@ class Conversation:
         max_tokens: int | None = None,
         *,
         target: int | None = None,
-        by_age: bool = False,
+        order: str | None = None,
         keep_latest_exchange: bool = False,
         keep: frozenset[int] | set[int] = frozenset(),
     ) -> list[Chunk]:
@@ -367,10 +351,10 @@ class Conversation:
         Pruning goes down to ``target``.  Without explicit numbers (the app's path) the
         limit is ``max_context_tokens`` and the target ``prune_hysteresis`` times it, so
         pruning happens in fewer, larger steps: each prune costs the server a re-prefill
-        of everything after the cut.  Chunks are ranked by peak brightness; an anchor
-        pair leaves together, so it is ranked by its brighter member and goes only once
-        both have dimmed.  ``by_age`` ranks oldest-first instead (a server that sends no
-        attention gives brightness no meaning).  ``keep_latest_exchange`` spares the last
+        of everything after the cut.  Chunks go in the settings' ``prune_order``, or in
+        ``order`` when given (a name in :data:`.rules.PRUNE_ORDERS`: the session names
+        one that needs no brightness while nothing measures it); an anchor pair leaves
+        together (:mod:`.core.pruning`).  ``keep_latest_exchange`` spares the last
         user turn and its answer (the app's automatic pruning: what the user just read
         stays, with what was resurrected for that message); ``keep``: chunk ids that stay.
         Returns every chunk pruned (framing included).
@@ -383,9 +367,9 @@ class Conversation:
             goal = limit if target is None else target
         if limit <= 0 or self.live_token_count() <= limit:
             return []
-        by_age = by_age or self.settings.prune_order == "age"
+        rank = prune_order(order or self.settings.prune_order)
         spared = self.turns.last("user") if keep_latest_exchange else None
-        chosen = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared, keep=keep)
+        chosen = pruning.select(self, self.live_token_count() - goal, order=rank, spared=spared, keep=keep)
         return self._prune_chunks(chosen) if chosen else []
 
     def kept_tokens(self) -> int:

@@ -14,6 +14,7 @@ from ..errors import AttentionError
 from ..events import TokenEvent
 from ..memory import room
 from ..memory.resurrection import budget as resurrection_budget
+from ..rules import WITHOUT_BRIGHTNESS
 from ..settings import Settings
 from ..storage.capture import RoundCapture
 from ..tools import notebook
@@ -276,10 +277,11 @@ class ChatSession:
         return self.prunes_for_room or (room.shares_room(self.settings) and self.window_limit() > 0)
 
     @property
-    def prunes_by_age(self) -> bool:
-        """Without attention brightness says nothing about relevance: oldest first then
-        (unless the reader's attention is asked to rank chunks: :attr:`proxy_ranks`)."""
-        return not (self.attention_available or self.proxy_ranks)
+    def prune_order(self) -> str | None:
+        """The prune order in force: None (the settings'), or, while nothing measures
+        brightness, one that needs none (unless the reader's attention is asked to rank
+        chunks: :attr:`proxy_ranks`)."""
+        return None if self.attention_available or self.proxy_ranks else WITHOUT_BRIGHTNESS
 
     # ------------------------------------------------------------------ the answer
     def begin_answer(self, prefix: Iterable[tuple[int, str]] = (), *, role: str = "assistant",
@@ -381,11 +383,11 @@ class ChatSession:
     def prune(self, limit: int | None = None) -> list[Chunk]:
         """Prune to ``limit`` (default: the max-context setting, with hysteresis; pruning
         only for room, the model's window) and save.  Never the exchange the user just read;
-        oldest first when :attr:`prunes_by_age`."""
+        in :attr:`prune_order`."""
         conv = self.conv
         if limit is None and self.prunes_for_room:
             limit = self.window_limit()
-        pruned = conv.prune_to_fit(limit, by_age=self.prunes_by_age, keep_latest_exchange=True)
+        pruned = conv.prune_to_fit(limit, order=self.prune_order, keep_latest_exchange=True)
         if pruned:
             self._save(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")
         return pruned

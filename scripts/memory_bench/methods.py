@@ -203,7 +203,7 @@ def _why(plan, matches, q: QuestionContext):
 
 
 def answer_halo_dry(base: Conversation, matches, q: QuestionContext, planner=make_plan,
-                    budget_cap: int = 0, floor: int | None = None, by_age: bool = False) -> Outcome:
+                    budget_cap: int = 0, floor: int | None = None, order: str | None = None) -> Outcome:
     """:func:`answer_halo` without copying ``base`` (the copy was two thirds of a
     question-time run): recall and tokens read off the plan, which names exactly the
     chunks resurrection makes live (matches, their anchors as planned, their framing).
@@ -220,7 +220,7 @@ def answer_halo_dry(base: Conversation, matches, q: QuestionContext, planner=mak
         return _read_plan(base, plan, matches, q)
     with base.trial():
         made = plan_with_room(base, matches, planner, user_tokens=q.framed_tokens, max_context=q.model_context,
-                              max_new_tokens=q.max_new_tokens, floor=floor, cap=budget_cap, by_age=by_age)
+                              max_new_tokens=q.max_new_tokens, floor=floor, cap=budget_cap, order=order)
         return _read_plan(base, made.plan, matches, q)
 
 
