@@ -9,18 +9,25 @@ Everything that decides what the model sees lives here, Qt-free and without I/O:
   never scored and never pruned.
 * Content is cut into chunks at paragraph / code boundaries (see :mod:`.core.chunking`).  A
   chunk is identified by ``(turn_id, chunk_index, role)``; chunk 0 is the turn's anchor.
-* :meth:`Conversation.apply_attention` runs one magnitude-voting step per generated token.
-* :meth:`Conversation.prune_to_fit` drops the unpinned chunk with the lowest *peak*
-  brightness until the context fits (:mod:`.core.pruning`), with seed 001 §9's anchor
-  protection (:mod:`.core.anchors`: what leaves and comes back together).
+* :meth:`Conversation.apply_attention` runs one step of the settings' brightness rule per
+  generated token (:mod:`.rules.brightness_rules`).
+* :meth:`Conversation.prune_to_fit` drops unpinned chunks in the settings' prune order
+  (:mod:`.rules.prune_orders`: dimmest or oldest first) until the context fits
+  (:mod:`.core.pruning`), with seed 001 §9's anchor protection (:mod:`.core.anchors`:
+  what leaves and comes back together).
 * :meth:`Conversation.resurrect` (:mod:`.core.resurrection`), :meth:`pin`, :meth:`merge_with_next`,
   :meth:`prune_chunk` are the user's and the semantic index's levers.
 * :attr:`Conversation.recalls` says what each user message's search brought back
   (:mod:`.core.recall`); those chunks stay marked until they are pruned.
 
+:meth:`Conversation.trial` (or :meth:`~Conversation.snapshot` and
+:meth:`~Conversation.restore`) tries a change and takes it back exactly: a save that
+failed, a question the memory benchmark asks without keeping its answer.
+
 Only live tokens are held in the columnar :class:`TokenTable`; a pruned chunk's tokens
-move to a per-chunk record, and chunks that were already pruned when the conversation was
-opened are fetched through ``chunk_loader`` (the store) when they come back.  Turns and
+move to a per-chunk record (:class:`~.core.held_tokens.HeldTokens`), and chunks that were
+already pruned when the conversation was opened are fetched through ``chunk_loader`` (the
+store) when they come back.  Turns and
 chunks read from storage stay numpy columns until they are used (:mod:`.core.registry`).
 """
 
