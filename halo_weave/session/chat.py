@@ -229,21 +229,18 @@ class ChatSession:
         """The saving half of :meth:`add_user_message` (safe on a worker thread); the
         message's recall (``conv.recalls``) is saved with it.
 
-        When the save fails, the conversation in memory goes back to what the file holds
-        (the unsaved turn is not left behind to be shown or sent later), then it raises.
+        When the save fails, the conversation in memory goes back to what it was (the
+        unsaved turn is not left behind to be shown or sent later), then it raises.
         """
         conv, store = self.conv, self.store
+        saved = conv.snapshot() if store is not None else None
         turn = conv.add_turn("user", ids, texts, created_at)
         conv.record_recall(turn.turn_id, [c.id for c in recalled])
         if store is not None:
             try:
                 store.save_turn(conv, turn)
             except BaseException:
-                if self.conv is conv:
-                    try:
-                        self.conv = store.load(self.settings, conv.framing)
-                    except Exception:  # noqa: BLE001 - the save error says what to do
-                        pass
+                conv.restore(saved)
                 raise
         return turn
 
