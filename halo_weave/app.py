@@ -21,7 +21,8 @@ step on the right)::
       ├─ a round ending on </tool>: run the call, session.apply_tool_step, next round
       └─ session.finish_turn: save, queue indexing, prune, save; then announce
 
-Here: system prompt, settings, indexing, shutdown.  Conversation files are
+Here: the system prompt (each conversation's own, the settings' for new ones), settings,
+indexing, shutdown.  Conversation files are
 :mod:`halo_weave.ui.conversation_files`, the model server connection
 :mod:`halo_weave.ui.server_link`, the chunk levers :mod:`halo_weave.ui.levers`.
 """
@@ -175,7 +176,7 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         if self.busy:
             self._system_dirty = True
             return
-        prompt = self.settings.effective_system_prompt
+        prompt = session.effective_prompt()
         if session.system_prompt_text() is None:
             return
 
@@ -200,6 +201,24 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         self._system_syncing += 1
         self._set_busy(self.busy, self.busy_reason)
         self._call(tokenize, on_ok=ok, on_fail=fail)
+
+    def set_conversation_prompt(self, prompt: str) -> bool:
+        """Give the open conversation a system prompt of its own (kept in its file; the
+        model reads it from the next message on).  False when it cannot change now."""
+        if self.conv is None or self.store is None:
+            return False
+        if self.busy:
+            self.info.emit("Wait for the answer to finish (or press Esc) before changing the system prompt.")
+            return False
+        if getattr(self.store, "read_only", False):
+            self.info.emit("This conversation is read-only: its system prompt cannot change.")
+            return False
+        if prompt == self.session.conversation_prompt():
+            return True
+        self.session.set_conversation_prompt(prompt)
+        self._prompt_edited = True
+        self._sync_system_prompt()
+        return True
 
     # ------------------------------------------------------------------ the turn
     def input_block_reason(self) -> str:
@@ -248,11 +267,16 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         if new.chat_template != old.chat_template and self.store is not None:
             # A template chosen here belongs to this conversation (and is the default for new ones).
             self.session._save(lambda: self.store.set_meta("chat_template", new.chat_template), "Saving the chat template")
+        if (new.system_prompt != old.system_prompt and self.conv is not None and self.store is not None
+                and not self.conv.turns and not getattr(self.store, "read_only", False)
+                and self.session.conversation_prompt() == old.system_prompt):
+            # The default is for new conversations: an empty one still on it takes the new one.
+            self.session.set_conversation_prompt(new.system_prompt)
         if new.server_url != old.server_url or new.chat_template != old.chat_template or (
                 new.server_context_tokens != old.server_context_tokens):
             self.connect_server(new.server_url)
         elif new.effective_system_prompt != old.effective_system_prompt:
-            self._sync_system_prompt()
+            self._sync_system_prompt()  # the notebook's instructions, or the default just taken
         self._prompt_edited |= new.effective_system_prompt != old.effective_system_prompt  # the open one is kept
         if (new.proxy_attention, new.proxy_pruning) != (old.proxy_attention, old.proxy_pruning):
             self._sync_proxy_ranks()

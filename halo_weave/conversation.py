@@ -13,8 +13,8 @@ Everything that decides what the model sees lives here, Qt-free and without I/O:
   generated token (:mod:`.rules.brightness_rules`).
 * :meth:`Conversation.prune_to_fit` drops unpinned chunks in the settings' prune order
   (:mod:`.rules.prune_orders`: dimmest or oldest first) until the context fits
-  (:mod:`.core.pruning`), with seed 001 §9's anchor protection (:mod:`.core.anchors`:
-  what leaves and comes back together).
+  (:mod:`.core.pruning`), with anchor protection (:mod:`.core.anchors`: what leaves
+  and comes back together).
 * :meth:`Conversation.resurrect` (:mod:`.core.resurrection`), :meth:`pin`, :meth:`merge_with_next`,
   :meth:`prune_chunk` are the user's and the semantic index's levers.
 * :attr:`Conversation.recalls` says what each user message's search brought back
@@ -399,7 +399,7 @@ class Conversation:
 
     # ------------------------------------------------------------------ resurrection
     def anchors_of(self, chunk: Chunk) -> list[Chunk]:
-        """The anchors a chunk comes back with (seed 001 §8): question S0 and answer S0."""
+        """The anchors a chunk comes back with: its question's S0 and its answer's S0."""
         return anchors_of(self, chunk)
 
     def resurrection_cost(self, chunk: Chunk, with_anchors: bool = True) -> int:

@@ -47,12 +47,12 @@ from .errors import (  # noqa: F401 - the client's errors, importable from here 
 )
 from .kobold_stream import GenerationStream, _error_message
 
-#: Seconds allowed to open a connection, and for short calls (the seed's 5 s).
+#: Seconds allowed to open a connection, and for short calls (tokenize, model info): 5 s.
 CONNECT_TIMEOUT_S = 5.0
 TOKENIZE_TIMEOUT_S = 5.0
 
 #: Tokenizing takes time in proportion to the text: a 1M-character paste took 5.5 s on
-#: the bundled server (issue 17), past the fixed 5 s.  The timeout grows by a second per
+#: the bundled server, past the fixed 5 s.  The timeout grows by a second per
 #: this many characters, a margin of ~10x over what was measured.
 TOKENIZE_CHARS_PER_S = 20_000
 #: Seconds a restore may take: without a saved cache it prefills the whole conversation

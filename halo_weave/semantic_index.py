@@ -367,7 +367,7 @@ class SemanticIndex:
                       store=None) -> ResurrectionResult:
         """Search with the user's message and bring the best pruned chunks back in place.
 
-        Budget (seed 001): ``model_max_context - live tokens - user_tokens -
+        Budget (the universal equation): ``model_max_context - live tokens - user_tokens -
         max_new_tokens``, capped by ``resurrection_budget_cap`` when it is > 0.  The
         conversation change and its persistence (``store.save_chunks`` and the
         ``reference_count`` increments) are one transaction.

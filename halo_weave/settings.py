@@ -1,4 +1,4 @@
-"""Every number that means something, in one place, with the seeds' defaults.
+"""Every number that means something, in one place, with its default.
 
 The core modules take a :class:`Settings` (or the few fields they need); the UI
 persists it with QSettings and the benchmarks override fields on the command line.
@@ -24,9 +24,25 @@ from .tools.notebook import TOOL_PROMPT
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 
 
+def with_notes_tool(prompt: str, notes_tool: bool) -> str:
+    """What the model reads for ``prompt``: the notebook's instructions after it while
+    the tool is on."""
+    if not notes_tool:
+        return prompt
+    return f"{prompt.rstrip()}\n\n{TOOL_PROMPT}" if prompt.strip() else TOOL_PROMPT
+
+
+def without_notes_tool(prompt: str) -> str:
+    """``prompt`` without the notebook's instructions at its end (the user's own words)."""
+    kept = prompt.rstrip()
+    tool = TOOL_PROMPT.rstrip()
+    return kept[: -len(tool)].rstrip() if kept.endswith(tool) else prompt
+
+
 @dataclass
 class Settings:
-    """User-tunable behaviour. Defaults follow seed 001 ("Configuration Management")."""
+    """User-tunable behaviour.  The defaults are the measured ones: today's figures are in
+    docs/benchmarks.md, the runs that chose each default in docs/history.md."""
 
     # Generation
     temperature: float = 0.7
@@ -42,8 +58,9 @@ class Settings:
 
     # Context budget and chunking
     max_context_tokens: int = 2000  # prune when over this after an exchange; 0 = never prune
-    # ...down to this fraction of it: fewer, larger prunes (each costs a re-prefill after
-    # the cut); docs/memory-benchmark.md: same recall at 0.75 with 4x fewer prunes.
+    # ...down to this fraction of it: fewer, larger prunes (each moves the server's cache);
+    # same recall at 0.75 with 4x fewer prunes (docs/history.md, the first dev-set run's
+    # "Reading").
     prune_hysteresis: float = 0.75
     min_chunk_tokens: int = 64
 
@@ -53,13 +70,13 @@ class Settings:
     decay_per_step: int = 1
     score_current_turn: bool = True
     highlight_fraction: float = 0.20  # brightest share of tokens highlighted in the heatmap
-    # How attention becomes brightness (halo_weave.rules.brightness_rules): "vote" is seed 001's
-    # magnitude voting (+floor(a / fair share), -1 otherwise, capped); "decay" an
-    # attention mass with a half-life of brightness_half_life generated tokens; "mass"
-    # the plain sum (H2O).  The mass rules have no cap.
-    # docs/memory-benchmark.md (issue 16, conv-30 + conv-26, first 120 turns): "vote"
-    # beats oldest-first on continuation (ΔNLL 0.056 vs 0.069) and recall (0.827 vs 0.821);
-    # "decay" / "mass" recall more (0.912) but continue worse (0.079): defaults unchanged.
+    render_markdown: bool = True  # messages shown rendered as Markdown (False: as typed)
+    # How attention becomes brightness (halo_weave.rules.brightness_rules): "vote" is magnitude
+    # voting (+floor(a / fair share), -1 otherwise, capped); "decay" an attention mass with
+    # a half-life of brightness_half_life generated tokens; "mass" the plain sum (H2O).
+    # The mass rules have no cap.  "vote" continues conversations best; the mass rules
+    # recall more but continue worse (docs/history.md, "continuation fidelity and
+    # brightness rules").
     brightness_rule: str = "vote"
     brightness_half_life: int = 256
     # Where new tokens start: "cap" (initial_brightness, "fail bright") or "median"
@@ -71,28 +88,23 @@ class Settings:
     chunk_rank: str = "peak"
     chunk_rank_k: int = 4
     # What decides pruning: "brightness" (the chunk score above) or "age" (oldest first).
-    # "age" since the whole dev set (docs/memory-benchmark.md, "Issue 16: the dev set on
-    # today's code", stop 20: six conversations whole, P = 1,024, C = 2,048): oldest-first
-    # (fifo-halo) recalls 0.764 at ΔNLL 0.0438, the seed's voting (halo) 0.762 at 0.0444;
-    # no attention rule beat it on both, so brightness colours the heatmap and the
-    # oldest paragraphs go first.
+    # "age": on the LoCoMo dev set no attention rule beat oldest-first on both recall and
+    # continuation, so brightness colours the heatmap and the oldest paragraphs go first
+    # (docs/benchmarks.md, "The memory benchmark": fifo-halo against halo).
     prune_order: str = "age"
     # The most recent live tokens that pruning by brightness leaves alone (H2O's recent
     # window: what the model is about to go on from); older chunks are ranked by their
     # score, and the window's chunks go last, so the limit still holds.  0 = none.
-    # docs/memory-benchmark.md (issue 16, conv-26/30/41, first 120 turns): with "mass"
-    # and "median" (H2O) and a window of half the target, recall 0.858 vs oldest-first's
-    # 0.819 at ΔNLL 0.050 vs 0.052 (voting: 0.819 / 0.047): to confirm on all six.
+    # With "mass" and "median" (H2O) it recalled more than oldest-first on three
+    # conversations' first 120 turns, not yet confirmed on the whole dev set: off
+    # (docs/history.md, "eviction-literature rules (TOVA, SnapKV, H2O)").
     prune_keep_recent: int = 0
-    # When to prune: "after_exchange" (down to max_context_tokens after every exchange,
-    # seed 001) or "for_room" (keep the model's window full of recent context; prune only
-    # when it is full or when resurrection needs room, never giving resurrection more
-    # room than "after_exchange" would: halo_weave.memory.room).  docs/memory-benchmark.md
-    # dev set, all six conversations (stop 22): for room 0.788 recall, 0.475 multi-hop,
-    # ΔNLL -0.001 against 0.782 / 0.460 / 0.001 pruning after every exchange (both
-    # resurrecting on every message): ahead by little, and a chat then costs more
-    # (bench_chat, first 29 messages: median TTFT 0.78 vs 0.51 s, p95 4.6 vs 1.2 s,
-    # 22.9 vs 30.6 tokens/s), so the default stays.
+    # When to prune: "after_exchange" (down to max_context_tokens after every exchange)
+    # or "for_room" (keep the model's window full of recent context; prune only when it is
+    # full or when resurrection needs room, never giving resurrection more room than
+    # "after_exchange" would: halo_weave.memory.room).  "for_room" recalled a little more
+    # but made every message slower in bench_chat, so the default stays
+    # (docs/history.md, "the dev set on today's code, every kind of replay").
     prune_when: str = "after_exchange"
 
     # Semantic resurrection
@@ -102,58 +114,50 @@ class Settings:
     # if the live context held only its newest resurrection_keep_share x max_context_tokens
     # tokens, and when the plan needs it, just enough older live context is pruned (oldest
     # first, or by the prune order; never the latest exchange, a pinned chunk or a match of
-    # this search).  1.0 = off: the room is what pruning after the exchange left.  Issue 16,
-    # stop 29 (docs/memory-benchmark.md, "Room for what a message brings back", six dev
-    # conversations together): 0.5 with query_max_results 30: recall 0.805 -> 0.831,
-    # multi-hop 0.490 -> 0.579, every conversation better on both (0.25: 0.836 / 0.587);
-    # the dev run: 0.831 / 0.579, resurrecting at every message 0.829 / 0.576 at ΔNLL
-    # -0.013 (-0.001 before).
+    # this search).  1.0 = off: the room is what pruning after the exchange left.  0.5 with
+    # query_max_results 30 lifts recall on the dev set, multi-hop most (docs/benchmarks.md,
+    # "The memory benchmark"; the choice of 0.5 in docs/history.md, "room for what a
+    # message brings back").
     # With a roomy window (the model's window well above max_context_tokens) nothing is
     # pruned for it: the plan fits the room the equation leaves.
     resurrection_keep_share: float = 0.5
-    # 20 -> 30 with resurrection_keep_share 0.5 (stop 29, above): the room it makes needs
-    # more candidates to fill (20: 0.824 / 0.527 multi-hop; 40: 0.830 / 0.587).
+    # Search candidates per message: the room resurrection_keep_share makes needs about 30
+    # to fill it (docs/history.md, "room for what a message brings back").
     query_max_results: int = 30
-    # 1.5 (seed 001) -> 1.0: with the recall settings below, no boost recalls more on the
-    # six LoCoMo dev conversations together, 0.748 -> 0.763 (five better, one -0.004;
-    # docs/memory-benchmark.md, "Multi-hop and temporal recall").
+    # Score multiplier for matches the user wrote (1.0 = none): with the recall settings
+    # below, no boost recalls more than 1.5 (docs/history.md, "multi-hop and temporal recall").
     user_similarity_boost: float = 1.0
     # A match scoring below this (cosine blended with BM25, as ranked) never comes back:
     # a message on another subject brings nothing back (see recall_relative_floor below).
     min_similarity: float = 0.3
-    # BM25 blended with the vector score: +0.12 evidence recall on LoCoMo conv-30
-    # (names, places and numbers MiniLM misses), docs/memory-benchmark.md.
+    # BM25 blended with the vector score: finds the names, places and numbers MiniLM
+    # misses (+0.126 recall: docs/history.md, the first dev-set run's "Reading").
     hybrid_search: bool = True
     hybrid_weight: float = 0.3
-    # Issue 16, six dev conversations together (docs/memory-benchmark.md, "Issue 16 part 3
-    # again: BM25 terms"): hybrid_common_share leaves out of BM25 the words found in more
-    # than that share of the entries (the speakers' names; 1.0 = off), hybrid_prefix_stems
-    # searches each word's stem as a prefix ("painted" finds "painting").  Together:
-    # recall 0.763 -> 0.790, multi-hop 0.385 -> 0.454 (no conversation worse).
+    # hybrid_common_share leaves out of BM25 the words found in more than that share of the
+    # entries (the speakers' names; 1.0 = off); hybrid_prefix_stems searches each word's
+    # stem as a prefix ("painted" finds "painting").  Both raise recall, multi-hop most
+    # (docs/history.md, "BM25 terms").
     hybrid_common_share: float = 0.05
     hybrid_prefix_stems: bool = True
-    # Multi-hop and temporal recall (issue 16, halo_weave.memory.query; the figures in
-    # docs/memory-benchmark.md, "Multi-hop and temporal recall", six dev conversations):
-    # date_weight: score added to entries said on a day or month the message names
-    # (0 = off; 0.3: recall 0.692 -> 0.713 alone, better on all six);
+    # Multi-hop and temporal recall (halo_weave.memory.query; the figures in
+    # docs/history.md, "multi-hop and temporal recall"):
+    # date_weight: score added to entries said on a day or month the message names (0 = off);
     # query_split: search the message's parts apart (no gain: off);
     # resurrect_neighbours: each match's neighbouring turns of the same sitting (turns
     # less than session_gap_seconds apart) come right after it;
-    # resurrection_anchors: "always" (seed 001) or "if_room" (paid from what the matches
-    # leave).  Neighbours 1 + anchors if room + dates: 0.692 -> 0.748, better on all six;
-    # with user_similarity_boost 1.0 too: 0.763 (multi-hop 0.357 -> 0.385).
+    # resurrection_anchors: "always" (a match comes back with the question and answer that
+    # open its exchange) or "if_room" (those paid from what the matches leave).
     date_weight: float = 0.3
     query_split: bool = False
     resurrect_neighbours: int = 1
     session_gap_seconds: float = 1800.0
     resurrection_anchors: str = "if_room"
-    # Issue 16, stop 24 (docs/memory-benchmark.md, "Issue 16 part 3, stop 24", six dev
-    # conversations together): query_feedback: that many times the mean vector of the
-    # query's query_feedback_top best matches added to it, normalised, searched again
-    # (Rocchio pseudo-relevance feedback; 0 = off);
-    # neighbour_matches: only the first that many matches bring their neighbouring turns
-    # (0 = every match).  Together, 0.5 / 3 / 4: recall 0.790 -> 0.805, multi-hop 0.452 ->
-    # 0.490, no conversation worse on either (anything from 0.3 to 1.0 and 2 to 5: 0.800-0.805).
+    # query_feedback: that many times the mean vector of the query's query_feedback_top best
+    # matches added to it, normalised, searched again (Rocchio pseudo-relevance feedback;
+    # 0 = off); neighbour_matches: only the first that many matches bring their neighbouring
+    # turns (0 = every match).  Both raise multi-hop recall (docs/history.md,
+    # "pseudo-relevance feedback and neighbours for the best matches").
     query_feedback: float = 0.5
     query_feedback_top: int = 3
     neighbour_matches: int = 4
@@ -167,6 +171,9 @@ class Settings:
     # model's whole window, the cap is what bounds a message that matches everything.
     recall_relative_floor: float = 0.55
     recall_max_chunks: int = 24
+    #: A short copy of what a message recalled goes just before it in the request
+    #: (halo_weave.memory.recall_note): docs/answers.md, answer F1 with and without.
+    recall_note: bool = True
     embedding_max_tokens: int = 256
     embed_wait_seconds: float = 2.0
 
@@ -182,6 +189,8 @@ class Settings:
     chat_template: str = "auto"
     # The model's context on a server that does not say (OpenAI-compatible ones); 0 = assume 2048.
     server_context_tokens: int = 0
+    # The system prompt new conversations start with; each conversation keeps its own in
+    # its file (ChatSession.conversation_prompt).
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     #: Disk the built-in server may fill with conversations' saved KV caches (MiB; the least
     #: recently saved go first; 0 saves none, and reopening a conversation prefills it).
@@ -192,9 +201,8 @@ class Settings:
 
     # Proxy attention, for a server that sends none: the bundled model reads each finished
     # exchange and its attention lights the heatmap.  It drives pruning only when asked:
-    # docs/memory-benchmark.md (whose attention is this reader's: the bundled model,
-    # teacher-forced) found it level with oldest-first (halo 0.564 vs fifo-halo 0.575 and
-    # 0.706 vs 0.702 evidence recall on the LoCoMo dev set).
+    # the memory benchmark, whose attention is this reader's, found pruning by it level with
+    # oldest-first (docs/benchmarks.md, "The memory benchmark").
     proxy_attention: bool = True
     proxy_pruning: bool = False
 
@@ -218,11 +226,9 @@ class Settings:
 
     @property
     def effective_system_prompt(self) -> str:
-        """The system prompt the model reads: the user's, with the notebook tool's
-        instructions after it while the tool is on."""
-        if not self.notes_tool:
-            return self.system_prompt
-        return f"{self.system_prompt.rstrip()}\n\n{TOOL_PROMPT}" if self.system_prompt.strip() else TOOL_PROMPT
+        """The default system prompt as the model reads it: the user's, with the notebook
+        tool's instructions after it while the tool is on."""
+        return with_notes_tool(self.system_prompt, self.notes_tool)
 
     def server_args(self) -> list[str]:
         """Command-line options for the bundled server that follow from these settings."""
@@ -254,7 +260,7 @@ CHOICES: dict[str, tuple[Choice, ...]] = {
     "prune_order": tuple(order.choice for order in PRUNE_ORDERS.values()),
     "prune_when": (
         Choice("after_exchange", "After every exchange (down to the context budget)",
-               "After every answer the context is pruned down to the max context tokens, which "
+               "After every answer the context is pruned back under the context target, which "
                "leaves the rest of the model's window free for what your next message brings back.",
                ""),
         Choice("for_room", "Only when room is needed",

@@ -8,7 +8,7 @@ Layout (see :mod:`halo_weave.storage.schema`): ``turns``, ``chunks`` (metadata o
 recalled: :mod:`.storage.recall_rows`), ``semantic_entries`` +
 ``semantic_fts`` (owned by the semantic index, which uses :attr:`ConversationStore.conn`).
 
-Why a row per chunk rather than DESIGN.md's row per token: measured on this (shared)
+Why a row per chunk rather than a row per token: measured on this (shared)
 2-core machine with 1,000,000 tokens, 30,000 live, reading the live tokens took 75-130 ms
 from a ``tokens(position PK, ...)`` table through a ``(live, position)`` index and 13-18 ms
 from chunk BLOBs, and the file held 38 vs 21 bytes per token; pruning or resurrecting a
@@ -257,13 +257,18 @@ class ConversationStore:
             raise StoreDamaged(self.refusal and str(self.refusal))
 
     # ------------------------------------------------------------------ saving
-    def save_system_prompt(self, conv: Conversation) -> None:
+    def save_system_prompt(self, conv: Conversation, own: str | None = None) -> None:
+        """The system prompt as framed (text, ids, pieces); ``own``: the conversation's own
+        prompt as the user wrote it (meta ``prompt``), saved with it."""
+        values = {
+            "system_prompt": conv.system_prompt,
+            "system_ids": [int(i) for i in conv.system_ids],
+            "system_texts": list(conv.system_texts),
+        }
+        if own is not None:
+            values["prompt"] = own
         with self.transaction():
-            self._put_meta({
-                "system_prompt": conv.system_prompt,
-                "system_ids": [int(i) for i in conv.system_ids],
-                "system_texts": list(conv.system_texts),
-            })
+            self._put_meta(values)
             self._touch()
 
     def save_turn(self, conv: Conversation, turn: Turn) -> None:

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from halo_weave.server import omp  # noqa: E402
 
 omp.configure()  # llama.cpp's threads wait as the server's do (a bounded spin), before it loads
+from halo_weave.memory import recall_note  # noqa: E402
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -50,14 +51,11 @@ from memory_bench.replay import Policy, new_conversation, replay, tokenize_dialo
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo_dev.json"
 RAG_CANDIDATES = 200
-#: Tokens a method with a note keeps for it (the note is cut to fit).
-NOTE_TOKENS = 160
-NOTE_CHUNKS = 4
-NOTE_CHUNK_TOKENS = 40
 #: What the user adds to a question: LoCoMo's gold answers are short phrases.
 ASK = " Answer in a few words."
 
-#: name -> (kind, index settings changed from the app's defaults, note before the question).
+#: name -> (kind, index settings changed from the app's defaults, the recall note before
+#: the question: :mod:`halo_weave.memory.recall_note`, the app's ``recall_note`` setting).
 #: The recall settings before the floors and the cap (what "before" runs, the base of the
 #: variants below, so that their names keep their meaning when a default moves).
 BEFORE = {"min_similarity": 0.0, "recall_relative_floor": 0.0, "recall_max_chunks": 0}
@@ -66,8 +64,8 @@ METHODS: dict[str, tuple[str, dict, bool]] = {
     "oracle": ("oracle", {}, False),  # the evidence turns only: the ceiling
     "fifo": ("fifo", {}, False),  # the most recent whole turns that fit
     "rag": ("rag", {}, False),  # recent P, then plain cosine until the budget is spent
-    "default": ("halo", {}, False),  # the app's defaults
-    "default-note": ("halo", {}, True),  # ... and a short copy of what came back before the question
+    "default": ("halo", {}, True),  # the app's defaults, recall note included
+    "default-nonote": ("halo", {}, False),  # ... without the recall note
     "before": ("halo", BEFORE, False),
     "before-note": ("halo", BEFORE, True),
     # What one message may bring back (settings recall_relative_floor, recall_max_chunks,
@@ -84,10 +82,10 @@ METHODS: dict[str, tuple[str, dict, bool]] = {
     "floor80-cap8-note": ("halo", {**BEFORE, "recall_relative_floor": 0.8, "recall_max_chunks": 8}, True),
     "keep100": ("halo", {**BEFORE, "resurrection_keep_share": 1.0}, False),  # room: what pruning left
 }
-BUNDLED_METHODS = ["oracle", "fifo", "rag", "before", "before-note", "default", "default-note",
+BUNDLED_METHODS = ["oracle", "fifo", "rag", "before", "before-note", "default", "default-nonote",
                    "floor70", "cap12", "floor80-cap8"]
 LARGER_METHODS = ["oracle", "fifo", "default"]
-QUICK_METHODS = ["oracle", "fifo", "rag", "before", "default", "floor80-cap8"]
+QUICK_METHODS = ["oracle", "fifo", "rag", "before", "default", "default-nonote"]
 QUICK_CONVERSATIONS = ["conv-30"]
 
 
@@ -200,34 +198,29 @@ def evidence_turns(prep: Prepared, question) -> set[int]:
 
 
 def finish(conv, prep: Prepared, question, user_text: str, answerer, base_live: set[int],
-           evidence: set[int] | None = None) -> Context:
+           evidence: set[int] | None = None, recalled: list[int] | None = None) -> Context:
     """Add the question as the user's message and read the prompt and its figures
-    (``evidence``: the evidence turns' ids in ``conv``, default the dialogue's)."""
+    (``evidence``: the evidence turns' ids in ``conv``, default the dialogue's);
+    ``recalled`` (best first): what the message recalled, copied in a recall note before
+    it as the app does (None: no note)."""
     evidence = evidence_turns(prep, question) if evidence is None else evidence
     now = {c.id for c in conv.live_chunks()}
-    recalled = [conv.chunks[i] for i in sorted(now - base_live)]
-    content = [c for c in recalled if not c.framing]
-    recalled_tokens = sum(c.token_count for c in recalled)
+    back = [conv.chunks[i] for i in sorted(now - base_live)]
+    content = [c for c in back if not c.framing]
+    recalled_tokens = sum(c.token_count for c in back)
     evidence_tokens = sum(c.token_count for c in content if c.turn_id in evidence)
     live = [t for t in evidence if any(c.live for c in conv.content_chunks(t))]
     recall = len(live) / len(evidence) if evidence else float("nan")
     pieces = answerer.tokenize(user_text) or answerer.tokenize("?")
-    conv.add_turn("user", [int(i) for i, _ in pieces], [t for _, t in pieces])
-    ids = [int(i) for i in conv.live_input_ids()] + list(conv.framing.prefix["assistant"][0])
+    turn = conv.add_turn("user", [int(i) for i, _ in pieces], [t for _, t in pieces])
+    ids = [int(i) for i in conv.live_input_ids()]
+    if recalled is not None:
+        conv.record_recall(turn.turn_id, recalled)
+        note = recall_note.for_message(conv, turn.turn_id)
+        if note is not None:
+            ids = note.insert(ids)
+    ids += list(conv.framing.prefix["assistant"][0])
     return Context(ids, recalled_tokens, evidence_tokens, len(content), recall)
-
-
-def note_text(conv, chunk_ids: list[int], answerer) -> str:
-    """A short copy of what came back, best matches first, for just before the question."""
-    lines = []
-    for cid in chunk_ids[:NOTE_CHUNKS]:
-        texts = conv.chunk_texts(cid)[:NOTE_CHUNK_TOKENS]
-        line = "".join(texts).strip()
-        if line:
-            lines.append("- " + line + ("…" if len(conv.chunk_texts(cid)) > NOTE_CHUNK_TOKENS else ""))
-    if not lines:
-        return ""
-    return "From earlier in our conversation:\n" + "\n".join(lines) + "\n\n"
 
 
 def build_context(method: str, prep: Prepared, question, answerer, settings, args, queries) -> Context:
@@ -267,22 +260,18 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
         return finish(conv, prep, question, message, answerer, base_live)
     index = _index(prep, settings, queries, options)
     matches = index.search(message)
-    reserve = NOTE_TOKENS if with_note else 0
+    reserve = recall_note.NOTE_TOKENS if with_note else 0
     floor = room.floor(index.settings) if room.shares_room(index.settings) else conv.live_token_count()
     made = room.plan_with_room(conv, matches, index.plan, user_tokens=framed + reserve,
                                max_context=args.context, max_new_tokens=args.max_new_tokens,
                                floor=floor, cap=index.settings.resurrection_budget_cap, order="age")
     made.plan.apply(conv, index.settings.resurrection_brightness)
     conv.prune_to_fit(budget - framed - reserve, keep_latest_exchange=True, order="age")
-    text = message
+    recalled = None
     if with_note:
-        order = [cid for cid in made.plan.chunk_ids if cid in conv.chunks and conv.chunks[cid].live]
-        note = note_text(conv, order, answerer)
-        while note and len(answerer.tokenize(note)) > NOTE_TOKENS:
-            order = order[:-1]
-            note = note_text(conv, order, answerer)
-        text = note + message
-    return finish(conv, prep, question, text, answerer, base_live)
+        back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
+        recalled = recall_note.best_first(made.plan, back)
+    return finish(conv, prep, question, message, answerer, base_live, recalled=recalled)
 
 
 def _index(prep: Prepared, settings, queries, options: dict):

@@ -193,7 +193,7 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
         resurrected = []
         if session.can_resurrect():
             resurrected = session.resurrect_for(index, index.search(text), len(pieces))
-        session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
+        session.add_user_message([i for i, _ in pieces], [t for _, t in pieces], recalled=resurrected)
         session.fit_model_window()
         session.begin_answer()
         request = session.generation_request()

@@ -4,7 +4,12 @@ Offscreen (QT_QPA_PLATFORM=offscreen), synthetic conversation built with the cor
 functions (add_turn / begin_turn / append_token / apply_attention), no server.
 
     python scripts/bench_ui.py [--live-tokens 30000] [--tokens 300] [--graveyard 10000]
-                               [--png heatmap.png] [--json]
+                               [--markdown | --raw] [--png heatmap.png] [--json]
+
+``--markdown``: the answers (those already there and the streamed ones) are real Markdown
+(headings, lists, bold and italic, inline code, fenced Python code) and the view renders
+it; ``--raw``: the plain-prose conversation with rendering off (the view as typed).
+Without either: plain prose, rendering on.  The JSON says which (``"markdown"``).
 
 Figures (ms; *_cpu_* are process CPU time, robust to a busy machine, the rest wall):
   first_paint_ms          set_conversation() + the first synchronous paint of the view
@@ -70,7 +75,25 @@ def _paragraph(rng: np.random.Generator, n: int) -> list[str]:
     return texts
 
 
-def synthetic_conversation(live_tokens: int = 30_000, seed: int = 0, settings: Settings | None = None) -> Conversation:
+def _markdown_tokens(rng: np.random.Generator) -> list[str]:
+    """One Markdown answer as model-like tokens: a heading, prose with emphasis and
+    inline code, a list, a fenced Python block, a closing paragraph."""
+    words = _paragraph(rng, int(rng.integers(20, 50)))
+    texts = ["##", " " + WORDS[int(rng.integers(len(WORDS)))].title(), " notes", "\n\n"]
+    texts += words[:8] + [" **", WORDS[int(rng.integers(len(WORDS)))], "**"] + words[8:16]
+    texts += [" `", "prune", "_chunk", "()`"] + words[16:] + ["\n\n"]
+    for item in range(3):
+        texts += ["-", " *", WORDS[int(rng.integers(len(WORDS)))], "*"] + _paragraph(rng, int(rng.integers(5, 12))) + ["\n"]
+    texts += ["\n", "```", "python", "\n"]
+    for line in range(int(rng.integers(3, 8))):
+        texts += ["def", f" step_{line}", "(x", ",", " y", "):", "\n", "    ", "return", " x", " +", " y",
+                  " *", f" {line}", "  ", "# ", WORDS[int(rng.integers(len(WORDS)))], "\n"]
+    texts += ["```", "\n\n"] + _paragraph(rng, int(rng.integers(20, 60)))
+    return texts
+
+
+def synthetic_conversation(live_tokens: int = 30_000, seed: int = 0, settings: Settings | None = None,
+                           markdown: bool = False) -> Conversation:
     """A multi-turn conversation of about ``live_tokens`` live tokens with varied brightness."""
     rng = np.random.default_rng(seed)
     conv = Conversation(settings or Settings(max_context_tokens=0), framing=CHATML)
@@ -81,10 +104,14 @@ def synthetic_conversation(live_tokens: int = 30_000, seed: int = 0, settings: S
     while len(conv.table) < live_tokens:
         role = "user" if turn % 2 == 0 else "assistant"
         texts: list[str] = []
-        for p in range(int(rng.integers(1, 4)) if role == "user" else int(rng.integers(2, 6))):
-            if p:
-                texts.append("\n\n")
-            texts += _paragraph(rng, int(rng.integers(40, 120)))
+        if markdown and role == "assistant":
+            for p in range(int(rng.integers(1, 3))):
+                texts += (["\n\n"] if p else []) + _markdown_tokens(rng)
+        else:
+            for p in range(int(rng.integers(1, 4)) if role == "user" else int(rng.integers(2, 6))):
+                if p:
+                    texts.append("\n\n")
+                texts += _paragraph(rng, int(rng.integers(40, 120)))
         conv.add_turn(role, rng.integers(10, 50_000, len(texts)).tolist(), texts, created_at=now + 30 * turn)
         turn += 1
     table = conv.table
@@ -144,16 +171,26 @@ def random_attention(rng: np.random.Generator, n: int) -> np.ndarray:
     return attention / attention.sum()
 
 
+def _stream_texts(markdown: bool, tokens: int, rng: np.random.Generator) -> list[str]:
+    """What the timed answer streams: prose with a paragraph break every 90 tokens, or
+    Markdown answers one after another."""
+    if not markdown:
+        return ["\n\n" if i % 90 == 89 else (" " if i % 90 else "") + WORDS[i % len(WORDS)] for i in range(tokens)]
+    texts: list[str] = []
+    while len(texts) < tokens:
+        texts += _markdown_tokens(rng) + ["\n\n"]
+    return texts[:tokens]
+
+
 def _time_tokens(app, view, conv: Conversation, rng: np.random.Generator, tokens: int,
-                 attention: Callable[[int, int], np.ndarray]) -> tuple[list[float], list[float], list[float]]:
+                 attention: Callable[[int, int], np.ndarray],
+                 markdown: bool = False) -> tuple[list[float], list[float], list[float]]:
     """Stream ``tokens`` tokens; per token (wall ms of the widget's share, its CPU ms,
     the core's wall ms)."""
     widget_times, widget_cpu, core_times = [], [], []
     conv.begin_turn("assistant")
-    for i in range(tokens):
+    for i, text in enumerate(_stream_texts(markdown, tokens, rng)):
         t0 = time.perf_counter()
-        # Paragraph breaks like a real answer (a few hundred characters each).
-        text = "\n\n" if i % 90 == 89 else (" " if i % 90 else "") + WORDS[i % len(WORDS)]
         conv.append_token(int(rng.integers(10, 50_000)), text)
         conv.apply_attention(attention(i, conv.live_token_count()))
         t1 = time.perf_counter()
@@ -172,14 +209,16 @@ def _time_tokens(app, view, conv: Conversation, rng: np.random.Generator, tokens
     return widget_times, widget_cpu, core_times
 
 
-def bench_heatmap(live_tokens: int, tokens: int, png: str | None) -> dict:
+def bench_heatmap(live_tokens: int, tokens: int, png: str | None, markdown: bool = False,
+                  render: bool = True) -> dict:
     from halo_weave.ui.heatmap import HeatmapView
     from halo_weave.ui.theme import apply_dark_theme
 
     app = QApplication.instance() or QApplication([])
     apply_dark_theme(app)
-    conv = synthetic_conversation(live_tokens)
+    conv = synthetic_conversation(live_tokens, markdown=markdown)
     view = HeatmapView()
+    view.set_markdown(render)
     view.resize(1100, 800)
     view.show()
     app.processEvents()
@@ -198,9 +237,9 @@ def bench_heatmap(live_tokens: int, tokens: int, png: str | None) -> dict:
             focus[:] = rng.integers(0, n, len(focus))
         return realistic_attention(rng, n, focus)
 
-    real_wall, real_cpu, core = _time_tokens(app, view, conv, rng, tokens, realistic)
+    real_wall, real_cpu, core = _time_tokens(app, view, conv, rng, tokens, realistic, markdown)
     rand_wall, rand_cpu, _ = _time_tokens(app, view, conv, rng, tokens,
-                                          lambda i, n: random_attention(rng, n))
+                                          lambda i, n: random_attention(rng, n), markdown)
     full_times = []
     conv.begin_turn("assistant")
     for i in range(min(tokens, 100)):
@@ -220,6 +259,8 @@ def bench_heatmap(live_tokens: int, tokens: int, png: str | None) -> dict:
     if png:
         view.grab().save(png)
     figures = {
+        "markdown": markdown,
+        "rendered": render,
         "live_tokens": len(conv.table),
         "first_paint_ms": _ms(first_paint),
         "first_paint_cpu_ms": _ms(first_paint_cpu),
@@ -314,13 +355,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--live-tokens", type=int, default=30_000)
     parser.add_argument("--tokens", type=int, default=300, help="generated tokens to time")
     parser.add_argument("--graveyard", type=int, default=10_000, help="pruned chunks in the graveyard")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--markdown", action="store_true", help="answers in real Markdown, rendered")
+    mode.add_argument("--raw", action="store_true", help="plain prose with rendering off (as typed)")
     parser.add_argument("--png", help="save a PNG of the heatmap after the run")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)
     QApplication.instance() or QApplication([])
     figures = {"platform": os.environ.get("QT_QPA_PLATFORM"), "cpus": os.cpu_count(),
                "load_average_1min_start": round(os.getloadavg()[0], 2)}
-    figures.update(bench_heatmap(args.live_tokens, args.tokens, args.png))
+    figures.update(bench_heatmap(args.live_tokens, args.tokens, args.png, markdown=args.markdown,
+                                 render=not args.raw))
     figures.update(bench_graveyard(args.graveyard))
     figures["load_average_1min_end"] = round(os.getloadavg()[0], 2)
     figures["process_cpu_s"] = round(time.process_time(), 2)

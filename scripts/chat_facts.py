@@ -257,7 +257,7 @@ def chat(session, index, say) -> tuple[list[dict], list[dict]]:
     for n, (text, fact, kind) in enumerate(messages()):
         pieces = session.tokenize(text)
         recalled = session.resurrect_for(index, index.search(text), len(pieces)) if session.can_resurrect() else []
-        turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
+        turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces], recalled=recalled)
         session.fit_model_window()
         if kind == "fact":
             stated[fact.name] = turn.turn_id
@@ -354,6 +354,8 @@ def main(argv=None) -> int:
                              "assumes 2048 (default 2048)")
     parser.add_argument("--threads", type=int, default=None,
                         help="the server's CPU threads (default: ours decides; llama-cpp-python: every core)")
+    parser.add_argument("--no-recall-note", action="store_true",
+                        help="without the recall note (the setting recall_note off)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -363,6 +365,8 @@ def main(argv=None) -> int:
     changes = {"max_context_tokens": args.target, "sampler_seed": args.seed}
     if args.greedy:
         changes["temperature"] = 0.0
+    if args.no_recall_note:
+        changes["recall_note"] = False
     settings = Settings().replace(**changes)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     before = machine()

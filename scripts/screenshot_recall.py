@@ -2,8 +2,11 @@
 recalled chunk, the graveyard for one pruned since, and the same after reopening.
 
 Starts the bundled attention server (as a fresh install does) with a 700-token target, so
-pruning starts after a few exchanges; types four facts, then unrelated questions, then
-asks about the facts, all through the window; the shots are of the last question.  Run under a real X server to see what a
+pruning starts after a few exchanges; types the chat of ``scripts/chat_facts.py`` (four
+facts, eleven unrelated questions, four questions about the facts) through the window, at
+the app's defaults otherwise; the shots are of the last question.  Each fact question is
+scored as chat_facts scores it: whether the answer holds the fact, and whether the chunk
+stating it was live when the model answered.  Run under a real X server to see what a
 user sees:
 
     xvfb-run -a -s "-screen 0 1400x900x24" python scripts/screenshot_recall.py --out docs/screenshots
@@ -25,24 +28,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-FACTS = [
-    "My cat is called Mochi. She is a grey tabby and she sleeps in cardboard boxes.",
-    "I fly to Lisbon on 3 March, early in the morning, for a week of holidays.",
-    "My sister Ana is a nurse; she works night shifts at the city hospital.",
-    "Here is a small Python function I wrote:\n\n```python\ndef double(x):\n    return 2 * x\n```",
-]
-UNRELATED = [
-    "What is a good way to keep basil alive on a windowsill?",
-    "Explain in two sentences why the sky is blue.",
-    "Suggest a name for a small bakery by the sea.",
-    "How long should I boil an egg for a soft yolk?",
-    "What are three easy stretches for a stiff back?",
-    "Give me a short packing list for a rainy weekend.",
-    "Why do leaves change colour in autumn?",
-    "What is the difference between a violin and a viola?",
-]
-ASKED = ["What is my cat called?"]
-QUESTION = "When do I fly to Lisbon?"
+from chat_facts import FACTS, contains_fact, messages  # noqa: E402
+
+QUESTION = FACTS[-1].asked
 
 
 def main() -> None:
@@ -50,6 +38,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("out/screenshots"))
     parser.add_argument("--server-url")
     parser.add_argument("--max-new-tokens", type=int, default=60)
+    parser.add_argument("--model", default="", help="the built-in server's model (default: the bundled one)")
     parser.add_argument("--target", type=int, default=700, help="max context tokens (the pruning target)")
     parser.add_argument("--size", default="1360x860", help="window size WxH")
     args = parser.parse_args()
@@ -63,7 +52,7 @@ def main() -> None:
     settings = Settings(server_url=args.server_url or Settings().server_url,
                         autostart_server=args.server_url is None, max_new_tokens=args.max_new_tokens,
                         max_context_tokens=args.target, sampler_seed=11,
-                        system_prompt="You are a helpful assistant.")
+                        system_prompt="You are a helpful assistant.", server_model=args.model)
     driver = ShotDriver(settings, home, args.out, tuple(int(v) for v in args.size.split("x")))
     try:
         figures = shoot(driver)
@@ -79,20 +68,50 @@ def shoot(driver) -> dict:
     c, window, wait, shot = driver.controller, driver.window, driver.wait, driver.shot
     view, bar = window.heatmap, window.stats_bar
     driver.connect()
-    for message in FACTS + UNRELATED + ASKED:
-        driver.send(message)
+    scores = []
+
+    def stated_live(fact) -> bool:
+        """Whether the chunk that states ``fact`` is live (asked while the model answers)."""
+        conv = c.conv
+        return any(ch.live for ch in conv.chunks.values() if ch.role == "user"
+                   and fact.marker in conv.chunk_text(ch.id) and fact.asked not in conv.chunk_text(ch.id))
+
+    def score(fact, live: bool) -> None:
+        """The last answer: whether it holds ``fact``; ``live``: whether the context did."""
+        conv = c.conv
+        answer = conv.turns.last("assistant")
+        text = "".join(conv.chunk_text(ch.id) for ch in conv.content_chunks(answer))
+        scores.append({"fact": fact.name, "answer": text.strip()[:200], "answered": contains_fact(text, fact),
+                       "live": live})
+
+    for text, fact, kind in messages()[:-1]:
+        if kind != "question":
+            driver.send(text)
+        else:
+            window.input.setPlainText(text)
+            window.send()
+            wait(lambda: c.generating or not c.busy)
+            live = stated_live(fact)
+            wait(lambda: not c.busy)
+            score(fact, live)
         c.wait_for_indexing(300)
-    fact = next(ch for ch in c.conv.chunks.values() if ch.role == "user" and "Lisbon" in c.conv.chunk_text(ch.id))
+    fact = next(ch for ch in c.conv.chunks.values()
+                if ch.role == "user" and FACTS[-1].marker in c.conv.chunk_text(ch.id))
     figures: dict = {"fact_pruned_before_the_question": not fact.live,
                      "before": [bar.budget_label.text(), bar.recalled_label.text()]}
 
     window.input.setPlainText(QUESTION)
     window.send()
     wait(lambda: c.generating and c.session.streamed >= 12 or not c.busy)
+    live = stated_live(FACTS[-1])
     shot("recall_answering", flush=True)
     figures["answering"] = [bar.budget_label.text(), bar.recalled_label.text(), bar.budget_label.styleSheet(),
                             bar.budget_label.toolTip()]
     wait(lambda: not c.busy)
+    score(FACTS[-1], live)
+    figures["facts"] = scores
+    figures["facts_answered"] = sum(s["answered"] for s in scores)
+    figures["facts_live"] = sum(s["live"] for s in scores)
     view.follower.jump_to_latest()
     shot("recall_answered", flush=True)
     question = c.conv.turns.last("user")

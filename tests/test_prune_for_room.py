@@ -32,6 +32,9 @@ def _model_info(window: int) -> ModelInfo:
 
 
 def _session(embedder, path, prune_when: str, window: int = WINDOW, **changes):  # noqa: F811
+    # The room's arithmetic without a recall note (its 160 tokens are a sixth of this
+    # small window; tests/test_recall_note.py and the first read-ahead test have notes).
+    changes.setdefault("recall_note", False)
     conv = new_conversation(embedder, max_context_tokens=KEEP, prune_hysteresis=1.0,
                             max_new_tokens=NEW_TOKENS, prune_when=prune_when, **changes)
     store = ConversationStore.open(path)
@@ -48,7 +51,7 @@ def _send(session, embedder, question, *answer):  # noqa: F811
     back = []
     if session.can_resurrect():
         back = session.resurrect_for(session.index, session.index.search(question), len(ids))
-    session.add_user_message(ids, texts)
+    session.add_user_message(ids, texts, recalled=back)
     session.fit_model_window()
     session.begin_answer()
     for token_id, piece in zip(*tokenize(embedder, "\n\n".join(answer) + "\n\n")):

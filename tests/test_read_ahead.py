@@ -29,11 +29,11 @@ def test_the_draft_stops_before_a_word_still_being_typed(typed, settled):
 
 
 def test_the_draft_prompt_is_what_enter_sends_and_changes_nothing(embedder, tmp_path):  # noqa: F811
-    # The room as pruning after the exchange leaves it, and 20 candidates (which leave it
-    # a little room): the plan prunes nothing, so the draft is the start of what Enter
-    # sends (a plan that prunes: the next test).
+    # The room as pruning after the exchange leaves it, and 12 candidates (which leave it
+    # room, the recall note's included): the plan prunes nothing, so the draft, recall
+    # note and all, is the start of what Enter sends (a plan that prunes: the next test).
     session, _ = _chat(embedder, tmp_path / "chat.db", "after_exchange", exchanges=12,
-                       resurrection_keep_share=1.0, query_max_results=20)
+                       resurrection_keep_share=1.0, query_max_results=12, recall_note=True)
     conv = session.conv
     boat = next(c for c in conv.graveyard() if "Marigold" in conv.chunk_text(c.id))
     live_before = conv.live_input_ids().tolist()
@@ -54,14 +54,15 @@ def test_the_draft_prompt_is_what_enter_sends_and_changes_nothing(embedder, tmp_
 
     # ... and Enter sends the same prompt, the draft being its start.
     full, texts = tokenize(embedder, BOAT_ASKED)
-    session.resurrect_for(session.index, session.index.search(BOAT_ASKED), len(full))
-    session.add_user_message(full, texts)
+    back = session.resurrect_for(session.index, session.index.search(BOAT_ASKED), len(full))
+    session.add_user_message(full, texts, recalled=back)
     session.fit_model_window()
     session.begin_answer()
     sent = session.generation_request()["input_ids"]
     assert boat.live
     assert len(sent) > len(early) > len(live_before)
     assert sent[:len(early)] == early
+    assert session.recall_note() is not None, "a recall note was part of both"
 
 
 #: Every match the search returns may come back (no absolute or relative floor, no cap).
@@ -112,10 +113,10 @@ def _draft_plans_what_enter_prunes(session, embedder) -> None:  # noqa: F811
     assert any(early[i:i + len(boat_ids)] == boat_ids for i in range(len(early)))
 
     full, texts = tokenize(embedder, BOAT_ASKED)
-    session.resurrect_for(session.index, session.index.search(BOAT_ASKED), len(full))
+    back = session.resurrect_for(session.index, session.index.search(BOAT_ASKED), len(full))
     pruned = live_chunks - {c.id for c in conv.live_chunks()}
     assert pruned, "Enter pruned older context to make room"
-    session.add_user_message(full, texts)
+    session.add_user_message(full, texts, recalled=back)
     session.fit_model_window()
     session.begin_answer()
     sent = session.generation_request()["input_ids"]
@@ -123,9 +124,10 @@ def _draft_plans_what_enter_prunes(session, embedder) -> None:  # noqa: F811
     # pruned besides (the draft, a word shorter, may plan its room to prune a little less):
     # in order, so the server's cache keeps all of it and only drops the rest.
     prefix = [int(i) for i in conv.framing.prefix.get("user", ([], []))[0]]
-    marker = prefix + [int(i) for i in full[:4]]
-    start = max(i for i in range(len(sent)) if sent[i:i + len(marker)] == marker)
-    context, draft_context = sent[:start], early[:len(early) - len(prefix) - len(ids)]
+    def opening(ids):  # where the message's turn opens (its recall note follows)
+        return max(i for i in range(len(ids)) if ids[i:i + len(prefix)] == prefix)
+
+    context, draft_context = sent[:opening(sent)], early[:opening(early)]
     it = iter(draft_context)
     assert all(token in it for token in context), "the sent context is the draft's, less what was pruned"
     framing = 8 * len(pruned)  # a turn left empty takes its framing too; the draft keeps it

@@ -1,4 +1,4 @@
-"""Which chunks leave the context and come back together (seed 001 §8-9).
+"""Which chunks leave the context and come back together.
 
 * The opening chunk (S0) of a user turn and of the answer to it form an anchor pair: it
   is pruned only together, and only when each is the last live chunk of its turn.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .framing import ROLES, Framing
+from .framing import NOTE_WORDS, ROLES, Framing
 
 #: tokenize(text) -> [(token_id, text)]; for :func:`build_framing`, with special-token
 #: strings parsed as specials (a backend's ``tokenize(text, parse_special=True)``).
@@ -103,7 +103,8 @@ def build_framing(tokenize: Tokenize, template: TemplateStrings = CHATML) -> Fra
     for role in ROLES:
         prefix[role] = _split(tokenize(template.prefix_for(role)))
         suffix[role] = _split(tokenize(template.suffix_for(role)))
-    return Framing(prefix=prefix, suffix=suffix)
+    note = {name: _split(tokenize(words)) for name, words in NOTE_WORDS.items()}
+    return Framing(prefix=prefix, suffix=suffix, note=note)
 
 
 def system_text(prompt: str, template: TemplateStrings = CHATML) -> str:

@@ -1,4 +1,4 @@
-"""Where a chunk may end (seed 001 §6).
+"""Where a chunk may end.
 
 A boundary may fall after a paragraph break (``\\n\\n``), after a line that starts with a
 closing brace (the end of a code block) or after a fenced code line (```` ``` ````), but

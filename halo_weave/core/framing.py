@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 ROLES = ("system", "user", "assistant")
+
+#: The words of a recall note (:mod:`halo_weave.memory.recall_note`), tokenized with the
+#: framing: a header, then one line per recalled paragraph.
+NOTE_WORDS = {
+    "header": "From earlier in our conversation:\n",
+    "bullet": "- ",
+    "more": "…",
+    "line": "\n",
+    "end": "\n\n",
+}
 
 
 @dataclass
@@ -14,6 +24,8 @@ class Framing:
 
     prefix: dict[str, tuple[list[int], list[str]]]
     suffix: dict[str, tuple[list[int], list[str]]]
+    #: :data:`NOTE_WORDS` tokenized (empty: no recall note can be written).
+    note: dict[str, tuple[list[int], list[str]]] = field(default_factory=dict)
 
     def wrap(self, role: str, pieces: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
         """``(id, piece)`` pairs of a whole turn: the role's framing around ``pieces``."""

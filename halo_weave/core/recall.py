@@ -3,7 +3,8 @@
 A *recall* is the semantic resurrection done for one user message (the search of its
 text, within the budget); resurrecting a chunk by hand from the graveyard is not one.
 :class:`Recalls` keeps, per user turn, the content chunks that left the graveyard for it
-(anchors that came along included), in position order, for as long as the conversation
+(anchors that came along included), best match first (the order the session gives:
+:func:`~halo_weave.memory.recall_note.best_first`), for as long as the conversation
 exists: the window says under each message what it recalled, even once those chunks are
 pruned again.
 
@@ -22,7 +23,7 @@ from .anchors import framing_of
 
 
 class Recalls:
-    """User turn id -> the chunk ids recalled for that message, in position order."""
+    """User turn id -> the chunk ids recalled for that message, best match first."""
 
     def __init__(self) -> None:
         self._by_turn: dict[int, tuple[int, ...]] = {}
@@ -60,9 +61,10 @@ class Recalls:
 
 
 def record(conv, turn_id: int, chunk_ids: Iterable[int]) -> None:
-    """The message ``turn_id`` recalled ``chunk_ids``: remember them, and mark those live."""
+    """The message ``turn_id`` recalled ``chunk_ids`` (in that order): remember them, and
+    mark those live."""
     ids = [c for c in chunk_ids if c in conv.chunks and not conv.chunks[c].framing]
-    conv.recalls.put(turn_id, sorted(ids, key=lambda c: conv.chunks[c].start))
+    conv.recalls.put(turn_id, ids)
     for chunk_id in ids:
         chunk = conv.chunks[chunk_id]
         if chunk.live:

@@ -1,4 +1,4 @@
-"""What a message searches for, beyond its own text (issue 16, multi-hop and temporal recall).
+"""What a message searches for, beyond its own text (multi-hop and temporal recall).
 
 * :func:`date_spans`: the days and months a message names ("on 8 May, 2023", "in
   December 2023", "October 24, 2023").  Every turn keeps the time it was said

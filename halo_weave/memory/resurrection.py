@@ -1,4 +1,5 @@
-"""Semantic resurrection within a budget (seed 001 §7 "Universal Resurrection Equation", §8).
+"""Semantic resurrection within a budget (the universal equation: the model's window less
+the live tokens, the message and the answer's room).
 
 For each search match, best first, the cost is the tokens that would become live: the
 target and the anchors it comes back with (the question's user S0 and the answer's

@@ -13,9 +13,9 @@ The room resurrection may take is the universal equation with the live context c
 at most a *floor* (:func:`room`): P, what pruning after every exchange would leave, or less
 with ``resurrection_keep_share`` < 1 (the newest share of P).  The share applies pruned
 after every exchange too: a message whose plan does not fit the window then prunes just
-enough older context for it, by the same rule (issue 16, stop 29: on LoCoMo the room of
+enough older context for it, by the same rule (on LoCoMo the room of
 P = 1,024 in C = 2,048 held too few matches for questions whose evidence lies in many
-sittings).  With KV surgery (issue 14) a prune costs no re-prefill, so pruning in small
+sittings).  With KV surgery a prune costs no re-prefill, so pruning in small
 steps is cheap.
 """
 

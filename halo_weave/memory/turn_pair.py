@@ -1,4 +1,4 @@
-"""Turn-pair embedding context (seed 001 §8): what a chunk is embedded *with*.
+"""Turn-pair embedding context: what a chunk is embedded *with*.
 
 We resurrect with conversational context, so we embed with it:
 

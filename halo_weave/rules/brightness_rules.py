@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import ConversationError
 from .choice import Choice
 
-#: The brightness cap of the seed's rule (pinned chunks sit there).
+#: The brightness cap of magnitude voting (pinned chunks sit there).
 MAX_BRIGHTNESS = 10000
 #: Largest score a mass rule keeps (far from int32's limit: sums never overflow).
 MASS_CEILING = 1 << 30
@@ -97,7 +97,7 @@ class BrightnessRule(Protocol):
 
 
 class Vote:
-    """The seed's magnitude voting, capped (:func:`magnitude_vote`)."""
+    """Magnitude voting, capped (:func:`magnitude_vote`)."""
 
     choice = Choice(
         "vote", "Magnitude votes (the seed's rule, capped)",

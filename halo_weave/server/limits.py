@@ -3,7 +3,7 @@
 A request is refused with HTTP 400 naming the field, the limit and what was sent, before
 anything is tokenized or allocated: a 32 MB ``stop_sequence`` used to be tokenized on the
 event loop for 48 s, and an out-of-range ``sampler_seed`` was accepted and then failed
-inside the stream (issue 17).  The numbers are generous for any real client (KoboldAI
+inside the stream.  The numbers are generous for any real client (KoboldAI
 Lite, SillyTavern, the Halo Weave app) and small enough that no field can cost more
 than a fraction of a second.
 """

@@ -1,7 +1,7 @@
 """The vocabulary size of the model a conversation will be used with.
 
-An import checks its token ids against it (issue 17: ids outside the vocabulary made
-every later generation fail).  The connected server reports ``vocab_size`` in
+An import checks its token ids against it (ids outside the vocabulary made every
+later generation fail).  The connected server reports ``vocab_size`` in
 ``/api/v1/model``; without a server, the default bundled model's token list is counted by
 reading only its metadata header (milliseconds; ``gguf.GGUFReader`` parses every tensor record
 and takes seconds).

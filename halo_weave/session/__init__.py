@@ -4,7 +4,7 @@ The app's :class:`~halo_weave.app.TurnController` decides only *when* (threads, 
 signals) and calls these; the crash-safety test's writer (``tests/conversation_writer.py``)
 drives the same methods with a scripted backend, so SIGKILL lands in these saves.
 
-A turn, in order (DESIGN.md)::
+A turn, in order (docs/architecture.md, "The path of one message")::
 
     ids = session.draft_ids(index, matches, pieces)  while the user types (read-ahead,
     backend.prepare(ids)                             :mod:`.read_ahead`; ours only)

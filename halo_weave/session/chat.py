@@ -12,7 +12,7 @@ from ..conversation import Chunk, Conversation, Framing, Turn
 from ..core.stream_clock import StreamClock
 from ..errors import AttentionError
 from ..events import TokenEvent
-from ..memory import room
+from ..memory import recall_note, room
 from ..memory.resurrection import budget as resurrection_budget
 from ..rules import WITHOUT_BRIGHTNESS
 from ..settings import Settings
@@ -81,6 +81,8 @@ class ChatSession:
         self._attention_errors = 0
         self._resumed = False  # the open answer is a Continue of the last one
         self._stop_ids: set[int] = set()
+        #: The recall note the open answer's requests carry (:mod:`halo_weave.memory.recall_note`).
+        self._note: recall_note.RecallNote | None = None
         self.round = 0
         self.capture = RoundCapture()  # "Record attention": one folder per round
 
@@ -136,6 +138,15 @@ class ChatSession:
         """The model's context size in tokens (0 when unknown)."""
         return int(getattr(self.model_info, "max_context", 0) or 0)
 
+    def conversation_prompt(self) -> str:
+        return system_prompt.conversation_prompt(self)
+
+    def effective_prompt(self) -> str:
+        return system_prompt.effective_prompt(self)
+
+    def set_conversation_prompt(self, prompt: str) -> None:
+        system_prompt.set_conversation_prompt(self, prompt)
+
     def system_prompt_text(self) -> str | None:
         return system_prompt.system_prompt_text(self)
 
@@ -161,8 +172,38 @@ class ChatSession:
         return resurrection_budget(self.conv, user_tokens, self.max_context, s.max_new_tokens, s.resurrection_budget_cap)
 
     def resurrect_for(self, index, matches, user_tokens: int) -> list[Chunk]:
-        """Bring back what the search for the message found (see :mod:`.resurrect`)."""
+        """Bring back what the search for the message found (see :mod:`.resurrect`),
+        best match first."""
         return resurrect.resurrect_for(self, index, matches, user_tokens)
+
+    @property
+    def writes_notes(self) -> bool:
+        """Whether answers get recall notes: the setting, and note words in the framing."""
+        framing = self.conv.framing if self.conv is not None else self.framing
+        return bool(self.settings.recall_note and framing is not None and framing.note)
+
+    @property
+    def note_reserve(self) -> int:
+        """Tokens a message's recall plans keep free for its note (0 without notes)."""
+        return recall_note.NOTE_TOKENS if self.writes_notes else 0
+
+    def note_room(self, prompt_tokens: int) -> int:
+        """Tokens a recall note may take beside a prompt of ``prompt_tokens`` (the
+        model's window less the answer; the most a note takes when the window is unknown)."""
+        limit = self.window_limit()
+        return recall_note.NOTE_TOKENS if limit <= 0 else max(0, limit - prompt_tokens)
+
+    def recall_note(self) -> recall_note.RecallNote | None:
+        """The note the open answer's request carries: a copy of what its question
+        recalled, before the question (:mod:`halo_weave.memory.recall_note`)."""
+        conv = self.conv
+        turn = conv.open_turn if conv is not None else None
+        if turn is None or turn.role != "assistant" or not self.writes_notes:
+            return None
+        question = conv.turns.last("user")
+        if question is None or question > turn.turn_id:
+            return None
+        return recall_note.for_message(conv, question, self.note_room(conv.live_token_count()))
 
     def _name_conversation(self) -> None:
         """Tell a server that saves caches per conversation which one its requests are for."""
@@ -251,7 +292,8 @@ class ChatSession:
             self.indexer.queue(conv, [c.id for c in conv.content_chunks(turn.turn_id)])
 
     def fit_model_window(self) -> list[Chunk]:
-        """Never send more than the model can read: prompt + answer within its context."""
+        """Never send more than the model can read: prompt + answer within its context
+        (a recall note takes what room is left: :meth:`note_room`)."""
         limit = self.window_limit()
         return self.prune(limit) if self.conv.live_token_count() > limit > 0 else []
 
@@ -306,8 +348,12 @@ class ChatSession:
         """The next round's request: the live context and the sampler settings."""
         self.round += 1
         s = self.settings
+        ids = [int(i) for i in self.conv.live_input_ids()]
+        self._note = self.recall_note()
+        if self._note is not None:
+            ids = self._note.insert(ids)
         return dict(
-            input_ids=[int(i) for i in self.conv.live_input_ids()],
+            input_ids=ids,
             max_length=s.max_new_tokens,
             temperature=s.temperature,
             top_p=s.top_p,
@@ -331,6 +377,9 @@ class ChatSession:
             return False
         self.clock.token()
         attention = event.attention
+        note = self._note
+        if attention is not None and note is not None and attention.size == conv.live_token_count() + len(note):
+            attention = note.remove(attention)
         if attention is not None:
             self._attention_seen = True
             try:
@@ -364,6 +413,7 @@ class ChatSession:
         if conv is None or conv.open_turn is None:
             return TurnEnd(reason, None)
         turn = conv.end_turn()
+        self._note = None
         before = self.attention_available
         if self.streamed and not self._attention_seen and self.attention_available:
             self.attention_available = False

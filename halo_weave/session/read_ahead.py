@@ -26,6 +26,7 @@ import numpy as np
 
 from ..core.pruning import load_pruned
 from ..core.resurrection import returning
+from ..memory.recall_note import best_first, note_tokens
 from ..memory.room import room_choice
 from ..storage.transfer_document import CACHE_KEY_META
 from .resurrect import room_terms
@@ -54,22 +55,35 @@ def can_read_ahead(session) -> bool:
 def draft_ids(session, index, matches, ids: list[int]) -> list[int]:
     """The prompt a message of token ``ids`` would start with once sent: the live context
     with what :meth:`resurrect_for` would bring back for ``matches`` (the search for the
-    draft, on ``index``), the user turn's opening framing, then ``ids``.
+    draft, on ``index``), the user turn's opening framing, the recall note of what came
+    back (:mod:`halo_weave.memory.recall_note`), then ``ids``.
 
     When the message makes room (:attr:`ChatSession.makes_room`) the chunks its plan would
     prune are left out too (:func:`~halo_weave.memory.room.room_choice`; a turn's framing
     that the prune would also take stays: the sync moves what differs)."""
     conv = session.conv
     chunks, gone = [], []
+    user_tokens = len(ids) + session.note_reserve
+    note: list[int] = []
     if matches and index is not None and index is session.index and session.can_resurrect():
         if session.makes_room:
-            plan, gone, _ = room_choice(conv, matches, index.plan, **room_terms(session, len(ids)))
+            plan, gone, _ = room_choice(conv, matches, index.plan, **room_terms(session, user_tokens))
         else:
-            plan = index.plan(conv, matches, session.resurrection_budget(len(ids)))
+            plan = index.plan(conv, matches, session.resurrection_budget(user_tokens))
         if plan.taken:
             chunks = returning(conv, plan.chunk_ids, plan.with_anchors)
     prefix = conv.framing.prefix.get("user", ([], []))[0]
-    return [*map(int, input_ids_with(conv, chunks, gone)), *map(int, prefix), *map(int, ids)]
+    context = input_ids_with(conv, chunks, gone)
+    if chunks and session.writes_notes:
+        # The note the answer's request will carry (ChatSession.recall_note), in the room
+        # the whole prompt leaves.
+        framing = conv.framing
+        prompt = len(context) + len(prefix) + len(ids) + len(framing.suffix.get("user", ([], []))[0]) \
+            + len(framing.prefix.get("assistant", ([], []))[0])
+        order = best_first(plan, [c for c in chunks if not c.framing])
+        tokens = (conv.chunk_tokens(c) for c in order)
+        note = note_tokens(framing.note, ((t.token_ids, t.texts) for t in tokens), session.note_room(prompt))[0]
+    return [*map(int, context), *map(int, prefix), *note, *map(int, ids)]
 
 
 def input_ids_with(conv, chunks, without=()) -> np.ndarray:

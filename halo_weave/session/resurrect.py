@@ -1,5 +1,5 @@
-"""The user's message brings back what its search found (seed 001 §7-8), within the
-budget: the universal equation, with the live context counted as at most
+"""The user's message brings back what its search found, with each match's anchors,
+within the budget: the universal equation, with the live context counted as at most
 ``resurrection_keep_share`` of the max context (or of the window, pruning only for
 room); just enough older context is pruned first when the plan needs it
 (:mod:`halo_weave.memory.room`).
@@ -11,6 +11,7 @@ the same name calls them.
 from __future__ import annotations
 
 from ..conversation import Chunk
+from ..memory.recall_note import best_first
 from ..memory.resurrection import apply_plan
 from ..memory import room
 from ..memory.room import plan_with_room
@@ -27,14 +28,17 @@ def room_terms(session, user_tokens: int) -> dict:
 
 
 def resurrect_for(session, index, matches, user_tokens: int) -> list[Chunk]:
-    """Bring back what the search for the message found; the content chunks resurrected.
+    """Bring back what the search for the message found; the content chunks resurrected,
+    best match first (:func:`~halo_weave.memory.recall_note.best_first`).
 
     ``index`` is the index the search ran on: results for one closed since are dropped.
+    ``user_tokens``: the message's; the plan keeps room for its recall note too.
     """
     session.last_resurrected = 0
     if index is not session.index or session.store is None or not matches:
         return []
     conv, s = session.conv, session.settings
+    user_tokens += session.note_reserve
     try:
         if session.makes_room:
             # The window less the answer's opening framing: fit_model_window then has
@@ -50,4 +54,5 @@ def resurrect_for(session, index, matches, user_tokens: int) -> list[Chunk]:
         session.report(err, "Resurrecting from memory")
         return []
     session.last_resurrected = len(result.resurrected)
-    return result.resurrected
+    order = best_first(plan, result.resurrected)
+    return [conv.chunks[c] for c in order]

@@ -1,5 +1,10 @@
 """The chat template a session frames with, and the system prompt framed by it.
 
+Each conversation has a system prompt of its own, kept in its file (meta ``prompt``: the
+user's words, without the notebook's instructions, which follow it while the notebook
+tool is on).  A new or imported conversation starts with the settings' default; a file
+written before prompts were per conversation has the one it was last framed with.
+
 Every function takes the :class:`~halo_weave.session.ChatSession` (``session``), whose
 members of the same names call them.
 """
@@ -8,6 +13,10 @@ from __future__ import annotations
 
 from ..core.chat_template import TemplateStrings, detect_template, system_text
 from ..core.framing import Framing
+from ..settings import with_notes_tool, without_notes_tool
+
+#: The conversation file's meta key for its own system prompt.
+PROMPT_KEY = "prompt"
 
 
 def template(session) -> TemplateStrings:
@@ -28,10 +37,37 @@ def template_choice(session) -> str:
     return saved or session.settings.chat_template
 
 
+def conversation_prompt(session) -> str:
+    """The open conversation's own system prompt (see the module docstring)."""
+    saved = None
+    if session.store is not None:
+        try:
+            saved = session.store.get_meta(PROMPT_KEY)
+        except Exception:  # noqa: BLE001 - an unreadable meta row: what the conversation holds
+            saved = None
+    if isinstance(saved, str):
+        return saved
+    conv = session.conv
+    if conv is not None and conv.system_prompt:
+        return without_notes_tool(conv.system_prompt)
+    return session.settings.system_prompt
+
+
+def effective_prompt(session) -> str:
+    """The open conversation's system prompt as the model reads it."""
+    return with_notes_tool(conversation_prompt(session), session.settings.notes_tool)
+
+
+def set_conversation_prompt(session, prompt: str) -> None:
+    """Keep ``prompt`` as the open conversation's own (framed by the next
+    :func:`set_system_prompt`)."""
+    session._save(lambda: session.store.set_meta(PROMPT_KEY, prompt), "Saving the system prompt")
+
+
 def system_prompt_text(session) -> str | None:
     """The framed system text (as the model reads it), or None when the conversation has
     it already."""
-    conv, prompt, chosen = session.conv, session.settings.effective_system_prompt, template(session)
+    conv, prompt, chosen = session.conv, effective_prompt(session), template(session)
     same_template = getattr(conv, "system_template", chosen.name) == chosen.name
     if conv.system_prompt == prompt and same_template and (len(conv.system_ids) > 0 or not prompt.strip()):
         return None
@@ -51,4 +87,5 @@ def set_system_prompt(session, prompt: str, pieces: list[tuple[int, str]]) -> No
     conv = session.conv
     conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
     conv.system_template = template(session).name
-    session._save(lambda: session.store.save_system_prompt(conv), "Saving the system prompt")
+    own = without_notes_tool(prompt)
+    session._save(lambda: session.store.save_system_prompt(conv, own), "Saving the system prompt")

@@ -1,6 +1,6 @@
 """Where import and export may read and write: never a database, never a special file.
 
-Two dangers met in practice (issue 17): an export aimed at a ``.halo.db`` file replaced
+Two dangers met in practice: an export aimed at a ``.halo.db`` file replaced
 the conversation with JSON, and an import of a symlink to ``/dev/zero`` (read until
 MemoryError) or of a FIFO (hung forever).  So:
 

@@ -2,7 +2,7 @@
 
 SQLite's ``integrity_check`` sees damage to its own structure, not to the values inside
 a row: a flipped bit in a chunk's token-lengths BLOB opened without error and showed
-altered text (issue 17: 34 of 60 single-bit flips).  So every row of the tables that
+altered text (34 of 60 single-bit flips, in the hostile-input suite).  So every row of the tables that
 hold the conversation (``chunk_tokens``, ``chunks``, ``turns``, ``meta``, ``tool_data``,
 ``recalls``) has a CRC-32 in ``row_checksums``, kept by triggers that call
 :func:`row_sum` (registered on every connection

@@ -30,10 +30,8 @@ def unmark(conn: sqlite3.Connection, chunks: Iterable[Chunk]) -> None:
 def rewrite_chunk(conn: sqlite3.Connection, conv: Conversation, chunk: Chunk, absorbed: Chunk) -> None:
     """After a merge: ``absorbed``'s rows become ``chunk``'s (see :func:`halo_weave.core.recall.merged`)."""
     conn.executemany("DELETE FROM recalls WHERE chunk_id = ?", [(chunk.id,), (absorbed.id,)])
-    conn.executemany(
-        "INSERT INTO recalls (turn_id, chunk_id, live) VALUES (?, ?, ?)",
-        [(t, chunk.id, int(chunk.recalled_for == t)) for t in conv.recalls.turns_of(chunk.id)],
-    )
+    for turn_id in conv.recalls.turns_of(chunk.id):
+        write(conn, conv, turn_id)  # in the recall's order
 
 
 def delete_turn(conn: sqlite3.Connection, turn_id: int) -> None:
@@ -43,13 +41,13 @@ def delete_turn(conn: sqlite3.Connection, turn_id: int) -> None:
 def load(conn: sqlite3.Connection, conv: Conversation, skip: Sequence[int] = ()) -> None:
     """Put what the file says each message recalled into ``conv`` (rows in ``skip``,
     damaged, are left out).  A row is taken only for a user turn and a chunk that both
-    exist, and a mark only on a live chunk.  Chunk ids follow positions, so the rows come
-    in position order; pruned chunks stay columns (opening a long conversation makes no
+    exist, and a mark only on a live chunk.  Rows are written in the recall's order and
+    read back in it; pruned chunks stay columns (opening a long conversation makes no
     object for them)."""
     left_out = set(skip)
     by_turn: dict[int, list[tuple[int, bool]]] = {}
     for row_id, turn_id, chunk_id, live in conn.execute(
-            "SELECT id, turn_id, chunk_id, live FROM recalls ORDER BY turn_id, chunk_id"):
+            "SELECT id, turn_id, chunk_id, live FROM recalls ORDER BY turn_id, id"):
         if row_id not in left_out:
             by_turn.setdefault(turn_id, []).append((chunk_id, bool(live)))
     for turn_id, rows in by_turn.items():

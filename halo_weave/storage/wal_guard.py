@@ -3,7 +3,7 @@
 In WAL mode a commit lands in ``<file>-wal`` and reaches the database file only at a
 checkpoint.  A sync tool or cleaner that deletes the ``-wal`` while the app runs leaves
 SQLite writing into an unlinked file: every save still reports success, and everything
-since the last checkpoint is gone once the app stops (issue 17: six turns).
+since the last checkpoint is gone once the app stops (six turns, when it was tried).
 
 :class:`WalGuard` remembers the ``-wal`` file's identity (device and inode) and compares
 it before each commit.  When it has vanished or changed, the caller does not commit;

@@ -2,7 +2,7 @@
 
 Python code that walks JSON recursively (validation, diffs, ``json.dumps`` itself)
 raises RecursionError on values nested a few hundred levels deep: a jq program
-writing 600-deep notes crashed ``ToolRunner.run`` that way (issue 17).  Callers check
+writing 600-deep notes crashed ``ToolRunner.run`` that way.  Callers check
 :func:`too_deep` first and refuse the value with words instead.
 """
 

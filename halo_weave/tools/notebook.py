@@ -1,4 +1,4 @@
-"""The model's notebook: jq tool calls inside an answer (seed 001 §12).
+"""The model's notebook: jq tool calls inside an answer.
 
 The model writes ``<tool>jq '<program>' notes.json</tool>`` to read its notes, or
 ``<tool>jq '<program>' notes.json > output</tool>`` to replace them with the program's
@@ -73,7 +73,7 @@ def _now() -> str:
 
 
 def new_notes(now: str | None = None) -> dict:
-    """The notes a conversation starts with (seed 001 §12)."""
+    """The notes a conversation starts with."""
     stamp = now or _now()
     return {
         "_metadata": {

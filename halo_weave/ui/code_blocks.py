@@ -17,6 +17,8 @@ from PySide6.QtWidgets import QPlainTextEdit
 #: Block user state inside a fenced code block (-1 is Qt's "no state") and on its closing fence.
 CODE_STATE = 1
 CLOSE_STATE = 2
+#: States from here on are lines inside a fence as :mod:`.markdown_scan` reads them.
+CODE_BASE = 16
 FENCE = "```"
 #: Background of code lines: a little lighter than the view's base (22, 22, 26).
 CODE_BACKGROUND = QColor(36, 38, 46)
@@ -74,7 +76,7 @@ class CodeBlockHighlighter(QSyntaxHighlighter):
     @staticmethod
     def is_code(state: int) -> bool:
         """Whether a block with this user state is drawn as code."""
-        return state in (CODE_STATE, CLOSE_STATE)
+        return state in (CODE_STATE, CLOSE_STATE) or state >= CODE_BASE
 
 
 def paint_code_backgrounds(view: QPlainTextEdit, painter: QPainter, bounds: QRectF) -> None:

@@ -1,4 +1,4 @@
-"""The heatmap's colour scale (seed 001 §4), quantised into a few brushes.
+"""The heatmap's colour scale, quantised into a few brushes.
 
 Chunk colour follows the chunk's *peak* brightness on a dynamic min→max scale over
 the live chunks: dim olive → medium yellow → bright gold.  The scale is cut into

@@ -2,7 +2,7 @@
 
 Disk full, a read-only folder, a disk I/O error, an unopenable file, MemoryError,
 RecursionError and UnicodeEncodeError all used to reach the user as "Unexpected error"
-and a class name (issue 17).  :func:`explain` recognises them, whichever layer raised
+and a class name.  :func:`explain` recognises them, whichever layer raised
 them (SQLite's ``OperationalError`` text, an ``OSError``'s errno, the store's own
 errors), and says what happened and what the user can do.  The window
 (:func:`~halo_weave.ui.messages.describe`) asks here before giving up.

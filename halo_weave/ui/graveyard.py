@@ -7,7 +7,8 @@ filter works on a lowercase index of every row's meta line and preview, built wh
 filter box is first used: in one call where a bulk ``previews(ids)`` loader is given,
 else in slices of a few milliseconds between events; a filter applied before it is
 complete finishes it first.  The list view uses uniform item sizes; the delegate
-caches each row's elided lines per width, so a scroll frame draws cached strings.  The
+caches each row's elided lines per width, so a scroll frame draws cached strings (until
+the rows are set again).  The
 model and its rows live in :mod:`.graveyard_model` (importable from here too).
 """
 
@@ -46,6 +47,11 @@ class GraveyardDelegate(QStyledItemDelegate):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._lines: dict[tuple[int, int], tuple[QStaticText, QStaticText]] = {}
+
+    def forget(self) -> None:
+        """Drop the cached lines: the rows changed (a chunk id may now stand for another
+        chunk, or the same chunk with another brightness)."""
+        self._lines.clear()
 
     def _line_height(self, option: QStyleOptionViewItem) -> int:
         return QFontMetrics(option.font).height()
@@ -150,7 +156,9 @@ class GraveyardPanel(QWidget):
         self.filter_edit.setClearButtonEnabled(True)
         self._view = _GraveList()
         self._view.setModel(self._model)
-        self._view.setItemDelegate(GraveyardDelegate(self._view))
+        delegate = GraveyardDelegate(self._view)
+        self._view.setItemDelegate(delegate)
+        self._model.modelReset.connect(delegate.forget)
         self._view.setUniformItemSizes(True)
         self._view.setMouseTracking(True)
         self._view.setVerticalScrollMode(QListView.ScrollMode.ScrollPerPixel)

@@ -12,7 +12,8 @@ colour, at most once per frame.  Three layers:
    chunk (peak brightness on the dynamic olive → yellow → gold scale, cyan for tool
    results, grey for the system prompt).  White text becomes exactly that colour while
    the dark background, darker than every scale colour, is left as it is; the
-   highlighted tokens, left out of this layer, stay white, as seed 001 §4 asks.
+   highlighted tokens (the brightest share), left out of this layer, stay white so
+   they stand out.
 
 Token geometry (x range and line of each token) is cached per block, keyed by the
 block's revision and the viewport width, so a brightness change costs only numpy work
@@ -29,10 +30,12 @@ recalled, its links and the marks of recalled chunks, :mod:`.heatmap_recall`.
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, QRectF, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
     QContextMenuEvent,
+    QDesktopServices,
+    QGuiApplication,
     QMouseEvent,
     QPainter,
     QPaintEvent,
@@ -52,6 +55,9 @@ from .heatmap_frame import (
 )
 from . import heatmap_menu
 from .code_blocks import CodeBlockHighlighter
+from .markdown_overlay import Overlay, carry_marked, code_text, collect_overlay, hidden_tokens
+from .markdown_overlay import link_at as markdown_link_at
+from .markdown_view import MarkdownHighlighter
 from .follow import Follower
 from .heatmap_gutter import Gutter, pin_markers
 from .heatmap_layout import DocumentPlan, build_plan
@@ -62,6 +68,11 @@ from .recall_line import MORE
 
 #: Minimum milliseconds between two repaints (one frame at 60 Hz).
 FRAME_MS = 16
+#: Past this many lines a rebuild formats the Markdown on screen first, the rest soon
+#: after (scroll positions can move a little while it does: shorter ones are done whole).
+DEFER_MARKDOWN_LINES = 1500
+#: Milliseconds after a streamed token before the Markdown off screen is formatted on.
+STREAM_HOLD_MS = 250
 #: Lines left above a chunk a recall link shows (its message's label, the line before).
 SHOW_LINES_BEFORE = 2
 
@@ -89,6 +100,8 @@ class HeatmapView(QPlainTextEdit):
     graveyard_requested = Signal(int)
     #: A frame with streamed tokens was done (the window refreshes its stats with it).
     streamed_frame = Signal()
+    #: A Copy button put text on the clipboard ("code" or "message").
+    copied = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -137,8 +150,10 @@ class HeatmapView(QPlainTextEdit):
         self.follower = Follower(self)
         #: What colours the chunks and decides pruning, in words (the window sets it).
         self.scoring_note = ""
-        #: Fenced code in monospace (its background is painted in paintEvent).
-        self._code = CodeBlockHighlighter()
+        #: Markdown rendered in place (:mod:`.markdown_view`), or, showing the raw text,
+        #: fenced code in monospace; code backgrounds are painted in paintEvent.
+        self._code: MarkdownHighlighter | CodeBlockHighlighter = self._new_highlighter(True)
+        self.verticalScrollBar().valueChanged.connect(self._format_scrolled_in)
         #: The chunk a recall link jumped to, outlined for a moment (None: none).
         self.flashed_chunk: int | None = None
         self._flash_timer = QTimer(self)
@@ -146,7 +161,9 @@ class HeatmapView(QPlainTextEdit):
         self._flash_timer.setInterval(FLASH_MS)
         self._flash_timer.timeout.connect(self._end_flash)
         self._expanded: set[int] = set()  # messages whose recall line lists every chunk
+        self._overlay: Overlay | None = None  # the rendered Markdown's part of the frame
         self._pressed_link: tuple[int, int] | None = None
+        self._pressed_url: str | None = None
 
     # ------------------------------------------------------------------ public API
     def set_conversation(self, conv: Conversation | None) -> None:
@@ -160,6 +177,49 @@ class HeatmapView(QPlainTextEdit):
     def conversation(self) -> Conversation | None:
         return self._conv
 
+    @property
+    def markdown(self) -> bool:
+        """Whether messages are shown rendered as Markdown (else as typed)."""
+        return isinstance(self._code, MarkdownHighlighter)
+
+    def set_markdown(self, on: bool) -> None:
+        """Show messages rendered as Markdown, or as typed (the raw text)."""
+        if on == self.markdown:
+            return
+        self._code.setDocument(None)
+        self._code = self._new_highlighter(on)
+        self.rebuild()
+
+    def copy_button_at(self, point: QPoint | QPointF) -> tuple[str, object] | None:
+        """("code", its text) or ("message", turn id) of the Copy button under a viewport
+        point (code blocks and message labels carry one while Markdown is rendered)."""
+        for rect, kind, target in self.copy_buttons():
+            if rect.contains(QPointF(point)):
+                if kind == "code":
+                    return kind, code_text(self, target, self._plan.soft_breaks)
+                return kind, target
+        return None
+
+    def copy_buttons(self) -> list[tuple[QRectF, str, object]]:
+        """The Copy buttons on screen: (viewport rectangle, "code" or "message", the
+        opening fence's block or the message's turn id)."""
+        overlay = self.markdown_overlay()
+        return overlay.buttons if overlay is not None else []
+
+    def markdown_overlay(self) -> Overlay | None:
+        """What the rendered Markdown adds to the current frame (None: shown as typed)."""
+        frame = self._current_frame()
+        if not self.markdown or frame is None:
+            return None
+        key = (frame.key, self._code.generation)
+        if self._overlay is None or self._overlay.key != key:
+            self._overlay = collect_overlay(self, self._plan, key)
+        return self._overlay
+
+    def link_at(self, point: QPoint | QPointF) -> str | None:
+        """The address of the rendered Markdown link under a viewport point, or None."""
+        return markdown_link_at(self, QPointF(point)) if self.markdown else None
+
     def rebuild(self) -> None:
         """Lay out the whole live context again (after prune/resurrect/merge/open)."""
         bar = self.verticalScrollBar()
@@ -170,24 +230,37 @@ class HeatmapView(QPlainTextEdit):
         self._invalidate(full=True)
         if self._conv is None:
             self._plan = DocumentPlan()
+            markdown = False
             self.setPlainText("")
         else:
             self._plan, text = build_plan(self._conv, frozenset(self._expanded))
             attached = self._code.follow(self.document(), text, replaced=True)
-            self.setPlainText(text)
-            if attached:
-                self._code.rehighlight()
+            # A long document: states only now; what is on screen is formatted below.
+            markdown = self.markdown and text.count("\n") > DEFER_MARKDOWN_LINES
+            if markdown:
+                self._code.deferred = True
+            try:
+                self.setPlainText(text)
+                if attached:
+                    self._code.rehighlight()
+            finally:
+                if markdown:
+                    self._code.deferred = False
         if self.follower.following:
             self.follower.scroll_to_end()
         else:
             bar.setValue(min(old_value, bar.maximum()))
             self.follower.content_changed(rebuilt=True)
+        if self._conv is not None and markdown:
+            self._format_on_screen()
         self._schedule()
 
     def append_streamed(self) -> None:
         """New tokens were appended to the open turn: show them, and the brightness their
         attention moved, with the next frame (``streamed_frame`` fires after it)."""
         self._pending_append = True
+        if self.markdown:  # Markdown off screen waits while the answer streams
+            self._code.hold(STREAM_HOLD_MS)
         self._schedule()
 
     def refresh_brightness(self) -> None:
@@ -340,6 +413,7 @@ class HeatmapView(QPlainTextEdit):
             self._rejoin_timer.start()  # the cuts no longer fall where lines wrap
         rect = self.contentsRect()
         self._gutter.setGeometry(QRect(rect.left(), rect.top(), self.gutter_width(), rect.height()))
+        self._format_scrolled_in()  # a taller view shows more blocks
 
     def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)
@@ -358,28 +432,47 @@ class HeatmapView(QPlainTextEdit):
         return mime
 
     def mousePressEvent(self, event: QMouseEvent) -> None:
-        link = self.recall_link_at(event.position()) if event.button() == Qt.MouseButton.LeftButton else None
+        left = event.button() == Qt.MouseButton.LeftButton
+        button = self.copy_button_at(event.position()) if left else None
+        if button is not None:
+            kind, target = button
+            text = target if kind == "code" else self.message_text(int(target))
+            QGuiApplication.clipboard().setText(text)
+            self.copied.emit(kind)
+            return
+        link = self.recall_link_at(event.position()) if left else None
         self._pressed_link = link
+        # A Markdown link opens on release over it; a press may also start a selection.
+        self._pressed_url = self.link_at(event.position()) if left and link is None else None
         if link is None:
             super().mousePressEvent(event)
 
     def mouseReleaseEvent(self, event: QMouseEvent) -> None:
         pressed, self._pressed_link = self._pressed_link, None
+        url, self._pressed_url = self._pressed_url, None
         if pressed is None:
             super().mouseReleaseEvent(event)
+            if url and self.link_at(event.position()) == url and not self.textCursor().hasSelection():
+                QDesktopServices.openUrl(QUrl(url))
         elif self.recall_link_at(event.position()) == pressed:
             self.open_recall_link(*pressed)
 
     def mouseMoveEvent(self, event: QMouseEvent) -> None:
         super().mouseMoveEvent(event)
-        if self._plan.links:
-            over = self.recall_link_at(event.position()) is not None
-            self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if over else Qt.CursorShape.IBeamCursor)
+        point = QPointF(event.position())
+        over = ((self._plan.links and self.recall_link_at(point) is not None)
+                or any(rect.contains(point) for rect, _, _ in self.copy_buttons())
+                or bool(self.link_at(point)))
+        self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if over else Qt.CursorShape.IBeamCursor)
 
     def viewportEvent(self, event: QEvent) -> bool:
         link = self.recall_link_at(event.pos()) if event.type() == QEvent.Type.ToolTip else None
         if link is not None:
             QToolTip.showText(event.globalPos(), heatmap_menu.link_tooltip(self._conv, *link), self.viewport())
+            return True
+        url = self.link_at(event.pos()) if event.type() == QEvent.Type.ToolTip else None
+        if url:
+            QToolTip.showText(event.globalPos(), url, self.viewport())
             return True
         if event.type() == QEvent.Type.ToolTip:
             chunk_id = self.chunk_at(event.pos())
@@ -396,6 +489,33 @@ class HeatmapView(QPlainTextEdit):
         menu.deleteLater()
 
     # ------------------------------------------------------------------ internals
+    def _new_highlighter(self, markdown: bool) -> MarkdownHighlighter | CodeBlockHighlighter:
+        if not markdown:
+            return CodeBlockHighlighter()
+        highlighter = MarkdownHighlighter(lambda: self._plan, self._block_formatted)
+        highlighter.attach(self.document())
+        return highlighter
+
+    def _format_scrolled_in(self) -> None:
+        """Blocks that scrolled into view and still wait for their Markdown: now."""
+        if self.markdown:
+            first = self.firstVisibleBlock().blockNumber()
+            lines = max(self.viewport().height() // max(self.fontMetrics().height(), 1), 1)
+            self._code.format_range(first, first + lines + 1)
+
+    def _format_on_screen(self) -> None:
+        """Format the blocks on screen (and a screen's worth around them) now, the rest
+        soon after: a long conversation opens without waiting for all of its Markdown."""
+        first = self.firstVisibleBlock().blockNumber()
+        lines = max(self.viewport().height() // max(self.fontMetrics().height(), 1), 1)
+        self._code.format_around(max(first - lines, 0), 3 * lines)
+
+    def _block_formatted(self, number: int) -> None:
+        """A block's formats changed (its text may not have): measure its tokens again."""
+        if self._geometry.pop(number, None) is not None:
+            self._frame = None
+            self._keys = None
+
     def _end_flash(self) -> None:
         self.flashed_chunk = None
         self.viewport().update()
@@ -459,7 +579,15 @@ class HeatmapView(QPlainTextEdit):
         if self._keys is None or len(self._keys) != len(frame.token):
             rows = self._plan.rows[frame.token]
             rows = np.minimum(rows, max(len(self._conv.table) - 1, 0))
-            self._keys = colour_keys(self._conv, rows) if len(rows) else np.zeros(0, np.int64)
+            overlay = self.markdown_overlay()
+            hidden = hidden_tokens(overlay) if overlay is not None else np.zeros(0, np.int64)
+            if len(hidden):  # one pass for both: the ranking behind the highlight is costly
+                hidden_rows = np.minimum(self._plan.rows[hidden], max(len(self._conv.table) - 1, 0))
+                both = colour_keys(self._conv, np.concatenate((rows, hidden_rows)))
+                self._keys = both[: len(rows)].copy()
+                carry_marked(overlay, self._plan, frame, self._keys, both[len(rows):])
+            else:
+                self._keys = colour_keys(self._conv, rows) if len(rows) else np.zeros(0, np.int64)
         return self._keys
 
     def _shown_keys(self, tokens: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QPlainTextEdit
 
 from . import colors
 from .code_blocks import paint_code_backgrounds
+from .markdown_overlay import paint_code_spans, paint_over_tint, paint_under_tint
 from .heatmap_recall import paint_flash, paint_links
 from .heatmap_frame import KEY_STRIDE, TOOL_TINT, Frame
 
@@ -79,6 +80,9 @@ class FramePainter:
         painter.fillRect(bounds, viewport.palette().brush(viewport.backgroundRole()))
         if view._code.active:
             paint_code_backgrounds(view, painter, QRectF(bounds))
+        overlay = view.markdown_overlay()
+        if overlay is not None:
+            paint_code_spans(overlay, painter, QRectF(bounds))
         painter.setPen(Qt.PenStyle.NoPen)
         for step, batch in batches(frame, inside[lit], keys_in[lit] // KEY_STRIDE):
             painter.setBrush(self.highlight_brushes[step - 1])
@@ -92,6 +96,8 @@ class FramePainter:
             for rect in rects:
                 QPlainTextEdit.paintEvent(view, QPaintEvent(rect))
         painter = QPainter(viewport)
+        if overlay is not None:
+            paint_under_tint(overlay, painter, QRectF(bounds))
         painter.setPen(Qt.PenStyle.NoPen)
         painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Darken)
         for tint, batch in batches(frame, inside[~lit], keys_in[~lit]):
@@ -104,6 +110,8 @@ class FramePainter:
                     painter.setBrush(color)
                     painter.drawRect(QRectF(x, y, w, h))
         painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
+        if overlay is not None:
+            paint_over_tint(view, overlay, painter, QRectF(bounds))
         paint_links(view, view._plan, painter)
         paint_flash(view, painter, frame, view.flashed_chunk)
         painter.end()

@@ -31,7 +31,8 @@ def append_pending_text(view) -> None:
         return
     document = view.document()
     layout = document.documentLayout()
-    top = view.blockBoundingGeometry(document.lastBlock()).translated(view.contentOffset()).top()
+    grown = document.lastBlock()
+    top = view.blockBoundingGeometry(grown).translated(view.contentOffset()).top()
     # QPlainTextDocumentLayout asks for a repaint of the whole viewport whenever a block
     # changes height (a streamed line wraps); only the last block(s) changed, so hold its
     # signals and repaint from that block down here.
@@ -52,6 +53,12 @@ def append_pending_text(view) -> None:
     viewport.update(0, top, viewport.width(), viewport.height() - top)
     gutter.update(0, top, gutter.width(), viewport.height() - top)
     view.follower.content_changed()
+    # Following the answer scrolls the old pixels up, the grown block's with them: its
+    # rectangle was taller while it was the last (Qt adds the document margin there), so
+    # repaint it where it now is.
+    moved = int(view.blockBoundingGeometry(grown).translated(view.contentOffset()).top())
+    if moved < top:
+        viewport.update(0, max(moved, 0), viewport.width(), top - max(moved, 0))
 
 
 def _cut_streamed_block(view) -> None:
@@ -66,10 +73,12 @@ def _cut_streamed_block(view) -> None:
     if region_of(view._plan, block.position())[0] != "body":
         return
     position = block.position() + layout.lineAt(layout.lineCount() - 1).textStart()
+    # The plan learns of the cut first: the Markdown highlighter, which formats the new
+    # block as it is inserted, reads the cut paragraph as one line.
+    view._plan.soft_break(position)
     cursor = QTextCursor(view.document())
     cursor.setPosition(position)
     cursor.insertBlock()
-    view._plan.soft_break(position)
     view._split_width = view.viewport().width()
 
 

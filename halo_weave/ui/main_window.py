@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 from .answer_bar import AnswerBar, MessageInput
 from .input_actions import IDLE_PLACEHOLDER, InputActions
 from .messages import MessageCenter
-from .stats_bar import TaskProgress
+from .status_widgets import TaskProgress
 from .window_menus import WindowMenus
 
 #: Characters of a chunk shown in the graveyard.
@@ -42,6 +42,10 @@ def app_icon() -> QIcon:
     return QIcon(str(icon_path()))
 
 
+#: The window's size at a first start (later starts restore the last one).
+DEFAULT_SIZE = (1180, 780)
+
+
 class MainWindow(QMainWindow, InputActions):
     """The Halo Weave window around one :class:`TurnController`."""
 
@@ -58,7 +62,7 @@ class MainWindow(QMainWindow, InputActions):
         self.qsettings = qsettings
         self.setWindowTitle("Halo Weave")
         self.setWindowIcon(app_icon())
-        self.resize(1180, 780)
+        self.resize(*DEFAULT_SIZE)
         self.messages = MessageCenter(self)
 
         self.heatmap = HeatmapView()
@@ -330,6 +334,11 @@ class MainWindow(QMainWindow, InputActions):
         record.blockSignals(True)
         record.setChecked(new.record_attention)
         record.blockSignals(False)
+        markdown = self.menus.markdown_action
+        markdown.blockSignals(True)
+        markdown.setChecked(new.render_markdown)
+        markdown.blockSignals(False)
+        self.heatmap.set_markdown(new.render_markdown)
         self.refresh_stats()
 
     # ------------------------------------------------------------------ lifetime

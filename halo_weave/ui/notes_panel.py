@@ -1,7 +1,8 @@
 """The Notes panel: the model's notebook (``notes.json``) of the open conversation.
 
-Read-only: the model changes its notes with jq tool calls (seed 001 §12); the user
-watches them here.  A dock widget so it can sit beside the heatmap, float, or close.
+Read-only: the model changes its notes with jq tool calls
+(:mod:`halo_weave.tools.notebook`); the user watches them here.  A dock widget so it can
+sit beside the heatmap, float, or close.
 """
 
 from __future__ import annotations

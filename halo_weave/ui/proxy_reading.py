@@ -53,7 +53,7 @@ class ProxyReading:
             detail = (f"This server sends no attention. The heatmap shows the attention of {name}, the bundled "
                       f"reader model, reading each finished exchange — not the attention of {served}. "
                       + ("It also ranks chunks for pruning." if self.settings.proxy_pruning else
-                         "Pruning stays oldest-first (Settings → Context)."))
+                         "Pruning stays oldest-first (Settings → Context & memory)."))
             return "reader", f"reader's attention ({name}) · {prune}", detail
         if self._reader_problem:
             return "none", "no attention; the reader failed — pruning oldest-first", (
@@ -68,7 +68,7 @@ class ProxyReading:
         return ("This server sends no attention: the bundled SmolLM2-135M reads each finished exchange "
                 "and its attention lights the heatmap (its attention, not your model's). "
                 + ("It also ranks chunks for pruning." if self.settings.proxy_pruning else
-                   "Pruning stays oldest-first (Settings → Context can change that)."))
+                   "Pruning stays oldest-first (Settings → Context & memory can change that)."))
 
     def brightness_source(self) -> str:
         """:meth:`reader_status`'s source, ``"waiting"`` while the reader has read nothing

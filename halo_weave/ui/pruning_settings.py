@@ -2,14 +2,14 @@
 
 Built from :data:`halo_weave.settings.PRUNING_FIELDS` and :data:`~halo_weave.settings.CHOICES`:
 a rule another module declares there appears here without an edit.  Each choice's
-explanation is its tooltip and is shown under its combo box; a numeric setting (the
-half-life, k) is enabled only while a chosen value uses it.
+explanation is its tooltip and is shown under its combo box, a numeric setting's under
+its box; a numeric setting (the half-life, k) is enabled only while a chosen value uses it.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QComboBox, QFormLayout, QFrame, QGroupBox, QLabel, QScrollArea, QVBoxLayout, QWidget
 
 from ..settings import CHOICES, PRUNING_FIELDS, Settings, choice
 
@@ -33,7 +33,8 @@ def explanation_label() -> QLabel:
 class PruningPage(QWidget):
     """The page; its editors are registered in the dialog's ``editors`` by field name.
 
-    ``explanations[field]`` is the label under a combo box (the chosen value in words).
+    ``explanations[field]`` is the label under each editor (a combo box's: the chosen
+    value in words).
     """
 
     def __init__(self, dialog, settings: Settings) -> None:
@@ -44,28 +45,37 @@ class PruningPage(QWidget):
         form = QFormLayout(group)
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         for name, label, tip in PRUNING_FIELDS:
+            words = self.explanations[name] = explanation_label()
+            editor = dialog._combo(name, getattr(settings, name)) if name in CHOICES else dialog._int(
+                name, getattr(settings, name))
+            field = QWidget()  # the editor with its explanation right below it
+            column = QVBoxLayout(field)
+            column.setContentsMargins(0, 0, 0, 6)
+            column.setSpacing(2)
+            column.addWidget(editor)
+            column.addWidget(words)
+            form.addRow(label, field)
             if name in CHOICES:
-                box = dialog._combo(name, getattr(settings, name))
-                words = self.explanations[name] = explanation_label()
-                field = QWidget()  # the combo with its explanation right below it
-                column = QVBoxLayout(field)
-                column.setContentsMargins(0, 0, 0, 6)
-                column.setSpacing(2)
-                column.addWidget(box)
-                column.addWidget(words)
-                form.addRow(label, field)
-                box.currentIndexChanged.connect(self._sync)
+                editor.currentIndexChanged.connect(self._sync)
             else:
-                editor = dialog._int(name, getattr(settings, name))
+                words.setText(tip)
                 editor.setToolTip(tip)
-                form.addRow(label, editor)
         note = explanation_label()
         note.setText(WHEN_IT_APPLIES)
         note.setObjectName("whenItApplies")
+        # Scrolled: the wrapped explanations take their whole height however short the dialog.
+        inner = QWidget()
+        column = QVBoxLayout(inner)
+        column.addWidget(group)
+        column.addWidget(note)
+        column.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setWidget(inner)
         layout = QVBoxLayout(self)
-        layout.addWidget(group)
-        layout.addWidget(note)
-        layout.addStretch(1)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(scroll)
         self._sync()
 
     def _sync(self) -> None:
@@ -74,6 +84,8 @@ class PruningPage(QWidget):
         used: set[str] = set()
         dependent: set[str] = set()
         for name, words in self.explanations.items():
+            if name not in CHOICES:
+                continue
             box: QComboBox = editors[name]
             chosen = choice(name, box.currentData())
             words.setText(chosen.explanation if chosen else "")

@@ -59,7 +59,11 @@ class ServerFields:
         self.preview.setReadOnly(True)
         self.preview.setMaximumHeight(110)
         form.addRow("Preview", self.preview)
-        form.addRow("", QLabel("Saved with the conversation; applies to the turns that follow."))
+        #: What the choice does, under it (the dialog counts it among its explanations).
+        self.template_note = QLabel("The markers around each message; saved with the conversation, "
+                                    "for the turns after.")
+        self.template_note.setStyleSheet("color: #8c8c91;")
+        form.addRow("", self.template_note)
         self.template.currentIndexChanged.connect(self._show_preview)
         self._show_preview()
 

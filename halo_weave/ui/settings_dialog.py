@@ -20,9 +20,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from ..settings import CHOICES, DEFAULT_SYSTEM_PROMPT, Settings
-from .colors import HIGHLIGHT_LABEL
-from .pruning_settings import PruningPage, set_item_tooltips
+from ..settings import CHOICES, DEFAULT_SYSTEM_PROMPT, Settings, choice
+from .pruning_settings import PruningPage, explanation_label, set_item_tooltips
+from .settings_help import explanation, label as help_label
 from .settings_io import RANGES, settings_problems
 
 
@@ -30,24 +30,31 @@ class SettingsDialog(QDialog):
     """Edit a copy of :class:`Settings`; ``result_settings()`` after ``exec()``.
 
     OK is refused while :meth:`problems` is not empty; the reasons are shown in
-    ``error_label``.  Editors are reachable as ``editors[field_name]`` (tests).
+    ``error_label``.  Editors are reachable as ``editors[field_name]`` (tests), the line
+    under each that explains it as ``explanations[field_name]``.  With
+    ``conversation_prompt`` (the open conversation's system prompt) the System prompt
+    page edits it too: :meth:`conversation_prompt` after ``exec()``.
     """
 
     def __init__(self, settings: Settings, parent: QWidget | None = None, *, api_key: str | None = None,
-                 keyring: bool = True) -> None:
+                 keyring: bool = True, conversation_prompt: str | None = None) -> None:
         super().__init__(parent)
+        self._conversation_prompt = conversation_prompt
         self._api_key, self._keyring = api_key, keyring
         self.server_fields = None
         self.setWindowTitle("Settings")
         self._original = settings
         self.editors: dict[str, QWidget] = {}
+        #: The line under each field that says what it does (by field name).
+        self.explanations: dict[str, QLabel] = {}
         self.tabs = tabs = QTabWidget()
         tabs.addTab(self._generation_page(settings), "Generation")
         tabs.addTab(self._context_page(settings), "Context && memory")
         self.pruning_page = PruningPage(self, settings)
+        self.explanations.update(self.pruning_page.explanations)
         tabs.addTab(self.pruning_page, "What decides pruning")
         tabs.addTab(self._server_page(settings), "Server")
-        tabs.addTab(self._prompt_page(settings), "System prompt")
+        self.prompt_tab = tabs.addTab(self._prompt_page(settings, conversation_prompt), "System prompt")
         self.error_label = QLabel()
         self.error_label.setWordWrap(True)
         self.error_label.setStyleSheet("color: #ff7b72;")
@@ -102,43 +109,69 @@ class SettingsDialog(QDialog):
         self.editors[name] = box
         return box
 
+    def _explained(self, form: QFormLayout, name: str, editor: QWidget, **values: str) -> QLabel:
+        """A row: the field's label, its editor and, right under it, its explanation
+        (:mod:`.settings_help`; a multiple-choice field's explains the chosen value)."""
+        words = explanation_label()
+        words.setWordWrap(False)  # one line: the dialog is as wide as the longest
+        words.setObjectName(f"explain_{name}")
+        field = QWidget()
+        column = QVBoxLayout(field)
+        column.setContentsMargins(0, 0, 0, 4)
+        column.setSpacing(1)
+        column.addWidget(editor)
+        column.addWidget(words)
+        form.addRow(help_label(name), field)
+        self.explanations[name] = words
+        if isinstance(editor, QComboBox) and name in CHOICES:
+            def show() -> None:
+                chosen = choice(name, editor.currentData())
+                words.setText(chosen.explanation if chosen else "")
+            editor.currentIndexChanged.connect(show)
+            show()
+        else:
+            words.setText(explanation(name, **values))
+            editor.setToolTip(words.text())
+        return words
+
     def _generation_page(self, s: Settings) -> QWidget:
         page, form = self._form()
-        form.addRow("Temperature", self._double("temperature", s.temperature, 0.05))
-        form.addRow("Top-p", self._double("top_p", s.top_p, 0.05))
-        form.addRow("Top-k", self._int("top_k", s.top_k, "Off"))
-        form.addRow("Repetition penalty", self._double("rep_pen", s.rep_pen, 0.05))
-        form.addRow("Max new tokens", self._int("max_new_tokens", s.max_new_tokens))
-        form.addRow("Sampler seed", self._int("sampler_seed", s.sampler_seed, "Random"))
+        self._explained(form, "temperature", self._double("temperature", s.temperature, 0.05))
+        self._explained(form, "top_p", self._double("top_p", s.top_p, 0.05))
+        self._explained(form, "top_k", self._int("top_k", s.top_k, "Off"))
+        self._explained(form, "rep_pen", self._double("rep_pen", s.rep_pen, 0.05))
+        longest = self._int("max_new_tokens", s.max_new_tokens)
+        longest.setSuffix(" tokens")
+        self._explained(form, "max_new_tokens", longest)
+        self._explained(form, "sampler_seed", self._int("sampler_seed", s.sampler_seed, "Random"))
         return page
 
     def _context_page(self, s: Settings) -> QWidget:
         page, form = self._form()
-        form.addRow("Max context tokens", self._int("max_context_tokens", s.max_context_tokens, "No pruning"))
-        form.addRow("Min chunk tokens", self._int("min_chunk_tokens", s.min_chunk_tokens))
-        form.addRow("Resurrection budget cap", self._int("resurrection_budget_cap", s.resurrection_budget_cap, "No cap"))
-        keep = self._double("resurrection_keep_share", s.resurrection_keep_share, 0.05)
-        keep.setToolTip("When the model's window is too small for what your message brings back from memory, "
-                        "older context is pruned to make room, beyond this share of the max context tokens "
-                        "(the newest part always stays, and the exchange you just read). 1.00: never; the "
-                        "room is only what pruning after the last answer left.")
-        form.addRow("Recall may replace context beyond the newest (share)", keep)
-        form.addRow("Semantic resurrection brightness",
-                    self._combo("resurrection_brightness", s.resurrection_brightness))
-        share = self._double("highlight_fraction", s.highlight_fraction, 0.05)
-        share.setToolTip("The brightest share of all words the heatmap highlights in yellow "
-                         "(0.20: the brightest fifth; 0: none).")
-        form.addRow(HIGHLIGHT_LABEL, share)
-        form.addRow("", self._check("score_current_turn", s.score_current_turn,
-                                    "Score the turn being generated (its own tokens gain brightness)"))
-        form.addRow("", self._check("hybrid_search", s.hybrid_search,
-                                    "Hybrid search (keywords + meaning; helps with names and numbers)"))
-        form.addRow("Servers without attention", self._check(
-            "proxy_attention", s.proxy_attention,
-            "Let the bundled SmolLM2-135M read each exchange and light the heatmap (its attention, not your model's)"))
-        form.addRow("", self._check(
-            "proxy_pruning", s.proxy_pruning,
-            "…and prune by its attention (off: oldest-first; in our memory benchmark it kept no more than oldest-first)"))
+        target = self._int("max_context_tokens", s.max_context_tokens, "No pruning")
+        target.setSuffix(" tokens")
+        self._explained(form, "max_context_tokens", target, hysteresis=f"{s.prune_hysteresis:.0%}")
+        chunk = self._int("min_chunk_tokens", s.min_chunk_tokens)
+        chunk.setSuffix(" tokens")
+        self._explained(form, "min_chunk_tokens", chunk)
+        cap = self._int("resurrection_budget_cap", s.resurrection_budget_cap, "No cap")
+        cap.setSuffix(" tokens")
+        self._explained(form, "resurrection_budget_cap", cap)
+        self._explained(form, "resurrection_keep_share",
+                        self._double("resurrection_keep_share", s.resurrection_keep_share, 0.05))
+        self._explained(form, "resurrection_brightness",
+                        self._combo("resurrection_brightness", s.resurrection_brightness))
+        self._explained(form, "highlight_fraction", self._double("highlight_fraction", s.highlight_fraction, 0.05))
+        self._explained(form, "score_current_turn", self._check("score_current_turn", s.score_current_turn,
+                                                                "Score the answer being written"))
+        self._explained(form, "hybrid_search", self._check("hybrid_search", s.hybrid_search,
+                                                           "Hybrid search: keywords as well as meaning"))
+        self._explained(form, "recall_note", self._check("recall_note", s.recall_note,
+                                                         "Repeat what a message recalled just before it"))
+        self._explained(form, "proxy_attention", self._check(
+            "proxy_attention", s.proxy_attention, "Let the bundled reader light the heatmap"))
+        self._explained(form, "proxy_pruning", self._check("proxy_pruning", s.proxy_pruning,
+                                                           "…and prune by its attention"))
         return page
 
     def _server_page(self, s: Settings) -> QWidget:
@@ -146,43 +179,53 @@ class SettingsDialog(QDialog):
         url = QLineEdit(s.server_url)
         url.setPlaceholderText("http://127.0.0.1:5001")
         self.editors["server_url"] = url
-        form.addRow("Server URL", url)
+        self._explained(form, "server_url", url)
         from .server_settings import ServerFields
 
         self.server_fields = ServerFields(self, form, url, s, self._api_key, self._keyring)
-        form.addRow("Model context", self._int("server_context_tokens", s.server_context_tokens,
-                                               "As the server says (2048 if it does not)"))
-        form.addRow("Attention format", self._combo("attention_format", s.attention_format))
-        form.addRow("", self._check("autostart_server", s.autostart_server,
-                                    "Start the built-in server when none answers at this URL"))
+        self.explanations["chat_template"] = self.server_fields.template_note
+        window = self._int("server_context_tokens", s.server_context_tokens, "As the server says")
+        window.setSuffix(" tokens")
+        self._explained(form, "server_context_tokens", window)
+        self._explained(form, "attention_format", self._combo("attention_format", s.attention_format))
+        self._explained(form, "autostart_server", self._check("autostart_server", s.autostart_server,
+                                                              "Start the built-in server when none answers"))
         saved = self._int("saved_caches_mb", s.saved_caches_mb, "None: reopening reads the context again")
         saved.setSuffix(" MiB")
-        saved.setToolTip("The built-in server saves each conversation's model cache to disk, so that "
-                         "reopening it answers at once instead of reading the whole context again; "
-                         "the least recently saved go first beyond this size (applies when it starts).")
-        form.addRow("Saved model caches", saved)
-        form.addRow("Debugging", self._check("record_attention", s.record_attention,
-                                             "Record attention of every answer to the captures folder"))
+        self._explained(form, "saved_caches_mb", saved)
+        self._explained(form, "record_attention", self._check("record_attention", s.record_attention,
+                                                              "Record attention of every answer"))
         return page
 
-    def _prompt_page(self, s: Settings) -> QWidget:
+    def _prompt_page(self, s: Settings, conversation_prompt: str | None) -> QWidget:
         page, form = self._form()
+        self.conversation_prompt_edit: QPlainTextEdit | None = None
+        if conversation_prompt is not None:
+            own = QPlainTextEdit(conversation_prompt)
+            own.setTabChangesFocus(True)
+            own.setObjectName("conversationPrompt")
+            self.conversation_prompt_edit = own
+            self._explained(form, "conversation_prompt", own)
         prompt = QPlainTextEdit(s.system_prompt)
         prompt.setTabChangesFocus(True)
         self.editors["system_prompt"] = prompt
-        form.addRow(QLabel("Sent before every conversation turn; never scored or pruned."))
-        form.addRow(prompt)
-        restore = QPushButton("Restore default prompt")
+        self._explained(form, "system_prompt", prompt)
+        restore = QPushButton("Restore the default prompt")
         restore.setToolTip(f"The default prompt: “{DEFAULT_SYSTEM_PROMPT}”")
         restore.clicked.connect(lambda: prompt.setPlainText(DEFAULT_SYSTEM_PROMPT))
         form.addRow("", restore)
-        tool = self._check("notes_tool", s.notes_tool, "Give the model a notebook (notes.json)")
-        tool.setToolTip("The model may keep notes that last the whole conversation, written with jq "
-                        "commands in tool tags (View → Show notes). Its instructions (about 190 tokens) "
-                        "follow the prompt while this is on; small models may repeat them instead of "
-                        "answering.")
-        form.addRow("Tools", tool)
+        self._explained(form, "notes_tool", self._check("notes_tool", s.notes_tool,
+                                                        "Give the model a notebook (notes.json)"))
         return page
+
+    def conversation_prompt(self) -> str | None:
+        """The open conversation's system prompt as edited, or None when the dialog was
+        cancelled, shows no conversation's, or it was left as it was."""
+        edit = self.conversation_prompt_edit
+        if edit is None or self.result() != QDialog.DialogCode.Accepted:
+            return None
+        text = edit.toPlainText()
+        return None if text == self._conversation_prompt else text
 
     # ------------------------------------------------------------------ result
     def current_settings(self) -> Settings:

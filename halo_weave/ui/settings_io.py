@@ -122,13 +122,13 @@ def settings_problems(settings: Settings) -> list[str]:
     if limit > 0:
         if limit <= settings.max_new_tokens:
             problems.append(
-                f"Max context tokens ({limit:,}) must be larger than max new tokens "
-                f"({settings.max_new_tokens:,}) so an answer fits; use 0 for no pruning."
+                f"The context target ({limit:,} tokens) must be larger than the longest answer "
+                f"({settings.max_new_tokens:,} tokens) so an answer fits; use 0 for no pruning."
             )
         if settings.min_chunk_tokens >= limit:
             problems.append(
-                f"Min chunk tokens ({settings.min_chunk_tokens:,}) must be smaller than max "
-                f"context tokens ({limit:,})."
+                f"The smallest chunk ({settings.min_chunk_tokens:,} tokens) must be smaller than the "
+                f"context target ({limit:,} tokens)."
             )
     return problems
 

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QColor, QPainter, QPaintEvent, QResizeEvent
-from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QToolButton, QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QResizeEvent
+from PySide6.QtWidgets import QHBoxLayout, QToolButton, QVBoxLayout, QWidget
 
 from ..settings import Scoring, Settings, scoring_words
 from . import colors
 from .elided import ElidedLabel  # noqa: F401 - also imported from here
+from .status_widgets import ConnectionLight, TaskProgress  # noqa: F401 - TaskProgress: also imported from here
 
 #: Widest the connection detail (model name, loading progress) may get, in pixels.
-CONNECTION_DETAIL_PX = 280
+CONNECTION_DETAIL_PX = 400
+
+#: Characters of room beyond its texts a two-line bar needs before it goes back to one line.
+ONE_LINE_SLACK_CHARS = 8
 
 #: Connection state -> (light colour, words for the tooltip).
 CONNECTION_STATES: dict[str, tuple[tuple[int, int, int], str]] = {
@@ -47,10 +51,10 @@ def budget_words(live: int, limit: int, recalled: int, kept: int, exchange_open:
         lines.append(f"{recalled:,} of them recalled for your messages (violet in the heatmap), "
                      f"{rest:,} the rest of the conversation.")
     if limit <= 0:
-        lines.append("No limit: nothing is pruned (Settings → Context).")
+        lines.append("No context target: nothing is pruned (Settings → Context & memory).")
         return "\n".join(lines)
     lines.append(f"After each answer the context is pruned back under {limit:,} tokens, recalled chunks "
-                 "included (Settings → Context).")
+                 "included (Settings → Context & memory → Context target).")
     if rest > limit and exchange_open:
         lines.append(f"{rest - limit:,} over while this exchange goes on: pruned when the answer ends.")
     elif rest > limit and kept > limit:
@@ -61,39 +65,10 @@ def budget_words(live: int, limit: int, recalled: int, kept: int, exchange_open:
     return "\n".join(lines)
 
 
-class ConnectionLight(QWidget):
-    """A small round light in the colour of the connection state."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._color = QColor(*CONNECTION_STATES["offline"][0])
-
-    def set_color(self, color: QColor) -> None:
-        self._color = QColor(color)
-        self.update()
-
-    def color(self) -> QColor:
-        return QColor(self._color)
-
-    def sizeHint(self) -> QSize:
-        side = self.fontMetrics().height()
-        return QSize(side, side)
-
-    def minimumSizeHint(self) -> QSize:
-        return self.sizeHint()  # counted in the bar's minimum, so the labels' share is right
-
-    def paintEvent(self, event: QPaintEvent) -> None:
-        painter = QPainter(self)
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        side = min(self.width(), self.height()) * 0.6
-        painter.setPen(Qt.PenStyle.NoPen)
-        painter.setBrush(self._color)
-        painter.drawEllipse(self.rect().center().toPointF(), side / 2, side / 2)
-        painter.end()
-
-
 class StatsBar(QWidget):
-    """One line of figures above the heatmap.
+    """The figures above the heatmap: one line where the bar is wide enough for every
+    text whole, else two (the context's figures and the graveyard toggle, then the speed
+    and the connection), each label elided by importance only where even that is short.
 
     Methods: ``update_stats(live_tokens, max_tokens, total_tokens, pruned_chunks,
     mean_brightness, tokens_per_s, recalled_tokens=0, first_token_s=None,
@@ -158,44 +133,111 @@ class StatsBar(QWidget):
         self.graveyard_button.setToolTip("Show or hide the graveyard of pruned chunks")
         self.graveyard_button.toggled.connect(self.graveyard_toggled)
 
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(6, 2, 6, 2)
-        layout.addWidget(self.budget_label)
-        layout.addSpacing(self.fontMetrics().horizontalAdvance(" "))
-        layout.addWidget(self.recalled_label)
-        layout.addSpacing(self.fontMetrics().horizontalAdvance("  "))
-        for widget in (self.totals_label, self.brightness_label, self.speed_label):
-            layout.addWidget(widget)
-            layout.addSpacing(self.fontMetrics().horizontalAdvance("  "))
-        layout.addWidget(self.attention_label)
-        layout.addStretch(1)
-        layout.addWidget(self.connection_light)
-        layout.addWidget(self.connection_label)
-        layout.addWidget(self.graveyard_button)
+        #: The context's figures (first line) and the answer's and server's (second line when
+        #: the bar is too narrow for one: the window's default width is).
+        self._context_row = (self.budget_label, self.recalled_label, self.totals_label, self.brightness_label)
+        self._server_row = (self.speed_label, self.attention_label)
+        self._rows = QVBoxLayout(self)
+        self._rows.setContentsMargins(6, 2, 6, 2)
+        self._rows.setSpacing(2)
+        self._two_lines: bool | None = None  # None until the first arrangement
         self._source = "server"
         self._mean = 0.0
-        #: When the bar is too narrow for every text, the first of these keep theirs longest.
+        #: When a line is too narrow for every text, the first of these keep theirs longest.
         self._by_importance = (self.budget_label, self.recalled_label, self.totals_label, self.brightness_label,
                                self.speed_label, self.attention_label, self.connection_label)
+        self._arrange(False)
         self.update_stats(0, 0, 0, 0, 0.0, None)
         # Until the controller says otherwise it is starting: "Offline" would flash at every start.
         self.set_connection("connecting", "Starting…")
+
+    # ------------------------------------------------------------------ layout
+    def _gap(self) -> int:
+        return self.fontMetrics().horizontalAdvance("  ")
+
+    def _arrange(self, two_lines: bool) -> None:
+        """Lay the widgets out on one line, or on two: the context's figures and the
+        graveyard toggle above, the speed and the connection below."""
+        if two_lines == self._two_lines:
+            return
+        self._two_lines = two_lines
+        while self._rows.count():
+            row = self._rows.takeAt(0).layout()
+            while row is not None and row.count():
+                row.takeAt(0)
+            if row is not None:
+                row.deleteLater()
+        top = QHBoxLayout()
+        top.setSpacing(0)
+        for widget in self._context_row:
+            top.addWidget(widget)
+            top.addSpacing(self._gap())
+        bottom = top
+        if two_lines:
+            top.addStretch(1)
+            top.addWidget(self.graveyard_button)
+            bottom = QHBoxLayout()
+            bottom.setSpacing(0)
+        for widget in self._server_row:
+            bottom.addWidget(widget)
+            bottom.addSpacing(self._gap())
+        bottom.addStretch(1)
+        bottom.addWidget(self.connection_light)
+        bottom.addWidget(self.connection_label)
+        if not two_lines:
+            top.addSpacing(self._gap())
+            top.addWidget(self.graveyard_button)
+        self._rows.addLayout(top)
+        if two_lines:
+            self._rows.addLayout(bottom)
+
+    def _lines(self) -> list[tuple[QWidget, ...]]:
+        """The widgets of each line as arranged now, left to right."""
+        server = self._server_row + (self.connection_light, self.connection_label)
+        if self._two_lines:
+            return [self._context_row + (self.graveyard_button,), server]
+        return [self._context_row + server + (self.graveyard_button,)]
+
+    def _width_for(self, widgets, hint) -> int:
+        """Width of one line of ``widgets`` at each shown one's ``hint`` width (the gaps
+        after hidden ones stay in the layout, so they count)."""
+        margins = self._rows.contentsMargins()
+        return (sum(hint(w).width() for w in widgets if not w.isHidden()) + self._gap() * len(widgets)
+                + margins.left() + margins.right())
+
+    def one_line_width(self) -> int:
+        """Width the bar needs to show every text whole on one line."""
+        return self._width_for(self._context_row + self._server_row
+                               + (self.connection_light, self.connection_label, self.graveyard_button),
+                               lambda w: w.sizeHint())
+
+    def is_two_lines(self) -> bool:
+        """Whether the bar is too narrow for one line and shows two."""
+        return bool(self._two_lines)
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt API
         super().resizeEvent(event)
         self._fit_labels()
 
     def _fit_labels(self) -> None:
-        """Share the width beyond the bar's minimum out by importance: each label in turn
-        gets the room for its whole text while there is some, the rest elide."""
-        spare = self.width() - self.minimumSizeHint().width()
-        for label in self._by_importance:
-            if label.isHidden():
-                continue
-            least = label.minimumSizeHint().width()
-            extra = max(0, min(spare, label.sizeHint().width() - least))
-            spare -= extra
-            label.setMaximumWidth(least + extra)
+        """One line where every text fits whole, else two; then on each line share the
+        width beyond its minimum out by importance: each label in turn gets the room for
+        its whole text while there is some, the rest elide."""
+        needed = self.one_line_width()
+        if self._two_lines:
+            # Back to one line only with room to spare: a speed that gains a digit while an
+            # answer streams must not make the heatmap jump a line up and down.
+            needed += self.fontMetrics().averageCharWidth() * ONE_LINE_SLACK_CHARS
+        self._arrange(self.width() < needed)
+        for line in self._lines():
+            spare = self.width() - self._width_for(line, lambda w: w.minimumSizeHint())
+            for label in self._by_importance:
+                if label not in line or label.isHidden():
+                    continue
+                least = label.minimumSizeHint().width()
+                extra = max(0, min(spare, label.sizeHint().width() - least))
+                spare -= extra
+                label.setMaximumWidth(least + extra)
 
     def update_stats(
         self,
@@ -324,27 +366,3 @@ class StatsBar(QWidget):
         self.graveyard_button.blockSignals(True)
         self.graveyard_button.setChecked(open_)
         self.graveyard_button.blockSignals(False)
-
-
-class TaskProgress(QProgressBar):
-    """The status bar's progress of a long task (loading, re-indexing)."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setMaximumWidth(220)
-        self.setTextVisible(True)
-        self.hide()
-
-    def show_progress(self, what: str, done: int, total: int) -> None:
-        """``total`` 0: indeterminate; ``done`` >= ``total``: finished (hidden)."""
-        if total <= 0:
-            self.setRange(0, 0)
-            self.setFormat(what)
-            self.show()
-        elif done >= total:
-            self.hide()
-        else:
-            self.setRange(0, total)
-            self.setValue(done)
-            self.setFormat(f"{what} %v/%m")
-            self.show()

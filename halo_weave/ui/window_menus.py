@@ -56,6 +56,8 @@ class WindowMenus:
                                            lambda: c.show_answer_version(-1), "Alt+Left")
         self.next_version_action = add(chat, "&Next version of the answer",
                                        lambda: c.show_answer_version(1), "Alt+Right")
+        self.prompt_action = add(chat, "System &prompt…", lambda: self.open_settings("prompt"), None,
+                                 "This conversation's system prompt, and the one new conversations start with")
         chat.addSeparator()
         self.graveyard_action = add(chat, "Show &graveyard",
                                     lambda: window.set_graveyard_visible(not window.graveyard.isVisible()), "Ctrl+G")
@@ -74,6 +76,12 @@ class WindowMenus:
         self.notes_action.setShortcut(QKeySequence("Ctrl+Shift+N"))
         self.notes_action.setStatusTip("The model's notebook (notes.json) of this conversation, read-only")
         view.addAction(self.notes_action)
+        self.markdown_action = add(view, "Render &Markdown", self.toggle_markdown, "Ctrl+Shift+M",
+                                   "Show messages rendered (headings, bold, code with colours); "
+                                   "off: as typed, Markdown marks included")
+        self.markdown_action.setCheckable(True)
+        self.markdown_action.setChecked(c.settings.render_markdown)
+        window.heatmap.set_markdown(c.settings.render_markdown)
         view.addSeparator()
         self.record_action = add(view, "&Record attention", self.toggle_recording, None,
                                  "Write every token's attention to the captures folder "
@@ -123,14 +131,19 @@ class WindowMenus:
         if path:
             self.controller.import_json(Path(path))
 
-    def open_settings(self) -> None:
+    def open_settings(self, page: str = "") -> None:
+        """File → Settings; ``page="prompt"`` opens it at the system prompts."""
         from ..backends.api_keys import get_key, keyring_available, set_key
         from .settings_dialog import SettingsDialog
 
         window, controller = self.window, self.controller
         url = controller.settings.server_url
         old_key = get_key(url) or ""
-        dialog = SettingsDialog(controller.settings, window, api_key=old_key, keyring=keyring_available())
+        own = controller.session.conversation_prompt() if controller.conv is not None else None
+        dialog = SettingsDialog(controller.settings, window, api_key=old_key, keyring=keyring_available(),
+                                conversation_prompt=own)
+        if page == "prompt":
+            dialog.tabs.setCurrentIndex(dialog.prompt_tab)
         if dialog.exec():
             new = dialog.result_settings()
             fields = dialog.server_fields
@@ -141,8 +154,14 @@ class WindowMenus:
                 if new.server_url == url:
                     controller.connect_server()  # the new key takes effect now
             window.apply_settings(new)
+            prompt = dialog.conversation_prompt()
+            if prompt is not None:
+                controller.set_conversation_prompt(prompt)
 
     # ------------------------------------------------------------------ attention capture
+    def toggle_markdown(self, on: bool) -> None:
+        self.window.apply_settings(self.controller.settings.replace(render_markdown=bool(on)))
+
     def toggle_recording(self, on: bool) -> None:
         window = self.window
         window.apply_settings(self.controller.settings.replace(record_attention=bool(on)))

@@ -270,3 +270,45 @@ def _snapshot(conv):
         [conv.chunk_text(c.id) for c in conv.live_chunks()],
         conv.system_prompt, conv.next_position,
     )
+
+
+def test_each_conversation_keeps_the_system_prompt_given_it_in_chat_system_prompt(make_app, qtbot):
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication, QDialogButtonBox
+
+    from halo_weave.ui.settings_dialog import SettingsDialog
+
+    app = make_app().start()
+    controller, window = app.controller, app.window
+    app.say("Hello!")
+    done = []
+
+    def drive() -> None:
+        dialog = QApplication.activeModalWidget()
+        if not isinstance(dialog, SettingsDialog):
+            return  # no dialog: `done` stays empty and the test fails below
+        try:
+            assert dialog.tabs.currentIndex() == dialog.prompt_tab, "it opens at the system prompts"
+            own = dialog.conversation_prompt_edit
+            assert own.toPlainText() == SHORT_SYSTEM_PROMPT
+            own.setPlainText("You answer in French.")
+            ok = dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.StandardButton.Ok)
+            qtbot.mouseClick(ok, Qt.MouseButton.LeftButton)
+            done.append(dialog.result())
+        finally:
+            if dialog.isVisible():  # never leave a modal dialog waiting for a user
+                dialog.reject()
+
+    QTimer.singleShot(200, drive)
+    window.menus.prompt_action.trigger()
+    assert done == [SettingsDialog.DialogCode.Accepted]
+    qtbot.waitUntil(lambda: app.conv.system_prompt == "You answer in French.", timeout=10_000)
+    assert controller.settings.system_prompt == SHORT_SYSTEM_PROMPT, "the default for new ones is unchanged"
+    french = controller.path
+    # A new conversation starts with the default; the first keeps its own when reopened.
+    controller.new_conversation()
+    qtbot.waitUntil(lambda: app.conv.system_prompt == SHORT_SYSTEM_PROMPT, timeout=10_000)
+    assert controller.open_conversation(french)
+    qtbot.waitUntil(lambda: not controller.input_block_reason(), timeout=CONNECT_TIMEOUT_MS)
+    assert app.conv.system_prompt == "You answer in French."
+    assert "You answer in French." in window.heatmap.toPlainText()

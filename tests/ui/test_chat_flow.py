@@ -12,6 +12,9 @@ from test_app import TURN_TIMEOUT_MS, make_app  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
 
+#: The stats bar's colour for a context over its limit.
+ORANGE = "#e6b450"
+
 LONG_TOPIC = "Tell me a long story about a lighthouse keeper and the sea, in many paragraphs."
 
 
@@ -89,6 +92,21 @@ def test_continue_extends_a_cut_answer_in_the_same_turn(make_app, qtbot):
     with ConversationStore.open(app.controller.path or conv_path(app), create=False) as store:
         saved = store.load(app.controller.settings)
         assert _answer(saved, answer_id) == after and saved.turns[answer_id].complete
+
+
+def test_after_a_continue_the_context_is_back_under_its_limit(make_app, qtbot):
+    app = make_app(max_new_tokens=24, max_context_tokens=130).start()
+    controller, bar = app.controller, app.window.stats_bar
+    for question in ("Tell me about the sea.", "Tell me about the moon.", "Tell me a long story about a dragon."):
+        app.say(question)
+    pruned = len(app.conv.graveyard())
+    assert _press(app, qtbot, app.window.answer_bar.continue_button) in ("stop", "length")
+    assert controller.session.streamed > 0, "the answer went on"
+    live = app.conv.live_token_count() - app.conv.recalled_tokens()
+    assert live <= 130 or live <= app.conv.kept_tokens(), f"{live} live after the Continue"
+    assert len(app.conv.graveyard()) >= pruned
+    assert bar.budget_label.text() == f"Live {live:,} / 130"
+    assert ORANGE not in bar.budget_label.styleSheet()
 
 
 def conv_path(app):

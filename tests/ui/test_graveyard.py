@@ -160,3 +160,33 @@ def test_filter_index_loads_previews_in_one_bulk_call(qtbot, conv):
     assert len(calls) == 1 and sorted(calls[0]) == sorted(c.id for c in conv.graveyard())
     assert panel.model().rowCount() == 1
     assert "banana" in panel.model().index(0).data(GraveyardModel.PreviewRole)
+
+
+def _painted_list(panel):
+    view = panel.list_view()
+    view.viewport().repaint()
+    return view.viewport().grab().toImage()
+
+
+def test_a_row_shows_what_its_tooltip_says_after_the_rows_change(qtbot):
+    """The same chunk id with another brightness and text (another conversation opened,
+    or the chunk pruned again): the row is drawn from the new values, as its tooltip is."""
+    from halo_weave.ui.graveyard import GraveRow
+
+    def shown(row, text):
+        widget = GraveyardPanel()
+        qtbot.addWidget(widget)
+        widget.resize(360, 300)
+        widget.set_rows([row], lambda _id: text)
+        widget.show()
+        qtbot.waitExposed(widget)
+        return widget
+
+    panel = shown(GraveRow(5, 3, "user", 0, 12, 9_646), "Packing for Kyoto in April")
+    _painted_list(panel)
+    later = GraveRow(5, 3, "user", 0, 12, 7_692)
+    panel.set_rows([later], lambda _id: "Tuna stays with Ada")
+    tip = panel.model().index(0).data(Qt.ItemDataRole.ToolTipRole)
+    assert "☀ 7,692" in tip and "Tuna stays with Ada" in tip
+    fresh = shown(later, "Tuna stays with Ada")
+    assert _painted_list(panel) == _painted_list(fresh), "the row still shows the old brightness or text"

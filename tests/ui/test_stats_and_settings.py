@@ -8,7 +8,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest
 from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtWidgets import QDialog
+from PySide6.QtWidgets import QDialog, QDoubleSpinBox, QSpinBox
 
 from halo_weave.settings import Settings
 from halo_weave.ui.settings_dialog import SettingsDialog
@@ -19,6 +19,20 @@ from halo_weave.ui.stats_bar import NO_ATTENTION_TEXT, StatsBar
 @pytest.fixture
 def qsettings(tmp_path) -> QSettings:
     return QSettings(str(tmp_path / "halo-weave.ini"), QSettings.Format.IniFormat)
+
+
+def row_label(dialog, name: str) -> str:
+    """The label of the settings dialog's row that holds the editor of ``name`` (the
+    editor itself, or the field around it with its explanation)."""
+    from PySide6.QtWidgets import QFormLayout
+
+    editor = dialog.editors[name]
+    for form in dialog.findChildren(QFormLayout):
+        for widget in (editor, editor.parentWidget()):
+            label = form.labelForField(widget)
+            if label is not None:
+                return label.text()
+    return ""
 
 
 # ---------------------------------------------------------------- stats bar
@@ -70,6 +84,21 @@ def test_the_limit_shows_orange_only_when_the_rest_is_over_it_with_no_answer_to_
 def test_stats_bar_no_limit(bar):
     bar.update_stats(500, 0, 500, 0, 10000.0, None, 0)
     assert "no limit" in bar.budget_label.text()
+
+
+def test_the_bar_does_not_jump_between_one_and_two_lines_as_the_speed_changes(bar, qtbot):
+    bar.show_connection("connected", "Halo Weave server · 8192 ctx")
+    bar.update_stats(1834, 2000, 12345, 23, 4321.4, 9.9, first_token_s=0.8)
+    bar.resize(bar.one_line_width() + 300, bar.height())
+    qtbot.waitUntil(lambda: not bar.is_two_lines(), timeout=1000)
+    bar.resize(bar.one_line_width() + 2, bar.height())  # just wide enough
+    qtbot.waitUntil(lambda: bar.width() == bar.one_line_width() + 2, timeout=1000)
+    assert not bar.is_two_lines()
+    bar.update_stats(1834, 2000, 12345, 23, 4321.4, 123.4, first_token_s=10.8)  # two digits more
+    assert bar.is_two_lines(), "the longer figure does not fit on one line"
+    bar.update_stats(1834, 2000, 12345, 23, 4321.4, 9.9, first_token_s=0.8)
+    assert bar.is_two_lines(), "one digit less: the bar stays as it is until there is room to spare"
+    assert not bar.speed_label.is_elided()
 
 
 @pytest.mark.parametrize(
@@ -225,6 +254,29 @@ def test_dialog_edit_accept_save_reload(dialog, qsettings):
     assert loaded.resurrection_keep_share == 1.0
 
 
+#: The units a numeric field's explanation may name (or its box shows as a suffix).
+UNITS = ("tokens", "MiB", "share", "factor", "no unit", "words", "seed")
+
+
+def test_every_field_of_the_settings_dialog_says_what_it_does_and_its_unit(qtbot):
+    dialog = SettingsDialog(Settings(), conversation_prompt="You answer in French.")
+    qtbot.addWidget(dialog)
+    dialog.show()
+    for name, editor in dialog.editors.items():
+        words = dialog.explanations.get(name)
+        assert words is not None and words.text().strip(), f"{name} is not explained"
+        page = dialog.tabs.widget(next(i for i in range(dialog.tabs.count())
+                                       if dialog.tabs.widget(i).isAncestorOf(editor)))
+        assert words.isVisibleTo(page) and page.isAncestorOf(words), f"{name}'s explanation is not beside it"
+        if isinstance(editor, (QSpinBox, QDoubleSpinBox)):
+            assert editor.suffix().strip() or any(unit in words.text() for unit in UNITS), \
+                f"{name}: {words.text()!r} names no unit"
+    # The budget is a target pruned back to after each answer, and its name and line say so.
+    assert row_label(dialog, "max_context_tokens") == "Context target"
+    target = dialog.explanations["max_context_tokens"].text()
+    assert target.startswith("After each answer") and "75%" in target and "run over" in target
+
+
 def test_dialog_refuses_invalid_input_with_a_message(dialog, qtbot):
     dialog.editors["server_url"].setText("localhost:5001")
     dialog.editors["max_context_tokens"].setValue(100)
@@ -234,7 +286,7 @@ def test_dialog_refuses_invalid_input_with_a_message(dialog, qtbot):
         dialog.accept()
     assert dialog.isVisible()
     message = dialog.error_label.text()
-    assert "http://" in message and "max new tokens" in message.lower()
+    assert "http://" in message and "longest answer" in message.lower()
     dialog.editors["server_url"].setText("http://localhost:5001")
     dialog.editors["max_context_tokens"].setValue(0)
     with qtbot.wait_signal(dialog.accepted, timeout=1000):
@@ -262,8 +314,6 @@ def test_the_legend_names_the_settings_field_for_the_highlight(dialog, qtbot):
     words = " ".join(label.text() for label in legend.findChildren(QLabel))
     named = re.search(r"Settings → Context & memory → ([^)]+)\)", words)
     assert named, words
-    labels = [form.labelForField(dialog.editors["highlight_fraction"])
-              for form in dialog.findChildren(QFormLayout) if form.labelForField(dialog.editors["highlight_fraction"])]
-    assert labels and labels[0].text() == named.group(1)
+    assert row_label(dialog, "highlight_fraction") == named.group(1)
     dialog.editors["highlight_fraction"].setValue(0.35)
     assert dialog.current_settings().highlight_fraction == pytest.approx(0.35)

@@ -104,6 +104,29 @@ def test_the_window_fits_a_1280_px_screen_with_the_graveyard_open(window, qtbot)
     assert not bar.budget_label.is_elided(), "the context budget, the most needed figure, stays whole"
 
 
+def test_at_the_default_size_every_figure_of_the_stats_bar_is_whole(window, qtbot):
+    window.controller.open_conversation(None)
+    assert (window.width(), window.height()) == (1180, 780), "the size a first start opens at"
+    bar = window.stats_bar
+    bar.show_connection("connected", "Halo Weave server · 8192 ctx · qwen2.5-coder-0.5b-instruct-q8_0.gguf")
+    bar.update_stats(2_346, 2_048, 9_646, 12, 4_567.0, 23.4, 310, first_token_s=0.8, exchange_open=True)
+    qtbot.wait(50)
+    inside = window.rect()
+    for label in (bar.budget_label, bar.recalled_label, bar.totals_label, bar.brightness_label,
+                  bar.speed_label, bar.connection_label):
+        rect = QRect(label.mapTo(window, QPoint(0, 0)), label.size())
+        assert label.isVisible() and inside.contains(rect), f"{label.text()!r} is outside the window"
+        assert not label.is_elided(), f"{label.text()!r} reads {label.displayed_text()!r}"
+    assert bar.connection_label.text().startswith("Halo Weave server · 8192 ctx")
+    # A wide window has room for one line.
+    window.set_graveyard_visible(False)
+    window.resize(1600, 900)
+    qtbot.waitUntil(lambda: window.width() == 1600, timeout=2000)
+    assert not bar.is_two_lines()
+    qtbot.waitUntil(lambda: bar.speed_label.geometry().center().y() == bar.budget_label.geometry().center().y(),
+                    timeout=2000)
+
+
 # ---------------------------------------------------------------- an empty conversation
 @pytest.mark.slow
 def test_the_first_start_box_leaves_the_system_prompt_readable(make_app, qtbot):

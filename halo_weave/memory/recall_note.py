@@ -1,0 +1,132 @@
+"""The recall note: a short copy of what a message recalled, just before the message.
+
+A recalled paragraph comes back at its original place in the context, where the model
+read it when it was said.  A small model reading a long context answers from the start
+and the end and loses the middle, so the request also carries a copy of the best
+recalled paragraphs' first words inside the user's turn, before the message::
+
+    <user framing>From earlier in our conversation:
+    - My cat is called Mochi…
+    - I fly to Lisbon on 3 March.
+
+    What is my cat called?<user end>
+
+The note is not part of the conversation: it is not saved, indexed, shown or pruned.
+It is written from what :attr:`~halo_weave.conversation.Conversation.recalls` holds for
+the message (best match first), from the paragraphs of it still live, so the first
+answer, a regenerated one and a Continue read the same note; the next message's request
+has none (a server with KV surgery drops its cells; another re-reads the prompt from
+there).  A message's recall plans keep :data:`NOTE_TOKENS` free for it, and it never
+takes more than the model's window has left.  On the LoCoMo dev subset it raised answer F1 with Qwen2.5-Coder-0.5B from
+0.139 to 0.224 (docs/answers.md).  The note's tokens are copies of the paragraphs' own
+tokens between the tokenized words of :data:`~halo_weave.core.framing.NOTE_WORDS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+#: Paragraphs a note copies at most, tokens copied from each, and tokens in all.
+NOTE_CHUNKS = 4
+NOTE_CHUNK_TOKENS = 40
+NOTE_TOKENS = 160
+
+#: (token ids, token texts) of a chunk.
+Tokens = tuple[Sequence[int], Sequence[str]]
+
+
+@dataclass(frozen=True)
+class RecallNote:
+    """The note's tokens and where they go: before ``offset`` in the request's input ids
+    (the first token of the message, after the user turn's opening framing)."""
+
+    ids: tuple[int, ...]
+    texts: tuple[str, ...]
+    offset: int
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def insert(self, input_ids: Sequence[int]) -> list[int]:
+        """``input_ids`` with the note in its place."""
+        ids = [int(i) for i in input_ids]
+        return ids[:self.offset] + list(self.ids) + ids[self.offset:]
+
+    def remove(self, attention: np.ndarray) -> np.ndarray:
+        """An attention row over the request (note included) as one over the context:
+        the note's cells dropped (a copy's attention is not its paragraph's)."""
+        return np.concatenate((attention[:self.offset], attention[self.offset + len(self.ids):]))
+
+
+def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS) -> tuple[list[int], list[str]]:
+    """The note's tokens for the paragraphs ``chunks`` (best first), within ``limit``
+    (at most :data:`NOTE_TOKENS`); empty when ``words`` (the framing's tokenized note
+    words) are missing or no paragraph has text."""
+    limit = min(limit, NOTE_TOKENS)
+    if not words:
+        return [], []
+    lines = []
+    for ids, texts in chunks:
+        if len(lines) == NOTE_CHUNKS:
+            break
+        line = _trimmed(list(ids), list(texts))
+        if line is not None:
+            lines.append(line)
+    while lines:
+        ids, texts = _written(words, lines)
+        if len(ids) <= limit:
+            return ids, texts
+        lines.pop()
+    return [], []
+
+
+def for_message(conv, turn_id: int, limit: int = NOTE_TOKENS) -> RecallNote | None:
+    """The note of the user message ``turn_id`` within ``limit`` tokens (None when it
+    recalled nothing still live, or none fits), placed in ``conv``'s live input ids."""
+    words = conv.framing.note
+    chunks = [conv.chunks[c] for c in conv.recalls.of(turn_id) if c in conv.chunks]
+    live = [c for c in chunks if c.live and not c.framing]
+    tokens = (conv.chunk_tokens(c.id) for c in live)
+    ids, texts = note_tokens(words, ((t.token_ids, t.texts) for t in tokens), limit)
+    content = [c for c in conv.content_chunks(turn_id) if c.live] if turn_id in conv.turns else []
+    if not ids or not content:
+        return None
+    offset = len(conv.system_ids) + int(np.searchsorted(conv.table.position, content[0].start))
+    return RecallNote(tuple(ids), tuple(texts), offset)
+
+
+def best_first(plan, chunks: Iterable) -> list[int]:
+    """The order a message's recall is kept in: the search's own matches in ``plan``
+    (a :class:`~halo_weave.memory.resurrection.ResurrectionPlan`) in score order, then
+    what came with them (neighbouring turns, anchors) in position order."""
+    matched = [p.match.chunk_id for p in plan.taken if p.match.text]  # a neighbour has no text
+    rank = {cid: k for k, cid in enumerate(dict.fromkeys(matched))}
+    return [c.id for c in sorted(chunks, key=lambda c: (rank.get(c.id, len(rank)), c.start))]
+
+
+def _trimmed(ids: list[int], texts: list[str]) -> tuple[list[int], list[str], bool] | None:
+    """A paragraph's first tokens without the blank ones around them; whether it went on."""
+    start = next((k for k, t in enumerate(texts) if t.strip()), None)
+    if start is None:
+        return None
+    end = len(texts)
+    while end > start and not texts[end - 1].strip():
+        end -= 1
+    stop = min(end, start + NOTE_CHUNK_TOKENS)
+    return ids[start:stop], texts[start:stop], stop < end
+
+
+def _written(words: dict, lines: list) -> tuple[list[int], list[str]]:
+    ids, texts = list(words["header"][0]), list(words["header"][1])
+    for k, (line_ids, line_texts, more) in enumerate(lines):
+        parts = [words["bullet"], (line_ids, line_texts)]
+        if more:
+            parts.append(words["more"])
+        parts.append(words["end"] if k == len(lines) - 1 else words["line"])
+        for part_ids, part_texts in parts:
+            ids.extend(int(i) for i in part_ids)
+            texts.extend(part_texts)
+    return ids, texts

@@ -1,0 +1,461 @@
+"""Markdown rendered in the heatmap: a syntax highlighter over the messages' own text.
+
+:mod:`.markdown_scan` says what each line's Markdown means; :class:`MarkdownHighlighter`
+turns that into character formats (bold, headings, monospace, link underline, the code's
+syntax colours) and *hides* the markup characters by drawing them at no width at all
+(transparent, with a letter spacing of minus its advance): they keep
+their document positions, so every token's position stays exact and the overlay,
+which measures tokens from the layout, finds a hidden token's box empty.  Its brightness
+goes to the span it marks instead (:func:`.markdown_overlay.carry_marked`).
+
+Bullets, rules, inline code's background and the "Copy" buttons are painted by the view
+from :mod:`.markdown_overlay`, which also gives the hidden tokens' brightness to their
+spans.
+Only message bodies are rendered (labels, the system prompt and recall lines stay as
+they are).  A paragraph the view cut while it streamed (``soft_breaks``) is read as one
+line.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Callable
+
+import numpy as np
+import time
+
+from PySide6.QtCore import QTimer
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QFontDatabase,
+    QFontMetricsF,
+    QSyntaxHighlighter,
+    QTextBlock,
+    QTextBlockUserData,
+    QTextCharFormat,
+    QTextDocument,
+)
+
+from . import markdown_scan as md
+from .heatmap_layout import DocumentPlan
+
+#: Heading sizes relative to the body text (h1 … h6).
+HEADING_SCALE = (1.5, 1.3, 1.15, 1.05, 1.0, 1.0)
+LINK_COLOR = QColor(140, 190, 255)
+DIM_COLOR = QColor(140, 140, 150)
+LABEL_COLOR = QColor(150, 150, 160)
+#: Syntax colours, light enough that the chunk tint (a per-channel minimum) still reads.
+CODE_COLORS = {
+    "c-keyword": QColor(200, 160, 255), "c-string": QColor(170, 230, 140), "c-number": QColor(250, 190, 120),
+    "c-comment": QColor(150, 160, 150), "c-builtin": QColor(120, 210, 240), "c-function": QColor(130, 200, 255),
+    "c-class": QColor(130, 220, 200), "c-decorator": QColor(240, 210, 120),
+}
+#: After a whole document went in, the blocks off screen are formatted this many
+#: milliseconds at a time ...
+FORMAT_SLICE_MS = 2.0
+#: ... with this many milliseconds between two slices (streamed tokens come first).
+FORMAT_PAUSE_MS = 5
+
+
+class BlockMarkup(QTextBlockUserData):
+    """What a block's Markdown holds, offsets relative to the block's start (a mark of a
+    closing fence reaches back to its opening one)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+        self.marks: list[tuple[tuple[tuple[int, int], ...], int, int]] = []
+        self.links: list[tuple[int, int, str]] = []
+        self.bullet = -1
+        self.language = ""
+        #: The formats it was given (:func:`_signature`), to tell when they change.
+        self.signature: tuple = ()
+        #: (start, end) of its inline code spans (drawn on a background of their own).
+        self.code_spans: list[tuple[int, int]] = []
+
+
+class MarkdownHighlighter(QSyntaxHighlighter):
+    """Formats the message bodies of a heatmap document as Markdown.
+
+    ``plan`` returns the view's current :class:`DocumentPlan` (which blocks are message
+    bodies, where the streaming cuts are).  ``follow`` and ``active`` have the meaning
+    they have on :class:`.code_blocks.CodeBlockHighlighter` (this one stays attached).
+    """
+
+    def __init__(self, plan: Callable[[], DocumentPlan], formatted: Callable[[int], None]) -> None:
+        super().__init__(None)
+        self._plan = plan
+        self._formatted = formatted
+        self._pending = False
+        #: While True (a whole document goes in), blocks get their states only.
+        self.deferred = False
+        #: Counts formatted blocks: what was measured from the layout before is stale.
+        self.generation = 0
+        self._quick = False  # code lines without colours where a lexer still has to load
+        self._stale: list[int] = []  # parts of cut paragraphs to format again
+        self._stale_timer = QTimer()
+        self._stale_timer.setSingleShot(True)
+        self._stale_timer.setInterval(0)
+        self._stale_timer.timeout.connect(self._format_stale)
+        self._recolour: list[int] = []  # blocks formatted so, to format again soon
+        self._todo: list[int] = []  # block numbers still to format, nearest first
+        self._waiting: set[int] = set()  # the same, for look-ups
+        self._held_until = 0.0  # perf_counter() until which the rest waits (:meth:`hold`)
+        self._timer = QTimer()
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(FORMAT_PAUSE_MS)
+        self._timer.timeout.connect(self._format_some)
+        self.active = False
+        self._formats: dict[tuple, QTextCharFormat] = {}
+        self._hidden: dict[tuple, QTextCharFormat] = {}
+        self._font = QFont()
+
+    def attach(self, document: QTextDocument) -> None:
+        """Format ``document`` from now on.  Qt formats it whole on its next event loop
+        turn and ignores edits until then (unless it is empty): :meth:`follow` asks for it
+        sooner."""
+        self.setDocument(document)
+        self._pending = not document.isEmpty()  # Qt formats an empty one as text goes in
+
+    def follow(self, document: QTextDocument, text: str, replaced: bool = False) -> bool:
+        """True when the caller should :meth:`rehighlight` once ``text`` is in (just
+        attached: Qt would format it only on its next event loop turn)."""
+        if self.document() is not document:
+            self.attach(document)
+        pending, self._pending = self._pending, False
+        return pending
+
+    @staticmethod
+    def is_code(state: int) -> bool:
+        return md.in_code(state) or state == md.CLOSE
+
+    def format_around(self, first: int, count: int) -> None:
+        """After a deferred fill: format blocks ``first`` .. ``first + count`` now (what
+        is on screen), and the rest a slice at a time, nearest first.  Code in a language whose
+        lexer has not loaded yet is monospace now and gets its colours with the first
+        batch."""
+        document = self.document()
+        if document is None:
+            return
+        total = document.blockCount()
+        first = min(max(first, 0), max(total - 1, 0))
+        last = min(total, first + count)
+        block = document.findBlockByNumber(first)
+        self._quick, self._recolour = True, []
+        try:
+            while block.isValid() and block.blockNumber() < last:
+                self.rehighlightBlock(block)
+                block = block.next()
+        finally:
+            self._quick = False
+        self._todo = list(range(first - 1, -1, -1)) + list(range(last, total))
+        self._todo.sort(key=lambda n: n - last if n >= last else first - n)
+        self._todo.reverse()  # popped from the end
+        self._todo += reversed(self._recolour)  # first of all: the code on screen's colours
+        self._waiting = set(self._todo)
+        if self._todo:
+            self._timer.start()
+
+    def hold(self, ms: float) -> None:
+        """Leave the blocks off screen for ``ms`` milliseconds (an answer streams: its
+        tokens come first; what scrolls into view is formatted by :meth:`format_range`)."""
+        self._held_until = time.perf_counter() + ms / 1000
+
+    def format_range(self, first: int, last: int) -> None:
+        """Format blocks ``first`` .. ``last`` (they came on screen) if still waiting."""
+        document = self.document()
+        if document is None or not self._waiting:
+            return
+        for number in range(max(first, 0), last):
+            if number in self._waiting:
+                self._waiting.discard(number)
+                block = document.findBlockByNumber(number)
+                if block.isValid():
+                    self.rehighlightBlock(block)
+
+    def _format_some(self) -> None:
+        document = self.document()
+        if document is None:
+            self._todo, self._waiting = [], set()
+            return
+        now = time.perf_counter()
+        if now < self._held_until:
+            self._timer.start(int((self._held_until - now) * 1000) + 1)
+            return
+        until = now + FORMAT_SLICE_MS / 1000
+        while self._todo and time.perf_counter() < until:
+            number = self._todo.pop()
+            if number in self._waiting:
+                self._waiting.discard(number)
+                block = document.findBlockByNumber(number)
+                if block.isValid():
+                    self.rehighlightBlock(block)
+        if self._todo:
+            self._timer.start(FORMAT_PAUSE_MS)
+        else:
+            self._waiting.clear()
+
+    # ------------------------------------------------------------------ formatting
+    def highlightBlock(self, text: str) -> None:  # noqa: N802 - Qt API
+        block = self.currentBlock()
+        if self.deferred:
+            previous = max(self.previousBlockState(), md.NORMAL)
+            self.setCurrentBlockState(md.state_after(text, previous))
+            return
+        self._formatted(block.blockNumber())  # its measured token boxes are stale now
+        self.generation += 1
+        plan = self._plan()
+        position = block.position()
+        i = bisect.bisect_right(plan.region_start, position) - 1
+        if i < 0 or plan.region_kind[i] != "body":
+            self.setCurrentBlockState(md.NORMAL)
+            return
+        blocks = _logical_line(block, plan.soft_breaks)
+        line = "".join(b.text() for b in blocks) if len(blocks) > 1 else text
+        first = blocks[0]
+        previous = max(first.previous().userState(), md.NORMAL) if first.previous().isValid() else md.NORMAL
+        if previous == md.NORMAL and not md.MARKUP.search(line):
+            self.setCurrentBlockState(md.NORMAL)
+            if block.userData() is not None:
+                self.setCurrentBlockUserData(None)
+            return
+        colours = True
+        if self._quick and md.in_code(previous):
+            fence = md.fence_of(previous)
+            if fence is not None and not md.lexer_ready(fence[1]):
+                colours = False
+                self._recolour.append(block.blockNumber())
+        markup = md.scan_line(line, previous, colours)
+        self.setCurrentBlockState(markup.state)
+        if markup.kind in ("fence_open", "code", "fence_close"):
+            self.active = True
+        length = len(text.encode("utf-16-le")) // 2 if not text.isascii() else len(text)
+        self._check_font()
+        if len(blocks) == 1:
+            units = _utf16_offsets(line)
+
+            def local(a: int, b: int) -> tuple[int, int]:
+                return units(a), units(b)
+        else:
+            place = _Placement(blocks, line)
+
+            def local(a: int, b: int) -> tuple[int, int]:
+                return place.position(a) - position, place.position(b, end=True) - position
+
+        data = BlockMarkup(markup.kind)
+        data.language = markup.language
+        data.bullet = local(markup.bullet, markup.bullet)[0] if markup.bullet >= 0 else -1
+        data.signature = self._apply(markup, local, length, line)
+        if markup.kind != "code":
+            data.code_spans = [(a, b) for a, b, style in _clipped(markup.styles, local, length) if style == "code"]
+        data.marks = [(tuple(local(a, b) for a, b in hidden), *local(s, e)) for hidden, s, e in markup.marks]
+        data.links = [(*local(a, b), url) for a, b, url in markup.links]
+        if markup.kind == "fence_close":
+            opening = _opening_fence(block)
+            if opening is not None:
+                start = opening.position() - position
+                end = start + opening.length() - 1
+                data.marks.append((((start, end), (0, length)), end + 1, -1))
+        self.setCurrentBlockUserData(data)
+        if len(blocks) > 1:
+            # Text added to a cut paragraph can close what an earlier part opened (a
+            # "**"): the other parts whose formats would change are formatted again.
+            for other in blocks:
+                if other == block:
+                    continue
+                old = markup_of(other)
+                base = other.position() - position
+                size = other.length() - 1
+                wanted = _signature(markup, lambda a, b: (local(a, b)[0] - base, local(a, b)[1] - base), size)
+                if old is None or old.signature != wanted:
+                    self._stale.append(other.blockNumber())
+            if self._stale and not self._stale_timer.isActive():
+                self._stale_timer.start()
+
+    def _format_stale(self) -> None:
+        """Format again the parts of cut paragraphs that a later part changed."""
+        document = self.document()
+        stale, self._stale = sorted(set(self._stale)), []
+        for number in stale if document is not None else ():
+            block = document.findBlockByNumber(number)
+            if block.isValid():
+                self.rehighlightBlock(block)
+
+    def _apply(self, markup: md.LineMarkup, local, length: int, line: str) -> tuple:
+        """Set this block's formats (``local`` maps line offsets to block offsets);
+        returns their signature (:func:`_signature`)."""
+        spans = _clipped(markup.styles, local, length)
+        if spans:
+            edges = sorted({0, length, *(a for a, _, _ in spans), *(b for _, b, _ in spans)})
+            for x0, x1 in zip(edges, edges[1:]):
+                active = frozenset(s for a, b, s in spans if a <= x0 and b >= x1)
+                if active:
+                    self.setFormat(x0, x1 - x0, self._format(active))
+        fixed = markup.kind in ("fence_open", "fence_close")
+        for a, b in markup.hidden:
+            index = a
+            while index < b:
+                # A run of one character takes one format (the spacing applies per character).
+                end = index + 1
+                while end < b and line[end] == line[index]:
+                    end += 1
+                at = local(index, end)
+                start, stop = max(at[0], 0), min(at[1], length)
+                if stop > start:
+                    self.setFormat(start, stop - start, self._hide(line[index], fixed))
+                index = end
+        if markup.bullet >= 0:
+            at = local(markup.bullet, markup.bullet + 1)
+            if 0 <= at[0] < length:
+                self.setFormat(at[0], 1, self._format(frozenset({"bullet"})))
+        return _signature(markup, local, length)
+
+    def _check_font(self) -> None:
+        """Drop the cached formats when the text font changed (they are built on it)."""
+        document = self.document()
+        font = document.defaultFont() if document is not None else QFont()
+        if font != self._font:
+            self._font = font
+            self._formats.clear()
+            self._hidden.clear()
+
+    def _format(self, styles: frozenset) -> QTextCharFormat:
+        cached = self._formats.get(styles)
+        if cached is not None:
+            return cached
+        base = self._font
+        fmt = QTextCharFormat()
+        size = base.pointSizeF() if base.pointSizeF() > 0 else 10.0
+        for style in sorted(styles):
+            if style in ("bold",):
+                fmt.setFontWeight(QFont.Weight.Bold)
+            elif style == "italic" or style == "quote":
+                fmt.setFontItalic(True)
+            elif style == "strike":
+                fmt.setFontStrikeOut(True)
+            elif style.startswith("h") and style[1:].isdigit():
+                fmt.setFontWeight(QFont.Weight.Bold)
+                fmt.setFontPointSize(size * HEADING_SCALE[int(style[1:]) - 1])
+            elif style in ("code", "table", "label"):
+                fixed = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+                fmt.setFontFamilies(fixed.families())
+                fmt.setFontFixedPitch(True)
+                if style == "label":
+                    fmt.setForeground(LABEL_COLOR)
+                    fmt.setFontPointSize(size * 0.85)
+            elif style == "link":
+                fmt.setFontUnderline(True)
+                fmt.setForeground(LINK_COLOR)
+            elif style == "dim":
+                fmt.setForeground(DIM_COLOR)
+            elif style == "bullet":
+                fmt.setForeground(QColor(0, 0, 0, 0))  # the view paints a bullet there
+            elif style in CODE_COLORS:
+                fmt.setForeground(CODE_COLORS[style])
+        self._formats[styles] = fmt
+        return fmt
+
+    def _hide(self, char: str, fixed: bool = False) -> QTextCharFormat:
+        """A format that draws ``char`` at no width, transparent: the text font with a
+        letter spacing of minus the character's advance (measured per character, as
+        advances differ; the line keeps its height).  ``fixed``: in the monospace font
+        (a fence line keeps the height of the code lines it borders)."""
+        cached = self._hidden.get((char, fixed))
+        if cached is not None:
+            return cached
+        base = self._font
+        font = QFont(base)
+        if fixed:
+            font.setFamilies(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).families())
+            font.setFixedPitch(True)
+        advance = QFontMetricsF(font).horizontalAdvance(char)
+        font.setLetterSpacing(QFont.SpacingType.AbsoluteSpacing, -advance)
+        fmt = QTextCharFormat()
+        fmt.setFont(font)
+        fmt.setForeground(QColor(0, 0, 0, 0))
+        self._hidden[(char, fixed)] = fmt
+        return fmt
+
+
+def _clipped(styles, local, length: int) -> list[tuple[int, int, str]]:
+    spans = []
+    for a, b, style in styles:
+        if b > a:
+            a, b = local(a, b)
+            a, b = max(a, 0), min(b, length)
+            if b > a:
+                spans.append((a, b, style))
+    return spans
+
+
+def _signature(markup: md.LineMarkup, local, length: int) -> tuple:
+    """What a block of ``length`` units gets from a line's markup: its styles and hidden
+    ranges clipped to it (equal signatures: equal formats)."""
+    hidden = []
+    for a, b in markup.hidden:
+        x, y = local(a, b)
+        x, y = max(x, 0), min(y, length)
+        if y > x:
+            hidden.append((x, y))
+    return tuple(_clipped(markup.styles, local, length)), tuple(hidden)
+
+
+def _logical_line(block: QTextBlock, soft_breaks) -> list[QTextBlock]:
+    """The blocks of the paragraph line ``block`` belongs to: the view may have cut a
+    streaming paragraph into several (``soft_breaks``: the cuts' positions)."""
+    if not soft_breaks:
+        return [block]
+    cuts = set(soft_breaks)
+    blocks = [block]
+    while blocks[0].position() - 1 in cuts and blocks[0].previous().isValid():
+        blocks.insert(0, blocks[0].previous())
+    following = block.next()
+    while following.isValid() and following.position() - 1 in cuts:
+        blocks.append(following)
+        following = following.next()
+    return blocks
+
+
+class _Placement:
+    """Document positions of a logical line's offsets (Python string offsets of the
+    joined text; each cut between its blocks takes one position)."""
+
+    def __init__(self, blocks: list[QTextBlock], line: str) -> None:
+        self.units = _utf16_offsets(line)
+        self.starts = []
+        at = 0
+        for block in blocks:
+            self.starts.append(at)
+            at += len(block.text())
+        self.positions = [block.position() for block in blocks]
+
+    def position(self, offset: int, end: bool = False) -> int:
+        """The document position of ``offset``; ``end``: as the end of a range (an end at
+        a cut stays in the block before it)."""
+        j = bisect.bisect_left(self.starts, offset) - 1 if end else bisect.bisect_right(self.starts, offset) - 1
+        j = max(j, 0)
+        return self.positions[j] + self.units(offset) - self.units(self.starts[j])
+
+
+def _utf16_offsets(line: str):
+    """A function from ``line``'s Python string offsets to UTF-16 offsets (Qt's)."""
+    if line.isascii() or all(ord(c) < 0x10000 for c in line):
+        return lambda i: i
+    table = np.concatenate(([0], np.cumsum([2 if ord(c) > 0xFFFF else 1 for c in line])))
+    return lambda i: int(table[min(max(i, 0), len(line))])
+
+
+def _opening_fence(block: QTextBlock) -> QTextBlock | None:
+    """The block opening the code block that ``block`` (a closing fence) ends."""
+    opening = block.previous()
+    if not opening.isValid() or not md.in_code(opening.userState()):
+        return None
+    while opening.previous().isValid() and md.in_code(opening.previous().userState()):
+        opening = opening.previous()
+    return opening
+
+
+def markup_of(block: QTextBlock) -> BlockMarkup | None:
+    data = block.userData()
+    return data if isinstance(data, BlockMarkup) else None

@@ -1,0 +1,165 @@
+"""The recall note: what a message recalled is repeated just before it in the request the
+model reads, never in the conversation, its file or the window; the answer's attention
+lands on the context it was given for.  A real SQLite file; the turns are scripted with a
+character tokenizer (the framing built by the app's own :func:`build_framing`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from halo_weave.core.chat_template import build_framing
+from halo_weave.events import TokenEvent
+from halo_weave.memory import recall_note
+from halo_weave.session import ChatSession
+from halo_weave.settings import Settings
+from halo_weave.store import ConversationStore, new_conversation_path
+
+FACTS = ["My cat is called Mochi and she sleeps a lot in boxes.",
+         "I fly to Lisbon on the third of March from Berlin.",
+         "My sister Ana works nights as a nurse at the hospital."]
+SETTINGS = Settings(min_chunk_tokens=4, max_context_tokens=0)
+
+
+def _chars(text: str) -> list[tuple[int, str]]:
+    return [(1000 + ord(c), c) for c in text]
+
+
+FRAMING = build_framing(_chars)
+
+
+def _text(ids) -> str:
+    return "".join(chr(int(i) - 1000) for i in ids)
+
+
+def _say(session: ChatSession, text: str, recalled=()) -> int:
+    pieces = _chars(text)
+    return session.add_user_message([i for i, _ in pieces], [t for _, t in pieces], recalled=recalled).turn_id
+
+
+def _answer(session: ChatSession, text: str = "Noted.") -> None:
+    for token_id, piece in _chars(text):
+        session.conv.append_token(token_id, piece)
+    session.finish_turn("stop", prune=False)
+
+
+@pytest.fixture
+def asked(tmp_path):
+    """Three facts told and pruned; a question that recalled the cat and the flight (best
+    match: the cat).  (session, path, question turn id, the recalled chunks best first)."""
+    path = new_conversation_path(tmp_path)
+    session = ChatSession(SETTINGS)
+    session.framing = FRAMING
+    session.open(ConversationStore.open(path))
+    conv = session.conv
+    for fact in FACTS:
+        _say(session, fact)
+        session.begin_answer()
+        _answer(session)
+    session.prune(limit=20)
+    pruned = {conv.chunk_text(c.id): c for c in conv.graveyard() if c.role == "user"}
+    cat, flight = pruned[FACTS[0]], pruned[FACTS[1]]
+    back = conv.resurrect([cat.id, flight.id], with_anchors=False)
+    session.store.save_chunks(conv, back)
+    question = _say(session, "What is my cat called?", recalled=[cat, flight])
+    yield session, path, question, [cat, flight]
+    if session.store is not None:
+        session.store.close()
+
+
+def test_the_request_repeats_what_the_message_recalled_just_before_it(asked):
+    session, _, question, (cat, flight) = asked
+    context = _text(session.conv.live_input_ids())
+    session.begin_answer()
+    sent = _text(session.generation_request()["input_ids"])
+    note = f"From earlier in our conversation:\n- {FACTS[0][:40]}…\n- {FACTS[1][:40]}…\n\n"
+    assert note + "What is my cat called?" in sent, "best match first, each line cut with …"
+    user_open = _text(FRAMING.prefix["user"][0])
+    assert sent.count(note) == 1 and (user_open + note + "What is my cat called?") in sent, \
+        "inside the message's turn, after its opening framing"
+    assert sent.replace(note, "", 1) == context + _text(FRAMING.prefix["assistant"][0]), \
+        "nothing else in the request changes"
+    assert "From earlier" not in _text(session.conv.live_input_ids()), "the conversation holds no note"
+
+
+def test_the_note_is_not_saved_shown_or_counted(asked):
+    session, path, question, _ = asked
+    live = session.conv.live_token_count()
+    session.begin_answer()
+    session.generation_request()
+    _answer(session, "Mochi.")
+    assert session.conv.live_token_count() == live + len(FRAMING.prefix["assistant"][0]) + len("Mochi.") + \
+        len(FRAMING.suffix["assistant"][0])
+    session.store.close()
+    session.store = None
+    with ConversationStore.open(path, create=False) as store:
+        conv = store.load(SETTINGS, FRAMING)
+        assert "From earlier" not in "".join(conv.chunk_text(c.id) for c in conv.live_chunks())
+        assert conv.chunk_text(conv.content_chunks(question)[0].id) == "What is my cat called?"
+
+
+def test_the_answer_attention_lands_on_the_context_not_the_note(asked):
+    session, _, question, _ = asked
+    conv = session.conv
+    session.begin_answer()
+    request = session.generation_request()["input_ids"]
+    note = session.recall_note()
+    assert note is not None and len(request) == conv.live_token_count() + len(note)
+    first = conv.content_chunks(question)[0]
+    row = int(np.searchsorted(conv.table.position, first.start))
+    before = float(conv.table.brightness[row])
+    attention = np.full(len(request), 1e-4, np.float32)
+    attention[note.offset + len(note)] = 0.9  # the message's first token, as the request has it
+    attention[note.offset] = 0.09  # the note's first token
+    assert session.receive(TokenEvent(1000 + ord("M"), "M", attention / attention.sum()))
+    brightness = conv.table.brightness
+    assert float(brightness[row]) == before > float(brightness[row + 1]), \
+        "the message's first token kept its brightness, the unread one beside it lost some"
+
+
+def test_the_next_message_has_no_note_and_a_regenerated_answer_the_same(asked):
+    session, _, question, _ = asked
+    session.begin_answer()
+    first = session.generation_request()["input_ids"]
+    _answer(session, "Luna.")
+    session.regenerate()
+    session.begin_answer()
+    assert session.generation_request()["input_ids"] == first, "Regenerate reads the same note"
+    _answer(session, "Mochi.")
+    _say(session, "Thanks!")
+    session.begin_answer()
+    assert "From earlier" not in _text(session.generation_request()["input_ids"])
+
+
+def test_a_setting_turns_it_off(asked):
+    session, _, _, _ = asked
+    session.settings = session.settings.replace(recall_note=False)
+    session.begin_answer()
+    assert _text(session.generation_request()["input_ids"]) == \
+        _text(session.conv.live_input_ids())
+
+
+def test_the_recall_keeps_its_order_through_the_file(asked):
+    session, path, question, (cat, flight) = asked
+    assert session.conv.recalls.of(question) == (cat.id, flight.id)
+    session.store.close()
+    session.store = None
+    with ConversationStore.open(path, create=False) as store:
+        conv = store.load(SETTINGS, FRAMING)
+        assert conv.recalls.of(question) == (cat.id, flight.id), "best match first, as recalled"
+
+
+def test_a_note_copies_at_most_four_paragraphs_within_its_budget():
+    words = FRAMING.note
+    def note(paragraphs):
+        return recall_note.note_tokens(words, [([i for i, _ in p], [t for _, t in p]) for p in paragraphs])
+
+    ids, texts = note([_chars(f"Paragraph {k} is short.") for k in range(6)])
+    text = "".join(texts)
+    assert text.count("\n- ") == 4 and text.startswith("From earlier") and "Paragraph 4" not in text
+    ids, texts = note([_chars(f"Paragraph {k} " + "word " * 30) for k in range(6)])
+    assert 0 < len(ids) <= recall_note.NOTE_TOKENS and "".join(texts).endswith("…\n\n"), \
+        "long paragraphs: fewer lines, within the budget"
+    assert recall_note.note_tokens({}, iter([([1], ["x"])])) == ([], []), "no note words: no note"
+    blank = _chars("\n\n  ")
+    assert recall_note.note_tokens(words, [([i for i, _ in blank], [t for _, t in blank])]) == ([], [])
