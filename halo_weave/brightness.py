@@ -7,9 +7,9 @@ Three concerns live here, all pure numpy:
   the mean over layers and heads.  It accepts the original fork's quirks (vectors padded
   with zeros to a multiple of 256) and rejects anything that could corrupt brightness
   (wrong size, NaN, infinities, negative probabilities) with :class:`AttentionError`.
-* :func:`magnitude_vote` is magnitude voting, the app's original rule: per generated
-  token, every scored token whose attention beats its fair share gains
-  ``floor(a / threshold)`` (capped), every other scored token loses a flat ``decay``.
+* :func:`vote_threshold` is the fair share of one cell, which every brightness rule
+  (:mod:`halo_weave.rules.brightness_rules`) measures attention against;
+  :func:`chunk_scores` the chunks' scores by a rank (:mod:`halo_weave.rules.chunk_ranks`).
 * :func:`resurrected` gives a chunk that comes back its brightness.
 """
 
@@ -21,7 +21,9 @@ import binascii
 import numpy as np
 
 from .errors import AttentionError, ConversationError
-from .settings import MAX_BRIGHTNESS
+# The rules' kernels, importable from here too.
+from .rules.brightness_rules import MASS_CEILING, attention_mass, magnitude_vote  # noqa: F401
+from .rules.chunk_ranks import chunk_rank
 
 #: Largest payload we accept (float32 values): 64 layers x 64 heads x 128k context.
 MAX_PAYLOAD_VALUES = 64 * 64 * 131072
@@ -143,106 +145,18 @@ def vote_threshold(attention: np.ndarray) -> float:
     return max((1.0 - sink) / (n - 1), np.finfo(np.float32).tiny)
 
 
-def magnitude_vote(
-    brightness: np.ndarray,
-    attention: np.ndarray,
-    threshold: float,
-    *,
-    cap: int = MAX_BRIGHTNESS,
-    decay: int = 1,
-    mask: np.ndarray | None = None,
-) -> None:
-    """Apply one step of magnitude voting to ``brightness`` (int32) in place.
-
-    ``attention`` (float32) is aligned with ``brightness``; only rows where ``mask`` is
-    true vote.  Above ``threshold``: ``+floor(a / threshold)``, capped at ``cap``;
-    otherwise ``-decay`` with no floor.
-    """
-    # Branch-free and allocation-light (~5x faster than np.where at 30k tokens):
-    # gain = above ? trunc(min(ratio, cap)) : -decay  ==  (trunc + decay) * above - decay.
-    # Ratios can exceed int32 for near-zero thresholds; clip before casting.
-    ratio = np.multiply(attention, np.float32(1.0 / threshold), dtype=np.float32)
-    np.minimum(ratio, np.float32(cap), out=ratio)
-    gain = ratio.astype(np.int32)  # truncation == floor for gains >= 0
-    gain += np.int32(decay)
-    np.multiply(gain, attention > threshold, out=gain)
-    gain -= np.int32(decay)
-    if mask is not None:
-        np.multiply(gain, mask, out=gain)
-    brightness += gain
-    np.minimum(brightness, np.int32(cap), out=brightness)
-
-
-#: Brightness rules (``Settings.brightness_rule``): magnitude voting, an
-#: exponentially decayed attention mass, and the accumulated mass (H2O's heavy hitters).
-RULES = ("vote", "decay", "mass")
-#: How a chunk is scored for pruning (``Settings.chunk_rank``): its brightest token, the
-#: mean of its ``chunk_rank_k`` brightest tokens, or the mean of all its tokens.
-CHUNK_RANKS = ("peak", "topk", "mean")
-#: Where new tokens start (``Settings.new_token_brightness``): at the cap ("fail
-#: bright", the original rule) or at the live median (a fair chance, not a head start).
-NEW_TOKEN_RULES = ("cap", "median")
-#: Largest score a mass rule keeps (far from int32's limit: sums never overflow).
-MASS_CEILING = 1 << 30
-
-
-def attention_mass(
-    brightness: np.ndarray,
-    attention: np.ndarray,
-    threshold: float,
-    *,
-    unit: float,
-    half_life: float = 0.0,
-    mask: np.ndarray | None = None,
-) -> None:
-    """One step of (decayed) attention mass on ``brightness`` (int32) in place.
-
-    Every scored token gains ``unit * a / threshold`` (rounded): ``unit`` per fair share
-    of attention, with no cap, so a token the model keeps reading keeps rising instead of
-    saturating.  With ``half_life`` > 0 (in generated tokens) every scored value first
-    loses its share ``1 - 2**(-1/half_life)``, rounded up so it reaches 0: a token read
-    long ago fades, one read now counts.  ``half_life`` 0 is the plain sum (H2O).
-    """
-    rows = slice(None) if mask is None else mask
-    values = brightness[rows]
-    gain = np.rint(np.multiply(attention[rows], np.float32(unit / threshold), dtype=np.float32))
-    np.minimum(gain, np.float32(MASS_CEILING), out=gain)
-    if half_life > 0:
-        share = 1.0 - 2.0 ** (-1.0 / half_life)
-        loss = np.ceil(values.astype(np.float32) * np.float32(share))
-        np.maximum(loss, 0, out=loss)
-        values = values - loss.astype(np.int32)
-    values = values + gain.astype(np.int32)
-    np.clip(values, 0, MASS_CEILING, out=values)
-    brightness[rows] = values
-
-
 def chunk_scores(brightness: np.ndarray, starts: np.ndarray, rank: str = "peak", k: int = 4) -> np.ndarray:
-    """One score per run of rows starting at ``starts``: its peak, its top-``k`` mean, or
-    its mean (attention per token).
+    """One score per run of rows starting at ``starts``, by the chunk rank called ``rank``
+    (:data:`halo_weave.rules.CHUNK_RANKS`: its peak, its top-``k`` mean, or its mean).
 
     >>> chunk_scores(np.array([1, 9, 3, 5, 5], np.int32), np.array([0, 3]), "topk", 2).tolist()
     [6, 5]
     >>> chunk_scores(np.array([1, 9, 3, 5, 4], np.int32), np.array([0, 3]), "mean").tolist()
     [4, 4]
     """
-    if rank == "peak" or len(starts) == 0:
-        return np.maximum.reduceat(brightness, starts) if len(starts) else np.zeros(0, np.int32)
-    if rank == "mean":
-        counts = np.diff(np.append(starts, len(brightness)))
-        sums = np.add.reduceat(brightness.astype(np.int64), starts)
-        return (sums // counts).astype(np.int32)
-    if rank != "topk":
-        raise ValueError(f"unknown chunk rank {rank!r}")
-    n = len(brightness)
-    counts = np.diff(np.append(starts, n))
-    chunk_of = np.repeat(np.arange(len(starts)), counts)
-    order = np.lexsort((-brightness.astype(np.int64), chunk_of))  # by chunk, brightest first
-    within = np.arange(n) - starts[chunk_of]  # rank inside the chunk (order keeps chunks in place)
-    top = within < k
-    sums = np.bincount(chunk_of[top], weights=brightness[order][top].astype(np.float64),
-                       minlength=len(starts))
-    return (sums // np.minimum(counts, k)).astype(np.int32)
+    if len(starts) == 0:
+        return np.zeros(0, np.int32)
+    return chunk_rank(rank).scores(brightness, starts, k)
 
 
 def resurrected(rule: str | int, at_prune: np.ndarray, mean: int) -> np.ndarray:

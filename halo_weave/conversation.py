@@ -9,24 +9,33 @@ Everything that decides what the model sees lives here, Qt-free and without I/O:
   never scored and never pruned.
 * Content is cut into chunks at paragraph / code boundaries (see :mod:`.core.chunking`).  A
   chunk is identified by ``(turn_id, chunk_index, role)``; chunk 0 is the turn's anchor.
-* :meth:`Conversation.apply_attention` runs one magnitude-voting step per generated token.
-* :meth:`Conversation.prune_to_fit` drops the unpinned chunk with the lowest *peak*
-  brightness until the context fits (:mod:`.core.pruning`), with anchor
-  protection (:mod:`.core.anchors`: what leaves and comes back together).
+* :meth:`Conversation.apply_attention` runs one step of the settings' brightness rule per
+  generated token (:mod:`.rules.brightness_rules`).
+* :meth:`Conversation.prune_to_fit` drops unpinned chunks in the settings' prune order
+  (:mod:`.rules.prune_orders`: dimmest or oldest first) until the context fits
+  (:mod:`.core.pruning`), with anchor protection (:mod:`.core.anchors`: what leaves
+  and comes back together).
 * :meth:`Conversation.resurrect` (:mod:`.core.resurrection`), :meth:`pin`, :meth:`merge_with_next`,
   :meth:`prune_chunk` are the user's and the semantic index's levers.
 * :attr:`Conversation.recalls` says what each user message's search brought back
   (:mod:`.core.recall`); those chunks stay marked until they are pruned.
 
+:meth:`Conversation.trial` (or :meth:`~Conversation.snapshot` and
+:meth:`~Conversation.restore`) tries a change and takes it back exactly: a save that
+failed, a question the memory benchmark asks without keeping its answer.
+
 Only live tokens are held in the columnar :class:`TokenTable`; a pruned chunk's tokens
-move to a per-chunk record, and chunks that were already pruned when the conversation was
-opened are fetched through ``chunk_loader`` (the store) when they come back.  Turns and
+move to a per-chunk record (:class:`~.core.held_tokens.HeldTokens`), and chunks that were
+already pruned when the conversation was opened are fetched through ``chunk_loader`` (the
+store) when they come back.  Turns and
 chunks read from storage stay numpy columns until they are used (:mod:`.core.registry`).
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -38,9 +47,26 @@ from .core.recall import Recalls
 from .core.records import Chunk, ChunkLoader, ChunkTokens, Turn  # noqa: F401 - importable from here too
 from .core.registry import ChunkColumns, ChunkList, ChunkRegistry, TurnColumns, TurnRegistry
 from .core.token_table import TokenTable
+from .core.held_tokens import HeldTokens
 from .core.turn_writer import TurnWriter
 from .errors import ConversationError
+from .rules import brightness_rule, prune_order
 from .settings import MAX_BRIGHTNESS, Settings
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A conversation's state at one moment (:meth:`Conversation.snapshot`); opaque."""
+
+    table: dict
+    chunks: tuple
+    turns: tuple
+    held: tuple
+    recalls: dict
+    writer: tuple
+    counters: tuple[int, int, int]
+    system: tuple
+    role_names: dict
 
 
 class Conversation:
@@ -61,10 +87,9 @@ class Conversation:
         self.next_position = 0
         self.next_turn_id = 0
         self.next_chunk_id = 0
-        #: Texts of the live chunks (and of pruned chunks pruned in this session).
-        self._texts: dict[int, list[str]] = {}
-        #: Token data of chunks pruned in this session, kept for cheap resurrection.
-        self._pruned_tokens: dict[int, ChunkTokens] = {}
+        #: Token texts of the live chunks (and of those pruned in this session), and the
+        #: tokens of the chunks pruned in this session, kept for a cheap resurrection.
+        self.held = HeldTokens()
         self.chunk_loader: ChunkLoader | None = None
         #: What each user message recalled (:mod:`.core.recall`).
         self.recalls = Recalls()
@@ -132,11 +157,59 @@ class Conversation:
         self.table.keep(~np.isin(self.table.chunk_id, ids))
         for chunk in chunks:
             del self.chunks[chunk.id]
-            self._texts.pop(chunk.id, None)
-            self._pruned_tokens.pop(chunk.id, None)
+            self.held.forget(chunk.id)
         del self.turns[turn_id]
         self.recalls.forget(turn_id)
         return turn, chunks
+
+    # ------------------------------------------------------------------ trials
+    def snapshot(self) -> Snapshot:
+        """Everything this conversation holds, copied, for :meth:`restore`: the token
+        table, every turn and chunk with its fields (live, pinned, brightness at prune,
+        ``resurrected_at``, ``recalled_for``, ...), the held texts and pruned tokens, the
+        recalls, the open turn and the counters.  Settings, framing and the chunk loader
+        are not the conversation's state and are left out."""
+        return Snapshot(
+            table=self.table.snapshot(), chunks=self.chunks.snapshot(), turns=self.turns.snapshot(),
+            held=self.held.snapshot(), recalls=dict(self.recalls.items()), writer=self._writer.snapshot(),
+            counters=(self.next_position, self.next_turn_id, self.next_chunk_id),
+            system=(self.system_prompt, self.system_ids, list(self.system_texts)),
+            role_names=dict(self.role_names),
+        )
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Go back exactly to ``snapshot`` (taken of this conversation): whatever was
+        changed since — a prune, a resurrection, brightness, a pin, a merge, a turn — is
+        taken back.  The chunk and turn objects are the same ones, with their old fields;
+        the snapshot stays usable."""
+        self.table.restore(snapshot.table)
+        self.chunks.restore(snapshot.chunks)
+        self.turns.restore(snapshot.turns)
+        self.held.restore(snapshot.held)
+        self.recalls.clear()
+        for turn_id, chunk_ids in snapshot.recalls.items():
+            self.recalls.put(turn_id, chunk_ids)
+        self._writer.restore(snapshot.writer)
+        self.next_position, self.next_turn_id, self.next_chunk_id = snapshot.counters
+        self.system_prompt, self.system_ids, texts = snapshot.system
+        self.system_texts = list(texts)
+        self.role_names = dict(snapshot.role_names)
+
+    @contextmanager
+    def trial(self) -> Iterator[Conversation]:
+        """Try changes and take them back: inside the block the conversation may be
+        pruned, resurrected, scored and read; when the block ends (normally or by an
+        error) it is as it was before (:meth:`restore`).
+
+        >>> with conv.trial():  # doctest: +SKIP
+        ...     conv.prune_to_fit(500)
+        ...     fits = conv.live_token_count()
+        """
+        saved = self.snapshot()
+        try:
+            yield self
+        finally:
+            self.restore(saved)
 
     # ------------------------------------------------------------------ reading
     def live_input_ids(self) -> np.ndarray:
@@ -180,9 +253,12 @@ class Conversation:
 
     def chunk_texts(self, chunk_id: int) -> list[str]:
         """Token texts of a chunk (loading a long-pruned chunk through the store)."""
-        if chunk_id not in self._texts:
-            self._texts[chunk_id] = pruning.load_pruned(self, [chunk_id])[chunk_id].texts
-        return self._texts[chunk_id]
+        texts = self.held.texts(chunk_id)
+        if texts is None:
+            texts = pruning.load_pruned(self, [chunk_id])[chunk_id].texts
+            self.held.put(chunk_id, texts)
+            texts = self.held.texts(chunk_id)
+        return texts
 
     def chunk_text(self, chunk_id: int) -> str:
         return "".join(self.chunk_texts(chunk_id))
@@ -193,7 +269,7 @@ class Conversation:
         if chunk.live:
             rows = self.chunk_rows(chunk)
             return ChunkTokens(
-                self.table.token_id[rows].copy(), list(self._texts[chunk_id]),
+                self.table.token_id[rows].copy(), list(self.held.texts(chunk_id)),
                 self.table.brightness[rows].copy(),
             )
         return pruning.load_pruned(self, [chunk_id])[chunk_id]
@@ -203,7 +279,7 @@ class Conversation:
         chunk = self.chunks[chunk_id]
         if chunk.live:
             return self.chunk_tokens(chunk_id)
-        return self._pruned_tokens.get(chunk_id)
+        return self.held.pruned(chunk_id)
 
     def start_brightness(self) -> int:
         """Where a new turn's tokens start: the cap ("fail bright") or the live median of
@@ -252,8 +328,8 @@ class Conversation:
 
     # ------------------------------------------------------------------ brightness
     def apply_attention(self, attention: np.ndarray) -> None:
-        """One brightness step from one generated token's attention (``brightness_rule``:
-        magnitude voting, or a decayed / accumulated attention mass).
+        """One brightness step from one generated token's attention, by the settings'
+        ``brightness_rule`` (:mod:`.rules.brightness_rules`).
 
         ``attention`` covers the whole input (system prefix + live tokens) as sent; its
         length must equal :meth:`live_token_count` at the time the token was produced.
@@ -263,26 +339,9 @@ class Conversation:
             raise bright.AttentionError(
                 f"attention has {attention.size} cells, context has {self.live_token_count()}"
             )
-        threshold = bright.vote_threshold(attention)
-        s = self.settings
-        if s.brightness_rule in ("decay", "mass"):
-            # One fair share of attention is worth 1 while read every step: a token the
-            # model keeps reading at its fair share settles at initial_brightness (decay).
-            half_life = s.brightness_half_life if s.brightness_rule == "decay" else 0
-            unit = s.initial_brightness * (1.0 - 2.0 ** (-1.0 / half_life)) if half_life else 1.0
-            bright.attention_mass(self.table.brightness, attention[n_system:], threshold,
-                                  unit=unit, half_life=half_life, mask=self.scored_mask())
-            return
-        if s.brightness_rule != "vote":
-            raise ConversationError(f"unknown brightness rule {s.brightness_rule!r}")
-        bright.magnitude_vote(
-            self.table.brightness,
-            attention[n_system:],
-            threshold,
-            cap=self.settings.brightness_cap,
-            decay=self.settings.decay_per_step,
-            mask=self.scored_mask(),
-        )
+        rule = brightness_rule(self.settings.brightness_rule)
+        rule.step(self.table.brightness, attention[n_system:], bright.vote_threshold(attention),
+                  self.settings, mask=self.scored_mask())
 
     # ------------------------------------------------------------------ pruning
     def prune_to_fit(
@@ -290,7 +349,7 @@ class Conversation:
         max_tokens: int | None = None,
         *,
         target: int | None = None,
-        by_age: bool = False,
+        order: str | None = None,
         keep_latest_exchange: bool = False,
         keep: frozenset[int] | set[int] = frozenset(),
     ) -> list[Chunk]:
@@ -299,10 +358,10 @@ class Conversation:
         Pruning goes down to ``target``.  Without explicit numbers (the app's path) the
         limit is ``max_context_tokens`` and the target ``prune_hysteresis`` times it, so
         pruning happens in fewer, larger steps: each prune costs the server a re-prefill
-        of everything after the cut.  Chunks are ranked by peak brightness; an anchor
-        pair leaves together, so it is ranked by its brighter member and goes only once
-        both have dimmed.  ``by_age`` ranks oldest-first instead (a server that sends no
-        attention gives brightness no meaning).  ``keep_latest_exchange`` spares the last
+        of everything after the cut.  Chunks go in the settings' ``prune_order``, or in
+        ``order`` when given (a name in :data:`.rules.PRUNE_ORDERS`: the session names
+        one that needs no brightness while nothing measures it); an anchor pair leaves
+        together (:mod:`.core.pruning`).  ``keep_latest_exchange`` spares the last
         user turn and its answer (the app's automatic pruning: what the user just read
         stays, with what was resurrected for that message); ``keep``: chunk ids that stay.
         Returns every chunk pruned (framing included).
@@ -315,9 +374,9 @@ class Conversation:
             goal = limit if target is None else target
         if limit <= 0 or self.live_token_count() <= limit:
             return []
-        by_age = by_age or self.settings.prune_order == "age"
+        rank = prune_order(order or self.settings.prune_order)
         spared = self.turns.last("user") if keep_latest_exchange else None
-        chosen = pruning.select(self, self.live_token_count() - goal, by_age=by_age, spared=spared, keep=keep)
+        chosen = pruning.select(self, self.live_token_count() - goal, order=rank, spared=spared, keep=keep)
         return self._prune_chunks(chosen) if chosen else []
 
     def kept_tokens(self) -> int:

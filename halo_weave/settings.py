@@ -12,11 +12,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .rules import BRIGHTNESS_RULES, CHUNK_RANKS, PRUNE_ORDERS, WITHOUT_BRIGHTNESS, Choice, prune_order
+#: Brightness every new token starts with ("fail bright") and the cap of the vote.
+from .rules.brightness_rules import MAX_BRIGHTNESS
 # tools is Qt-free and light (stdlib only until a jq call starts its worker process).
 from .tools.notebook import TOOL_PROMPT
-
-#: Brightness every new token starts with ("fail bright") and the cap of the vote.
-MAX_BRIGHTNESS = 10000
 
 #: The default system prompt: a plain assistant.  The notebook tool's instructions are
 #: added only while the tool is on (``notes_tool``): models follow them literally (a
@@ -71,7 +71,7 @@ class Settings:
     score_current_turn: bool = True
     highlight_fraction: float = 0.20  # brightest share of tokens highlighted in the heatmap
     render_markdown: bool = True  # messages shown rendered as Markdown (False: as typed)
-    # How attention becomes brightness (halo_weave.brightness.RULES): "vote" is magnitude
+    # How attention becomes brightness (halo_weave.rules.brightness_rules): "vote" is magnitude
     # voting (+floor(a / fair share), -1 otherwise, capped); "decay" an attention mass with
     # a half-life of brightness_half_life generated tokens; "mass" the plain sum (H2O).
     # The mass rules have no cap.  "vote" continues conversations best; the mass rules
@@ -246,46 +246,11 @@ class Settings:
         return [f.name for f in dataclasses.fields(cls)]
 
 
-@dataclass(frozen=True)
-class Choice:
-    """One allowed value of a multiple-choice setting, in words for the user.
-
-    ``label`` is the entry in the settings dialog, ``explanation`` its tooltip (what it
-    does, plainly), ``short`` the few words the stats line and the legend use (it may
-    name other fields in braces, e.g. ``{brightness_half_life}``), ``uses`` the numeric
-    settings that only matter with this choice (the dialog enables them only then).
-    """
-
-    value: str
-    label: str
-    explanation: str
-    short: str = ""
-    uses: tuple[str, ...] = ()
-
-
 #: The multiple-choice settings and their allowed values, in the order the dialog lists
 #: them.  The single source: loading, validation and the dialog's combo boxes all read
 #: these, so a new rule added here appears everywhere without a UI edit.
 CHOICES: dict[str, tuple[Choice, ...]] = {
-    "brightness_rule": (
-        Choice("vote", "Magnitude votes (the seed's rule, capped)",
-               "Every generated token adds to the words it reads more than their fair share "
-               "(up to the cap of 10,000) and takes 1 from every other word. New text starts at "
-               "the cap, so one truly read word keeps its paragraph bright. In the memory "
-               "benchmark it continued conversations best.",
-               "magnitude votes"),
-        Choice("decay", "Decayed attention mass (half-life)",
-               "Every word collects the attention it gets; what it collected halves every "
-               "half-life of generated tokens. What the model reads now counts, what it read "
-               "long ago fades. No cap. It recalled more in the memory benchmark but continued "
-               "conversations a little worse.",
-               "decayed attention mass (half-life {brightness_half_life})",
-               uses=("brightness_half_life",)),
-        Choice("mass", "Accumulated attention mass (H2O)",
-               "Every word adds up all the attention it ever got; nothing fades and there is "
-               "no cap, so words read often early on stay bright for good.",
-               "accumulated attention mass"),
-    ),
+    "brightness_rule": tuple(rule.choice for rule in BRIGHTNESS_RULES.values()),
     "new_token_brightness": (
         Choice("cap", "At the starting brightness (fail bright)",
                "New text starts as bright as possible, so it is never pruned before the model "
@@ -296,32 +261,8 @@ CHOICES: dict[str, tuple[Choice, ...]] = {
                "no head start.",
                "new text starts at the median"),
     ),
-    "chunk_rank": (
-        Choice("peak", "Its brightest word (peak)",
-               "A paragraph is as bright as its brightest word: one word the model keeps "
-               "reading keeps the whole paragraph.",
-               "peak"),
-        Choice("topk", "Mean of its k brightest words",
-               "A paragraph's score is the mean of its k brightest words: harder for a single "
-               "stray word to keep a paragraph alive.",
-               "top-{chunk_rank_k} mean",
-               uses=("chunk_rank_k",)),
-        Choice("mean", "Mean of all its words",
-               "A paragraph's score is the mean brightness of all its words: the attention it gets "
-               "per word, so a long paragraph read in one place ranks below a short one read "
-               "throughout.",
-               "mean"),
-    ),
-    "prune_order": (
-        Choice("brightness", "Dimmest first (by the score above)",
-               "When the context is full, the paragraphs with the lowest score are pruned first "
-               "(pinned ones, the last exchange and the newest tokens of the recent window are kept).",
-               "dimmest first", uses=("prune_keep_recent",)),
-        Choice("age", "Oldest first (brightness only colours)",
-               "When the context is full, the oldest paragraphs are pruned first whatever their "
-               "brightness; the colours still show what the model reads.",
-               "oldest first"),
-    ),
+    "chunk_rank": tuple(rank.choice for rank in CHUNK_RANKS.values()),
+    "prune_order": tuple(order.choice for order in PRUNE_ORDERS.values()),
     "prune_when": (
         Choice("after_exchange", "After every exchange (down to the context budget)",
                "After every answer the context is pruned back under the context target, which "
@@ -397,59 +338,60 @@ class Scoring:
     """What colours the chunks and what decides pruning, in words (see :func:`scoring_words`).
 
     ``short`` for the stats line, ``sentence`` for tooltips and the legend, ``rule`` the
-    rule's own explanation, ``colour`` what a paragraph's colour means (the legend's row).
+    rule's own explanation, ``colour`` what a paragraph's colour means (the legend's row),
+    ``order`` the prune order in force (a name in :data:`~halo_weave.rules.PRUNE_ORDERS`).
     """
 
     short: str
     sentence: str
     rule: str
     colour: str
-    by_age: bool
+    order: str
 
 
 def scoring_words(settings: Settings, source: str = "server") -> Scoring:
     """The words for what colours the chunks and decides pruning under ``settings``.
 
     ``source`` is who measures brightness: ``"server"`` (the model's attention, by
-    ``brightness_rule``), ``"reader"``/``"waiting"`` (the bundled reader's magnitude votes;
-    pruning by them only with ``proxy_pruning``) or ``"none"`` (nothing: oldest first).
+    ``brightness_rule``), ``"reader"``/``"waiting"`` (the bundled reader's attention by
+    the same rule; pruning by it only with ``proxy_pruning``) or ``"none"`` (nothing:
+    :data:`~halo_weave.rules.WITHOUT_BRIGHTNESS` order).
     """
     rank = choice_words(settings, "chunk_rank")
     scale = "on today's scale, olive (read least lately) → yellow → gold (read most)"
+    chosen = choice("brightness_rule", settings.brightness_rule)
+    explanation = chosen.explanation if chosen else ""
     if source == "none":
-        return Scoring("pruning oldest first",
+        fallback = prune_order(WITHOUT_BRIGHTNESS)
+        words = fallback.words(settings)
+        return Scoring(f"pruning {words}",
                        "This server sends no attention: brightness is not measured (every word keeps its "
-                       "start value). Pruning: oldest first.",
+                       f"start value). Pruning: {words}.",
                        "", f"Paragraph colour: its {rank} brightness {scale}; not measured while the server "
-                       "sends no attention. The oldest paragraphs are pruned first.", True)
+                       f"sends no attention. The {fallback.first} paragraphs are pruned first.",
+                       WITHOUT_BRIGHTNESS)
+    name = settings.prune_order
     if source in ("reader", "waiting"):
-        rule = "the reader's magnitude votes"
-        explanation = choice("brightness_rule", "vote").explanation + (
-            " (The bundled reader model's attention over each finished exchange, not your model's.)")
-        by_age = not settings.proxy_pruning or settings.prune_order == "age"
+        rule = "the reader's " + choice_words(settings, "brightness_rule")
+        explanation += " (The bundled reader model's attention over each finished exchange, not your model's.)"
+        if not settings.proxy_pruning:
+            name = WITHOUT_BRIGHTNESS
     else:
         rule = choice_words(settings, "brightness_rule")
-        chosen = choice("brightness_rule", settings.brightness_rule)
-        explanation = chosen.explanation if chosen else ""
-        by_age = settings.prune_order == "age"
-    recent = settings.prune_keep_recent
-    order = "oldest first" if by_age else "dimmest first" + (f" (newest {recent:,} tokens last)" if recent else "")
+    order = prune_order(name)
+    words = order.words(settings)
     if settings.prune_when == "for_room":
-        order += ", " + choice_words(settings, "prune_when")
-    sentence = (f"Brightness: {rule}; a paragraph's colour is its {rank} brightness. "
-                + ("Pruning: oldest first (brightness only colours the text)." if by_age else
-                   f"Pruning: {order}, by that {rank} score."))
+        words += ", " + choice_words(settings, "prune_when")
+    sentence = f"Brightness: {rule}; a paragraph's colour is its {rank} brightness. " + order.sentence(words, rank)
     if settings.prune_when == "for_room":
         sentence += " The context keeps the model's window full; pruning makes only the room needed."
     share = settings.resurrection_keep_share
     if share < 1 and settings.max_context_tokens > 0:
         sentence += (f" When the model's window is too small for what your message brings back, older context "
                      f"beyond the newest {int(settings.max_context_tokens * max(share, 0.0)):,} tokens is pruned "
-                     f"({'oldest' if by_age else 'dimmest'} first) to make room for it.")
-    colour = (f"Paragraph colour: its {rank} brightness {scale}. "
-              + ("Pruning is oldest first: the colour shows what the model reads, not what goes next."
-                 if by_age else "Dim paragraphs are pruned first."))
-    return Scoring(f"☀ {rule} · {rank} · pruning {order}", sentence, explanation, colour, by_age)
+                     f"({order.first} first) to make room for it.")
+    colour = f"Paragraph colour: its {rank} brightness {scale}. " + order.colour
+    return Scoring(f"☀ {rule} · {rank} · pruning {words}", sentence, explanation, colour, name)
 
 
 def data_dir() -> Path:

@@ -265,9 +265,9 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
     floor = room.floor(index.settings) if room.shares_room(index.settings) else conv.live_token_count()
     made = room.plan_with_room(conv, matches, index.plan, user_tokens=framed + reserve,
                                max_context=args.context, max_new_tokens=args.max_new_tokens,
-                               floor=floor, cap=index.settings.resurrection_budget_cap, by_age=True)
+                               floor=floor, cap=index.settings.resurrection_budget_cap, order="age")
     made.plan.apply(conv, index.settings.resurrection_brightness)
-    conv.prune_to_fit(budget - framed - reserve, keep_latest_exchange=True, by_age=True)
+    conv.prune_to_fit(budget - framed - reserve, keep_latest_exchange=True, order="age")
     recalled = None
     if with_note:
         back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]

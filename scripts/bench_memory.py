@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from memory_bench import fidelity, locomo, retrieval  # noqa: E402
 
 from halo_weave.memory import room  # noqa: E402
+from halo_weave.rules import WITHOUT_BRIGHTNESS  # noqa: E402
 from memory_bench.methods import (QuestionContext, answer_brightness, answer_full,  # noqa: E402
                                   answer_halo, answer_halo_dry, answer_halo_in_place, answer_rag,
                                   keep_recent)
@@ -262,7 +263,7 @@ def main(argv=None) -> int:
                     text = retrieval.with_recent(recent, question.question, options.get("recent_turns", 0))
                     out = answer_halo_dry(recent, index.search(text), ctx, index.plan,
                                           index.settings.resurrection_budget_cap,
-                                          floor=room_floor(index.settings), by_age=True)
+                                          floor=room_floor(index.settings), order=WITHOUT_BRIGHTNESS)
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1
                 elif name == "brightness":

@@ -90,7 +90,7 @@ def measure(reader, tok, turns, size: int, answer: int, repeats: int) -> dict:
         result = reader.read(plan.context_ids, plan.answer_ids)
         warm.append(result.seconds)
         started = time.perf_counter()
-        proxy.votes(plan, result.rows, cap=conv.settings.brightness_cap, decay=conv.settings.decay_per_step)
+        proxy.votes(plan, result.rows, conv.settings)
         vote.append(time.perf_counter() - started)
         # Pruned: the oldest quarter of the table goes (KV surgery), then the new exchange.
         reader.engine.kv.reset()

@@ -314,8 +314,12 @@ def test_pruning_only_for_room_keeps_more_recent_context_and_brings_the_match_ba
             made_room += bool(plan_with_room(probe, gone, make_plan, user_tokens=ctx.framed_tokens,
                                              max_context=context, max_new_tokens=max_new, floor=prune_to).pruned)
         assert made_room, "some question's plan pruned older context to make its room"
-        with pytest.raises(ValueError):  # a mean-brightness resurrection cannot be undone exactly
-            answer_halo_in_place(r.conv, gone, ctx, "mean")
+        # A resurrection at the mean brightness is taken back as exactly.
+        made, out = answer_halo_in_place(r.conv, gone, ctx, "mean"), answer_halo(alone, gone, ctx, "mean")
+        assert (made.recall, made.tokens, made.missing) == (out.recall, out.tokens, out.missing), name
+        assert _stamps(r.conv) == stamps, name
+        for column, values in columns.items():
+            assert np.array_equal(getattr(r.conv.table, column), values), (name, column)
 
 
 def test_halo_reports_why_evidence_is_missing(dialogue, settings):

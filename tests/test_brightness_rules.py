@@ -9,7 +9,9 @@ import numpy as np
 
 from halo_weave.brightness import attention_mass, chunk_scores
 from halo_weave.conversation import Conversation
-from halo_weave.settings import MAX_BRIGHTNESS, Settings
+from halo_weave.memory import proxy
+from halo_weave.rules import BRIGHTNESS_RULES, CHUNK_RANKS, PRUNE_ORDERS
+from halo_weave.settings import CHOICES, MAX_BRIGHTNESS, Settings
 
 TEXT = "\n\n".join(f"Paragraph {i} has a handful of words in it to fill a chunk." for i in range(3))
 
@@ -172,3 +174,36 @@ def test_a_resurrected_chunk_gets_no_shelter_from_the_recent_window():
     pruned = conv.prune_to_fit(conv.live_token_count() - 5)
     assert [c.id for c in pruned if not c.framing] == [dim.id]
     assert all(c.live for c in conv.content_chunks(3))
+
+
+def _read_last_answer(conv: Conversation, hot_row: int) -> None:
+    """The reader reads the last answer: every answer token puts half its attention on a
+    sink and most of the rest on the context row ``hot_row``."""
+    plan = proxy.plan_read(conv, 512)
+    cells = plan.tokens - 1
+    rows = np.full((len(plan.answer_ids), cells), 0.05 / cells, np.float32)
+    rows[:, 0] = 0.5
+    rows[:, plan.n_system + hot_row] = 0.45
+    rows /= rows.sum(axis=1, keepdims=True)
+    proxy.apply(conv, plan, proxy.votes(plan, rows, conv.settings), conv.settings)
+
+
+def test_the_reader_scores_by_the_rule_the_settings_name():
+    """The reader's attention goes through the chosen brightness rule: capped votes, or
+    an attention mass that keeps rising past the cap."""
+    voted, summed = _conversation(brightness_rule="vote"), _conversation(brightness_rule="mass")
+    for conv in (voted, summed):
+        _read_last_answer(conv, hot_row=5)
+    assert voted.table.brightness.max() == MAX_BRIGHTNESS
+    assert summed.table.brightness[5] > MAX_BRIGHTNESS
+
+
+def test_every_registered_rule_is_a_choice_in_the_settings():
+    """A rule joins the settings dialog by joining its registry, nothing else."""
+    for field, registry in (("brightness_rule", BRIGHTNESS_RULES), ("chunk_rank", CHUNK_RANKS),
+                            ("prune_order", PRUNE_ORDERS)):
+        assert [c.value for c in CHOICES[field]] == list(registry)
+        for name in registry:
+            conv = _conversation(**{field: name})
+            _attend(conv, [3], steps=5)
+            assert conv.prune_to_fit(conv.live_token_count() - 1), f"{field}={name} prunes"

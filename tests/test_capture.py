@@ -23,6 +23,7 @@ from halo_weave.storage.capture import (
     prune_forecast,
 )
 from halo_weave.conversation import Conversation, Framing
+from halo_weave.core import pruning
 from halo_weave.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -178,7 +179,7 @@ def test_prune_forecast_follows_the_conversations_own_rule(tmp_path):
     live_ids = set(np.unique(last.chunk_ids).tolist())
     for chunk in list(twin.chunks.values()):
         if chunk.live and chunk.id not in live_ids:
-            twin._prune_chunks([chunk])
+            pruning.take_out(twin, [chunk])
     expected = []
     for _ in range(len(forecast)):
         pruned = [c.id for c in twin.prune_to_fit(twin.live_token_count() - 1) if not c.framing]

@@ -327,7 +327,7 @@ def test_pruned_chunks_from_storage_load_through_the_loader():
     conv = seed_turns_3_and_4()
     pruned = conv.prune_to_fit(conv.live_token_count() - 1)
     saved = {c.id: conv.chunk_tokens(c.id) for c in pruned}
-    conv._pruned_tokens.clear()  # as if the conversation had just been reopened
+    conv.held.drop_pruned()  # as if the conversation had just been reopened
     calls = []
     conv.chunk_loader = lambda ids: calls.append(list(ids)) or {i: saved[i] for i in ids}
     conv.resurrect([pruned[0].id])

@@ -71,8 +71,8 @@ def test_the_readers_attention_lights_what_the_answer_used(reader, tok):
     result = reader.read(plan.context_ids, plan.answer_ids)
     assert result.rows.shape == (len(plan.answer_ids), plan.tokens - 1)
     assert np.allclose(result.rows[np.arange(len(plan.answer_ids)), :].sum(axis=1), 1.0, atol=1e-3)
-    delta = proxy.votes(plan, result.rows, cap=MAX_BRIGHTNESS, decay=1)
-    assert proxy.apply(conv, plan, delta, MAX_BRIGHTNESS) > 0
+    delta = proxy.votes(plan, result.rows, conv.settings)
+    assert proxy.apply(conv, plan, delta, conv.settings) > 0
     b = conv.table.brightness
     content = ~conv.table.framing
     assert b[content].min() < MAX_BRIGHTNESS, "the reader's votes moved brightness"
@@ -93,11 +93,11 @@ def test_a_long_context_is_read_within_the_readers_window_and_a_prune_meanwhile_
     plan = proxy.plan_read(conv, reader.window)
     assert plan.tokens <= reader.window and plan.cut > 0, "the oldest context was left out"
     result = reader.read(plan.context_ids, plan.answer_ids)
-    delta = proxy.votes(plan, result.rows, cap=MAX_BRIGHTNESS, decay=1)
+    delta = proxy.votes(plan, result.rows, conv.settings)
     # While the reader read, the oldest chunks were pruned (oldest-first) by the app.
     before_rows = {int(p): int(v) for p, v in zip(conv.table.position, conv.table.brightness)}
-    conv.prune_to_fit(conv.live_token_count() // 2, by_age=True)
-    proxy.apply(conv, plan, delta, MAX_BRIGHTNESS)
+    conv.prune_to_fit(conv.live_token_count() // 2, order="age")
+    proxy.apply(conv, plan, delta, conv.settings)
     unread = conv.table.position < plan.positions[0]
     assert all(before_rows[int(p)] == int(v) for p, v in zip(conv.table.position[unread], conv.table.brightness[unread]))
     read = np.isin(conv.table.position, plan.positions) & ~conv.table.framing

@@ -113,3 +113,27 @@ def test_levers_change_and_save(client, tmp_path):
     assert conv.chunks[chunk.id].live
     live = {r[0] for r in session.store.conn.execute("SELECT id FROM chunks WHERE live = 1")}
     assert chunk.id in live
+
+
+def test_a_message_whose_save_fails_leaves_the_conversation_as_it_was(client, tmp_path):
+    """A read-only file: the message is refused, nothing of it stays in memory (the same
+    conversation, every row and chunk as before), and once the file is writable again
+    the message is sent and saved."""
+    session, path = _session(client, tmp_path)
+    rng = random.Random(3)
+    _turn(session, rng)
+    conv = session.conv
+    before = ({name: getattr(conv.table, name).tolist() for name in ("position", "token_id", "brightness")},
+              {c.id: (c.live, c.token_count) for c in conv.chunks.values()}, conv.next_turn_id)
+    pieces = session.tokenize("Remember the violet harbor.")
+    session.store.conn.execute("PRAGMA query_only = 1")
+    with pytest.raises(sqlite3.OperationalError, match="readonly"):
+        session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
+    assert session.conv is conv
+    assert ({name: getattr(conv.table, name).tolist() for name in ("position", "token_id", "brightness")},
+            {c.id: (c.live, c.token_count) for c in conv.chunks.values()}, conv.next_turn_id) == before
+    session.store.conn.execute("PRAGMA query_only = 0")
+    turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
+    peek = sqlite3.connect(path)
+    assert peek.execute("SELECT complete FROM turns WHERE turn_id = ?", (turn.turn_id,)).fetchone() == (1,)
+    peek.close()

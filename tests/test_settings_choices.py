@@ -28,14 +28,14 @@ def test_the_default_says_votes_peak_and_oldest_first():
     # docs/memory-benchmark.md (stop 20's dev-set run): oldest first is the default order.
     words = scoring_words(Settings())
     assert words.short == "☀ magnitude votes · peak · pruning oldest first"
-    assert "Pruning is oldest first" in words.colour and words.by_age
+    assert "Pruning is oldest first" in words.colour and words.order == "age"
     assert "brightness only colours the text" in words.sentence
 
 
 def test_dimmest_first_is_still_said_when_chosen():
     words = scoring_words(Settings(prune_order="brightness"))
     assert words.short == "☀ magnitude votes · peak · pruning dimmest first"
-    assert "Dim paragraphs are pruned first" in words.colour and not words.by_age
+    assert "Dim paragraphs are pruned first" in words.colour and words.order == "brightness"
 
 
 @pytest.mark.parametrize(("changes", "source", "short"), [
@@ -46,16 +46,18 @@ def test_dimmest_first_is_still_said_when_chosen():
     (dict(prune_keep_recent=512, prune_order="brightness"), "server", "☀ magnitude votes · peak · pruning dimmest first (newest 512 tokens last)"),
     (dict(prune_when="for_room", prune_order="brightness"), "server",
      "☀ magnitude votes · peak · pruning dimmest first, only for room"),
-    # The reader votes whatever rule is set, and ranks chunks only when asked to.
-    (dict(brightness_rule="decay"), "reader", "☀ the reader's magnitude votes · peak · pruning oldest first"),
+    # The reader's attention goes through the rule that is set; it ranks chunks only when asked to.
+    (dict(brightness_rule="decay"), "reader",
+     "☀ the reader's decayed attention mass (half-life 256) · peak · pruning oldest first"),
     (dict(proxy_pruning=True, prune_order="brightness"), "reader", "☀ the reader's magnitude votes · peak · pruning dimmest first"),
     (dict(brightness_rule="decay"), "none", "pruning oldest first"),
 ])
 def test_the_words_follow_the_rule_and_who_measures_it(changes, source, short):
     words = scoring_words(Settings().replace(**changes), source)
     assert words.short == short
-    assert words.by_age == short.endswith("oldest first")
-    assert ("oldest first" in words.sentence) == words.by_age
+    by_age = words.order == "age"
+    assert by_age == short.endswith("oldest first")
+    assert ("oldest first" in words.sentence) == by_age
 
 
 def test_a_half_life_is_named_only_by_the_rule_that_uses_it():

@@ -28,7 +28,7 @@ def merge_with_next(conv, chunk_id: int) -> tuple[Chunk, Chunk]:
         raise ConversationError("only two adjacent live chunks can be merged")
     rows = conv.chunk_rows(nxt)
     conv.table.chunk_id[rows] = chunk.id
-    conv._texts[chunk.id] = conv._texts[chunk.id] + conv._texts.pop(nxt.id)
+    conv.held.join(chunk.id, nxt.id)
     chunk.token_count += nxt.token_count
     chunk.pinned = chunk.pinned or nxt.pinned
     recall.merged(conv, chunk, nxt)

@@ -1,10 +1,10 @@
 """Which chunks to prune when the context is over its limit.
 
-Chunks are ranked by peak brightness; an anchor pair leaves together, so it is ranked by
-its brighter member and goes only once both have dimmed (:mod:`.anchors`).  Ranked by age
-instead, the oldest go first (a server that sends no attention gives brightness no
-meaning); a resurrected chunk's age counts from its resurrection, so the chunk brought
-back for a message is not the first to go once that message is answered.  The
+Chunks are ranked by a prune order (:mod:`halo_weave.rules.prune_orders`): by their
+score (dimmest first; an anchor pair leaves together, so it is ranked by its brighter
+member and goes only once both have dimmed, :mod:`.anchors`) or by age (oldest first; a
+resurrected chunk's age counts from its resurrection, so the chunk brought back for a
+message is not the first to go once that message is answered).  The
 selection, the taking out and the reading back of pruned tokens are functions of a
 :class:`~halo_weave.conversation.Conversation` (``conv``).
 """
@@ -21,33 +21,24 @@ from .anchors import anchor_partner, framing_of, live_content_count, prunable_gr
 from .records import Chunk, ChunkTokens
 
 
-def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None,
+def select(conv, excess: int, *, order, spared: int | None = None,
            keep: frozenset[int] | set[int] = frozenset()) -> list[Chunk]:
     """Chunks whose pruning frees at least ``excess`` tokens (framing they free counted),
-    or as many as the rules allow; ``spared``: no chunk of that turn or later; ``keep``:
-    chunk ids left alone (the matches of a search that prunes to make room).  A chunk
-    resurrected for the spared turn is not spared outright (the limit comes first), but
-    ranked by age it counts as new, so older chunks go before it.  Ranked by brightness,
-    the chunks in the last ``prune_keep_recent`` live tokens go only after every older
-    one (H2O's recent window; the limit still comes first).  Peaks are compared on the
-    grid of :mod:`.ties` and ties go oldest first (by position), the same on every CPU."""
+    or as many as the rules allow, taken in ``order`` (a
+    :class:`~halo_weave.rules.PruneOrder`); ``spared``: no chunk of that turn or later;
+    ``keep``: chunk ids left alone (the matches of a search that prunes to make room).
+    A chunk resurrected for the spared turn is not spared outright (the limit comes
+    first), but ranked by age it counts as new, so older chunks go before it.  Ranked by
+    brightness, the chunks in the last ``prune_keep_recent`` live tokens go only after
+    every older one (H2O's recent window; the limit still comes first).  Peaks are
+    compared on the grid of :mod:`.ties` and ties go oldest first (by position), the same
+    on every CPU."""
     ids, peaks = conv.chunk_peaks()
-    peak_of = dict(zip(ids.tolist(), peaks.tolist()))
-    recent = set() if by_age else recent_chunks(conv, ids)
-
-    def rank(chunk: Chunk) -> tuple[bool, int, int]:
-        if by_age:
-            return False, 0, chunk.age_key
-        partner = anchor_partner(conv, chunk)
-        peak = peak_of[chunk.id]
-        if partner is not None and partner.live:
-            peak = max(peak, peak_of[partner.id])
-        return chunk.id in recent, ties.level(peak), chunk.start
-
+    ranking = Ranking(conv, ids, peaks)
     candidates = sorted(
-        (c for c in map(conv.chunks.__getitem__, peak_of)
+        (c for c in map(conv.chunks.__getitem__, ranking.peak_of)
          if not c.framing and not c.pinned and c.id not in keep and (spared is None or c.turn_id < spared)),
-        key=rank,
+        key=lambda chunk: order.key(chunk, ranking),
     )
     chosen: list[Chunk] = []
     while excess > 0:
@@ -65,6 +56,32 @@ def select(conv, excess: int, *, by_age: bool = False, spared: int | None = None
     for chunk in chosen:
         chunk.live = True
     return chosen
+
+
+class Ranking:
+    """What a prune order may rank the live chunks by (``ids`` and ``peaks`` in position
+    order, from :meth:`Conversation.chunk_peaks`); each answer is worked out when asked."""
+
+    def __init__(self, conv, ids: np.ndarray, peaks: np.ndarray) -> None:
+        self.conv = conv
+        self.ids = ids
+        self.peak_of = dict(zip(ids.tolist(), peaks.tolist()))
+        self._recent: set[int] | None = None
+
+    def level(self, chunk: Chunk) -> int:
+        """The chunk's score on the tie grid; an anchor pair is ranked by its brighter
+        member, so it goes only once both have dimmed."""
+        peak = self.peak_of[chunk.id]
+        partner = anchor_partner(self.conv, chunk)
+        if partner is not None and partner.live:
+            peak = max(peak, self.peak_of[partner.id])
+        return ties.level(peak)
+
+    def recent(self, chunk: Chunk) -> bool:
+        """Whether the chunk lies in the recent window (:func:`recent_chunks`)."""
+        if self._recent is None:
+            self._recent = recent_chunks(self.conv, self.ids)
+        return chunk.id in self._recent
 
 
 def recent_chunks(conv, ids: np.ndarray) -> set[int]:
@@ -109,7 +126,7 @@ def take_out(conv, chunks: list[Chunk]) -> list[Chunk]:
     for chunk in pruned:
         rows = conv.chunk_rows(chunk)
         values = table.brightness[rows].copy()
-        conv._pruned_tokens[chunk.id] = ChunkTokens(table.token_id[rows].copy(), conv._texts[chunk.id], values)
+        conv.held.keep_pruned(chunk.id, table.token_id[rows].copy(), values)
         chunk.brightness_at_prune = int(values.max()) if values.size else 0
     table.keep(~np.isin(table.chunk_id, np.fromiter(gone, np.int32, len(gone))))
     for chunk in pruned:
@@ -122,7 +139,8 @@ def take_out(conv, chunks: list[Chunk]) -> list[Chunk]:
 def load_pruned(conv, chunk_ids: Sequence[int]) -> dict[int, ChunkTokens]:
     """The tokens of pruned chunks: those pruned in this session are still held
     (:func:`take_out` kept them), the others come through ``conv.chunk_loader``."""
-    found = {c: conv._pruned_tokens[c] for c in chunk_ids if c in conv._pruned_tokens}
+    held = {c: conv.held.pruned(c) for c in chunk_ids}
+    found = {c: tokens for c, tokens in held.items() if tokens is not None}
     missing = [c for c in chunk_ids if c not in found]
     if missing:
         if conv.chunk_loader is None:

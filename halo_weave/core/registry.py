@@ -191,6 +191,24 @@ class _Registry(MutableMapping):
         self._cold[:] = False
         self._cold_count = 0
 
+    def snapshot(self) -> tuple:
+        """Every record as it is now, copied (for :meth:`restore`): which ids exist, the
+        objects and each one's fields (lists copied); cold rows are never written, so
+        their columns are not copied."""
+        hot = dict(self._hot)
+        return dict(vars(self)), hot, {k: _fields(r) for k, r in hot.items()}, self._cold.copy()
+
+    def restore(self, snapshot: tuple) -> None:
+        """Hold exactly the records :meth:`snapshot` saw: the same objects, with the
+        fields they had then; records added since are gone, records removed are back
+        (the snapshot stays usable)."""
+        attrs, hot, state, cold = snapshot
+        vars(self).update(attrs)
+        self._hot = dict(hot)
+        self._cold = cold.copy()
+        for key, record in self._hot.items():
+            vars(record).update(_fields(state[key]))
+
     @property
     def materialised(self) -> int:
         """How many records are objects now (the rest are columns only)."""
@@ -342,6 +360,12 @@ class ChunkList(Sequence):
 
     def __iter__(self) -> Iterator[Chunk]:
         return iter(self._chunks.many(self.ids))
+
+
+def _fields(record) -> dict:
+    """A record's fields (an object's, or a dict of them), lists copied."""
+    values = record if isinstance(record, dict) else vars(record)
+    return {k: list(v) if isinstance(v, list) else v for k, v in values.items()}
 
 
 def _chunk_id(chunk: Chunk) -> int:

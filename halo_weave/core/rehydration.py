@@ -23,7 +23,7 @@ def add_chunk(conv, chunk: Chunk, tokens: ChunkTokens | None) -> None:
     if chunk.live:
         if tokens is None:
             raise ConversationError(f"live chunk {chunk.key} has no tokens")
-        conv._texts[chunk.id] = list(tokens.texts)
+        conv.held.put(chunk.id, tokens.texts)
         conv.table.append_chunks([chunk.start], [chunk.token_count], [chunk.id], [chunk.turn_id],
                                  [chunk.framing], tokens.token_ids, tokens.brightness)
 
@@ -48,7 +48,7 @@ def take_records(conv, turns: TurnColumns, chunks: ChunkColumns, live_ids: np.nd
         raise ConversationError("stored tokens disagree with their chunks' token counts")
     ends = np.cumsum(held).tolist()
     texts = tokens.texts
-    conv._texts.update(zip(ids.tolist(), map(texts.__getitem__, map(slice, [0, *ends[:-1]], ends))))
+    conv.held.put_many(zip(ids.tolist(), map(texts.__getitem__, map(slice, [0, *ends[:-1]], ends))))
     live = chunks.take(np.flatnonzero(chunks.live))
     conv.table.append_chunks(live.start, held, ids, live.turn_id, live.chunk_index < 0,
                              tokens.token_ids, tokens.brightness)

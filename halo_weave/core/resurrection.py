@@ -42,7 +42,6 @@ def put_back(conv, chunk: Chunk, data: ChunkTokens, brightness: np.ndarray) -> N
         turn_id=chunk.turn_id,
         framing=chunk.framing,
     )
-    conv._texts[chunk.id] = list(data.texts)
-    conv._pruned_tokens.pop(chunk.id, None)
+    conv.held.revive(chunk.id, data.texts)
     chunk.live = True
     chunk.resurrected_at = conv.next_position

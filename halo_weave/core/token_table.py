@@ -107,6 +107,19 @@ class TokenTable:
             col[:kept] = col[: self._n][mask]
         self._n = kept
 
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """A copy of every column's rows (for :meth:`restore`)."""
+        return {name: col[: self._n].copy() for name, col in self._cols.items()}
+
+    def restore(self, snapshot: dict[str, np.ndarray]) -> None:
+        """Hold exactly the rows :meth:`snapshot` copied (the snapshot stays usable)."""
+        count = len(snapshot["position"])
+        self._n = 0
+        self._reserve(count)
+        for name, col in self._cols.items():
+            col[:count] = snapshot[name]
+        self._n = count
+
     def rows_of_chunk(self, chunk_id: int, start_position: int, count: int) -> slice:
         """The row slice of a live chunk whose first position is ``start_position``."""
         at = int(np.searchsorted(self.position, start_position))

@@ -8,6 +8,7 @@ decides where the next chunk starts (:mod:`.chunking`).
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Sequence
 
@@ -31,6 +32,15 @@ class TurnWriter:
         self._boundary_pending = False
         #: Brightness the open turn's tokens start with (``Conversation.start_brightness``).
         self.start = conv.settings.initial_brightness
+
+    def snapshot(self) -> tuple:
+        """The open turn and where its text stands (for :meth:`restore`)."""
+        return self.turn, copy.copy(self._detector), self._boundary_pending, self.start
+
+    def restore(self, snapshot: tuple) -> None:
+        """Back to what :meth:`snapshot` saw (the snapshot stays usable)."""
+        self.turn, detector, self._boundary_pending, self.start = snapshot
+        self._detector = copy.copy(detector)
 
     def _open(self, turn: Turn) -> Turn:
         self.turn = turn
@@ -115,7 +125,7 @@ class TurnWriter:
         for chunk in closing:
             turn.chunk_ids.remove(chunk.id)
             del conv.chunks[chunk.id]
-            conv._texts.pop(chunk.id, None)
+            conv.held.forget(chunk.id)
         if closing:
             # The closing framing held the last positions; the answer's last chunk must stay
             # contiguous (start + token_count), so the new tokens take them over.
@@ -123,7 +133,7 @@ class TurnWriter:
         turn.complete = False
         self._open(turn)
         hit = False
-        for text in conv._texts[last.id][-8:]:  # the line state the answer stopped in
+        for text in conv.held.texts(last.id)[-8:]:  # the line state the answer stopped in
             hit = self._detector.feed(text)
         self._boundary_pending = hit and last.token_count >= conv.settings.min_chunk_tokens
         return turn, closing
@@ -147,7 +157,7 @@ class TurnWriter:
                       role=turn.role, start=conv.next_position, tool_result=tool_result)
         conv.next_chunk_id += 1
         conv.chunks[chunk.id] = chunk
-        conv._texts[chunk.id] = []
+        conv.held.start(chunk.id)
         turn.chunk_ids.append(chunk.id)
         return chunk
 
@@ -162,6 +172,6 @@ class TurnWriter:
         conv = self.conv
         conv.table.append_one(conv.next_position, token_id, self.start,
                               chunk.id, chunk.turn_id, framing)
-        conv._texts[chunk.id].append(text)
+        conv.held.append(chunk.id, text)
         chunk.token_count += 1
         conv.next_position += 1

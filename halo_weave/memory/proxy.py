@@ -5,9 +5,10 @@ thread) and the reader's run and the votes happen on a worker:
 
 1. :func:`plan_read` snapshots the last answer and the context before it, within the
    reader's window (the system prompt and the newest context that fits);
-2. the reader returns one attention row per answer token, and :func:`votes` replays
-   magnitude voting on the snapshot exactly as streaming would have (row *j* applied
-   before answer token *j* joined, over the cells that existed then);
+2. the reader returns one attention row per answer token, and :func:`votes` replays the
+   settings' brightness rule (:mod:`halo_weave.rules.brightness_rules`) on the snapshot
+   exactly as streaming would have (row *j* applied before answer token *j* joined, over
+   the cells that existed then);
 3. :func:`apply` adds the change to the rows that are still live, found by position,
    so a prune, a pin or a resurrection in the meantime is neither undone nor lost.
 
@@ -22,6 +23,8 @@ import numpy as np
 
 from .. import brightness as bright
 from ..conversation import Conversation
+from ..rules import brightness_rule
+from ..settings import Settings
 
 
 @dataclass
@@ -85,20 +88,24 @@ def plan_read(conv: Conversation, window: int, answer_turn: int | None = None) -
 MIN_CONTEXT_ROWS = 64
 
 
-def votes(plan: ReadPlan, rows: np.ndarray, *, cap: int, decay: int) -> np.ndarray:
-    """The brightness change of the plan's rows after one vote per answer token."""
+def votes(plan: ReadPlan, rows: np.ndarray, settings: Settings) -> np.ndarray:
+    """The brightness change of the plan's rows after one step of the settings'
+    brightness rule per answer token."""
+    rule = brightness_rule(settings.brightness_rule)
     n_system, n_context = plan.n_system, len(plan.context_ids)
     values = plan.brightness.copy()
     for j in range(len(plan.answer_ids)):
         cells = n_context + j  # what existed when answer token j was "written"
         row = rows[j, :cells]
-        bright.magnitude_vote(values[: cells - n_system], row[n_system:], bright.vote_threshold(row),
-                              cap=cap, decay=decay, mask=plan.scored[: cells - n_system])
+        rule.step(values[: cells - n_system], row[n_system:], bright.vote_threshold(row), settings,
+                  mask=plan.scored[: cells - n_system])
     return values - plan.brightness
 
 
-def apply(conv: Conversation, plan: ReadPlan, delta: np.ndarray, cap: int) -> int:
-    """Add ``delta`` to the rows still live (by position); returns how many changed."""
+def apply(conv: Conversation, plan: ReadPlan, delta: np.ndarray, settings: Settings) -> int:
+    """Add ``delta`` to the rows still live (by position), within the rule's ceiling;
+    returns how many changed."""
+    cap = brightness_rule(settings.brightness_rule).ceiling(settings)
     table = conv.table
     if len(table) == 0:
         return 0

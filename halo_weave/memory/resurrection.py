@@ -16,8 +16,9 @@ of its own; this way it never keeps out a match that was found.
 
 The plan is applied with :meth:`Conversation.resurrect` (chunks return at their original
 positions) and persisted — ``store.save_chunks`` and each taken entry's
-``reference_count`` + 1 — in one transaction; if that transaction fails, the chunks go
-back to the graveyard in memory as well.
+``reference_count`` + 1 — in one transaction; if that transaction fails, the conversation
+goes back to its snapshot from before (:meth:`Conversation.restore`): the chunks are in
+the graveyard in memory as well, exactly as they were.
 """
 
 from __future__ import annotations
@@ -185,7 +186,7 @@ def apply_plan(conv: Conversation, plan: ResurrectionPlan, conn: sqlite3.Connect
     the conversation never shows chunks as live that the file holds as pruned.
     """
     before = conv.live_token_count()
-    undo = _UndoResurrect(conv)
+    saved = conv.snapshot()
     resurrected = plan.apply(conv, brightness)
     counts = [p.match.chunk_id for p in plan.taken]
     try:
@@ -198,39 +199,6 @@ def apply_plan(conv: Conversation, plan: ResurrectionPlan, conn: sqlite3.Connect
             with transaction(conn):
                 index_tables.count_references(conn, counts)
     except BaseException:
-        undo(resurrected)
+        conv.restore(saved)
         raise
     return ResurrectionResult(plan.budget, conv.live_token_count() - before, resurrected, plan)
-
-
-class _UndoResurrect:
-    """Puts chunks a failed :func:`apply_plan` resurrected back in the graveyard, exactly.
-
-    Conversation has no public inverse of ``resurrect``; this uses its prune step
-    (``_prune_chunks``) and then puts back what pruning recomputes: the brightness at prune
-    and the pruned tokens as they were (those long pruned are left to reload from the file,
-    which the rolled-back transaction left unchanged), and what resurrecting stamped: when
-    each chunk last came back (``resurrected_at``, its age for oldest-first pruning).
-    """
-
-    def __init__(self, conv: Conversation) -> None:
-        self.conv = conv
-        self.pruned_tokens = dict(conv._pruned_tokens)
-        self.stamps = {c.id: c.resurrected_at for c in conv.chunks.values() if not c.live}
-
-    def __call__(self, resurrected: list[Chunk]) -> None:
-        if not resurrected:
-            return
-        conv = self.conv
-        at_prune = {c.id: c.brightness_at_prune for c in resurrected}  # resurrect keeps them
-        conv._prune_chunks(list(resurrected))
-        for chunk in resurrected:
-            chunk.brightness_at_prune = at_prune[chunk.id]
-            chunk.resurrected_at = self.stamps.get(chunk.id, chunk.resurrected_at)
-            tokens = self.pruned_tokens.get(chunk.id)
-            if tokens is None:
-                conv._pruned_tokens.pop(chunk.id, None)
-            else:
-                conv._pruned_tokens[chunk.id] = tokens
-
-

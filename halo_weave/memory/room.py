@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 
 from ..conversation import Chunk, Conversation
 from ..core import pruning
+from ..rules import prune_order
 from ..settings import Settings
 from .resurrection import Match, ResurrectionPlan
 from .resurrection import budget as equation_budget
@@ -69,10 +70,11 @@ class RoomPlan:
 
 def room_choice(conv: Conversation, matches: Sequence[Match], planner: Planner, *,
                 user_tokens: int, max_context: int, max_new_tokens: int, floor: int,
-                cap: int = 0, by_age: bool = False) -> tuple[ResurrectionPlan, list[Chunk], set[int]]:
+                cap: int = 0, order: str | None = None) -> tuple[ResurrectionPlan, list[Chunk], set[int]]:
     """The plan within :func:`room`, the live chunks that pruning would take to make it
     fit ``max_context`` with the message and the answer, and the chunk ids that pruning
-    spares (the plan's live matches and anchors).  Nothing is changed: a draft prompt
+    spares (the plan's live matches and anchors).  Pruning goes in ``order`` (a prune
+    order's name; None: the settings').  Nothing is changed: a draft prompt
     (read-ahead) reads the same choice that :func:`plan_with_room` then makes."""
     allowed = room(conv, user_tokens, max_context, max_new_tokens, floor, cap)
     plan = planner(conv, matches, allowed)
@@ -87,14 +89,14 @@ def room_choice(conv: Conversation, matches: Sequence[Match], planner: Planner, 
         if chunk is not None:
             keep.update(c.id for c in [chunk, *conv.anchors_of(chunk)] if c.live)
     chosen = pruning.select(conv, conv.live_token_count() - max(limit, 0),
-                            by_age=by_age or conv.settings.prune_order == "age",
+                            order=prune_order(order or conv.settings.prune_order),
                             spared=conv.turns.last("user"), keep=keep)
     return plan, chosen, keep
 
 
 def plan_with_room(conv: Conversation, matches: Sequence[Match], planner: Planner, *,
                    user_tokens: int, max_context: int, max_new_tokens: int, floor: int,
-                   cap: int = 0, by_age: bool = False) -> RoomPlan:
+                   cap: int = 0, order: str | None = None) -> RoomPlan:
     """Plan the matches within :func:`room`, then prune just enough that the plan, the
     message and the answer fit ``max_context`` (:func:`room_choice`); re-planned within
     what is then left (a prune can take a turn's framing, which the plan then pays for
@@ -102,11 +104,11 @@ def plan_with_room(conv: Conversation, matches: Sequence[Match], planner: Planne
     matches and anchors."""
     allowed = room(conv, user_tokens, max_context, max_new_tokens, floor, cap)
     plan, _, keep = room_choice(conv, matches, planner, user_tokens=user_tokens, max_context=max_context,
-                                max_new_tokens=max_new_tokens, floor=floor, cap=cap, by_age=by_age)
+                                max_new_tokens=max_new_tokens, floor=floor, cap=cap, order=order)
     limit = max_context - user_tokens - max_new_tokens - plan.tokens
     if not plan.taken or conv.live_token_count() <= limit:
         return RoomPlan(plan)
     # Pruned, or nothing could be (all spared): either way re-planned within what is left.
-    pruned = conv.prune_to_fit(max(limit, 0), by_age=by_age, keep_latest_exchange=True, keep=keep)
+    pruned = conv.prune_to_fit(max(limit, 0), order=order, keep_latest_exchange=True, keep=keep)
     left = equation_budget(conv, user_tokens, max_context, max_new_tokens, cap)
     return RoomPlan(planner(conv, matches, min(allowed, left)), pruned)

@@ -14,6 +14,7 @@ from ..errors import AttentionError
 from ..events import TokenEvent
 from ..memory import recall_note, room
 from ..memory.resurrection import budget as resurrection_budget
+from ..rules import WITHOUT_BRIGHTNESS
 from ..settings import Settings
 from ..storage.capture import RoundCapture
 from ..tools import notebook
@@ -280,21 +281,18 @@ class ChatSession:
         """The saving half of :meth:`add_user_message` (safe on a worker thread); the
         message's recall (``conv.recalls``) is saved with it.
 
-        When the save fails, the conversation in memory goes back to what the file holds
-        (the unsaved turn is not left behind to be shown or sent later), then it raises.
+        When the save fails, the conversation in memory goes back to what it was (the
+        unsaved turn is not left behind to be shown or sent later), then it raises.
         """
         conv, store = self.conv, self.store
+        saved = conv.snapshot() if store is not None else None
         turn = conv.add_turn("user", ids, texts, created_at)
         conv.record_recall(turn.turn_id, [c.id for c in recalled])
         if store is not None:
             try:
                 store.save_turn(conv, turn)
             except BaseException:
-                if self.conv is conv:
-                    try:
-                        self.conv = store.load(self.settings, conv.framing)
-                    except Exception:  # noqa: BLE001 - the save error says what to do
-                        pass
+                conv.restore(saved)
                 raise
         return turn
 
@@ -329,10 +327,11 @@ class ChatSession:
         return self.prunes_for_room or (room.shares_room(self.settings) and self.window_limit() > 0)
 
     @property
-    def prunes_by_age(self) -> bool:
-        """Without attention brightness says nothing about relevance: oldest first then
-        (unless the reader's attention is asked to rank chunks: :attr:`proxy_ranks`)."""
-        return not (self.attention_available or self.proxy_ranks)
+    def prune_order(self) -> str | None:
+        """The prune order in force: None (the settings'), or, while nothing measures
+        brightness, one that needs none (unless the reader's attention is asked to rank
+        chunks: :attr:`proxy_ranks`)."""
+        return None if self.attention_available or self.proxy_ranks else WITHOUT_BRIGHTNESS
 
     # ------------------------------------------------------------------ the answer
     def begin_answer(self, prefix: Iterable[tuple[int, str]] = (), *, role: str = "assistant",
@@ -442,11 +441,11 @@ class ChatSession:
     def prune(self, limit: int | None = None) -> list[Chunk]:
         """Prune to ``limit`` (default: the max-context setting, with hysteresis; pruning
         only for room, the model's window) and save.  Never the exchange the user just read;
-        oldest first when :attr:`prunes_by_age`."""
+        in :attr:`prune_order`."""
         conv = self.conv
         if limit is None and self.prunes_for_room:
             limit = self.window_limit()
-        pruned = conv.prune_to_fit(limit, by_age=self.prunes_by_age, keep_latest_exchange=True)
+        pruned = conv.prune_to_fit(limit, order=self.prune_order, keep_latest_exchange=True)
         if pruned:
             self._save(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")
         return pruned

@@ -24,7 +24,7 @@ def room_terms(session, user_tokens: int) -> dict:
     s = session.settings
     return dict(user_tokens=user_tokens, max_context=session.window_limit() + s.max_new_tokens,
                 max_new_tokens=s.max_new_tokens, floor=room.floor(s), cap=s.resurrection_budget_cap,
-                by_age=session.prunes_by_age)
+                order=session.prune_order)
 
 
 def resurrect_for(session, index, matches, user_tokens: int) -> list[Chunk]:

@@ -41,6 +41,7 @@ from typing import Any, Callable, Sequence
 
 from ..conversation import Conversation, Framing
 from ..errors import TransferError
+from ..rules import WITHOUT_BRIGHTNESS
 from ..settings import Settings
 from ..store import ConversationStore
 from .st_dates import parse_st_date
@@ -372,7 +373,7 @@ def write_chat(chat: ForeignChat, data_dir: Path, tokenize: Tokenize, framing: F
         conv.add_turn(message.role, ids, texts, created_at=message.created_at or now)
     pruned = []
     if settings.max_context_tokens > 0:  # no attention yet: the oldest go first
-        pruned = conv.prune_to_fit(settings.max_context_tokens, by_age=True, keep_latest_exchange=True)
+        pruned = conv.prune_to_fit(settings.max_context_tokens, order=WITHOUT_BRIGHTNESS, keep_latest_exchange=True)
     def fill(store: ConversationStore) -> None:
         with store.transaction():
             for turn in conv.turns.values():

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QMenu
 
 from ..conversation import Chunk, Conversation
 from ..core.pruning import recent_chunks
+from ..rules import prune_order
 from ..settings import choice_words
 from . import colors
 from .recall_line import MORE
@@ -28,6 +29,7 @@ def tooltip(conv: Conversation | None, chunk_id: int, scoring: str = "") -> str:
     kind = "tool result" if chunk.tool_result else chunk.role
     anchor = ", anchor" if chunk.anchor else ""
     s = conv.settings
+    order = prune_order(s.prune_order)
     lines = [
         f"Turn {chunk.turn_id} · {kind} · chunk {chunk.id} (S{chunk.chunk_index} of its turn{anchor})",
         f"{chunk.token_count:,} tokens · {choice_words(s, 'chunk_rank')} brightness {conv.chunk_peak(chunk_id):,}",
@@ -37,9 +39,9 @@ def tooltip(conv: Conversation | None, chunk_id: int, scoring: str = "") -> str:
                      "marked until it is pruned")
     if chunk.pinned:
         lines.append(colors.emoji_or(QGuiApplication.font(), "📌 ", "") + "pinned: never pruned")
-    elif s.prune_order == "age":
-        lines.append("pruned oldest first (brightness does not decide)")
-    elif chunk.live and chunk.id in recent_chunks(conv, conv.table.chunk_spans()[0]):
+    elif order.note:
+        lines.append(order.note)
+    elif order.needs_brightness and chunk.live and chunk.id in recent_chunks(conv, conv.table.chunk_spans()[0]):
         lines.append(f"in the newest {s.prune_keep_recent:,} tokens: pruned last")
     if scoring:
         lines.append(scoring)

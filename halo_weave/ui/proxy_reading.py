@@ -109,13 +109,13 @@ class ProxyReading:
         def job():
             reader = self._load_reader()
             result = reader.read(plan.context_ids, plan.answer_ids)
-            return result, proxy.votes(plan, result.rows, cap=settings.brightness_cap, decay=settings.decay_per_step)
+            return result, proxy.votes(plan, result.rows, settings)
 
         def ok(outcome) -> None:
             result, delta = outcome
             self._reading = None
             if self.conv is conv and not self._shutting_down:
-                changed = proxy.apply(conv, plan, delta, settings.brightness_cap)
+                changed = proxy.apply(conv, plan, delta, settings)
                 self.reads_done += 1
                 self.last_read = dict(ms=round(result.seconds * 1000, 1), context=result.context_tokens,
                                       answer=result.answer_tokens, run=result.run_tokens, rows_changed=changed)

@@ -27,10 +27,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from halo_weave.conversation import Conversation
-from halo_weave.core import pruning, ties
+from halo_weave.core import ties
 from halo_weave.memory.resurrection import budget, make_plan
 from halo_weave.memory.room import plan_with_room
 
@@ -162,22 +160,17 @@ def answer_halo_in_place(base: Conversation, matches, q: QuestionContext, rule: 
                          budget_cap: int = 0, planner=make_plan, floor: int | None = None) -> Outcome:
     """:func:`answer_halo` for ``prune_when = "for_room"`` without copying ``base`` (42
     questions on conv-30's first 200 turns: 0.35 s instead of 2.08).  The room's prune,
-    the resurrection and the fit are made in ``base``, read, and undone (:class:`_Kept`:
-    what came back pruned again, what was pruned put back, each chunk with the brightness,
-    brightness at prune and resurrection stamp it had), so ``base`` is as it was afterwards
-    (the same chunks and positions are checked, else an error).  The question itself never
-    joins: its tokens are counted, as :func:`answer_full` does."""
-    if base.settings.prune_when != "for_room" or rule != "at_prune":
-        raise ValueError("only a for_room plan resurrected at prune brightness is undone exactly")
-    kept = _Kept(base)
-    try:
+    the resurrection and the fit are made in ``base``, read, and taken back
+    (:meth:`Conversation.trial`), so ``base`` is exactly as it was afterwards.  The
+    question itself never joins: its tokens are counted, as :func:`answer_full` does."""
+    if base.settings.prune_when != "for_room":
+        raise ValueError("answer_halo_in_place is for prune_when = 'for_room'")
+    with base.trial():
         plan = _for_room(base, matches, q, rule, budget_cap, planner, floor)
         recall, live = evidence_recall(base, q.question.evidence, q.turn_of)
         why = _why(plan, matches, q)
         missing = {d: why(d) for d in q.question.evidence if d not in live}
         return Outcome(recall, base.live_token_count() + q.framed_tokens, live, missing)
-    finally:
-        kept.restore()
 
 
 def _for_room(conv: Conversation, matches, q: QuestionContext, rule: str, budget_cap: int, planner,
@@ -191,50 +184,6 @@ def _for_room(conv: Conversation, matches, q: QuestionContext, rule: str, budget
     plan.apply(conv, rule)
     conv.prune_to_fit(q.budget - q.framed_tokens, keep_latest_exchange=True)  # nothing came back: fit anyway
     return plan
-
-
-class _Kept:
-    """What a question's prune and resurrection change in ``conv``, kept to be put back.
-
-    Which chunks are live is put back by pruning what came back and resurrecting what was
-    pruned; resurrection then stamps each chunk it brings back as new
-    (``Chunk.resurrected_at``, from which oldest-first pruning counts its age) and sets its
-    brightness at prune, and a turn's framing comes back at the initial brightness.  So
-    those are kept too and restored: a live chunk the room's prune took and the undo put
-    back would otherwise rank as the newest in every later question's oldest-first prune
-    (stop 32: conv-44's ``lazy-fifo-halo`` recall 0.712 -> 0.710 from this alone).
-    """
-
-    def __init__(self, conv: Conversation) -> None:
-        self.conv = conv
-        self.live = {c.id for c in conv.live_chunks()}
-        self.positions = conv.table.position.copy()
-        self.brightness = conv.table.brightness.copy()
-        self.chunks = {i: (c.brightness_at_prune, c.resurrected_at) for i, c in conv.chunks.items()}
-        self.graveyard = list(conv._pruned_tokens)  # its order too (the state, exactly)
-
-    def restore(self) -> None:
-        conv = self.conv
-        now = {c.id for c in conv.live_chunks()}
-        extra = [conv.chunks[i] for i in sorted(now - self.live) if not conv.chunks[i].framing]
-        if extra:
-            pruning.take_out(conv, extra)
-        gone = [i for i in sorted(self.live - now) if not conv.chunks[i].framing]
-        if gone:
-            conv.resurrect(gone, brightness="at_prune", with_anchors=False)
-        if {c.id for c in conv.live_chunks()} != self.live or not np.array_equal(conv.table.position,
-                                                                                 self.positions):
-            raise RuntimeError("the question's prune and resurrection were not undone exactly")
-        conv.table.brightness[:] = self.brightness
-        for i, (at_prune, back) in self.chunks.items():
-            chunk = conv.chunks[i]
-            chunk.brightness_at_prune, chunk.resurrected_at = at_prune, back
-        graveyard = conv._pruned_tokens
-        if set(graveyard) != set(self.graveyard):
-            raise RuntimeError("the question's prune and resurrection were not undone exactly")
-        ordered = [(i, graveyard[i]) for i in self.graveyard]
-        graveyard.clear()
-        graveyard.update(ordered)
 
 
 def _why(plan, matches, q: QuestionContext):
@@ -254,7 +203,7 @@ def _why(plan, matches, q: QuestionContext):
 
 
 def answer_halo_dry(base: Conversation, matches, q: QuestionContext, planner=make_plan,
-                    budget_cap: int = 0, floor: int | None = None, by_age: bool = False) -> Outcome:
+                    budget_cap: int = 0, floor: int | None = None, order: str | None = None) -> Outcome:
     """:func:`answer_halo` without copying ``base`` (the copy was two thirds of a
     question-time run): recall and tokens read off the plan, which names exactly the
     chunks resurrection makes live (matches, their anchors as planned, their framing).
@@ -263,19 +212,16 @@ def answer_halo_dry(base: Conversation, matches, q: QuestionContext, planner=mak
     With ``floor`` the plan makes its room as the app's session does when
     ``resurrection_keep_share`` < 1 (:func:`~halo_weave.memory.room.plan_with_room`, the
     context counted as at most ``floor`` tokens): the prune is made in ``base``, read, and
-    undone (:class:`_Kept`) before this returns."""
+    taken back (:meth:`Conversation.trial`) before this returns."""
     if base.settings.prune_when == "for_room":
         raise ValueError("a for_room plan prunes: use answer_halo")
     if floor is None:
         plan = planner(base, matches, budget(base, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))
         return _read_plan(base, plan, matches, q)
-    kept = _Kept(base)
-    try:
+    with base.trial():
         made = plan_with_room(base, matches, planner, user_tokens=q.framed_tokens, max_context=q.model_context,
-                              max_new_tokens=q.max_new_tokens, floor=floor, cap=budget_cap, by_age=by_age)
+                              max_new_tokens=q.max_new_tokens, floor=floor, cap=budget_cap, order=order)
         return _read_plan(base, made.plan, matches, q)
-    finally:
-        kept.restore()
 
 
 def _read_plan(base: Conversation, plan, matches, q: QuestionContext) -> Outcome:

@@ -40,6 +40,7 @@ from halo_weave.memory.resurrection import budget as resurrection_budget
 from halo_weave.memory.resurrection import make_plan
 from halo_weave.memory.room import floor as room_floor
 from halo_weave.memory.room import plan_with_room, shares_room
+from halo_weave.rules import prune_order
 from halo_weave.session import ChatSession
 from halo_weave.settings import Settings
 
@@ -80,7 +81,7 @@ class Policy:
     def reads_attention(self) -> bool:
         """False when nothing reads the brightness (oldest-first pruning: the order, the
         resurrection plan and the fidelity figures do not depend on it)."""
-        return dict(self.settings).get("prune_order") != "age"
+        return prune_order(dict(self.settings).get("prune_order", "brightness")).needs_brightness
 
     @property
     def prune_target(self) -> int:
