@@ -163,3 +163,10 @@ def test_a_note_copies_at_most_four_paragraphs_within_its_budget():
     assert recall_note.note_tokens({}, iter([([1], ["x"])])) == ([], []), "no note words: no note"
     blank = _chars("\n\n  ")
     assert recall_note.note_tokens(words, [([i for i, _ in blank], [t for _, t in blank])]) == ([], [])
+
+
+def test_a_line_starting_with_its_own_space_gets_no_second_one():
+    words = FRAMING.note
+    spaced = [(5000, " I"), (5001, " fly"), (5002, " today.")]
+    ids, texts = recall_note.note_tokens(words, [([i for i, _ in spaced], [t for _, t in spaced])])
+    assert "".join(texts) == "From earlier in our conversation:\n- I fly today.\n\n"

@@ -12,6 +12,7 @@ ROLES = ("system", "user", "assistant")
 NOTE_WORDS = {
     "header": "From earlier in our conversation:\n",
     "bullet": "- ",
+    "dash": "-",
     "more": "…",
     "line": "\n",
     "end": "\n\n",

@@ -99,11 +99,11 @@ def for_message(conv, turn_id: int, limit: int = NOTE_TOKENS) -> RecallNote | No
 
 
 def best_first(plan, chunks: Iterable) -> list[int]:
-    """The order a message's recall is kept in: the search's own matches in ``plan``
-    (a :class:`~halo_weave.memory.resurrection.ResurrectionPlan`) in score order, then
-    what came with them (neighbouring turns, anchors) in position order."""
-    matched = [p.match.chunk_id for p in plan.taken if p.match.text]  # a neighbour has no text
-    rank = {cid: k for k, cid in enumerate(dict.fromkeys(matched))}
+    """The order a message's recall is kept in: the order of ``plan`` (a
+    :class:`~halo_weave.memory.resurrection.ResurrectionPlan`: matches in score order, each
+    followed by the neighbouring turns it brings), then the rest (anchors) in position
+    order.  (Listing the matches before every neighbour answered no better: docs/answers.md.)"""
+    rank = {cid: k for k, cid in enumerate(dict.fromkeys(plan.chunk_ids))}
     return [c.id for c in sorted(chunks, key=lambda c: (rank.get(c.id, len(rank)), c.start))]
 
 
@@ -122,7 +122,9 @@ def _trimmed(ids: list[int], texts: list[str]) -> tuple[list[int], list[str], bo
 def _written(words: dict, lines: list) -> tuple[list[int], list[str]]:
     ids, texts = list(words["header"][0]), list(words["header"][1])
     for k, (line_ids, line_texts, more) in enumerate(lines):
-        parts = [words["bullet"], (line_ids, line_texts)]
+        # "- " before a word, "-" before a token that brings its own space.
+        dash = words["dash"] if line_texts[0][:1].isspace() and words.get("dash") else words["bullet"]
+        parts = [dash, (line_ids, line_texts)]
         if more:
             parts.append(words["more"])
         parts.append(words["end"] if k == len(lines) - 1 else words["line"])
