@@ -212,7 +212,11 @@ def main() -> None:
                              "server's saved caches (FOLDER/kv), for --conversation")
     parser.add_argument("--app-reopens", type=int, default=None, help="app part: reopenings (default 10)")
     parser.add_argument("--parts", default="engine,server,app", help="which parts to run (default all)")
+    parser.add_argument("--no-recall-note", action="store_true",
+                        help="app part: the app without its recall note (the setting recall_note off)")
     args = parser.parse_args()
+    if args.no_recall_note:
+        os.environ["HALO_WEAVE_RECALL_NOTE"] = "0"
     args.messages = args.messages or (20 if args.quick else 60)
     args.app_reopens = args.app_reopens or (2 if args.quick else 10)
     parts = set(args.parts.split(","))

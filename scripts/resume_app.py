@@ -35,7 +35,9 @@ class App:
         from halo_weave.ui.main_window import MainWindow, app_qsettings
 
         os.environ["HALO_WEAVE_HOME"] = str(home)
-        settings = Settings(server_url=url, autostart_server=False)
+        # HALO_WEAVE_RECALL_NOTE=0: without the recall note (bench_resume --no-recall-note).
+        settings = Settings(server_url=url, autostart_server=False,
+                            recall_note=os.environ.get("HALO_WEAVE_RECALL_NOTE", "1") != "0")
         self.controller = TurnController(settings, home, autostart=False)
         self.window = MainWindow(self.controller, app_qsettings(home))
         self.window.resize(1180, 780)
