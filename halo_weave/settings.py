@@ -241,10 +241,6 @@ class Settings:
         return [*(["--model", self.server_model] if self.server_model.strip() else []),
                 *(["--initial-context", str(cells)] if cells else []), "--kv-disk-mb", str(self.saved_caches_mb)]
 
-    @classmethod
-    def field_names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls)]
-
 
 #: The multiple-choice settings and their allowed values, in the order the dialog lists
 #: them.  The single source: loading, validation and the dialog's combo boxes all read

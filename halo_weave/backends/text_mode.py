@@ -217,10 +217,6 @@ class TextStream:
         """The text so far, joined from :attr:`tokens` (not kept as a second copy)."""
         return "".join(t.text for t in self.tokens)
 
-    @property
-    def aborting(self) -> bool:
-        return self._abort_requested
-
     def abort(self) -> bool:
         self._abort_requested = True
         try:

@@ -235,15 +235,6 @@ class VectorMatrix:
         os.replace(tmp, path)
 
     @classmethod
-    def read_header(cls, path: Path) -> dict:
-        """The JSON header of a snapshot (raises :class:`SnapshotInvalid`)."""
-        try:
-            with open(path, "rb") as f:
-                return _header(f)[0]
-        except OSError as exc:
-            raise SnapshotInvalid(str(exc)) from exc
-
-    @classmethod
     def read(cls, path: Path, tuning: SearchTuning | None = None,
              spare: float = 0.125) -> tuple["VectorMatrix", dict]:
         """The matrix a snapshot holds (with ``spare`` room to grow) and its header."""

@@ -53,15 +53,6 @@ class ContextCache:
         self.ids = []
         self._cache = None
 
-    def common_prefix(self, ids: list[int]) -> int:
-        """Length of the longest common prefix of ``ids`` and the cached ids."""
-        n = 0
-        for a, b in zip(self.ids, ids):
-            if a != b:
-                break
-            n += 1
-        return n
-
     def rewind(self, keep: int) -> None:
         """Drop cached positions ``keep`` and later."""
         if keep <= 0:

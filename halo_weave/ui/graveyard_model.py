@@ -140,9 +140,6 @@ class GraveyardModel(QAbstractListModel):
         if len(self._index) < len(self._source) and not self._index_timer.isActive():
             self._index_timer.start()
 
-    def index_ready(self) -> bool:
-        return len(self._index) == len(self._source)
-
     def _row(self, i: int) -> GraveRow:
         row = self._rows[i]
         if row is None:

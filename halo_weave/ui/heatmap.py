@@ -547,9 +547,6 @@ class HeatmapView(QPlainTextEdit):
             return None
         return index
 
-    def _chunk_of_token(self, index: int) -> int:
-        return int(self._conv.table.chunk_id[int(self._plan.rows[index])])
-
     # -- frame
     def _invalidate(self, full: bool = False) -> None:
         self._frame = None

@@ -83,10 +83,6 @@ class Policy:
         resurrection plan and the fidelity figures do not depend on it)."""
         return prune_order(dict(self.settings).get("prune_order", "brightness")).needs_brightness
 
-    @property
-    def prune_target(self) -> int:
-        return int(self.prune_to * self.hysteresis)
-
 
 @dataclass
 class TokenizedDialogue:
