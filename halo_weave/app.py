@@ -269,7 +269,7 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
                 holder.settings = new
         if new.chat_template != old.chat_template and self.store is not None:
             # A template chosen here belongs to this conversation (and is the default for new ones).
-            self.session._save(lambda: self.store.set_meta("chat_template", new.chat_template), "Saving the chat template")
+            self.session.save(lambda: self.store.set_meta("chat_template", new.chat_template), "Saving the chat template")
         if (new.system_prompt != old.system_prompt and self.conv is not None and self.store is not None
                 and not self.conv.turns and not getattr(self.store, "read_only", False)
                 and self.session.conversation_prompt() == old.system_prompt):

@@ -135,19 +135,6 @@ def machine() -> dict:
     return {"cpu": name, "cpus": len(os.sched_getaffinity(0)), "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
-class SyncIndexer:
-    """The app's indexing queue, run in place between turns."""
-
-    def __init__(self, index) -> None:
-        self.index = index
-
-    def queue_pending(self, conv) -> None:
-        self.index.index_pending(conv)
-
-    def queue(self, conv, chunk_ids, label: str = "") -> None:
-        self.index.index_chunks(conv, chunk_ids)
-
-
 def start_ours(model: str | None, threads: int | None, settings, folder: Path):
     """The bundled server with the app's options; returns (url, stop)."""
     from halo_weave.server.launcher import start_server
@@ -236,6 +223,8 @@ def open_session(url: str, settings, folder: Path):
     embedder.load()
     index = SemanticIndex(store.conn, settings, embedder, lock=store.lock)
     index.load()
+    from bench_chat import SyncIndexer  # the app's indexing queue, run in place between turns
+
     session.index, session.indexer = index, SyncIndexer(index)
     return session, index, store
 

@@ -136,13 +136,18 @@ class ChatSession:
     def model_choice(self) -> str:
         """Which of the server's models this conversation uses (where it serves several):
         the one saved with it, else the settings' default ("" = the first the server lists)."""
-        saved = None
-        if self.store is not None:
-            try:
-                saved = self.store.get_meta("model")
-            except Exception:  # noqa: BLE001 - an unreadable meta row falls back to settings
-                saved = None
-        return saved if isinstance(saved, str) and saved else self.settings.served_model
+        return self.saved_choice("model") or self.settings.served_model
+
+    def saved_choice(self, key: str) -> str:
+        """A choice saved in the conversation's file (meta ``key``); "" when there is none,
+        no file, or the row cannot be read (the settings' default applies then)."""
+        if self.store is None:
+            return ""
+        try:
+            saved = self.store.get_meta(key)
+        except Exception:  # noqa: BLE001 - an unreadable meta row falls back to settings
+            return ""
+        return saved if isinstance(saved, str) else ""
 
     @property
     def max_context(self) -> int:
@@ -408,7 +413,7 @@ class ChatSession:
         conv.append_token(event.token_id, event.text)
         self.streamed += 1
         if self.streamed % STREAM_SAVE_EVERY == 0:
-            self._save(lambda: self.store.save_stream_progress(conv), "Saving the answer")
+            self.save(lambda: self.store.save_stream_progress(conv), "Saving the answer")
         return True
 
     def finish_turn(self, reason: str, rate: float | None = None, *, prune: bool = True) -> TurnEnd:
@@ -430,8 +435,8 @@ class ChatSession:
             self.attention_available = False
         elif self._attention_seen and not self.attention_available:
             self.attention_available = True
-        self._save(lambda: self.store.save_turn(conv, turn), "Saving the answer")
-        self._save(lambda: self.store.save_brightness(conv), "Saving brightness")
+        self.save(lambda: self.store.save_turn(conv, turn), "Saving the answer")
+        self.save(lambda: self.store.save_brightness(conv), "Saving brightness")
         if self.indexer is not None:
             self.indexer.queue_pending(conv)  # the answer, and the question whose context now has it
         pruned = self.prune() if prune else []
@@ -447,7 +452,7 @@ class ChatSession:
             limit = self.window_limit()
         pruned = conv.prune_to_fit(limit, order=self.prune_order, keep_latest_exchange=True)
         if pruned:
-            self._save(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")
+            self.save(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")
         return pruned
 
     def close_open_turn(self) -> None:
@@ -455,7 +460,7 @@ class ChatSession:
         conv, store = self.conv, self.store
         if conv is not None and store is not None and conv.open_turn is not None:
             turn = conv.end_turn()
-            self._save(lambda: store.save_turn(conv, turn), "Saving the answer")
+            self.save(lambda: store.save_turn(conv, turn), "Saving the answer")
 
     # ------------------------------------------------------------------ the last exchange
     # Continue, Regenerate, Edit and resend, answer versions: see :mod:`.last_exchange`.
@@ -516,7 +521,10 @@ class ChatSession:
         return levers.prune_chunk(self, chunk_id)
 
     # ------------------------------------------------------------------ plumbing
-    def _save(self, action: Callable[[], Any], context: str) -> bool:
+    def save(self, action: Callable[[], Any], context: str) -> bool:
+        """Run ``action`` (a write to the conversation's file); a failure is reported with
+        ``context`` (what was being saved) and the turn goes on.  False when it failed;
+        True, doing nothing, without a file."""
         if self.store is None:
             return True
         try:

@@ -76,7 +76,7 @@ def resume_answer(session) -> Turn:
 def _forget(session, removed: list[Chunk]) -> list[Chunk]:
     """Drop removed chunks from the index; re-embed what changed context."""
     if removed and session.index is not None:
-        session._save(lambda: session.index.remove([c.id for c in removed]), "Updating the memory index")
+        session.save(lambda: session.index.remove([c.id for c in removed]), "Updating the memory index")
     if session.indexer is not None:
         session.indexer.queue_pending(session.conv)
     return removed

@@ -46,7 +46,7 @@ def resurrect_for(session, index, matches, user_tokens: int) -> list[Chunk]:
             made = plan_with_room(conv, matches, index.plan, **room_terms(session, user_tokens))
             plan = made.plan
             if made.pruned:
-                session._save(lambda: session.store.save_chunks(conv, made.pruned), "Saving pruned chunks")
+                session.save(lambda: session.store.save_chunks(conv, made.pruned), "Saving pruned chunks")
         else:
             plan = index.plan(conv, matches, session.resurrection_budget(user_tokens))
         result = apply_plan(conv, plan, index.conn, s.resurrection_brightness, session.store)

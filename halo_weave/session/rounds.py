@@ -33,9 +33,9 @@ def apply_tool_step(session, step, prefix, result) -> bool:
     for token_id, text in result:
         conv.append_token(int(token_id), text, tool_result=True)
     session.streamed += len(prefix) + len(result)
-    notes_saved = step.new_notes is not None and session._save(
+    notes_saved = step.new_notes is not None and session.save(
         lambda: store.save_tool_data(notebook.NOTES_NAME, step.new_notes), "Saving notes")
-    session._save(lambda: store.save_stream_progress(conv), "Saving the answer")
+    session.save(lambda: store.save_stream_progress(conv), "Saving the answer")
     return notes_saved
 
 

@@ -28,13 +28,7 @@ def template(session) -> TemplateStrings:
 
 def template_choice(session) -> str:
     """The conversation's saved template choice, else the settings' (``"auto"``)."""
-    saved = None
-    if session.store is not None:
-        try:
-            saved = session.store.get_meta("chat_template")
-        except Exception:  # noqa: BLE001 - an unreadable meta row falls back to settings
-            saved = None
-    return saved or session.settings.chat_template
+    return session.saved_choice("chat_template") or session.settings.chat_template
 
 
 def conversation_prompt(session) -> str:
@@ -61,7 +55,7 @@ def effective_prompt(session) -> str:
 def set_conversation_prompt(session, prompt: str) -> None:
     """Keep ``prompt`` as the open conversation's own (framed by the next
     :func:`set_system_prompt`)."""
-    session._save(lambda: session.store.set_meta(PROMPT_KEY, prompt), "Saving the system prompt")
+    session.save(lambda: session.store.set_meta(PROMPT_KEY, prompt), "Saving the system prompt")
 
 
 def system_prompt_text(session) -> str | None:
@@ -88,4 +82,4 @@ def set_system_prompt(session, prompt: str, pieces: list[tuple[int, str]]) -> No
     conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
     conv.system_template = template(session).name
     own = without_notes_tool(prompt)
-    session._save(lambda: session.store.save_system_prompt(conv, own), "Saving the system prompt")
+    session.save(lambda: session.store.save_system_prompt(conv, own), "Saving the system prompt")

@@ -245,12 +245,10 @@ def highlight_steps(conv: Conversation, rows: np.ndarray) -> np.ndarray:
     return steps
 
 
-def token_index_at(view, plan, point: QPoint) -> int | None:
-    """Index (into the plan's token arrays) of the token under a viewport point."""
-    if not plan.rows.size:
-        return None
-    cursor = view.cursorForPosition(point)
-    block = cursor.block()
+def character_at(view, point: QPoint) -> tuple[QTextBlock, int] | None:
+    """The block under a viewport point and the document position of the character
+    there; None past the end of a line or outside the text."""
+    block = view.cursorForPosition(point).block()
     layout = block.layout()
     geo = view.blockBoundingGeometry(block).translated(view.contentOffset())
     if layout is None or not geo.contains(QPointF(point)):
@@ -261,10 +259,17 @@ def token_index_at(view, plan, point: QPoint) -> int | None:
         if line.y() <= local.y() < line.y() + line.height():
             if local.x() > line.x() + line.naturalTextWidth():
                 return None
-            rel = line.xToCursor(local.x(), line.CursorPosition.CursorOnCharacter)
-            position = block.position() + rel
-            index = int(np.searchsorted(plan.starts, position, "right")) - 1
-            if index >= 0 and position < plan.ends[index]:
-                return index
-            return None
+            return block, block.position() + line.xToCursor(local.x(), line.CursorPosition.CursorOnCharacter)
     return None
+
+
+def token_index_at(view, plan, point: QPoint) -> int | None:
+    """Index (into the plan's token arrays) of the token under a viewport point."""
+    if not plan.rows.size:
+        return None
+    found = character_at(view, point)
+    if found is None:
+        return None
+    position = found[1]
+    index = int(np.searchsorted(plan.starts, position, "right")) - 1
+    return index if index >= 0 and position < plan.ends[index] else None

@@ -16,7 +16,7 @@ from PySide6.QtCore import QPoint, QPointF, QRectF, Qt
 from PySide6.QtGui import QPainter, QPainterPath, QPen
 
 from . import colors
-from .heatmap_frame import Frame, region_of
+from .heatmap_frame import Frame, character_at, region_of
 from .heatmap_layout import DocumentPlan
 
 #: How long the chunk a link jumped to stays outlined (milliseconds).
@@ -27,21 +27,10 @@ def link_at(view, plan: DocumentPlan, point: QPoint | QPointF) -> tuple[int, int
     """(user turn id, chunk id) of the recall link under a viewport point, or None."""
     if not plan.links:
         return None
-    point = QPoint(int(point.x()), int(point.y()))
-    block = view.cursorForPosition(point).block()
-    layout = block.layout()
-    geo = view.blockBoundingGeometry(block).translated(view.contentOffset())
-    if layout is None or not geo.contains(QPointF(point)) or region_of(plan, block.position())[0] != "recall":
+    found = character_at(view, QPoint(int(point.x()), int(point.y())))
+    if found is None or region_of(plan, found[0].position())[0] != "recall":
         return None
-    local = QPointF(point) - geo.topLeft()
-    for i in range(layout.lineCount()):
-        line = layout.lineAt(i)
-        if line.y() <= local.y() < line.y() + line.height():
-            if local.x() > line.x() + line.naturalTextWidth():
-                return None
-            position = block.position() + line.xToCursor(local.x(), line.CursorPosition.CursorOnCharacter)
-            return next(((t, c) for a, b, t, c in plan.links if a <= position < b), None)
-    return None
+    return next(((t, c) for a, b, t, c in plan.links if a <= found[1] < b), None)
 
 
 def link_rects(view, plan: DocumentPlan) -> list[tuple[int, int, QRectF]]:

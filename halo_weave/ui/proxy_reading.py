@@ -120,7 +120,7 @@ class ProxyReading:
                 self.last_read = dict(ms=round(result.seconds * 1000, 1), context=result.context_tokens,
                                       answer=result.answer_tokens, run=result.run_tokens, rows_changed=changed)
                 if conv.open_turn is None and self.store is not None:
-                    self.session._save(lambda: self.store.save_brightness(conv), "Saving brightness")
+                    self.session.save(lambda: self.store.save_brightness(conv), "Saving brightness")
                 self._after_read_prune(conv)
                 self.conversation_changed.emit()
                 self.stats_changed.emit()

@@ -74,7 +74,7 @@ class ServerLink:
         """Use the server's model ``name`` in the open conversation (saved with it) and
         reconnect when it is not the one in use."""
         if self.store is not None and not getattr(self.store, "read_only", False):
-            self.session._save(lambda: self.store.set_meta("model", name), "Saving the model choice")
+            self.session.save(lambda: self.store.set_meta("model", name), "Saving the model choice")
         if name != getattr(self.client, "model_id", None):
             self.connect_server()
 
