@@ -201,6 +201,7 @@ def open_session(url: str, settings, folder: Path):
     """A :class:`ChatSession` on the server at ``url`` as the app connects to it, on a new
     conversation file in ``folder``, with its semantic index; returns (session, index, store)."""
     from halo_weave.backends import connect
+    from halo_weave.backends.model_template import TemplateInUse
     from halo_weave.core.chat_template import AUTO, build_framing, detect_template
     from halo_weave.memory.embedder import Embedder
     from halo_weave.semantic_index import SemanticIndex
@@ -209,9 +210,9 @@ def open_session(url: str, settings, folder: Path):
 
     client = connect(url)
     info = client.model_info()
-    template = detect_template(getattr(info, "chat_template", None), settings.chat_template or AUTO)
+    template = detect_template(info.chat_template, settings.chat_template or AUTO)
     framing = build_framing(lambda text: client.tokenize(text, parse_special=True), template)
-    client.template = template
+    client.use_template(TemplateInUse(template), settings.chat_template or AUTO)
     session = ChatSession(settings)
     session.connect(client, info, framing)
     store = ConversationStore.open(folder / "chat.sqlite")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
 from ..conversation import Chunk, Conversation, Framing, Turn
 from ..core.stream_clock import StreamClock
@@ -19,6 +19,9 @@ from ..settings import Settings
 from ..storage.capture import RoundCapture
 from ..tools import notebook
 from . import last_exchange, levers, read_ahead, resurrect, rounds, system_prompt
+
+if TYPE_CHECKING:  # the backends' modules import httpx, which the window's first paint need not wait for
+    from ..backends.interface import Backend
 
 #: Where an answer ends (ChatML); the tool tag is added per request.
 STOP_SEQUENCES = ("<|im_end|>", "<|im_start|>")
@@ -62,7 +65,7 @@ class ChatSession:
         self.store = None
         self.index = None  # the semantic index, when there is one
         self.indexer: Indexer | None = None
-        self.backend = None
+        self.backend: Backend | None = None
         self.model_info = None
         self.framing: Framing | None = None
         #: False once a server answered without attention: prune oldest first then.
@@ -120,8 +123,8 @@ class ChatSession:
         if self.conv is not None:
             self.conv.framing = framing
         self._name_conversation()
-        declared = getattr(getattr(backend, "capabilities", None), "attention", None)
-        if declared is None and getattr(info, "supports_attention", False):
+        declared = backend.capabilities.attention
+        if declared is None and info.supports_attention:
             declared = True
         if declared is not None:
             self.attention_available = bool(declared)
@@ -223,7 +226,7 @@ class ChatSession:
 
     def _name_conversation(self) -> None:
         """Tell a server that saves caches per conversation which one its requests are for."""
-        if self.backend is not None and hasattr(self.backend, "conversation"):
+        if self.backend is not None:
             self.backend.conversation = read_ahead.cache_key(self) if self.conv is not None else None
 
     @property
@@ -231,7 +234,7 @@ class ChatSession:
         """Whether the server can be given the open conversation's context before a message:
         restored from the cache it saved (ours), or read ahead as a prefill."""
         backend = self.backend
-        return self.conv is not None and (bool(getattr(backend, "restores", False)) or self.can_read_ahead)
+        return self.conv is not None and backend is not None and (backend.restores or self.can_read_ahead)
 
     def warm_up_ids(self) -> list[int]:
         """The prompt a warm-up gives the server (:func:`.read_ahead.warm_up_ids`)."""
@@ -247,7 +250,7 @@ class ChatSession:
         user may open another one meanwhile); blocking, the restore or prefill may take
         minutes; ``request_id`` lets ``backend.abort`` stop it.  Returns the server's answer."""
         room = self.settings.max_new_tokens
-        if getattr(self.backend, "restores", False) and key:
+        if self.backend is not None and self.backend.restores and key:
             return self.backend.restore(ids, max_length=room, conversation=key, request_id=request_id)
         if self.can_read_ahead:
             return self.backend.prepare(ids, max_length=room)
@@ -257,8 +260,7 @@ class ChatSession:
         """Ask a server that keeps no cache per conversation itself to save this one's
         (llama-server's slot, :meth:`~halo_weave.backends.llama_server.LlamaServer.save_cache`);
         blocking.  Returns the tokens saved (0 where the server saves none)."""
-        save = getattr(self.backend, "save_cache", None)
-        return save() if callable(save) else 0
+        return self.backend.save_cache() if self.backend is not None else 0
 
     @property
     def can_read_ahead(self) -> bool:

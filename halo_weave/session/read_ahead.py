@@ -49,7 +49,7 @@ def can_read_ahead(session) -> bool:
     """Whether the connected server takes a draft prompt early."""
     backend = session.backend
     return bool(session.conv is not None and session.framing is not None
-                and getattr(backend, "read_ahead", False) and callable(getattr(backend, "prepare", None)))
+                and backend is not None and backend.read_ahead)
 
 
 def draft_ids(session, index, matches, ids: list[int]) -> list[int]:

@@ -22,7 +22,8 @@ PROMPT_KEY = "prompt"
 def template(session) -> TemplateStrings:
     """The chat template in use: the one the connection framed with (the server's own or
     the conversation's choice), else what the model info and the choice give."""
-    return getattr(session.backend, "template", None) or detect_template(
+    connected = session.backend.template if session.backend is not None else None
+    return connected or detect_template(
         getattr(session.model_info, "chat_template", None), template_choice(session))
 
 

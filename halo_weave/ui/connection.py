@@ -121,7 +121,7 @@ class ServerConnection(QObject):
             except BaseException:
                 client.close()
                 raise
-            client.template, client.template_in_use, client.template_choice = used.template, used, choice
+            client.use_template(used, choice)
             return client, info, framing
 
         def ok(result) -> None:

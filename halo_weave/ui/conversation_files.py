@@ -87,7 +87,7 @@ class ConversationFiles:
         self.conversation_changed.emit()
         self.graveyard_changed.emit()
         self.stats_changed.emit()
-        template = getattr(self.client, "template", None)
+        template = self.client.template if self.client is not None else None
         if store.refusal is not None:  # damaged: opened read-only, say so and how
             self.error.emit(store.refusal, f"Opening {target.name}")
         elif template is not None and self.model_info is not None and not self.follows_conversation():

@@ -49,10 +49,8 @@ class ServerLink:
         value = self.settings.server_context_tokens
         if value <= 0 or getattr(info, "context_known", True):
             return
-        if hasattr(client, "server_context"):
-            client.server_context = value  # KoboldCPP cuts prompts to what the request says
         info.server_max_context = value
-        info.max_context = client.table_context(value) if hasattr(client, "table_context") else value
+        info.max_context = client.assume_context(value)
         info.context_known = True
 
     @property
@@ -75,7 +73,7 @@ class ServerLink:
         reconnect when it is not the one in use."""
         if self.store is not None and not getattr(self.store, "read_only", False):
             self.session.save(lambda: self.store.set_meta("model", name), "Saving the model choice")
-        if name != getattr(self.client, "model_id", None):
+        if self.client is None or name != self.client.model_id:
             self.connect_server()
 
     def follows_conversation(self) -> bool:
@@ -84,19 +82,18 @@ class ServerLink:
         client = self.client
         if client is None:
             return True
-        if getattr(client, "template_choice", None) not in (None, self.template_choice()):
+        if client.template_choice not in (None, self.template_choice()):
             return False
-        wanted, models = self.session.model_choice(), getattr(client, "models", None) or []
-        return not (wanted and wanted in models and wanted != getattr(client, "model_id", None))
+        wanted = self.session.model_choice()
+        return not (wanted and wanted in client.models and wanted != client.model_id)
 
     def _announce_model_and_template(self, client, info) -> None:
-        models = list(getattr(client, "models", None) or [])
-        self.models_changed.emit(models, str(getattr(client, "model_id", None) or getattr(info, "name", "")))
-        missing = getattr(client, "missing_model", None)
+        self.models_changed.emit(list(client.models), str(client.model_id or info.name))
+        missing = client.missing_model
         if missing:
             self.info.emit(f"The model {missing!r} is not served at {self.connection.url}; "
                            f"using {client.model_id!r} (pick another above the conversation).")
-        used = getattr(client, "template_in_use", None)
+        used = client.template_in_use
         if used is not None:
             self.template_changed.emit(used.words)
             if used.problem and used.problem not in self._template_problems:

@@ -191,7 +191,7 @@ class TurnFlow:
         (self.conversation_changed if end.pruned else self.tokens_streamed).emit()
         self.stats_changed.emit()
         self.turn_finished.emit(reason)
-        if callable(getattr(self.client, "save_cache", None)):  # llama-server: its slot, for a reopening
+        if self.client is not None and self.client.saves_cache:  # llama-server: its slot, for a reopening
             self._call(self.session.save_server_cache,
                        on_fail=lambda exc: log.info("saving the server's cache failed: %s", exc))
 

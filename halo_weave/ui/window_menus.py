@@ -145,7 +145,7 @@ class WindowMenus:
         if page == "prompt":
             dialog.tabs.setCurrentIndex(dialog.prompt_tab)
         if dialog.server_fields is not None:
-            dialog.server_fields.show_in_use(getattr(controller.client, "template_in_use", None))
+            dialog.server_fields.show_in_use(controller.client.template_in_use if controller.client is not None else None)
         if dialog.exec():
             new = dialog.result_settings()
             fields = dialog.server_fields
