@@ -14,11 +14,11 @@ step on the right)::
       ├─ tokenize once ................................ CallWorker
       ├─ wait ≤ embed_wait_seconds for pending indexing, then
       │  search ....................................... EmbedderWorker (urgent job)
-      │  session.resurrect_for: within the budget
+      │  session.recall.resurrect_for: within the budget
       ├─ session.add_user_message: saved, queued for indexing, then shown
       ├─ session.begin_answer, stream ................ GenerationWorker
       │    per event: session.receive (attention, record, append, save every 16)
-      ├─ a round ending on </tool>: run the call, session.apply_tool_step, next round
+      ├─ a round ending on </tool>: run the call, session.rounds.apply_tool_step, next round
       └─ session.finish_turn: save, queue indexing, prune, save; then announce
 
 Here: the system prompt (each conversation's own, the settings' for new ones), settings,
@@ -146,10 +146,10 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
     model_info = property(lambda self: self.session.model_info)
     framing = property(lambda self: self.session.framing)
     attention_available = property(lambda self: self.session.attention_available)
-    last_resurrected = property(lambda self: self.session.last_resurrected)
-    tokens_per_s = property(lambda self: self.session.tokens_per_s)
-    clock = property(lambda self: self.session.clock)  # the answer's live speed
-    last_finish_reason = property(lambda self: self.session.last_finish_reason)
+    last_resurrected = property(lambda self: self.session.recall.resurrected)
+    tokens_per_s = property(lambda self: self.session.answer.tokens_per_s)
+    clock = property(lambda self: self.session.answer.clock)  # the answer's live speed
+    last_finish_reason = property(lambda self: self.session.answer.finish_reason)
 
     @property
     def client(self):
@@ -179,17 +179,17 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         if self.busy:
             self._system_dirty = True
             return
-        prompt = session.effective_prompt()
-        if session.system_prompt_text() is None:
+        prompt = session.prompt.effective()
+        if session.prompt.framed_text() is None:
             return
 
         def tokenize():
-            return session.system_prompt_pieces(prompt)
+            return session.prompt.pieces(prompt)
 
         def ok(pieces) -> None:
             self._system_syncing -= 1
             if self.conv is conv:
-                self.session.set_system_prompt(prompt, pieces)
+                self.session.prompt.apply(prompt, pieces)
                 self.conversation_changed.emit()
                 self.stats_changed.emit()
             self._set_busy(self.busy, self.busy_reason)
@@ -216,9 +216,9 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
         if getattr(self.store, "read_only", False):
             self.info.emit("This conversation is read-only: its system prompt cannot change.")
             return False
-        if prompt == self.session.conversation_prompt():
+        if prompt == self.session.prompt.own():
             return True
-        self.session.set_conversation_prompt(prompt)
+        self.session.prompt.set_own(prompt)
         self._prompt_edited = True
         self._sync_system_prompt()
         return True
@@ -272,9 +272,9 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
             self.session.save(lambda: self.store.set_meta("chat_template", new.chat_template), "Saving the chat template")
         if (new.system_prompt != old.system_prompt and self.conv is not None and self.store is not None
                 and not self.conv.turns and not getattr(self.store, "read_only", False)
-                and self.session.conversation_prompt() == old.system_prompt):
+                and self.session.prompt.own() == old.system_prompt):
             # The default is for new conversations: an empty one still on it takes the new one.
-            self.session.set_conversation_prompt(new.system_prompt)
+            self.session.prompt.set_own(new.system_prompt)
         if new.server_url != old.server_url or new.chat_template != old.chat_template or (
                 new.server_context_tokens != old.server_context_tokens):
             self.connect_server(new.server_url)
@@ -345,8 +345,8 @@ class TurnController(QObject, ConversationFiles, ServerLink, TurnFlow, ReadAhead
             pruned_chunks=len(conv.graveyard()),
             mean_brightness=conv.mean_brightness(),
             brightness_source=self.brightness_source(),
-            tokens_per_s=session.clock.tokens_per_s if session.clock.running else self.tokens_per_s,
-            first_token_s=session.clock.first_token_s,
+            tokens_per_s=session.answer.clock.tokens_per_s if session.answer.clock.running else self.tokens_per_s,
+            first_token_s=session.answer.clock.first_token_s,
             recalled_tokens=conv.recalled_tokens(),
             kept_tokens=conv.kept_tokens(),
             # Ranked by the reader, the prune waits for its read of the exchange.

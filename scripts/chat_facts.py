@@ -218,8 +218,8 @@ def open_session(url: str, settings, folder: Path):
     store = ConversationStore.open(folder / "chat.sqlite")
     session.open(store)
     prompt = settings.effective_system_prompt
-    if session.system_prompt_text():
-        session.set_system_prompt(prompt, session.system_prompt_pieces(prompt))
+    if session.prompt.framed_text():
+        session.prompt.apply(prompt, session.prompt.pieces(prompt))
     embedder = Embedder()
     embedder.load()
     index = SemanticIndex(store.conn, settings, embedder, lock=store.lock)
@@ -246,7 +246,7 @@ def chat(session, index, say) -> tuple[list[dict], list[dict]]:
     previous_prompt = 0  # the length of the last request's prompt
     for n, (text, fact, kind) in enumerate(messages()):
         pieces = session.tokenize(text)
-        recalled = session.resurrect_for(index, index.search(text), len(pieces), text) if session.can_resurrect() else []
+        recalled = session.recall.resurrect_for(index, index.search(text), len(pieces), text) if session.recall.can_resurrect() else []
         turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces], recalled=recalled)
         session.fit_model_window()
         if kind == "fact":

@@ -54,7 +54,7 @@ class App:
     def _streamed(self) -> None:
         # Also emitted when the message is saved and when the request starts: the first
         # token is the first emission with an answer token in the session.
-        if self.first_token is None and self.controller.session.streamed >= 1:
+        if self.first_token is None and self.controller.session.answer.streamed >= 1:
             self.first_token = time.perf_counter()
 
     def events(self, seconds: float = 0.0) -> None:

@@ -148,7 +148,7 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
     conv = session.open(store)
     if not conv.system_prompt:
         text = system_text("You are a careful assistant.")
-        session.set_system_prompt(text, tokenize(text))
+        session.prompt.apply(text, tokenize(text))
     print("ready", file=out, flush=True)
 
     def report(role: str, turn) -> None:
@@ -169,7 +169,7 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
         _continue_or_flip(session, backend, rng, out, report)
         pruned = conv.graveyard()
         if pruned and rng.random() < 0.3:
-            session.resurrect_chunk(rng.choice(pruned).id, pin=False)
+            session.levers.resurrect(rng.choice(pruned).id, pin=False)
         if rng.random() < 0.2:
             store.save_tool_data("notes", {"turn": turn.turn_id})
 
@@ -177,20 +177,20 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
 def _edit_last_exchange(session, rng, out, report) -> bool:
     """Now and then, instead of a new question: regenerate the last answer or edit the last
     question (True when the conversation now ends with a question to answer)."""
-    question, answer = session.last_exchange()
+    question, answer = session.exchange.last_exchange()
     if question is None or answer is None:
         return False
     roll = rng.random()
     if roll < 0.15:  # Regenerate: the answer becomes a version
         print("retiring", answer.turn_id, file=out, flush=True)
-        session.regenerate()
+        session.exchange.regenerate()
         print("removed", answer.turn_id, file=out, flush=True)
         return True
     if roll < 0.25:  # Edit and resend
         print("retiring", answer.turn_id, file=out, flush=True)
         print("retiring", question.turn_id, file=out, flush=True)
         pieces = session.tokenize(message(rng, 1, rng.randint(5, 20)))
-        turn = session.replace_question([i for i, _ in pieces], [t for _, t in pieces])
+        turn = session.exchange.replace_question([i for i, _ in pieces], [t for _, t in pieces])
         print("removed", answer.turn_id, file=out, flush=True)
         print("removed", question.turn_id, file=out, flush=True)
         report("user", turn)
@@ -203,7 +203,7 @@ def _continue_or_flip(session, backend, rng, out, report) -> None:
     from halo_weave.storage import turn_edits
 
     roll = rng.random()
-    _, answer = session.last_exchange()
+    _, answer = session.exchange.last_exchange()
     if roll < 0.2:
         try:
             print("growing", answer.turn_id, file=out, flush=True)
@@ -216,10 +216,10 @@ def _continue_or_flip(session, backend, rng, out, report) -> None:
         turn = session.finish_turn("stop").turn
         report("assistant", turn)
     elif roll < 0.3:
-        state = session.answer_versions()
+        state = session.exchange.answer_versions()
         if state and state.count > 1:
             print("retiring", answer.turn_id, file=out, flush=True)
-            turn = session.show_version(-1 if state.previous else 1)
+            turn = session.exchange.show_version(-1 if state.previous else 1)
             print("removed", answer.turn_id, file=out, flush=True)
             report("assistant", turn)
 

@@ -34,7 +34,7 @@ def _session(client, tmp_path, **changes):
     session.connect(client, info, framing)
     path = new_conversation_path(tmp_path)
     session.open(ConversationStore.open(path))
-    session.set_system_prompt(settings.system_prompt, session.system_prompt_pieces(settings.system_prompt))
+    session.prompt.apply(settings.system_prompt, session.prompt.pieces(settings.system_prompt))
     return session, path
 
 
@@ -104,12 +104,12 @@ def test_levers_change_and_save(client, tmp_path):
     _turn(session, random.Random(6))
     conv = session.conv
     chunk = conv.content_chunks(min(conv.turns))[0]
-    session.pin(chunk.id)
+    session.levers.pin(chunk.id)
     assert chunk.pinned
-    session.pin(chunk.id, False)
-    gone = session.prune_chunk(chunk.id)
+    session.levers.pin(chunk.id, False)
+    gone = session.levers.prune(chunk.id)
     assert chunk.id in [c.id for c in gone] and not conv.chunks[chunk.id].live
-    session.resurrect_chunk(chunk.id, pin=False)
+    session.levers.resurrect(chunk.id, pin=False)
     assert conv.chunks[chunk.id].live
     live = {r[0] for r in session.store.conn.execute("SELECT id FROM chunks WHERE live = 1")}
     assert chunk.id in live

@@ -63,7 +63,7 @@ class InputActions:
         """Enable Continue / Regenerate / Edit / versions for what the conversation ends with."""
         c, menus = self.controller, self.menus
         free = not c.busy and not c.input_block_reason()
-        question, answer = c.session.last_exchange()
+        question, answer = c.session.exchange.last_exchange()
         state = c.answer_versions() if answer is not None else None
         has_versions = state is not None and state.count > 1
         enabled = {

@@ -66,7 +66,7 @@ class ReadAhead:
         running for another conversation is stopped (the server then stops its prefill)."""
         self._warm_wanted = True
         running, backend = self._warm_request, self.session.backend
-        if self._warming and running is not None and running[1] != self.session.cache_key() and backend is not None:
+        if self._warming and running is not None and running[1] != self.session.server.cache_key() and backend is not None:
             self._warm_request = None
             self._call(backend.abort, running[0],
                        on_fail=lambda exc: log.debug("stopping a warm-up failed: %s", exc))
@@ -84,13 +84,13 @@ class ReadAhead:
     def _try_warm_up(self) -> None:
         session = self.session
         if (not self._warm_wanted or self._warming or self._ahead_running or self.busy or self._shutting_down
-                or self._system_syncing or self.connection_state != "connected" or not session.can_warm_up):
+                or self._system_syncing or self.connection_state != "connected" or not session.server.can_warm_up):
             return
         self._warm_wanted = False
-        ids = session.warm_up_ids()
+        ids = session.server.warm_up_ids()
         if not ids:
             return
-        key = session.cache_key()
+        key = session.server.cache_key()
         request_id = f"hw-warm-{uuid.uuid4().hex[:12]}"
         self._warming, self._ahead_running = len(ids), True
         self._warm_request = (request_id, key)
@@ -112,7 +112,7 @@ class ReadAhead:
             if not self._warming and self._draft.strip():
                 self._read_ahead(paused=not self._idle_timer.isActive())
 
-        self._call(session.warm_up, ids, key, request_id, on_ok=ended, on_fail=lambda exc: ended(error=exc))
+        self._call(session.server.warm_up, ids, key, request_id, on_ok=ended, on_fail=lambda exc: ended(error=exc))
 
     @property
     def reading_ahead(self) -> bool:
@@ -136,7 +136,7 @@ class ReadAhead:
 
     def _can_read_ahead_now(self) -> bool:
         return (not self._ahead_running and not self.busy and not self._shutting_down
-                and not self.input_block_reason() and self.session.can_read_ahead)
+                and not self.input_block_reason() and self.session.server.can_read_ahead)
 
     def _read_ahead(self, paused: bool) -> None:
         if not self._can_read_ahead_now():
@@ -151,7 +151,7 @@ class ReadAhead:
             if self.conv is not conv or self.busy or self._shutting_down:
                 return self._read_ahead_ended()  # a send or another conversation came first
             try:
-                ids = session.draft_ids(session.index, matches, [int(i) for i, _ in pieces], draft)
+                ids = session.server.draft_ids(session.index, matches, [int(i) for i, _ in pieces], draft)
             except Exception:  # noqa: BLE001 - the send path reports a real failure itself
                 log.debug("read-ahead: no draft prompt", exc_info=True)
                 return self._read_ahead_ended()
@@ -164,7 +164,7 @@ class ReadAhead:
             if self.conv is not conv or self.busy:
                 return self._read_ahead_ended()
             index = session.index
-            if index is None or not session.can_resurrect():
+            if index is None or not session.recall.can_resurrect():
                 searched(pieces, [])
                 return
             self._indexer.search(draft, lambda matches, exc: searched(pieces, matches if exc is None else []))

@@ -56,17 +56,17 @@ class ServerLink:
     @property
     def template(self):
         """The chat template in use (the server's own, or the conversation's choice)."""
-        return self.session.template
+        return self.session.server.template
 
     def template_choice(self) -> str:
         """The conversation's saved template choice, else the settings' ("auto")."""
-        return self.session.template_choice()
+        return self.session.server.template_choice()
 
     def _connection_options(self) -> dict:
         from ..backends.api_keys import get_key
 
         return {"api_key": get_key(self.settings.server_url), "template": self.template_choice(),
-                "model": self.session.model_choice()}
+                "model": self.session.server.model_choice()}
 
     def choose_model(self, name: str) -> None:
         """Use the server's model ``name`` in the open conversation (saved with it) and
@@ -84,7 +84,7 @@ class ServerLink:
             return True
         if client.template_choice not in (None, self.template_choice()):
             return False
-        wanted = self.session.model_choice()
+        wanted = self.session.server.model_choice()
         return not (wanted and wanted in client.models and wanted != client.model_id)
 
     def _announce_model_and_template(self, client, info) -> None:

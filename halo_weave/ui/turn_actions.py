@@ -20,26 +20,26 @@ class TurnActions:
         reason = self.input_block_reason()
         if reason:
             return reason
-        question, answer = self.session.last_exchange()
+        question, answer = self.session.exchange.last_exchange()
         return "" if question is not None or answer is not None else "Nothing to change yet."
 
     def answer_versions(self):
         """Where the last answer stands among its versions (None without one)."""
         try:
-            return self.session.answer_versions()
+            return self.session.exchange.answer_versions()
         except Exception:  # noqa: BLE001 - a display figure is never worth an error dialog
             return None
 
     def last_question_text(self) -> str:
         """The words of the last question (for Edit), '' when there is none."""
         try:
-            return self.session.question_text()
+            return self.session.exchange.question_text()
         except ConversationError:  # turn_edits.TurnEditError: no question to edit
             return ""
 
     def regenerate(self) -> bool:
         """Answer the last question again; the answer shown so far becomes a version."""
-        if self._change(self.session.regenerate, "Regenerating"):
+        if self._change(self.session.exchange.regenerate, "Regenerating"):
             self._answer_again()
             return True
         return False
@@ -48,14 +48,14 @@ class TurnActions:
         """Let the model go on with the last answer (same turn, same chunking)."""
         if self._change(self.session.resume_answer, "Continuing the answer"):
             self._stop_pending = False
-            self.session.clock.start()
+            self.session.answer.clock.start()
             self._start_generation(continuation=True)
             return True
         return False
 
     def show_answer_version(self, step: int) -> bool:
         """Flip to the previous (``step`` < 0) or next version of the last answer."""
-        return self._change(lambda: self.session.show_version(step), "Showing another version")
+        return self._change(lambda: self.session.exchange.show_version(step), "Showing another version")
 
     def edit_last(self, text: str) -> bool:
         """Replace the last question by ``text`` and answer it (its answer becomes a version)."""
@@ -63,13 +63,13 @@ class TurnActions:
         if not text or not self._may_change():
             return False
         self._set_busy(True, "Reading your message…")
-        self.session.clock.start()
+        self.session.answer.clock.start()
         session = self.session
 
         def replace(pieces) -> None:
             ids, texts = [int(i) for i, _ in pieces], [t for _, t in pieces]
             self._set_busy(False)
-            if self._change(lambda: session.replace_question(ids, texts), "Saving your edited message"):
+            if self._change(lambda: session.exchange.replace_question(ids, texts), "Saving your edited message"):
                 self._answer_again()
             else:
                 self.turn_finished.emit("error")
@@ -109,8 +109,8 @@ class TurnActions:
     def _answer_again(self) -> None:
         """Stream a new answer to the question the conversation now ends with."""
         self._stop_pending = False
-        if not self.session.clock.running:
-            self.session.clock.start()
+        if not self.session.answer.clock.running:
+            self.session.answer.clock.start()
         self._answer_prefix = ()
         if self.session.fit_model_window():
             self.graveyard_changed.emit()

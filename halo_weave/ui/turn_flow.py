@@ -72,14 +72,14 @@ class TurnFlow:
             session.begin_answer(prefix)
             if prefix:
                 self.tokens_streamed.emit()
-                if session.answer_has_tool_call():
+                if session.rounds.has_tool_call():
                     self._run_tools("stop", None)  # the given start of the answer holds a tool call
                     return
         request = session.generation_request()
         ids = request["input_ids"]
         self.turn_phase.emit("", f"reading {unread(self._server_has, ids):,} tokens…")
         self._server_has = ids
-        session.start_capture(self.capture_dir, request, self.path)
+        session.rounds.start_capture(self.capture_dir, request, self.path)
         worker = GenerationWorker(session.backend, request, parent=self)
         worker.token.connect(self._on_token)
         worker.completed.connect(self._on_stream_completed)
@@ -94,7 +94,7 @@ class TurnFlow:
 
     def _on_token(self, event) -> None:
         if self.session.receive(event):
-            if self.session.streamed == 1:
+            if self.session.answer.streamed == 1:
                 self.turn_phase.emit("", "")  # the answer itself shows now
             self.tokens_streamed.emit()
 
@@ -122,7 +122,7 @@ class TurnFlow:
     def _stopped_before_answer(self) -> None:
         """The turn ends without an answer (Stop before the answer started)."""
         self._stop_pending = False
-        self.session.clock.stop()
+        self.session.answer.clock.stop()
         self._set_busy(False)
         self.stats_changed.emit()
         self.turn_finished.emit("aborted")
@@ -130,7 +130,7 @@ class TurnFlow:
     def _give_back_message(self) -> None:
         """Stop before the message was saved: the turn ends, the message goes back to the box."""
         self._stop_pending = False
-        self.session.clock.stop()
+        self.session.answer.clock.stop()
         self._set_busy(False)
         unsent, self._unsent = self._unsent, ""
         if unsent:
@@ -148,7 +148,7 @@ class TurnFlow:
             reason = "aborted"
         self._finish_capture(reason)
         rate = getattr(done, "tokens_per_s", None)
-        if reason != "aborted" and self.session.answer_has_tool_call():
+        if reason != "aborted" and self.session.rounds.has_tool_call():
             self._run_tools(reason, rate)
             return
         self._finish_turn(reason, rate)
@@ -171,7 +171,7 @@ class TurnFlow:
         if worker is not None:
             worker.wait(5000)
             worker.deleteLater()
-        self._server_has = self.session.warm_up_ids()  # the prompt and the answer (before a prune)
+        self._server_has = self.session.server.warm_up_ids()  # the prompt and the answer (before a prune)
         end = self.session.finish_turn(reason, rate, prune=not self._proxy_prunes_after_read())
         if end.turn is None:
             self._set_busy(False)
@@ -192,7 +192,7 @@ class TurnFlow:
         self.stats_changed.emit()
         self.turn_finished.emit(reason)
         if self.client is not None and self.client.saves_cache:  # llama-server: its slot, for a reopening
-            self._call(self.session.save_server_cache,
+            self._call(self.session.server.save_cache,
                        on_fail=lambda exc: log.info("saving the server's cache failed: %s", exc))
 
     def _turn_failed_early(self, exc, context: str) -> None:
@@ -205,7 +205,7 @@ class TurnFlow:
         self.turn_finished.emit("error")
 
     def _finish_capture(self, reason: str) -> None:
-        path = self.session.finish_capture(reason)
+        path = self.session.rounds.finish_capture(reason)
         if path is not None:
             self.capture_saved.emit(str(path))
 
@@ -227,8 +227,7 @@ class TurnFlow:
         seq = self._turn_seq
         self._stop_pending = False
         self._set_busy(True, "Reading your message…")
-        self.session.streamed = 0
-        self.session.clock.start()
+        self.session.answer.asked()
         self.turn_phase.emit(text, "")
         session = self.session
 
@@ -292,8 +291,8 @@ class TurnFlow:
         if self._stale(seq):
             return
         index = self.index  # loaded on first use
-        if not self.session.can_resurrect():
-            self.session.last_resurrected = 0
+        if not self.session.recall.can_resurrect():
+            self.session.recall.skip()
             self._add_user_turn(ids, texts)
             return
         self._set_busy(True, "Searching memory…")
@@ -305,7 +304,7 @@ class TurnFlow:
     def _resurrect(self, index, matches, ids, texts, seq: int | None = None) -> None:
         if self._stale(seq):
             return
-        recalled = self.session.resurrect_for(index, matches, len(ids), "".join(texts))
+        recalled = self.session.recall.resurrect_for(index, matches, len(ids), "".join(texts))
         if recalled:
             self.graveyard_changed.emit()
         self._add_user_turn(ids, texts, recalled)
@@ -360,7 +359,7 @@ class TurnFlow:
             worker.deleteLater()
         self._set_busy(True, "Running the model's notebook tool…")
         session, store = self.session, self.store
-        text = session.answer_text()
+        text = session.rounds.answer_text()
         if self._tool_runner is None:
             self._tool_runner = notebook.ToolRunner()
         runner = self._tool_runner
@@ -377,7 +376,7 @@ class TurnFlow:
 
         def ok(outcome) -> None:
             step = outcome[0]
-            if session.apply_tool_step(*outcome):
+            if session.rounds.apply_tool_step(*outcome):
                 self.notes_changed.emit()
             self.tokens_streamed.emit()
             if step.continue_generation and self.client is not None:

@@ -139,7 +139,7 @@ class WindowMenus:
         window, controller = self.window, self.controller
         url = controller.settings.server_url
         old_key = get_key(url) or ""
-        own = controller.session.conversation_prompt() if controller.conv is not None else None
+        own = controller.session.prompt.own() if controller.conv is not None else None
         dialog = SettingsDialog(controller.settings, window, api_key=old_key, keyring=keyring_available(),
                                 conversation_prompt=own)
         if page == "prompt":

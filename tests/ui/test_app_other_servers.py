@@ -221,7 +221,7 @@ def test_settings_test_connection_shows_the_detected_kind_and_the_template_is_ke
         app.window.apply_settings(chosen)
         qtbot.waitUntil(lambda: c.connection_state == "connected" and c.template.name == "llama3"
                         and not c.input_block_reason(), timeout=30_000)
-        assert not c.session._stop_ids, "no ordinary token (Llama 3's suffix starts with '<') is dropped from answers"
+        assert not c.session.answer.stop_ids, "no ordinary token (Llama 3's suffix starts with '<') is dropped from answers"
         assert app.say("Name three fruits.") == "stop"
         body = replay.bodies("/api/extra/generate/stream")[-1]
         assert body["prompt"].endswith("<|start_header_id|>user<|end_header_id|>\n\nName three fruits.<|eot_id|>"

@@ -101,7 +101,7 @@ def test_after_a_continue_the_context_is_back_under_its_limit(make_app, qtbot):
         app.say(question)
     pruned = len(app.conv.graveyard())
     assert _press(app, qtbot, app.window.answer_bar.continue_button) in ("stop", "length")
-    assert controller.session.streamed > 0, "the answer went on"
+    assert controller.session.answer.streamed > 0, "the answer went on"
     live = app.conv.live_token_count() - app.conv.recalled_tokens()
     assert live <= 130 or live <= app.conv.kept_tokens(), f"{live} live after the Continue"
     assert len(app.conv.graveyard()) >= pruned

@@ -83,7 +83,7 @@ def test_real_server_killed_mid_answer_keeps_the_partial_answer_and_says_so(qtbo
         c, window = app.controller, app.window
         window.input.setPlainText("Tell me a long story about a lighthouse keeper.")
         qtbot.keyClick(window.input, Qt.Key.Key_Return)
-        qtbot.waitUntil(lambda: c.session.streamed >= 3, timeout=TURN_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: c.session.answer.streamed >= 3, timeout=TURN_TIMEOUT_MS)
         with qtbot.wait_signal(c.turn_finished, timeout=60_000) as blocker:
             server.kill()
         assert blocker.args == ["error"]
