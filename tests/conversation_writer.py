@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
 
 from halo_weave.core.chat_template import build_framing, system_text  # noqa: E402
 from halo_weave.conversation import Conversation  # noqa: E402
-from halo_weave.events import ModelInfo, TokenEvent  # noqa: E402
+from halo_weave.events import Capabilities, ModelInfo, TokenEvent  # noqa: E402
 from halo_weave.session import ChatSession, token_events  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
 from halo_weave.store import ConversationStore, StoreError  # noqa: E402
@@ -82,30 +82,70 @@ def message(rng: random.Random, paragraphs: int, words: int = 30) -> str:
 class ScriptedBackend:
     """A model server made of test data: answers ``answer`` with random attention.
 
-    The backend interface of :mod:`halo_weave.session`: ``tokenize``, ``stream`` (typed
-    token events; the attention of each covers the context as it is then), ``abort``,
-    ``model_info``, ``capabilities``.
+    Implements :class:`halo_weave.backends.interface.Backend` (no cache, one model, the
+    framing chosen by the test); its stream yields typed token events, the attention of
+    each covering the context as it is then.
     """
 
-    capabilities = type("Capabilities", (), {"attention": True, "token_ids": True})()
+    kind = "halo"
+    version = None
+    label = "scripted test server"
+    base_url = "scripted://"
+    capabilities = Capabilities(attention=True, token_ids=True, exact_tokens=True,
+                                prefix_cache="no", abort="yes", template="the test's")
+    read_ahead = restores = saves_cache = False
+    missing_model = None
 
     def __init__(self, rng: random.Random | None = None, answer: str = "") -> None:
         self.noise = np.random.default_rng((rng or random.Random(0)).getrandbits(32))
         self.answer = answer
+        self.conversation: str | None = None
+        self.models: list[str] = []
+        self.model_id: str | None = None
+        self.template = self.template_in_use = self.template_choice = None
 
-    def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
+    def tokenize(self, text: str, add_special_tokens: bool = False, *,
+                 parse_special: bool = False) -> list[tuple[int, str]]:
         return tokenize(text)
+
+    def detokenize(self, ids) -> str:
+        raise NotImplementedError("the scripted tokenizer keeps no vocabulary")
+
+    def count_tokens(self, text: str) -> tuple[int, bool]:
+        return len(tokenize(text)), True
+
+    def table_context(self, server_context: int) -> int:
+        return server_context
+
+    def assume_context(self, server_context: int) -> int:
+        return server_context
 
     def model_info(self) -> ModelInfo:
         return ModelInfo("scripted", 1, 1, 1, 1, 0, None, None, None, True, {})
 
-    def abort(self) -> bool:
+    def abort(self, request_id: str | None = None) -> bool:
         return True
 
     def stream(self, *, input_ids, **params):
         for n, (token_id, piece) in enumerate(tokenize(self.answer)):
             attention = self.noise.random(len(input_ids) + n, np.float32) ** 4
             yield TokenEvent(token_id, piece, attention / attention.sum())
+
+    def prepare(self, input_ids, max_length: int = 0, request_id: str | None = None, timeout: float = 60.0) -> dict:
+        raise NotImplementedError("the scripted server takes no prompt ahead")
+
+    def restore(self, input_ids, max_length: int = 0, conversation: str | None = None,
+                request_id: str | None = None) -> dict:
+        raise NotImplementedError("the scripted server keeps no cache")
+
+    def save_cache(self) -> int:
+        return 0
+
+    def use_template(self, used, choice: str | None) -> None:
+        self.template, self.template_in_use, self.template_choice = used.template, used, choice
+
+    def close(self) -> None:
+        pass
 
 
 def add_user(conv: Conversation, text: str):

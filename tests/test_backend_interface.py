@@ -21,6 +21,7 @@ from halo_weave.backends.openai_compat import OpenAICompat
 from halo_weave.backends.probe import Asking
 from halo_weave.kobold_client import KoboldClient
 
+from conversation_writer import ScriptedBackend
 from replay_servers import KoboldReplay, LlamaReplay, OpenAIReplay
 from test_backends import _ForkLike
 
@@ -34,9 +35,11 @@ def tok():
 
 
 def unconnected(tok) -> list:
-    """One backend of each class, built without asking a server."""
+    """One backend of each class, built without asking a server (and the crash test's
+    scripted one, which the session drives the same way)."""
     return [KoboldClient(NOWHERE), KoboldClient(NOWHERE, kind="koboldcpp-fork", version="1.76"),
-            StockKobold(NOWHERE, tokenizer=tok), OpenAICompat(NOWHERE, tokenizer=tok), LlamaServer(NOWHERE)]
+            StockKobold(NOWHERE, tokenizer=tok), OpenAICompat(NOWHERE, tokenizer=tok), LlamaServer(NOWHERE),
+            ScriptedBackend()]
 
 
 def test_every_backend_class_has_every_member_the_interface_declares(tok):
