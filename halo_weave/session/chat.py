@@ -187,10 +187,10 @@ class ChatSession:
         s = self.settings
         return resurrection_budget(self.conv, user_tokens, self.max_context, s.max_new_tokens, s.resurrection_budget_cap)
 
-    def resurrect_for(self, index, matches, user_tokens: int, message: str = "") -> list[Chunk]:
-        """Bring back what the search for the ``message`` found (see :mod:`.resurrect`),
-        best first."""
-        return resurrect.resurrect_for(self, index, matches, user_tokens, message)
+    def resurrect_for(self, index, matches, user_tokens: int) -> list[Chunk]:
+        """Bring back what the search for the message found (see :mod:`.resurrect`),
+        best match first."""
+        return resurrect.resurrect_for(self, index, matches, user_tokens)
 
     @property
     def writes_notes(self) -> bool:
@@ -265,10 +265,10 @@ class ChatSession:
         """Whether the server takes the prompt of a message being typed (:mod:`.read_ahead`)."""
         return read_ahead.can_read_ahead(self)
 
-    def draft_ids(self, index, matches, ids: list[int], message: str = "") -> list[int]:
-        """The prompt a message of ``ids`` (text ``message``) would start with once sent,
-        nothing changed (see :func:`.read_ahead.draft_ids`)."""
-        return read_ahead.draft_ids(self, index, matches, ids, message)
+    def draft_ids(self, index, matches, ids: list[int]) -> list[int]:
+        """The prompt a message of ``ids`` would start with once sent, nothing changed
+        (see :func:`.read_ahead.draft_ids`)."""
+        return read_ahead.draft_ids(self, index, matches, ids)
 
     def add_user_message(self, ids: list[int], texts: list[str], created_at: float | None = None,
                          recalled: Iterable[Chunk] = ()) -> Turn:

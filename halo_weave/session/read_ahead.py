@@ -52,12 +52,11 @@ def can_read_ahead(session) -> bool:
                 and getattr(backend, "read_ahead", False) and callable(getattr(backend, "prepare", None)))
 
 
-def draft_ids(session, index, matches, ids: list[int], message: str = "") -> list[int]:
+def draft_ids(session, index, matches, ids: list[int]) -> list[int]:
     """The prompt a message of token ``ids`` would start with once sent: the live context
     with what :meth:`resurrect_for` would bring back for ``matches`` (the search for the
     draft, on ``index``), the user turn's opening framing, the recall note of what came
-    back (:mod:`halo_weave.memory.recall_note`; ``message``: the draft's text, which
-    orders it), then ``ids``.
+    back (:mod:`halo_weave.memory.recall_note`), then ``ids``.
 
     When the message makes room (:attr:`ChatSession.makes_room`) the chunks its plan would
     prune are left out too (:func:`~halo_weave.memory.room.room_choice`; a turn's framing
@@ -81,8 +80,7 @@ def draft_ids(session, index, matches, ids: list[int], message: str = "") -> lis
         framing = conv.framing
         prompt = len(context) + len(prefix) + len(ids) + len(framing.suffix.get("user", ([], []))[0]) \
             + len(framing.prefix.get("assistant", ([], []))[0])
-        order = best_first(plan, [c for c in chunks if not c.framing], message,
-                           lambda c: "".join(conv.chunk_tokens(c.id).texts))
+        order = best_first(plan, [c for c in chunks if not c.framing])
         tokens = (conv.chunk_tokens(c) for c in order)
         note = note_tokens(framing.note, ((t.token_ids, t.texts) for t in tokens), session.note_room(prompt))[0]
     return [*map(int, context), *map(int, prefix), *note, *map(int, ids)]
