@@ -274,7 +274,7 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
         if with_note == "live":  # the search's best matches whether or not they had been pruned
             matched = {p.match.chunk_id for p in made.plan.taken}
             back += [c for c in conv.live_chunks() if c.id in base_live and c.id in matched and not c.framing]
-        recalled = recall_note.best_first(made.plan, back, message, lambda c: "".join(conv.chunk_tokens(c.id).texts))
+        recalled = recall_note.best_first(made.plan, back)
     return finish(conv, prep, question, message, answerer, base_live, recalled=recalled)
 
 

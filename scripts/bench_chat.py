@@ -129,7 +129,7 @@ def type_ahead(session, client, index, text: str, cps: float) -> dict:
         started = time.perf_counter()
         pieces = session.tokenize(draft)
         matches = index.search(draft) if session.recall.can_resurrect() else []
-        ids = session.server.draft_ids(index, matches, [i for i, _ in pieces], draft)
+        ids = session.server.draft_ids(index, matches, [i for i, _ in pieces])
         planned = time.perf_counter()
         try:
             answer = client.prepare(ids, max_length=session.settings.max_new_tokens)
@@ -193,7 +193,7 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
         pieces = session.tokenize(text)
         resurrected = []
         if session.recall.can_resurrect():
-            resurrected = session.recall.resurrect_for(index, index.search(text), len(pieces), text)
+            resurrected = session.recall.resurrect_for(index, index.search(text), len(pieces))
         session.add_user_message([i for i, _ in pieces], [t for _, t in pieces], recalled=resurrected)
         session.fit_model_window()
         session.begin_answer()

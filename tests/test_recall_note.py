@@ -170,18 +170,3 @@ def test_a_line_starting_with_its_own_space_gets_no_second_one():
     spaced = [(5000, " I"), (5001, " fly"), (5002, " today.")]
     ids, texts = recall_note.note_tokens(words, [([i for i, _ in spaced], [t for _, t in spaced])])
     assert "".join(texts) == "From earlier in our conversation:\n- I fly today.\n\n"
-
-
-def test_the_paragraph_naming_what_the_message_asks_about_leads_the_note(asked):
-    """The search ranked the cat first; a message about the flight puts the flight first,
-    and a message sharing no word with either keeps the search's order."""
-    from types import SimpleNamespace
-
-    session, _, _, (cat, flight) = asked
-    conv = session.conv
-    plan = SimpleNamespace(chunk_ids=[cat.id, flight.id])
-    text_of = lambda c: conv.chunk_text(c.id)  # noqa: E731
-    assert recall_note.best_first(plan, [cat, flight], "When do I fly to Lisbon?", text_of) == [flight.id, cat.id]
-    assert recall_note.best_first(plan, [flight, cat], "Tell me more", text_of) == [cat.id, flight.id]
-    assert recall_note.best_first(plan, [flight, cat]) == [cat.id, flight.id], "no message: the search's order"
-    assert recall_note.best_first(plan, [cat, flight], "Is the flight to Lisbon on Friday?", text_of)[0] == flight.id

@@ -120,19 +120,6 @@ def stem(term: str) -> str:
     return term
 
 
-def word_stems(text: str) -> list[str]:
-    """The stems of ``text``'s words that carry meaning (:data:`STOPWORDS` left out), each
-    once, in order."""
-    words = (w for w in dict.fromkeys(re.findall(r"\w+", text.lower())) if w not in STOPWORDS)
-    return list(dict.fromkeys(stem(w) for w in words))
-
-
-def shared_stems(stems: list[str], text: str) -> int:
-    """How many of ``stems`` (:func:`word_stems`) begin a word of ``text``."""
-    words = set(re.findall(r"\w+", text.lower()))
-    return sum(any(w.startswith(s) for w in words) for s in stems)
-
-
 def feedback(vm: VectorMatrix, query: np.ndarray, chunk_ids: list[int], weight: float) -> np.ndarray:
     """Pseudo-relevance feedback (Rocchio): the unit query plus ``weight`` times the mean of
     ``chunk_ids``' vectors (the first search's best), normalised, to be searched again."""

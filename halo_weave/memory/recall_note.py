@@ -25,11 +25,9 @@ tokens between the tokenized words of :data:`~halo_weave.core.framing.NOTE_WORDS
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
-
-from .ranking import shared_stems, word_stems
 
 #: Paragraphs a note copies at most, tokens copied from each, and tokens in all.
 NOTE_CHUNKS = 4
@@ -100,22 +98,13 @@ def for_message(conv, turn_id: int, limit: int = NOTE_TOKENS) -> RecallNote | No
     return RecallNote(tuple(ids), tuple(texts), offset)
 
 
-def best_first(plan, chunks: Iterable, message: str = "",
-               text_of: Callable[[object], str] | None = None) -> list[int]:
-    """The order a message's recall is kept in, and its note copies from: the paragraphs
-    that share the most of the message's words first (:func:`~.ranking.word_stems`;
-    ``text_of(chunk)`` reads a paragraph's text), then the order of ``plan`` (a
+def best_first(plan, chunks: Iterable) -> list[int]:
+    """The order a message's recall is kept in: the order of ``plan`` (a
     :class:`~halo_weave.memory.resurrection.ResurrectionPlan`: matches in score order, each
     followed by the neighbouring turns it brings), then the rest (anchors) in position
-    order.  The search ranks by meaning and brings a match's neighbours along; of those,
-    the paragraphs naming what the message asks about are the ones the note must hold
-    (on 100 LoCoMo dev questions the note held 45 % of the evidence turns in this order,
-    40 % in the plan's alone: docs/answers.md)."""
-    chunks = list(chunks)
+    order.  (Listing the matches before every neighbour answered no better: docs/answers.md.)"""
     rank = {cid: k for k, cid in enumerate(dict.fromkeys(plan.chunk_ids))}
-    stems = word_stems(message) if text_of is not None else []
-    shared = {c.id: shared_stems(stems, text_of(c)) for c in chunks} if stems else {}
-    return [c.id for c in sorted(chunks, key=lambda c: (-shared.get(c.id, 0), rank.get(c.id, len(rank)), c.start))]
+    return [c.id for c in sorted(chunks, key=lambda c: (rank.get(c.id, len(rank)), c.start))]
 
 
 def _trimmed(ids: list[int], texts: list[str]) -> tuple[list[int], list[str], bool] | None:

@@ -60,9 +60,9 @@ class Recall:
                     max_new_tokens=s.max_new_tokens, floor=room.floor(s), cap=s.resurrection_budget_cap,
                     order=session.prune_order)
 
-    def resurrect_for(self, index, matches, user_tokens: int, message: str = "") -> list[Chunk]:
+    def resurrect_for(self, index, matches, user_tokens: int) -> list[Chunk]:
         """Bring back what the search for the message found; the content chunks resurrected,
-        best first for the ``message`` (:func:`~halo_weave.memory.recall_note.best_first`).
+        best match first (:func:`~halo_weave.memory.recall_note.best_first`).
 
         ``index`` is the index the search ran on: results for one closed since are dropped.
         ``user_tokens``: the message's; the plan keeps room for its recall note too.
@@ -88,7 +88,7 @@ class Recall:
             session.report(err, "Resurrecting from memory")
             return []
         self.resurrected = len(result.resurrected)
-        order = best_first(plan, result.resurrected, message, lambda c: "".join(conv.chunk_tokens(c.id).texts))
+        order = best_first(plan, result.resurrected)
         return [conv.chunks[c] for c in order]
 
     # -- the recall note

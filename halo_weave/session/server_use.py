@@ -128,12 +128,12 @@ class ServerUse:
         return bool(session.conv is not None and session.framing is not None
                     and backend is not None and backend.read_ahead)
 
-    def draft_ids(self, index, matches, ids: list[int], message: str = "") -> list[int]:
+    def draft_ids(self, index, matches, ids: list[int]) -> list[int]:
         """The prompt a message of token ``ids`` would start with once sent, nothing changed:
         the live context with what ``session.recall.resurrect_for`` would bring back for
         ``matches`` (the search for the draft, on ``index``), the user turn's opening
-        framing, the recall note of what came back (:mod:`halo_weave.memory.recall_note`;
-        ``message``: the draft's text, which orders it), then ``ids``.
+        framing, the recall note of what came back (:mod:`halo_weave.memory.recall_note`),
+        then ``ids``.
 
         When the message makes room (``session.makes_room``) the chunks its plan would
         prune are left out too (:func:`~halo_weave.memory.room.room_choice`; a turn's framing
@@ -159,8 +159,7 @@ class ServerUse:
             framing = conv.framing
             prompt = len(context) + len(prefix) + len(ids) + len(framing.suffix.get("user", ([], []))[0]) \
                 + len(framing.prefix.get("assistant", ([], []))[0])
-            order = best_first(plan, [c for c in chunks if not c.framing], message,
-                               lambda c: "".join(conv.chunk_tokens(c.id).texts))
+            order = best_first(plan, [c for c in chunks if not c.framing])
             tokens = (conv.chunk_tokens(c) for c in order)
             note = note_tokens(framing.note, ((t.token_ids, t.texts) for t in tokens), recall.note_room(prompt))[0]
         return [*map(int, context), *map(int, prefix), *note, *map(int, ids)]

@@ -151,7 +151,7 @@ class ReadAhead:
             if self.conv is not conv or self.busy or self._shutting_down:
                 return self._read_ahead_ended()  # a send or another conversation came first
             try:
-                ids = session.server.draft_ids(session.index, matches, [int(i) for i, _ in pieces], draft)
+                ids = session.server.draft_ids(session.index, matches, [int(i) for i, _ in pieces])
             except Exception:  # noqa: BLE001 - the send path reports a real failure itself
                 log.debug("read-ahead: no draft prompt", exc_info=True)
                 return self._read_ahead_ended()

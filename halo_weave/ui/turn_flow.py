@@ -304,7 +304,7 @@ class TurnFlow:
     def _resurrect(self, index, matches, ids, texts, seq: int | None = None) -> None:
         if self._stale(seq):
             return
-        recalled = self.session.recall.resurrect_for(index, matches, len(ids), "".join(texts))
+        recalled = self.session.recall.resurrect_for(index, matches, len(ids))
         if recalled:
             self.graveyard_changed.emit()
         self._add_user_turn(ids, texts, recalled)
