@@ -57,7 +57,16 @@ class TurnEnd:
 
 
 class ChatSession:
-    """A conversation, its file and its model server, and every rule of a turn."""
+    """A conversation, its file and its model server, and every rule of a turn.
+
+    Owns: the open conversation (``conv``), its file (``store``), its semantic index and
+    indexer, the connected ``backend`` with its ``model_info`` and ``framing``, whether
+    the server streams attention (``attention_available``) and whether the reader's
+    attention may rank chunks (``proxy_ranks``); the turn itself (open, stream, finish,
+    prune) and the one saver, :meth:`save`.  Its parts own the rest: ``answer``,
+    ``rounds``, ``recall``, ``prompt``, ``server``, ``exchange``, ``levers`` (see
+    :mod:`halo_weave.session`).
+    """
 
     def __init__(self, settings: Settings | None = None, *, report: Callable[[BaseException, str], None] = _raise):
         self.settings = settings or Settings()
@@ -98,7 +107,7 @@ class ChatSession:
         self.server.name_conversation()
         return conv
 
-    def connect(self, backend, info, framing: Framing) -> bool | None:
+    def connect(self, backend: Backend, info, framing: Framing) -> bool | None:
         """Adopt a connected server: its model info and the chat-template framing.
 
         Returns whether it streams attention: True or False when it says so (its
