@@ -1,7 +1,8 @@
 """Read-ahead while the user types: the message's prompt goes to the server before Enter.
 
-The rules (what is settled, the prompt a draft would get) are :mod:`halo_weave.session.read_ahead`'s, this decides only
-*when*, on which thread.  The window hands over every change of the message box
+The rules (what is settled, the prompt a draft would get) are
+:mod:`halo_weave.session.read_ahead`'s; :class:`ReadAhead` decides only *when*, on which
+thread.  The window hands over every change of the message box
 (:meth:`ReadAhead.draft_changed`); once a word is finished — or the user has paused for
 :data:`IDLE_MS` — and no read-ahead is in flight, one starts: tokenize the settled text on
 a thread, search on the embedder thread (what the message would resurrect), build the
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-
 from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer
@@ -86,7 +86,7 @@ class ReadAhead(QObject):
         if self._warming and running is not None and running[1] != self._session.cache_key() and backend is not None:
             self._warm_request = None
             self._calls.run(backend.abort, running[0],
-                       on_fail=lambda exc: log.debug("stopping a warm-up failed: %s", exc))
+                            on_fail=lambda exc: log.debug("stopping a warm-up failed: %s", exc))
         self._try_warm_up()
 
     def when_warm(self, action) -> None:
@@ -206,7 +206,7 @@ class ReadAhead(QObject):
             self._memory.search(draft, lambda matches, exc: searched(pieces, matches if exc is None else []))
 
         self._calls.run(session.tokenize, draft, on_ok=tokenized,
-                   on_fail=lambda exc: self._read_ahead_ended(error=exc))
+                        on_fail=lambda exc: self._read_ahead_ended(error=exc))
 
     def _read_ahead_ended(self, answer: dict | None = None, error: BaseException | None = None,
                           ids: list[int] | None = None) -> None:

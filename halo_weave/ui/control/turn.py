@@ -191,7 +191,7 @@ class TurnFlow(QObject):
             return
         if end.nothing_added:
             self._signals.info.emit("The model had nothing to add: the answer had ended by itself. "
-                           "↻ Regenerate gives another answer.")
+                                    "↻ Regenerate gives another answer.")
         self._proxy.read_exchange()  # proxy attention, on a thread (a no-op where the server sends attention)
         if end.attention_changed:
             self._link.announce_attention(True)
@@ -204,7 +204,7 @@ class TurnFlow(QObject):
         self._signals.turn_finished.emit(reason)
         if callable(getattr(self._session.backend, "save_cache", None)):  # llama-server: its slot, for a reopening
             self._calls.run(self._session.save_server_cache,
-                       on_fail=lambda exc: log.info("saving the server's cache failed: %s", exc))
+                            on_fail=lambda exc: log.info("saving the server's cache failed: %s", exc))
 
     def finish_capture(self, reason: str) -> None:
         """End the attention recording of the round (``reason``: how it ended)."""
