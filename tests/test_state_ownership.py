@@ -10,7 +10,7 @@
 
 Run as a script for the figures of the whole package (or of another checkout)::
 
-    python tests/test_state_ownership.py [ROOT] [SUBPATH]
+    python tests/test_state_ownership.py [ROOT] [PATH_PREFIX ...]
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def test_the_checks_see_shared_and_foreign_writes():
 
 if __name__ == "__main__":
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT
-    under = (sys.argv[2],) if len(sys.argv) > 2 else ("halo_weave/",)
+    under = tuple(sys.argv[2:]) or ("halo_weave/",)
     trees = _trees(root, under)
     several, writes = attributes_in_several_files(trees), writes_to_other_objects(trees)
     for (cls, attr), files in sorted(several.items()):

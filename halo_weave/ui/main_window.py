@@ -146,7 +146,8 @@ class MainWindow(QMainWindow, InputActions):
         c.signals.models_changed.connect(self.stats_bar.set_models)
         c.signals.template_changed.connect(self.stats_bar.set_template_words)
         self.stats_bar.model_picked.connect(self.pick_model)
-        c.signals.attention_changed.connect(lambda _available: self.stats_bar.set_brightness_source(*c.proxy.reader_status()))
+        c.signals.attention_changed.connect(
+            lambda _available: self.stats_bar.set_brightness_source(*c.proxy.reader_status()))
         c.signals.progress.connect(self.progress_bar.show_progress)
         c.signals.error.connect(lambda exc, context: self.messages.error(exc, context))
         c.signals.info.connect(self.messages.info)

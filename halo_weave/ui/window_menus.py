@@ -118,7 +118,8 @@ class WindowMenus:
             self.controller.files.open_conversation(picker.selected_path())
 
     def export_json(self) -> None:
-        start = str(Path.home() / f"{self.controller.files.path.stem if self.controller.files.path else 'conversation'}.json")
+        open_path = self.controller.files.path
+        start = str(Path.home() / f"{open_path.stem if open_path else 'conversation'}.json")
         path, _ = QFileDialog.getSaveFileName(self.window, "Export conversation", start, "JSON (*.json)")
         if path:
             self.controller.files.export_json(Path(path))

@@ -61,6 +61,10 @@ class ServerConnection(QObject):
     Signals: ``state_changed(state, detail)``; ``connected(client, model_info,
     framing)``; ``failed(exc, context)`` for errors worth a message; ``progress(what,
     done, total)`` while the bundled model loads.
+
+    Owns: the state, the URL and the connected client, the bundled server it started
+    (and its starter thread, health checks and the times it stopped by itself), and the
+    number of the latest attempt (older answers and retries are moot).
     """
 
     state_changed = Signal(str, str)

@@ -41,7 +41,8 @@ class ConversationFiles(QObject):
     """Which conversation is open, and moving conversations in and out.
 
     Owns: :attr:`path` (the open conversation's file) and the marker file naming the
-    conversation to reopen at start-up.  Opening one asks the server link to reconnect
+    conversation to reopen at start-up (in the data dir it is given, where new and
+    imported conversations go too).  Opening one asks the server link to reconnect
     when the conversation wants another template or model, the system prompt to sync,
     the memory to load and the server to read the context (:meth:`ReadAhead.warm_up
     <.read_ahead.ReadAhead.warm_up>`).
@@ -51,14 +52,14 @@ class ConversationFiles(QObject):
                  memory: Memory, prompt: SystemPrompt, link: ServerLink, ahead: ReadAhead,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.data_dir = Path(data_dir)
+        self._data_dir = Path(data_dir)
         self._session, self._signals, self._gate, self._calls = session, signals, gate, calls
         self._memory, self._prompt, self._link, self._ahead = memory, prompt, link, ahead
         self.path: Path | None = None
 
     def last_conversation(self) -> Path | None:
         """The conversation open when the app last quit (None: none, or its file is gone)."""
-        marker = self.data_dir / LAST_CONVERSATION_FILE
+        marker = self._data_dir / LAST_CONVERSATION_FILE
         try:
             path = Path(marker.read_text(encoding="utf-8").strip())
         except OSError:
@@ -67,7 +68,7 @@ class ConversationFiles(QObject):
 
     def _remember(self, path: Path) -> None:
         try:
-            (self.data_dir / LAST_CONVERSATION_FILE).write_text(str(path), encoding="utf-8")
+            (self._data_dir / LAST_CONVERSATION_FILE).write_text(str(path), encoding="utf-8")
         except OSError as exc:
             log.warning("cannot remember the last conversation: %s", exc)
 
@@ -79,7 +80,7 @@ class ConversationFiles(QObject):
         if self._gate.busy:
             signals.info.emit("Wait for the answer to finish (or press Esc) before switching.")
             return False
-        target = Path(path) if path else new_conversation_path(self.data_dir)
+        target = Path(path) if path else new_conversation_path(self._data_dir)
         old, unused = session.store, self._unused_file()
         try:
             store = ConversationStore.open(target)
@@ -185,12 +186,12 @@ class ConversationFiles(QObject):
             def tokenize(text: str):
                 return client.tokenize(text, add_special_tokens=False)
 
-            job = (foreign_import.import_foreign, Path(path), self.data_dir, tokenize, framing, session.settings)
+            job = (foreign_import.import_foreign, Path(path), self._data_dir, tokenize, framing, session.settings)
         else:
             from ...server.vocab import vocab_size_for
 
             model_info = session.model_info  # read here: the import runs on a thread
-            job = (lambda: transfer.import_conversation(Path(path), self.data_dir, vocab_size_for(model_info)),)
+            job = (lambda: transfer.import_conversation(Path(path), self._data_dir, vocab_size_for(model_info)),)
         gate.set_busy(True, "Importing…")
         signals.progress.emit("Importing conversation", 0, 0)
 

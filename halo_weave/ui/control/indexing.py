@@ -27,6 +27,10 @@ class IndexQueue(QObject):
     closed or switched) are dropped.  ``failed(exc, context)`` reports errors (an
     unavailable embedder only once); ``progress(label, done, total)`` reports labelled
     batches (a re-index); ``idle`` fires when nothing is queued.
+
+    Owns: the :class:`~.workers.EmbedderWorker` thread, the index its jobs are for
+    (:meth:`aim`), the callbacks of jobs in flight, the chunks being embedded, and
+    whether an unavailable embedder was reported already.
     """
 
     failed = Signal(object, str)

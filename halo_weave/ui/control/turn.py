@@ -52,8 +52,9 @@ class TurnFlow(QObject):
     """From the saved message to the end of the answer; Stop in every phase.
 
     Owns: the stream in flight (its :class:`~.workers.GenerationWorker`), whether Stop
-    was pressed before the answer started, the notebook's tool runner, and
-    :attr:`last_done` (the server's account of the last answer).  The message before
+    was pressed before the answer started, the notebook's tool runner, where captures
+    go (:attr:`capture_dir`), and :attr:`last_done` (the server's account of the last
+    answer).  The message before
     its answer is :class:`~.message.MessageSend`'s; this answers it once it is saved.
     """
 
