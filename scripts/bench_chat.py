@@ -127,7 +127,7 @@ def type_ahead(session, client, index, text: str, cps: float) -> dict:
         if not draft or draft == last:
             continue
         started = time.perf_counter()
-        pieces = session.tokenize(draft)
+        pieces = session.server.tokenize(draft)
         matches = index.search(draft) if session.recall.can_resurrect() else []
         ids = session.server.draft_ids(index, matches, [i for i, _ in pieces])
         planned = time.perf_counter()
@@ -190,7 +190,7 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
     for n, text in enumerate(messages):
         typed = type_ahead(session, client, index, text, typing_cps) if read_ahead else {}
         t0 = time.perf_counter()
-        pieces = session.tokenize(text)
+        pieces = session.server.tokenize(text)
         resurrected = []
         if session.recall.can_resurrect():
             resurrected = session.recall.resurrect_for(index, index.search(text), len(pieces))

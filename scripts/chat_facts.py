@@ -245,7 +245,7 @@ def chat(session, index, say) -> tuple[list[dict], list[dict]]:
     previous: list[int] = []  # the last request's prompt and its answer
     previous_prompt = 0  # the length of the last request's prompt
     for n, (text, fact, kind) in enumerate(messages()):
-        pieces = session.tokenize(text)
+        pieces = session.server.tokenize(text)
         recalled = session.recall.resurrect_for(index, index.search(text), len(pieces)) if session.recall.can_resurrect() else []
         turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces], recalled=recalled)
         session.fit_model_window()

@@ -196,7 +196,7 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
 
     while True:
         if not _edit_last_exchange(session, rng, out, report):
-            pieces = session.tokenize(message(rng, rng.randint(1, 3), rng.randint(8, 30)))
+            pieces = session.server.tokenize(message(rng, rng.randint(1, 3), rng.randint(8, 30)))
             turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
             report("user", turn)
         session.fit_model_window()
@@ -229,7 +229,7 @@ def _edit_last_exchange(session, rng, out, report) -> bool:
     if roll < 0.25:  # Edit and resend
         print("retiring", answer.turn_id, file=out, flush=True)
         print("retiring", question.turn_id, file=out, flush=True)
-        pieces = session.tokenize(message(rng, 1, rng.randint(5, 20)))
+        pieces = session.server.tokenize(message(rng, 1, rng.randint(5, 20)))
         turn = session.exchange.replace_question([i for i, _ in pieces], [t for _, t in pieces])
         print("removed", answer.turn_id, file=out, flush=True)
         print("removed", question.turn_id, file=out, flush=True)

@@ -41,7 +41,7 @@ def _session(embedder, path, prune_when: str, window: int = WINDOW, **changes): 
     session = ChatSession(conv.settings)
     session.adopt(conv, store)
     session.model_info = _model_info(window)
-    session.index = SemanticIndex(store.conn, conv.settings, embedder, lock=store.lock)
+    session.use_index(SemanticIndex(store.conn, conv.settings, embedder, lock=store.lock))
     return session
 
 
@@ -173,7 +173,7 @@ def test_a_message_prunes_older_context_to_make_room_for_what_it_brings_back(emb
 def test_pruning_for_room_needs_the_window_and_falls_back_without_it(embedder, tmp_path):  # noqa: F811
     session = _session(embedder, tmp_path / "unknown.db", "for_room")
     session.model_info = _model_info(0)  # a server that does not say: prune after exchanges
-    assert not session.prunes_for_room
+    assert not session.server.prunes_for_room
     for i in range(8):
         _send(session, embedder, *TOPICS[i])
     assert session.conv.live_token_count() <= KEEP + 120

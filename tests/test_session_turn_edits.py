@@ -19,7 +19,7 @@ def _stream(session) -> None:
 
 
 def _ask(session, text):
-    pieces = session.tokenize(text)
+    pieces = session.server.tokenize(text)
     session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
     session.begin_answer()
     _stream(session)
@@ -51,7 +51,7 @@ def test_continue_regenerate_edit_through_the_session(client, tmp_path):
     session.exchange.show_version(-1)
     assert _text(conv, session.exchange.last_exchange()[1].turn_id) == longer
 
-    pieces = session.tokenize("Tell me a short poem about the moon.")
+    pieces = session.server.tokenize("Tell me a short poem about the moon.")
     question = session.exchange.replace_question([i for i, _ in pieces], [t for _, t in pieces])
     session.begin_answer()
     _stream(session)

@@ -8,7 +8,7 @@ A turn, in order (docs/architecture.md, "The path of one message")::
 
     ids = session.server.draft_ids(index, matches, pieces)  while the user types
     backend.prepare(ids)                                    (read-ahead; ours only)
-    pieces = session.tokenize(text)                  blocking: a thread in the app
+    pieces = session.server.tokenize(text)           blocking: a thread in the app
     session.recall.resurrect_for(index, matches, len(pieces))  within the budget
     turn = session.add_user_message(ids, texts)      DB-first: saved before it is shown
     session.fit_model_window()                       prompt + answer within the model

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 from ..conversation import Chunk, Conversation, Framing, Turn
 from ..errors import AttentionError
 from ..events import TokenEvent
-from ..memory import room
 from ..rules import WITHOUT_BRIGHTNESS
 from ..settings import Settings
 from ..tools import notebook
@@ -68,14 +67,15 @@ class ChatSession:
     :mod:`halo_weave.session`).
     """
 
-    def __init__(self, settings: Settings | None = None, *, report: Callable[[BaseException, str], None] = _raise):
+    def __init__(self, settings: Settings | None = None, *, report: Callable[[BaseException, str], None] = _raise,
+                 indexer: Indexer | None = None):
         self.settings = settings or Settings()
         #: Called with (exception, what was being done) when a save or a step fails.
         self.report = report
         self.conv: Conversation | None = None
         self.store = None
         self.index = None  # the semantic index, when there is one
-        self.indexer: Indexer | None = None
+        self.indexer = indexer
         self.backend: Backend | None = None
         self.model_info = None
         self.framing: Framing | None = None
@@ -131,16 +131,39 @@ class ChatSession:
             self.attention_available = bool(declared)
         return declared
 
-    @property
-    def max_context(self) -> int:
-        """The model's context size in tokens (0 when unknown)."""
-        return int(getattr(self.model_info, "max_context", 0) or 0)
+    def use_settings(self, settings: Settings) -> None:
+        """Run on ``settings`` from now on (the conversation and its index too)."""
+        self.settings = settings
+        for holder in (self.conv, self.index):
+            if holder is not None and hasattr(holder, "use_settings"):
+                holder.use_settings(settings)
+
+    def use_index(self, index) -> None:
+        """Search and index the open conversation with ``index`` (loaded for it)."""
+        self.index = index
+
+    def set_proxy_ranks(self, ranks: bool) -> None:
+        """Whether the reader's attention (proxy attention) ranks chunks for pruning."""
+        self.proxy_ranks = ranks
+
+    def disconnect(self) -> None:
+        """The server went away: no backend until the next :meth:`connect`."""
+        self.backend = None
+
+    def close(self) -> None:
+        """Quitting: save the brightness (between turns) and close the file; the session
+        forgets the file and the index even when closing fails (which raises)."""
+        store, conv = self.store, self.conv
+        self.store, self.index = None, None
+        if store is None:
+            return
+        try:
+            if conv is not None and conv.open_turn is None and not store.read_only:
+                store.save_brightness(conv)
+        finally:
+            store.close()
 
     # ------------------------------------------------------------------ the user's half
-    def tokenize(self, text: str) -> list[tuple[int, str]]:
-        """The backend's tokens of ``text`` as text (blocking): markup in it stays text."""
-        return self.backend.tokenize(text, add_special_tokens=False) if text else []
-
     def add_user_message(self, ids: list[int], texts: list[str], created_at: float | None = None,
                          recalled: Iterable[Chunk] = ()) -> Turn:
         """Add the user's turn and save it before anything shows it (DB-first);
@@ -180,27 +203,9 @@ class ChatSession:
 
     def fit_model_window(self) -> list[Chunk]:
         """Never send more than the model can read: prompt + answer within its context
-        (a recall note takes what room is left: :meth:`note_room`)."""
-        limit = self.window_limit()
+        (a recall note takes what room is left: ``recall.note_room``)."""
+        limit = self.server.window_limit()
         return self.prune(limit) if self.conv.live_token_count() > limit > 0 else []
-
-    def window_limit(self) -> int:
-        """The prompt tokens the model's window leaves beside the answer (0 when unknown)."""
-        if self.max_context <= 0:
-            return 0
-        frame = sum(len(ids) for ids, _ in [self.framing.prefix.get("assistant", ([], []))]) if self.framing else 0
-        return self.max_context - self.settings.max_new_tokens - frame
-
-    @property
-    def prunes_for_room(self) -> bool:
-        """``prune_when = "for_room"`` with a known window (:mod:`halo_weave.memory.room`)."""
-        return self.settings.prune_when == "for_room" and self.window_limit() > 0
-
-    @property
-    def makes_room(self) -> bool:
-        """Whether a message's resurrection prunes just enough to make its room
-        (:mod:`halo_weave.memory.room`): pruning only for room, or a keep share below 1."""
-        return self.prunes_for_room or (room.shares_room(self.settings) and self.window_limit() > 0)
 
     @property
     def prune_order(self) -> str | None:
@@ -304,8 +309,8 @@ class ChatSession:
         only for room, the model's window) and save.  Never the exchange the user just read;
         in :attr:`prune_order`."""
         conv = self.conv
-        if limit is None and self.prunes_for_room:
-            limit = self.window_limit()
+        if limit is None and self.server.prunes_for_room:
+            limit = self.server.window_limit()
         pruned = conv.prune_to_fit(limit, order=self.prune_order, keep_latest_exchange=True)
         if pruned:
             self.save(lambda: self.store.save_chunks(conv, pruned), "Saving pruned chunks")

@@ -33,6 +33,13 @@ class Recall:
         self.resurrected = 0
         self._note: recall_note.RecallNote | None = None
 
+    @property
+    def makes_room(self) -> bool:
+        """Whether a message's resurrection prunes just enough to make its room
+        (:mod:`halo_weave.memory.room`): pruning only for room, or a keep share below 1."""
+        server = self._session.server
+        return server.prunes_for_room or (room.shares_room(self._session.settings) and server.window_limit() > 0)
+
     def can_resurrect(self) -> bool:
         """Whether a search for the next message could bring anything back."""
         session = self._session
@@ -47,7 +54,7 @@ class Recall:
         """The universal equation: room left after the message and the answer."""
         session = self._session
         s = session.settings
-        return resurrection_budget(session.conv, user_tokens, session.max_context, s.max_new_tokens,
+        return resurrection_budget(session.conv, user_tokens, session.server.max_context, s.max_new_tokens,
                                    s.resurrection_budget_cap)
 
     def room_terms(self, user_tokens: int) -> dict:
@@ -56,7 +63,7 @@ class Recall:
         :func:`~halo_weave.memory.room.floor` live tokens at most."""
         session = self._session
         s = session.settings
-        return dict(user_tokens=user_tokens, max_context=session.window_limit() + s.max_new_tokens,
+        return dict(user_tokens=user_tokens, max_context=session.server.window_limit() + s.max_new_tokens,
                     max_new_tokens=s.max_new_tokens, floor=room.floor(s), cap=s.resurrection_budget_cap,
                     order=session.prune_order)
 
@@ -74,7 +81,7 @@ class Recall:
         conv, s = session.conv, session.settings
         user_tokens += self.note_reserve
         try:
-            if session.makes_room:
+            if self.makes_room:
                 # The window less the answer's opening framing: fit_model_window then has
                 # nothing left to prune (it would take the dim chunks just brought back first).
                 made = plan_with_room(conv, matches, index.plan, **self.room_terms(user_tokens))
@@ -108,7 +115,7 @@ class Recall:
     def note_room(self, prompt_tokens: int) -> int:
         """Tokens a recall note may take beside a prompt of ``prompt_tokens`` (the
         model's window less the answer; the most a note takes when the window is unknown)."""
-        limit = self._session.window_limit()
+        limit = self._session.server.window_limit()
         return recall_note.NOTE_TOKENS if limit <= 0 else max(0, limit - prompt_tokens)
 
     def note(self) -> recall_note.RecallNote | None:

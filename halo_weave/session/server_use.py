@@ -24,7 +24,8 @@ from .read_ahead import input_ids_with
 class ServerUse:
     """What the open conversation asks of its server and keeps there (``session.server``).
 
-    Owns no state of its own: the choices are kept in the conversation's file (meta
+    Also the model's window (its context size, the room it leaves beside the answer) and
+    the server's tokenizer.  Owns no state of its own: the choices are kept in the conversation's file (meta
     ``chat_template``, ``model``, the cache key), the template and cache in the backend.
     """
 
@@ -61,6 +62,32 @@ class ServerUse:
         session = self._session
         connected = session.backend.template if session.backend is not None else None
         return connected or detect_template(getattr(session.model_info, "chat_template", None), self.template_choice())
+
+    # -- the model's window and tokenizer
+
+    def tokenize(self, text: str) -> list[tuple[int, str]]:
+        """The backend's tokens of ``text`` as text (blocking): markup in it stays text."""
+        return self._session.backend.tokenize(text, add_special_tokens=False) if text else []
+
+    @property
+    def max_context(self) -> int:
+        """The model's context size in tokens (0 when unknown)."""
+        return int(getattr(self._session.model_info, "max_context", 0) or 0)
+
+    def window_limit(self) -> int:
+        """The prompt tokens the model's window leaves beside the answer (0 when unknown)."""
+        session = self._session
+        if self.max_context <= 0:
+            return 0
+        framing = session.framing
+        frame = sum(len(ids) for ids, _ in [framing.prefix.get("assistant", ([], []))]) if framing else 0
+        return self.max_context - session.settings.max_new_tokens - frame
+
+    @property
+    def prunes_for_room(self) -> bool:
+        """Whether pruning waits until the model's window is full: ``prune_when =
+        "for_room"`` with a known window (:mod:`halo_weave.memory.room`)."""
+        return self._session.settings.prune_when == "for_room" and self.window_limit() > 0
 
     # -- the server's cache of the conversation
 
@@ -135,7 +162,7 @@ class ServerUse:
         framing, the recall note of what came back (:mod:`halo_weave.memory.recall_note`),
         then ``ids``.
 
-        When the message makes room (``session.makes_room``) the chunks its plan would
+        When the message makes room (``session.recall.makes_room``) the chunks its plan would
         prune are left out too (:func:`~halo_weave.memory.room.room_choice`; a turn's framing
         that the prune would also take stays: the sync moves what differs)."""
         session = self._session
@@ -145,7 +172,7 @@ class ServerUse:
         user_tokens = len(ids) + recall.note_reserve
         note: list[int] = []
         if matches and index is not None and index is session.index and recall.can_resurrect():
-            if session.makes_room:
+            if recall.makes_room:
                 plan, gone, _ = room_choice(conv, matches, index.plan, **recall.room_terms(user_tokens))
             else:
                 plan = index.plan(conv, matches, recall.budget(user_tokens))

@@ -69,7 +69,7 @@ class SystemPrompt:
         if not prompt.strip():
             return []
         session = self._session
-        return (session.framing or Framing.none()).wrap("system", session.tokenize(prompt))
+        return (session.framing or Framing.none()).wrap("system", session.server.tokenize(prompt))
 
     def apply(self, prompt: str, pieces: list[tuple[int, str]]) -> None:
         """Adopt ``prompt`` tokenized (:meth:`pieces`) as the system turn and save it."""
