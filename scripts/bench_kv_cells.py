@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory_bench.locomo import load as load_locomo  # noqa: E402
+from bench.locomo import load as load_locomo  # noqa: E402
 
 LOCOMO = Path("/work/shared/data/locomo/locomo_dev.json")
 

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from chat_facts import FACTS, contains_fact, messages  # noqa: E402
+from bench.chat_facts import FACTS, contains_fact, messages  # noqa: E402
 
 QUESTION = FACTS[-1].asked
 

@@ -44,7 +44,7 @@ from halo_weave.rules import prune_order
 from halo_weave.session import ChatSession
 from halo_weave.settings import Settings
 
-from .locomo import Dialogue
+from ..locomo import Dialogue
 
 
 class AttentionSource(Protocol):
@@ -272,7 +272,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
             if policy.resurrect == "plain":  # rag: by similarity, no anchors
                 back = conv.resurrect(plain_plan(conv, matches, room), with_anchors=False)
             else:
-                planner = getattr(search, "plan", None) or make_plan  # the app's (past_search), else seed 001's
+                planner = getattr(search, "plan", None) or make_plan  # the app's (past_search), else the default plan
                 if makes_room:  # prune just enough for the plan, as the app's session does
                     made = plan_with_room(conv, matches, planner, user_tokens=len(ids), max_context=model_context,
                                           max_new_tokens=max_new_tokens, floor=floor,

@@ -32,7 +32,7 @@ from halo_weave.core import ties
 from halo_weave.memory.resurrection import budget, make_plan
 from halo_weave.memory.room import plan_with_room
 
-from .locomo import Question
+from ..locomo import Question
 
 
 @dataclass

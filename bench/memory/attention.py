@@ -186,6 +186,15 @@ class ModelAttention:
         kept cells).  Returns that prefix's length; the rest must be run."""
         import torch
 
+        # The model's passes run in inference mode, so the buffers they grow are inference
+        # tensors, which torch lets only inference mode write in place: the shift runs there too.
+        with torch.inference_mode():
+            return self._shift_cells(ids, keys)
+
+    def _shift_cells(self, ids: list[int], keys: list) -> int:
+        """:meth:`_shift`'s work (in inference mode)."""
+        import torch
+
         from halo_weave.server.kv_surgery import rope_factors, rotate_keys
 
         from .kv_buffer import GrowingLayer
@@ -300,7 +309,7 @@ class ModelAttention:
         """Drop the kept rows no key points at any more (a chunk buried again gets a new
         row): replays that resurrect on every message bury the same chunks thousands of
         times, and the appended rows alone outgrew the machine's memory (24 GiB, two
-        workers, stop 21).  Keeps every row still pointed at; the figures do not change."""
+        workers).  Keeps every row still pointed at; the figures do not change."""
         import torch
 
         keys = list(self._grave_rows)
