@@ -47,6 +47,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from halo_weave.server.kv_files import common_prefix
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Starts llama-cpp-python's server with the model settings this CPU survives.
@@ -107,16 +109,6 @@ def contains_fact(answer: str, fact: Fact) -> bool:
     "3 March", "March 3rd", "the third of March" are one date)."""
     text = re.sub(r"\s+", " ", answer.replace("\u2019", "'").replace("*", "")).lower()
     return any(re.search(pattern, text) for pattern in fact.spellings)
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """How many leading ids ``a`` and ``b`` share."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def machine() -> dict:

@@ -244,7 +244,7 @@ READ_AHEAD_LEFT = 8
 
 def measure_read_ahead(engine, cases: list[dict], say=lambda *a: None) -> dict:
     """What reading ahead costs in accuracy (see :meth:`EngineBase.prepare
-    <halo_weave.server.engine_api.EngineBase.prepare>`): the cache held the context with
+    <halo_weave.server.engine_base.EngineBase.prepare>`): the cache held the context with
     the span pruned (stored), the draft prompt (the message less its last
     :data:`READ_AHEAD_LEFT` tokens) was synced, then Enter sends the request; against the
     same request prefilled exactly.  Three ways the draft's resurrection plan meets Enter's:
@@ -336,7 +336,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     say = (lambda *a: None) if args.json else (lambda *a: print(*a, file=sys.stderr))
-    from halo_weave.server.engines import load_engine
+    from halo_weave.server.engine_choice import load_engine
 
     figures: dict = {"threads": args.threads, "load_average_1m": round(os.getloadavg()[0], 2)}
     for kind in args.engines.split(","):

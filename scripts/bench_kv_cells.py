@@ -35,7 +35,7 @@ LOCOMO = Path("/work/shared/data/locomo/locomo_dev.json")
 
 
 def measure(cells: int, context: int, rounds: int, threads: int) -> dict:
-    from halo_weave.server.engines import load_engine
+    from halo_weave.server.engine_choice import load_engine
 
     engine = load_engine("llamacpp", None, threads=threads, store_bytes=0, initial_context=cells)
     try:

@@ -257,9 +257,9 @@ def plain_decode_ms(engine: str, threads: int, context: int, tokens: int, flash:
         return ms
     import torch
 
-    from halo_weave.server.engine import Engine
+    from halo_weave.server.transformers_engine import TransformersEngine
 
-    hf = Engine.load(device="cpu", threads=threads)
+    hf = TransformersEngine.load(device="cpu", threads=threads)
     hf.model.set_attn_implementation("sdpa")
     prompt = torch.tensor([ids])
     with torch.inference_mode():
@@ -423,7 +423,7 @@ def main(argv=None) -> int:
     if args.surgery_cases and DEFAULT_ENGINE in engines:
         from bench import kv_surgery as bench_kv_surgery
 
-        from halo_weave.server.engines import load_engine
+        from halo_weave.server.engine_choice import load_engine
 
         engine = load_engine(DEFAULT_ENGINE, threads=args.threads)
         quality = bench_kv_surgery.measure(engine, bench_kv_surgery.make_cases(engine, args.surgery_cases))
@@ -436,7 +436,7 @@ def main(argv=None) -> int:
     if args.tail_cases and DEFAULT_ENGINE in engines:
         from bench import kv_surgery as bench_kv_surgery
 
-        from halo_weave.server.engines import load_engine
+        from halo_weave.server.engine_choice import load_engine
 
         engine = load_engine(DEFAULT_ENGINE, threads=args.threads)
         tail = bench_kv_surgery.measure_tail(

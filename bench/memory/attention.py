@@ -456,7 +456,7 @@ class ModelAttention:
 
 
 class EngineAttention:
-    """The server's :class:`~halo_weave.server.engine.Engine` as a source (``exact``)."""
+    """The server's :class:`~halo_weave.server.transformers_engine.TransformersEngine` as a source (``exact``)."""
 
     mode = "engine"
 
@@ -485,16 +485,16 @@ def load_source(kv: str, model: str | None = None, context_size: int = 8192):
     """A teacher-forcing source on the app's engine: ``engine`` (exact, the server's own
     call), or ``exact`` / ``shift`` on the engine's model and tokenizer."""
     try:
-        from halo_weave.server.engine import Engine
+        from halo_weave.server.transformers_engine import TransformersEngine
     except ImportError:
-        Engine = None
-    if Engine is None:
+        TransformersEngine = None
+    if TransformersEngine is None:
         if kv == "engine":
-            raise RuntimeError("halo_weave.server.engine is not available; use --kv exact")
+            raise RuntimeError("halo_weave.server.transformers_engine is not available; use --kv exact")
         return ModelAttention.load(kv, model)
     from halo_weave.server import bundled
 
-    engine = Engine.load(model or bundled.SMOLLM2, device="auto", context_size=context_size, cache_model=False)
+    engine = TransformersEngine.load(model or bundled.SMOLLM2, device="auto", context_size=context_size, cache_model=False)
     if kv == "engine":
         return EngineAttention(engine)
     source = ModelAttention(engine.model, engine.tokenizer, kv, engine.device)
