@@ -134,7 +134,7 @@ def shoot(driver) -> dict:
     pruned = sorted((i for i in recalled if not c.conv.chunks[i].live), key=lambda i: i != fact.id)
     if live and click(live[0]):
         shot("recall_jump", flush=True)
-        figures["jumped_to"] = view.flashed_chunk
+        figures["jumped_to"] = view.finder.flashed_chunk
     if pruned and click(pruned[0]):
         shot("recall_graveyard", flush=True)
     path = c.path
