@@ -125,12 +125,12 @@ def context_menu(view, point: QPoint | QPointF) -> QMenu:
         menu.addSeparator()
         copy_chunk = menu.addAction("Copy chunk text")
         copy_chunk.triggered.connect(lambda: clipboard.setText(conv.chunk_text(chunk.id)))
-    turn_id = view.turn_at(point)
+    turn_id = turn_at(view, view.plan, point)
     if turn_id is not None:
         role = conv.turns[turn_id].role
         copy_message = menu.addAction("Copy your message" if role == "user" else "Copy the answer")
         copy_message.setToolTip("The whole message as shown (its pruned paragraphs left out)")
-        copy_message.triggered.connect(lambda: clipboard.setText(view.message_text(turn_id)))
+        copy_message.triggered.connect(lambda: clipboard.setText(message_text(conv, turn_id)))
     copy = menu.addAction("Copy selection")
     copy.setShortcut("Ctrl+C")
     copy.setEnabled(view.textCursor().hasSelection())
