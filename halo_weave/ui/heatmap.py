@@ -40,6 +40,7 @@ from PySide6.QtGui import (
     QPainter,
     QPaintEvent,
     QPalette,
+    QTextCursor,
     QTextOption,
 )
 from PySide6.QtWidgets import QMenu, QPlainTextEdit, QToolTip, QWidget
@@ -91,13 +92,19 @@ class HeatmapView(QPlainTextEdit):
     Signals (user intent, never acted on here): ``pin_requested(chunk_id, pinned)``,
     ``merge_requested(chunk_id)`` (with the next chunk of its turn),
     ``prune_requested(chunk_id)`` (prune by hand), ``graveyard_requested(chunk_id)`` (a
-    recalled chunk pruned since: show it in the graveyard).
+    recalled chunk pruned since: show it in the graveyard), ``edit_requested(turn_id)``
+    (change a message of the user), ``regenerate_requested(turn_id)`` (answer again),
+    ``branch_requested(turn_id, step)`` (the previous or next branch where branches part:
+    the "‹ n / m ›" of a message header, :meth:`set_branch_marks`).
     """
 
     pin_requested = Signal(int, bool)
     merge_requested = Signal(int)
     prune_requested = Signal(int)
     graveyard_requested = Signal(int)
+    edit_requested = Signal(int)
+    regenerate_requested = Signal(int)
+    branch_requested = Signal(int, int)
     #: A frame with streamed tokens was done (the window refreshes its stats with it).
     streamed_frame = Signal()
     #: A Copy button put text on the clipboard ("code" or "message").
@@ -163,6 +170,8 @@ class HeatmapView(QPlainTextEdit):
         self._expanded: set[int] = set()  # messages whose recall line lists every chunk
         self._overlay: Overlay | None = None  # the rendered Markdown's part of the frame
         self._pressed_link: tuple[int, int] | None = None
+        self._pressed_branch: tuple[int, int] | None = None
+        self._branch_marks: dict[int, tuple[int, int]] = {}
         self._pressed_url: str | None = None
 
     # ------------------------------------------------------------------ public API
@@ -173,6 +182,31 @@ class HeatmapView(QPlainTextEdit):
         self.flashed_chunk = None
         self.rebuild()
         self.follower.jump_to_latest()  # a conversation opens at its newest text
+
+    def set_branch_marks(self, marks: dict[int, tuple[int, int]]) -> None:
+        """Turn id -> (number, count) of the messages where branches part, shown as
+        "‹ number / count ›" in their headers from the next :meth:`rebuild`."""
+        self._branch_marks = dict(marks)
+
+    def branch_mark(self, turn_id: int) -> tuple[int, int] | None:
+        """(number, count) of the branch that starts at ``turn_id``; None when none does."""
+        return self._branch_marks.get(turn_id)
+
+    def branch_arrow_rect(self, turn_id: int, step: int) -> QRect | None:
+        """Viewport rectangle of a branch arrow of the message ``turn_id`` (None: no such arrow)."""
+        link = next(((a, b) for a, b, t, s in self._plan.branch_links if (t, s) == (turn_id, step)), None)
+        if link is None:
+            return None
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(link[0])
+        first = self.cursorRect(cursor)
+        cursor.setPosition(link[1])
+        end = self.cursorRect(cursor)
+        return QRect(first.left(), first.top(), max(end.left() - first.left(), 4), first.height())
+
+    def branch_link_at(self, point: QPoint | QPointF) -> tuple[int, int] | None:
+        """(turn id, step) of the branch arrow ("‹" -1, "›" +1) under a viewport point."""
+        return heatmap_menu.branch_link_at(self, self._plan, point)
 
     def conversation(self) -> Conversation | None:
         return self._conv
@@ -233,7 +267,7 @@ class HeatmapView(QPlainTextEdit):
             markdown = False
             self.setPlainText("")
         else:
-            self._plan, text = build_plan(self._conv, frozenset(self._expanded))
+            self._plan, text = build_plan(self._conv, frozenset(self._expanded), self._branch_marks)
             attached = self._code.follow(self.document(), text, replaced=True)
             # A long document: states only now; what is on screen is formatted below.
             markdown = self.markdown and text.count("\n") > DEFER_MARKDOWN_LINES
@@ -440,6 +474,10 @@ class HeatmapView(QPlainTextEdit):
             QGuiApplication.clipboard().setText(text)
             self.copied.emit(kind)
             return
+        branch = self.branch_link_at(event.position()) if left else None
+        self._pressed_branch = branch
+        if branch is not None:
+            return
         link = self.recall_link_at(event.position()) if left else None
         self._pressed_link = link
         # A Markdown link opens on release over it; a press may also start a selection.
@@ -448,6 +486,11 @@ class HeatmapView(QPlainTextEdit):
             super().mousePressEvent(event)
 
     def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        branch, self._pressed_branch = self._pressed_branch, None
+        if branch is not None:
+            if self.branch_link_at(event.position()) == branch:
+                self.branch_requested.emit(*branch)
+            return
         pressed, self._pressed_link = self._pressed_link, None
         url, self._pressed_url = self._pressed_url, None
         if pressed is None:
@@ -461,6 +504,7 @@ class HeatmapView(QPlainTextEdit):
         super().mouseMoveEvent(event)
         point = QPointF(event.position())
         over = ((self._plan.links and self.recall_link_at(point) is not None)
+                or (self._plan.branch_links and self.branch_link_at(point) is not None)
                 or any(rect.contains(point) for rect, _, _ in self.copy_buttons())
                 or bool(self.link_at(point)))
         self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if over else Qt.CursorShape.IBeamCursor)
@@ -469,6 +513,10 @@ class HeatmapView(QPlainTextEdit):
         link = self.recall_link_at(event.pos()) if event.type() == QEvent.Type.ToolTip else None
         if link is not None:
             QToolTip.showText(event.globalPos(), heatmap_menu.link_tooltip(self._conv, *link), self.viewport())
+            return True
+        branch = self.branch_link_at(event.pos()) if event.type() == QEvent.Type.ToolTip else None
+        if branch is not None:
+            QToolTip.showText(event.globalPos(), heatmap_menu.branch_tooltip(self._plan, *branch), self.viewport())
             return True
         url = self.link_at(event.pos()) if event.type() == QEvent.Type.ToolTip else None
         if url:
