@@ -228,3 +228,21 @@ def test_an_import_with_a_bad_branch_is_refused_whole(tmp_path):
     with pytest.raises(TransferError, match="branches"):
         import_conversation(out, tmp_path / "imported")
     assert not (tmp_path / "imported").exists() or not [p for p in (tmp_path / "imported").rglob("*") if p.is_file()]
+
+
+def test_a_new_branch_sees_what_led_up_to_the_edited_message(tmp_path):
+    session, backend, _ = _chat(tmp_path, max_context_tokens=150)
+    conv = session.conv
+    second_question = list(conv.turns)[2]
+    before = list(conv.turns)[:2]
+    assert any(not c.live for t in before for c in conv.content_chunks(t)), "later turns pruned them"
+
+    pieces = session.tokenize("Which boats sail from the southern pier?")
+    session.branches.edit_message(second_question, [i for i, _ in pieces], [t for _, t in pieces])
+    conv = session.conv
+    answer_before = conv.content_chunks(before[1])
+    assert answer_before[-1].live, "the answer just before the edited message is back in the context"
+    assert conv.live_token_count() <= 150, "within the context target"
+    session.store.close()
+    reopened, _ = _session(session.store.path)
+    assert reopened.conv.content_chunks(before[1])[-1].live, "and saved so"

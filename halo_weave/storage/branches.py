@@ -202,13 +202,14 @@ def _tail_rows(conn, parent: int, answer_first: bool) -> dict:
 
 
 def _prefix_state(conn, parent: int) -> dict:
-    """What later turns can change about the turns up to ``parent``: chunk states, live
-    brightness, recall marks."""
+    """What later turns can change about the turns up to ``parent``: chunk states,
+    brightness, recall marks.  Brightness of pruned chunks too: a later turn may bring
+    one back, score it and prune it again."""
     chunks = conn.execute(
         "SELECT id, live, pinned, brightness_at_prune FROM chunks WHERE turn_id <= ?", (parent,)).fetchall()
     brightness = conn.execute(
         "SELECT t.chunk_id, t.brightness FROM chunk_tokens t JOIN chunks c ON c.id = t.chunk_id "
-        "WHERE c.turn_id <= ? AND c.live", (parent,)).fetchall()
+        "WHERE c.turn_id <= ? AND NOT (c.chunk_index < 0)", (parent,)).fetchall()
     marks = conn.execute("SELECT turn_id, chunk_id, live FROM recalls WHERE turn_id <= ?", (parent,)).fetchall()
     return {"chunks": [list(r) for r in chunks],
             "brightness": [[c, _encode_value(b)] for c, b in brightness],
@@ -321,9 +322,35 @@ def branch_at(conv: Conversation, store: ConversationStore, turn_id: int) -> lis
     return removed
 
 
+def reopen_before(conv: Conversation, turn_id: int, room_for: int = 0) -> list[Chunk]:
+    """Bring back the pruned paragraphs just before ``turn_id``, newest first, while they
+    fit the context target (``prune_hysteresis`` of ``max_context_tokens``) with
+    ``room_for`` more tokens: a new branch then starts from the conversation as it led up
+    to that message, not from what later turns left of it.  Returns the chunks that came
+    back (save them); nothing without a target."""
+    s = conv.settings
+    if s.max_context_tokens <= 0:
+        return []
+    room = int(s.max_context_tokens * s.prune_hysteresis) - conv.live_token_count() - room_for
+    back: list[Chunk] = []
+    for chunk in conv.graveyard():
+        if room <= 0:
+            break
+        if chunk.turn_id >= turn_id or chunk.live:
+            continue  # later (gone) or already back with an anchor
+        cost = conv.resurrection_cost(chunk)
+        if cost > room:
+            break  # what is older than a paragraph that does not fit stays pruned
+        came = conv.resurrect([chunk.id])
+        back += came
+        room -= sum(c.token_count for c in came)
+    return back
+
+
 def edit_message(conv: Conversation, store: ConversationStore, turn_id: int, token_ids, texts) -> tuple[Turn, list[Chunk]]:
     """A new branch from an earlier message of the user: the message and everything after
-    it are stashed, the new wording is saved in their place (one transaction, DB-first).
+    it are stashed, the paragraphs that led up to it come back where they fit
+    (:func:`reopen_before`), and the new wording is saved (one transaction, DB-first).
 
     Returns the new user turn and the chunks that left the conversation.
     """
@@ -333,6 +360,7 @@ def edit_message(conv: Conversation, store: ConversationStore, turn_id: int, tok
     try:
         with store.transaction():
             removed = branch_at(conv, store, turn_id)
+            store.save_chunks(conv, reopen_before(conv, turn_id, len(token_ids)))
             turn = conv.add_turn("user", token_ids, texts)
             store.save_turn(conv, turn)
     except BaseException:
@@ -342,13 +370,17 @@ def edit_message(conv: Conversation, store: ConversationStore, turn_id: int, tok
 
 
 def retire_answer(conv: Conversation, store: ConversationStore, turn_id: int) -> list[Chunk]:
-    """Regenerate an earlier answer: the answer and everything after it are stashed (one
-    transaction); the conversation then ends with its question, ready for a new answer."""
+    """Regenerate an earlier answer: the answer and everything after it are stashed and
+    what led up to it comes back where it fits (one transaction); the conversation then
+    ends with its question, ready for a new answer."""
     if turn_id not in conv.turns or conv.turns[turn_id].role != "assistant":
         raise BranchError("Only an answer can be regenerated.")
     snapshot = conv.snapshot()
     try:
-        return branch_at(conv, store, turn_id)
+        with store.transaction():
+            removed = branch_at(conv, store, turn_id)
+            store.save_chunks(conv, reopen_before(conv, turn_id))
+        return removed
     except BaseException:
         conv.restore(snapshot)
         raise
