@@ -246,3 +246,15 @@ def test_a_new_branch_sees_what_led_up_to_the_edited_message(tmp_path):
     session.store.close()
     reopened, _ = _session(session.store.path)
     assert reopened.conv.content_chunks(before[1])[-1].live, "and saved so"
+
+
+def test_a_regenerate_killed_before_its_answer_opens_with_the_old_branch(tmp_path):
+    session, _, path = _chat(tmp_path)
+    before = _shown(session)
+    session.branches.regenerate_answer(list(session.conv.turns)[3])
+    assert len(_shown(session)) == 3, "the question waits for its new answer"
+    session.store.close()  # killed here: nothing of the new answer was saved
+
+    reopened, _ = _session(path)
+    assert _shown(reopened) == before, "no branch is left out of reach"
+    assert stash.stashed(reopened.store) == []

@@ -38,14 +38,16 @@ import json
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..conversation import Chunk, Conversation, Turn
 from ..errors import ConversationError, StoreDamaged
-from ..store import ConversationStore
 from . import integrity
 from .schema import unpack_ints
 from .sql import batches
+
+if TYPE_CHECKING:
+    from ..store import ConversationStore
 
 #: Parent of a tail that starts at the first message.
 START = -1
@@ -132,7 +134,7 @@ def states(conv: Conversation, store: ConversationStore) -> dict[int, BranchStat
     for parent, siblings in by_parent.items():
         first = next((t for t in ids if t > parent), None)
         if first is None:
-            continue  # a crash left this parent without a tail: offered from the parent (see below)
+            continue  # no tail shown after it: opening shows one again (show_orphaned)
         earlier = [b for b in siblings if b.first_turn_id < first]
         later = [b for b in siblings if b.first_turn_id > first]
         out[first] = BranchState(parent, first, len(earlier) + 1, len(siblings) + 1,
@@ -294,6 +296,26 @@ def _apply_prefix(conn, prefix: dict) -> None:
          if cid in counts and len(blob) == 4 * counts[cid]])
     conn.executemany("UPDATE recalls SET live = ? WHERE turn_id = ? AND chunk_id = ? AND live != ?",
                      [(live, tid, cid, live) for tid, cid, live in prefix.get("recalls", [])])
+
+
+def show_orphaned(store: ConversationStore) -> bool:
+    """When the conversation ends with a branch point and no tail (a regenerate of an
+    earlier answer killed before its first token was saved), show the newest stashed
+    tail there again, so no branch is left out of reach.  True when one was shown."""
+    if store.read_only or not integrity.has_table(store.conn, "branches"):
+        return False
+    last = store.conn.execute("SELECT MAX(turn_id) FROM turns").fetchone()[0]
+    row = store.conn.execute(
+        "SELECT id FROM branches WHERE parent_turn_id = ? ORDER BY first_turn_id DESC LIMIT 1",
+        (START if last is None else last,)).fetchone()
+    if row is None:
+        return False
+    try:
+        with store.transaction():
+            _restore(store, row[0])
+    except StoreDamaged:
+        return False  # it stays stashed (and exported); the conversation opens as it is
+    return True
 
 
 # ---------------------------------------------------------------------- changing
