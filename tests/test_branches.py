@@ -258,3 +258,19 @@ def test_a_regenerate_killed_before_its_answer_opens_with_the_old_branch(tmp_pat
     reopened, _ = _session(path)
     assert _shown(reopened) == before, "no branch is left out of reach"
     assert stash.stashed(reopened.store) == []
+
+
+def test_versions_of_the_last_answer_travel_with_their_branch(tmp_path):
+    session, backend, _ = _chat(tmp_path)
+    session.regenerate()
+    _answer(session, backend, "They use a netting needle.")
+    assert (session.answer_versions().number, session.answer_versions().count) == (2, 2)
+    third = list(session.conv.turns)[2]
+    pieces = session.tokenize("Something else.")
+    edited = session.branches.edit_message(third, [i for i, _ in pieces], [t for _, t in pieces])
+    _answer(session, backend, "Fine.")
+    assert session.answer_versions().count == 1, "the new branch's answer has no other version"
+    session.branches.switch(edited.turn_id, -1)
+    state = session.answer_versions()
+    assert (state.number, state.count) == (2, 2)
+    assert state.previous.text == EXCHANGES[-1][1]
