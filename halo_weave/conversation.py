@@ -96,6 +96,10 @@ class Conversation:
         self._writer = TurnWriter(self)
 
     # ------------------------------------------------------------------ building
+
+    def use_settings(self, settings: Settings) -> None:
+        """Score and prune by ``settings`` from the next token on."""
+        self.settings = settings
     def set_system_prompt(self, text: str, token_ids: Sequence[int], texts: Sequence[str]) -> None:
         """Set the system prefix (already framed and tokenized by the caller)."""
         self.system_prompt = text

@@ -106,6 +106,10 @@ class SemanticIndex:
         self._stale: set[int] = set()  # entries holding another model's vector
         self._seq: int | None = None  # change-log sequence the vectors reflect
 
+    def use_settings(self, settings: Settings) -> None:
+        """Search by ``settings`` from the next query on."""
+        self.settings = settings
+
     # ------------------------------------------------------------------ state
     @property
     def available(self) -> bool:

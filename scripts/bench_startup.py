@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-GOAL_S = 1.5
+GOAL_S = 0.8
 
 WORDS = (
     "the attention of a model decides which paragraph stays alive while older chunks fade "

@@ -44,11 +44,11 @@ class App:
         self.window.show()
         self.first_token: float | None = None
         self.request_sent: float | None = None  # "reading N tokens…": the answer's request starts
-        self.controller.tokens_streamed.connect(self._streamed)
-        self.controller.turn_phase.connect(self._phase)
+        self.controller.signals.tokens_streamed.connect(self._streamed)
+        self.controller.signals.turn_phase.connect(self._phase)
 
     def _phase(self, _message: str, line: str) -> None:
-        if self.request_sent is None and line.startswith("reading") and not self.controller.warming_up:
+        if self.request_sent is None and line.startswith("reading") and not self.controller.ahead.warming_up:
             self.request_sent = time.perf_counter()
 
     def _streamed(self) -> None:
@@ -89,8 +89,8 @@ def prime(url_of, conversation: Path, work: Path) -> None:
     app = App(url, home)
     try:
         app.controller.start(home_conv)
-        app.wait(lambda: app.controller.connection_state == "connected", 120, "the connection")
-        app.wait(lambda: app.controller.last_warm_up is not None and not app.controller.warming_up, 600,
+        app.wait(lambda: app.controller.link.state == "connected", 120, "the connection")
+        app.wait(lambda: app.controller.ahead.last_warm_up is not None and not app.controller.ahead.warming_up, 600,
                  "the first warm-up")
         app.events(3.0)  # the server saves once it has been idle
     finally:
@@ -127,10 +127,10 @@ def reopen(url_of, conversation: Path, home: Path, *, typed: bool, send_after_s:
         else:
             app.events(max(0.0, opened + send_after_s - time.perf_counter()))
             app.window.input.setPlainText(NEXT_MESSAGE)
-        app.wait(lambda: not c.input_block_reason() or c.busy, 300, "the input to open")
+        app.wait(lambda: not c.gate.input_block_reason() or c.gate.busy, 300, "the input to open")
         live_before = {ch.id for ch in c.conv.live_chunks()}
         turns_before = set(c.conv.turns)
-        warming_at_enter = c.warming_up
+        warming_at_enter = c.ahead.warming_up
         enter = time.perf_counter()
         app.window.send()  # Enter
         shown = None
@@ -138,14 +138,14 @@ def reopen(url_of, conversation: Path, home: Path, *, typed: bool, send_after_s:
             app.events()
             if app.window.pending_turn.message.isVisible() or "You:" in app.window.heatmap.toPlainText()[-400:]:
                 shown = time.perf_counter()
-        app.wait(lambda: app.first_token is not None or c.last_finish_reason == "error", 600, "the first token")
+        app.wait(lambda: app.first_token is not None or c.session.last_finish_reason == "error", 600, "the first token")
         first = app.first_token or time.perf_counter()
         # What the message brought back: chunks of earlier turns that were not live before it.
         recalled = sum(ch.token_count for ch in c.conv.live_chunks()
                        if ch.id not in live_before and not ch.framing and ch.turn_id in turns_before)
-        app.wait(lambda: not c.busy, 600, "the answer")
-        warm = c.last_warm_up or {}
-        done = getattr(c.last_done, "raw", None) or {}
+        app.wait(lambda: not c.gate.busy, 600, "the answer")
+        warm = c.ahead.last_warm_up or {}
+        done = getattr(c.turn.last_done, "raw", None) or {}
         timings, kv = done.get("timings") or {}, done.get("kv") or {}
         return {"ttft_s": first - enter, "enter_to_visible_ms": 1000 * (shown - enter),
                 "enter_to_request_s": (app.request_sent or first) - enter,

@@ -102,31 +102,31 @@ def main() -> None:
         window.input.setPlainText(text)
         window.send()
         if during is not None:
-            wait(lambda: (controller.generating and controller.session.streamed >= 10) or not controller.busy)
+            wait(lambda: (controller.turn.generating and controller.session.streamed >= 10) or not controller.gate.busy)
             during()
-        wait(lambda: not controller.busy)
+        wait(lambda: not controller.gate.busy)
 
     try:
         controller.start()
         if args.server_url is None:
-            wait(lambda: controller.connection_state == "loading", 60)
+            wait(lambda: controller.link.state == "loading", 60)
             pause(3.0)
             shot("00_loading")
-        wait(lambda: controller.connection_state == "connected", 600)
-        wait(lambda: not controller.input_block_reason(), 60)
+        wait(lambda: controller.link.state == "connected", 600)
+        wait(lambda: not controller.gate.input_block_reason(), 60)
         window.input.setPlainText(SCRIPT[0])
         shot("01_start")
         say(SCRIPT[0], during=lambda: shot("02_streaming"))
         shot("03_first_answer")
         for text in SCRIPT[1:]:
             say(text)
-        controller.wait_for_indexing(120)
+        controller.memory.wait_for_indexing(120)
         pause(0.5)
         shot("04_pruned_graveyard")
 
         pruned = controller.conv.graveyard()
         if pruned:
-            controller.resurrect_chunk(pruned[-1].id)
+            controller.levers.resurrect_chunk(pruned[-1].id)
             window.heatmap.scroll_to_chunk(pruned[-1].id)
             shot("05_resurrected")
 
@@ -152,26 +152,26 @@ def main() -> None:
 
         window.input.setPlainText("Tell me a long story about a lighthouse keeper and a fox.")
         window.send()
-        wait(lambda: (controller.generating and controller.session.streamed >= 6) or not controller.busy)
-        controller.stop()
-        wait(lambda: not controller.busy)
+        wait(lambda: (controller.turn.generating and controller.session.streamed >= 6) or not controller.gate.busy)
+        controller.turn.stop()
+        wait(lambda: not controller.gate.busy)
         shot("08_stopped")
 
         from halo_weave.ui.conversation_picker import ConversationPicker
 
-        picker = ConversationPicker(home, controller.path, window)
+        picker = ConversationPicker(home, controller.files.path, window)
         picker.show()
         shot("09_open_dialog", picker)
         picker.close()
 
         window.menus.notes_action.trigger()  # View → Show notes
         window.menus.record_action.trigger()  # View → Record attention
-        controller.send("Please note where I'm travelling.", answer_prefix=NOTES_CALL)
-        wait(lambda: not controller.busy)
-        controller.wait_for_indexing(120)
+        controller.message.send("Please note where I'm travelling.", answer_prefix=NOTES_CALL)
+        wait(lambda: not controller.gate.busy)
+        controller.memory.wait_for_indexing(120)
         shot("10_notes_panel")
     finally:
-        server = controller.server
+        server = controller.link.server
         window.close()
     stopped = server is None or not server.alive()
     figures = {"screenshots": saved, "data_dir": str(home), "bundled_server_stopped_on_exit": stopped}

@@ -42,8 +42,8 @@ class ShotDriver:
         while not condition():
             if time.time() > deadline:
                 c = self.controller
-                raise TimeoutError(f"timed out: connection {c.connection_state!r}, "
-                                   f"input {c.input_block_reason()!r}, busy {c.busy}")
+                raise TimeoutError(f"timed out: connection {c.link.state!r}, "
+                                   f"input {c.gate.input_block_reason()!r}, busy {c.gate.busy}")
             self.app.processEvents()
             time.sleep(0.01)
 
@@ -68,7 +68,7 @@ class ShotDriver:
         """Start the controller and wait until a message can be sent."""
         c = self.controller
         c.start()
-        self.wait(lambda: c.connection_state == "connected" and not c.input_block_reason(), timeout)
+        self.wait(lambda: c.link.state == "connected" and not c.gate.input_block_reason(), timeout)
 
     def import_kyoto(self) -> None:
         """File → Import of the 20-message Kyoto chat (screenshot_chat.EXCHANGES), indexed."""
@@ -77,21 +77,21 @@ class ShotDriver:
         c = self.controller
         chat = self.home / "kyoto.jsonl"
         write_chat(chat)
-        c.import_json(chat)
-        self.wait(lambda: c.conv is not None and len(c.conv.turns) >= 20 and not c.busy)
-        c.wait_for_indexing(300)
-        self.wait(lambda: c._indexer.pending == 0)
+        c.files.import_json(chat)
+        self.wait(lambda: c.conv is not None and len(c.conv.turns) >= 20 and not c.gate.busy)
+        c.memory.wait_for_indexing(300)
+        self.wait(lambda: c.memory.pending == 0)
 
     def send(self, message: str) -> None:
         """Type ``message``, send it, wait for the answer (and the reader, if it reads)."""
         c, window = self.controller, self.window
-        self.wait(lambda: not c.input_block_reason())  # e.g. a re-prefill after an import
+        self.wait(lambda: not c.gate.input_block_reason())  # e.g. a re-prefill after an import
         window.input.setPlainText(message)
         window.send()
         if window.input.toPlainText():  # not sent: the window said why
             said = [m.text for m in window.messages.history][-3:]
             raise RuntimeError(f"the message was not sent: {said}")
-        self.wait(lambda: not c.busy)
+        self.wait(lambda: not c.gate.busy)
 
     def scroll_to_middle(self) -> None:
         bar = self.window.heatmap.verticalScrollBar()

@@ -95,14 +95,14 @@ def main() -> None:
     picker.hidePopup()
     driver.window.pick_model(MODELS[2])
     c = driver.controller
-    driver.wait(lambda: getattr(c.client, "model_id", None) == MODELS[2] and not c.input_block_reason(), 60)
+    driver.wait(lambda: getattr(c.session.backend, "model_id", None) == MODELS[2] and not c.gate.input_block_reason(), 60)
     driver.send("And now?")
     switched = driver.shot("model_picker_switched", flush=True)
     print(json.dumps({"model_picker": str(path), "model_picker_switched": switched,
                       "models": [picker.itemText(i) for i in range(picker.count())],
                       "current": picker.currentText(), "template": bar.template_words}))
     driver.window.close()
-    driver.wait(lambda: not any(w.isRunning() for w in list(driver.controller._calls)), 30)
+    driver.wait(lambda: not any(w.isRunning() for w in list(driver.controller.calls)), 30)
     driver.settle()
     server.shutdown()
 

@@ -89,8 +89,8 @@ def run(args, home: Path, url: str) -> dict:
     read_ms = []
     for message in MESSAGES:
         driver.send(message)
-        assert controller.wait_for_reading(900_000)
-        read_ms.append(controller.last_read)
+        assert controller.proxy.wait_for_reading(900_000)
+        read_ms.append(controller.proxy.last_read)
     window.heatmap.follower.jump_to_latest()
     driver.shot("proxy_heatmap", flush=True)
     driver.scroll_to_middle()

@@ -90,11 +90,11 @@ def shoot(driver) -> dict:
         else:
             window.input.setPlainText(text)
             window.send()
-            wait(lambda: c.generating or not c.busy)
+            wait(lambda: c.turn.generating or not c.gate.busy)
             live = stated_live(fact)
-            wait(lambda: not c.busy)
+            wait(lambda: not c.gate.busy)
             score(fact, live)
-        c.wait_for_indexing(300)
+        c.memory.wait_for_indexing(300)
     fact = next(ch for ch in c.conv.chunks.values()
                 if ch.role == "user" and FACTS[-1].marker in c.conv.chunk_text(ch.id))
     figures: dict = {"fact_pruned_before_the_question": not fact.live,
@@ -102,12 +102,12 @@ def shoot(driver) -> dict:
 
     window.input.setPlainText(QUESTION)
     window.send()
-    wait(lambda: c.generating and c.session.streamed >= 12 or not c.busy)
+    wait(lambda: c.turn.generating and c.session.streamed >= 12 or not c.gate.busy)
     live = stated_live(FACTS[-1])
     shot("recall_answering", flush=True)
     figures["answering"] = [bar.budget_label.text(), bar.recalled_label.text(), bar.budget_label.styleSheet(),
                             bar.budget_label.toolTip()]
-    wait(lambda: not c.busy)
+    wait(lambda: not c.gate.busy)
     score(FACTS[-1], live)
     figures["facts"] = scores
     figures["facts_answered"] = sum(s["answered"] for s in scores)
@@ -137,9 +137,9 @@ def shoot(driver) -> dict:
         figures["jumped_to"] = view.flashed_chunk
     if pruned and click(pruned[0]):
         shot("recall_graveyard", flush=True)
-    path = c.path
-    c.open_conversation(path)  # read back from the file
-    wait(lambda: c.conv is not None and not c.busy)
+    path = c.files.path
+    c.files.open_conversation(path)  # read back from the file
+    wait(lambda: c.conv is not None and not c.gate.busy)
     view.follower.jump_to_latest()
     shot("recall_reopened", flush=True)
     figures["reopened"] = [bar.budget_label.text(), bar.recalled_label.text(), c.conv.recalls.of(question) == recalled]

@@ -33,7 +33,7 @@ def main() -> None:
 
     from halo_weave.app import TurnController
     from halo_weave.settings import Settings
-    from halo_weave.ui import connection as connection_mod
+    from halo_weave.ui.control import connection as connection_mod
     from halo_weave.ui.main_window import MainWindow, app_qsettings
 
     app = QApplication(sys.argv[:1])
@@ -59,14 +59,14 @@ def main() -> None:
         app.primaryScreen().grabWindow(0).save(str(path))
         print(path)
 
-    wait(lambda: not controller.input_block_reason(), 300)
+    wait(lambda: not controller.gate.input_block_reason(), 300)
     window.input.setPlainText("What is the capital of France?")
-    os.kill(controller.server.process.pid, signal.SIGSEGV)
+    os.kill(controller.link.server.process.pid, signal.SIGSEGV)
     wait(lambda: window.messages.dialog is not None, 30)
     shoot("01_stopped_restarting.png")
     window.messages.dialog.close()
-    wait(lambda: not controller.input_block_reason(), 300)
-    os.kill(controller.server.process.pid, signal.SIGSEGV)
+    wait(lambda: not controller.gate.input_block_reason(), 300)
+    os.kill(controller.link.server.process.pid, signal.SIGSEGV)
     wait(lambda: window.messages.dialog is not None and "again" in window.messages.dialog.text(), 30)
     shoot("02_stopped_again.png")
     window.close()

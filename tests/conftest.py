@@ -72,5 +72,5 @@ def offline_window(qtbot, tmp_path, monkeypatch):
 
     window = _offline_window(qtbot, tmp_path, monkeypatch)
     yield window
-    if not window.controller._shutting_down:  # a test may have closed it
+    if not window.controller.gate.closing:  # a test may have closed it
         window.close()

@@ -54,6 +54,7 @@ def test_core_modules_never_import_qt():
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Layers KEPT" in result.stdout
     assert "Only app and ui import Qt KEPT" in result.stdout
+    assert "The controller uses QtCore only KEPT" in result.stdout
 
 
 def test_importing_the_core_loads_no_qt():

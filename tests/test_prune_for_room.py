@@ -41,7 +41,7 @@ def _session(embedder, path, prune_when: str, window: int = WINDOW, **changes): 
     session = ChatSession(conv.settings)
     session.adopt(conv, store)
     session.model_info = _model_info(window)
-    session.index = SemanticIndex(store.conn, conv.settings, embedder, lock=store.lock)
+    session.use_index(SemanticIndex(store.conn, conv.settings, embedder, lock=store.lock))
     return session
 
 

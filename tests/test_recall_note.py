@@ -133,7 +133,7 @@ def test_the_next_message_has_no_note_and_a_regenerated_answer_the_same(asked):
 
 def test_a_setting_turns_it_off(asked):
     session, _, _, _ = asked
-    session.settings = session.settings.replace(recall_note=False)
+    session.use_settings(session.settings.replace(recall_note=False))
     session.begin_answer()
     assert _text(session.generation_request()["input_ids"]) == \
         _text(session.conv.live_input_ids())

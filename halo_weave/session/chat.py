@@ -55,14 +55,15 @@ class TurnEnd:
 class ChatSession:
     """A conversation, its file and its model server, and every rule of a turn."""
 
-    def __init__(self, settings: Settings | None = None, *, report: Callable[[BaseException, str], None] = _raise):
+    def __init__(self, settings: Settings | None = None, *, report: Callable[[BaseException, str], None] = _raise,
+                 indexer: Indexer | None = None):
         self.settings = settings or Settings()
         #: Called with (exception, what was being done) when a save or a step fails.
         self.report = report
         self.conv: Conversation | None = None
         self.store = None
         self.index = None  # the semantic index, when there is one
-        self.indexer: Indexer | None = None
+        self.indexer = indexer
         self.backend = None
         self.model_info = None
         self.framing: Framing | None = None
@@ -138,6 +139,38 @@ class ChatSession:
         if declared is not None:
             self.attention_available = bool(declared)
         return declared
+
+    def use_settings(self, settings: Settings) -> None:
+        """Run on ``settings`` from now on (the conversation and its index too)."""
+        self.settings = settings
+        for holder in (self.conv, self.index):
+            if holder is not None and hasattr(holder, "use_settings"):
+                holder.use_settings(settings)
+
+    def use_index(self, index) -> None:
+        """Search and index the open conversation with ``index`` (loaded for it)."""
+        self.index = index
+
+    def set_proxy_ranks(self, ranks: bool) -> None:
+        """Whether the reader's attention (proxy attention) ranks chunks for pruning."""
+        self.proxy_ranks = ranks
+
+    def disconnect(self) -> None:
+        """The server went away: no backend until the next :meth:`connect`."""
+        self.backend = None
+
+    def close(self) -> None:
+        """Quitting: save the brightness (between turns) and close the file; the session
+        forgets the file and the index even when closing fails (which raises)."""
+        store, conv = self.store, self.conv
+        self.store, self.index = None, None
+        if store is None:
+            return
+        try:
+            if conv is not None and conv.open_turn is None and not store.read_only:
+                store.save_brightness(conv)
+        finally:
+            store.close()
 
     # The chat template and the system prompt: see :mod:`.system_prompt`.
     template = property(system_prompt.template)
@@ -351,6 +384,11 @@ class ChatSession:
         return None if self.attention_available or self.proxy_ranks else WITHOUT_BRIGHTNESS
 
     # ------------------------------------------------------------------ the answer
+    def begin_turn(self) -> None:
+        """A message is on its way: the answer's token count starts at zero, its clock runs."""
+        self.streamed = 0
+        self.clock.start()
+
     def begin_answer(self, prefix: Iterable[tuple[int, str]] = (), *, role: str = "assistant",
                      created_at: float | None = None) -> None:
         """Open the assistant turn; ``prefix`` (a prefill) is put at its start.

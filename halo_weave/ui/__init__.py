@@ -1,1 +1,2 @@
-"""PySide6 widgets, the main window and the threads (the only package that imports Qt widgets)."""
+"""PySide6 widgets and the main window; the controller's collaborators, which use QtCore
+only, are the subpackage :mod:`halo_weave.ui.control`."""

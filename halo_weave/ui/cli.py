@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import __version__
 from .. import settings as settings_mod
 from ..settings import Settings
-from .connection import DEFAULT_SERVER_URL
+from .control.connection import DEFAULT_SERVER_URL
 
 
 class _HelpFormatter(argparse.HelpFormatter):

@@ -29,6 +29,8 @@ recalled, its links and the marks of recalled chunks, :mod:`.heatmap_recall`.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import numpy as np
 from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, QRectF, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
@@ -156,7 +158,7 @@ class HeatmapView(QPlainTextEdit):
         #: jumps back).
         self.follower = Follower(self)
         #: What colours the chunks and decides pruning, in words (the window sets it).
-        self.scoring_note = ""
+        self._scoring_note = ""
         #: Markdown rendered in place (:mod:`.markdown_view`), or, showing the raw text,
         #: fenced code in monospace; code backgrounds are painted in paintEvent.
         self._code: MarkdownHighlighter | CodeBlockHighlighter = self._new_highlighter(True)
@@ -271,15 +273,10 @@ class HeatmapView(QPlainTextEdit):
             attached = self._code.follow(self.document(), text, replaced=True)
             # A long document: states only now; what is on screen is formatted below.
             markdown = self.markdown and text.count("\n") > DEFER_MARKDOWN_LINES
-            if markdown:
-                self._code.deferred = True
-            try:
+            with self._code.states_only() if markdown else nullcontext():
                 self.setPlainText(text)
                 if attached:
                     self._code.rehighlight()
-            finally:
-                if markdown:
-                    self._code.deferred = False
         if self.follower.following:
             self.follower.scroll_to_end()
         else:
@@ -309,7 +306,8 @@ class HeatmapView(QPlainTextEdit):
         streamed = self._pending_append
         if streamed:
             self._pending_append = False
-            append_pending_text(self)
+            if append_pending_text(self):
+                self._split_width = self.viewport().width()
         self._keys = None  # brightness moves with every token: colours are computed once per frame
         self._request_repaint()
         if streamed:
@@ -389,7 +387,16 @@ class HeatmapView(QPlainTextEdit):
 
     def tooltip_for(self, chunk_id: int) -> str:
         """Turn, role, chunk id, token count and score of a chunk, and :attr:`scoring_note`."""
-        return heatmap_menu.tooltip(self._conv, chunk_id, self.scoring_note)
+        return heatmap_menu.tooltip(self._conv, chunk_id, self._scoring_note)
+
+    @property
+    def scoring_note(self) -> str:
+        """The rule in use in a few words: the last line of every chunk's tooltip."""
+        return self._scoring_note
+
+    def set_scoring_note(self, note: str) -> None:
+        """Say ``note`` (the rule in use) in the chunks' tooltips."""
+        self._scoring_note = note
 
     def context_menu_for(self, point: QPoint | QPointF) -> QMenu:
         """The context menu at a viewport point (chunk actions only over a chunk)."""

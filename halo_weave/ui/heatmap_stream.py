@@ -17,18 +17,19 @@ from .heatmap_frame import region_of
 STREAM_BLOCK_LINES = 4
 
 
-def append_pending_text(view) -> None:
+def append_pending_text(view) -> bool:
     """Add the plan's new text (the tokens streamed since the last frame) to ``view``'s
-    document; a plan that cannot be extended is rebuilt instead."""
+    document; a plan that cannot be extended is rebuilt instead.  True when a long last
+    block was cut (at the viewport's width now)."""
     conv, plan = view.conversation(), view._plan
     if conv is None:
-        return
+        return False
     if not plan.extend(conv):
         view.rebuild()
-        return
+        return False
     text = plan.take_text()
     if not text:
-        return
+        return False
     document = view.document()
     layout = document.documentLayout()
     grown = document.lastBlock()
@@ -44,7 +45,7 @@ def append_pending_text(view) -> None:
         cursor.insertText(text)
         if attached:
             view._code.rehighlight()  # the first fence: format it before it is measured
-        _cut_streamed_block(view)
+        cut = _cut_streamed_block(view)
     finally:
         layout.blockSignals(False)
     layout.documentSizeChanged.emit(layout.documentSize())
@@ -59,9 +60,10 @@ def append_pending_text(view) -> None:
     moved = int(view.blockBoundingGeometry(grown).translated(view.contentOffset()).top())
     if moved < top:
         viewport.update(0, max(moved, 0), viewport.width(), top - max(moved, 0))
+    return cut
 
 
-def _cut_streamed_block(view) -> None:
+def _cut_streamed_block(view) -> bool:
     """Start a new block at the last line of a long last block.
 
     Wrapping is greedy, so the lines before the cut stay where they are and the last
@@ -69,9 +71,9 @@ def _cut_streamed_block(view) -> None:
     block = view.document().lastBlock()
     layout = block.layout()
     if layout is None or layout.lineCount() < STREAM_BLOCK_LINES:
-        return
+        return False
     if region_of(view._plan, block.position())[0] != "body":
-        return
+        return False
     position = block.position() + layout.lineAt(layout.lineCount() - 1).textStart()
     # The plan learns of the cut first: the Markdown highlighter, which formats the new
     # block as it is inserted, reads the cut paragraph as one line.
@@ -79,7 +81,7 @@ def _cut_streamed_block(view) -> None:
     cursor = QTextCursor(view.document())
     cursor.setPosition(position)
     cursor.insertBlock()
-    view._split_width = view.viewport().width()
+    return True
 
 
 def without_cuts(text: str, first: int, last: int, soft_breaks) -> str:

@@ -13,7 +13,13 @@ from PySide6.QtGui import QTextCursor
 IDLE_PLACEHOLDER = "Message — Enter sends, Shift+Enter new line, Esc stops"
 
 class InputActions:
-    """Intents from the message box and the answer bar, and the box's state."""
+    """Intents from the message box and the answer bar, and the box's state.
+
+    Owns ``_editing``: the box holds the last message being edited.
+    """
+
+    def _start_input_actions(self) -> None:
+        self._editing = False
 
     # ------------------------------------------------------------------ input
     def send(self) -> None:
@@ -21,9 +27,9 @@ class InputActions:
         if not text.strip():
             return
         if self._editing:
-            sent = self.controller.edit_last(text)
+            sent = self.controller.actions.edit_last(text)
         else:
-            sent = self.controller.send(text)
+            sent = self.controller.message.send(text)
         if sent:
             self._editing = False
             self.input.clear()
@@ -35,21 +41,21 @@ class InputActions:
             self.input.clear()
             self._sync_input()
         else:
-            self.controller.stop()
+            self.controller.turn.stop()
 
     # ------------------------------------------------------------------ the last exchange
     def continue_answer(self) -> None:
-        if self.controller.continue_answer():
+        if self.controller.actions.continue_answer():
             self.heatmap.follower.jump_to_latest()
 
     def regenerate(self) -> None:
-        if self.controller.regenerate():
+        if self.controller.actions.regenerate():
             self.heatmap.follower.jump_to_latest()
 
     def edit_last_message(self) -> None:
         """Put the last message into the box to change it; Enter resends, Esc cancels."""
-        reason = self.controller.can_change_last_exchange()
-        text = self.controller.last_question_text() if not reason else ""
+        reason = self.controller.actions.can_change_last_exchange()
+        text = self.controller.actions.last_question_text() if not reason else ""
         if not text:
             self.messages.info(reason or "There is no message of yours to edit.")
             return
@@ -62,9 +68,9 @@ class InputActions:
     def _sync_turn_actions(self) -> None:
         """Enable Continue / Regenerate / Edit / versions for what the conversation ends with."""
         c, menus = self.controller, self.menus
-        free = not c.busy and not c.input_block_reason()
+        free = not c.gate.busy and not c.gate.input_block_reason()
         question, answer = c.session.last_exchange()
-        state = c.answer_versions() if answer is not None else None
+        state = c.actions.answer_versions() if answer is not None else None
         has_versions = state is not None and state.count > 1
         enabled = {
             "continue": free and answer is not None,
@@ -93,18 +99,18 @@ class InputActions:
         """Derive the message box, its placeholder and the buttons from the controller's
         state alone (busy, why input waits, editing), so no path leaves a stale one."""
         c = self.controller
-        busy, reason = c.busy, c.input_block_reason()
+        busy, reason = c.gate.busy, c.gate.input_block_reason()
         ready = not busy and not reason
         self.input.setReadOnly(not ready)
         self.send_button.setEnabled(ready)
-        self.stop_button.setEnabled(c.stoppable)
-        self.menus.stop_action.setEnabled(c.stoppable)
+        self.stop_button.setEnabled(c.turn.stoppable)
+        self.menus.stop_action.setEnabled(c.turn.stoppable)
         for action in (self.menus.new_action, self.menus.open_action, self.menus.import_action):
             action.setEnabled(not busy)
-        if c.generating:
+        if c.turn.generating:
             self.stats_bar.show_connection("generating")
         elif self.stats_bar.connection_state() == "generating":
-            self.stats_bar.show_connection(c.connection_state)
+            self.stats_bar.show_connection(c.link.state)
         if self._editing and ready:
             shown = "Editing your last message — Enter sends it again (its answer stays as a version), Esc cancels"
         else:

@@ -1,8 +1,8 @@
 """The main window: heatmap, input, stats bar, graveyard, conversation list, notes.
 
-Widgets only display and forward intent; every action goes through the
-:class:`~halo_weave.app.TurnController`.  Streamed tokens repaint at most once per frame
-(the heatmap's frame timer).  The menus are :mod:`.window_menus`; the message box and
+Widgets only display and forward intent; every action goes through the collaborators
+of the :class:`~halo_weave.app.TurnController`.  Streamed tokens repaint at most once
+per frame (the heatmap's frame timer).  The menus are :mod:`.window_menus`; the message box and
 the bar under the chat are :mod:`.answer_bar`, what they do :mod:`.input_actions`.
 """
 
@@ -121,7 +121,7 @@ class MainWindow(QMainWindow, InputActions):
 
         from .legend import FirstStartHint
 
-        self._editing = False  # the input holds the last message being edited
+        self._start_input_actions()
         self.first_start = FirstStartHint(self.heatmap)
         self.heatmap.installEventFilter(self)
         self.heatmap.viewport().installEventFilter(self)
@@ -136,52 +136,53 @@ class MainWindow(QMainWindow, InputActions):
 
     def _wire(self) -> None:
         c = self.controller
-        c.conversation_changed.connect(self._on_conversation_changed)
-        c.tokens_streamed.connect(self._on_tokens_streamed)
+        c.signals.conversation_changed.connect(self._on_conversation_changed)
+        c.signals.tokens_streamed.connect(self._on_tokens_streamed)
         self.heatmap.streamed_frame.connect(self.refresh_stats)
-        c.graveyard_changed.connect(self.refresh_graveyard)
-        c.stats_changed.connect(self.refresh_stats)
-        c.busy_changed.connect(self._on_busy)
-        c.connection_changed.connect(self._on_connection)
-        c.models_changed.connect(self.stats_bar.set_models)
-        c.template_changed.connect(self.stats_bar.set_template_words)
+        c.signals.graveyard_changed.connect(self.refresh_graveyard)
+        c.signals.stats_changed.connect(self.refresh_stats)
+        c.signals.busy_changed.connect(self._on_busy)
+        c.signals.connection_changed.connect(self._on_connection)
+        c.signals.models_changed.connect(self.stats_bar.set_models)
+        c.signals.template_changed.connect(self.stats_bar.set_template_words)
         self.stats_bar.model_picked.connect(self.pick_model)
-        c.attention_changed.connect(lambda _available: self.stats_bar.set_brightness_source(*c.reader_status()))
-        c.progress.connect(self.progress_bar.show_progress)
-        c.error.connect(lambda exc, context: self.messages.error(exc, context))
-        c.info.connect(self.messages.info)
-        c.turn_finished.connect(self._on_turn_finished)
-        c.message_returned.connect(self._on_message_returned)
-        c.turn_phase.connect(self.pending_turn.show_phase)
-        c.conversation_opened.connect(self._on_opened)
-        c.notes_changed.connect(self.refresh_notes)
+        c.signals.attention_changed.connect(
+            lambda _available: self.stats_bar.set_brightness_source(*c.proxy.reader_status()))
+        c.signals.progress.connect(self.progress_bar.show_progress)
+        c.signals.error.connect(lambda exc, context: self.messages.error(exc, context))
+        c.signals.info.connect(self.messages.info)
+        c.signals.turn_finished.connect(self._on_turn_finished)
+        c.signals.message_returned.connect(self._on_message_returned)
+        c.signals.turn_phase.connect(self.pending_turn.show_phase)
+        c.signals.conversation_opened.connect(self._on_opened)
+        c.signals.notes_changed.connect(self.refresh_notes)
         self.notes_panel.visibilityChanged.connect(lambda visible: visible and self.refresh_notes())
         self.input.submitted.connect(self.send)
         self.input.stop_requested.connect(self._on_escape)
         # What is typed is read ahead to the server (not while editing the last message:
         # its resend replaces the exchange, another prompt).
         self.input.textChanged.connect(
-            lambda: c.draft_changed("" if self._editing else self.input.toPlainText()))
-        self.answer_bar.version_requested.connect(c.show_answer_version)
+            lambda: c.ahead.draft_changed("" if self._editing else self.input.toPlainText()))
+        self.answer_bar.version_requested.connect(c.actions.show_answer_version)
         self.answer_bar.continue_requested.connect(self.continue_answer)
         self.answer_bar.regenerate_requested.connect(self.regenerate)
         self.answer_bar.edit_requested.connect(self.edit_last_message)
         self.send_button.clicked.connect(self.send)
-        self.stop_button.clicked.connect(c.stop)
-        self.heatmap.pin_requested.connect(c.pin)
-        self.heatmap.merge_requested.connect(c.merge_with_next)
-        self.heatmap.prune_requested.connect(c.prune_chunk)
+        self.stop_button.clicked.connect(c.turn.stop)
+        self.heatmap.pin_requested.connect(c.levers.pin)
+        self.heatmap.merge_requested.connect(c.levers.merge_with_next)
+        self.heatmap.prune_requested.connect(c.levers.prune_chunk)
         self.heatmap.graveyard_requested.connect(self.show_in_graveyard)
-        self.graveyard.resurrect_requested.connect(c.resurrect_chunk)
+        self.graveyard.resurrect_requested.connect(c.levers.resurrect_chunk)
         self.stats_bar.graveyard_toggled.connect(self.set_graveyard_visible)
         self.stats_bar.scoring_changed.connect(self._on_scoring_changed)
         self._on_scoring_changed()
         self.graveyard.close_requested.connect(lambda: self.set_graveyard_visible(False))
         self.stats_bar.set_graveyard_open(True)
-        self.conversation_list.open_requested.connect(c.open_conversation)
+        self.conversation_list.open_requested.connect(c.files.open_conversation)
         self.conversation_list.new_requested.connect(self.new_conversation)
         self.conversation_list.delete_requested.connect(self.delete_conversation)
-        c.turn_finished.connect(lambda _: self.conversation_list.refresh())
+        c.signals.turn_finished.connect(lambda _: self.conversation_list.refresh())
 
     # ------------------------------------------------------------------ conversation view
     def _on_opened(self, path: str) -> None:
@@ -198,12 +199,12 @@ class MainWindow(QMainWindow, InputActions):
         """Move a conversation to the trash (Undo in the list); the open one is closed first."""
         path = Path(path)
         c = self.controller
-        if c.path is not None and path == Path(c.path):
-            if c.busy:
+        if c.files.path is not None and path == Path(c.files.path):
+            if c.gate.busy:
                 self.messages.info("Wait for the answer to finish (or press Esc) before deleting this conversation.")
                 return False
             others = [e.path for e in self.library.entries() if e.path != path and e.error is None]
-            if not (c.open_conversation(others[0]) if others else c.new_conversation()):
+            if not (c.files.open_conversation(others[0]) if others else c.files.new_conversation()):
                 return False
             if not path.exists():  # it was empty and never used: switching away dropped it
                 self.conversation_list.refresh()
@@ -253,7 +254,7 @@ class MainWindow(QMainWindow, InputActions):
         elif watched is self.heatmap.viewport() and event.type() == QEvent.Type.Paint and not self._painted:
             self._painted = True
             # After this paint has reached the screen: the memory loads on its thread then.
-            QTimer.singleShot(0, self.controller.window_painted)
+            QTimer.singleShot(0, self.controller.memory.window_painted)
         return False
 
     def _on_tokens_streamed(self) -> None:
@@ -280,7 +281,7 @@ class MainWindow(QMainWindow, InputActions):
 
     def refresh_notes(self) -> None:
         """Show the open conversation's notes in the Notes panel."""
-        self.notes_panel.set_notes(self.controller.notes())
+        self.notes_panel.set_notes(self.controller.files.notes())
 
     def refresh_stats(self) -> None:
         self.stats_bar.set_settings(self.controller.settings)
@@ -290,7 +291,7 @@ class MainWindow(QMainWindow, InputActions):
 
     def _on_scoring_changed(self) -> None:
         """The rule in use changed: the heatmap's tooltips and the legend say the new one."""
-        self.heatmap.scoring_note = self.stats_bar.scoring.short
+        self.heatmap.set_scoring_note(self.stats_bar.scoring.short)
         if self._legend is not None:
             self._legend.set_scoring(self.stats_bar.scoring)
 
@@ -313,14 +314,14 @@ class MainWindow(QMainWindow, InputActions):
 
     def pick_model(self, name: str) -> None:
         """Use the server's model ``name`` in this conversation (and for new ones)."""
-        if self.controller.busy:
+        if self.controller.gate.busy:
             self.messages.info("Wait for the answer to finish (or press Esc) before switching models.")
-            self.stats_bar.set_models(list(getattr(self.controller.client, "models", None) or []),
-                                      str(getattr(self.controller.client, "model_id", "") or ""))
+            self.stats_bar.set_models(list(getattr(self.controller.session.backend, "models", None) or []),
+                                      str(getattr(self.controller.session.backend, "model_id", "") or ""))
             return
         if name != self.controller.settings.served_model:  # the default for new conversations
             self.apply_settings(self.controller.settings.replace(served_model=name))
-        self.controller.choose_model(name)
+        self.controller.link.choose_model(name)
 
     # ------------------------------------------------------------------ graveyard
     def show_in_graveyard(self, chunk_id: int) -> None:
@@ -336,7 +337,7 @@ class MainWindow(QMainWindow, InputActions):
 
     # ------------------------------------------------------------------ file menu
     def new_conversation(self) -> None:
-        self.controller.new_conversation()
+        self.controller.files.new_conversation()
 
     def apply_settings(self, new) -> None:
         """Adopt settings from the dialog: persist them, then let the controller react."""

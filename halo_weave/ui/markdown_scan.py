@@ -265,6 +265,14 @@ class _Run:
     can_open: bool
     can_close: bool
 
+    def use_end(self, count: int) -> None:
+        """``count`` delimiters at the run's end open an emphasis: they leave the run."""
+        self.end -= count
+
+    def use_start(self, count: int) -> None:
+        """``count`` delimiters at the run's start close an emphasis: they leave the run."""
+        self.start += count
+
 
 def _flanking(text: str, start: int, end: int) -> tuple[bool, bool]:
     before = text[start - 1] if start > 0 else " "
@@ -300,8 +308,8 @@ def _emphasis(text: str, start: int, end: int, taken: list[tuple[int, int]], out
                 else:
                     use = 2 if (opener.end - opener.start >= 2 and run.end - run.start >= 2) else 1
                 inner_start, inner_end = opener.end, run.start
-                opener.end -= use
-                run.start += use
+                opener.use_end(use)
+                run.use_start(use)
                 style = "strike" if run.char == "~" else ("bold" if use == 2 else "italic")
                 out.hide(((opener.end, opener.end + use), (run.start - use, run.start)), inner_start, inner_end)
                 out.styles.append((inner_start, inner_end, style))

@@ -19,6 +19,7 @@ line.
 from __future__ import annotations
 
 import bisect
+from contextlib import contextmanager
 from typing import Callable
 
 import numpy as np
@@ -88,8 +89,7 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         self._plan = plan
         self._formatted = formatted
         self._pending = False
-        #: While True (a whole document goes in), blocks get their states only.
-        self.deferred = False
+        self._deferred = False  # a whole document goes in: blocks get their states only
         #: Counts formatted blocks: what was measured from the layout before is stale.
         self.generation = 0
         self._quick = False  # code lines without colours where a lexer still has to load
@@ -196,10 +196,20 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         else:
             self._waiting.clear()
 
+    @contextmanager
+    def states_only(self):
+        """While a whole document goes in, blocks get their states only; what is on screen
+        is formatted afterwards."""
+        self._deferred = True
+        try:
+            yield
+        finally:
+            self._deferred = False
+
     # ------------------------------------------------------------------ formatting
     def highlightBlock(self, text: str) -> None:  # noqa: N802 - Qt API
         block = self.currentBlock()
-        if self.deferred:
+        if self._deferred:
             previous = max(self.previousBlockState(), md.NORMAL)
             self.setCurrentBlockState(md.state_after(text, previous))
             return

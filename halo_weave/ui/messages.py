@@ -32,7 +32,7 @@ from ..errors import (
     StreamInterrupted,
     TransferError,
 )
-from .failures import explain
+from .control.failures import explain
 
 log = logging.getLogger("halo_weave.ui")
 

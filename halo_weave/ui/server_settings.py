@@ -14,7 +14,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QCheckBox, QComboBox, QHBoxLayout, QLabel, QLineEdit, QPlainTextEdit, QPushButton, QWidget
 
 from ..core.chat_template import AUTO, CHATML, TEMPLATES
-from .workers import CallWorker
+from .control.workers import CallWorker
 
 TEMPLATE_CHOICES = ((AUTO, "The model's own (from the server), else a built-in one"),
                     *((t.name, t.label) for t in TEMPLATES.values()))

@@ -43,7 +43,7 @@ class WindowMenus:
                                "Send the message (Shift+Enter for a new line)")
         # Enter belongs to the message box; the menu only shows the key.
         self.send_action.setShortcutContext(Qt.ShortcutContext.WidgetShortcut)
-        self.stop_action = add(chat, "S&top generating", c.stop, "Esc",
+        self.stop_action = add(chat, "S&top generating", c.turn.stop, "Esc",
                                "Stop the answer; what arrived so far is kept")
         chat.addSeparator()
         self.continue_action = add(chat, "&Continue the answer", window.continue_answer,
@@ -53,9 +53,9 @@ class WindowMenus:
         self.edit_action = add(chat, "&Edit your last message…", window.edit_last_message, "Ctrl+Up",
                                "Change your last message and send it again")
         self.previous_version_action = add(chat, "&Previous version of the answer",
-                                           lambda: c.show_answer_version(-1), "Alt+Left")
+                                           lambda: c.actions.show_answer_version(-1), "Alt+Left")
         self.next_version_action = add(chat, "&Next version of the answer",
-                                       lambda: c.show_answer_version(1), "Alt+Right")
+                                       lambda: c.actions.show_answer_version(1), "Alt+Right")
         self.prompt_action = add(chat, "System &prompt…", lambda: self.open_settings("prompt"), None,
                                  "This conversation's system prompt, and the one new conversations start with")
         chat.addSeparator()
@@ -89,8 +89,8 @@ class WindowMenus:
         self.record_action.setCheckable(True)
         self.record_action.setChecked(c.settings.record_attention)
         self.captures_action = add(view, "Open &captures folder", self.open_captures_folder, None,
-                                   f"Open {c.capture_dir}")
-        c.capture_saved.connect(self._on_capture_saved)
+                                   f"Open {c.turn.capture_dir}")
+        c.signals.capture_saved.connect(self._on_capture_saved)
 
         help_menu = bar.addMenu("&Help")
         self.log_action = add(help_menu, "Open &log folder", self.open_log_folder, None,
@@ -113,15 +113,16 @@ class WindowMenus:
     def open_conversation(self) -> None:
         from .conversation_picker import ConversationPicker
 
-        picker = ConversationPicker(self.controller.data_dir, self.controller.path, self.window)
+        picker = ConversationPicker(self.controller.data_dir, self.controller.files.path, self.window)
         if picker.exec() and picker.selected_path() is not None:
-            self.controller.open_conversation(picker.selected_path())
+            self.controller.files.open_conversation(picker.selected_path())
 
     def export_json(self) -> None:
-        start = str(Path.home() / f"{self.controller.path.stem if self.controller.path else 'conversation'}.json")
+        open_path = self.controller.files.path
+        start = str(Path.home() / f"{open_path.stem if open_path else 'conversation'}.json")
         path, _ = QFileDialog.getSaveFileName(self.window, "Export conversation", start, "JSON (*.json)")
         if path:
-            self.controller.export_json(Path(path))
+            self.controller.files.export_json(Path(path))
 
     def import_json(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
@@ -129,7 +130,7 @@ class WindowMenus:
             "Conversations (*.json *.jsonl);;Halo Weave export (*.json);;SillyTavern chat (*.jsonl);;"
             "KoboldAI Lite save (*.json);;All files (*)")
         if path:
-            self.controller.import_json(Path(path))
+            self.controller.files.import_json(Path(path))
 
     def open_settings(self, page: str = "") -> None:
         """File → Settings; ``page="prompt"`` opens it at the system prompts."""
@@ -145,7 +146,7 @@ class WindowMenus:
         if page == "prompt":
             dialog.tabs.setCurrentIndex(dialog.prompt_tab)
         if dialog.server_fields is not None:
-            dialog.server_fields.show_in_use(getattr(controller.client, "template_in_use", None))
+            dialog.server_fields.show_in_use(getattr(controller.session.backend, "template_in_use", None))
         if dialog.exec():
             new = dialog.result_settings()
             fields = dialog.server_fields
@@ -154,11 +155,11 @@ class WindowMenus:
                     window.messages.info(set_key(new.server_url, fields.api_key(),
                                                  to_file=fields.key_to_file.isChecked()))
                 if new.server_url == url:
-                    controller.connect_server()  # the new key takes effect now
+                    controller.link.connect_server()  # the new key takes effect now
             window.apply_settings(new)
             prompt = dialog.conversation_prompt()
             if prompt is not None:
-                controller.set_conversation_prompt(prompt)
+                controller.prompt.set_conversation_prompt(prompt)
 
     # ------------------------------------------------------------------ attention capture
     def toggle_markdown(self, on: bool) -> None:
@@ -169,7 +170,7 @@ class WindowMenus:
         window.apply_settings(self.controller.settings.replace(record_attention=bool(on)))
         if on:
             window.statusBar().showMessage(
-                f"Recording attention of every answer to {self.controller.capture_dir} "
+                f"Recording attention of every answer to {self.controller.turn.capture_dir} "
                 "(View → Open captures folder)"
             )
         else:
@@ -180,7 +181,7 @@ class WindowMenus:
         self.window.statusBar().showMessage(f"Attention recorded to {path}", 10000)
 
     def open_captures_folder(self) -> None:
-        folder = Path(self.controller.capture_dir)
+        folder = Path(self.controller.turn.capture_dir)
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -199,7 +200,7 @@ class WindowMenus:
             self.window.messages.info(f"The logs are in {folder}")
 
     def restart_server(self) -> None:
-        connection = self.controller.connection
+        connection = self.controller.link.connection
         if connection.autostart or connection.server is not None:
             connection.restart_bundled_server()
         else:

@@ -36,7 +36,7 @@ def offline(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
     window = make_window(qtbot, tmp_path)
     yield window
-    if not window.controller._shutting_down:
+    if not window.controller.gate.closing:
         window.close()
 
 
@@ -55,7 +55,7 @@ def offline(qtbot, tmp_path, monkeypatch):
      "not valid Unicode"),
 ])
 def test_each_failure_is_named_with_what_to_do(offline, exc, title, words):
-    offline.controller.error.emit(exc, "Saving your message")
+    offline.controller.signals.error.emit(exc, "Saving your message")
     shown = offline.messages.history[-1]
     assert shown.title == title and words in shown.text
     assert "still in the input box" in shown.text
@@ -71,13 +71,13 @@ def test_damaged_file_opens_read_only_and_says_what_to_do(offline, tmp_path):
         live = [c.id for c in store.load().live_chunks() if c.chunk_index >= 0]
     flip_chunk_text(path, live[0])
     before = path.read_bytes()
-    assert offline.controller.open_conversation(path)
+    assert offline.controller.files.open_conversation(path)
     shown = offline.messages.history[-1]
     assert shown.title == "Conversation file damaged"
     assert f"chunk {live[0]}" in shown.text and "read-only" in shown.text and "--check" in shown.text
-    assert "read-only" in offline.controller.input_block_reason()
+    assert "read-only" in offline.controller.gate.input_block_reason()
     assert offline.controller.conv.turns  # the rest is shown
-    offline.controller.open_conversation(None)  # moving on writes nothing into it
+    offline.controller.files.open_conversation(None)  # moving on writes nothing into it
     assert path.read_bytes() == before
 
 
@@ -88,18 +88,18 @@ def online(qtbot, tmp_path, monkeypatch, server):
     window = make_window(qtbot, tmp_path, server_url=server.url)
     controller = window.controller
     controller.start()
-    qtbot.waitUntil(lambda: controller.connection_state == "connected", timeout=60_000)
-    qtbot.waitUntil(lambda: not controller.input_block_reason(), timeout=60_000)
+    qtbot.waitUntil(lambda: controller.link.state == "connected", timeout=60_000)
+    qtbot.waitUntil(lambda: not controller.gate.input_block_reason(), timeout=60_000)
     yield window
-    if not controller._shutting_down:
+    if not controller.gate.closing:
         window.close()
 
 
 def send(window, qtbot, text: str) -> str:
     window.input.setPlainText(text)
-    with qtbot.wait_signal(window.controller.turn_finished, timeout=TURN_TIMEOUT_MS) as blocker:
+    with qtbot.wait_signal(window.controller.signals.turn_finished, timeout=TURN_TIMEOUT_MS) as blocker:
         qtbot.keyClick(window.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: not window.controller.busy, timeout=10_000)
+    qtbot.waitUntil(lambda: not window.controller.gate.busy, timeout=10_000)
     return blocker.args[0]
 
 
@@ -119,7 +119,7 @@ LONG = "\n\n".join(f"Paragraph {i}: " + "the harbour lights were counted one by 
 def test_a_message_that_cannot_be_saved_goes_back_to_the_input(online, qtbot, failure, title):
     controller = online.controller
     assert send(online, qtbot, "Hello! Say hi.") in ("stop", "length")
-    store = controller.store
+    store = controller.session.store
     before = saved_turns(store.path)
     turns_in_memory = sorted(controller.conv.turns)
     if failure == "full":
@@ -137,15 +137,15 @@ def test_a_message_that_cannot_be_saved_goes_back_to_the_input(online, qtbot, fa
 
 @pytest.mark.slow
 def test_a_huge_message_is_saved_on_a_thread_and_never_lost(online, qtbot):
-    from halo_weave.ui.turn_flow import SAVE_ON_THREAD_TOKENS
+    from halo_weave.ui.control.message import SAVE_ON_THREAD_TOKENS
 
     controller = online.controller
     reasons = []
-    controller.busy_changed.connect(lambda busy, reason: reasons.append(reason))
+    controller.signals.busy_changed.connect(lambda busy, reason: reasons.append(reason))
     huge = "\n\n".join(f"Note {i}: the tide tables for the harbour, copied by hand. " * 30 for i in range(120))
     send(online, qtbot, huge)  # far beyond the model's context: the answer fails, the message stays
     assert any(r.startswith("Saving your message (") for r in reasons), reasons
-    rows = saved_turns(controller.store.path)
+    rows = saved_turns(controller.session.store.path)
     assert rows and rows[0][1] == "user"
     user = controller.conv.turns[rows[0][0]]
     assert sum(controller.conv.chunks[c].token_count for c in user.chunk_ids) > SAVE_ON_THREAD_TOKENS

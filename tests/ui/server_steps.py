@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 
 from halo_weave.app import TurnController
 from halo_weave.settings import Settings
-from halo_weave.ui import connection as connection_mod
+from halo_weave.ui.control import connection as connection_mod
 from halo_weave.ui.main_window import MainWindow, app_qsettings
 
 from test_app import LONG_MESSAGE, SHORT_SYSTEM_PROMPT, TURN_TIMEOUT_MS
@@ -59,19 +59,19 @@ def stop_mid_answer(app, qtbot, *, after: int, timeout_ms: int = 30_000) -> str:
     c.apply_settings(c.settings.replace(max_new_tokens=200))
     window.input.setPlainText("Write a long story about a dragon who loves tea.")
     qtbot.keyClick(window.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: c.generating and c.session.streamed >= after, timeout=TURN_TIMEOUT_MS)
-    with qtbot.wait_signal(c.turn_finished, timeout=timeout_ms) as blocker:
+    qtbot.waitUntil(lambda: c.turn.generating and c.session.streamed >= after, timeout=TURN_TIMEOUT_MS)
+    with qtbot.wait_signal(c.signals.turn_finished, timeout=timeout_ms) as blocker:
         qtbot.keyClick(window.input, Qt.Key.Key_Escape)
     assert blocker.args == ["aborted"]
     partial = text_of(c.conv, max(c.conv.turns))
     assert partial.strip() and c.session.streamed < 200
-    qtbot.waitUntil(lambda: not c.busy, timeout=10_000)
+    qtbot.waitUntil(lambda: not c.gate.busy, timeout=10_000)
     return partial
 
 
 def exported_text(controller, path) -> str:
     """File → Export to ``path``: the whole conversation's text as the file holds it."""
-    assert controller.export_json(path)
+    assert controller.files.export_json(path)
     return "".join(json.loads(path.read_text(encoding="utf-8"))["tokens"]["text"])
 
 
@@ -87,7 +87,7 @@ def window_on_default_url(qtbot, tmp_path, monkeypatch, url: str, **settings):
     qtbot.addWidget(window)
     window.show()
     started = []
-    monkeypatch.setattr(controller.connection, "start_bundled_server", lambda: started.append(True))
+    monkeypatch.setattr(controller.link.connection, "start_bundled_server", lambda: started.append(True))
     return controller, window, started
 
 
@@ -95,12 +95,12 @@ def used_not_replaced(qtbot, controller, window, started, status: str) -> str:
     """The server on the default URL is connected, not replaced by the bundled one, its
     ``status`` shown; one message answered.  The finish reason."""
     controller.start()
-    qtbot.waitUntil(lambda: controller.connection_state == "connected" and not controller.input_block_reason(),
+    qtbot.waitUntil(lambda: controller.link.state == "connected" and not controller.gate.input_block_reason(),
                     timeout=60_000)
-    assert not started and controller.server is None, "the bundled server was not started"
+    assert not started and controller.link.server is None, "the bundled server was not started"
     assert window.stats_bar.connection_label.toolTip().startswith(status)
     window.input.setPlainText("Name three fruits.")
-    with qtbot.wait_signal(controller.turn_finished, timeout=TURN_TIMEOUT_MS) as blocker:
+    with qtbot.wait_signal(controller.signals.turn_finished, timeout=TURN_TIMEOUT_MS) as blocker:
         qtbot.keyClick(window.input, Qt.Key.Key_Return)
     assert text_of(controller.conv, max(controller.conv.turns)).strip(), "the model answered"
     return blocker.args[0]

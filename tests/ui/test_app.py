@@ -50,21 +50,21 @@ class App:
 
     def start(self, conversation=None) -> "App":
         self.controller.start(conversation)
-        self.qtbot.waitUntil(lambda: self.controller.connection_state == "connected", timeout=CONNECT_TIMEOUT_MS)
-        self.qtbot.waitUntil(lambda: not self.controller.input_block_reason(), timeout=CONNECT_TIMEOUT_MS)
+        self.qtbot.waitUntil(lambda: self.controller.link.state == "connected", timeout=CONNECT_TIMEOUT_MS)
+        self.qtbot.waitUntil(lambda: not self.controller.gate.input_block_reason(), timeout=CONNECT_TIMEOUT_MS)
         return self
 
     def say(self, text: str) -> str:
         """Type a message, press Enter, wait for the answer; returns the finish reason."""
         self.window.input.setPlainText(text)
-        with self.qtbot.wait_signal(self.controller.turn_finished, timeout=TURN_TIMEOUT_MS) as blocker:
+        with self.qtbot.wait_signal(self.controller.signals.turn_finished, timeout=TURN_TIMEOUT_MS) as blocker:
             self.qtbot.keyClick(self.window.input, Qt.Key.Key_Return)
-        self.qtbot.waitUntil(lambda: not self.controller.busy, timeout=10_000)
+        self.qtbot.waitUntil(lambda: not self.controller.gate.busy, timeout=10_000)
         return blocker.args[0]
 
     def settle(self) -> None:
         """Wait for background indexing (so the database equals the UI)."""
-        self.qtbot.waitUntil(lambda: self.controller._indexer.pending == 0, timeout=TURN_TIMEOUT_MS)
+        self.qtbot.waitUntil(lambda: self.controller.memory.pending == 0, timeout=TURN_TIMEOUT_MS)
         self.qtbot.wait(50)
 
     def close(self) -> None:
@@ -89,7 +89,7 @@ def make_app(qtbot, tmp_path, monkeypatch, server):
 
     yield make
     for app in apps:
-        if not app.controller._shutting_down:
+        if not app.controller.gate.closing:
             app.window.close()
 
 
@@ -100,7 +100,7 @@ def _assistant_text(conv, turn_id: int) -> str:
 def test_send_streams_tokens_with_brightness_colours(make_app, qtbot):
     app = make_app(max_new_tokens=16).start()
     streamed = []
-    app.controller.tokens_streamed.connect(lambda: streamed.append(app.conv.live_token_count()))
+    app.controller.signals.tokens_streamed.connect(lambda: streamed.append(app.conv.live_token_count()))
     assert app.say("Hello! Name three colours.") in ("stop", "length")
 
     conv = app.conv
@@ -113,7 +113,7 @@ def test_send_streams_tokens_with_brightness_colours(make_app, qtbot):
     # Attention moved brightness: the question's tokens no longer all sit at 10000.
     rows = conv.table.turn_id == user
     assert (conv.table.brightness[rows] != MAX_BRIGHTNESS).any()
-    assert app.controller.attention_available
+    assert app.controller.session.attention_available
     # The heatmap paints colour: its pixels are not just background + white text.
     image = app.window.heatmap.viewport().grab().toImage()
     colours = {image.pixelColor(x, y).name() for x in range(0, image.width(), 3) for y in range(0, image.height(), 3)}
@@ -126,12 +126,12 @@ def test_input_disabled_with_reason_while_generating_and_stop_keeps_partial(make
     c = app.controller
     app.window.input.setPlainText("Write a long story about a dragon who loves tea.")
     qtbot.keyClick(app.window.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: c.generating and c.conv.open_turn is not None
+    qtbot.waitUntil(lambda: c.turn.generating and c.conv.open_turn is not None
                     and c.session.streamed >= 4, timeout=TURN_TIMEOUT_MS)
     assert app.window.input.isReadOnly()
     assert "Esc" in app.window.reason.text()
     assert not app.window.send_button.isEnabled() and app.window.stop_button.isEnabled()
-    with qtbot.wait_signal(c.turn_finished, timeout=30_000) as blocker:
+    with qtbot.wait_signal(c.signals.turn_finished, timeout=30_000) as blocker:
         qtbot.keyClick(app.window.input, Qt.Key.Key_Escape)
     assert blocker.args == ["aborted"]
     answer = max(c.conv.turns)
@@ -140,7 +140,7 @@ def test_input_disabled_with_reason_while_generating_and_stop_keeps_partial(make
     assert c.conv.turns[answer].complete
     assert any("partial" in m.text for m in app.window.messages.history)
     app.close()
-    with ConversationStore.open(c.path) as store:
+    with ConversationStore.open(c.files.path) as store:
         again = store.load(Settings())
         assert _assistant_text(again, answer) == partial
 
@@ -160,7 +160,7 @@ def test_pruning_fills_graveyard_and_click_resurrects_pinned_in_place(make_app, 
     target = pruned[0]
     view = panel.list_view()
     rect = view.visualRect(panel.model().index(0))
-    with qtbot.wait_signal(app.controller.conversation_changed, timeout=10_000):
+    with qtbot.wait_signal(app.controller.signals.conversation_changed, timeout=10_000):
         qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     assert target.live and target.pinned
     rows = conv.chunk_rows(target)
@@ -170,7 +170,7 @@ def test_pruning_fills_graveyard_and_click_resurrects_pinned_in_place(make_app, 
     assert target.id not in [c.id for c in conv.graveyard()]
     assert panel.model().total_count() == len(conv.graveyard())
     assert conv.chunk_text(target.id).strip()[:15] in app.window.heatmap.toPlainText()
-    path = app.controller.path
+    path = app.controller.files.path
     app.close()
     with ConversationStore.open(path) as store:
         again = store.load(Settings())
@@ -215,7 +215,7 @@ def test_pin_merge_prune_through_context_menu(make_app, qtbot):
     _menu_action(app, last.id, "Prune now").trigger()
     assert not last.live and last.id in [c.id for c in conv.graveyard()]
 
-    path = app.controller.path
+    path = app.controller.files.path
     app.close()
     with ConversationStore.open(path) as store:
         again = store.load(Settings())
@@ -241,23 +241,23 @@ def test_restart_rehydrates_exactly_and_export_import_reproduces(make_app, qtbot
     app.say("My cat is called Tuna and she likes boxes.")
     app.say(LONG_MESSAGE)
     before = app.conv
-    path = app.controller.path
+    path = app.controller.files.path
     snapshot = _snapshot(before)
     export = tmp_path / "export.json"
-    assert app.controller.export_json(export) and export.stat().st_size > 0
+    assert app.controller.files.export_json(export) and export.stat().st_size > 0
     app.close()
 
     again = make_app(max_new_tokens=12, max_context_tokens=120, min_chunk_tokens=16).start()
-    assert again.controller.path == path, "the last conversation reopens"
+    assert again.controller.files.path == path, "the last conversation reopens"
     assert _snapshot(again.conv) == snapshot
     assert again.window.heatmap.toPlainText() == app.window.heatmap.toPlainText()
 
-    with qtbot.wait_signal(again.controller.conversation_opened, timeout=60_000):
-        again.controller.import_json(export)
-    assert again.controller.path != path
+    with qtbot.wait_signal(again.controller.signals.conversation_opened, timeout=60_000):
+        again.controller.files.import_json(export)
+    assert again.controller.files.path != path
     assert _snapshot(again.conv) == snapshot
     again.settle()
-    assert again.controller.index.entry_count > 0, "the import was re-indexed"
+    assert again.controller.memory.index.entry_count > 0, "the import was re-indexed"
     assert again.say("What is my cat called?") in ("stop", "length")
 
 
@@ -304,11 +304,11 @@ def test_each_conversation_keeps_the_system_prompt_given_it_in_chat_system_promp
     assert done == [SettingsDialog.DialogCode.Accepted]
     qtbot.waitUntil(lambda: app.conv.system_prompt == "You answer in French.", timeout=10_000)
     assert controller.settings.system_prompt == SHORT_SYSTEM_PROMPT, "the default for new ones is unchanged"
-    french = controller.path
+    french = controller.files.path
     # A new conversation starts with the default; the first keeps its own when reopened.
-    controller.new_conversation()
+    controller.files.new_conversation()
     qtbot.waitUntil(lambda: app.conv.system_prompt == SHORT_SYSTEM_PROMPT, timeout=10_000)
-    assert controller.open_conversation(french)
-    qtbot.waitUntil(lambda: not controller.input_block_reason(), timeout=CONNECT_TIMEOUT_MS)
+    assert controller.files.open_conversation(french)
+    qtbot.waitUntil(lambda: not controller.gate.input_block_reason(), timeout=CONNECT_TIMEOUT_MS)
     assert app.conv.system_prompt == "You answer in French."
     assert "You answer in French." in window.heatmap.toPlainText()

@@ -37,7 +37,7 @@ def _seed_conversation(path, words: str) -> None:
 def test_no_server_is_explained_and_input_says_why(window, qtbot):
     controller = window.controller
     controller.start()
-    qtbot.waitUntil(lambda: controller.connection_state == "offline", timeout=30_000)
+    qtbot.waitUntil(lambda: controller.link.state == "offline", timeout=30_000)
     assert window.stats_bar.connection_state() == "offline"
     assert any("server" in m.text.lower() for m in window.messages.history if m.serious)
     assert window.input.isReadOnly() and not window.send_button.isEnabled()
@@ -71,22 +71,22 @@ def test_help_runs_as_console_script():
 def test_new_and_open_conversations(window, qtbot, tmp_path):
     controller = window.controller
     controller.start()
-    first = controller.path
+    first = controller.files.path
     qtbot.keyClick(window, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
-    assert controller.path != first
+    assert controller.files.path != first
     _seed_conversation(first, "my tea notes about oolong")
     listed = [s.path for s in list_conversations(tmp_path)]
     assert first in listed
 
-    picker = ConversationPicker(tmp_path, controller.path, window)
+    picker = ConversationPicker(tmp_path, controller.files.path, window)
     titles = [picker.list.item(i).text() for i in range(picker.list.count())]
     assert any("my tea notes about oolong" in t for t in titles)
     row = next(i for i, t in enumerate(titles) if "oolong" in t)
     picker.list.setCurrentRow(row)
     picker.accept()
     assert picker.result() == QDialog.DialogCode.Accepted
-    assert controller.open_conversation(picker.selected_path())
-    assert controller.path == first
+    assert controller.files.open_conversation(picker.selected_path())
+    assert controller.files.path == first
     assert "oolong" in window.heatmap.toPlainText()
 
 
@@ -96,7 +96,7 @@ def test_refused_database_is_explained_and_app_keeps_running(window, qtbot, tmp_
     before = bogus.read_bytes()
     controller = window.controller
     controller.start(bogus)
-    assert controller.conv is not None and controller.path != bogus, "a new conversation opened instead"
+    assert controller.conv is not None and controller.files.path != bogus, "a new conversation opened instead"
     assert bogus.read_bytes() == before, "the refused file is untouched"
     serious = [m for m in window.messages.history if m.serious]
     assert serious and "not-a-conversation" in serious[0].text
@@ -109,9 +109,9 @@ def test_broken_import_shows_dialog_and_imports_nothing(window, qtbot, tmp_path)
     count = len(list_conversations(tmp_path))
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({"format": "halo-weave", "version": 1, "turns": "nope"}))
-    with qtbot.wait_signal(controller.error, timeout=30_000):
-        controller.import_json(broken)
-    qtbot.waitUntil(lambda: not controller.busy, timeout=10_000)
+    with qtbot.wait_signal(controller.signals.error, timeout=30_000):
+        controller.files.import_json(broken)
+    qtbot.waitUntil(lambda: not controller.gate.busy, timeout=10_000)
     assert len(list_conversations(tmp_path)) == count
     assert window.messages.dialog is not None
     # Not necessarily the last message: the closed port's connection error can come after it.

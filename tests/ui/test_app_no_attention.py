@@ -37,13 +37,13 @@ def app(qtbot, tmp_path, monkeypatch, plain_server):
                         system_prompt=SHORT_SYSTEM_PROMPT)
     app = App(qtbot, tmp_path, settings)
     yield app.start()
-    if not app.controller._shutting_down:
+    if not app.controller.gate.closing:
         app.window.close()
 
 
 def test_no_attention_is_explained_chat_works_and_oldest_chunks_are_pruned(app, qtbot):
     controller, window = app.controller, app.window
-    assert not controller.model_info.supports_attention
+    assert not controller.session.model_info.supports_attention
 
     assert app.say(LONG_MESSAGE) in ("stop", "length")
 
@@ -51,7 +51,7 @@ def test_no_attention_is_explained_chat_works_and_oldest_chunks_are_pruned(app, 
     user, answer = sorted(conv.turns)[-2:]
     answer_text = "".join(conv.chunk_text(c.id) for c in conv.content_chunks(answer))
     assert answer_text.strip(), "the model answered"
-    assert not controller.attention_available
+    assert not controller.session.attention_available
     assert window.stats_bar.attention_label.isVisible()
     assert window.stats_bar.attention_label.text() == NO_ATTENTION_TEXT
     assert any("no attention" in m.text for m in window.messages.history)

@@ -72,9 +72,9 @@ def test_text_mode_through_llama_cpp_python_chat_stop_prune_resurrect_export(qtb
     # Resurrect: asking about the cat brings its chunk back from the semantic index.
     app.settle()
     seen_live = []
-    c.tokens_streamed.connect(lambda: seen_live.append(mochi[0].live) if not seen_live else None)
+    c.signals.tokens_streamed.connect(lambda: seen_live.append(mochi[0].live) if not seen_live else None)
     assert app.say("What is the name of my cat? Mochi?") in ("stop", "length")
-    assert c.last_resurrected > 0 and seen_live == [True], "the pruned chunk was back while the model answered"
+    assert c.session.last_resurrected > 0 and seen_live == [True], "the pruned chunk was back while the model answered"
     # It survives the prune after the answer it was brought back for (its age counts from then).
     assert mochi[0].live, "the resurrected chunk was pruned again right after the answer"
 
@@ -87,8 +87,8 @@ def test_text_mode_through_llama_cpp_python_chat_stop_prune_resurrect_export(qtb
 
     # The server does not say its context: the one set in Settings is used (and shown).
     app.window.apply_settings(c.settings.replace(server_context_tokens=1536))
-    qtbot.waitUntil(lambda: c.connection_state == "connected" and c.model_info.server_max_context == 1536
-                    and not c.input_block_reason(), timeout=30_000)
+    qtbot.waitUntil(lambda: c.link.state == "connected" and c.session.model_info.server_max_context == 1536
+                    and not c.gate.input_block_reason(), timeout=30_000)
     assert window.stats_bar.connection_label.toolTip().startswith("OpenAI-compatible · no attention · 1536 ctx · ")
     app.close()
 
@@ -113,13 +113,13 @@ def test_the_bundled_reader_lights_the_heatmap_of_a_server_without_attention(qtb
     # The window keeps painting while the reader reads (it runs on a thread).
     ticks = []
     timer = QTimer()
-    timer.timeout.connect(lambda: ticks.append(c._reading is not None))
+    timer.timeout.connect(lambda: ticks.append(c.proxy.reading))
     timer.start(10)
     assert app.say("My cat is called Mochi and she sleeps in a cardboard box.") in ("stop", "length")
     assert app.say("What is my cat called?") in ("stop", "length")
-    assert c.wait_for_reading(120_000)
+    assert c.proxy.wait_for_reading(120_000)
     timer.stop()
-    assert c.reads_done == 2 and c.last_read["answer"] > 0 and c.last_read["ms"] > 0
+    assert c.proxy.reads_done == 2 and c.proxy.last_read["answer"] > 0 and c.proxy.last_read["ms"] > 0
     assert sum(ticks) >= 2, "the UI thread ran while a read was in flight"
 
     conv = app.conv
@@ -137,9 +137,9 @@ def test_the_bundled_reader_lights_the_heatmap_of_a_server_without_attention(qtb
     # Turned off: no more reads, and brightness is "not measured" again.
     c.apply_settings(c.settings.replace(proxy_attention=False, proxy_pruning=False))
     assert not c.session.proxy_ranks and bar.attention_label.text() == NO_ATTENTION_TEXT
-    done = c.reads_done
+    done = c.proxy.reads_done
     assert app.say("Thanks!") in ("stop", "length")
-    assert c.wait_for_reading(10_000) and c.reads_done == done
+    assert c.proxy.wait_for_reading(10_000) and c.proxy.reads_done == done
     qtbot.waitUntil(lambda: bar.brightness_label.text() == NO_BRIGHTNESS_TEXT, timeout=5_000)
     app.close()
 
@@ -176,7 +176,7 @@ def test_a_web_server_that_is_not_a_model_server_gets_a_sentence_and_no_bundled_
     try:
         controller, window, started = window_on_default_url(qtbot, tmp_path, monkeypatch, other.url)
         controller.start()
-        qtbot.waitUntil(lambda: controller.connection_state == "offline" and bool(window.messages.history), timeout=30_000)
+        qtbot.waitUntil(lambda: controller.link.state == "offline" and bool(window.messages.history), timeout=30_000)
         assert not started, "something answers there: it is explained, not replaced"
         text = window.messages.history[-1].text.replace(other.url, "<url>")  # the port may contain "404"
         assert "not a model server" in text and "404" not in text
@@ -219,23 +219,23 @@ def test_settings_test_connection_shows_the_detected_kind_and_the_template_is_ke
         chosen = dialog.current_settings()
         assert chosen.chat_template == "llama3"
         app.window.apply_settings(chosen)
-        qtbot.waitUntil(lambda: c.connection_state == "connected" and c.template.name == "llama3"
-                        and not c.input_block_reason(), timeout=30_000)
+        qtbot.waitUntil(lambda: c.link.state == "connected" and c.session.template.name == "llama3"
+                        and not c.gate.input_block_reason(), timeout=30_000)
         assert not c.session._stop_ids, "no ordinary token (Llama 3's suffix starts with '<') is dropped from answers"
         assert app.say("Name three fruits.") == "stop"
         body = replay.bodies("/api/extra/generate/stream")[-1]
         assert body["prompt"].endswith("<|start_header_id|>user<|end_header_id|>\n\nName three fruits.<|eot_id|>"
                                        "<|start_header_id|>assistant<|end_header_id|>\n\n")
         assert "<|eot_id|>" in body["stop_sequence"]
-        assert c.store.get_meta("chat_template") == "llama3", "saved with this conversation"
+        assert c.session.store.get_meta("chat_template") == "llama3", "saved with this conversation"
 
         # A new conversation starts from the default again; reopening the first brings Llama 3 back.
-        first = c.path
-        c.settings = c.session.settings = c.settings.replace(chat_template="auto")  # the default, not this file's
-        assert c.new_conversation()
-        qtbot.waitUntil(lambda: c.template.name == "chatml" and not c.input_block_reason(), timeout=30_000)
-        assert c.open_conversation(first)
-        qtbot.waitUntil(lambda: c.template.name == "llama3" and not c.input_block_reason(), timeout=30_000)
+        first = c.files.path
+        c.session.use_settings(c.settings.replace(chat_template="auto"))  # the default, not this file's
+        assert c.files.new_conversation()
+        qtbot.waitUntil(lambda: c.session.template.name == "chatml" and not c.gate.input_block_reason(), timeout=30_000)
+        assert c.files.open_conversation(first)
+        qtbot.waitUntil(lambda: c.session.template.name == "llama3" and not c.gate.input_block_reason(), timeout=30_000)
         app.close()
     finally:
         replay.close()

@@ -20,7 +20,7 @@ OTHER = "Name three rivers in Europe."
 
 
 def saved_cache(app):
-    return TEST_CACHE_DIR / "kv-states" / file_name(app.controller.store.get_meta(CACHE_KEY_META))
+    return TEST_CACHE_DIR / "kv-states" / file_name(app.controller.session.store.get_meta(CACHE_KEY_META))
 
 
 def chat_then_switch_away(app, qtbot, messages):
@@ -29,10 +29,10 @@ def chat_then_switch_away(app, qtbot, messages):
     c = app.controller
     for text in messages:
         app.say(text)
-    first, context = c.path, len(c.conv.live_input_ids())
+    first, context = c.files.path, len(c.conv.live_input_ids())
     cache = saved_cache(app)
-    c.new_conversation()
-    qtbot.waitUntil(lambda: not c.input_block_reason(), timeout=30_000)  # its system prompt is set
+    c.files.new_conversation()
+    qtbot.waitUntil(lambda: not c.gate.input_block_reason(), timeout=30_000)  # its system prompt is set
     app.say(OTHER)
     qtbot.waitUntil(cache.exists, timeout=60_000)  # saved when the other conversation opened
     return first, context, cache
@@ -43,12 +43,12 @@ def test_a_reopened_conversation_is_read_back_so_its_first_answer_reads_only_the
     c = app.controller
     first, context, _cache = chat_then_switch_away(app, qtbot, [LONG_MESSAGE, "And which tea is the strongest?"])
 
-    assert c.open_conversation(first)  # from the list
-    qtbot.waitUntil(lambda: c.last_warm_up is not None and not c.warming_up, timeout=TURN_TIMEOUT_MS)
+    assert c.files.open_conversation(first)  # from the list
+    qtbot.waitUntil(lambda: c.ahead.last_warm_up is not None and not c.ahead.warming_up, timeout=TURN_TIMEOUT_MS)
     # All but the answer's closing framing (the server held the answer's last token unread).
-    assert c.last_warm_up["restored"] >= context - 4 and c.last_warm_up["ran"] <= 4, c.last_warm_up
+    assert c.ahead.last_warm_up["restored"] >= context - 4 and c.ahead.last_warm_up["ran"] <= 4, c.ahead.last_warm_up
     app.say("Thanks!")
-    kv = c.last_done.raw["kv"]
+    kv = c.turn.last_done.raw["kv"]
     # Only the message and its framing were new to the server: not the conversation again.
     assert kv["rerun"] == 0 and kv["reused"] >= context, kv
     assert kv["appended"] < 20, kv
@@ -60,18 +60,18 @@ def test_a_message_sent_while_the_server_reads_the_conversation_waits_for_it(mak
     first, context, cache = chat_then_switch_away(app, qtbot, ["\n\n".join([LONG_MESSAGE] * 8)])
     cache.unlink()  # nothing saved: reopening it makes the server prefill it (seconds)
 
-    assert c.open_conversation(first)
-    qtbot.waitUntil(lambda: c.warming_up > 0, timeout=30_000)
+    assert c.files.open_conversation(first)
+    qtbot.waitUntil(lambda: c.ahead.warming_up > 0, timeout=30_000)
     app.window.input.setPlainText("Summarise that in one line.")
     phases = []
-    c.turn_phase.connect(lambda message, line: phases.append(line))
-    with qtbot.wait_signal(c.turn_finished, timeout=TURN_TIMEOUT_MS) as finished:
+    c.signals.turn_phase.connect(lambda message, line: phases.append(line))
+    with qtbot.wait_signal(c.signals.turn_finished, timeout=TURN_TIMEOUT_MS) as finished:
         qtbot.keyClick(app.window.input, Qt.Key.Key_Return)
         assert app.window.stop_button.isEnabled()  # Stop works before the answer starts too
     assert finished.args[0] in ("stop", "length")
-    warm = c.last_warm_up
+    warm = c.ahead.last_warm_up
     assert warm["restored"] == 0 and warm["ran"] + warm["reused"] == context  # the warm-up read it ...
-    kv = c.last_done.raw["kv"]
+    kv = c.turn.last_done.raw["kv"]
     assert kv["rerun"] == 0 and kv["reused"] >= context and kv["appended"] < 20, kv  # ... once
     assert f"reading {context:,} tokens…" in phases, phases
 
@@ -87,10 +87,10 @@ def test_enter_shows_the_message_at_once_and_stop_before_the_answer_gives_it_bac
     # At once, before the server has even tokenized it.
     assert window.pending_turn.isVisible() and message in window.pending_turn.message.text()
     assert window.stop_button.isEnabled()
-    with qtbot.wait_signal(c.turn_finished, timeout=30_000) as finished:
+    with qtbot.wait_signal(c.signals.turn_finished, timeout=30_000) as finished:
         qtbot.keyClick(window.input, Qt.Key.Key_Escape)
     assert finished.args == ["aborted"]
-    qtbot.waitUntil(lambda: not c.busy, timeout=10_000)
+    qtbot.waitUntil(lambda: not c.gate.busy, timeout=10_000)
     assert window.input.toPlainText() == message  # back in the box, to send again
     assert len(c.conv.turns) == turns  # nothing saved, nothing answered
     assert not window.pending_turn.isVisible()
@@ -102,18 +102,18 @@ def test_stop_while_the_server_reads_the_conversation_keeps_the_message_unanswer
     c = app.controller
     first, _context, cache = chat_then_switch_away(app, qtbot, ["\n\n".join([LONG_MESSAGE] * 8)])
     cache.unlink()
-    assert c.open_conversation(first)
-    qtbot.waitUntil(lambda: c.warming_up > 0, timeout=30_000)
+    assert c.files.open_conversation(first)
+    qtbot.waitUntil(lambda: c.ahead.warming_up > 0, timeout=30_000)
     turns = len(c.conv.turns)
     app.window.input.setPlainText("Summarise that in one line.")
     qtbot.keyClick(app.window.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: len(c.conv.turns) == turns + 1, timeout=30_000)  # saved, shown, waiting
-    assert c.warming_up and app.window.stop_button.isEnabled()
-    with qtbot.wait_signal(c.turn_finished, timeout=10_000) as finished:
+    assert c.ahead.warming_up and app.window.stop_button.isEnabled()
+    with qtbot.wait_signal(c.signals.turn_finished, timeout=10_000) as finished:
         qtbot.keyClick(app.window.input, Qt.Key.Key_Escape)
-    assert finished.args == ["aborted"] and not c.busy
+    assert finished.args == ["aborted"] and not c.gate.busy
     assert c.conv.turns[max(c.conv.turns)].role == "user"  # kept, without an answer
-    qtbot.waitUntil(lambda: not c.warming_up, timeout=TURN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: not c.ahead.warming_up, timeout=TURN_TIMEOUT_MS)
 
 
 def test_the_memory_loads_right_after_the_window_paints(make_app, qtbot):
@@ -121,7 +121,7 @@ def test_the_memory_loads_right_after_the_window_paints(make_app, qtbot):
     c = app.controller
     # No message sent: the embedder and the index load on their thread by themselves.
     qtbot.waitUntil(lambda: c.session.index is not None and c.session.index.embedder.loaded, timeout=120_000)
-    assert not c.busy
+    assert not c.gate.busy
 
 
 def test_at_start_the_last_conversation_is_read_back(make_app, qtbot, server):
@@ -138,10 +138,10 @@ def test_at_start_the_last_conversation_is_read_back(make_app, qtbot, server):
 
     again = make_app(max_new_tokens=8).start()  # the app started again: the last conversation opens
     c = again.controller
-    qtbot.waitUntil(lambda: c.last_warm_up is not None and not c.warming_up, timeout=TURN_TIMEOUT_MS)
-    assert c.last_warm_up["restored"] >= context - 4, c.last_warm_up
+    qtbot.waitUntil(lambda: c.ahead.last_warm_up is not None and not c.ahead.warming_up, timeout=TURN_TIMEOUT_MS)
+    assert c.ahead.last_warm_up["restored"] >= context - 4, c.ahead.last_warm_up
     again.say("Thanks!")
-    kv = c.last_done.raw["kv"]
+    kv = c.turn.last_done.raw["kv"]
     assert kv["rerun"] == 0 and kv["reused"] >= context and kv["appended"] < 20, kv
 
 
@@ -149,13 +149,13 @@ def test_opening_another_conversation_stops_reading_the_one_left(make_app, qtbot
     app = make_app(max_new_tokens=4).start()
     c = app.controller
     first, context, cache = chat_then_switch_away(app, qtbot, ["\n\n".join([LONG_MESSAGE] * 8)])
-    second = c.path
+    second = c.files.path
     cache.unlink()  # reopening the first makes the server prefill it
     answers = []
-    c.warm_up_changed.connect(lambda tokens: answers.append(c.last_warm_up) if tokens == 0 else None)
-    assert c.open_conversation(first)
-    qtbot.waitUntil(lambda: c.warming_up > 0, timeout=30_000)
-    assert c.open_conversation(second)  # the user clicks on, before the server has read the first
+    c.signals.warm_up_changed.connect(lambda tokens: answers.append(c.ahead.last_warm_up) if tokens == 0 else None)
+    assert c.files.open_conversation(first)
+    qtbot.waitUntil(lambda: c.ahead.warming_up > 0, timeout=30_000)
+    assert c.files.open_conversation(second)  # the user clicks on, before the server has read the first
     qtbot.waitUntil(lambda: len(answers) == 2, timeout=TURN_TIMEOUT_MS)
     left, opened = answers
     assert left["stopped"] is True and left["ran"] < context, left

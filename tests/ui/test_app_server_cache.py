@@ -6,7 +6,7 @@ import pytest
 
 from halo_weave.app import TurnController
 from halo_weave.settings import Settings
-from halo_weave.ui import connection as connection_mod
+from halo_weave.ui.control import connection as connection_mod
 
 pytestmark = pytest.mark.slow
 
@@ -21,8 +21,8 @@ def test_the_bundled_server_starts_with_a_cache_sized_from_the_budget(qtbot, tmp
     controller = TurnController(settings, tmp_path, autostart=True)
     try:
         controller.start()
-        qtbot.waitUntil(lambda: controller.connection_state == "connected", timeout=300_000)
-        server = controller.server
+        qtbot.waitUntil(lambda: controller.link.state == "connected", timeout=300_000)
+        server = controller.link.server
         assert server is not None and server.alive()
         # 1,000 + 200 tokens, padded to 256 cells: not the model's 8,192.
         assert any("1280 cells to start" in line for line in server.log), server.log_tail()

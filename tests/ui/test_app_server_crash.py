@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from halo_weave.app import TurnController
 from halo_weave.logs import SERVER_LOG
 from halo_weave.settings import Settings, log_dir
-from halo_weave.ui import connection as connection_mod
+from halo_weave.ui.control import connection as connection_mod
 from halo_weave.ui.main_window import MainWindow, app_qsettings
 
 pytestmark = pytest.mark.slow
@@ -35,11 +35,11 @@ def test_a_crashed_builtin_server_is_said_dead_restarted_once_then_left(qtbot, t
     qtbot.addWidget(window)
     window.show()
     states: list[tuple[str, str]] = []
-    controller.connection_changed.connect(lambda state, detail: states.append((state, detail)))
+    controller.signals.connection_changed.connect(lambda state, detail: states.append((state, detail)))
     try:
         controller.start()
-        qtbot.waitUntil(lambda: not controller.input_block_reason(), timeout=START_TIMEOUT_MS)
-        first = controller.server
+        qtbot.waitUntil(lambda: not controller.gate.input_block_reason(), timeout=START_TIMEOUT_MS)
+        first = controller.link.server
         window.input.setPlainText("What is the capital of France?")
 
         os.kill(first.process.pid, signal.SIGSEGV)  # what llama.cpp's AMX defect does to it
@@ -55,10 +55,10 @@ def test_a_crashed_builtin_server_is_said_dead_restarted_once_then_left(qtbot, t
         assert not any("Cannot reach" in m.text for m in window.messages.history)
 
         # Restarted once: a new process answers, and the message in the box can be sent.
-        qtbot.waitUntil(lambda: not controller.input_block_reason(), timeout=START_TIMEOUT_MS)
-        second = controller.server
+        qtbot.waitUntil(lambda: not controller.gate.input_block_reason(), timeout=START_TIMEOUT_MS)
+        second = controller.link.server
         assert second is not None and second.process.pid != first.process.pid and second.alive()
-        with qtbot.wait_signal(controller.turn_finished, timeout=120_000) as blocker:
+        with qtbot.wait_signal(controller.signals.turn_finished, timeout=120_000) as blocker:
             qtbot.keyClick(window.input, Qt.Key.Key_Return)
         assert blocker.args[0] in ("stop", "length")
         assert window.input.toPlainText() == ""
@@ -69,9 +69,9 @@ def test_a_crashed_builtin_server_is_said_dead_restarted_once_then_left(qtbot, t
         again = _stopped_messages(window)[1]
         assert "again within a minute, so it is not restarted" in again.text
         qtbot.wait(2000)
-        assert controller.server is None and controller.connection_state == "stopped"
+        assert controller.link.server is None and controller.link.state == "stopped"
         assert window.stats_bar.connection_state() == "stopped"  # the red dot
-        assert "Restart the built-in model server" in controller.input_block_reason()
+        assert "Restart the built-in model server" in controller.gate.input_block_reason()
 
         log = (log_dir() / SERVER_LOG).read_text()
         assert "Halo Weave server ready on" in log
@@ -94,17 +94,17 @@ def test_a_builtin_server_that_stops_answering_is_ended_said_and_restarted(qtbot
     window.show()
     try:
         controller.start()
-        qtbot.waitUntil(lambda: not controller.input_block_reason(), timeout=START_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: not controller.gate.input_block_reason(), timeout=START_TIMEOUT_MS)
         qtbot.wait(1500)
         assert not _stopped_messages(window), "a server that answers is left alone"
-        first = controller.server
+        first = controller.link.server
         os.kill(first.process.pid, signal.SIGSTOP)  # alive, answering nothing
         qtbot.waitUntil(lambda: bool(_stopped_messages(window)), timeout=30_000)
         message = _stopped_messages(window)[0]
         assert message.text.startswith("The built-in model server stopped (no answer for 1 s, so it was ended).")
         assert first.process.wait(10) == -signal.SIGKILL
-        qtbot.waitUntil(lambda: not controller.input_block_reason(), timeout=START_TIMEOUT_MS)
-        assert controller.server is not first and controller.server.alive()
+        qtbot.waitUntil(lambda: not controller.gate.input_block_reason(), timeout=START_TIMEOUT_MS)
+        assert controller.link.server is not first and controller.link.server.alive()
     finally:
         window.close()
         controller.shutdown()

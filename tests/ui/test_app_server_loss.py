@@ -43,12 +43,12 @@ def test_server_killed_mid_answer_shows_error_and_app_recovers(qtbot, tmp_path, 
         qtbot.addWidget(window)
         window.show()
         controller.start()
-        qtbot.waitUntil(lambda: not controller.input_block_reason(), timeout=60_000)
+        qtbot.waitUntil(lambda: not controller.gate.input_block_reason(), timeout=60_000)
 
         window.input.setPlainText("Tell me a long story about a lighthouse keeper.")
         qtbot.keyClick(window.input, Qt.Key.Key_Return)
         qtbot.waitUntil(lambda: controller.session.streamed >= 3, timeout=120_000)
-        with qtbot.wait_signal(controller.turn_finished, timeout=60_000) as blocker:
+        with qtbot.wait_signal(controller.signals.turn_finished, timeout=60_000) as blocker:
             _kill(first)
         assert blocker.args == ["error"]
 
@@ -58,17 +58,17 @@ def test_server_killed_mid_answer_shows_error_and_app_recovers(qtbot, tmp_path, 
         assert window.messages.dialog is not None
         answer = max(controller.conv.turns)
         assert controller.conv.turns[answer].complete, "the partial answer was kept and closed"
-        assert not controller.busy
+        assert not controller.gate.busy
         assert window.reason.text(), "the input says why it cannot send"
 
         # A server comes back (here: on a new port, set in Settings); chatting resumes.
         second = start_server(port=0)
         second.wait_ready(START_TIMEOUT_S)
         window.apply_settings(controller.settings.replace(server_url=second.url, max_new_tokens=12))
-        qtbot.waitUntil(lambda: controller.connection_state == "connected", timeout=60_000)
-        qtbot.waitUntil(lambda: not controller.input_block_reason(), timeout=60_000)
+        qtbot.waitUntil(lambda: controller.link.state == "connected", timeout=60_000)
+        qtbot.waitUntil(lambda: not controller.gate.input_block_reason(), timeout=60_000)
         window.input.setPlainText("Are you back?")
-        with qtbot.wait_signal(controller.turn_finished, timeout=120_000) as blocker:
+        with qtbot.wait_signal(controller.signals.turn_finished, timeout=120_000) as blocker:
             qtbot.keyClick(window.input, Qt.Key.Key_Return)
         assert blocker.args[0] in ("stop", "length")
         assert controller.conv.content_chunks(max(controller.conv.turns))

@@ -21,13 +21,13 @@ LONG_TOPIC = "Tell me a long story about a lighthouse keeper and the sea, in man
 def test_speed_and_first_token_show_while_the_answer_streams(make_app, qtbot):
     app = make_app(max_new_tokens=24).start()
     seen: list[str] = []
-    app.controller.tokens_streamed.connect(lambda: seen.append(app.window.stats_bar.speed_label.text()))
+    app.controller.signals.tokens_streamed.connect(lambda: seen.append(app.window.stats_bar.speed_label.text()))
     app.window.input.setPlainText("Count from one to twenty in words.")
-    with qtbot.wait_signal(app.controller.turn_finished, timeout=TURN_TIMEOUT_MS):
+    with qtbot.wait_signal(app.controller.signals.turn_finished, timeout=TURN_TIMEOUT_MS):
         qtbot.keyClick(app.window.input, Qt.Key.Key_Return)
         # Read the label while the answer is still streaming, not after it ended.
         qtbot.waitUntil(lambda: any(re.search(r"\d+\.\d tok/s", s) for s in seen), timeout=TURN_TIMEOUT_MS)
-        assert app.controller.generating
+        assert app.controller.turn.generating
     live = [s for s in seen if re.search(r"\d+\.\d tok/s", s)]
     assert live and "first token" in live[0] and re.search(r"first token \d+\.\d s", live[0])
     final = app.window.stats_bar.speed_label.text()
@@ -45,12 +45,12 @@ def test_window_follows_a_long_answer_and_respects_a_reader(make_app, qtbot):
     assert bar.value() == bar.maximum(), "the newest answer is in view after each exchange"
     # Now the user scrolls up to read while the next answer streams.
     app.window.input.setPlainText(LONG_TOPIC)
-    with qtbot.wait_signal(app.controller.turn_finished, timeout=TURN_TIMEOUT_MS):
+    with qtbot.wait_signal(app.controller.signals.turn_finished, timeout=TURN_TIMEOUT_MS):
         qtbot.keyClick(app.window.input, Qt.Key.Key_Return)
-        qtbot.waitUntil(lambda: app.controller.generating, timeout=TURN_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: app.controller.turn.generating, timeout=TURN_TIMEOUT_MS)
         bar.triggerAction(bar.SliderAction.SliderToMinimum)
         assert heatmap.follower.button.isVisible()
-    qtbot.waitUntil(lambda: not app.controller.busy, timeout=10_000)
+    qtbot.waitUntil(lambda: not app.controller.gate.busy, timeout=10_000)
     assert bar.value() == 0, "the reader was not moved"
     qtbot.mouseClick(heatmap.follower.button, Qt.MouseButton.LeftButton)
     assert bar.value() == bar.maximum()
@@ -66,9 +66,9 @@ def _last(conv, role):
 
 def _press(app, qtbot, widget) -> str:
     """Click a button of the answer bar and wait for the answer; returns the finish reason."""
-    with qtbot.wait_signal(app.controller.turn_finished, timeout=TURN_TIMEOUT_MS) as blocker:
+    with qtbot.wait_signal(app.controller.signals.turn_finished, timeout=TURN_TIMEOUT_MS) as blocker:
         qtbot.mouseClick(widget, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not app.controller.busy, timeout=10_000)
+    qtbot.waitUntil(lambda: not app.controller.gate.busy, timeout=10_000)
     return blocker.args[0]
 
 
@@ -89,7 +89,7 @@ def test_continue_extends_a_cut_answer_in_the_same_turn(make_app, qtbot):
     app.close()
     # The file holds the longer answer, closed with its framing, like any answer.
     from halo_weave.store import ConversationStore
-    with ConversationStore.open(app.controller.path or conv_path(app), create=False) as store:
+    with ConversationStore.open(app.controller.files.path or conv_path(app), create=False) as store:
         saved = store.load(app.controller.settings)
         assert _answer(saved, answer_id) == after and saved.turns[answer_id].complete
 
@@ -144,9 +144,9 @@ def test_edit_last_message_and_resend(make_app, qtbot):
     assert window.input.toPlainText() == "What colour is the sky?"
     assert "Editing" in window.reason.text()
     window.input.setPlainText("What colour is grass?")
-    with qtbot.wait_signal(app.controller.turn_finished, timeout=TURN_TIMEOUT_MS):
+    with qtbot.wait_signal(app.controller.signals.turn_finished, timeout=TURN_TIMEOUT_MS):
         qtbot.keyClick(window.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: not app.controller.busy, timeout=10_000)
+    qtbot.waitUntil(lambda: not app.controller.gate.busy, timeout=10_000)
     users = [t for t in conv.turns.values() if t.role == "user"]
     assert len(users) == 1 and _answer(conv, users[0].turn_id) == "What colour is grass?"
     text = window.heatmap.toPlainText()
@@ -160,8 +160,8 @@ def test_import_a_sillytavern_chat_opens_and_indexes_it(make_app, qtbot):
 
     app = make_app().start()
     source = Path(__file__).parents[1] / "data" / "foreign" / "sillytavern_current.jsonl"
-    with qtbot.wait_signal(app.controller.conversation_opened, timeout=TURN_TIMEOUT_MS):
-        app.controller.import_json(source)
+    with qtbot.wait_signal(app.controller.signals.conversation_opened, timeout=TURN_TIMEOUT_MS):
+        app.controller.files.import_json(source)
     app.settle()
     text = app.window.heatmap.toPlainText()
     assert "Welcome to the glade" in text and "stay until morning" in text
@@ -169,7 +169,7 @@ def test_import_a_sillytavern_chat_opens_and_indexes_it(make_app, qtbot):
     # The character and the user speak under their own names, not "Assistant" and "User".
     assert "Seraphina\n" in text and "Sam · " in text
     assert "Assistant\n" not in text and "User · " not in text
-    entries = app.controller.store.conn.execute(
+    entries = app.controller.session.store.conn.execute(
         "SELECT COUNT(*) FROM semantic_entries WHERE embedding IS NOT NULL").fetchone()[0]
     assert entries >= 4, "every message is in the memory index"
 
@@ -185,10 +185,10 @@ def test_what_is_typed_is_read_ahead_so_enter_runs_only_the_end_of_the_prompt(ma
                "weather and the colour of the sea. Which ship should I expect first tomorrow?")
     qtbot.keyClicks(app.window.input, message)  # key by key, as a user types
     # After each finished word, and once the user pauses, the whole message.
-    qtbot.waitUntil(lambda: c.read_ahead_text == message and not c.reading_ahead, timeout=60_000)
-    assert c.read_aheads >= 1
-    with qtbot.wait_signal(c.turn_finished, timeout=TURN_TIMEOUT_MS):
+    qtbot.waitUntil(lambda: c.ahead.read_ahead_text == message and not c.ahead.reading_ahead, timeout=60_000)
+    assert c.ahead.read_aheads >= 1
+    with qtbot.wait_signal(c.signals.turn_finished, timeout=TURN_TIMEOUT_MS):
         qtbot.keyClick(app.window.input, Qt.Key.Key_Return)
-    kv = c.last_done.raw["kv"]  # the server's account of the answer's prompt
+    kv = c.turn.last_done.raw["kv"]  # the server's account of the answer's prompt
     assert len(c.session.tokenize(message)) > 30
     assert kv["appended"] <= 10 and kv["rerun"] == 0, kv  # the message itself was in the cache already

@@ -31,7 +31,7 @@ def data(tmp_path):
 def window(qtbot, data, monkeypatch):
     tmp_path, paths = data
     win = offline_window(qtbot, tmp_path, monkeypatch)
-    win.controller.open_conversation(paths["soup"])
+    win.controller.files.open_conversation(paths["soup"])
     yield win
     win.close()
 
@@ -61,7 +61,7 @@ def test_clicking_a_conversation_opens_it(window, data, qtbot):
     item = lst.list.item(row_of(window, "Packing for Kyoto"))
     rect = lst.list.visualItemRect(item)
     qtbot.mouseClick(lst.list.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    assert window.controller.path == paths["kyoto"]
+    assert window.controller.files.path == paths["kyoto"]
     assert "umbrella" in window.heatmap.toPlainText()
     assert lst.titles()[0].startswith("Packing for Kyoto"), "now the last used"
     assert lst.current_row() == 0
@@ -110,7 +110,7 @@ def test_delete_moves_to_trash_and_undo_brings_it_back(window, data, qtbot):
 def test_deleting_the_open_conversation_opens_another(window, data):
     _, paths = data
     assert window.delete_conversation(paths["soup"], "soup")
-    assert window.controller.path == paths["cat"], "the most recently used of the others"
+    assert window.controller.files.path == paths["cat"], "the most recently used of the others"
     assert window.conversation_list.titles()[0].startswith("Leaving my cat Tuna")
     assert window.conversation_list.current_row() == 0
     assert paths["soup"] not in [s.path for s in list_conversations(data[0])]

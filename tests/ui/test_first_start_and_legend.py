@@ -8,7 +8,7 @@ import pytest
 
 @pytest.fixture
 def window(offline_window):
-    offline_window.controller.open_conversation(None)
+    offline_window.controller.files.open_conversation(None)
     return offline_window
 
 
@@ -23,9 +23,9 @@ def test_first_start_explains_colours_graveyard_and_numbers(window, qtbot):
     # The first message ends it.
     conv = window.controller.conv
     conv.add_turn("user", [1, 2], ["Hello", " there"])
-    window.controller.conversation_changed.emit()
+    window.controller.signals.conversation_changed.emit()
     assert not hint.isVisible()
-    window.controller.open_conversation(None)  # a new, empty conversation explains again
+    window.controller.files.open_conversation(None)  # a new, empty conversation explains again
     assert hint.isVisible()
 
 
@@ -60,6 +60,6 @@ def test_a_starting_window_says_it_is_starting_not_offline(qtbot, tmp_path, monk
     assert window.stats_bar.connection_state() == "connecting"
     assert "No model server" not in window.reason.text() and "Offline" not in window.stats_bar.connection_label.text()
     controller.start()  # nothing answers there: now it is offline, and says so
-    qtbot.waitUntil(lambda: controller.connection_state == "offline", timeout=30_000)
+    qtbot.waitUntil(lambda: controller.link.state == "offline", timeout=30_000)
     assert window.stats_bar.connection_state() == "offline"
     window.close()

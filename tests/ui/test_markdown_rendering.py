@@ -276,7 +276,7 @@ def test_the_view_menu_switches_to_raw_text_and_remembers_it(qtbot, tmp_path, mo
 
     path = write_conversation(tmp_path, "Show me **bold**", ("assistant", "Here is **bold** text"))
     window = offline_window(qtbot, tmp_path, monkeypatch)
-    window.controller.open_conversation(path)
+    window.controller.files.open_conversation(path)
     view = window.heatmap
     view.flush()
     block = block_starting(view, "Here is **bold**")

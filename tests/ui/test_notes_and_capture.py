@@ -32,9 +32,9 @@ def _answer_chunks(conv):
 
 def _say(app, qtbot, text: str, answer_prefix: str = "") -> str:
     controller = app.controller
-    with qtbot.wait_signal(controller.turn_finished, timeout=TURN_TIMEOUT_MS) as finished:
-        assert controller.send(text, answer_prefix=answer_prefix)
-    qtbot.waitUntil(lambda: not controller.busy, timeout=10_000)
+    with qtbot.wait_signal(controller.signals.turn_finished, timeout=TURN_TIMEOUT_MS) as finished:
+        assert controller.message.send(text, answer_prefix=answer_prefix)
+    qtbot.waitUntil(lambda: not controller.gate.busy, timeout=10_000)
     return finished.args[0]
 
 
@@ -64,14 +64,14 @@ def test_notes_panel_shows_notes_after_a_tool_round_and_after_restart(make_app, 
     assert window.notes_panel.isVisible()
     assert window.notes_panel.text() == "", "a new conversation has no notes yet"
 
-    with qtbot.wait_signal(app.controller.notes_changed, timeout=TURN_TIMEOUT_MS):
+    with qtbot.wait_signal(app.controller.signals.notes_changed, timeout=TURN_TIMEOUT_MS):
         reason = _say(app, qtbot, "My cat is called Tuna. Please remember it.", answer_prefix=WRITE_CALL)
     assert reason in ("stop", "length")
 
     shown = json.loads(window.notes_panel.text())
     assert shown["topics"]["cat"] == "Tuna, a grey tabby"
     assert set(shown) >= {"_metadata", "topics", "reminders", "context", "scratch"}
-    assert app.controller.notes() == shown, "the panel shows what the store holds"
+    assert app.controller.files.notes() == shown, "the panel shows what the store holds"
     chunks = _answer_chunks(app.conv)
     results = [c for c in chunks if c.tool_result]
     assert results and "✓" in app.conv.chunk_text(results[0].id), "the result line is in the answer"
@@ -82,7 +82,7 @@ def test_notes_panel_shows_notes_after_a_tool_round_and_after_restart(make_app, 
     assert again.window.notes_panel.isVisible(), "the panel's visibility is restored"
     assert json.loads(again.window.notes_panel.text())["topics"]["cat"] == "Tuna, a grey tabby"
 
-    again.controller.new_conversation()
+    again.controller.files.new_conversation()
     assert again.window.notes_panel.text() == "", "a new conversation shows its own (empty) notes"
 
 
@@ -90,9 +90,9 @@ def test_notes_panel_shows_notes_after_a_tool_round_and_after_restart(make_app, 
 def test_with_the_notebook_off_a_tool_call_is_only_text(make_app, qtbot):
     app = make_app(max_new_tokens=8).start()
     assert not app.controller.settings.notes_tool
-    with qtbot.assert_not_emitted(app.controller.notes_changed):
+    with qtbot.assert_not_emitted(app.controller.signals.notes_changed):
         _say(app, qtbot, "My cat is called Tuna.", answer_prefix=WRITE_CALL)
-    assert app.controller.notes() in (None, {}) or "cat" not in app.controller.notes().get("topics", {})
+    assert app.controller.files.notes() in (None, {}) or "cat" not in app.controller.files.notes().get("topics", {})
     chunks = _answer_chunks(app.conv)
     assert not any(c.tool_result for c in chunks), "no tool ran"
     assert "notes.json" not in app.conv.system_prompt, "the model was told of no notebook"
@@ -106,12 +106,12 @@ def test_record_attention_writes_one_capture_per_answer_that_analyze_capture_plo
     window.menus.record_action.trigger()  # View → Record attention
     assert controller.settings.record_attention
     assert load_settings(app.qsettings).record_attention, "the toggle is saved"
-    assert str(controller.capture_dir) in window.statusBar().currentMessage()
+    assert str(controller.turn.capture_dir) in window.statusBar().currentMessage()
 
-    with qtbot.wait_signal(controller.capture_saved, timeout=TURN_TIMEOUT_MS) as saved:
+    with qtbot.wait_signal(controller.signals.capture_saved, timeout=TURN_TIMEOUT_MS) as saved:
         _say(app, qtbot, "Name three fruits.")
     capture_path = Path(saved.args[0])
-    assert capture_path.parent == controller.capture_dir
+    assert capture_path.parent == controller.turn.capture_dir
     generated = controller.session.streamed
     assert generated == sum(c.token_count for c in _answer_chunks(app.conv))
     lines = (capture_path / "index.jsonl").read_text("utf-8").splitlines()
@@ -137,7 +137,7 @@ def test_record_attention_writes_one_capture_per_answer_that_analyze_capture_plo
 
     window.menus.record_action.trigger()  # off again
     assert not controller.settings.record_attention
-    before = list_captures(controller.capture_dir)
-    with qtbot.assert_not_emitted(controller.capture_saved):
+    before = list_captures(controller.turn.capture_dir)
+    with qtbot.assert_not_emitted(controller.signals.capture_saved):
         _say(app, qtbot, "And one vegetable?")
-    assert list_captures(controller.capture_dir) == before, "no capture while recording is off"
+    assert list_captures(controller.turn.capture_dir) == before, "no capture while recording is off"

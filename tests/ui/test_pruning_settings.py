@@ -139,7 +139,7 @@ def _choose_in_settings(window, qtbot, **values) -> None:
 def test_choosing_a_rule_saves_it_and_the_window_says_which_score_is_in_use(offline_window, qtbot, tmp_path):
     window, bar = offline_window, offline_window.stats_bar
     controller = window.controller
-    controller.open_conversation(None)
+    controller.files.open_conversation(None)
     window.show_legend()
     assert bar.scoring_label.text() == "☀ magnitude votes · peak · pruning oldest first"
     assert "magnitude votes" in window._legend.scoring_text
@@ -166,7 +166,7 @@ def test_choosing_a_rule_saves_it_and_the_window_says_which_score_is_in_use(offl
 def test_switching_the_chunk_score_repaints_the_heatmap(offline_window, qtbot, tmp_path):
     window, controller = offline_window, offline_window.controller
     path = write_conversation(tmp_path, ("user", " ".join(["tea"] * 30)), ("assistant", " ".join(["leaf"] * 30)))
-    assert controller.open_conversation(path)
+    assert controller.files.open_conversation(path)
     window.apply_settings(controller.settings.replace(highlight_fraction=0.0))  # colour alone, no highlights
     conv, view = controller.conv, window.heatmap
     user, answer = (conv.content_chunks(t)[0] for t in sorted(conv.turns))
@@ -175,7 +175,7 @@ def test_switching_the_chunk_score_repaints_the_heatmap(offline_window, qtbot, t
     conv.table.brightness[conv.chunk_rows(user)] = 0
     conv.table.brightness[conv.chunk_rows(user).start] = 9000
     conv.table.brightness[conv.chunk_rows(answer)] = 5000
-    controller.conversation_changed.emit()
+    controller.signals.conversation_changed.emit()
     qtbot.waitUntil(lambda: view.chunk_rect(answer.id) is not None, timeout=2000)
 
     def gold(chunk) -> float:

@@ -38,12 +38,12 @@ def _chat_prune_resurrect_stop_export(qtbot, tmp_path, url: str, status_start: s
     prune_the_cat(app)  # long messages push the oldest chunks out
     app.settle()
     assert app.say("What is the name of my cat? Mochi?") in ("stop", "length")
-    assert c.last_resurrected > 0, "the chunk about the cat came back for the question"
+    assert c.session.last_resurrected > 0, "the chunk about the cat came back for the question"
 
     partial = stop_mid_answer(app, qtbot, after=3, timeout_ms=60_000)
 
     # Every turn is closed once: no end token twice in a row in what the model is sent.
-    end = [i for i, _ in c.client.tokenize("<|im_end|>", parse_special=True)]
+    end = [i for i, _ in c.session.backend.tokenize("<|im_end|>", parse_special=True)]
     sent = [int(i) for i in conv.live_input_ids()]
     assert len(end) == 1 and not any(a == b == end[0] for a, b in zip(sent, sent[1:]))
 
@@ -84,12 +84,12 @@ def test_real_server_killed_mid_answer_keeps_the_partial_answer_and_says_so(qtbo
         window.input.setPlainText("Tell me a long story about a lighthouse keeper.")
         qtbot.keyClick(window.input, Qt.Key.Key_Return)
         qtbot.waitUntil(lambda: c.session.streamed >= 3, timeout=TURN_TIMEOUT_MS)
-        with qtbot.wait_signal(c.turn_finished, timeout=60_000) as blocker:
+        with qtbot.wait_signal(c.signals.turn_finished, timeout=60_000) as blocker:
             server.kill()
         assert blocker.args == ["error"]
         shown = [m for m in window.messages.history if m.serious]
         assert shown and any("server" in m.text.lower() for m in shown), [m.text for m in shown]
         answer = max(c.conv.turns)
         assert c.conv.turns[answer].complete and text_of(c.conv, answer).strip(), "the partial answer was kept"
-        assert not c.busy and window.reason.text(), "the input says why it cannot send"
+        assert not c.gate.busy and window.reason.text(), "the input says why it cannot send"
         window.close()

@@ -75,8 +75,8 @@ def test_a_message_says_what_it_recalled_and_a_click_shows_each(make_app, qtbot)
     first_recalled = c.conv.recalls.of(first)
     assert cat.id in first_recalled, "the question recalled the cat"
     if cat.live:  # the prune after the answer may have left it: the user prunes it by hand
-        with qtbot.wait_signal(c.conversation_changed, timeout=10_000):
-            c.prune_chunk(cat.id)
+        with qtbot.wait_signal(c.signals.conversation_changed, timeout=10_000):
+            c.levers.prune_chunk(cat.id)
     view.flush()
     assert f"“{first_words(c.conv.chunk_text(cat.id))}” (pruned since)" in _line_under(view, c.conv, first)
 
@@ -112,7 +112,7 @@ def test_a_message_says_what_it_recalled_and_a_click_shows_each(make_app, qtbot)
     assert any(chunk == cat.id for chunk, _, _ in marks), "a violet bar beside it"
 
     # Reopened, the file says the same.
-    path = c.path
+    path = c.files.path
     app.close()
     again = make_app(max_new_tokens=10, max_context_tokens=4000, min_chunk_tokens=16).start(path)
     conv2, view2 = again.conv, again.window.heatmap
@@ -123,8 +123,8 @@ def test_a_message_says_what_it_recalled_and_a_click_shows_each(make_app, qtbot)
     assert again.window.stats_bar.recalled_label.text() == f"+ {conv2.recalled_tokens():,} recalled"
 
     # Pruned by hand, it is no longer marked, the line says so, and its link opens the graveyard.
-    with qtbot.wait_signal(again.controller.conversation_changed, timeout=10_000):
-        again.controller.prune_chunk(cat.id)
+    with qtbot.wait_signal(again.controller.signals.conversation_changed, timeout=10_000):
+        again.controller.levers.prune_chunk(cat.id)
     assert conv2.chunks[cat.id].recalled_for is None
     view2.flush()
     assert "(pruned since)" in _line_under(view2, conv2, question)
@@ -170,7 +170,7 @@ def test_a_long_recall_lists_six_then_the_rest_on_a_click_and_a_pruned_one_opens
         offline_window, qtbot, tmp_path):
     path, question, ids = _file_with_a_long_recall(tmp_path)
     window, view = offline_window, offline_window.heatmap
-    window.controller.open_conversation(path)
+    window.controller.files.open_conversation(path)
     view.flush()
     conv = window.controller.conv
     assert conv.recalls.of(question) == tuple(ids)
@@ -201,7 +201,7 @@ def test_a_long_recall_lists_six_then_the_rest_on_a_click_and_a_pruned_one_opens
     # All of them pruned: the line says it once, and the counter has nothing recalled to add.
     for chunk_id in ids:
         if conv.chunks[chunk_id].live:
-            window.controller.prune_chunk(chunk_id)
+            window.controller.levers.prune_chunk(chunk_id)
     view.flush()
     line = _line_under(view, conv, question)
     assert line.startswith("Recalled for this message: 10 chunks, all pruned since: “") and "(pruned since)" not in line

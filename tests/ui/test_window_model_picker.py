@@ -36,8 +36,8 @@ def _pick(app, qtbot, name: str) -> None:
     key = Qt.Key.Key_Down if target > picker.currentIndex() else Qt.Key.Key_Up
     while picker.currentIndex() != target:
         qtbot.keyClick(picker, key)
-    qtbot.waitUntil(lambda: getattr(app.controller.client, "model_id", None) == name, timeout=20_000)
-    qtbot.waitUntil(lambda: not app.controller.input_block_reason(), timeout=20_000)
+    qtbot.waitUntil(lambda: getattr(app.controller.session.backend, "model_id", None) == name, timeout=20_000)
+    qtbot.waitUntil(lambda: not app.controller.gate.input_block_reason(), timeout=20_000)
 
 
 def test_pick_a_model_per_conversation(qtbot, tmp_path, monkeypatch, swap):
@@ -55,27 +55,27 @@ def test_pick_a_model_per_conversation(qtbot, tmp_path, monkeypatch, swap):
 
     assert app.say("Who are you?") == "stop"
     assert _last_answer(app) == "I am qwen2.5-coder-1.5b."
-    first = app.controller.path
+    first = app.controller.files.path
 
     _pick(app, qtbot, "llama-3.2-3b")
     assert app.say("And now?") == "stop"
     assert _last_answer(app) == "I am llama-3.2-3b."
     assert swap.bodies("/v1/completions")[-1]["model"] == "llama-3.2-3b"
-    assert app.controller.store.get_meta("model") == "llama-3.2-3b"
+    assert app.controller.session.store.get_meta("model") == "llama-3.2-3b"
 
     # A new conversation starts with the last model picked; it gets its own choice.
     app.window.new_conversation()
-    qtbot.waitUntil(lambda: app.controller.path != first and not app.controller.input_block_reason(), timeout=20_000)
+    qtbot.waitUntil(lambda: app.controller.files.path != first and not app.controller.gate.input_block_reason(), timeout=20_000)
     assert picker.currentText() == "llama-3.2-3b"
     _pick(app, qtbot, "phi-3-mini")
     assert app.say("Hello?") == "stop"
     assert _last_answer(app) == "I am phi-3-mini."
 
     # Back to the first conversation: its model again.
-    assert app.controller.open_conversation(first)
-    qtbot.waitUntil(lambda: getattr(app.controller.client, "model_id", None) == "llama-3.2-3b", timeout=20_000)
+    assert app.controller.files.open_conversation(first)
+    qtbot.waitUntil(lambda: getattr(app.controller.session.backend, "model_id", None) == "llama-3.2-3b", timeout=20_000)
     qtbot.waitUntil(lambda: picker.currentText() == "llama-3.2-3b", timeout=20_000)
-    qtbot.waitUntil(lambda: not app.controller.input_block_reason(), timeout=20_000)
+    qtbot.waitUntil(lambda: not app.controller.gate.input_block_reason(), timeout=20_000)
     assert app.say("Still you?") == "stop"
     assert _last_answer(app) == "I am llama-3.2-3b."
     app.close()
@@ -89,12 +89,12 @@ def test_a_server_with_one_model_shows_no_picker_and_names_the_models_own_templa
         bar = app.window.stats_bar
         assert not bar.model_picker.isVisible()
         assert "Template: ChatML (from llama-server /props)" in bar.connection_label.toolTip()
-        assert app.controller.template.prefix_for("assistant") == "<|im_start|>assistant\n"
+        assert app.controller.session.template.prefix_for("assistant") == "<|im_start|>assistant\n"
 
         # Settings → Server says the same, and previews the template in use.
         dialog = SettingsDialog(app.controller.settings, app.window, keyring=False)
         qtbot.addWidget(dialog)
-        dialog.server_fields.show_in_use(app.controller.client.template_in_use)
+        dialog.server_fields.show_in_use(app.controller.session.backend.template_in_use)
         assert dialog.server_fields.in_use_label.text() == "ChatML (from llama-server /props)"
         assert dialog.server_fields.preview.toPlainText().startswith("<|im_start|>system\n")
         app.close()
@@ -159,10 +159,10 @@ def test_a_hostile_template_is_explained_once_and_chatml_frames_instead(qtbot, t
         said = [m.text for m in app.window.messages.history if "chat template" in m.text]
         assert len(said) == 1 and "sandbox refused" in said[0] and "built-in ChatML template instead" in said[0]
         assert "Template: ChatML (built-in fallback)" in app.window.stats_bar.connection_label.toolTip()
-        assert app.controller.template.prefix_for("user") == "<|im_start|>user\n"
-        app.controller.connect_server()  # a reconnect does not say it again
-        qtbot.waitUntil(lambda: app.controller.connection_state == "connected"
-                        and not app.controller.input_block_reason(), timeout=20_000)
+        assert app.controller.session.template.prefix_for("user") == "<|im_start|>user\n"
+        app.controller.link.connect_server()  # a reconnect does not say it again
+        qtbot.waitUntil(lambda: app.controller.link.state == "connected"
+                        and not app.controller.gate.input_block_reason(), timeout=20_000)
         assert len([m for m in app.window.messages.history if "chat template" in m.text]) == 1
         assert app.say("Hello") in ("stop", "length")
         app.close()

@@ -46,17 +46,17 @@ def stale_pixels(widget) -> int:
 # ---------------------------------------------------------------- the placeholder
 def test_after_an_import_the_message_box_no_longer_says_importing(window, qtbot, tmp_path):
     controller, box = window.controller, window.input
-    controller.open_conversation(None)
+    controller.files.open_conversation(None)
     exported = tmp_path / "tea.json"
     transfer.export_conversation(write_conversation(tmp_path, "Green tea or oolong for the evening?"), exported)
     qtbot.wait(50)
-    controller.import_json(exported)
+    controller.files.import_json(exported)
     assert box.placeholderText() == "Importing…"
     box.viewport().repaint()  # the screen shows the busy text, as it does while a big import runs
     assert stale_pixels(box.viewport()) < 5
-    qtbot.waitUntil(lambda: not controller.busy and len(controller.conv.turns) > 0, timeout=30_000)
+    qtbot.waitUntil(lambda: not controller.gate.busy and len(controller.conv.turns) > 0, timeout=30_000)
     qtbot.wait(100)  # every pending paint reaches the screen
-    assert box.placeholderText() == controller.input_block_reason() != "Importing…"
+    assert box.placeholderText() == controller.gate.input_block_reason() != "Importing…"
     assert stale_pixels(box.viewport()) < 5, "the screen still shows the old placeholder"
 
 
@@ -67,12 +67,12 @@ def test_after_an_answer_the_message_box_shows_the_message_hint_again(make_app, 
     qtbot.waitExposed(window)
     app.say("Hello!")  # the bar of the last exchange appears (a re-layout repaints everything)
     window.input.setPlainText("Name three colours.")
-    with qtbot.wait_signal(app.controller.turn_finished, timeout=TURN_TIMEOUT_MS):
+    with qtbot.wait_signal(app.controller.signals.turn_finished, timeout=TURN_TIMEOUT_MS):
         qtbot.keyClick(box, Qt.Key.Key_Return)
-        qtbot.waitUntil(lambda: app.controller.generating, timeout=TURN_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: app.controller.turn.generating, timeout=TURN_TIMEOUT_MS)
         assert box.placeholderText() == "The model is answering — Esc stops"
         box.viewport().repaint()
-    qtbot.waitUntil(lambda: not app.controller.busy, timeout=10_000)
+    qtbot.waitUntil(lambda: not app.controller.gate.busy, timeout=10_000)
     qtbot.wait(100)
     assert window.send_button.isEnabled() and window.answer_bar.continue_button.isEnabled()
     assert box.placeholderText().startswith("Message — Enter sends")
@@ -81,7 +81,7 @@ def test_after_an_answer_the_message_box_shows_the_message_hint_again(make_app, 
 
 # ---------------------------------------------------------------- a 1280 px screen
 def test_the_window_fits_a_1280_px_screen_with_the_graveyard_open(window, qtbot):
-    window.controller.open_conversation(None)
+    window.controller.files.open_conversation(None)
     window.set_graveyard_visible(True)
     bar = window.stats_bar
     detail = ("Qwen2.5-0.5B-Instruct-Q4_K_M.gguf · llama.cpp 0.3.2 · 32,768 ctx · attention from layers 12-23 "
@@ -105,7 +105,7 @@ def test_the_window_fits_a_1280_px_screen_with_the_graveyard_open(window, qtbot)
 
 
 def test_at_the_default_size_every_figure_of_the_stats_bar_is_whole(window, qtbot):
-    window.controller.open_conversation(None)
+    window.controller.files.open_conversation(None)
     assert (window.width(), window.height()) == (1180, 780), "the size a first start opens at"
     bar = window.stats_bar
     bar.show_connection("connected", "Halo Weave server · 8192 ctx · qwen2.5-coder-0.5b-instruct-q8_0.gguf")
@@ -148,11 +148,11 @@ def test_an_empty_new_conversation_is_not_left_in_the_list(window, qtbot, tmp_pa
     controller, listed = window.controller, window.conversation_list
     controller.start()  # no last conversation: a new, empty one
     qtbot.waitUntil(lambda: "New conversation" in listed.titles(), timeout=2000)
-    empty = controller.path
+    empty = controller.files.path
     item = listed.list.item(listed.titles().index("Packing for Kyoto in April"))
     qtbot.mouseClick(listed.list.viewport(), Qt.MouseButton.LeftButton,
                      pos=listed.list.visualItemRect(item).center())
-    assert controller.path == kept
+    assert controller.files.path == kept
     assert listed.titles() == ["Packing for Kyoto in April"], "the unused one is gone from the list"
     assert not empty.exists()
     # Ctrl+N twice: still one empty conversation, not two.
@@ -164,9 +164,9 @@ def test_an_empty_new_conversation_is_not_left_in_the_list(window, qtbot, tmp_pa
 def test_an_empty_conversation_with_a_changed_system_prompt_is_kept(window, qtbot, tmp_path):
     kept = write_conversation(tmp_path, "Packing for Kyoto in April")
     controller = window.controller
-    controller.open_conversation(None)
-    empty = controller.path
+    controller.files.open_conversation(None)
+    empty = controller.files.path
     window.apply_settings(controller.settings.replace(system_prompt="You answer in haiku."))
-    assert controller.open_conversation(kept)
+    assert controller.files.open_conversation(kept)
     assert empty.exists() and empty in [s.path for s in list_conversations(tmp_path)]
     assert len(window.conversation_list.titles()) == 2

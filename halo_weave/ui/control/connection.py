@@ -4,8 +4,9 @@
 whatever kind of server answers there is used), reads its model and tokenizes the chat
 framing; only when *nothing* answers at the default URL does it start the bundled
 reference server as a child process (progress while the model loads), stopped on
-:meth:`shutdown`.  A server that answers but cannot be used is reported with the
-sentence saying what is missing.  After a lost server it retries quietly every few
+:meth:`shutdown`.  A server that does not say its context size gets the one set in
+Settings (``options()["context_tokens"]``).  A server that answers but cannot be used
+is reported with the sentence saying what is missing.  After a lost server it retries quietly every few
 seconds.  When the bundled server's process ends by itself (a crash), the state turns
 offline at once, :class:`~halo_weave.errors.ServerStopped` is reported with how it ended
 and its last lines, and it is started again once; a second end within
@@ -16,11 +17,12 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from ..core.chat_template import AUTO, build_framing
-from ..settings import Settings
+from ...core.chat_template import AUTO, build_framing
+from ...settings import Settings
 from .workers import CallWorker, ServerStartWorker
 
 DEFAULT_SERVER_URL = Settings().server_url
@@ -59,6 +61,10 @@ class ServerConnection(QObject):
     Signals: ``state_changed(state, detail)``; ``connected(client, model_info,
     framing)``; ``failed(exc, context)`` for errors worth a message; ``progress(what,
     done, total)`` while the bundled model loads.
+
+    Owns: the state, the URL and the connected client, the bundled server it started
+    (and its starter thread, health checks and the times it stopped by itself), and the
+    number of the latest attempt (older answers and retries are moot).
     """
 
     state_changed = Signal(str, str)
@@ -67,7 +73,8 @@ class ServerConnection(QObject):
     progress = Signal(str, int, int)
     _server_exited = Signal(object, int)  # the ServerProcess and its exit status, from its reader thread
 
-    def __init__(self, autostart: bool, parent: QObject | None = None) -> None:
+    def __init__(self, autostart: bool, *, options: Callable[[], dict] = dict,
+                 server_args: Callable[[], list[str]] = list, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.autostart = autostart
         self.state = "offline"
@@ -78,10 +85,11 @@ class ServerConnection(QObject):
         self._probe: CallWorker | None = None
         self._starter: ServerStartWorker | None = None
         self._closed = False
-        #: ``() -> {"api_key": str | None, "template": str, "model": str}``, read at each connect.
-        self.options = lambda: {}
+        #: ``() -> {"api_key": str | None, "template": str, "model": str, "context_tokens": int}``,
+        #: read at each connect.
+        self._options = options
         #: ``() -> list[str]``: options for the bundled server, read when it starts.
-        self.server_args = lambda: []
+        self._server_args = server_args
         self._stops: list[float] = []  # monotonic times the bundled server stopped by itself
         self._server_exited.connect(self._on_server_exit)
         self._health = QTimer(self)
@@ -98,20 +106,28 @@ class ServerConnection(QObject):
         self.url = url
         self._set_state("connecting", f"Connecting to {url}…")
 
-        options = dict(self.options() or {})
+        options = dict(self._options() or {})
 
         def probe():
             # Imported here: httpx costs ~0.2 s, which the window's first paint need not wait for.
-            from ..backends import connect
+            from ...backends import connect
 
             # A key from Settings (keyring) or $HALO_WEAVE_API_KEY (e.g. halo-weave-server --api-key).
-            from ..backends.model_template import resolve
+            from ...backends.model_template import resolve
 
             client = connect(url, api_key=options.get("api_key") or os.environ.get("HALO_WEAVE_API_KEY") or None,
                              model=options.get("model") or None)
             choice = options.get("template") or AUTO
             try:
                 info = client.model_info()
+                context = int(options.get("context_tokens") or 0)
+                if context > 0 and not getattr(info, "context_known", True):
+                    # A server that does not say its context size gets the one set in Settings.
+                    if hasattr(client, "server_context"):
+                        client.server_context = context  # KoboldCPP cuts prompts to what the request says
+                    info.server_max_context = context
+                    info.max_context = client.table_context(context) if hasattr(client, "table_context") else context
+                    info.context_known = True
                 # The model's own template is rendered in a sandboxed process (at most a few seconds).
                 used = resolve(getattr(info, "chat_template", None), choice,
                                origin=getattr(info, "template_origin", "the server"),
@@ -182,9 +198,9 @@ class ServerConnection(QObject):
     def _on_server_exit(self, server, code: int) -> None:
         if self._closed or server is None or server is not self.server:
             return
-        from ..errors import ServerStopped
-        from ..logs import server_log_path
-        from ..server.launcher import exit_words
+        from ...errors import ServerStopped
+        from ...logs import server_log_path
+        from ...server.launcher import exit_words
 
         now = time.monotonic()
         again = bool(self._stops) and now - self._stops[-1] < RESTART_WINDOW_S
@@ -216,7 +232,7 @@ class ServerConnection(QObject):
             return
         self._set_state("loading", "Starting the built-in model server…")
         self.progress.emit("Loading the model", 0, 0)
-        worker = ServerStartWorker(SERVER_START_TIMEOUT_S, extra_args=self.server_args(),
+        worker = ServerStartWorker(SERVER_START_TIMEOUT_S, extra_args=self._server_args(),
                                    on_exit=lambda server, code: self._server_exited.emit(server, code),
                                    parent=self)
         worker.progress.connect(

@@ -14,7 +14,7 @@ import errno
 import sqlite3
 from dataclasses import dataclass
 
-from ..errors import StoreDamaged, StoreJournalLost
+from ...errors import StoreDamaged, StoreJournalLost
 
 #: Said whenever a message could not be sent or saved (the window keeps it in the input).
 KEPT = "Your message is still in the input box; send it again once this is fixed."

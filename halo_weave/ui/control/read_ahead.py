@@ -1,8 +1,8 @@
 """Read-ahead while the user types: the message's prompt goes to the server before Enter.
 
-A mixin of :class:`~halo_weave.app.TurnController`; the rules (what is settled, the
-prompt a draft would get) are :mod:`halo_weave.session.read_ahead`'s, this decides only
-*when*, on which thread.  The window hands over every change of the message box
+The rules (what is settled, the prompt a draft would get) are
+:mod:`halo_weave.session.read_ahead`'s; :class:`ReadAhead` decides only *when*, on which
+thread.  The window hands over every change of the message box
 (:meth:`ReadAhead.draft_changed`); once a word is finished — or the user has paused for
 :data:`IDLE_MS` — and no read-ahead is in flight, one starts: tokenize the settled text on
 a thread, search on the embedder thread (what the message would resurrect), build the
@@ -22,10 +22,16 @@ from __future__ import annotations
 
 import logging
 import uuid
+from typing import Callable
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import QObject, QTimer
 
-from ..session.read_ahead import settled_text
+from ...session.read_ahead import settled_text, unread
+from .calls import Calls
+from .gate import Gate
+from .memory import Memory
+from .prompt import SystemPrompt
+from .signals import ControlSignals
 
 log = logging.getLogger("halo_weave.app")
 
@@ -33,15 +39,26 @@ log = logging.getLogger("halo_weave.app")
 IDLE_MS = 600
 
 
-class ReadAhead:
-    """The message box's draft, read ahead to the server."""
+class ReadAhead(QObject):
+    """The message box's draft, read ahead to the server, and the warm-up.
 
-    def _init_read_ahead(self) -> None:
+    Owns: the draft and the settled text last sent, whether a read-ahead or warm-up is
+    in flight (and the warm-up's size, request and the answer waiting for it), the idle
+    timer, what the server was last given (:meth:`unread`), and the figures
+    :attr:`read_aheads` and :attr:`last_warm_up`.
+    """
+
+    def __init__(self, session, signals: ControlSignals, gate: Gate, calls: Calls, memory: Memory,
+                 prompt: SystemPrompt, *, connected: Callable[[], bool], parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._session, self._signals, self._gate, self._calls = session, signals, gate, calls
+        self._memory, self._prompt, self._connected = memory, prompt, connected
+        gate.became_free.connect(self._try_warm_up)  # one asked for while busy (an import, a turn)
+        prompt.synced.connect(self._try_warm_up)  # the context starts with the prompt
         self._draft = ""
         self._draft_sent = None  # the settled text of the last read-ahead started
         self._ahead_running = False
         self.read_aheads = 0  # read-aheads the server took (tests, diagnostics)
-        self.last_done = None  # the done event of the last answer (see TurnFlow)
         self._idle_timer = QTimer(self)
         self._idle_timer.setSingleShot(True)
         self._idle_timer.setInterval(IDLE_MS)
@@ -65,11 +82,11 @@ class ReadAhead:
         connected): it is read while the user reads and types, not after Enter.  One still
         running for another conversation is stopped (the server then stops its prefill)."""
         self._warm_wanted = True
-        running, backend = self._warm_request, self.session.backend
-        if self._warming and running is not None and running[1] != self.session.cache_key() and backend is not None:
+        running, backend = self._warm_request, self._session.backend
+        if self._warming and running is not None and running[1] != self._session.cache_key() and backend is not None:
             self._warm_request = None
-            self._call(backend.abort, running[0],
-                       on_fail=lambda exc: log.debug("stopping a warm-up failed: %s", exc))
+            self._calls.run(backend.abort, running[0],
+                            on_fail=lambda exc: log.debug("stopping a warm-up failed: %s", exc))
         self._try_warm_up()
 
     def when_warm(self, action) -> None:
@@ -78,13 +95,13 @@ class ReadAhead:
             action()
             return
         self._after_warm_up = action
-        self._set_busy(True, f"Reading the conversation ({self._warming:,} tokens) — Esc stops")
-        self.turn_phase.emit("", f"reading {self._warming:,} tokens…")
+        self._gate.set_busy(True, f"Reading the conversation ({self._warming:,} tokens) — Esc stops")
+        self._signals.turn_phase.emit("", f"reading {self._warming:,} tokens…")
 
     def _try_warm_up(self) -> None:
-        session = self.session
-        if (not self._warm_wanted or self._warming or self._ahead_running or self.busy or self._shutting_down
-                or self._system_syncing or self.connection_state != "connected" or not session.can_warm_up):
+        session = self._session
+        if (not self._warm_wanted or self._warming or self._ahead_running or self._gate.busy or self._gate.closing
+                or self._prompt.syncing or not self._connected() or not session.can_warm_up):
             return
         self._warm_wanted = False
         ids = session.warm_up_ids()
@@ -94,7 +111,7 @@ class ReadAhead:
         request_id = f"hw-warm-{uuid.uuid4().hex[:12]}"
         self._warming, self._ahead_running = len(ids), True
         self._warm_request = (request_id, key)
-        self.warm_up_changed.emit(len(ids))
+        self._signals.warm_up_changed.emit(len(ids))
 
         def ended(answer: dict | None = None, error: BaseException | None = None) -> None:
             self._warming, self._ahead_running, self._warm_request = 0, False, None
@@ -103,7 +120,7 @@ class ReadAhead:
             else:
                 self.last_warm_up, self._server_has = answer, ids
                 log.info("warm-up of %d tokens: %s", len(ids), answer)
-            self.warm_up_changed.emit(0)
+            self._signals.warm_up_changed.emit(0)
             waiting, self._after_warm_up = self._after_warm_up, None
             if waiting is not None:
                 waiting()
@@ -112,7 +129,26 @@ class ReadAhead:
             if not self._warming and self._draft.strip():
                 self._read_ahead(paused=not self._idle_timer.isActive())
 
-        self._call(session.warm_up, ids, key, request_id, on_ok=ended, on_fail=lambda exc: ended(error=exc))
+        self._calls.run(session.warm_up, ids, key, request_id, on_ok=ended, on_fail=lambda exc: ended(error=exc))
+
+    @property
+    def waiting_for_warm_up(self) -> bool:
+        """An answer waits for the warm-up to end (Stop applies)."""
+        return self._after_warm_up is not None
+
+    def drop_waiting(self) -> bool:
+        """Stop: the answer waiting for the warm-up is not sent; False when none waited."""
+        waiting, self._after_warm_up = self._after_warm_up, None
+        return waiting is not None
+
+    def unread(self, ids: list[int]) -> int:
+        """Tokens of the prompt ``ids`` the server has not read yet."""
+        return unread(self._server_has, ids)
+
+    def server_given(self, ids: list[int]) -> None:
+        """The server was given the prompt ``ids`` (an answer's request, or the context
+        an ended answer leaves)."""
+        self._server_has = ids
 
     @property
     def reading_ahead(self) -> bool:
@@ -135,8 +171,8 @@ class ReadAhead:
         self._read_ahead(paused=False)
 
     def _can_read_ahead_now(self) -> bool:
-        return (not self._ahead_running and not self.busy and not self._shutting_down
-                and not self.input_block_reason() and self.session.can_read_ahead)
+        return (not self._ahead_running and not self._gate.busy and not self._gate.closing
+                and not self._gate.input_block_reason() and self._session.can_read_ahead)
 
     def _read_ahead(self, paused: bool) -> None:
         if not self._can_read_ahead_now():
@@ -144,33 +180,33 @@ class ReadAhead:
         draft = self._draft.strip() if paused else settled_text(self._draft)
         if not draft or draft == self._draft_sent:
             return
-        session, conv = self.session, self.conv
+        session, conv = self._session, self._session.conv
         self._ahead_running, self._draft_sent = True, draft
 
         def searched(pieces, matches) -> None:
-            if self.conv is not conv or self.busy or self._shutting_down:
+            if self._session.conv is not conv or self._gate.busy or self._gate.closing:
                 return self._read_ahead_ended()  # a send or another conversation came first
             try:
                 ids = session.draft_ids(session.index, matches, [int(i) for i, _ in pieces])
             except Exception:  # noqa: BLE001 - the send path reports a real failure itself
                 log.debug("read-ahead: no draft prompt", exc_info=True)
                 return self._read_ahead_ended()
-            backend, room = session.backend, self.settings.max_new_tokens
-            self._call(lambda: backend.prepare(ids, max_length=room),
+            backend, room = session.backend, self._session.settings.max_new_tokens
+            self._calls.run(lambda: backend.prepare(ids, max_length=room),
                        on_ok=lambda answer: self._read_ahead_ended(answer, ids=ids),
                        on_fail=lambda exc: self._read_ahead_ended(error=exc))
 
         def tokenized(pieces) -> None:
-            if self.conv is not conv or self.busy:
+            if self._session.conv is not conv or self._gate.busy:
                 return self._read_ahead_ended()
             index = session.index
             if index is None or not session.can_resurrect():
                 searched(pieces, [])
                 return
-            self._indexer.search(draft, lambda matches, exc: searched(pieces, matches if exc is None else []))
+            self._memory.search(draft, lambda matches, exc: searched(pieces, matches if exc is None else []))
 
-        self._call(session.tokenize, draft, on_ok=tokenized,
-                   on_fail=lambda exc: self._read_ahead_ended(error=exc))
+        self._calls.run(session.tokenize, draft, on_ok=tokenized,
+                        on_fail=lambda exc: self._read_ahead_ended(error=exc))
 
     def _read_ahead_ended(self, answer: dict | None = None, error: BaseException | None = None,
                           ids: list[int] | None = None) -> None:

@@ -1,6 +1,6 @@
 """Continue, Regenerate, Edit and resend, answer versions: *when*, for the controller.
 
-A mixin of :class:`~halo_weave.app.TurnController`.  The rules are methods of
+The rules are methods of
 :class:`~halo_weave.session.ChatSession` (each change one transaction of
 :mod:`halo_weave.storage.turn_edits`); this checks that the user may change the last
 exchange now, tokenizes an edited message on a thread, announces the change and streams
@@ -9,80 +9,93 @@ the new tokens with the same rounds as any answer.
 
 from __future__ import annotations
 
-from ..errors import ConversationError
+from ...errors import ConversationError
+from .calls import Calls
+from .files import ConversationFiles
+from .gate import Gate
+from .message import MessageSend
+from .signals import ControlSignals
+from .turn import TurnFlow
 
 
 class TurnActions:
-    """Intents on the last exchange; each returns False (with a message) when refused."""
+    """Intents on the last exchange; each returns False (with a message) when refused.
+
+    Owns nothing: it changes the session, then the turn streams the new answer; after
+    an unexpected failure the conversation is reopened from its file.
+    """
+
+    def __init__(self, session, signals: ControlSignals, gate: Gate, calls: Calls, turn: TurnFlow,
+                 message: MessageSend, files: ConversationFiles) -> None:
+        self._session, self._signals, self._gate, self._calls = session, signals, gate, calls
+        self._turn, self._message, self._files = turn, message, files
 
     def can_change_last_exchange(self) -> str:
         """Why the last exchange cannot be changed now ('' when it can)."""
-        reason = self.input_block_reason()
+        reason = self._gate.input_block_reason()
         if reason:
             return reason
-        question, answer = self.session.last_exchange()
+        question, answer = self._session.last_exchange()
         return "" if question is not None or answer is not None else "Nothing to change yet."
 
     def answer_versions(self):
         """Where the last answer stands among its versions (None without one)."""
         try:
-            return self.session.answer_versions()
+            return self._session.answer_versions()
         except Exception:  # noqa: BLE001 - a display figure is never worth an error dialog
             return None
 
     def last_question_text(self) -> str:
         """The words of the last question (for Edit), '' when there is none."""
         try:
-            return self.session.question_text()
+            return self._session.question_text()
         except ConversationError:  # turn_edits.TurnEditError: no question to edit
             return ""
 
     def regenerate(self) -> bool:
         """Answer the last question again; the answer shown so far becomes a version."""
-        if self._change(self.session.regenerate, "Regenerating"):
-            self._answer_again()
+        if self._change(self._session.regenerate, "Regenerating"):
+            self._turn.answer_again()
             return True
         return False
 
     def continue_answer(self) -> bool:
         """Let the model go on with the last answer (same turn, same chunking)."""
-        if self._change(self.session.resume_answer, "Continuing the answer"):
-            self._stop_pending = False
-            self.session.clock.start()
-            self._start_generation(continuation=True)
+        if self._change(self._session.resume_answer, "Continuing the answer"):
+            self._turn.go_on()
             return True
         return False
 
     def show_answer_version(self, step: int) -> bool:
         """Flip to the previous (``step`` < 0) or next version of the last answer."""
-        return self._change(lambda: self.session.show_version(step), "Showing another version")
+        return self._change(lambda: self._session.show_version(step), "Showing another version")
 
     def edit_last(self, text: str) -> bool:
         """Replace the last question by ``text`` and answer it (its answer becomes a version)."""
         text = text.strip()
         if not text or not self._may_change():
             return False
-        self._set_busy(True, "Reading your message…")
-        self.session.clock.start()
-        session = self.session
+        self._gate.set_busy(True, "Reading your message…")
+        self._session.clock.start()
+        session = self._session
 
         def replace(pieces) -> None:
             ids, texts = [int(i) for i, _ in pieces], [t for _, t in pieces]
-            self._set_busy(False)
+            self._gate.set_busy(False)
             if self._change(lambda: session.replace_question(ids, texts), "Saving your edited message"):
-                self._answer_again()
+                self._turn.answer_again()
             else:
-                self.turn_finished.emit("error")
+                self._signals.turn_finished.emit("error")
 
-        self._call(lambda: session.tokenize(text), on_ok=replace,
-                   on_fail=lambda exc: self._turn_failed_early(exc, "Tokenizing your message"))
+        self._calls.run(lambda: session.tokenize(text), on_ok=replace,
+                   on_fail=lambda exc: self._message.failed_early(exc, "Tokenizing your message"))
         return True
 
     # ------------------------------------------------------------------ internals
     def _may_change(self) -> bool:
         reason = self.can_change_last_exchange()
         if reason:
-            self.info.emit(reason)
+            self._signals.info.emit(reason)
             return False
         return True
 
@@ -94,24 +107,14 @@ class TurnActions:
         try:
             act()
         except ConversationError as exc:  # turn_edits.TurnEditError: not applicable now
-            self.info.emit(str(exc))
+            self._signals.info.emit(str(exc))
             return False
         except Exception as exc:  # noqa: BLE001 - the file is the truth: show it again
-            self.error.emit(exc, context)
-            if self.path is not None:
-                self.open_conversation(self.path)
+            self._signals.error.emit(exc, context)
+            if self._files.path is not None:
+                self._files.open_conversation(self._files.path)
             return False
-        self.conversation_changed.emit()
-        self.graveyard_changed.emit()
-        self.stats_changed.emit()
+        self._signals.conversation_changed.emit()
+        self._signals.graveyard_changed.emit()
+        self._signals.stats_changed.emit()
         return True
-
-    def _answer_again(self) -> None:
-        """Stream a new answer to the question the conversation now ends with."""
-        self._stop_pending = False
-        if not self.session.clock.running:
-            self.session.clock.start()
-        self._answer_prefix = ()
-        if self.session.fit_model_window():
-            self.graveyard_changed.emit()
-        self._start_generation()

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QThread, Signal
 
-from ..session import token_events
+from ...session import token_events
 
 
 _LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d [\d:,.]+ +[A-Z]+ +[\w.]+: ")
@@ -210,7 +210,7 @@ class ServerStartWorker(QThread):
             self._last_line = message
 
     def run(self) -> None:
-        from ..server.launcher import start_server
+        from ...server.launcher import start_server
 
         started = time.monotonic()
         try:

@@ -1,4 +1,4 @@
-"""Semantic indexing off the UI thread, for the turn controller.
+"""Semantic indexing off the UI thread, for the controller's memory (:mod:`.memory`).
 
 The index's own three steps are split across threads: ``prepare`` (reads the
 conversation) and ``store`` (writes the database and the search matrix) run on the UI
@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 from PySide6.QtCore import QObject, Signal
 
-from ..errors import EmbedderUnavailable
+from ...errors import EmbedderUnavailable
 from .workers import EmbedderWorker
 
 #: Chunks embedded per job, so a user message's search waits for one batch at most.
@@ -27,6 +27,10 @@ class IndexQueue(QObject):
     closed or switched) are dropped.  ``failed(exc, context)`` reports errors (an
     unavailable embedder only once); ``progress(label, done, total)`` reports labelled
     batches (a re-index); ``idle`` fires when nothing is queued.
+
+    Owns: the :class:`~.workers.EmbedderWorker` thread, the index its jobs are for
+    (:meth:`aim`), the callbacks of jobs in flight, the chunks being embedded, and
+    whether an unavailable embedder was reported already.
     """
 
     failed = Signal(object, str)
@@ -35,6 +39,7 @@ class IndexQueue(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
+        #: The index jobs are for (None: none open); see :meth:`aim`.
         self.index = None
         self._worker = EmbedderWorker(self)
         self._worker.job_done.connect(self._on_done)
@@ -54,6 +59,11 @@ class IndexQueue(QObject):
     def wait_idle(self, timeout: float) -> bool:
         """Block until the queue drains (scripts, tests, quitting)."""
         return self._worker.wait_idle(timeout)
+
+    def aim(self, index) -> None:
+        """Work for ``index`` from now on (None: the conversation closed); results of jobs
+        queued for another are dropped."""
+        self.index = index
 
     def shutdown(self, timeout_ms: int = 60_000) -> None:
         """Drop queued jobs and end the thread (a running job cannot be interrupted)."""
