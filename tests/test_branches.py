@@ -133,7 +133,7 @@ def test_a_search_never_recalls_a_hidden_branch(tmp_path):
     embedder = Embedder()
     embedder.load()
     session, backend, _ = _chat(tmp_path)
-    session.index = SemanticIndex(session.store.conn, session.settings, embedder, lock=session.store.lock)
+    session.use_index(SemanticIndex(session.store.conn, session.settings, embedder, lock=session.store.lock))
     session.index.index_pending(session.conv)
     conv = session.conv
     third = list(conv.turns)[2]
