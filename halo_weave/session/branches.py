@@ -32,9 +32,9 @@ class Branches:
     # ------------------------------------------------------------------ reading
     def states(self) -> dict:
         """Every branch point shown: first turn shown after it -> ``BranchState``
-        ("‹ n / m ›"); empty without a file or while a turn is open."""
+        ("‹ n / m ›"); empty without a file."""
         conv, store = self._session.conv, self._session.store
-        if conv is None or store is None or conv.open_turn is not None:
+        if conv is None or store is None:
             return {}
         return _storage().states(conv, store)
 
@@ -81,9 +81,10 @@ class Branches:
         session = self._session
         return self._forget(_storage().retire_answer(session.conv, session.store, turn_id))
 
-    def switch(self, turn_id: int, step: int) -> None:
+    def switch(self, turn_id: int, step: int) -> int:
         """Show the previous (``step`` < 0) or next branch at the branch point whose shown
-        tail starts at ``turn_id``; the conversation is read again from the file."""
+        tail starts at ``turn_id``; the conversation is read again from the file.  Returns
+        the first turn of the branch now shown."""
         storage = _storage()
         session = self._session
         if session.conv is None or session.conv.open_turn is not None:
@@ -99,6 +100,7 @@ class Branches:
             session.save(lambda: index.reread(gone + back), "Updating the memory index")
         if session.indexer is not None:
             session.indexer.queue_pending(session.conv)
+        return target.first_turn_id
 
     def _forget(self, removed: list[Chunk]) -> list[Chunk]:
         """Their index entries left the table with the tail: drop their vectors too."""

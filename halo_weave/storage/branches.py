@@ -125,7 +125,8 @@ def parent_of(conv: Conversation, turn_id: int) -> int:
 
 
 def states(conv: Conversation, store: ConversationStore) -> dict[int, BranchState]:
-    """Every branch point of the conversation shown, by the first turn shown after it."""
+    """Every branch point of the conversation shown, by the first turn shown after it (or
+    the id the next turn will take, when the conversation ends at the branch point)."""
     ids = list(conv.turns)
     out: dict[int, BranchState] = {}
     by_parent: dict[int, list[StashedBranch]] = {}
@@ -134,7 +135,10 @@ def states(conv: Conversation, store: ConversationStore) -> dict[int, BranchStat
     for parent, siblings in by_parent.items():
         first = next((t for t in ids if t > parent), None)
         if first is None:
-            continue  # no tail shown after it: opening shows one again (show_orphaned)
+            # The new tail is still to come (an earlier answer being regenerated): its
+            # first turn will take the next id.  (A crash here: opening shows the newest
+            # stashed tail again, see show_orphaned.)
+            first = conv.next_turn_id
         earlier = [b for b in siblings if b.first_turn_id < first]
         later = [b for b in siblings if b.first_turn_id > first]
         out[first] = BranchState(parent, first, len(earlier) + 1, len(siblings) + 1,
