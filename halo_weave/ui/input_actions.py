@@ -71,6 +71,9 @@ class InputActions:
             self.messages.info(reason or "There is no message of yours to edit.")
             return
         self._editing_turn = turn_id
+        live = [c.id for c in self.controller.conv.content_chunks(turn_id) if c.live]
+        if live and turn_id != self.controller.conv.turns.last("user"):
+            self.heatmap.show_chunk(live[0])  # the message being changed, outlined
         self.input.setPlainText(text)
         self.input.moveCursor(QTextCursor.MoveOperation.End)
         self.input.setFocus()
@@ -91,6 +94,7 @@ class InputActions:
         live = [c.id for c in conv.content_chunks(first) if c.live]
         if live:
             self.heatmap.show_chunk(live[0])
+        self.conversation_list.refresh()  # its count of messages
 
     def _sync_turn_actions(self) -> None:
         """Enable Continue / Regenerate / Edit / versions for what the conversation ends with."""
