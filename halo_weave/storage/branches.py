@@ -342,10 +342,7 @@ def branch_at(conv: Conversation, store: ConversationStore, turn_id: int) -> lis
     with store.transaction():
         _stash(store, parent)
         store.set_meta("updated_at", time.time())
-    removed: list[Chunk] = []
-    while len(conv.turns) and conv.turns.last() >= turn_id:
-        removed += conv.remove_last_turn()[1]
-    return removed
+    return conv.remove_turns_from(turn_id)
 
 
 def reopen_before(conv: Conversation, turn_id: int, room_for: int = 0) -> list[Chunk]:
