@@ -30,17 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from halo_weave.core.chat_template import build_framing, system_text  # noqa: E402
-from halo_weave.conversation import Conversation  # noqa: E402
-from halo_weave.events import ModelInfo, TokenEvent  # noqa: E402
-from halo_weave.session import ChatSession, token_events  # noqa: E402
-from halo_weave.settings import Settings  # noqa: E402
-from halo_weave.storage import branches  # noqa: E402
-from halo_weave.store import ConversationStore, StoreError  # noqa: E402
+from halo_weave.core.chat_template import build_framing, system_text
+from halo_weave.conversation import Conversation
+from halo_weave.events import ModelInfo, TokenEvent
+from halo_weave.session import ChatSession, token_events
+from halo_weave.settings import Settings
+from halo_weave.storage import branches
+from halo_weave.store import ConversationStore, StoreError
 
 _PIECES = re.compile(r"<\|[a-z_]+\|>|\n|[^\S\n]*[^\s<]+|[^\S\n]+|<")
 WORDS = ("apple river stone maple orbit cedar lantern violet harbor quartz ember willow "

@@ -13,7 +13,7 @@ from ..core.stream_clock import StreamClock
 from ..errors import AttentionError
 from ..events import TokenEvent
 from ..memory import recall_note, room
-from ..memory.resurrection import budget as resurrection_budget
+from ..memory.resurrection_plan import budget as resurrection_budget
 from ..rules import WITHOUT_BRIGHTNESS
 from ..settings import Settings
 from ..storage.capture import RoundCapture

@@ -95,9 +95,8 @@ def branch_link_at(view, plan, point: QPoint | QPointF) -> tuple[int, int] | Non
 
 def branch_tooltip(plan, turn_id: int, step: int) -> str:
     number, count = plan.branch_marks.get(turn_id, (0, 0))
-    target = number + step
-    return (f"Show branch {target} of {count} from here (this message and everything after it; "
-            "the branch shown now is kept)")
+    return (f"Show branch {number + step} of {count} from here (this message and everything after "
+            "it; the branch shown now is kept)")
 
 
 def message_text(conv: Conversation, turn_id: int) -> str:
@@ -144,12 +143,12 @@ def context_menu(view, point: QPoint | QPointF) -> QMenu:
         menu.addSeparator()
         copy_chunk = menu.addAction("Copy chunk text")
         copy_chunk.triggered.connect(lambda: clipboard.setText(conv.chunk_text(chunk.id)))
-    turn_id = view.turn_at(point)
+    turn_id = turn_at(view, view.plan, point)
     if turn_id is not None:
         role = conv.turns[turn_id].role
         copy_message = menu.addAction("Copy your message" if role == "user" else "Copy the answer")
         copy_message.setToolTip("The whole message as shown (its pruned paragraphs left out)")
-        copy_message.triggered.connect(lambda: clipboard.setText(view.message_text(turn_id)))
+        copy_message.triggered.connect(lambda: clipboard.setText(message_text(conv, turn_id)))
         _change_actions(view, menu, conv, turn_id, role)
         menu.addSeparator()
     copy = menu.addAction("Copy selection")

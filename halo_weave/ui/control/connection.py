@@ -85,8 +85,8 @@ class ServerConnection(QObject):
         self._probe: CallWorker | None = None
         self._starter: ServerStartWorker | None = None
         self._closed = False
-        #: ``() -> {"api_key": str | None, "template": str, "model": str, "context_tokens": int}``,
-        #: read at each connect.
+        #: ``() -> {"api_key": () -> str | None, "template": str, "model": str,
+        #: "context_tokens": int}``, read at each connect (the key on the probe's thread).
         self._options = options
         #: ``() -> list[str]``: options for the bundled server, read when it starts.
         self._server_args = server_args
@@ -115,7 +115,9 @@ class ServerConnection(QObject):
             # A key from Settings (keyring) or $HALO_WEAVE_API_KEY (e.g. halo-weave-server --api-key).
             from ...backends.model_template import resolve
 
-            client = connect(url, api_key=options.get("api_key") or os.environ.get("HALO_WEAVE_API_KEY") or None,
+            key = options.get("api_key")
+            key = key() if callable(key) else key
+            client = connect(url, api_key=key or os.environ.get("HALO_WEAVE_API_KEY") or None,
                              model=options.get("model") or None)
             choice = options.get("template") or AUTO
             try:

@@ -76,10 +76,17 @@ class ServerLink(QObject):
         return self._session.template_choice()
 
     def _connection_options(self) -> dict:
-        from ...backends.api_keys import get_key
-
         settings = self._session.settings
-        return {"api_key": get_key(settings.server_url), "template": self.template_choice(),
+        url = settings.server_url
+
+        def api_key() -> str | None:
+            # On the probe's thread: importing the backends (httpx) and finding the keyring
+            # backend take ~0.4 s, which the window's first paint need not wait for.
+            from ...backends.api_keys import get_key
+
+            return get_key(url)
+
+        return {"api_key": api_key, "template": self.template_choice(),
                 "model": self._session.model_choice(), "context_tokens": settings.server_context_tokens}
 
     def choose_model(self, name: str) -> None:
