@@ -213,7 +213,22 @@ def test_a_damaged_stashed_branch_is_refused_and_the_shown_one_kept(tmp_path):
     assert _shown(_session(session.store.path)[0]) == shown
 
 
-def test_an_import_with_a_bad_branch_is_refused_whole(tmp_path):
+def _turn_id_the_file_has(tail, third):
+    tail["tables"]["turns"]["rows"][0][0] = third - 1
+
+
+def _short_token_blob(tail, third):
+    table = tail["tables"]["chunk_tokens"]
+    column = table["columns"].index("token_ids")
+    table["rows"][0][column] = {"$b": "AAAA"}  # one token for a chunk of more
+
+
+def _prefix_of_text(tail, third):
+    tail["prefix"]["chunks"] = [["one", 1, 0, None]]
+
+
+@pytest.mark.parametrize("damage", [_turn_id_the_file_has, _short_token_blob, _prefix_of_text])
+def test_an_import_with_a_bad_branch_is_refused_whole(tmp_path, damage):
     import json
 
     session, backend, _ = _chat(tmp_path)
@@ -223,7 +238,7 @@ def test_an_import_with_a_bad_branch_is_refused_whole(tmp_path):
     out = tmp_path / "export.json"
     export_conversation(session.store, out)
     doc = json.loads(out.read_text())
-    doc["branches"][0]["tail"]["tables"]["turns"]["rows"][0][0] = third - 1  # an id the file has
+    damage(doc["branches"][0]["tail"], third)
     out.write_text(json.dumps(doc))
     with pytest.raises(TransferError, match="branches"):
         import_conversation(out, tmp_path / "imported")
@@ -274,3 +289,16 @@ def test_versions_of_the_last_answer_travel_with_their_branch(tmp_path):
     state = session.answer_versions()
     assert (state.number, state.count) == (2, 2)
     assert state.previous.text == EXCHANGES[-1][1]
+
+
+def test_the_first_message_can_be_edited_too(tmp_path):
+    session, backend, _ = _chat(tmp_path)
+    before = _shown(session)
+    first = list(session.conv.turns)[0]
+    pieces = session.tokenize("Start somewhere else.")
+    edited = session.branches.edit_message(first, [i for i, _ in pieces], [t for _, t in pieces])
+    _answer(session, backend, "Gladly.")
+    assert _shown(session) == [("user", "Start somewhere else."), ("assistant", "Gladly.")]
+    assert session.branches.state_of(edited.turn_id).number == 2
+    session.branches.switch(edited.turn_id, -1)
+    assert _shown(session) == before
