@@ -166,6 +166,24 @@ class Conversation:
         self.recalls.forget(turn_id)
         return turn, chunks
 
+    def remove_turns_from(self, turn_id: int) -> list[Chunk]:
+        """Take every (closed) turn from ``turn_id`` on out of the conversation (a branch
+        is stashed): :meth:`remove_last_turn` for a whole tail at once.  Returns their
+        chunks; positions and ids are not reused."""
+        if self.open_turn is not None:
+            raise ConversationError("a turn is still open")
+        turn_ids = [t for t in self.turns if t >= turn_id]
+        chunks = [self.chunks[c] for t in turn_ids for c in self.turns[t].chunk_ids]
+        ids = np.fromiter((c.id for c in chunks), np.int32, len(chunks))
+        self.table.keep(~np.isin(self.table.chunk_id, ids))
+        for chunk in chunks:
+            del self.chunks[chunk.id]
+            self.held.forget(chunk.id)
+        for tid in turn_ids:
+            del self.turns[tid]
+            self.recalls.forget(tid)
+        return chunks
+
     # ------------------------------------------------------------------ trials
     def snapshot(self) -> Snapshot:
         """Everything this conversation holds, copied, for :meth:`restore`: the token

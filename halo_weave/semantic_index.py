@@ -285,6 +285,16 @@ class SemanticIndex:
             self._changed += len(chunk_ids)
             self._maybe_snapshot()
 
+    def reread(self, chunk_ids: Sequence[int]) -> None:
+        """Follow entries another writer put into the table or took out of it (a branch
+        switch restores a tail's entries with their vectors): re-read ``chunk_ids``."""
+        if not chunk_ids:
+            return
+        with self._lock:
+            self._refresh(chunk_ids)
+            self._changed += len(chunk_ids)
+            self._maybe_snapshot()
+
     def index_chunks(self, conv: Conversation, chunk_ids: Sequence[int], batch_size: int = 32,
                      progress: Progress | None = None) -> int:
         """Embed and upsert ``chunk_ids``, one commit per batch; returns how many.

@@ -45,6 +45,7 @@ from PySide6.QtGui import (
     QPainter,
     QPaintEvent,
     QPalette,
+    QTextCursor,
     QTextOption,
 )
 from PySide6.QtWidgets import QMenu, QPlainTextEdit, QToolTip, QWidget
@@ -86,13 +87,19 @@ class HeatmapView(QPlainTextEdit):
     Signals (user intent, never acted on here): ``pin_requested(chunk_id, pinned)``,
     ``merge_requested(chunk_id)`` (with the next chunk of its turn),
     ``prune_requested(chunk_id)`` (prune by hand), ``graveyard_requested(chunk_id)`` (a
-    recalled chunk pruned since: show it in the graveyard).
+    recalled chunk pruned since: show it in the graveyard), ``edit_requested(turn_id)``
+    (change a message of the user), ``regenerate_requested(turn_id)`` (answer again),
+    ``branch_requested(turn_id, step)`` (the previous or next branch where branches part:
+    the "‹ n / m ›" of a message header, :meth:`set_branch_marks`).
     """
 
     pin_requested = Signal(int, bool)
     merge_requested = Signal(int)
     prune_requested = Signal(int)
     graveyard_requested = Signal(int)
+    edit_requested = Signal(int)
+    regenerate_requested = Signal(int)
+    branch_requested = Signal(int, int)
     #: A frame with streamed tokens was done (the window refreshes its stats with it).
     streamed_frame = Signal()
     #: A Copy button put text on the clipboard ("code" or "message").
@@ -142,6 +149,9 @@ class HeatmapView(QPlainTextEdit):
         self.finder = Finder(self)
         #: Streamed tokens on their way into the document (:mod:`.heatmap_stream`).
         self.stream = StreamedText(self)
+        #: Turn id -> (number, count) of the messages where branches part (the window's).
+        self._branch_marks: dict[int, tuple[int, int]] = {}
+        self._pressed_branch: tuple[int, int] | None = None  # the arrow a press was on
 
     # ------------------------------------------------------------------ public API
     def set_conversation(self, conv: Conversation | None) -> None:
@@ -150,6 +160,31 @@ class HeatmapView(QPlainTextEdit):
         self.finder.reset()
         self.rebuild()
         self.follower.jump_to_latest()  # a conversation opens at its newest text
+
+    def set_branch_marks(self, marks: dict[int, tuple[int, int]]) -> None:
+        """Turn id -> (number, count) of the messages where branches part, shown as
+        "‹ number / count ›" in their headers from the next :meth:`rebuild`."""
+        self._branch_marks = dict(marks)
+
+    def branch_mark(self, turn_id: int) -> tuple[int, int] | None:
+        """(number, count) of the branch that starts at ``turn_id``; None when none does."""
+        return self._branch_marks.get(turn_id)
+
+    def branch_link_at(self, point: QPoint | QPointF) -> tuple[int, int] | None:
+        """(turn id, step) of the branch arrow ("‹" -1, "›" +1) under a viewport point."""
+        return heatmap_menu.branch_link_at(self, self._plan, point)
+
+    def branch_arrow_rect(self, turn_id: int, step: int) -> QRect | None:
+        """Viewport rectangle of a branch arrow of the message ``turn_id`` (None: no such arrow)."""
+        link = next(((a, b) for a, b, t, s in self._plan.branch_links if (t, s) == (turn_id, step)), None)
+        if link is None:
+            return None
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(link[0])
+        first = self.cursorRect(cursor)
+        cursor.setPosition(link[1])
+        end = self.cursorRect(cursor)
+        return QRect(first.left(), first.top(), max(end.left() - first.left(), 4), first.height())
 
     def conversation(self) -> Conversation | None:
         """The conversation shown (None: none)."""
@@ -183,7 +218,7 @@ class HeatmapView(QPlainTextEdit):
             self._plan = DocumentPlan()
             self.setPlainText("")
         else:
-            self._plan, text = build_plan(self._conv, self.finder.expanded)
+            self._plan, text = build_plan(self._conv, self.finder.expanded, self._branch_marks)
             # A long document: states only now; what is on screen is formatted below.
             deferred = self.markdown_layer.set_text(text, text.count("\n") > DEFER_MARKDOWN_LINES)
         if self.follower.following:
@@ -319,10 +354,16 @@ class HeatmapView(QPlainTextEdit):
             QGuiApplication.clipboard().setText(text)
             self.copied.emit(kind)
             return
-        if not self.finder.press(event.position()):
+        self._pressed_branch = self.branch_link_at(event.position())
+        if self._pressed_branch is None and not self.finder.press(event.position()):
             super().mousePressEvent(event)
 
     def mouseReleaseEvent(self, event: QMouseEvent) -> None:
+        branch, self._pressed_branch = self._pressed_branch, None
+        if branch is not None:
+            if self.branch_link_at(event.position()) == branch:
+                self.branch_requested.emit(*branch)
+            return
         on_recall_link, url = self.finder.release(event.position())
         if not on_recall_link:
             super().mouseReleaseEvent(event)
@@ -333,6 +374,7 @@ class HeatmapView(QPlainTextEdit):
         super().mouseMoveEvent(event)
         point = QPointF(event.position())
         over = ((self._plan.links and self.finder.recall_link_at(point) is not None)
+                or (self._plan.branch_links and self.branch_link_at(point) is not None)
                 or any(rect.contains(point) for rect, _, _ in self.copy_buttons())
                 or bool(self.link_at(point)))
         self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if over else Qt.CursorShape.IBeamCursor)
@@ -340,6 +382,10 @@ class HeatmapView(QPlainTextEdit):
     def viewportEvent(self, event: QEvent) -> bool:
         if event.type() != QEvent.Type.ToolTip:
             return super().viewportEvent(event)
+        branch = self.branch_link_at(event.pos())
+        if branch is not None:
+            QToolTip.showText(event.globalPos(), heatmap_menu.branch_tooltip(self._plan, *branch), self.viewport())
+            return True
         link = self.finder.recall_link_at(event.pos())
         if link is not None:
             QToolTip.showText(event.globalPos(), heatmap_menu.link_tooltip(self._conv, *link), self.viewport())
