@@ -30,12 +30,16 @@ reached as ``session.<part>``:
 
 * ``answer`` (:class:`.answer.OpenAnswer`): the open answer's progress, speed and end;
 * ``rounds`` (:class:`.rounds.Rounds`): tool steps and the attention recording;
-* ``recall`` (:class:`.resurrect.Recall`): resurrection for a message, its recall note;
+* ``recall`` (:class:`.resurrect.Recall`): the semantic index, resurrection for a
+  message, its recall note;
 * ``prompt`` (:class:`.system_prompt.SystemPrompt`): the conversation's system prompt;
 * ``server`` (:class:`.server_use.ServerUse`): the template and model the conversation
-  asks for, and the server's cache of it (warm-up, read-ahead: :mod:`.read_ahead`);
+  asks for, the model's window and tokenizer, and the server's cache of it (warm-up,
+  read-ahead: :mod:`.read_ahead`);
 * ``exchange`` (:class:`.last_exchange.LastExchange`): Continue, Regenerate, Edit and
   resend, answer versions;
+* ``branches`` (:class:`.branches.Branches`): any earlier message edited or regenerated
+  with branches, and switching between them;
 * ``levers`` (:class:`.levers.Levers`): resurrect, pin, merge and prune by hand.
 """
 

@@ -14,6 +14,7 @@ from ..rules import WITHOUT_BRIGHTNESS
 from ..settings import Settings
 from ..tools import notebook
 from .answer import OpenAnswer
+from .branches import Branches
 from .last_exchange import LastExchange
 from .levers import Levers
 from .resurrect import Recall
@@ -58,13 +59,13 @@ class TurnEnd:
 class ChatSession:
     """A conversation, its file and its model server, and every rule of a turn.
 
-    Owns: the open conversation (``conv``), its file (``store``), its semantic index and
-    indexer, the connected ``backend`` with its ``model_info`` and ``framing``, whether
-    the server streams attention (``attention_available``) and whether the reader's
-    attention may rank chunks (``proxy_ranks``); the turn itself (open, stream, finish,
-    prune) and the one saver, :meth:`save`.  Its parts own the rest: ``answer``,
-    ``rounds``, ``recall``, ``prompt``, ``server``, ``exchange``, ``levers`` (see
-    :mod:`halo_weave.session`).
+    Owns: the open conversation (``conv``), its file (``store``), its ``indexer``, the
+    connected ``backend`` with its ``model_info`` and ``framing``, whether the server
+    streams attention (``attention_available``) and whether the reader's attention may
+    rank chunks (``proxy_ranks``); the turn itself (open, stream, finish, prune) and the
+    one saver, :meth:`save`.  Its parts own the rest: ``answer``, ``rounds``, ``recall``
+    (with the semantic index), ``prompt``, ``server``, ``exchange``, ``branches``,
+    ``levers`` (see :mod:`halo_weave.session`).
     """
 
     def __init__(self, settings: Settings | None = None, *, report: Callable[[BaseException, str], None] = _raise,
@@ -74,7 +75,6 @@ class ChatSession:
         self.report = report
         self.conv: Conversation | None = None
         self.store = None
-        self.index = None  # the semantic index, when there is one
         self.indexer = indexer
         self.backend: Backend | None = None
         self.model_info = None
@@ -90,6 +90,7 @@ class ChatSession:
         self.prompt = SystemPrompt(self)
         self.server = ServerUse(self)
         self.exchange = LastExchange(self)
+        self.branches = Branches(self)
         self.levers = Levers(self)
 
     # ------------------------------------------------------------------ set-up
@@ -97,12 +98,22 @@ class ChatSession:
         """Rehydrate the conversation of ``store`` (an open :class:`~halo_weave.store.ConversationStore`)."""
         return self.adopt(store.load(self.settings, self.framing or Framing.none()), store)
 
+    def reload(self) -> Conversation:
+        """Read the conversation again from its file (after a branch switch changed the
+        file under it); the semantic index and the server stay as they are."""
+        conv = self.store.load(self.settings, self.framing or Framing.none())
+        if self.framing is not None:
+            conv.framing = self.framing
+        self.conv = conv
+        return conv
+
     def adopt(self, conv: Conversation, store=None) -> Conversation:
         """Run turns on ``conv``, saved to ``store`` (None: in memory only, e.g. a benchmark)."""
         if self.framing is not None:
             conv.framing = self.framing
-        self.store, self.conv, self.index = store, conv, None
-        self.recall.resurrected = 0
+        self.store, self.conv = store, conv
+        self.recall.use_index(None)
+        self.recall.skip()
         self.answer.forget_speed()
         self.server.name_conversation()
         return conv
@@ -134,13 +145,9 @@ class ChatSession:
     def use_settings(self, settings: Settings) -> None:
         """Run on ``settings`` from now on (the conversation and its index too)."""
         self.settings = settings
-        for holder in (self.conv, self.index):
+        for holder in (self.conv, self.recall.index):
             if holder is not None and hasattr(holder, "use_settings"):
                 holder.use_settings(settings)
-
-    def use_index(self, index) -> None:
-        """Search and index the open conversation with ``index`` (loaded for it)."""
-        self.index = index
 
     def set_proxy_ranks(self, ranks: bool) -> None:
         """Whether the reader's attention (proxy attention) ranks chunks for pruning."""
@@ -154,7 +161,8 @@ class ChatSession:
         """Quitting: save the brightness (between turns) and close the file; the session
         forgets the file and the index even when closing fails (which raises)."""
         store, conv = self.store, self.conv
-        self.store, self.index = None, None
+        self.store = None
+        self.recall.use_index(None)
         if store is None:
             return
         try:

@@ -80,8 +80,8 @@ class LastExchange:
     def _forget(self, removed: list[Chunk]) -> list[Chunk]:
         """Drop removed chunks from the index; re-embed what changed context."""
         session = self._session
-        if removed and session.index is not None:
-            session.save(lambda: session.index.remove([c.id for c in removed]), "Updating the memory index")
+        if removed and session.recall.index is not None:
+            session.save(lambda: session.recall.index.remove([c.id for c in removed]), "Updating the memory index")
         if session.indexer is not None:
             session.indexer.queue_pending(session.conv)
         return removed

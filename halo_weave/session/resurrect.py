@@ -15,23 +15,30 @@ import numpy as np
 from ..conversation import Chunk
 from ..memory import recall_note, room
 from ..memory.recall_note import best_first
-from ..memory.resurrection import apply_plan
-from ..memory.resurrection import budget as resurrection_budget
+from ..memory.resurrection_plan import apply_plan
+from ..memory.resurrection_plan import budget as resurrection_budget
 from ..memory.room import plan_with_room
 
 
 class Recall:
     """Resurrection for a message and the recall note of its answer (``session.recall``).
 
-    Owns: ``resurrected`` (how many chunks the last message brought back) and the note
+    Owns: ``index`` (the open conversation's semantic index, searched for what a message
+    brings back; None until one is loaded for it: :meth:`use_index`), ``resurrected``
+    (how many chunks the last message brought back) and the note
     the open answer's requests carry (set by :meth:`with_note`, taken out of each
     token's attention by :meth:`without_note`, dropped by :meth:`end_note`).
     """
 
     def __init__(self, session) -> None:
         self._session = session
+        self.index = None
         self.resurrected = 0
         self._note: recall_note.RecallNote | None = None
+
+    def use_index(self, index) -> None:
+        """Search and index the open conversation with ``index`` (loaded for it; None: none)."""
+        self.index = index
 
     @property
     def makes_room(self) -> bool:
@@ -43,7 +50,7 @@ class Recall:
     def can_resurrect(self) -> bool:
         """Whether a search for the next message could bring anything back."""
         session = self._session
-        index = session.index
+        index = self.index
         return bool(index is not None and index.available and index.entry_count > 0 and session.conv.graveyard())
 
     def skip(self) -> None:
@@ -76,7 +83,7 @@ class Recall:
         """
         session = self._session
         self.resurrected = 0
-        if index is not session.index or session.store is None or not matches:
+        if index is not self.index or session.store is None or not matches:
             return []
         conv, s = session.conv, session.settings
         user_tokens += self.note_reserve

@@ -14,7 +14,7 @@ import hashlib
 import uuid
 
 from ..core.chat_template import TemplateStrings, detect_template
-from ..core.resurrection import returning
+from ..core.token_resurrection import returning
 from ..memory.recall_note import best_first, note_tokens
 from ..memory.room import room_choice
 from ..storage.transfer_document import CACHE_KEY_META
@@ -171,7 +171,7 @@ class ServerUse:
         chunks, gone = [], []
         user_tokens = len(ids) + recall.note_reserve
         note: list[int] = []
-        if matches and index is not None and index is session.index and recall.can_resurrect():
+        if matches and index is not None and index is session.recall.index and recall.can_resurrect():
             if recall.makes_room:
                 plan, gone, _ = room_choice(conv, matches, index.plan, **recall.room_terms(user_tokens))
             else:

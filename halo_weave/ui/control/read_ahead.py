@@ -187,7 +187,7 @@ class ReadAhead(QObject):
             if self._session.conv is not conv or self._gate.busy or self._gate.closing:
                 return self._read_ahead_ended()  # a send or another conversation came first
             try:
-                ids = session.server.draft_ids(session.index, matches, [int(i) for i, _ in pieces])
+                ids = session.server.draft_ids(session.recall.index, matches, [int(i) for i, _ in pieces])
             except Exception:  # noqa: BLE001 - the send path reports a real failure itself
                 log.debug("read-ahead: no draft prompt", exc_info=True)
                 return self._read_ahead_ended()
@@ -199,7 +199,7 @@ class ReadAhead(QObject):
         def tokenized(pieces) -> None:
             if self._session.conv is not conv or self._gate.busy:
                 return self._read_ahead_ended()
-            index = session.index
+            index = session.recall.index
             if index is None or not session.recall.can_resurrect():
                 searched(pieces, [])
                 return
