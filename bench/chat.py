@@ -102,7 +102,7 @@ def progress(row: dict, total: int, started: float) -> str:
 def type_ahead(session, client, index, text: str, cps: float) -> dict:
     """Type ``text`` at ``cps`` characters a second and read ahead as the app does: once a
     word is finished (a space or line typed) and no read-ahead is in flight, the prompt of
-    the message so far (:meth:`ChatSession.draft_ids`) goes to the server; one that ends
+    the message so far (``session.server.draft_ids``) goes to the server; one that ends
     while the user has typed on is followed at once by the next.  The clock is simulated:
     typing costs no wall time here, each read-ahead costs what it took (tokenize, search,
     plan, the server's sync).  Enter comes right after the last character, with no pause
@@ -124,9 +124,9 @@ def type_ahead(session, client, index, text: str, cps: float) -> dict:
         if not draft or draft == last:
             continue
         started = time.perf_counter()
-        pieces = session.tokenize(draft)
-        matches = index.search(draft) if session.can_resurrect() else []
-        ids = session.draft_ids(index, matches, [i for i, _ in pieces])
+        pieces = session.server.tokenize(draft)
+        matches = index.search(draft) if session.recall.can_resurrect() else []
+        ids = session.server.draft_ids(index, matches, [i for i, _ in pieces])
         planned = time.perf_counter()
         try:
             answer = client.prepare(ids, max_length=session.settings.max_new_tokens)
@@ -173,24 +173,24 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
     session.connect(client, info, framing)
     store = ConversationStore.open(home / "bench.sqlite")
     session.open(store)
-    if session.system_prompt_text():
-        session.set_system_prompt(settings.system_prompt, session.system_prompt_pieces(settings.system_prompt))
+    if session.prompt.framed_text():
+        session.prompt.apply(settings.system_prompt, session.prompt.pieces(settings.system_prompt))
     embedder = Embedder()
     embedder.load()
     index = SemanticIndex(store.conn, settings, embedder, lock=store.lock)
     index.load()
-    session.index, session.indexer = index, SyncIndexer(index)
+    session.recall.index, session.indexer = index, SyncIndexer(index)
 
     rows = []
     started = time.perf_counter()
-    read_ahead = typing_cps > 0 and session.can_read_ahead
+    read_ahead = typing_cps > 0 and session.server.can_read_ahead
     for n, text in enumerate(messages):
         typed = type_ahead(session, client, index, text, typing_cps) if read_ahead else {}
         t0 = time.perf_counter()
-        pieces = session.tokenize(text)
+        pieces = session.server.tokenize(text)
         resurrected = []
-        if session.can_resurrect():
-            resurrected = session.resurrect_for(index, index.search(text), len(pieces))
+        if session.recall.can_resurrect():
+            resurrected = session.recall.resurrect_for(index, index.search(text), len(pieces))
         session.add_user_message([i for i, _ in pieces], [t for _, t in pieces], recalled=resurrected)
         session.fit_model_window()
         session.begin_answer()

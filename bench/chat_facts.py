@@ -192,6 +192,7 @@ def open_session(url: str, settings, folder: Path):
     """A :class:`ChatSession` on the server at ``url`` as the app connects to it, on a new
     conversation file in ``folder``, with its semantic index; returns (session, index, store)."""
     from halo_weave.backends import connect
+    from halo_weave.backends.model_template import TemplateInUse
     from halo_weave.core.chat_template import AUTO, build_framing, detect_template
     from halo_weave.memory.embedder import Embedder
     from halo_weave.semantic_index import SemanticIndex
@@ -200,23 +201,23 @@ def open_session(url: str, settings, folder: Path):
 
     client = connect(url)
     info = client.model_info()
-    template = detect_template(getattr(info, "chat_template", None), settings.chat_template or AUTO)
+    template = detect_template(info.chat_template, settings.chat_template or AUTO)
     framing = build_framing(lambda text: client.tokenize(text, parse_special=True), template)
-    client.template = template
+    client.use_template(TemplateInUse(template), settings.chat_template or AUTO)
     session = ChatSession(settings)
     session.connect(client, info, framing)
     store = ConversationStore.open(folder / "chat.sqlite")
     session.open(store)
     prompt = settings.effective_system_prompt
-    if session.system_prompt_text():
-        session.set_system_prompt(prompt, session.system_prompt_pieces(prompt))
+    if session.prompt.framed_text():
+        session.prompt.apply(prompt, session.prompt.pieces(prompt))
     embedder = Embedder()
     embedder.load()
     index = SemanticIndex(store.conn, settings, embedder, lock=store.lock)
     index.load()
     from .chat import SyncIndexer  # the app's indexing queue, run in place between turns
 
-    session.index, session.indexer = index, SyncIndexer(index)
+    session.recall.index, session.indexer = index, SyncIndexer(index)
     return session, index, store
 
 
@@ -235,8 +236,8 @@ def chat(session, index, say) -> tuple[list[dict], list[dict]]:
     previous: list[int] = []  # the last request's prompt and its answer
     previous_prompt = 0  # the length of the last request's prompt
     for n, (text, fact, kind) in enumerate(messages()):
-        pieces = session.tokenize(text)
-        recalled = session.resurrect_for(index, index.search(text), len(pieces)) if session.can_resurrect() else []
+        pieces = session.server.tokenize(text)
+        recalled = session.recall.resurrect_for(index, index.search(text), len(pieces)) if session.recall.can_resurrect() else []
         turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces], recalled=recalled)
         session.fit_model_window()
         if kind == "fact":

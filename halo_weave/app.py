@@ -32,11 +32,11 @@ right)::
       ├─ tokenize once ................................ CallWorker
       ├─ wait ≤ embed_wait_seconds for pending indexing, then
       │  search ....................................... EmbedderWorker (urgent job)
-      │  session.resurrect_for: within the budget
+      │  session.recall.resurrect_for: within the budget
       ├─ session.add_user_message: saved, queued for indexing, then shown
       ├─ session.begin_answer, stream ................ GenerationWorker
       │    per event: session.receive (attention, record, append, save every 16)
-      ├─ a round ending on </tool>: run the call, session.apply_tool_step, next round
+      ├─ a round ending on </tool>: run the call, session.rounds.apply_tool_step, next round
       └─ session.finish_turn: save, queue indexing, prune, save; then announce
 """
 
@@ -139,9 +139,9 @@ class TurnController(QObject):
             session.save(lambda: store.set_meta("chat_template", new.chat_template), "Saving the chat template")
         if (new.system_prompt != old.system_prompt and conv is not None and store is not None
                 and not conv.turns and not getattr(store, "read_only", False)
-                and session.conversation_prompt() == old.system_prompt):
+                and session.prompt.own() == old.system_prompt):
             # The default is for new conversations: an empty one still on it takes the new one.
-            session.set_conversation_prompt(new.system_prompt)
+            session.prompt.set_own(new.system_prompt)
         if new.server_url != old.server_url or new.chat_template != old.chat_template or (
                 new.server_context_tokens != old.server_context_tokens):
             self.link.connect_server(new.server_url)
@@ -169,7 +169,7 @@ class TurnController(QObject):
         conv, session = self.conv, self.session
         if conv is None:
             return {}
-        limit = session.window_limit() if session.prunes_for_room else session.settings.max_context_tokens
+        limit = session.server.window_limit() if session.server.prunes_for_room else session.settings.max_context_tokens
         return dict(
             live_tokens=conv.live_token_count(),
             max_tokens=limit or int(getattr(session.model_info, "max_context", 0) or 0),
@@ -177,8 +177,8 @@ class TurnController(QObject):
             pruned_chunks=len(conv.graveyard()),
             mean_brightness=conv.mean_brightness(),
             brightness_source=self.proxy.brightness_source(),
-            tokens_per_s=session.clock.tokens_per_s if session.clock.running else session.tokens_per_s,
-            first_token_s=session.clock.first_token_s,
+            tokens_per_s=session.answer.clock.tokens_per_s if session.answer.clock.running else session.answer.tokens_per_s,
+            first_token_s=session.answer.clock.first_token_s,
             recalled_tokens=conv.recalled_tokens(),
             kept_tokens=conv.kept_tokens(),
             # Ranked by the reader, the prune waits for its read of the exchange.

@@ -2,14 +2,15 @@
 
 One typed :class:`TokenEvent` travels from the client (or a backend) to
 :class:`halo_weave.session.ChatSession` unchanged; :class:`DoneEvent` ends a stream;
-:class:`ModelInfo` describes the served model.  Pure data, Qt-free, below every module
+:class:`ModelInfo` describes the served model and :class:`Capabilities` what its server
+can do.  Pure data, Qt-free, below every module
 that produces or consumes it, so ``kobold_client`` and the backends never need each
 other for their types.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Iterable, Iterator
 
 import numpy as np
@@ -47,6 +48,29 @@ class ModelInfo:
     #: end-of-sequence token's text when the server says it ("" when it does not).
     template_origin: str = "the server"
     eos_token: str = ""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, as the app and ``--probe`` report it.
+
+    ``attention``: streams attention (``None``: unknown until the first answer, the
+    original fork).  ``token_ids``: the token table holds the server's own token ids
+    (exact prompts, prefix caching by ids).  ``exact_tokens``: budgets count the server's
+    own tokens (its tokenizer or counter); otherwise counts are the bundled tokenizer's
+    estimate.  ``prefix_cache``, ``abort``, ``template``: one phrase each, for the status
+    tooltip and the closing note's table.
+    """
+
+    attention: bool | None
+    token_ids: bool
+    exact_tokens: bool
+    prefix_cache: str
+    abort: str
+    template: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""HTTP client for the attention API (our reference server, the patched KoboldCPP fork,
-or stock KoboldCPP without attention).
+"""HTTP client for the attention API: our reference server and the patched KoboldCPP fork,
+a backend of :class:`halo_weave.backends.interface.Backend` (stock KoboldCPP, without
+the attention API, is :class:`halo_weave.backends.koboldcpp.StockKobold`).
 
 >>> client = KoboldClient("http://127.0.0.1:5001")               # doctest: +SKIP
 >>> stream = client.stream(input_ids=ids, max_length=50)        # doctest: +SKIP
@@ -33,7 +34,14 @@ from typing import Sequence
 
 import httpx
 
-from .events import NO_TOKEN_ID, DoneEvent, ModelInfo, StreamStats, TokenEvent  # noqa: F401 - importable from here too
+from .events import (  # noqa: F401 - importable from here too
+    NO_TOKEN_ID,
+    Capabilities,
+    DoneEvent,
+    ModelInfo,
+    StreamStats,
+    TokenEvent,
+)
 from .errors import (  # noqa: F401 - the client's errors, importable from here too
     AttentionError,
     BackendError,
@@ -60,6 +68,20 @@ TOKENIZE_CHARS_PER_S = 20_000
 RESTORE_TIMEOUT_S = 900.0
 
 
+HALO_CAPABILITIES = Capabilities(
+    attention=True, token_ids=True, exact_tokens=True,
+    prefix_cache="yes (token ids; the server reuses the KV prefix)",
+    abort="yes (/api/extra/abort with the request id)", template="the model's own (from /api/v1/model)")
+
+FORK_CAPABILITIES = Capabilities(
+    attention=None, token_ids=True, exact_tokens=True,
+    prefix_cache="yes (token ids)", abort="yes (/api/extra/abort, genkey)",
+    template="ChatML unless chosen in Settings")
+
+#: What the window calls each kind this client serves.
+NAMES = {"halo": "Halo Weave server", "koboldcpp-fork": "KoboldCPP (attention fork)"}
+
+
 def tokenize_timeout(chars: int, base: float = TOKENIZE_TIMEOUT_S) -> float:
     """Seconds to wait for the tokenization of ``chars`` characters."""
     return base + chars / TOKENIZE_CHARS_PER_S
@@ -69,10 +91,20 @@ def tokenize_timeout(chars: int, base: float = TOKENIZE_TIMEOUT_S) -> float:
 
 
 class KoboldClient:
-    """Typed calls to one server.  Thread-safe: a stream may be aborted from another thread."""
+    """Typed calls to one server.  Thread-safe: a stream may be aborted from another thread.
+
+    ``kind``: ``"halo"`` (ours) or ``"koboldcpp-fork"`` (the patched fork, which may or
+    may not stream attention: its events tell); ``version``: the server's, when it says.
+    """
 
     def __init__(self, base_url: str, *, connect_timeout: float = CONNECT_TIMEOUT_S,
-                 tokenize_timeout: float = TOKENIZE_TIMEOUT_S, api_key: str | None = None) -> None:
+                 tokenize_timeout: float = TOKENIZE_TIMEOUT_S, api_key: str | None = None,
+                 kind: str = "halo", version: str | None = None) -> None:
+        if kind not in NAMES:
+            raise ValueError(f"KoboldClient serves {sorted(NAMES)}, not {kind!r}")
+        self.kind = kind
+        self.version = version
+        self.capabilities = HALO_CAPABILITIES if kind == "halo" else FORK_CAPABILITIES
         self.base_url = base_url.rstrip("/")
         self.connect_timeout = connect_timeout
         self.tokenize_timeout = tokenize_timeout
@@ -82,9 +114,18 @@ class KoboldClient:
         #: Warms its cache for a reopened conversation (:meth:`restore`): set by
         #: :meth:`model_info` from ``supports_restore`` (our server declares it).
         self.restores = False
+        #: The server saves each conversation's cache itself (:meth:`save_cache` saves nothing).
+        self.saves_cache = False
         #: The conversation generate, prepare and restore requests name (the server saves
         #: that conversation's cache when idle); None names none.
         self.conversation: str | None = None
+        #: One model per server: nothing to pick.
+        self.models: list[str] = []
+        self.model_id: str | None = None
+        #: The chat template the connection frames with (:meth:`use_template`).
+        self.template = None
+        self.template_in_use = None
+        self.template_choice: str | None = None
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=httpx.Timeout(tokenize_timeout, connect=connect_timeout),
@@ -94,6 +135,32 @@ class KoboldClient:
 
     def close(self) -> None:
         self._http.close()
+
+    @property
+    def label(self) -> str:
+        """The server in the window's words, with its version when it says."""
+        return f"{NAMES[self.kind]} {self.version}" if self.version else NAMES[self.kind]
+
+    @property
+    def missing_model(self) -> str | None:
+        return None  # one model per server
+
+    def count_tokens(self, text: str) -> tuple[int, bool]:
+        """The server's own count: exact."""
+        return len(self.tokenize(text)), True
+
+    def table_context(self, server_context: int) -> int:
+        return server_context  # the table holds the server's own tokens
+
+    def assume_context(self, server_context: int) -> int:
+        return server_context  # requests carry no context size here
+
+    def save_cache(self) -> int:
+        return 0  # the server saves each conversation's cache itself
+
+    def use_template(self, used, choice: str | None) -> None:
+        """Frame with ``used`` (a ``TemplateInUse``), resolved from ``choice``."""
+        self.template, self.template_in_use, self.template_choice = used.template, used, choice
 
     def __enter__(self) -> "KoboldClient":
         return self
@@ -140,6 +207,8 @@ class KoboldClient:
         template = raw.get("chat_template")
         self.read_ahead = raw.get("supports_prepare") is True
         self.restores = raw.get("supports_restore") is True
+        if self.kind == "halo" and raw.get("supports_attention") is not True:
+            self.capabilities = Capabilities(**{**HALO_CAPABILITIES.as_dict(), "attention": False})
         eos_id = num("eos_token_id", None)
         specials = raw.get("chat_template_tokens") if isinstance(raw.get("chat_template_tokens"), dict) else {}
         info = ModelInfo(
@@ -154,6 +223,9 @@ class KoboldClient:
             chat_template=template if isinstance(template, str) and template else None,
             supports_attention=raw.get("supports_attention") is True,
             raw=raw,
+            kind=self.kind,
+            version=self.version,
+            server_max_context=max_context,
         )
         info.template_origin = "the model file, via /api/v1/model"
         info.eos_token = next((text for text, i in specials.items() if i == eos_id and isinstance(text, str)), "")

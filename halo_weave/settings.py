@@ -195,7 +195,7 @@ class Settings:
     # The model's context on a server that does not say (OpenAI-compatible ones); 0 = assume 2048.
     server_context_tokens: int = 0
     # The system prompt new conversations start with; each conversation keeps its own in
-    # its file (ChatSession.conversation_prompt).
+    # its file (``session.prompt.own()``).
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     #: Disk the built-in server may fill with conversations' saved KV caches (MiB; the least
     #: recently saved go first; 0 saves none, and reopening a conversation prefills it).

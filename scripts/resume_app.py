@@ -54,7 +54,7 @@ class App:
     def _streamed(self) -> None:
         # Also emitted when the message is saved and when the request starts: the first
         # token is the first emission with an answer token in the session.
-        if self.first_token is None and self.controller.session.streamed >= 1:
+        if self.first_token is None and self.controller.session.answer.streamed >= 1:
             self.first_token = time.perf_counter()
 
     def events(self, seconds: float = 0.0) -> None:
@@ -138,7 +138,7 @@ def reopen(url_of, conversation: Path, home: Path, *, typed: bool, send_after_s:
             app.events()
             if app.window.pending_turn.message.isVisible() or "You:" in app.window.heatmap.toPlainText()[-400:]:
                 shown = time.perf_counter()
-        app.wait(lambda: app.first_token is not None or c.session.last_finish_reason == "error", 600, "the first token")
+        app.wait(lambda: app.first_token is not None or c.session.answer.finish_reason == "error", 600, "the first token")
         first = app.first_token or time.perf_counter()
         # What the message brought back: chunks of earlier turns that were not live before it.
         recalled = sum(ch.token_count for ch in c.conv.live_chunks()

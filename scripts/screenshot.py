@@ -102,7 +102,7 @@ def main() -> None:
         window.input.setPlainText(text)
         window.send()
         if during is not None:
-            wait(lambda: (controller.turn.generating and controller.session.streamed >= 10) or not controller.gate.busy)
+            wait(lambda: (controller.turn.generating and controller.session.answer.streamed >= 10) or not controller.gate.busy)
             during()
         wait(lambda: not controller.gate.busy)
 
@@ -152,7 +152,7 @@ def main() -> None:
 
         window.input.setPlainText("Tell me a long story about a lighthouse keeper and a fox.")
         window.send()
-        wait(lambda: (controller.turn.generating and controller.session.streamed >= 6) or not controller.gate.busy)
+        wait(lambda: (controller.turn.generating and controller.session.answer.streamed >= 6) or not controller.gate.busy)
         controller.turn.stop()
         wait(lambda: not controller.gate.busy)
         shot("08_stopped")

@@ -97,11 +97,11 @@ def main() -> None:
     shot("chat_mid_scroll", flush=True)
     window.input.setPlainText(NEXT_MESSAGE)
     window.send()
-    wait(lambda: controller.turn.generating and controller.session.streamed >= 40)
+    wait(lambda: controller.turn.generating and controller.session.answer.streamed >= 40)
     shot("chat_streaming", flush=True)
     bar = window.heatmap.verticalScrollBar()
     bar.triggerAction(bar.SliderAction.SliderPageStepSub)  # the user scrolls up to read
-    wait(lambda: controller.session.streamed >= 70 or not controller.gate.busy)
+    wait(lambda: controller.session.answer.streamed >= 70 or not controller.gate.busy)
     shot("chat_scrolled_up_streaming", flush=True)
     wait(lambda: not controller.gate.busy)
     window.heatmap.follower.jump_to_latest()

@@ -102,7 +102,7 @@ def shoot(driver) -> dict:
 
     window.input.setPlainText(QUESTION)
     window.send()
-    wait(lambda: c.turn.generating and c.session.streamed >= 12 or not c.gate.busy)
+    wait(lambda: c.turn.generating and c.session.answer.streamed >= 12 or not c.gate.busy)
     live = stated_live(FACTS[-1])
     shot("recall_answering", flush=True)
     figures["answering"] = [bar.budget_label.text(), bar.recalled_label.text(), bar.budget_label.styleSheet(),

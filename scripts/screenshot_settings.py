@@ -63,7 +63,7 @@ def shoot(driver, args) -> dict:
     window.heatmap.follower.jump_to_latest()
     driver.shot("stats_bar", flush=True)
     dialog = SettingsDialog(controller.settings, window, keyring=False,
-                            conversation_prompt=controller.session.conversation_prompt())
+                            conversation_prompt=controller.session.prompt.own())
     dialog.show()
     for name, title in (("settings_dialog", "Context && memory"), ("settings_generation", "Generation"),
                         ("settings_prompt", "System prompt")):

@@ -32,7 +32,7 @@ import numpy as np
 
 from halo_weave.core.chat_template import build_framing, system_text
 from halo_weave.conversation import Conversation
-from halo_weave.events import ModelInfo, TokenEvent
+from halo_weave.events import Capabilities, ModelInfo, TokenEvent
 from halo_weave.session import ChatSession, token_events
 from halo_weave.settings import Settings
 from halo_weave.storage import branches
@@ -80,30 +80,70 @@ def message(rng: random.Random, paragraphs: int, words: int = 30) -> str:
 class ScriptedBackend:
     """A model server made of test data: answers ``answer`` with random attention.
 
-    The backend interface of :mod:`halo_weave.session`: ``tokenize``, ``stream`` (typed
-    token events; the attention of each covers the context as it is then), ``abort``,
-    ``model_info``, ``capabilities``.
+    Implements :class:`halo_weave.backends.interface.Backend` (no cache, one model, the
+    framing chosen by the test); its stream yields typed token events, the attention of
+    each covering the context as it is then.
     """
 
-    capabilities = type("Capabilities", (), {"attention": True, "token_ids": True})()
+    kind = "halo"
+    version = None
+    label = "scripted test server"
+    base_url = "scripted://"
+    capabilities = Capabilities(attention=True, token_ids=True, exact_tokens=True,
+                                prefix_cache="no", abort="yes", template="the test's")
+    read_ahead = restores = saves_cache = False
+    missing_model = None
 
     def __init__(self, rng: random.Random | None = None, answer: str = "") -> None:
         self.noise = np.random.default_rng((rng or random.Random(0)).getrandbits(32))
         self.answer = answer
+        self.conversation: str | None = None
+        self.models: list[str] = []
+        self.model_id: str | None = None
+        self.template = self.template_in_use = self.template_choice = None
 
-    def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
+    def tokenize(self, text: str, add_special_tokens: bool = False, *,
+                 parse_special: bool = False) -> list[tuple[int, str]]:
         return tokenize(text)
+
+    def detokenize(self, ids) -> str:
+        raise NotImplementedError("the scripted tokenizer keeps no vocabulary")
+
+    def count_tokens(self, text: str) -> tuple[int, bool]:
+        return len(tokenize(text)), True
+
+    def table_context(self, server_context: int) -> int:
+        return server_context
+
+    def assume_context(self, server_context: int) -> int:
+        return server_context
 
     def model_info(self) -> ModelInfo:
         return ModelInfo("scripted", 1, 1, 1, 1, 0, None, None, None, True, {})
 
-    def abort(self) -> bool:
+    def abort(self, request_id: str | None = None) -> bool:
         return True
 
     def stream(self, *, input_ids, **params):
         for n, (token_id, piece) in enumerate(tokenize(self.answer)):
             attention = self.noise.random(len(input_ids) + n, np.float32) ** 4
             yield TokenEvent(token_id, piece, attention / attention.sum())
+
+    def prepare(self, input_ids, max_length: int = 0, request_id: str | None = None, timeout: float = 60.0) -> dict:
+        raise NotImplementedError("the scripted server takes no prompt ahead")
+
+    def restore(self, input_ids, max_length: int = 0, conversation: str | None = None,
+                request_id: str | None = None) -> dict:
+        raise NotImplementedError("the scripted server keeps no cache")
+
+    def save_cache(self) -> int:
+        return 0
+
+    def use_template(self, used, choice: str | None) -> None:
+        self.template, self.template_in_use, self.template_choice = used.template, used, choice
+
+    def close(self) -> None:
+        pass
 
 
 def add_user(conv: Conversation, text: str):
@@ -146,7 +186,7 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
     conv = session.open(store)
     if not conv.system_prompt:
         text = system_text("You are a careful assistant.")
-        session.set_system_prompt(text, tokenize(text))
+        session.prompt.apply(text, tokenize(text))
     print("ready", file=out, flush=True)
 
     def report(role: str, turn) -> None:
@@ -154,7 +194,7 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
 
     while True:
         if not (_edit_last_exchange(session, rng, out, report) or _branch(session, rng, out, report)):
-            pieces = session.tokenize(message(rng, rng.randint(1, 3), rng.randint(8, 30)))
+            pieces = session.server.tokenize(message(rng, rng.randint(1, 3), rng.randint(8, 30)))
             turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
             report("user", turn)
         session.fit_model_window()
@@ -167,7 +207,7 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
         _continue_or_flip(session, backend, rng, out, report)
         pruned = session.conv.graveyard()
         if pruned and rng.random() < 0.3:
-            session.resurrect_chunk(rng.choice(pruned).id, pin=False)
+            session.levers.resurrect(rng.choice(pruned).id, pin=False)
         if rng.random() < 0.2:
             store.save_tool_data("notes", {"turn": turn.turn_id})
 
@@ -175,20 +215,20 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
 def _edit_last_exchange(session, rng, out, report) -> bool:
     """Now and then, instead of a new question: regenerate the last answer or edit the last
     question (True when the conversation now ends with a question to answer)."""
-    question, answer = session.last_exchange()
+    question, answer = session.exchange.last_exchange()
     if question is None or answer is None:
         return False
     roll = rng.random()
     if roll < 0.15:  # Regenerate: the answer becomes a version
         print("retiring", answer.turn_id, file=out, flush=True)
-        session.regenerate()
+        session.exchange.regenerate()
         print("removed", answer.turn_id, file=out, flush=True)
         return True
     if roll < 0.25:  # Edit and resend
         print("retiring", answer.turn_id, file=out, flush=True)
         print("retiring", question.turn_id, file=out, flush=True)
-        pieces = session.tokenize(message(rng, 1, rng.randint(5, 20)))
-        turn = session.replace_question([i for i, _ in pieces], [t for _, t in pieces])
+        pieces = session.server.tokenize(message(rng, 1, rng.randint(5, 20)))
+        turn = session.exchange.replace_question([i for i, _ in pieces], [t for _, t in pieces])
         print("removed", answer.turn_id, file=out, flush=True)
         print("removed", question.turn_id, file=out, flush=True)
         report("user", turn)
@@ -202,14 +242,14 @@ def _branch(session, rng, out, report) -> bool:
     question to answer).  Nothing is reported as gone: a turn that leaves the
     conversation must be in a stashed branch (the checker looks there)."""
     conv = session.conv
-    question, answer = session.last_exchange()
+    question, answer = session.exchange.last_exchange()
     earlier = [t for t in conv.turns if t not in {question and question.turn_id, answer and answer.turn_id}]
     roll = rng.random()
     if roll < 0.06 and earlier:
         turn_id = rng.choice(earlier)
         print("branching", turn_id, file=out, flush=True)
         if conv.turns[turn_id].role == "user":
-            pieces = session.tokenize(message(rng, 1, rng.randint(5, 20)))
+            pieces = session.server.tokenize(message(rng, 1, rng.randint(5, 20)))
             report("user", session.branches.edit_message(turn_id, [i for i, _ in pieces], [t for _, t in pieces]))
         else:
             session.branches.regenerate_answer(turn_id)
@@ -228,7 +268,7 @@ def _continue_or_flip(session, backend, rng, out, report) -> None:
     from halo_weave.storage import turn_edits
 
     roll = rng.random()
-    _, answer = session.last_exchange()
+    _, answer = session.exchange.last_exchange()
     if roll < 0.2:
         try:
             print("growing", answer.turn_id, file=out, flush=True)
@@ -241,10 +281,10 @@ def _continue_or_flip(session, backend, rng, out, report) -> None:
         turn = session.finish_turn("stop").turn
         report("assistant", turn)
     elif roll < 0.3:
-        state = session.answer_versions()
+        state = session.exchange.answer_versions()
         if state and state.count > 1:
             print("retiring", answer.turn_id, file=out, flush=True)
-            turn = session.show_version(-1 if state.previous else 1)
+            turn = session.exchange.show_version(-1 if state.previous else 1)
             print("removed", answer.turn_id, file=out, flush=True)
             report("assistant", turn)
 

@@ -49,7 +49,7 @@ def _answer(session, backend, text):
 
 
 def _ask(session, backend, question, answer):
-    pieces = session.tokenize(question)
+    pieces = session.server.tokenize(question)
     session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
     return _answer(session, backend, answer)
 
@@ -81,7 +81,7 @@ def test_editing_message_three_of_eight_starts_a_branch_and_the_old_one_comes_ba
     assert len(before) == 8 and session.conv.graveyard(), "some chunks were pruned"
     third = list(session.conv.turns)[2]
 
-    pieces = session.tokenize("Which boats sail from the southern pier?")
+    pieces = session.server.tokenize("Which boats sail from the southern pier?")
     edited = session.branches.edit_message(third, [i for i, _ in pieces], [t for _, t in pieces])
     _answer(session, backend, "Ferries to the islands, every hour in summer.")
 
@@ -133,21 +133,21 @@ def test_a_search_never_recalls_a_hidden_branch(tmp_path):
     embedder = Embedder()
     embedder.load()
     session, backend, _ = _chat(tmp_path)
-    session.use_index(SemanticIndex(session.store.conn, session.settings, embedder, lock=session.store.lock))
-    session.index.index_pending(session.conv)
+    session.recall.use_index(SemanticIndex(session.store.conn, session.settings, embedder, lock=session.store.lock))
+    session.recall.index.index_pending(session.conv)
     conv = session.conv
     third = list(conv.turns)[2]
     fishing = [c.id for c in conv.content_chunks(list(conv.turns)[6])]
-    assert set(fishing) & {m.chunk_id for m in session.index.search("mending fishing nets in the harbour")}
+    assert set(fishing) & {m.chunk_id for m in session.recall.index.search("mending fishing nets in the harbour")}
 
-    pieces = session.tokenize("Tell me about the bakery instead.")
+    pieces = session.server.tokenize("Tell me about the bakery instead.")
     session.branches.edit_message(third, [i for i, _ in pieces], [t for _, t in pieces])
-    found = {m.chunk_id for m in session.index.search("mending fishing nets in the harbour")}
+    found = {m.chunk_id for m in session.recall.index.search("mending fishing nets in the harbour")}
     assert not set(fishing) & found, "the hidden branch is not searched"
 
     _answer(session, backend, "The bakery opens at dawn.")
     session.branches.switch(session.conv.turns.last() - 1, -1)
-    found = {m.chunk_id for m in session.index.search("mending fishing nets in the harbour")}
+    found = {m.chunk_id for m in session.recall.index.search("mending fishing nets in the harbour")}
     assert set(fishing) & found, "shown again, it is found again (without re-embedding)"
 
 
@@ -155,7 +155,7 @@ def test_export_and_import_keep_both_branches(tmp_path):
     session, backend, _ = _chat(tmp_path, max_context_tokens=150)
     before, looks = _shown(session), _looks(session)
     third = list(session.conv.turns)[2]
-    pieces = session.tokenize("Which boats sail from the southern pier?")
+    pieces = session.server.tokenize("Which boats sail from the southern pier?")
     edited = session.branches.edit_message(third, [i for i, _ in pieces], [t for _, t in pieces])
     first_answer = _answer(session, backend, "Ferries to the islands.")
     _ask(session, backend, "And in winter?", "Once a day.")
@@ -198,7 +198,7 @@ def test_nested_branches_travel_with_their_tail(tmp_path):
 def test_a_damaged_stashed_branch_is_refused_and_the_shown_one_kept(tmp_path):
     session, backend, _ = _chat(tmp_path)
     third = list(session.conv.turns)[2]
-    pieces = session.tokenize("Something else.")
+    pieces = session.server.tokenize("Something else.")
     edited = session.branches.edit_message(third, [i for i, _ in pieces], [t for _, t in pieces])
     _answer(session, backend, "Fine.")
     shown = _shown(session)
@@ -233,7 +233,7 @@ def test_an_import_with_a_bad_branch_is_refused_whole(tmp_path, damage):
 
     session, backend, _ = _chat(tmp_path)
     third = list(session.conv.turns)[2]
-    pieces = session.tokenize("Something else.")
+    pieces = session.server.tokenize("Something else.")
     session.branches.edit_message(third, [i for i, _ in pieces], [t for _, t in pieces])
     out = tmp_path / "export.json"
     export_conversation(session.store, out)
@@ -252,7 +252,7 @@ def test_a_new_branch_sees_what_led_up_to_the_edited_message(tmp_path):
     before = list(conv.turns)[:2]
     assert any(not c.live for t in before for c in conv.content_chunks(t)), "later turns pruned them"
 
-    pieces = session.tokenize("Which boats sail from the southern pier?")
+    pieces = session.server.tokenize("Which boats sail from the southern pier?")
     session.branches.edit_message(second_question, [i for i, _ in pieces], [t for _, t in pieces])
     conv = session.conv
     answer_before = conv.content_chunks(before[1])
@@ -277,16 +277,16 @@ def test_a_regenerate_killed_before_its_answer_opens_with_the_old_branch(tmp_pat
 
 def test_versions_of_the_last_answer_travel_with_their_branch(tmp_path):
     session, backend, _ = _chat(tmp_path)
-    session.regenerate()
+    session.exchange.regenerate()
     _answer(session, backend, "They use a netting needle.")
-    assert (session.answer_versions().number, session.answer_versions().count) == (2, 2)
+    assert (session.exchange.answer_versions().number, session.exchange.answer_versions().count) == (2, 2)
     third = list(session.conv.turns)[2]
-    pieces = session.tokenize("Something else.")
+    pieces = session.server.tokenize("Something else.")
     edited = session.branches.edit_message(third, [i for i, _ in pieces], [t for _, t in pieces])
     _answer(session, backend, "Fine.")
-    assert session.answer_versions().count == 1, "the new branch's answer has no other version"
+    assert session.exchange.answer_versions().count == 1, "the new branch's answer has no other version"
     session.branches.switch(edited.turn_id, -1)
-    state = session.answer_versions()
+    state = session.exchange.answer_versions()
     assert (state.number, state.count) == (2, 2)
     assert state.previous.text == EXCHANGES[-1][1]
 
@@ -295,7 +295,7 @@ def test_the_first_message_can_be_edited_too(tmp_path):
     session, backend, _ = _chat(tmp_path)
     before = _shown(session)
     first = list(session.conv.turns)[0]
-    pieces = session.tokenize("Start somewhere else.")
+    pieces = session.server.tokenize("Start somewhere else.")
     edited = session.branches.edit_message(first, [i for i, _ in pieces], [t for _, t in pieces])
     _answer(session, backend, "Gladly.")
     assert _shown(session) == [("user", "Start somewhere else."), ("assistant", "Gladly.")]

@@ -20,25 +20,25 @@ def _open(path, **settings) -> ChatSession:
 
 def _frame(session) -> None:
     """What the window does when the prompt the model should read is not the framed one."""
-    if session.system_prompt_text() is not None:
-        prompt = session.effective_prompt()
+    if session.prompt.framed_text() is not None:
+        prompt = session.prompt.effective()
         words = prompt.split(" ")
-        session.set_system_prompt(prompt, [(100 + i, (" " if i else "") + w) for i, w in enumerate(words)])
+        session.prompt.apply(prompt, [(100 + i, (" " if i else "") + w) for i, w in enumerate(words)])
 
 
 def test_a_conversation_keeps_its_own_prompt_when_the_default_changes(tmp_path):
     french = new_conversation_path(tmp_path)
     session = _open(french, system_prompt="You are a helpful assistant.")
-    assert session.conversation_prompt() == "You are a helpful assistant.", "a new one starts with the default"
-    session.set_conversation_prompt("You answer in French.")
+    assert session.prompt.own() == "You are a helpful assistant.", "a new one starts with the default"
+    session.prompt.set_own("You answer in French.")
     _frame(session)
     assert session.conv.system_prompt == "You answer in French."
     session.store.close()
 
     # The default changes: the conversation keeps its prompt, a new one takes the new default.
     again = _open(french, system_prompt="Be terse.")
-    assert again.conversation_prompt() == "You answer in French."
-    assert again.system_prompt_text() is None, "nothing to frame again: the model reads the same prompt"
+    assert again.prompt.own() == "You answer in French."
+    assert again.prompt.framed_text() is None, "nothing to frame again: the model reads the same prompt"
     again.store.close()
     fresh = _open(new_conversation_path(tmp_path), system_prompt="Be terse.")
     _frame(fresh)
@@ -53,7 +53,7 @@ def test_the_notebook_instructions_follow_the_prompt_only_while_the_tool_is_on(t
     assert session.conv.system_prompt.endswith(TOOL_PROMPT)
     session.store.close()
     off = _open(path, notes_tool=False)
-    assert off.conversation_prompt() == "You are a helpful assistant."
+    assert off.prompt.own() == "You are a helpful assistant."
     _frame(off)
     assert off.conv.system_prompt == "You are a helpful assistant.", "the instructions are gone"
     off.store.close()
@@ -69,8 +69,8 @@ def test_a_file_from_before_prompts_per_conversation_keeps_its_prompt(tmp_path):
         store.save_turn(conv, conv.add_turn("user", [5, 6], ["Hello", " there"]))
         assert store.get_meta("prompt") is None
     session = _open(path, system_prompt="You are a helpful assistant.", notes_tool=False)
-    assert session.conversation_prompt() == "Be brief."
-    assert session.effective_prompt() == "Be brief."
+    assert session.prompt.own() == "Be brief."
+    assert session.prompt.effective() == "Be brief."
     session.store.close()
 
 
@@ -79,7 +79,7 @@ def test_an_export_carries_the_conversations_own_prompt(tmp_path):
 
     path = new_conversation_path(tmp_path)
     session = _open(path)
-    session.set_conversation_prompt("You answer in French.")
+    session.prompt.set_own("You answer in French.")
     _frame(session)
     session.store.save_turn(session.conv, session.conv.add_turn("user", [5, 6], ["Bonjour", " !"]))
     session.store.close()
@@ -87,6 +87,6 @@ def test_an_export_carries_the_conversations_own_prompt(tmp_path):
     transfer.export_conversation(path, exported)
     imported = transfer.import_conversation(exported, tmp_path / "elsewhere")
     again = _open(imported, system_prompt="Be terse.")
-    assert again.conversation_prompt() == "You answer in French."
-    assert again.system_prompt_text() is None, "the model reads the prompt it read before the export"
+    assert again.prompt.own() == "You answer in French."
+    assert again.prompt.framed_text() is None, "the model reads the prompt it read before the export"
     again.store.close()

@@ -41,7 +41,7 @@ def _session(embedder, path, prune_when: str, window: int = WINDOW, **changes): 
     session = ChatSession(conv.settings)
     session.adopt(conv, store)
     session.model_info = _model_info(window)
-    session.use_index(SemanticIndex(store.conn, conv.settings, embedder, lock=store.lock))
+    session.recall.use_index(SemanticIndex(store.conn, conv.settings, embedder, lock=store.lock))
     return session
 
 
@@ -49,8 +49,8 @@ def _send(session, embedder, question, *answer):  # noqa: F811
     """One exchange in the app's order; returns what was resurrected and what the finish pruned."""
     ids, texts = tokenize(embedder, question + "\n\n")
     back = []
-    if session.can_resurrect():
-        back = session.resurrect_for(session.index, session.index.search(question), len(ids))
+    if session.recall.can_resurrect():
+        back = session.recall.resurrect_for(session.recall.index, session.recall.index.search(question), len(ids))
     session.add_user_message(ids, texts, recalled=back)
     session.fit_model_window()
     session.begin_answer()
@@ -61,7 +61,7 @@ def _send(session, embedder, question, *answer):  # noqa: F811
         attention[-120:] += 0.3 / 120
         session.receive(TokenEvent(token_id, piece, attention))
     end = session.finish_turn("stop")
-    session.index.index_pending(session.conv)
+    session.recall.index.index_pending(session.conv)
     return back, end
 
 
@@ -137,10 +137,10 @@ def test_a_message_prunes_older_context_to_make_room_for_what_it_brings_back(emb
         conv = session.conv
         latest = {conv.next_turn_id - 2, conv.next_turn_id - 1}
         live_before = {c.id: c for c in conv.live_chunks() if not c.framing}
-        matches = session.index.search(BOAT_ASKED)
+        matches = session.recall.index.search(BOAT_ASKED)
         spared = {m.chunk_id for m in matches} | {a.id for m in matches if m.chunk_id in conv.chunks
                                                   for a in conv.anchors_of(conv.chunks[m.chunk_id])}
-        back = session.resurrect_for(session.index, matches, len(ids))
+        back = session.recall.resurrect_for(session.recall.index, matches, len(ids))
         live_after = {c.id for c in conv.live_chunks() if not c.framing}
         pruned = [live_before[i] for i in live_before if i not in live_after]
         found[share] = (session, back, pruned, live_before, latest, spared)
@@ -173,7 +173,7 @@ def test_a_message_prunes_older_context_to_make_room_for_what_it_brings_back(emb
 def test_pruning_for_room_needs_the_window_and_falls_back_without_it(embedder, tmp_path):  # noqa: F811
     session = _session(embedder, tmp_path / "unknown.db", "for_room")
     session.model_info = _model_info(0)  # a server that does not say: prune after exchanges
-    assert not session.prunes_for_room
+    assert not session.server.prunes_for_room
     for i in range(8):
         _send(session, embedder, *TOPICS[i])
     assert session.conv.live_token_count() <= KEEP + 120

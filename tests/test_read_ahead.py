@@ -42,7 +42,7 @@ def test_the_draft_prompt_is_what_enter_sends_and_changes_nothing(embedder, tmp_
 
     draft = settled_text(BOAT_ASKED[:-6])  # typed up to "moor h": the last word left out
     ids, _ = tokenize(embedder, draft)
-    early = session.draft_ids(session.index, session.index.search(draft), ids)
+    early = session.server.draft_ids(session.recall.index, session.recall.index.search(draft), ids)
 
     # Nothing moved: the same live context, the same graveyard, the same file.
     assert conv.live_input_ids().tolist() == live_before
@@ -54,7 +54,7 @@ def test_the_draft_prompt_is_what_enter_sends_and_changes_nothing(embedder, tmp_
 
     # ... and Enter sends the same prompt, the draft being its start.
     full, texts = tokenize(embedder, BOAT_ASKED)
-    back = session.resurrect_for(session.index, session.index.search(BOAT_ASKED), len(full))
+    back = session.recall.resurrect_for(session.recall.index, session.recall.index.search(BOAT_ASKED), len(full))
     session.add_user_message(full, texts, recalled=back)
     session.fit_model_window()
     session.begin_answer()
@@ -62,7 +62,7 @@ def test_the_draft_prompt_is_what_enter_sends_and_changes_nothing(embedder, tmp_
     assert boat.live
     assert len(sent) > len(early) > len(live_before)
     assert sent[:len(early)] == early
-    assert session.recall_note() is not None, "a recall note was part of both"
+    assert session.recall.note() is not None, "a recall note was part of both"
 
 
 #: Every match the search returns may come back (no absolute or relative floor, no cap).
@@ -104,7 +104,7 @@ def _draft_plans_what_enter_prunes(session, embedder) -> None:  # noqa: F811
 
     draft = settled_text(BOAT_ASKED[:-6])
     ids, _ = tokenize(embedder, draft)
-    early = session.draft_ids(session.index, session.index.search(draft), ids)
+    early = session.server.draft_ids(session.recall.index, session.recall.index.search(draft), ids)
     assert conv.live_input_ids().tolist() == live_before
     assert {c.id for c in conv.live_chunks()} == live_chunks
     assert session.store.conn.execute("SELECT count(*), sum(live) FROM chunks").fetchone() == file_before
@@ -113,7 +113,7 @@ def _draft_plans_what_enter_prunes(session, embedder) -> None:  # noqa: F811
     assert any(early[i:i + len(boat_ids)] == boat_ids for i in range(len(early)))
 
     full, texts = tokenize(embedder, BOAT_ASKED)
-    back = session.resurrect_for(session.index, session.index.search(BOAT_ASKED), len(full))
+    back = session.recall.resurrect_for(session.recall.index, session.recall.index.search(BOAT_ASKED), len(full))
     pruned = live_chunks - {c.id for c in conv.live_chunks()}
     assert pruned, "Enter pruned older context to make room"
     session.add_user_message(full, texts, recalled=back)

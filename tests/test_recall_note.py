@@ -103,7 +103,7 @@ def test_the_answer_attention_lands_on_the_context_not_the_note(asked):
     conv = session.conv
     session.begin_answer()
     request = session.generation_request()["input_ids"]
-    note = session.recall_note()
+    note = session.recall.note()
     assert note is not None and len(request) == conv.live_token_count() + len(note)
     first = conv.content_chunks(question)[0]
     row = int(np.searchsorted(conv.table.position, first.start))
@@ -122,7 +122,7 @@ def test_the_next_message_has_no_note_and_a_regenerated_answer_the_same(asked):
     session.begin_answer()
     first = session.generation_request()["input_ids"]
     _answer(session, "Luna.")
-    session.regenerate()
+    session.exchange.regenerate()
     session.begin_answer()
     assert session.generation_request()["input_ids"] == first, "Regenerate reads the same note"
     _answer(session, "Mochi.")

@@ -95,7 +95,7 @@ def test_a_prune_takes_the_mark_not_the_record(talk):
 def test_an_edited_message_keeps_what_it_recalled(talk):
     session, path, question, facts = talk
     conv = session.conv
-    edited = session.replace_question(*_pieces("What is the name of my cat?"))
+    edited = session.exchange.replace_question(*_pieces("What is the name of my cat?"))
     assert edited.turn_id != question
     assert conv.recalls.of(edited.turn_id) == tuple(c.id for c in facts) and not conv.recalls.of(question)
     assert facts[0].recalled_for == edited.turn_id

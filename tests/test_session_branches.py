@@ -21,7 +21,7 @@ def _answer(session):
 
 
 def _ask(session, text):
-    pieces = session.tokenize(text)
+    pieces = session.server.tokenize(text)
     session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
     return _answer(session)
 
@@ -44,7 +44,7 @@ def test_edit_an_earlier_message_answer_it_and_switch_back(client, tmp_path):
     original, bright = _chat(session), _brightness(session)
     second = list(session.conv.turns)[2]
 
-    pieces = session.tokenize("Name a mountain.")
+    pieces = session.server.tokenize("Name a mountain.")
     edited = session.branches.edit_message(second, [i for i, _ in pieces], [t for _, t in pieces])
     answer = _answer(session)
     shown = _chat(session)

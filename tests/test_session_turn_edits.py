@@ -19,7 +19,7 @@ def _stream(session) -> None:
 
 
 def _ask(session, text):
-    pieces = session.tokenize(text)
+    pieces = session.server.tokenize(text)
     session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
     session.begin_answer()
     _stream(session)
@@ -42,22 +42,22 @@ def test_continue_regenerate_edit_through_the_session(client, tmp_path):
     longer = _text(conv, answer.turn_id)
     assert longer.startswith(first) and len(longer) > len(first)
 
-    session.regenerate()  # the longer answer becomes a version
+    session.exchange.regenerate()  # the longer answer becomes a version
     session.begin_answer()
     _stream(session)
     again = session.finish_turn("stop").turn
-    state = session.answer_versions()
+    state = session.exchange.answer_versions()
     assert (state.number, state.count) == (2, 2) and state.previous.text == longer
-    session.show_version(-1)
-    assert _text(conv, session.last_exchange()[1].turn_id) == longer
+    session.exchange.show_version(-1)
+    assert _text(conv, session.exchange.last_exchange()[1].turn_id) == longer
 
-    pieces = session.tokenize("Tell me a short poem about the moon.")
-    question = session.replace_question([i for i, _ in pieces], [t for _, t in pieces])
+    pieces = session.server.tokenize("Tell me a short poem about the moon.")
+    question = session.exchange.replace_question([i for i, _ in pieces], [t for _, t in pieces])
     session.begin_answer()
     _stream(session)
     session.finish_turn("stop")
-    assert session.question_text() == "Tell me a short poem about the moon."
-    assert session.answer_versions().count == 3, "both earlier answers stay reachable"
+    assert session.exchange.question_text() == "Tell me a short poem about the moon."
+    assert session.exchange.answer_versions().count == 3, "both earlier answers stay reachable"
     assert again.turn_id not in conv.turns
     session.store.close()
     with ConversationStore.open(path, create=False) as store:
@@ -71,14 +71,14 @@ def test_flipping_answer_versions_leaves_the_total_as_it_was(client, tmp_path):
     session, _ = _session(client, tmp_path, max_new_tokens=8, temperature=1.0, sampler_seed=-1)
     conv = session.conv
     _ask(session, "Name a colour.")
-    session.regenerate()
+    session.exchange.regenerate()
     session.begin_answer()
     _stream(session)
     session.finish_turn("stop")
     shown = {2: conv.total_token_count()}
     for number in (1, 2, 1, 2, 1):
-        session.show_version(-1 if number == 1 else 1)
-        answer = session.last_exchange()[1].turn_id
+        session.exchange.show_version(-1 if number == 1 else 1)
+        answer = session.exchange.last_exchange()[1].turn_id
         expected = conv.live_token_count() + sum(c.token_count for c in conv.graveyard())
         assert conv.total_token_count() == expected
         shown.setdefault(number, conv.total_token_count())
@@ -90,14 +90,14 @@ def test_another_conversation_starts_without_the_last_answers_speed(client, tmp_
     """After switching conversations the stats bar shows no tok/s or first-token time of
     an answer that belongs to the other one."""
     session, _ = _session(client, tmp_path, max_new_tokens=8)
-    session.clock.start()
+    session.answer.clock.start()
     _ask(session, "Name a colour.")
-    assert session.tokens_per_s > 0 and session.clock.first_token_s is not None
+    assert session.answer.tokens_per_s > 0 and session.answer.clock.first_token_s is not None
     other = ConversationStore.open(tmp_path / "other.db", create=True)
     session.store.close()
     session.open(other)
-    assert session.tokens_per_s == 0.0
-    assert session.clock.first_token_s is None and session.clock.tokens_per_s is None
+    assert session.answer.tokens_per_s == 0.0
+    assert session.answer.clock.first_token_s is None and session.answer.clock.tokens_per_s is None
     other.close()
 
 
@@ -106,10 +106,10 @@ def test_a_continue_the_model_adds_nothing_to_is_said(client, tmp_path):
     end says so (the window shows it) instead of silently doing nothing."""
     session, _ = _session(client, tmp_path, max_new_tokens=64, temperature=0.0)
     answer = _ask(session, "Reply with the single word: yes")
-    assert session.streamed < 64, "the answer ended by itself, before the length limit"
+    assert session.answer.streamed < 64, "the answer ended by itself, before the length limit"
     before = _text(session.conv, answer.turn_id)
     session.resume_answer()
     _stream(session)
     end = session.finish_turn("stop")
-    assert _text(session.conv, answer.turn_id) == before and session.streamed == 0
+    assert _text(session.conv, answer.turn_id) == before and session.answer.streamed == 0
     assert end.nothing_added

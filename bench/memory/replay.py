@@ -250,7 +250,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
     if for_room:  # the session prunes to the model's window, so it needs to know it
         session.model_info = SimpleNamespace(max_context=model_context)
     conv = session.adopt(new_conversation(tok, session.settings, policy.rank))
-    # The room of a message's resurrection, as the app's session.makes_room has it.
+    # The room of a message's resurrection, as the app's session.recall.makes_room has it.
     makes_room = for_room or shares_room(session.settings)
     floor = room_floor(session.settings)
     backend = TeacherForced(source, policy.reads_attention) if policy.attention else None

@@ -2,11 +2,13 @@
 
 Kinds: ours and the patched KoboldCPP fork (attention, token ids), stock KoboldCPP
 (text mode), llama.cpp's ``llama-server`` (token ids), any OpenAI-compatible
-completions server (text mode).  See :mod:`halo_weave.backends.base` for the interface.
+completions server (text mode).  :class:`Backend` (:mod:`.interface`) declares what each
+implements; :data:`PROBES` is the detection, walked in order.
 """
 
 from .base import BackendAuthError, BackendUnusable, Capabilities
-from .probe import KIND_NAMES, ProbeResult, connect, probe, status_line
+from .interface import Backend
+from .probe import KIND_NAMES, PROBES, Probe, ProbeResult, connect, probe, status_line
 
-__all__ = ["BackendAuthError", "BackendUnusable", "Capabilities", "KIND_NAMES", "ProbeResult", "connect",
-           "probe", "status_line"]
+__all__ = ["Backend", "BackendAuthError", "BackendUnusable", "Capabilities", "KIND_NAMES", "PROBES", "Probe",
+           "ProbeResult", "connect", "probe", "status_line"]

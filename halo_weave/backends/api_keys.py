@@ -39,7 +39,7 @@ def keyring_available() -> bool:
         backend = keyring.get_keyring()
     except Exception:  # noqa: BLE001 - a broken backend is no backend
         return False
-    return not isinstance(backend, fail.Keyring) and getattr(backend, "priority", 0) > 0
+    return not isinstance(backend, fail.Keyring) and backend.priority > 0
 
 
 def _key_file(data_dir: Path | None) -> Path:

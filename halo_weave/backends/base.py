@@ -1,26 +1,15 @@
 """What every backend shares: capabilities, the extra errors, and the HTTP plumbing.
 
-A *backend* is one server kind behind the interface of
-:class:`halo_weave.kobold_client.KoboldClient`: ``model_info()``, ``tokenize(text)`` →
-``[(token_id, piece)]`` (markup in the text stays text; chat framing alone passes
-``parse_special=True`` to have it read as control tokens), ``detokenize(ids)``, ``stream(input_ids=… | prompt=…, …)`` → an
-iterable of :class:`~halo_weave.kobold_client.TokenEvent` with ``.done`` afterwards,
-``abort()``, ``close()``; plus what the app shows and decides by:
-
-* ``kind`` (``"halo"``, ``"koboldcpp-fork"``, ``"koboldcpp"``, ``"llama-server"``,
-  ``"openai"``), ``version`` (``None`` when the server does not say),
-* ``capabilities`` (:class:`Capabilities`),
-* ``count_tokens(text)`` → ``(n, exact)``: the server's own count where it has a counter.
-
-Backends that give no token ids (stock KoboldCPP, OpenAI-compatible servers) run in
-*text mode* (:mod:`halo_weave.backends.text_mode`): their token ids are the bundled
-model's, so the token table, chunking, pruning and the index work unchanged.  Qt-free.
+The interface every backend implements is declared in :mod:`halo_weave.backends.interface`
+(:class:`~halo_weave.backends.interface.Backend`).  Backends that give no token ids
+(stock KoboldCPP, OpenAI-compatible servers) run in *text mode*
+(:mod:`halo_weave.backends.text_mode`): their token ids are the bundled model's, so the
+token table, chunking, pruning and the index work unchanged.  Qt-free.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
 
 import httpx
 
@@ -33,33 +22,11 @@ from ..errors import (  # noqa: F401 - BackendError re-exported for the kinds
     BackendUnusable,
     ProtocolError,
 )
+from ..events import Capabilities  # noqa: F401 - re-exported for the kinds
 from ..kobold_client import CONNECT_TIMEOUT_S, TOKENIZE_TIMEOUT_S
 
 #: Context size assumed when a server does not say (llama-cpp-python's default n_ctx).
 ASSUMED_CONTEXT = 2048
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a backend can do, as the app and ``--probe`` report it.
-
-    ``attention``: streams attention (``None``: unknown until the first answer, the
-    original fork).  ``token_ids``: the token table holds the server's own token ids
-    (exact prompts, prefix caching by ids).  ``exact_tokens``: budgets count the server's
-    own tokens (its tokenizer or counter); otherwise counts are the bundled tokenizer's
-    estimate.  ``prefix_cache``, ``abort``, ``template``: one phrase each, for the status
-    tooltip and the closing note's table.
-    """
-
-    attention: bool | None
-    token_ids: bool
-    exact_tokens: bool
-    prefix_cache: str
-    abort: str
-    template: str
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 class Http:

@@ -1,8 +1,7 @@
-"""KoboldCPP: our server and the patched fork (attention, token ids), and stock KoboldCPP.
+"""Stock KoboldCPP, in text mode.
 
-*Ours / the patched fork* speak the attention API (PROTOCOL.md) and are served by
-:class:`~halo_weave.kobold_client.KoboldClient` itself: :class:`AttentionKobold` only
-adds what the app shows (kind, version, capabilities).
+(Ours and the patched fork speak the attention API, PROTOCOL.md, and are served by
+:class:`~halo_weave.kobold_client.KoboldClient` itself.)
 
 *Stock KoboldCPP* (≥ 1.76, recorded in ``shared/data/koboldcpp-1.76``) has no tokenizer
 with pieces and silently ignores ``input_ids``, so it runs in text mode
@@ -23,57 +22,17 @@ from typing import Iterator
 
 from ..errors import BackendError, ProtocolError
 from ..events import ModelInfo
-from ..kobold_client import KoboldClient
 from .base import ASSUMED_CONTEXT, Capabilities, as_bool, reason_or_none
 from .text_mode import TextModeBackend, TextStream
 
 #: Seconds an aborted KoboldCPP stream may take to end by itself before it is closed.
 ABORT_GRACE_S = 10.0
 
-HALO_CAPABILITIES = Capabilities(
-    attention=True, token_ids=True, exact_tokens=True,
-    prefix_cache="yes (token ids; the server reuses the KV prefix)",
-    abort="yes (/api/extra/abort with the request id)", template="the model's own (from /api/v1/model)")
-
-FORK_CAPABILITIES = Capabilities(
-    attention=None, token_ids=True, exact_tokens=True,
-    prefix_cache="yes (token ids)", abort="yes (/api/extra/abort, genkey)",
-    template="ChatML unless chosen in Settings")
-
 STOCK_CAPABILITIES = Capabilities(
     attention=False, token_ids=False, exact_tokens=True,
     prefix_cache="server-side only (KoboldCPP re-tokenizes the text prompt)",
     abort="yes (/api/extra/abort with the genkey; ends as 'length')",
     template="chosen in Settings (the server does not publish one)")
-
-
-class AttentionKobold(KoboldClient):
-    """Our reference server or the patched fork: the attention API, exact token ids."""
-
-    def __init__(self, base_url: str, *, kind: str = "halo", version: str | None = None, **kwargs) -> None:
-        super().__init__(base_url, **kwargs)
-        self.kind = kind
-        self.version = version
-        self.capabilities = HALO_CAPABILITIES if kind == "halo" else FORK_CAPABILITIES
-
-    @property
-    def label(self) -> str:
-        name = "Halo Weave server" if self.kind == "halo" else "KoboldCPP (attention fork)"
-        return f"{name} {self.version}" if self.version else name
-
-    def count_tokens(self, text: str) -> tuple[int, bool]:
-        return len(self.tokenize(text)), True
-
-    def table_context(self, server_context: int) -> int:
-        return server_context
-
-    def model_info(self) -> ModelInfo:
-        info = super().model_info()
-        info.kind, info.version = self.kind, self.version
-        info.server_max_context = info.max_context
-        if self.kind == "halo" and not info.supports_attention:
-            self.capabilities = Capabilities(**{**HALO_CAPABILITIES.as_dict(), "attention": False})
-        return info
 
 
 class StockKobold(TextModeBackend):
@@ -86,7 +45,6 @@ class StockKobold(TextModeBackend):
     def __init__(self, base_url: str, *, version: str | None = None, **kwargs) -> None:
         super().__init__(base_url, **kwargs)
         self.version = version
-        self.server_context = 0
 
     @property
     def label(self) -> str:

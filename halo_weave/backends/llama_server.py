@@ -61,8 +61,11 @@ class LlamaServer:
     kind = "llama-server"
     capabilities = CAPABILITIES
 
-    #: Warms its cache for a reopened conversation (:meth:`restore`).
+    #: Warms its cache for a reopened conversation (:meth:`restore`); takes no draft prompt.
     restores = True
+    read_ahead = False
+    #: Keeps no cache per conversation itself: slot 0 is saved after each answer (:meth:`save_cache`).
+    saves_cache = True
 
     def __init__(self, base_url: str, *, api_key: str | None = None, props: dict | None = None) -> None:
         self.http = Http(base_url, api_key=api_key)
@@ -75,6 +78,13 @@ class LlamaServer:
         #: Whether the server saves slots to files (None: not asked yet; False: it answered 501).
         self.saves_slots: bool | None = None
         self._slot_holds: str | None = None  # the conversation slot 0 was last warmed or saved for
+        #: One model per server: nothing to pick.
+        self.models: list[str] = []
+        self.model_id: str | None = None
+        #: The chat template the connection frames with (:meth:`use_template`).
+        self.template = None
+        self.template_in_use = None
+        self.template_choice: str | None = None
 
     def close(self) -> None:
         self.http.close()
@@ -88,6 +98,14 @@ class LlamaServer:
     @property
     def label(self) -> str:
         return f"llama-server {self.version}" if self.version else "llama-server"
+
+    @property
+    def missing_model(self) -> str | None:
+        return None  # one model per server
+
+    def use_template(self, used, choice: str | None) -> None:
+        """Frame with ``used`` (a ``TemplateInUse``), resolved from ``choice``."""
+        self.template, self.template_in_use, self.template_choice = used.template, used, choice
 
     def model_info(self) -> ModelInfo:
         if self._info is not None:
@@ -113,7 +131,13 @@ class LlamaServer:
         return info
 
     def table_context(self, server_context: int) -> int:
-        return server_context
+        return server_context  # the table holds the server's own tokens
+
+    def assume_context(self, server_context: int) -> int:
+        return server_context  # the server cuts nothing by a request's size
+
+    def measured_prompt(self, local_tokens: int | None, server_tokens: int | None) -> None:
+        """Nothing to refine: the table holds the server's own tokens."""
 
     # -- tokens: the server's own
 
@@ -172,6 +196,10 @@ class LlamaServer:
 
     def abort(self, request_id: str | None = None) -> bool:
         return False  # a stream is aborted through itself (closing its connection)
+
+    def prepare(self, input_ids, max_length: int = 0, request_id: str | None = None, timeout: float = 60.0) -> dict:
+        raise BackendError(f"llama-server at {self.base_url} takes no prompt ahead (read_ahead is False): "
+                           "a reopened conversation is warmed by restore()")
 
     # -- the slot's cache across reopenings (see the module docstring)
 

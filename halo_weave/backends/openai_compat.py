@@ -64,11 +64,8 @@ class OpenAICompat(TextModeBackend):
         super().__init__(base_url, api_key=api_key, **kwargs)
         self._models = models
         #: The model asked for; :attr:`model_id` is the one used (it, when the server lists it).
+        #: :attr:`models`: every model the server lists, in its order (the window's model picker).
         self.wanted_model = model or None
-        self.model_id: str | None = None
-        #: Every model the server lists, in its order (the window's model picker).
-        self.models: list[str] = []
-        self.server_context = 0
         self._counter: tuple[str, str, str] | None = None
         self._counter_checked = False
         self.native: native_context.NativeContext | None = None

@@ -1,15 +1,18 @@
 """Which server answers at a URL: detected by probing endpoints, never by version alone.
 
-Order (each step only when the previous one did not recognise the server):
+Detection walks :data:`PROBES` in order; each :class:`Probe` asks one endpoint (``GET``),
+recognises its server family by the answer's shape, and builds that family's backend
+(asking more where the family has several kinds).  The first probe that recognises the
+server decides:
 
 1. ``GET /api/v1/model`` answers a KoboldAI model object → a KoboldCPP family server.
    ``POST /api/v1/tokenize`` with pieces works → the attention API (ours when
    ``/api/extra/version`` names ``halo_weave`` or the model declares
    ``supports_attention``, else the patched fork).  Otherwise → stock KoboldCPP (text
    mode), which needs ``/api/extra/tokencount``.
-2. ``GET /props`` with generation settings and ``POST /tokenize`` → llama.cpp's
-   ``llama-server`` (exact token ids).
-3. ``GET /v1/models`` → an OpenAI-compatible server (text mode).
+2. ``GET /props`` with generation settings → llama.cpp's ``llama-server`` (exact token
+   ids), which needs ``POST /tokenize``.
+3. ``GET /v1/models`` with a model list → an OpenAI-compatible server (text mode).
 
 Nothing answering raises :class:`BackendUnavailable` (only then may the app start its
 bundled server); a server that answers but cannot be used raises
@@ -18,10 +21,12 @@ bundled server); a server that answers but cannot be used raises
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 from ..errors import BackendError, BackendUnavailable
 from .base import BackendAuthError, BackendUnusable, Http
+from .interface import Backend
 
 KIND_NAMES = {
     "halo": "Halo Weave server", "koboldcpp-fork": "KoboldCPP (attention fork)", "koboldcpp": "KoboldCPP",
@@ -33,14 +38,14 @@ KIND_NAMES = {
 NATIVE_KINDS = ("halo", "koboldcpp-fork", "koboldcpp", "llama-server")
 
 
-def connect(url: str, *, api_key: str | None = None, tokenizer=None, model: str | None = None):
+def connect(url: str, *, api_key: str | None = None, tokenizer=None, model: str | None = None) -> Backend:
     """The backend for the server at ``url`` (its model info is read once here).
     ``model``: which of the server's models to use where it serves several."""
     url = url.strip().rstrip("/")
     if url.endswith("/v1"):
         # Many tools ask for an OpenAI base URL, so people paste ".../v1"; llama-server's own
-        # API sits at the root and gives exact token ids (seen: at /v1 a real llama-server
-        # ran as a plain OpenAI-compatible server, counts estimated, no prefix cache by ids).
+        # API sits at the root and gives exact token ids (at /v1 a real llama-server runs
+        # as a plain OpenAI-compatible server: counts estimated, no prefix cache by ids).
         try:
             native = connect(url[:-3], api_key=api_key, tokenizer=tokenizer, model=model)
         except BackendError:
@@ -49,11 +54,11 @@ def connect(url: str, *, api_key: str | None = None, tokenizer=None, model: str 
             return native
         if native is not None:
             native.close()
-    http = Http(url, api_key=api_key)
+    asking = Asking(Http(url, api_key=api_key), url, api_key, tokenizer, model)
     try:
-        backend = _detect(http, url, api_key, tokenizer, model)
+        backend = detect(asking)
     finally:
-        http.close()
+        asking.http.close()
     try:
         backend.model_info()
     except BaseException:
@@ -62,77 +67,128 @@ def connect(url: str, *, api_key: str | None = None, tokenizer=None, model: str 
     return backend
 
 
-def _detect(http: Http, url: str, api_key: str | None, tokenizer, wanted: str | None = None):
-    auth_error: BackendAuthError | None = None
-    answered = False
+@dataclass
+class Asking:
+    """One detection: the connection it asks through, what the backend will need, and
+    what the server's answers said so far (an auth refusal, whether anything answered)."""
 
-    def get(path: str):
-        nonlocal auth_error, answered
+    http: Http
+    url: str
+    api_key: str | None
+    tokenizer: object = None
+    wanted_model: str | None = None
+    auth_error: BackendAuthError | None = field(default=None, init=False)
+    answered: bool = field(default=False, init=False)
+
+    def get(self, path: str) -> dict | None:
+        """``path``'s JSON object or None; raises :class:`BackendUnavailable` when nothing
+        answers at all; an auth refusal is kept for the end (a later probe may not need a key)."""
         try:
-            data = http.get_json(path)
+            data = self.http.get_json(path)
         except BackendAuthError as exc:
-            auth_error, answered = exc, True
+            self.auth_error, self.answered = exc, True
             return None
-        answered = True
+        self.answered = True
         return data
 
-    model = get("/api/v1/model")  # raises BackendUnavailable when nothing answers at all
-    if model is not None and ("result" in model or "model_name" in model):
-        version = get("/api/extra/version") or {}
-        pieces = _post(http, "/api/v1/tokenize", {"text": "hi", "with_pieces": True})
-        if pieces is not None and isinstance(pieces.get("tokens"), list):
-            from .koboldcpp import AttentionKobold
-
-            ours = "halo_weave" in version or "supports_attention" in model
-            return AttentionKobold(url, kind="halo" if ours else "koboldcpp-fork", api_key=api_key,
-                                   version=str(version.get("halo_weave") or version.get("version") or "") or None)
-        # Not _post: a --password server refuses the counter without the key, and that is
-        # what the user must be told (not that the counter is missing).
-        count = http.post_json("/api/extra/tokencount", {"prompt": "hi"})
-        if count is None or not isinstance(count.get("value"), int):
-            raise BackendUnusable(
-                f"The server at {url} looks like KoboldCPP {version.get('version', '')}".rstrip()
-                + ", but it has no token counter (/api/extra/tokencount); "
-                "use KoboldCPP 1.76 or newer.")
-        from .koboldcpp import StockKobold
-
-        return StockKobold(url, version=str(version["version"]) if version.get("version") else None,
-                           api_key=api_key, tokenizer=tokenizer)
-
-    props = get("/props")
-    if props is not None and ("default_generation_settings" in props or "total_slots" in props):
-        tokens = _post(http, "/tokenize", {"content": "hi", "with_pieces": True})
-        if tokens is None or not isinstance(tokens.get("tokens"), list):
-            raise BackendUnusable(f"The server at {url} looks like llama.cpp's llama-server, but its "
-                                  "/tokenize endpoint does not work, so the app cannot count tokens.")
-        from .llama_server import LlamaServer
-
-        return LlamaServer(url, api_key=api_key, props=props)
-
-    models = get("/v1/models")
-    if (models is None or not isinstance(models.get("data"), list)) and url.endswith("/v1"):
-        # LM Studio answers an unknown path with HTTP 200 and {"error": ...}.
-        models = get("/models")
-    if models is not None and isinstance(models.get("data"), list):
-        if not models["data"]:
-            raise BackendUnusable(f"The OpenAI-compatible server at {url} serves no model: load one there first.")
-        from .openai_compat import OpenAICompat
-
-        return OpenAICompat(url, api_key=api_key, models=models, model=wanted, tokenizer=tokenizer)
-    if auth_error is not None:
-        raise auth_error
-    if answered:
-        raise BackendUnusable(
-            f"Something answers at {url}, but it is not a model server the app knows: it speaks none of "
-            "KoboldCPP's API, llama-server's (/props) or the OpenAI-compatible one (/v1/models).")
-    raise BackendUnavailable(f"no server answers at {url}")
+    def post(self, path: str, body: dict) -> dict | None:
+        """``path``'s JSON object for a POST, or None (an auth refusal too)."""
+        try:
+            return self.http.post_json(path, body)
+        except BackendAuthError:
+            return None
 
 
-def _post(http: Http, path: str, body: dict) -> dict | None:
-    try:
-        return http.post_json(path, body)
-    except BackendAuthError:
+@dataclass(frozen=True)
+class Probe:
+    """One server family: the endpoint it asks, how it recognises the answer, what it builds.
+
+    ``asks``: paths tried in order until one is recognised; ``asks_at_v1``: further paths
+    tried when the URL ends with ``/v1``.  ``builds`` may ask more and may raise
+    :class:`BackendUnusable` (the family is recognised but lacks what the app needs)."""
+
+    family: str
+    asks: tuple[str, ...]
+    recognises: Callable[[dict], bool]
+    builds: Callable[[Asking, dict], Backend]
+    asks_at_v1: tuple[str, ...] = ()
+
+    def answer(self, asking: Asking) -> dict | None:
+        """The recognised answer, or None when the server is not of this family."""
+        paths = self.asks + (self.asks_at_v1 if asking.url.endswith("/v1") else ())
+        for path in paths:
+            data = asking.get(path)
+            if data is not None and self.recognises(data):
+                return data
         return None
+
+
+def _kobold(asking: Asking, model: dict) -> Backend:
+    version = asking.get("/api/extra/version") or {}
+    pieces = asking.post("/api/v1/tokenize", {"text": "hi", "with_pieces": True})
+    if pieces is not None and isinstance(pieces.get("tokens"), list):
+        from ..kobold_client import KoboldClient
+
+        ours = "halo_weave" in version or "supports_attention" in model
+        return KoboldClient(asking.url, kind="halo" if ours else "koboldcpp-fork", api_key=asking.api_key,
+                            version=str(version.get("halo_weave") or version.get("version") or "") or None)
+    # Not Asking.post: a --password server refuses the counter without the key, and that is
+    # what the user must be told (not that the counter is missing).
+    count = asking.http.post_json("/api/extra/tokencount", {"prompt": "hi"})
+    if count is None or not isinstance(count.get("value"), int):
+        raise BackendUnusable(
+            f"The server at {asking.url} looks like KoboldCPP {version.get('version', '')}".rstrip()
+            + ", but it has no token counter (/api/extra/tokencount); "
+            "use KoboldCPP 1.76 or newer.")
+    from .koboldcpp import StockKobold
+
+    return StockKobold(asking.url, version=str(version["version"]) if version.get("version") else None,
+                       api_key=asking.api_key, tokenizer=asking.tokenizer)
+
+
+def _llama_server(asking: Asking, props: dict) -> Backend:
+    tokens = asking.post("/tokenize", {"content": "hi", "with_pieces": True})
+    if tokens is None or not isinstance(tokens.get("tokens"), list):
+        raise BackendUnusable(f"The server at {asking.url} looks like llama.cpp's llama-server, but its "
+                              "/tokenize endpoint does not work, so the app cannot count tokens.")
+    from .llama_server import LlamaServer
+
+    return LlamaServer(asking.url, api_key=asking.api_key, props=props)
+
+
+def _openai(asking: Asking, models: dict) -> Backend:
+    if not models["data"]:
+        raise BackendUnusable(f"The OpenAI-compatible server at {asking.url} serves no model: load one there first.")
+    from .openai_compat import OpenAICompat
+
+    return OpenAICompat(asking.url, api_key=asking.api_key, models=models, model=asking.wanted_model,
+                        tokenizer=asking.tokenizer)
+
+
+#: The probes, walked in order (the backends' modules are imported only when chosen).
+PROBES = (
+    Probe("KoboldCPP", ("/api/v1/model",), lambda answer: "result" in answer or "model_name" in answer, _kobold),
+    Probe("llama-server", ("/props",),
+          lambda answer: "default_generation_settings" in answer or "total_slots" in answer, _llama_server),
+    # LM Studio answers an unknown path with HTTP 200 and {"error": ...}: at ".../v1", "/models" too.
+    Probe("OpenAI-compatible", ("/v1/models",), lambda answer: isinstance(answer.get("data"), list), _openai,
+          asks_at_v1=("/models",)),
+)
+
+
+def detect(asking: Asking) -> Backend:
+    """The backend of the first probe in :data:`PROBES` that recognises the server."""
+    for probe_ in PROBES:
+        answer = probe_.answer(asking)
+        if answer is not None:
+            return probe_.builds(asking, answer)
+    if asking.auth_error is not None:
+        raise asking.auth_error
+    if asking.answered:
+        raise BackendUnusable(
+            f"Something answers at {asking.url}, but it is not a model server the app knows: it speaks none of "
+            "KoboldCPP's API, llama-server's (/props) or the OpenAI-compatible one (/v1/models).")
+    raise BackendUnavailable(f"no server answers at {asking.url}")
 
 
 @dataclass
@@ -173,33 +229,29 @@ def probe(url: str, *, api_key: str | None = None, tokenizer=None) -> ProbeResul
         caps = backend.capabilities
         return ProbeResult(
             url=url, usable=True, kind=backend.kind, version=backend.version, model=info.name,
-            models=list(getattr(backend, "models", None) or []) or None,
-            server=getattr(backend, "label", None) or KIND_NAMES.get(backend.kind),
+            models=list(backend.models) or None, server=backend.label,
             context_size=info.server_max_context or info.max_context, context_known=info.context_known,
-            attention=caps.attention if caps.attention is not None else None,
-            token_ids=caps.token_ids, exact_tokens=caps.exact_tokens)
+            attention=caps.attention, token_ids=caps.token_ids, exact_tokens=caps.exact_tokens)
     finally:
         backend.close()
 
 
-def status_line(backend, info) -> str:
+def status_line(backend: Backend, info) -> str:
     """``"KoboldCPP 1.76 · no attention · 4096 ctx · text mode · <model>"``: what the window shows."""
-    caps = getattr(backend, "capabilities", None)
-    label = getattr(backend, "label", None) or KIND_NAMES.get(getattr(info, "kind", ""), "server")
+    caps = backend.capabilities
+    label = backend.label
     parts = [label]
-    attention = getattr(info, "supports_attention", False) or (caps is not None and caps.attention)
-    if not attention:
-        parts.append("attention unknown" if caps is not None and caps.attention is None else "no attention")
-    ctx = getattr(info, "server_max_context", None) or getattr(info, "max_context", 0)
-    parts.append(f"{ctx} ctx" + ("" if getattr(info, "context_known", True) else " (assumed)"))
-    if caps is not None and not caps.token_ids:
+    if not (info.supports_attention or caps.attention):
+        parts.append("attention unknown" if caps.attention is None else "no attention")
+    ctx = info.server_max_context or info.max_context
+    parts.append(f"{ctx} ctx" + ("" if info.context_known else " (assumed)"))
+    if not caps.token_ids:
         parts.append("text mode")
-    if caps is not None and not caps.exact_tokens:
+    if not caps.exact_tokens:
         parts.append("token counts estimated")
-    name = str(getattr(info, "name", "")).replace("\\", "/").rsplit("/", 1)[-1]
-    served = len(getattr(backend, "models", None) or [])
-    if served > 1:
-        parts.append(f"{served} models")  # the window's model picker names the one in use
+    name = str(info.name).replace("\\", "/").rsplit("/", 1)[-1]
+    if len(backend.models) > 1:
+        parts.append(f"{len(backend.models)} models")  # the window's model picker names the one in use
     elif name and name.lower() not in label.lower():
         parts.append(name)
     return " · ".join(parts)

@@ -53,6 +53,10 @@ class TextModeBackend:
     version: str | None = None
     #: True when the server ends an aborted stream itself (KoboldCPP); else it is closed.
     ends_stream_on_abort = False
+    #: A text prompt is re-read by the server each time: nothing to read ahead or restore.
+    read_ahead = False
+    restores = False
+    saves_cache = False
 
     def __init__(self, base_url: str, *, api_key: str | None = None, tokenizer=None, http: Http | None = None) -> None:
         self.http = http or Http(base_url, api_key=api_key)
@@ -65,10 +69,32 @@ class TextModeBackend:
                 f"The server at {self.base_url} sends text without token ids, and text mode needs the "
                 f"bundled model's tokenizer, which is missing here: {exc}.") from exc
         self.token_ratio = 1.0  # server tokens per bundled token (1.0 when not measured)
+        #: The server's context in its own tokens (0 until the model info is read).
+        self.server_context = 0
         self._info = None
+        self.conversation: str | None = None
+        #: Every model the server lists, and the one in use (kinds that serve several).
+        self.models: list[str] = []
+        self.model_id: str | None = None
+        #: The chat template the connection frames with (:meth:`use_template`).
+        self.template = None
+        self.template_in_use = None
+        self.template_choice: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.kind
+
+    @property
+    def missing_model(self) -> str | None:
+        return None
 
     def close(self) -> None:
         self.http.close()
+
+    def use_template(self, used, choice: str | None) -> None:
+        """Frame with ``used`` (a ``TemplateInUse``), resolved from ``choice``."""
+        self.template, self.template_in_use, self.template_choice = used.template, used, choice
 
     def __enter__(self):
         return self
@@ -119,9 +145,17 @@ class TextModeBackend:
             return
         self.token_ratio = server_tokens / local_tokens
         info = self._info
-        server_context = getattr(info, "server_max_context", None) or getattr(self, "server_context", 0)
-        if info is not None and server_context:
+        if info is None:
+            return
+        server_context = info.server_max_context or self.server_context
+        if server_context:
             info.max_context = self.table_context(server_context)
+
+    def assume_context(self, server_context: int) -> int:
+        """The server does not say its context: ``server_context`` is sent with each
+        request (KoboldCPP cuts prompts to what the request says)."""
+        self.server_context = server_context
+        return self.table_context(server_context)
 
     # -- streaming
 
@@ -144,6 +178,18 @@ class TextModeBackend:
 
     def abort(self, request_id: str | None = None) -> bool:  # pragma: no cover - kinds override
         return False
+
+    # -- the server's cache: a text-mode server keeps none the app can address
+
+    def prepare(self, input_ids, max_length: int = 0, request_id: str | None = None, timeout: float = 60.0) -> dict:
+        raise BackendError(f"{self.label} at {self.base_url} takes no prompt ahead (read_ahead is False)")
+
+    def restore(self, input_ids, max_length: int = 0, conversation: str | None = None,
+                request_id: str | None = None) -> dict:
+        raise BackendError(f"{self.label} at {self.base_url} keeps no cache to restore (restores is False)")
+
+    def save_cache(self) -> int:
+        return 0
 
     # -- what a kind implements
 
@@ -363,5 +409,4 @@ class TextStream:
             text=self.text,
             raw={**self.raw_final, "server_prompt_tokens": self.server_prompt_tokens},
         )
-        if hasattr(self.backend, "measured_prompt"):
-            self.backend.measured_prompt(self._prompt_tokens, self.server_prompt_tokens)
+        self.backend.measured_prompt(self._prompt_tokens, self.server_prompt_tokens)

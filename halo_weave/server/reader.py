@@ -115,5 +115,5 @@ class ProxyReader:
 def readable(backend) -> bool:
     """Whether the reader can read this backend's token table: its ids are the bundled
     tokenizer's (text mode), not a server vocabulary of another model."""
-    caps = getattr(backend, "capabilities", None)
-    return caps is not None and caps.attention is False and not caps.token_ids
+    caps = backend.capabilities
+    return caps.attention is False and not caps.token_ids

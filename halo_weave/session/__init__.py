@@ -6,10 +6,10 @@ drives the same methods with a scripted backend, so SIGKILL lands in these saves
 
 A turn, in order (docs/architecture.md, "The path of one message")::
 
-    ids = session.draft_ids(index, matches, pieces)  while the user types (read-ahead,
-    backend.prepare(ids)                             :mod:`.read_ahead`; ours only)
-    pieces = session.tokenize(text)                  blocking: a thread in the app
-    session.resurrect_for(matches, len(pieces))      search results, within the budget
+    ids = session.server.draft_ids(index, matches, pieces)  while the user types
+    backend.prepare(ids)                                    (read-ahead; ours only)
+    pieces = session.server.tokenize(text)           blocking: a thread in the app
+    session.recall.resurrect_for(index, matches, len(pieces))  within the budget
     turn = session.add_user_message(ids, texts)      DB-first: saved before it is shown
     session.fit_model_window()                       prompt + answer within the model
     session.begin_answer(prefix)                     the assistant turn opens
@@ -17,22 +17,30 @@ A turn, in order (docs/architecture.md, "The path of one message")::
         session.receive(event)                       attention, append, save every 16
     session.finish_turn(reason, rate)                save, queue indexing, prune
 
-The *backend* is any object with ``tokenize(text, add_special_tokens=False,
-parse_special=False)`` → ``[(id, piece)]``, ``stream(input_ids=…, **params)`` → iterable of
-:class:`~halo_weave.events.TokenEvent` (``.done`` afterwards), ``abort()``,
-``model_info()``, and optionally ``capabilities`` with ``attention`` (True, False, None =
-unknown until the first answer) and ``token_ids`` (False: events carry text only;
-:func:`token_events` tokenizes it).  :class:`~halo_weave.kobold_client.KoboldClient` is one.
+The *backend* is a :class:`~halo_weave.backends.interface.Backend` (the scripted test
+backends implement what a turn uses: ``tokenize``, ``stream``, ``abort``, ``model_info``,
+``capabilities``).
 
-Errors of a save are handed to :attr:`report` (the app shows them and goes on; by
-default they are raised), so one failed save never skips the rest of the turn.
+Errors of a save are handed to :attr:`ChatSession.report` (the app shows them and goes
+on; by default they are raised), so one failed save never skips the rest of the turn;
+:meth:`ChatSession.save` is the one saver every part goes through.
 
-The class is in :mod:`.chat`; the last exchange changed after the fact (Continue,
-Regenerate, Edit and resend) in :mod:`.last_exchange`, any earlier message edited or
-regenerated with branches in :mod:`.branches` (``session.branches``), tool steps and the attention
-recording in :mod:`.rounds`, the prompt of a message being typed in :mod:`.read_ahead`, the user's levers on chunks in :mod:`.levers`, resurrection
-for a message (and, pruning only for room, the prune that makes room) in :mod:`.resurrect`, the chat
-template and the system prompt in :mod:`.system_prompt`.
+The class is in :mod:`.chat`; its parts, each a small class owning its own state and
+reached as ``session.<part>``:
+
+* ``answer`` (:class:`.answer.OpenAnswer`): the open answer's progress, speed and end;
+* ``rounds`` (:class:`.rounds.Rounds`): tool steps and the attention recording;
+* ``recall`` (:class:`.resurrect.Recall`): the semantic index, resurrection for a
+  message, its recall note;
+* ``prompt`` (:class:`.system_prompt.SystemPrompt`): the conversation's system prompt;
+* ``server`` (:class:`.server_use.ServerUse`): the template and model the conversation
+  asks for, the model's window and tokenizer, and the server's cache of it (warm-up,
+  read-ahead: :mod:`.read_ahead`);
+* ``exchange`` (:class:`.last_exchange.LastExchange`): Continue, Regenerate, Edit and
+  resend, answer versions;
+* ``branches`` (:class:`.branches.Branches`): any earlier message edited or regenerated
+  with branches, and switching between them;
+* ``levers`` (:class:`.levers.Levers`): resurrect, pin, merge and prune by hand.
 """
 
 from ..events import token_events

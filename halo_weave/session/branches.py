@@ -61,7 +61,7 @@ class Branches:
     def is_last_exchange(self, turn_id: int) -> bool:
         """True when ``turn_id`` is the last question or the last answer (those have
         versions and Edit and resend instead of branches)."""
-        question, answer = self._session.last_exchange()
+        question, answer = self._session.exchange.last_exchange()
         return turn_id in {t.turn_id for t in (question, answer) if t is not None}
 
     # ------------------------------------------------------------------ changing
@@ -95,7 +95,7 @@ class Branches:
             raise storage.BranchError("No other branch here.")
         gone, back = storage.switch(session.store, target)
         session.reload()
-        index = session.index
+        index = session.recall.index
         if index is not None:
             session.save(lambda: index.reread(gone + back), "Updating the memory index")
         if session.indexer is not None:
@@ -105,8 +105,8 @@ class Branches:
     def _forget(self, removed: list[Chunk]) -> list[Chunk]:
         """Their index entries left the table with the tail: drop their vectors too."""
         session = self._session
-        if removed and session.index is not None:
-            session.save(lambda: session.index.reread([c.id for c in removed]), "Updating the memory index")
+        if removed and session.recall.index is not None:
+            session.save(lambda: session.recall.index.reread([c.id for c in removed]), "Updating the memory index")
         if session.indexer is not None:
             session.indexer.queue_pending(session.conv)
         return removed

@@ -11,28 +11,20 @@ every token the two share (a resurrection the final text plans differently is re
 from its span store or run in place), so only the last word, the closing framing and the
 answer's opening remain to run.
 
-Nothing here changes the conversation: the plan is the one :meth:`ChatSession.resurrect_for
-<halo_weave.session.ChatSession.resurrect_for>` would make for the draft, read and not applied.
-Functions of the session (``session``); Qt-free.
+Nothing here changes the conversation: the plan is the one ``session.recall.resurrect_for``
+would make for the draft, read and not applied (:meth:`.server_use.ServerUse.draft_ids`).
+Here the helpers that need no session; Qt-free.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
-import uuid
 
 import numpy as np
 
 from ..core.pruning import load_pruned
-from ..core.token_resurrection import returning
-from ..memory.recall_note import best_first, note_tokens
-from ..memory.room import room_choice
-from ..storage.transfer_document import CACHE_KEY_META
-from .resurrect import room_terms
 
 _LAST_WORD = re.compile(r"\s+\S*$")
-
 
 
 def settled_text(text: str) -> str:
@@ -43,47 +35,6 @@ def settled_text(text: str) -> str:
         return sent
     match = _LAST_WORD.search(sent)
     return sent[:match.start()] if match else ""
-
-
-def can_read_ahead(session) -> bool:
-    """Whether the connected server takes a draft prompt early."""
-    backend = session.backend
-    return bool(session.conv is not None and session.framing is not None
-                and getattr(backend, "read_ahead", False) and callable(getattr(backend, "prepare", None)))
-
-
-def draft_ids(session, index, matches, ids: list[int]) -> list[int]:
-    """The prompt a message of token ``ids`` would start with once sent: the live context
-    with what :meth:`resurrect_for` would bring back for ``matches`` (the search for the
-    draft, on ``index``), the user turn's opening framing, the recall note of what came
-    back (:mod:`halo_weave.memory.recall_note`), then ``ids``.
-
-    When the message makes room (:attr:`ChatSession.makes_room`) the chunks its plan would
-    prune are left out too (:func:`~halo_weave.memory.room.room_choice`; a turn's framing
-    that the prune would also take stays: the sync moves what differs)."""
-    conv = session.conv
-    chunks, gone = [], []
-    user_tokens = len(ids) + session.note_reserve
-    note: list[int] = []
-    if matches and index is not None and index is session.index and session.can_resurrect():
-        if session.makes_room:
-            plan, gone, _ = room_choice(conv, matches, index.plan, **room_terms(session, user_tokens))
-        else:
-            plan = index.plan(conv, matches, session.resurrection_budget(user_tokens))
-        if plan.taken:
-            chunks = returning(conv, plan.chunk_ids, plan.with_anchors)
-    prefix = conv.framing.prefix.get("user", ([], []))[0]
-    context = input_ids_with(conv, chunks, gone)
-    if chunks and session.writes_notes:
-        # The note the answer's request will carry (ChatSession.recall_note), in the room
-        # the whole prompt leaves.
-        framing = conv.framing
-        prompt = len(context) + len(prefix) + len(ids) + len(framing.suffix.get("user", ([], []))[0]) \
-            + len(framing.prefix.get("assistant", ([], []))[0])
-        order = best_first(plan, [c for c in chunks if not c.framing])
-        tokens = (conv.chunk_tokens(c) for c in order)
-        note = note_tokens(framing.note, ((t.token_ids, t.texts) for t in tokens), session.note_room(prompt))[0]
-    return [*map(int, context), *map(int, prefix), *note, *map(int, ids)]
 
 
 def input_ids_with(conv, chunks, without=()) -> np.ndarray:
@@ -101,31 +52,6 @@ def input_ids_with(conv, chunks, without=()) -> np.ndarray:
     ids = np.concatenate([table.token_id[kept]] + [np.asarray(tokens[c.id].token_ids) for c in chunks])
     order = np.argsort(positions, kind="stable")
     return np.concatenate((conv.system_ids, ids[order])).astype(np.int32)
-
-
-
-def cache_key(session) -> str | None:
-    """The name the server saves the open conversation's KV cache under: a random key
-    kept in the file (a read-only file: one made from its path); None without a file."""
-    store = session.store
-    if store is None:
-        return None
-    try:
-        key = store.get_meta(CACHE_KEY_META)
-        if not key:
-            key = uuid.uuid4().hex
-            store.set_meta(CACHE_KEY_META, key)
-        return str(key)
-    except Exception:  # noqa: BLE001 - a read-only or damaged file still gets a name
-        path = getattr(store, "path", None)
-        return hashlib.sha256(str(path).encode()).hexdigest()[:32] if path is not None else None
-
-
-def warm_up_ids(session) -> list[int]:
-    """The prompt the next message starts with, as far as it is known: the live context
-    (what a warm-up puts in the server's cache when a conversation opens)."""
-    conv = session.conv
-    return [int(i) for i in conv.live_input_ids()] if conv is not None else []
 
 
 def unread(held: list[int], ids: list[int]) -> int:

@@ -54,7 +54,7 @@ class InputActions:
 
     def edit_last_message(self) -> None:
         """Put the last message into the box to change it; Enter resends, Esc cancels."""
-        question, _ = self.controller.session.last_exchange()
+        question, _ = self.controller.session.exchange.last_exchange()
         if question is None:
             reason = self.controller.actions.can_change_last_exchange()
             self.messages.info(reason or "There is no message of yours to edit.")
@@ -100,7 +100,7 @@ class InputActions:
         """Enable Continue / Regenerate / Edit / versions for what the conversation ends with."""
         c, menus = self.controller, self.menus
         free = not c.gate.busy and not c.gate.input_block_reason()
-        question, answer = c.session.last_exchange()
+        question, answer = c.session.exchange.last_exchange()
         state = c.actions.answer_versions() if answer is not None else None
         has_versions = state is not None and state.count > 1
         enabled = {

@@ -320,8 +320,9 @@ class MainWindow(QMainWindow, InputActions):
         """Use the server's model ``name`` in this conversation (and for new ones)."""
         if self.controller.gate.busy:
             self.messages.info("Wait for the answer to finish (or press Esc) before switching models.")
-            self.stats_bar.set_models(list(getattr(self.controller.session.backend, "models", None) or []),
-                                      str(getattr(self.controller.session.backend, "model_id", "") or ""))
+            client = self.controller.session.backend
+            if client is not None:
+                self.stats_bar.set_models(list(client.models), str(client.model_id or ""))
             return
         if name != self.controller.settings.served_model:  # the default for new conversations
             self.apply_settings(self.controller.settings.replace(served_model=name))

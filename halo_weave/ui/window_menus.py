@@ -140,13 +140,14 @@ class WindowMenus:
         window, controller = self.window, self.controller
         url = controller.settings.server_url
         old_key = get_key(url) or ""
-        own = controller.session.conversation_prompt() if controller.conv is not None else None
+        own = controller.session.prompt.own() if controller.conv is not None else None
         dialog = SettingsDialog(controller.settings, window, api_key=old_key, keyring=keyring_available(),
                                 conversation_prompt=own)
         if page == "prompt":
             dialog.tabs.setCurrentIndex(dialog.prompt_tab)
         if dialog.server_fields is not None:
-            dialog.server_fields.show_in_use(getattr(controller.session.backend, "template_in_use", None))
+            backend = controller.session.backend
+            dialog.server_fields.show_in_use(backend.template_in_use if backend is not None else None)
         if dialog.exec():
             new = dialog.result_settings()
             fields = dialog.server_fields

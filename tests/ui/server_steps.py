@@ -59,12 +59,12 @@ def stop_mid_answer(app, qtbot, *, after: int, timeout_ms: int = 30_000) -> str:
     c.apply_settings(c.settings.replace(max_new_tokens=200))
     window.input.setPlainText("Write a long story about a dragon who loves tea.")
     qtbot.keyClick(window.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: c.turn.generating and c.session.streamed >= after, timeout=TURN_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: c.turn.generating and c.session.answer.streamed >= after, timeout=TURN_TIMEOUT_MS)
     with qtbot.wait_signal(c.signals.turn_finished, timeout=timeout_ms) as blocker:
         qtbot.keyClick(window.input, Qt.Key.Key_Escape)
     assert blocker.args == ["aborted"]
     partial = text_of(c.conv, max(c.conv.turns))
-    assert partial.strip() and c.session.streamed < 200
+    assert partial.strip() and c.session.answer.streamed < 200
     qtbot.waitUntil(lambda: not c.gate.busy, timeout=10_000)
     return partial
 

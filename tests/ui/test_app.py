@@ -127,7 +127,7 @@ def test_input_disabled_with_reason_while_generating_and_stop_keeps_partial(make
     app.window.input.setPlainText("Write a long story about a dragon who loves tea.")
     qtbot.keyClick(app.window.input, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: c.turn.generating and c.conv.open_turn is not None
-                    and c.session.streamed >= 4, timeout=TURN_TIMEOUT_MS)
+                    and c.session.answer.streamed >= 4, timeout=TURN_TIMEOUT_MS)
     assert app.window.input.isReadOnly()
     assert "Esc" in app.window.reason.text()
     assert not app.window.send_button.isEnabled() and app.window.stop_button.isEnabled()
@@ -136,7 +136,7 @@ def test_input_disabled_with_reason_while_generating_and_stop_keeps_partial(make
     assert blocker.args == ["aborted"]
     answer = max(c.conv.turns)
     partial = _assistant_text(c.conv, answer)
-    assert partial.strip() and c.session.streamed < 200
+    assert partial.strip() and c.session.answer.streamed < 200
     assert c.conv.turns[answer].complete
     assert any("partial" in m.text for m in app.window.messages.history)
     app.close()

@@ -74,7 +74,7 @@ def test_text_mode_through_llama_cpp_python_chat_stop_prune_resurrect_export(qtb
     seen_live = []
     c.signals.tokens_streamed.connect(lambda: seen_live.append(mochi[0].live) if not seen_live else None)
     assert app.say("What is the name of my cat? Mochi?") in ("stop", "length")
-    assert c.session.last_resurrected > 0 and seen_live == [True], "the pruned chunk was back while the model answered"
+    assert c.session.recall.resurrected > 0 and seen_live == [True], "the pruned chunk was back while the model answered"
     # It survives the prune after the answer it was brought back for (its age counts from then).
     assert mochi[0].live, "the resurrected chunk was pruned again right after the answer"
 
@@ -219,9 +219,9 @@ def test_settings_test_connection_shows_the_detected_kind_and_the_template_is_ke
         chosen = dialog.current_settings()
         assert chosen.chat_template == "llama3"
         app.window.apply_settings(chosen)
-        qtbot.waitUntil(lambda: c.link.state == "connected" and c.session.template.name == "llama3"
+        qtbot.waitUntil(lambda: c.link.state == "connected" and c.session.server.template.name == "llama3"
                         and not c.gate.input_block_reason(), timeout=30_000)
-        assert not c.session._stop_ids, "no ordinary token (Llama 3's suffix starts with '<') is dropped from answers"
+        assert not c.session.answer.stop_ids, "no ordinary token (Llama 3's suffix starts with '<') is dropped from answers"
         assert app.say("Name three fruits.") == "stop"
         body = replay.bodies("/api/extra/generate/stream")[-1]
         assert body["prompt"].endswith("<|start_header_id|>user<|end_header_id|>\n\nName three fruits.<|eot_id|>"
@@ -233,9 +233,9 @@ def test_settings_test_connection_shows_the_detected_kind_and_the_template_is_ke
         first = c.files.path
         c.session.use_settings(c.settings.replace(chat_template="auto"))  # the default, not this file's
         assert c.files.new_conversation()
-        qtbot.waitUntil(lambda: c.session.template.name == "chatml" and not c.gate.input_block_reason(), timeout=30_000)
+        qtbot.waitUntil(lambda: c.session.server.template.name == "chatml" and not c.gate.input_block_reason(), timeout=30_000)
         assert c.files.open_conversation(first)
-        qtbot.waitUntil(lambda: c.session.template.name == "llama3" and not c.gate.input_block_reason(), timeout=30_000)
+        qtbot.waitUntil(lambda: c.session.server.template.name == "llama3" and not c.gate.input_block_reason(), timeout=30_000)
         app.close()
     finally:
         replay.close()

@@ -120,7 +120,7 @@ def test_the_memory_loads_right_after_the_window_paints(make_app, qtbot):
     app = make_app().start()
     c = app.controller
     # No message sent: the embedder and the index load on their thread by themselves.
-    qtbot.waitUntil(lambda: c.session.index is not None and c.session.index.embedder.loaded, timeout=120_000)
+    qtbot.waitUntil(lambda: c.session.recall.index is not None and c.session.recall.index.embedder.loaded, timeout=120_000)
     assert not c.gate.busy
 
 

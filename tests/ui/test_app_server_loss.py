@@ -47,7 +47,7 @@ def test_server_killed_mid_answer_shows_error_and_app_recovers(qtbot, tmp_path, 
 
         window.input.setPlainText("Tell me a long story about a lighthouse keeper.")
         qtbot.keyClick(window.input, Qt.Key.Key_Return)
-        qtbot.waitUntil(lambda: controller.session.streamed >= 3, timeout=120_000)
+        qtbot.waitUntil(lambda: controller.session.answer.streamed >= 3, timeout=120_000)
         with qtbot.wait_signal(controller.signals.turn_finished, timeout=60_000) as blocker:
             _kill(first)
         assert blocker.args == ["error"]

@@ -101,7 +101,7 @@ def test_after_a_continue_the_context_is_back_under_its_limit(make_app, qtbot):
         app.say(question)
     pruned = len(app.conv.graveyard())
     assert _press(app, qtbot, app.window.answer_bar.continue_button) in ("stop", "length")
-    assert controller.session.streamed > 0, "the answer went on"
+    assert controller.session.answer.streamed > 0, "the answer went on"
     live = app.conv.live_token_count() - app.conv.recalled_tokens()
     assert live <= 130 or live <= app.conv.kept_tokens(), f"{live} live after the Continue"
     assert len(app.conv.graveyard()) >= pruned
@@ -190,5 +190,5 @@ def test_what_is_typed_is_read_ahead_so_enter_runs_only_the_end_of_the_prompt(ma
     with qtbot.wait_signal(c.signals.turn_finished, timeout=TURN_TIMEOUT_MS):
         qtbot.keyClick(app.window.input, Qt.Key.Key_Return)
     kv = c.turn.last_done.raw["kv"]  # the server's account of the answer's prompt
-    assert len(c.session.tokenize(message)) > 30
+    assert len(c.session.server.tokenize(message)) > 30
     assert kv["appended"] <= 10 and kv["rerun"] == 0, kv  # the message itself was in the cache already

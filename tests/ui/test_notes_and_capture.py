@@ -112,7 +112,7 @@ def test_record_attention_writes_one_capture_per_answer_that_analyze_capture_plo
         _say(app, qtbot, "Name three fruits.")
     capture_path = Path(saved.args[0])
     assert capture_path.parent == controller.turn.capture_dir
-    generated = controller.session.streamed
+    generated = controller.session.answer.streamed
     assert generated == sum(c.token_count for c in _answer_chunks(app.conv))
     lines = (capture_path / "index.jsonl").read_text("utf-8").splitlines()
     assert len(lines) == generated, "one index line per generated token"

@@ -38,7 +38,7 @@ def _chat_prune_resurrect_stop_export(qtbot, tmp_path, url: str, status_start: s
     prune_the_cat(app)  # long messages push the oldest chunks out
     app.settle()
     assert app.say("What is the name of my cat? Mochi?") in ("stop", "length")
-    assert c.session.last_resurrected > 0, "the chunk about the cat came back for the question"
+    assert c.session.recall.resurrected > 0, "the chunk about the cat came back for the question"
 
     partial = stop_mid_answer(app, qtbot, after=3, timeout_ms=60_000)
 
@@ -83,7 +83,7 @@ def test_real_server_killed_mid_answer_keeps_the_partial_answer_and_says_so(qtbo
         c, window = app.controller, app.window
         window.input.setPlainText("Tell me a long story about a lighthouse keeper.")
         qtbot.keyClick(window.input, Qt.Key.Key_Return)
-        qtbot.waitUntil(lambda: c.session.streamed >= 3, timeout=TURN_TIMEOUT_MS)
+        qtbot.waitUntil(lambda: c.session.answer.streamed >= 3, timeout=TURN_TIMEOUT_MS)
         with qtbot.wait_signal(c.signals.turn_finished, timeout=60_000) as blocker:
             server.kill()
         assert blocker.args == ["error"]

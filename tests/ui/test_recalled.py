@@ -161,7 +161,7 @@ def _file_with_a_long_recall(data_dir) -> tuple[object, int, list[int]]:
     back = conv.resurrect([c.id for c in facts], with_anchors=False)
     session.store.save_chunks(conv, back)
     question = session.add_user_message(*pieces("How many marbles are in the boxes?"), recalled=back)
-    session.prune_chunk(facts[0].id)
+    session.levers.prune(facts[0].id)
     session.store.close()
     return path, question.turn_id, [c.id for c in facts]
 

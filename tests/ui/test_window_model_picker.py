@@ -89,7 +89,7 @@ def test_a_server_with_one_model_shows_no_picker_and_names_the_models_own_templa
         bar = app.window.stats_bar
         assert not bar.model_picker.isVisible()
         assert "Template: ChatML (from llama-server /props)" in bar.connection_label.toolTip()
-        assert app.controller.session.template.prefix_for("assistant") == "<|im_start|>assistant\n"
+        assert app.controller.session.server.template.prefix_for("assistant") == "<|im_start|>assistant\n"
 
         # Settings → Server says the same, and previews the template in use.
         dialog = SettingsDialog(app.controller.settings, app.window, keyring=False)
@@ -159,7 +159,7 @@ def test_a_hostile_template_is_explained_once_and_chatml_frames_instead(qtbot, t
         said = [m.text for m in app.window.messages.history if "chat template" in m.text]
         assert len(said) == 1 and "sandbox refused" in said[0] and "built-in ChatML template instead" in said[0]
         assert "Template: ChatML (built-in fallback)" in app.window.stats_bar.connection_label.toolTip()
-        assert app.controller.session.template.prefix_for("user") == "<|im_start|>user\n"
+        assert app.controller.session.server.template.prefix_for("user") == "<|im_start|>user\n"
         app.controller.link.connect_server()  # a reconnect does not say it again
         qtbot.waitUntil(lambda: app.controller.link.state == "connected"
                         and not app.controller.gate.input_block_reason(), timeout=20_000)

@@ -38,26 +38,26 @@ class TurnActions:
         reason = self._gate.input_block_reason()
         if reason:
             return reason
-        question, answer = self._session.last_exchange()
+        question, answer = self._session.exchange.last_exchange()
         return "" if question is not None or answer is not None else "Nothing to change yet."
 
     def answer_versions(self):
         """Where the last answer stands among its versions (None without one)."""
         try:
-            return self._session.answer_versions()
+            return self._session.exchange.answer_versions()
         except Exception:  # noqa: BLE001 - a display figure is never worth an error dialog
             return None
 
     def last_question_text(self) -> str:
         """The words of the last question (for Edit), '' when there is none."""
         try:
-            return self._session.question_text()
+            return self._session.exchange.question_text()
         except ConversationError:  # turn_edits.TurnEditError: no question to edit
             return ""
 
     def regenerate(self) -> bool:
         """Answer the last question again; the answer shown so far becomes a version."""
-        if self._change(self._session.regenerate, "Regenerating"):
+        if self._change(self._session.exchange.regenerate, "Regenerating"):
             self._turn.answer_again()
             return True
         return False
@@ -71,11 +71,11 @@ class TurnActions:
 
     def show_answer_version(self, step: int) -> bool:
         """Flip to the previous (``step`` < 0) or next version of the last answer."""
-        return self._change(lambda: self._session.show_version(step), "Showing another version")
+        return self._change(lambda: self._session.exchange.show_version(step), "Showing another version")
 
     def edit_last(self, text: str) -> bool:
         """Replace the last question by ``text`` and answer it (its answer becomes a version)."""
-        return self._resend(text, self._session.replace_question)
+        return self._resend(text, self._session.exchange.replace_question)
 
     # ------------------------------------------------------------------ any message: branches
     def branch_marks(self) -> dict[int, tuple[int, int]]:
@@ -129,7 +129,7 @@ class TurnActions:
         if not text or not self._may_change():
             return False
         self._gate.set_busy(True, "Reading your message…")
-        self._session.clock.start()
+        self._session.answer.clock.start()
         session = self._session
 
         def replace(pieces) -> None:
@@ -140,7 +140,7 @@ class TurnActions:
             else:
                 self._signals.turn_finished.emit("error")
 
-        self._calls.run(lambda: session.tokenize(text), on_ok=replace,
+        self._calls.run(lambda: session.server.tokenize(text), on_ok=replace,
                         on_fail=lambda exc: self._message.failed_early(exc, "Tokenizing your message"))
         return True
 

@@ -125,10 +125,8 @@ class ServerConnection(QObject):
                 context = int(options.get("context_tokens") or 0)
                 if context > 0 and not getattr(info, "context_known", True):
                     # A server that does not say its context size gets the one set in Settings.
-                    if hasattr(client, "server_context"):
-                        client.server_context = context  # KoboldCPP cuts prompts to what the request says
                     info.server_max_context = context
-                    info.max_context = client.table_context(context) if hasattr(client, "table_context") else context
+                    info.max_context = client.assume_context(context)
                     info.context_known = True
                 # The model's own template is rendered in a sandboxed process (at most a few seconds).
                 used = resolve(getattr(info, "chat_template", None), choice,
@@ -139,7 +137,7 @@ class ServerConnection(QObject):
             except BaseException:
                 client.close()
                 raise
-            client.template, client.template_in_use, client.template_choice = used.template, used, choice
+            client.use_template(used, choice)
             return client, info, framing
 
         def ok(result) -> None:

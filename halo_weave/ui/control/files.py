@@ -102,7 +102,7 @@ class ConversationFiles(QObject):
         signals.conversation_changed.emit()
         signals.graveyard_changed.emit()
         signals.stats_changed.emit()
-        template = getattr(session.backend, "template", None)
+        template = session.backend.template if session.backend is not None else None
         if store.refusal is not None:  # damaged: opened read-only, say so and how
             signals.error.emit(store.refusal, f"Opening {target.name}")
         elif template is not None and session.model_info is not None and not self._link.follows_conversation():

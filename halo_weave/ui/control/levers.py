@@ -1,7 +1,8 @@
 """The user's levers on chunks: resurrect from the graveyard, pin, merge, prune.
 
-Each lever is a method of :class:`~halo_weave.session.ChatSession` (change, save);
-:class:`Levers` refuses them while busy and announces what changed.
+Each lever is a method of the session's part ``session.levers``
+(:class:`halo_weave.session.levers.Levers`: change, save); the :class:`Levers` here
+refuses them while busy and announces what changed.
 """
 
 from __future__ import annotations
@@ -22,19 +23,19 @@ class Levers:
 
     def resurrect_chunk(self, chunk_id: int) -> bool:
         """Graveyard click: bring a chunk back with its anchors, pinned at 10000."""
-        return self._lever(lambda s: s.resurrect_chunk(chunk_id), "Resurrecting")
+        return self._lever(lambda s: s.levers.resurrect(chunk_id), "Resurrecting")
 
     def pin(self, chunk_id: int, pinned: bool = True) -> bool:
         """Pin (brightness 10000, never pruned) or unpin a chunk."""
-        return self._lever(lambda s: s.pin(chunk_id, pinned), "Pinning" if pinned else "Unpinning")
+        return self._lever(lambda s: s.levers.pin(chunk_id, pinned), "Pinning" if pinned else "Unpinning")
 
     def merge_with_next(self, chunk_id: int) -> bool:
         """Merge a chunk with the next chunk of its turn (re-indexed as one)."""
-        return self._lever(lambda s: s.merge_with_next(chunk_id), "Merging")
+        return self._lever(lambda s: s.levers.merge_with_next(chunk_id), "Merging")
 
     def prune_chunk(self, chunk_id: int) -> bool:
         """Prune a chunk by hand (it goes to the graveyard)."""
-        return self._lever(lambda s: s.prune_chunk(chunk_id), "Pruning")
+        return self._lever(lambda s: s.levers.prune(chunk_id), "Pruning")
 
     def prune_to_budget(self, limit: int | None = None) -> list:
         """Prune to ``limit`` (default: the max-context setting) now, saved; the graveyard

@@ -73,7 +73,7 @@ class ServerLink(QObject):
 
     def template_choice(self) -> str:
         """The conversation's saved template choice, else the settings' ("auto")."""
-        return self._session.template_choice()
+        return self._session.server.template_choice()
 
     def _connection_options(self) -> dict:
         settings = self._session.settings
@@ -87,7 +87,7 @@ class ServerLink(QObject):
             return get_key(url)
 
         return {"api_key": api_key, "template": self.template_choice(),
-                "model": self._session.model_choice(), "context_tokens": settings.server_context_tokens}
+                "model": self._session.server.model_choice(), "context_tokens": settings.server_context_tokens}
 
     def choose_model(self, name: str) -> None:
         """Use the server's model ``name`` in the open conversation (saved with it) and
@@ -96,7 +96,7 @@ class ServerLink(QObject):
         store = session.store
         if store is not None and not getattr(store, "read_only", False):
             session.save(lambda: store.set_meta("model", name), "Saving the model choice")
-        if name != getattr(session.backend, "model_id", None):
+        if session.backend is None or name != session.backend.model_id:
             self.connect_server()
 
     def follows_conversation(self) -> bool:
@@ -105,20 +105,19 @@ class ServerLink(QObject):
         client = self._session.backend
         if client is None:
             return True
-        if getattr(client, "template_choice", None) not in (None, self.template_choice()):
+        if client.template_choice not in (None, self.template_choice()):
             return False
-        wanted, models = self._session.model_choice(), getattr(client, "models", None) or []
-        return not (wanted and wanted in models and wanted != getattr(client, "model_id", None))
+        wanted = self._session.server.model_choice()
+        return not (wanted and wanted in client.models and wanted != client.model_id)
 
     def _announce_model_and_template(self, client, info) -> None:
         signals = self._signals
-        models = list(getattr(client, "models", None) or [])
-        signals.models_changed.emit(models, str(getattr(client, "model_id", None) or getattr(info, "name", "")))
-        missing = getattr(client, "missing_model", None)
+        signals.models_changed.emit(list(client.models), str(client.model_id or info.name))
+        missing = client.missing_model
         if missing:
             signals.info.emit(f"The model {missing!r} is not served at {self.connection.url}; "
                               f"using {client.model_id!r} (pick another above the conversation).")
-        used = getattr(client, "template_in_use", None)
+        used = client.template_in_use
         if used is not None:
             signals.template_changed.emit(used.words)
             if used.problem and used.problem not in self._template_problems:

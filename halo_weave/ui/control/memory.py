@@ -32,7 +32,7 @@ class Memory(QObject):
     :class:`~halo_weave.memory.embedder.Embedder`), the :class:`~.indexing.IndexQueue`
     (its thread), whether this conversation's index was tried, is loading, or must be
     re-indexed once loaded, and whether the window has painted once.  The index itself
-    is the session's (:meth:`ChatSession.use_index <halo_weave.session.ChatSession.use_index>`).
+    is the session's (``session.recall.use_index``).
 
     It is also the session's indexer: :meth:`queue_pending` and :meth:`queue`.
     """
@@ -71,13 +71,13 @@ class Memory(QObject):
         """The open conversation's semantic index (loaded after the window's first paint,
         or here on first use; None if unusable or still loading)."""
         session = self._session
-        if session.index is None and not self._tried and session.store is not None:
+        if session.recall.index is None and not self._tried and session.store is not None:
             self._tried = True
             try:
-                session.use_index(_new_index(session.store, session.settings, self._get_embedder()))
+                session.recall.use_index(_new_index(session.store, session.settings, self._get_embedder()))
             except Exception as exc:  # noqa: BLE001
                 self._signals.error.emit(exc, "Loading the semantic index")
-        return session.index
+        return session.recall.index
 
     def opened(self) -> None:
         """Another conversation opened: its index loads after the first paint (or on first use)."""
@@ -104,7 +104,7 @@ class Memory(QObject):
         index on the embedder thread."""
         session = self._session
         store = session.store
-        if session.index is not None or self._tried or store is None or self._gate.closing:
+        if session.recall.index is not None or self._tried or store is None or self._gate.closing:
             return
         self._tried, self._loading = True, True
         embedder, settings = self._get_embedder(), session.settings
@@ -116,8 +116,8 @@ class Memory(QObject):
 
         def loaded(index) -> None:
             self._loading = False
-            if session.store is store and session.index is None:
-                session.use_index(index)
+            if session.store is store and session.recall.index is None:
+                session.recall.use_index(index)
                 if self._reindex_when_loaded:
                     self.reindex_all()
                 else:

@@ -68,7 +68,7 @@ class MessageSend(QObject):
         self._turn_seq += 1
         self._wait_timer.stop()
         self._pending_send = None
-        self._session.clock.stop()
+        self._session.answer.clock.stop()
         self._gate.set_busy(False)
         unsent, self._unsent = self._unsent, ""
         self._signals.message_returned.emit(unsent)
@@ -92,12 +92,12 @@ class MessageSend(QObject):
         seq = self._turn_seq
         self.started.emit()
         self._gate.set_busy(True, "Reading your message…")
-        self._session.begin_turn()
+        self._session.answer.asked()
         self._signals.turn_phase.emit(text, "")
         session = self._session
 
         def tokenize():
-            return session.tokenize(text), session.tokenize(answer_prefix)
+            return session.server.tokenize(text), session.server.tokenize(answer_prefix)
 
         finish = self._progress_after_a_second(f"Reading your message ({len(text):,} characters)")
         self._calls.run(
@@ -157,8 +157,8 @@ class MessageSend(QObject):
         if self._stale(seq):
             return
         index = self._memory.index  # loaded on first use
-        if not self._session.can_resurrect():
-            self._session.resurrect_for(index, [], len(ids))  # nothing to search: nothing recalled
+        if not self._session.recall.can_resurrect():
+            self._session.recall.resurrect_for(index, [], len(ids))  # nothing to search: nothing recalled
             self._add_user_turn(ids, texts, prefix)
             return
         self._gate.set_busy(True, "Searching memory…")
@@ -170,7 +170,7 @@ class MessageSend(QObject):
     def _resurrect(self, index, matches, ids, texts, prefix, seq: int | None = None) -> None:
         if self._stale(seq):
             return
-        recalled = self._session.resurrect_for(index, matches, len(ids))
+        recalled = self._session.recall.resurrect_for(index, matches, len(ids))
         if recalled:
             self._signals.graveyard_changed.emit()
         self._add_user_turn(ids, texts, prefix, recalled)

@@ -65,17 +65,17 @@ class SystemPrompt(QObject):
         if self._gate.busy:
             self._dirty = True
             return
-        prompt = session.effective_prompt()
-        if session.system_prompt_text() is None:
+        prompt = session.prompt.effective()
+        if session.prompt.framed_text() is None:
             return
 
         def tokenize():
-            return session.system_prompt_pieces(prompt)
+            return session.prompt.pieces(prompt)
 
         def ok(pieces) -> None:
             self._syncing -= 1
             if session.conv is conv:
-                session.set_system_prompt(prompt, pieces)
+                session.prompt.apply(prompt, pieces)
                 self._signals.conversation_changed.emit()
                 self._signals.stats_changed.emit()
             self._gate.refresh()
@@ -109,9 +109,9 @@ class SystemPrompt(QObject):
         if getattr(session.store, "read_only", False):
             self._signals.info.emit("This conversation is read-only: its system prompt cannot change.")
             return False
-        if prompt == session.conversation_prompt():
+        if prompt == session.prompt.own():
             return True
-        session.set_conversation_prompt(prompt)
+        session.prompt.set_own(prompt)
         self._edited = True
         self.sync()
         return True

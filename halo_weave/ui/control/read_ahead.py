@@ -83,7 +83,7 @@ class ReadAhead(QObject):
         running for another conversation is stopped (the server then stops its prefill)."""
         self._warm_wanted = True
         running, backend = self._warm_request, self._session.backend
-        if self._warming and running is not None and running[1] != self._session.cache_key() and backend is not None:
+        if self._warming and running is not None and running[1] != self._session.server.cache_key() and backend is not None:
             self._warm_request = None
             self._calls.run(backend.abort, running[0],
                             on_fail=lambda exc: log.debug("stopping a warm-up failed: %s", exc))
@@ -101,13 +101,13 @@ class ReadAhead(QObject):
     def _try_warm_up(self) -> None:
         session = self._session
         if (not self._warm_wanted or self._warming or self._ahead_running or self._gate.busy or self._gate.closing
-                or self._prompt.syncing or not self._connected() or not session.can_warm_up):
+                or self._prompt.syncing or not self._connected() or not session.server.can_warm_up):
             return
         self._warm_wanted = False
-        ids = session.warm_up_ids()
+        ids = session.server.warm_up_ids()
         if not ids:
             return
-        key = session.cache_key()
+        key = session.server.cache_key()
         request_id = f"hw-warm-{uuid.uuid4().hex[:12]}"
         self._warming, self._ahead_running = len(ids), True
         self._warm_request = (request_id, key)
@@ -129,7 +129,7 @@ class ReadAhead(QObject):
             if not self._warming and self._draft.strip():
                 self._read_ahead(paused=not self._idle_timer.isActive())
 
-        self._calls.run(session.warm_up, ids, key, request_id, on_ok=ended, on_fail=lambda exc: ended(error=exc))
+        self._calls.run(session.server.warm_up, ids, key, request_id, on_ok=ended, on_fail=lambda exc: ended(error=exc))
 
     @property
     def waiting_for_warm_up(self) -> bool:
@@ -172,7 +172,7 @@ class ReadAhead(QObject):
 
     def _can_read_ahead_now(self) -> bool:
         return (not self._ahead_running and not self._gate.busy and not self._gate.closing
-                and not self._gate.input_block_reason() and self._session.can_read_ahead)
+                and not self._gate.input_block_reason() and self._session.server.can_read_ahead)
 
     def _read_ahead(self, paused: bool) -> None:
         if not self._can_read_ahead_now():
@@ -187,7 +187,7 @@ class ReadAhead(QObject):
             if self._session.conv is not conv or self._gate.busy or self._gate.closing:
                 return self._read_ahead_ended()  # a send or another conversation came first
             try:
-                ids = session.draft_ids(session.index, matches, [int(i) for i, _ in pieces])
+                ids = session.server.draft_ids(session.recall.index, matches, [int(i) for i, _ in pieces])
             except Exception:  # noqa: BLE001 - the send path reports a real failure itself
                 log.debug("read-ahead: no draft prompt", exc_info=True)
                 return self._read_ahead_ended()
@@ -199,13 +199,13 @@ class ReadAhead(QObject):
         def tokenized(pieces) -> None:
             if self._session.conv is not conv or self._gate.busy:
                 return self._read_ahead_ended()
-            index = session.index
-            if index is None or not session.can_resurrect():
+            index = session.recall.index
+            if index is None or not session.recall.can_resurrect():
                 searched(pieces, [])
                 return
             self._memory.search(draft, lambda matches, exc: searched(pieces, matches if exc is None else []))
 
-        self._calls.run(session.tokenize, draft, on_ok=tokenized,
+        self._calls.run(session.server.tokenize, draft, on_ok=tokenized,
                         on_fail=lambda exc: self._read_ahead_ended(error=exc))
 
     def _read_ahead_ended(self, answer: dict | None = None, error: BaseException | None = None,

@@ -106,14 +106,14 @@ class TurnFlow(QObject):
             session.begin_answer(prefix)
             if prefix:
                 self._signals.tokens_streamed.emit()
-                if session.answer_has_tool_call():
+                if session.rounds.has_tool_call():
                     self._run_tools("stop", None)  # the given start of the answer holds a tool call
                     return
         request = session.generation_request()
         ids = request["input_ids"]
         self._signals.turn_phase.emit("", f"reading {self._ahead.unread(ids):,} tokens…")
         self._ahead.server_given(ids)
-        session.start_capture(self.capture_dir, request, self._files.path)
+        session.rounds.start_capture(self.capture_dir, request, self._files.path)
         worker = GenerationWorker(session.backend, request, parent=self)
         worker.token.connect(self._on_token)
         worker.completed.connect(self._on_stream_completed)
@@ -128,7 +128,7 @@ class TurnFlow(QObject):
 
     def _on_token(self, event) -> None:
         if self._session.receive(event):
-            if self._session.streamed == 1:
+            if self._session.answer.streamed == 1:
                 self._signals.turn_phase.emit("", "")  # the answer itself shows now
             self._signals.tokens_streamed.emit()
 
@@ -150,7 +150,7 @@ class TurnFlow(QObject):
     def _stopped_before_answer(self) -> None:
         """The turn ends without an answer (Stop before the answer started)."""
         self._stop_pending = False
-        self._session.clock.stop()
+        self._session.answer.clock.stop()
         self._gate.set_busy(False)
         self._signals.stats_changed.emit()
         self._signals.turn_finished.emit("aborted")
@@ -162,7 +162,7 @@ class TurnFlow(QObject):
             reason = "aborted"
         self.finish_capture(reason)
         rate = getattr(done, "tokens_per_s", None)
-        if reason != "aborted" and self._session.answer_has_tool_call():
+        if reason != "aborted" and self._session.rounds.has_tool_call():
             self._run_tools(reason, rate)
             return
         self._finish_turn(reason, rate)
@@ -185,7 +185,7 @@ class TurnFlow(QObject):
         if worker is not None:
             worker.wait(5000)
             worker.deleteLater()
-        self._ahead.server_given(self._session.warm_up_ids())  # the prompt and the answer (before a prune)
+        self._ahead.server_given(self._session.server.warm_up_ids())  # the prompt and the answer (before a prune)
         end = self._session.finish_turn(reason, rate, prune=not self._proxy.prunes_after_read())
         if end.turn is None:
             self._gate.set_busy(False)
@@ -203,13 +203,13 @@ class TurnFlow(QObject):
         (self._signals.conversation_changed if end.pruned else self._signals.tokens_streamed).emit()
         self._signals.stats_changed.emit()
         self._signals.turn_finished.emit(reason)
-        if callable(getattr(self._session.backend, "save_cache", None)):  # llama-server: its slot, for a reopening
-            self._calls.run(self._session.save_server_cache,
+        if self._session.backend is not None and self._session.backend.saves_cache:  # llama-server: its slot, for a reopening
+            self._calls.run(self._session.server.save_cache,
                             on_fail=lambda exc: log.info("saving the server's cache failed: %s", exc))
 
     def finish_capture(self, reason: str) -> None:
         """End the attention recording of the round (``reason``: how it ended)."""
-        path = self._session.finish_capture(reason)
+        path = self._session.rounds.finish_capture(reason)
         if path is not None:
             self._signals.capture_saved.emit(str(path))
 
@@ -230,8 +230,8 @@ class TurnFlow(QObject):
     def answer_again(self) -> None:
         """Stream a new answer to the question the conversation now ends with."""
         self._stop_pending = False
-        if not self._session.clock.running:
-            self._session.clock.start()
+        if not self._session.answer.clock.running:
+            self._session.answer.clock.start()
         if self._session.fit_model_window():
             self._signals.graveyard_changed.emit()
         self._start_generation()
@@ -239,7 +239,7 @@ class TurnFlow(QObject):
     def go_on(self) -> None:
         """Stream more of the reopened last answer (Continue)."""
         self._stop_pending = False
-        self._session.clock.start()
+        self._session.answer.clock.start()
         self._start_generation(continuation=True)
 
     # ------------------------------------------------------------------ tool rounds
@@ -251,7 +251,7 @@ class TurnFlow(QObject):
             worker.deleteLater()
         self._gate.set_busy(True, "Running the model's notebook tool…")
         session, store = self._session, self._session.store
-        text = session.answer_text()
+        text = session.rounds.answer_text()
         if self._tool_runner is None:
             self._tool_runner = notebook.ToolRunner()
         runner = self._tool_runner
@@ -264,11 +264,11 @@ class TurnFlow(QObject):
 
         def job():
             step = runner.process_answer(text, notes, hit_stop=reason == "stop")
-            return step, session.tokenize(step.prefix_text), session.tokenize(step.result_text)
+            return step, session.server.tokenize(step.prefix_text), session.server.tokenize(step.result_text)
 
         def ok(outcome) -> None:
             step = outcome[0]
-            if session.apply_tool_step(*outcome):
+            if session.rounds.apply_tool_step(*outcome):
                 self._signals.notes_changed.emit()
             self._signals.tokens_streamed.emit()
             if step.continue_generation and self._session.backend is not None:
