@@ -15,7 +15,7 @@ Everything that decides what the model sees lives here, Qt-free and without I/O:
   (:mod:`.rules.prune_orders`: dimmest or oldest first) until the context fits
   (:mod:`.core.pruning`), with anchor protection (:mod:`.core.anchors`: what leaves
   and comes back together).
-* :meth:`Conversation.resurrect` (:mod:`.core.resurrection`), :meth:`pin`, :meth:`merge_with_next`,
+* :meth:`Conversation.resurrect` (:mod:`.core.token_resurrection`), :meth:`pin`, :meth:`merge_with_next`,
   :meth:`prune_chunk` are the user's and the semantic index's levers.
 * :attr:`Conversation.recalls` says what each user message's search brought back
   (:mod:`.core.recall`); those chunks stay marked until they are pruned.
@@ -40,7 +40,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from . import brightness as bright
-from .core import merging, pruning, recall, rehydration, resurrection
+from .core import merging, pruning, recall, table_from_records, token_resurrection
 from .core.anchors import anchors_of
 from .core.framing import Framing  # noqa: F401 - importable from here too
 from .core.recall import Recalls
@@ -165,6 +165,24 @@ class Conversation:
         del self.turns[turn_id]
         self.recalls.forget(turn_id)
         return turn, chunks
+
+    def remove_turns_from(self, turn_id: int) -> list[Chunk]:
+        """Take every (closed) turn from ``turn_id`` on out of the conversation (a branch
+        is stashed): :meth:`remove_last_turn` for a whole tail at once.  Returns their
+        chunks; positions and ids are not reused."""
+        if self.open_turn is not None:
+            raise ConversationError("a turn is still open")
+        turn_ids = [t for t in self.turns if t >= turn_id]
+        chunks = [self.chunks[c] for t in turn_ids for c in self.turns[t].chunk_ids]
+        ids = np.fromiter((c.id for c in chunks), np.int32, len(chunks))
+        self.table.keep(~np.isin(self.table.chunk_id, ids))
+        for chunk in chunks:
+            del self.chunks[chunk.id]
+            self.held.forget(chunk.id)
+        for tid in turn_ids:
+            del self.turns[tid]
+            self.recalls.forget(tid)
+        return chunks
 
     # ------------------------------------------------------------------ trials
     def snapshot(self) -> Snapshot:
@@ -408,7 +426,7 @@ class Conversation:
 
     def resurrection_cost(self, chunk: Chunk, with_anchors: bool = True) -> int:
         """Live tokens that bringing ``chunk`` back (with its anchors) would add."""
-        return resurrection.cost(self, chunk, with_anchors)
+        return token_resurrection.cost(self, chunk, with_anchors)
 
     def resurrect(
         self,
@@ -425,7 +443,7 @@ class Conversation:
         Returns the chunks that came back (anchors and framing included).
         """
         chunk_ids = list(chunk_ids)
-        resurrected = resurrection.returning(self, chunk_ids, with_anchors)
+        resurrected = token_resurrection.returning(self, chunk_ids, with_anchors)
         if pin:
             for chunk_id in chunk_ids:
                 self.chunks[chunk_id].pinned = True
@@ -437,7 +455,7 @@ class Conversation:
             data = tokens[chunk.id]
             values = (np.full(chunk.token_count, self.settings.initial_brightness, np.int32) if chunk.framing
                       else bright.resurrected(brightness, data.brightness, mean))
-            resurrection.put_back(self, chunk, data, values)
+            token_resurrection.put_back(self, chunk, data, values)
         return resurrected
 
     def record_recall(self, turn_id: int, chunk_ids: Iterable[int]) -> None:
@@ -473,10 +491,10 @@ class Conversation:
 
     # ------------------------------------------------------------------ rehydration
     def rehydrate_chunk(self, chunk: Chunk, tokens: ChunkTokens | None) -> None:
-        """Re-register one chunk read from storage (see :func:`.core.rehydration.add_chunk`)."""
-        rehydration.add_chunk(self, chunk, tokens)
+        """Re-register one chunk read from storage (see :func:`.core.table_from_records.add_chunk`)."""
+        table_from_records.add_chunk(self, chunk, tokens)
 
     def rehydrate(self, turns: TurnColumns, chunks: ChunkColumns, live_ids: np.ndarray,
                   counts: np.ndarray, tokens: ChunkTokens) -> None:
-        """Take a stored conversation's records (see :func:`.core.rehydration.take_records`)."""
-        rehydration.take_records(self, turns, chunks, live_ids, counts, tokens)
+        """Take a stored conversation's records (see :func:`.core.table_from_records.take_records`)."""
+        table_from_records.take_records(self, turns, chunks, live_ids, counts, tokens)

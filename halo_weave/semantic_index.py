@@ -34,7 +34,7 @@ matches x ``user_similarity_boost``, at least ``min_similarity``; with ``hybrid_
 the score is blended with FTS5 BM25 (``hybrid_weight``) over the candidates and the best
 FTS matches of the query's distinctive terms (:mod:`.memory.text_match`).  Liveness is not
 filtered here: a live chunk simply costs nothing in the resurrection plan
-(:mod:`.memory.resurrection`).
+(:mod:`.memory.resurrection_plan`).
 
 Loading: with the store's change log (migration ``m002_semantic_changes``) the vectors
 come from a snapshot file next to the conversation (``<file>.vectors``), tied to the
@@ -60,8 +60,8 @@ from .errors import EmbedderUnavailable, SnapshotInvalid
 from .memory import query, ranking, text_match
 from .memory.drafts import EntryDraft, embed as embed_drafts, prepare as prepare_drafts
 from .memory.embedder import Embedder
-from .memory.resurrection import Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan
-from .memory.resurrection import budget as resurrection_budget
+from .memory.resurrection_plan import Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan
+from .memory.resurrection_plan import budget as resurrection_budget
 from .memory.pending import AgreedSignatures, due_chunks
 from .memory.vector_matrix import SearchTuning, VectorMatrix, one_blas_thread
 from .settings import Settings
@@ -285,6 +285,16 @@ class SemanticIndex:
             self._changed += len(chunk_ids)
             self._maybe_snapshot()
 
+    def reread(self, chunk_ids: Sequence[int]) -> None:
+        """Follow entries another writer put into the table or took out of it (a branch
+        switch restores a tail's entries with their vectors): re-read ``chunk_ids``."""
+        if not chunk_ids:
+            return
+        with self._lock:
+            self._refresh(chunk_ids)
+            self._changed += len(chunk_ids)
+            self._maybe_snapshot()
+
     def index_chunks(self, conv: Conversation, chunk_ids: Sequence[int], batch_size: int = 32,
                      progress: Progress | None = None) -> int:
         """Embed and upsert ``chunk_ids``, one commit per batch; returns how many.
@@ -356,7 +366,7 @@ class SemanticIndex:
 
     # ------------------------------------------------------------------ resurrection
     def plan(self, conv: Conversation, matches: Sequence[Match], budget: int) -> ResurrectionPlan:
-        """Which matches come back within ``budget`` tokens (see :mod:`.memory.resurrection`):
+        """Which matches come back within ``budget`` tokens (see :mod:`.memory.resurrection_plan`):
         those scoring at least ``recall_relative_floor`` of the best, each followed by its
         neighbours of the same sitting (``resurrect_neighbours``), at most
         ``recall_max_chunks`` paragraphs."""

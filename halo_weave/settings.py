@@ -161,7 +161,7 @@ class Settings:
     query_feedback: float = 0.5
     query_feedback_top: int = 3
     neighbour_matches: int = 4
-    # What a message brings back, beyond what fits (halo_weave.memory.resurrection):
+    # What a message brings back, beyond what fits (halo_weave.memory.resurrection_plan):
     # recall_relative_floor: only matches scoring at least this share of the best match's
     # score come back (0 = every match that fits); recall_max_chunks: at most this many
     # paragraphs come back for one message, neighbours and anchors counted (0 = no cap).

@@ -53,7 +53,7 @@ from .storage.files import (  # noqa: F401 - the conversation list, importable f
     new_conversation_path,
 )
 from .storage.sql import batches, transaction
-from .storage import integrity, recall_rows, rehydration
+from .storage import conversation_loader, integrity, recall_rows
 from .storage.wal_guard import DatabaseVanished, WalGuard, WalVanished
 from .storage.schema import (
     migrations,
@@ -213,12 +213,12 @@ class ConversationStore:
 
     # ------------------------------------------------------------------ rehydration
     def load(self, settings: Settings | None = None, framing: Framing | None = None) -> Conversation:
-        """Rebuild the conversation exactly as last saved (:func:`.storage.rehydration.load`).
+        """Rebuild the conversation exactly as last saved (:func:`.storage.conversation_loader.load`).
 
         A last turn left incomplete by a crash keeps its partial answer and is closed
         (its suffix framing is added and saved); one with no content is dropped.
         """
-        conv = rehydration.load(self, settings, framing)
+        conv = conversation_loader.load(self, settings, framing)
         self._streamed.clear()
         return conv
 

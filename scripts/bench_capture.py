@@ -9,7 +9,7 @@ Synthetic mode (default) records ``--tokens`` token events at the bundled model'
 folder on the data directory's disk, and times :meth:`AttentionRecorder.record` alone.
 Writes go to the OS page cache (no fsync, as in the app).
 
-``--real`` loads the bundled model in-process (halo_weave.server.engine), builds a small
+``--real`` loads the bundled model in-process (halo_weave.server.transformers_engine), builds a small
 conversation, generates one answer and runs the app's per-token path (apply attention,
 record, append) — leaving a real capture behind (in ``--keep`` or the data directory's
 ``captures``) for ``scripts/analyze_capture.py``.
@@ -91,11 +91,11 @@ def synthetic(tokens: int, context: int, fmt: str, root: Path) -> dict:
 
 def real(tokens: int, fmt: str, keep: Path | None) -> dict:
     from halo_weave.core.chat_template import build_framing
-    from halo_weave.server.engine import Engine
+    from halo_weave.server.transformers_engine import TransformersEngine
     from halo_weave.tools.notebook import TOOL_PROMPT
 
     t = time.perf_counter()
-    engine = Engine.load(attention_format=fmt)
+    engine = TransformersEngine.load(attention_format=fmt)
     load_s = time.perf_counter() - t
     settings = Settings(min_chunk_tokens=16)
     tokenize = lambda text: engine.tokenize(text)  # noqa: E731

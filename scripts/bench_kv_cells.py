@@ -29,13 +29,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory_bench.locomo import load as load_locomo  # noqa: E402
+from bench.locomo import load as load_locomo  # noqa: E402
 
 LOCOMO = Path("/work/shared/data/locomo/locomo_dev.json")
 
 
 def measure(cells: int, context: int, rounds: int, threads: int) -> dict:
-    from halo_weave.server.engines import load_engine
+    from halo_weave.server.engine_choice import load_engine
 
     engine = load_engine("llamacpp", None, threads=threads, store_bytes=0, initial_context=cells)
     try:

@@ -34,7 +34,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from memory_bench.locomo import load as load_locomo  # noqa: E402
+from bench.locomo import load as load_locomo  # noqa: E402
 
 LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
 CHAT = "<|im_start|>{}\n{}<|im_end|>\n"

@@ -37,7 +37,7 @@ LOCOMO = Path("/work/shared/data/locomo/locomo_dev.json")
 
 
 def dialogue_texts() -> list[tuple[str, str]]:
-    from memory_bench.locomo import load
+    from bench.locomo import load
 
     if not LOCOMO.exists():
         raise SystemExit(f"LoCoMo is not at {LOCOMO}")

@@ -38,8 +38,8 @@ from halo_weave.memory.embedder import Embedder  # noqa: E402
 from halo_weave.semantic_index import SemanticIndex  # noqa: E402
 from halo_weave.settings import Settings  # noqa: E402
 from halo_weave.store import ConversationStore  # noqa: E402
-from memory_bench import locomo  # noqa: E402
-from memory_bench.policies import SEED_RECALL  # noqa: E402
+from bench import locomo  # noqa: E402
+from bench.memory.policies import SEED_RECALL  # noqa: E402
 
 LOCOMO = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo_dev.json"
 

@@ -27,7 +27,7 @@ Top-level keys: ``engine_speedup`` (llama.cpp / transformers tokens/s, attention
 ``llamacpp_attention_slowdown`` (plain / attention tokens/s, 2k),
 ``ttft_after_prune_ratio`` and ``ttft_after_resurrect_ratio`` (default engine, each /
 the plain follow-up's TTFT), with the surgery's KL and top-1 agreement against an exact
-re-prefill from ``bench_kv_surgery.py`` beside them (``--surgery-cases``; with a new
+re-prefill from ``bench_kv_surgery.py`` (:mod:`bench.kv_surgery`) beside them (``--surgery-cases``; with a new
 message after the resurrected span, tail first off and on: ``surgery_kl_restore_tail``,
 ``surgery_kl_restore_tail_first``, ``surgery_kl_insert_tail[_first]`` and their
 ``surgery_top1_*``, ``--tail-cases``), and the client's per-event cost (``client_event_ms_*``).
@@ -257,9 +257,9 @@ def plain_decode_ms(engine: str, threads: int, context: int, tokens: int, flash:
         return ms
     import torch
 
-    from halo_weave.server.engine import Engine
+    from halo_weave.server.transformers_engine import TransformersEngine
 
-    hf = Engine.load(device="cpu", threads=threads)
+    hf = TransformersEngine.load(device="cpu", threads=threads)
     hf.model.set_attn_implementation("sdpa")
     prompt = torch.tensor([ids])
     with torch.inference_mode():
@@ -421,9 +421,9 @@ def main(argv=None) -> int:
         figures["ttft_after_prune_ratio"] = round(default["ttft_after_prune_s"] / default["ttft_followup_s"], 2)
         figures["ttft_after_resurrect_ratio"] = round(default["ttft_after_resurrect_s"] / default["ttft_followup_s"], 2)
     if args.surgery_cases and DEFAULT_ENGINE in engines:
-        import bench_kv_surgery
+        from bench import kv_surgery as bench_kv_surgery
 
-        from halo_weave.server.engines import load_engine
+        from halo_weave.server.engine_choice import load_engine
 
         engine = load_engine(DEFAULT_ENGINE, threads=args.threads)
         quality = bench_kv_surgery.measure(engine, bench_kv_surgery.make_cases(engine, args.surgery_cases))
@@ -434,9 +434,9 @@ def main(argv=None) -> int:
             figures["resurrect_kl_mean"] = quality["restore"]["kl_mean"]
             figures["resurrect_top1_agree"] = f"{quality['restore']['top1_agree']}/{quality['restore']['cases']}"
     if args.tail_cases and DEFAULT_ENGINE in engines:
-        import bench_kv_surgery
+        from bench import kv_surgery as bench_kv_surgery
 
-        from halo_weave.server.engines import load_engine
+        from halo_weave.server.engine_choice import load_engine
 
         engine = load_engine(DEFAULT_ENGINE, threads=args.threads)
         tail = bench_kv_surgery.measure_tail(

@@ -29,7 +29,7 @@ MEASURE = """
 import json, os, sys, time
 from halo_weave.server.omp import configure
 configure()
-from halo_weave.server.engines import load_engine
+from halo_weave.server.engine_choice import load_engine
 engine = load_engine("llamacpp", threads=int(sys.argv[1]), context_size=4096)
 kv = engine.kv
 kv.sync([(i * 7919) % 40000 + 100 for i in range(2048)])

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from chat_facts import FACTS, contains_fact, messages  # noqa: E402
+from bench.chat_facts import FACTS, contains_fact, messages  # noqa: E402
 
 QUESTION = FACTS[-1].asked
 
@@ -134,7 +134,7 @@ def shoot(driver) -> dict:
     pruned = sorted((i for i in recalled if not c.conv.chunks[i].live), key=lambda i: i != fact.id)
     if live and click(live[0]):
         shot("recall_jump", flush=True)
-        figures["jumped_to"] = view.flashed_chunk
+        figures["jumped_to"] = view.finder.flashed_chunk
     if pruned and click(pruned[0]):
         shot("recall_graveyard", flush=True)
     path = c.files.path

@@ -9,10 +9,11 @@
   forever through the app's own :class:`~halo_weave.session.ChatSession` and the scripted
   backend: user turn (saved DB-first), streamed answer (batched progress), end of turn
   (save, brightness, prune), the occasional resurrection by hand, and now and then
-  Regenerate, Edit and resend, Continue or a flip to another answer version, printing
+  Regenerate, Edit and resend, Continue, a flip to another answer version, an edit or
+  regenerate of an earlier message (a branch) or a switch between branches, printing
   ``<role> <turn_id> <count> <sum>`` after each turn's commit returns (``retiring`` /
   ``growing`` before such a change, ``removed`` after it).  :func:`crash_trials` kills it with SIGKILL at random
-  moments and checks that every reported turn survived.
+  moments and checks that every reported turn survived, shown or in a stashed branch.
 """
 
 from __future__ import annotations
@@ -29,16 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from halo_weave.core.chat_template import build_framing, system_text  # noqa: E402
-from halo_weave.conversation import Conversation  # noqa: E402
-from halo_weave.events import ModelInfo, TokenEvent  # noqa: E402
-from halo_weave.session import ChatSession, token_events  # noqa: E402
-from halo_weave.settings import Settings  # noqa: E402
-from halo_weave.store import ConversationStore, StoreError  # noqa: E402
+from halo_weave.core.chat_template import build_framing, system_text
+from halo_weave.conversation import Conversation
+from halo_weave.events import ModelInfo, TokenEvent
+from halo_weave.session import ChatSession, token_events
+from halo_weave.settings import Settings
+from halo_weave.storage import branches
+from halo_weave.store import ConversationStore, StoreError
 
 _PIECES = re.compile(r"<\|[a-z_]+\|>|\n|[^\S\n]*[^\s<]+|[^\S\n]+|<")
 WORDS = ("apple river stone maple orbit cedar lantern violet harbor quartz ember willow "
@@ -152,10 +150,10 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
     print("ready", file=out, flush=True)
 
     def report(role: str, turn) -> None:
-        print(role, turn.turn_id, *content_signature(conv, turn.turn_id), file=out, flush=True)
+        print(role, turn.turn_id, *content_signature(session.conv, turn.turn_id), file=out, flush=True)
 
     while True:
-        if not _edit_last_exchange(session, rng, out, report):
+        if not (_edit_last_exchange(session, rng, out, report) or _branch(session, rng, out, report)):
             pieces = session.tokenize(message(rng, rng.randint(1, 3), rng.randint(8, 30)))
             turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
             report("user", turn)
@@ -167,7 +165,7 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
         turn = session.finish_turn("stop").turn  # saves the answer and brightness, prunes
         report("assistant", turn)
         _continue_or_flip(session, backend, rng, out, report)
-        pruned = conv.graveyard()
+        pruned = session.conv.graveyard()
         if pruned and rng.random() < 0.3:
             session.resurrect_chunk(rng.choice(pruned).id, pin=False)
         if rng.random() < 0.2:
@@ -195,6 +193,33 @@ def _edit_last_exchange(session, rng, out, report) -> bool:
         print("removed", question.turn_id, file=out, flush=True)
         report("user", turn)
         return True
+    return False
+
+
+def _branch(session, rng, out, report) -> bool:
+    """Now and then: edit an earlier question or regenerate an earlier answer (a new
+    branch), or switch to another branch (True when the conversation now ends with a
+    question to answer).  Nothing is reported as gone: a turn that leaves the
+    conversation must be in a stashed branch (the checker looks there)."""
+    conv = session.conv
+    question, answer = session.last_exchange()
+    earlier = [t for t in conv.turns if t not in {question and question.turn_id, answer and answer.turn_id}]
+    roll = rng.random()
+    if roll < 0.06 and earlier:
+        turn_id = rng.choice(earlier)
+        print("branching", turn_id, file=out, flush=True)
+        if conv.turns[turn_id].role == "user":
+            pieces = session.tokenize(message(rng, 1, rng.randint(5, 20)))
+            report("user", session.branches.edit_message(turn_id, [i for i, _ in pieces], [t for _, t in pieces]))
+        else:
+            session.branches.regenerate_answer(turn_id)
+        return True
+    states = session.branches.states()
+    if roll < 0.12 and states:
+        state = rng.choice(list(states.values()))
+        print("switching", state.first_turn_id, file=out, flush=True)
+        session.branches.switch(state.first_turn_id, -1 if state.previous else 1)
+        return conv is not session.conv and session.conv.turns[session.conv.turns.last()].role == "user"
     return False
 
 
@@ -278,6 +303,8 @@ def crash_trials(db: Path, trials: int = 50, seed: int = 0, max_delay: float = 0
             word, turn_id, *signature = line.split()
             turn_id = int(turn_id)
             stats[word] = stats.get(word, 0) + 1
+            if word in ("branching", "switching"):
+                continue
             if word == "retiring":
                 retiring.add(turn_id)
             elif word == "growing":
@@ -300,7 +327,13 @@ def crash_trials(db: Path, trials: int = 50, seed: int = 0, max_delay: float = 0
             with ConversationStore.open(db, create=False) as store:
                 conv = store.load(settings(), FRAMING)
                 versions = _version_signatures(store)
+                stashed = branches.tail_turn_signatures(store)
+                stats["stashed"] = max(stats.get("stashed", 0), len(stashed))
                 for turn_id, signature in list(committed.items()):
+                    if turn_id not in conv.turns and turn_id in stashed and turn_id not in retiring:
+                        if stashed[turn_id][1:] != signature and turn_id not in growing:
+                            failures.append(f"trial {trial}: stashed turn {turn_id} content differs")
+                        continue
                     present = turn_id in conv.turns and conv.turns[turn_id].complete
                     if turn_id in retiring and not present:
                         # The change committed before the child could say so: an answer

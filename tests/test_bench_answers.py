@@ -6,17 +6,12 @@ normalisation or split would move every one of them.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 pytest.importorskip("nltk")
 
-from memory_bench import answers  # noqa: E402
-from memory_bench.locomo import Dialogue, Question  # noqa: E402
+from bench import answer_scoring as answers  # noqa: E402
+from bench.locomo import Dialogue, Question  # noqa: E402
 
 
 def test_an_answer_in_other_words_scores_by_the_words_it_shares():
@@ -47,7 +42,7 @@ def test_containment_asks_for_every_gold_word():
 
 
 def test_the_subset_is_fixed_by_its_seed_and_balanced_by_category():
-    import bench_answers
+    from bench import answers as bench_answers
 
     questions = [Question(i, f"q{i}", "a", 1 + i % 4, ["D1:1"]) for i in range(40)]
     questions.append(Question(99, "no evidence", "a", 1, []))

@@ -9,29 +9,25 @@ an exact run on a tiny random Llama, where (one layer) the two must agree.
 from __future__ import annotations
 
 import copy
-
 import json
 import re
-import sys
 import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-
-from memory_bench import locomo  # noqa: E402
-from memory_bench.methods import (QuestionContext, answer_brightness, answer_fifo,  # noqa: E402
+from bench import locomo
+from bench.memory.methods import (QuestionContext, answer_brightness, answer_fifo,
                                   answer_full, answer_halo, answer_halo_dry, answer_halo_in_place,
                                   answer_rag, evidence_recall, keep_recent)
-from memory_bench.policies import BASE_RULE  # noqa: E402
-from memory_bench.replay import Policy, replay, tokenize_dialogue  # noqa: E402
+from bench.memory.policies import BASE_RULE
+from bench.memory.replay import Policy, replay, tokenize_dialogue
 
-from halo_weave.core.token_table import COLUMNS  # noqa: E402
-from halo_weave.memory.resurrection import Match, make_plan  # noqa: E402
-from halo_weave.memory.room import plan_with_room  # noqa: E402
-from halo_weave.settings import Settings  # noqa: E402
+from halo_weave.core.token_table import COLUMNS
+from halo_weave.memory.resurrection_plan import Match, make_plan
+from halo_weave.memory.room import plan_with_room
+from halo_weave.settings import Settings
 
 FILLER = "we talked about the weather and the garden and the long drive home again"
 
@@ -337,16 +333,16 @@ def test_halo_reports_why_evidence_is_missing(dialogue, settings):
     assert answer_halo(halo, [huge], ctx, "at_prune").missing.get("D2:7") is None
 
 
-def tiny_exact_and_shift():
+def tiny_exact_and_shift(positions: int = 256):
     """A one-layer Llama (seeded) read two ways: re-prefilled exactly, and by KV shifts."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from memory_bench.attention import ModelAttention
+    from bench.memory.attention import ModelAttention
 
     torch.manual_seed(0)
     config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64,
                                       num_hidden_layers=1, num_attention_heads=4,
-                                      num_key_value_heads=2, max_position_embeddings=256)
+                                      num_key_value_heads=2, max_position_embeddings=positions)
     model = transformers.LlamaForCausalLM(config).eval()
     return ModelAttention(model, None, "exact"), ModelAttention(model, None, "shift")
 
@@ -375,6 +371,25 @@ def forced_alike(exact, shift, ids, more, keys) -> None:
     a = exact.force(ids, more, keys)
     b = shift.force(ids, more, keys)
     assert np.allclose(a.rows, b.rows, atol=1e-5) and np.allclose(a.logprobs, b.logprobs, atol=1e-4)
+
+
+def test_a_long_replay_shifts_in_place_across_buffer_growth_and_stays_exact():
+    """Turns that grow the cache past its buffer's room, with a prune after each once it is
+    long: the shifts that follow write into buffers the model's passes made, and the
+    replay runs to the end with the exact source's attention."""
+    exact, shift = tiny_exact_and_shift(positions=4096)
+    rng = np.random.default_rng(4)
+    ids, keys, next_key = [], [], 0
+    for _ in range(30):
+        new, forced = rng.integers(1, 64, 150).tolist(), rng.integers(1, 64, 5).tolist()
+        new_keys = list(range(next_key, next_key + 155))
+        shift.teacher_force(ids + new, forced, keys + new_keys)
+        ids, keys, next_key = ids + new + forced, keys + new_keys, next_key + 155
+        if len(ids) > 600:  # a prune: a span after the first tokens leaves
+            ids, keys = ids[:50] + ids[150:], keys[:50] + keys[150:]
+    assert shift.stats.in_place_shifts > 0 and shift.stats.shifts > shift.stats.in_place_shifts
+    more = rng.integers(1, 64, 4).tolist()
+    forced_alike(exact, shift, ids, more, keys + list(range(next_key, next_key + 4)))
 
 
 def test_kv_shift_restores_resurrected_tokens_from_kept_cells():
@@ -444,7 +459,7 @@ def test_kept_cells_compacted_while_others_come_back_restore_the_right_ones():
 
 
 def test_merging_runs_weights_recall_by_question_count():
-    from memory_bench.report import MethodResult, merge
+    from bench.memory.report import MethodResult, merge
 
     a, b = MethodResult("halo"), MethodResult("halo")
     a.add(4, 1.0, 100)
@@ -461,7 +476,7 @@ def test_a_real_run_reports_continuation_fidelity_per_method(data_file, tmp_path
     gets finite ΔNLL and kept attention mass, the reference scores itself as lossless, and
     a policy that pruned lost some of the reference's attention."""
     pytest.importorskip("llama_cpp")
-    import bench_memory
+    from bench.memory import cli as bench_memory
 
     # The app's system prompt alone is ~190 tokens: P and the window leave room for turns.
     argv = ["--data", str(data_file), "--prune-to", "300", "--context", "520",
@@ -501,7 +516,7 @@ def test_replays_share_their_calls_before_the_first_prune(dialogue, settings):
     spans come from kept cells and agree with a fresh source too)."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from memory_bench.attention import ModelAttention
+    from bench.memory.attention import ModelAttention
 
     torch.manual_seed(0)
     config = transformers.LlamaConfig(vocab_size=50010, hidden_size=32, intermediate_size=64,
@@ -543,7 +558,7 @@ def test_llama_forcing_reads_every_row_through_the_caches_decode():
     decode with an attention hook: same rows, each a distribution over what the query
     sees, and the log-probabilities show a repeated sentence is predictable."""
     pytest.importorskip("llama_cpp")
-    from memory_bench.llama_forcing import LlamaForcing
+    from bench.memory.llama_forcing import LlamaForcing
 
     source = LlamaForcing.load(context_size=512, threads=1)
     ids = [i for i, _ in source.tokenize("The quick brown fox jumps over the lazy dog. " * 6)]
@@ -565,7 +580,7 @@ def test_jobs_runs_each_conversation_in_a_worker_and_merges_like_merge(data_file
     """``--jobs 2`` on three conversations: one command, two workers (one of them runs two
     conversations on the model it loaded once), the same figures as the three
     conversations run apart and combined with ``--merge``."""
-    import bench_memory
+    from bench.memory import cli as bench_memory
 
     item = json.loads(data_file.read_text())[0]
     other = json.loads(json.dumps(item))
@@ -627,7 +642,7 @@ def forced_then_pruned(seed: int):
 def test_grouped_attention_gives_eagers_rows_and_log_probabilities():
     """The grouped-query attention the replay reads rows from agrees with transformers'
     eager attention (3 query heads per key/value head, after a KV shift too)."""
-    from memory_bench.attention import ModelAttention
+    from bench.memory.attention import ModelAttention
 
     model = grouped_model()
     grouped, eager = ModelAttention(model, None, "shift"), ModelAttention(model, None, "shift")
@@ -643,8 +658,8 @@ def test_rows_summed_as_the_layers_run_are_the_stored_probabilities_summed(monke
     probabilities kept to the end of the pass), are the very floats transformers' stored
     probabilities give when summed over heads and layers afterwards, after a KV shift too."""
     pytest.importorskip("transformers")
-    from memory_bench import attention, gqa
-    from memory_bench.attention import ModelAttention
+    from bench.memory import attention, gqa
+    from bench.memory.attention import ModelAttention
 
     model = grouped_model(layers=3)
     summed, stored = ModelAttention(model, None, "shift"), ModelAttention(model, None, "shift")
@@ -679,8 +694,8 @@ def test_a_cache_growing_in_place_gives_the_same_floats_as_concatenation():
     rewritten); and a tensor the shared prefix holds is never written into."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from memory_bench.attention import ModelAttention
-    from memory_bench.kv_buffer import GrowingLayer
+    from bench.memory.attention import ModelAttention
+    from bench.memory.kv_buffer import GrowingLayer
 
     model = grouped_model(seed=2, positions=512)
     growing, concatenating = ModelAttention(model, None, "shift"), ModelAttention(model, None, "shift")
@@ -722,7 +737,7 @@ def test_labels_of_methods_that_nearly_coincide_are_stacked():
     """The fidelity plot prints each method's name by its point; the stop-26 run's
     fifo-halo, recent-halo and halo (ΔNLL 0.0438 / 0.0438 / 0.0444, recall 0.806 / 0.805 /
     0.807) got three different lines, the far-away points the usual one."""
-    from memory_bench.report import label_offsets
+    from bench.memory.report import label_offsets
 
     xs = [0.0, 0.0189, 0.0444, 0.0438, 0.0438, -0.0012, -0.0056]  # full, fifo, halo, ...
     ys = [1.0, 0.084, 0.807, 0.806, 0.805, 0.799, 0.802]

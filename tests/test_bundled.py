@@ -138,7 +138,7 @@ def test_the_llama_extra_pins_the_parts_the_loader_checks():
 def test_the_server_says_it_runs_smollm2_in_qwens_place(monkeypatch):
     pytest.importorskip("llama_cpp")
     from halo_weave.server.app import model_info
-    from halo_weave.server.engines import load_engine
+    from halo_weave.server.engine_choice import load_engine
 
     monkeypatch.setattr(bundled, "QWEN_PARTS", bundled.PartedModel(
         "Qwen2.5-Coder-0.5B-Instruct", "absent.gguf", ("halo-test-absent-part1",), "0.9.0", "0" * 64, 1))

@@ -1,4 +1,4 @@
-"""The fact chat's scoring (scripts/chat_facts.py): an answer counts when it states the
+"""The fact chat's scoring (bench/chat_facts.py): an answer counts when it states the
 fact in any usual spelling, and not when it states something else."""
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
-sys.path.insert(0, str(SCRIPTS))
+from bench import chat_facts
 
-import chat_facts  # noqa: E402
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 FACT = {fact.name: fact for fact in chat_facts.FACTS}
 

@@ -34,7 +34,7 @@ PARAGRAPHS = [
 @pytest.fixture(scope="module")
 def llama():
     """The bundled default model on llama.cpp."""
-    from halo_weave.server.engines import load_engine
+    from halo_weave.server.engine_choice import load_engine
 
     engine = load_engine("llamacpp", threads=1)
     yield engine
@@ -44,7 +44,7 @@ def llama():
 @pytest.fixture(scope="module")
 def compared_llama():
     """The compared model on llama.cpp, to set beside :func:`transformers_engine`."""
-    from halo_weave.server.engines import load_engine
+    from halo_weave.server.engine_choice import load_engine
 
     engine = load_engine("llamacpp", COMPARED, threads=1)
     yield engine
@@ -53,7 +53,7 @@ def compared_llama():
 
 @pytest.fixture(scope="module")
 def transformers_engine():
-    from halo_weave.server.engines import load_engine
+    from halo_weave.server.engine_choice import load_engine
 
     return load_engine("transformers", COMPARED, threads=1)
 

@@ -46,7 +46,7 @@ def _chat(engine, compact: bool):
 
 
 def test_a_spread_cache_is_packed_after_the_answer_and_answers_as_before():
-    from halo_weave.server.engines import load_engine
+    from halo_weave.server.engine_choice import load_engine
 
     engine = load_engine("llamacpp", threads=1)
     try:

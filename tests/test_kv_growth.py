@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def small():
-    from halo_weave.server.engines import load_engine
+    from halo_weave.server.engine_choice import load_engine
 
     engine = load_engine("llamacpp", threads=1, initial_context=256)
     yield engine

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 def test_a_span_pruned_by_the_request_that_grows_the_cache_still_comes_back_without_a_run():
     # The request that grows the cache also prunes a paragraph: its states are kept
     # (the new context has run nothing yet), and resurrecting it runs nothing.
-    from halo_weave.server.engines import load_engine
+    from halo_weave.server.engine_choice import load_engine
 
     engine = load_engine("llamacpp", threads=1, initial_context=256)
     try:

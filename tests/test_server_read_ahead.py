@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from halo_weave.kobold_client import BackendHTTPError, KoboldClient
-from halo_weave.server.engine_api import PREPARE_WAIT_S
+from halo_weave.server.engine_base import PREPARE_WAIT_S
 
 pytestmark = pytest.mark.slow
 

@@ -70,9 +70,13 @@ def exported(tmp_path_factory, data_dir) -> Path:
 
 
 def as_version(current: dict, version: int) -> dict:
-    """Today's document as an older version wrote it (names differ; no answer versions)."""
+    """Today's document as an older version wrote it (names differ; no answer versions,
+    no branches)."""
     old = copy.deepcopy(current)
     old["version"] = version
+    del old["branches"]
+    if version == 4:
+        return old
     del old["answer_versions"]
     if version == 3:
         return old
@@ -85,9 +89,9 @@ def as_version(current: dict, version: int) -> dict:
     return old
 
 
-@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("version", [1, 2, 3, 4])
 def test_an_older_version_document_is_still_read(exported, tmp_path, version):
-    """Version 3 had no answer versions; version 2 also named ``brightness_at_prune``
+    """Version 4 had no branches; version 3 also had no answer versions; version 2 also named ``brightness_at_prune``
     ``brightness_at_deletion`` and the ``pruned`` token column ``deleted``; version 1 also
     named ``chunk_index`` ``sentence_id``.  Importing any gives the same conversation
     (without other versions of answers)."""
@@ -100,7 +104,8 @@ def test_an_older_version_document_is_still_read(exported, tmp_path, version):
 
     imported = import_conversation(path, tmp_path)
     with ConversationStore.open(imported, create=False) as store:
-        assert export_document(store) == {**current, "answer_versions": []}
+        kept = current["answer_versions"] if version == 4 else []
+        assert export_document(store) == {**current, "answer_versions": kept, "branches": []}
         conv = store.load(settings(), FRAMING)
         assert {c["id"]: c["chunk_index"] for c in current["chunks"]} == {
             c.id: c.key[1] for c in conv.chunks.values()}
@@ -111,14 +116,14 @@ def test_an_older_version_document_is_still_read(exported, tmp_path, version):
     mixed = copy.deepcopy(current)
     mixed["version"] = version
     path.write_text(json.dumps(mixed))
-    words = {1: "sentence_id", 2: "brightness_at_deletion", 3: "answer_versions"}[version]
+    words = {1: "sentence_id", 2: "brightness_at_deletion", 3: "answer_versions", 4: "branches"}[version]
     with pytest.raises(TransferError, match=words):
         import_conversation(path, tmp_path)
 
 
 def test_export_import_round_trip(exported, data_dir, tmp_path):
     original = json.loads(exported.read_text())
-    assert original["format"] == FORMAT and original["version"] == 4
+    assert original["format"] == FORMAT and original["version"] == 5
     versions = original["answer_versions"]
     assert [v["question"] for v in versions] == [None, "an earlier wording of the question"]
     assert versions[1]["texts"][:2] == [" w10", " w11"] and versions[1]["brightness"][:3] == [0, 1, 2]
@@ -204,7 +209,7 @@ def _pruned_mismatch(doc):
 
 MUTATIONS = {
     "wrong format": (_set("format", "chatgpt-export"), "not a Halo Weave export"),
-    "newer version": (_set("version", 5), "version 5"),
+    "newer version": (_set("version", 6), "version 6"),
     "version of a missing question": (_set("answer_versions.0.user_turn_id", 999_999), "not a user turn"),
     "version columns of different lengths": (_set("answer_versions.0.texts", []), "different lengths"),
     "version as text": (_set("version", "1"), "version '1'"),
@@ -236,7 +241,7 @@ RAW = {
     "truncated": (lambda text: text[: len(text) // 2], "not valid JSON"),
     "not an object": (lambda text: "[1, 2, 3]", "expected a JSON object"),
     "NaN": (lambda text: text.replace('"reference_count":2', '"reference_count":NaN', 1), "NaN"),
-    "number with 400 digits": (lambda text: text.replace('"version":4', '"version":' + "9" * 400, 1),
+    "number with 400 digits": (lambda text: text.replace('"version":5', '"version":' + "9" * 400, 1),
                                "out of range"),
     "deep nesting": (lambda text: text[:-1] + ',"x":' + "[" * 100_000 + "]" * 100_000 + "}",
                      "not a usable export"),

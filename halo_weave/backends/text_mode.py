@@ -36,7 +36,7 @@ from ..errors import (
 from ..events import DoneEvent, StreamStats, TokenEvent
 from . import local_tokenizer
 from .base import Http, check_status
-from .read_ahead import read_ahead
+from .stream_thread import read_on_thread
 
 #: Sample used once at connect to measure server tokens per bundled token.
 CALIBRATION_TEXT = (
@@ -259,7 +259,7 @@ class TextStream:
 
         Read on a thread of its own: Stop before the server's first byte returns at once.
         """
-        return read_ahead(self._read_sse(path, body), lambda: self._abort_requested and self._response is None)
+        return read_on_thread(self._read_sse(path, body), lambda: self._abort_requested and self._response is None)
 
     def _read_sse(self, path: str, body: dict) -> Iterator[dict]:
         http = self.backend.http

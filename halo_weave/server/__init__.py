@@ -1,10 +1,10 @@
 """The attention server: KoboldCPP's wire protocol over llama.cpp or transformers.
 
-* :mod:`.engine_api` - what every engine offers, and the validation, locking and abort
-  they share; :mod:`.engines` - choose and load one (``--engine``);
+* :mod:`.engine_base` - what every engine offers, and the validation, locking and abort
+  they share; :mod:`.engine_choice` - choose and load one (``--engine``);
 * :mod:`.llamacpp` - the llama.cpp engine (GGUF; attention read from the graph);
-* :mod:`.engine` - the transformers engine (any checkpoint; the reference), with
-  :mod:`.kv` its cache and :mod:`.loader` finding and caching models;
+* :mod:`.transformers_engine` - the transformers engine (any checkpoint; the reference),
+  with :mod:`.transformers_cache` its cache and :mod:`.loader` finding and caching models;
 * :mod:`.kv_surgery` - prunes and resurrections applied to the KV cache without
   re-running the context;
 * :mod:`.app` - Starlette routes and SSE streaming over an engine;

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from .app import create_app
-    from .engines import engine_note, load_engine
+    from .engine_choice import engine_note, load_engine
 
     log.info("loading model %s ...", args.model or "(the bundled default)")
     try:

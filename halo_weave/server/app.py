@@ -1,4 +1,4 @@
-"""HTTP routes (Starlette + sse-starlette) over an :class:`Engine`.
+"""HTTP routes (Starlette + sse-starlette) over an :class:`EngineBase`.
 
 Concurrency: one generation at a time.  A generate request that finds the model busy
 waits up to :data:`BUSY_WAIT_S` (so "abort, then resend" and a client that just
@@ -62,8 +62,8 @@ from starlette.routing import Route
 
 from .. import __version__
 from . import limits, schema
-from .engine_api import EngineBase as Engine
-from .engines import engine_note
+from .engine_base import EngineBase
+from .engine_choice import engine_note
 from .errors import EngineBusy, RequestError
 from .guard import RequestGuard
 from .generation import DoneRecord
@@ -118,7 +118,7 @@ def error_response(status: int, message: str, kind: str = "bad_input") -> JSONRe
     return JSONResponse({"error": message, "detail": {"msg": message, "type": kind}}, status)
 
 
-def model_info(engine: Engine, attention: bool = True) -> dict:
+def model_info(engine: EngineBase, attention: bool = True) -> dict:
     """``/api/v1/model``: KoboldCPP's fields plus the chat template and attention facts."""
     name = f"halo-weave/{engine.name}"
     info = {
@@ -155,7 +155,7 @@ def model_info(engine: Engine, attention: bool = True) -> dict:
     return info
 
 
-def create_app(engine: Engine, *, attention: bool = True, api_key: str | None = None) -> Starlette:
+def create_app(engine: EngineBase, *, attention: bool = True, api_key: str | None = None) -> Starlette:
     """The Starlette application serving ``engine`` (``attention=False``: stock KoboldCPP).
 
     Every request passes :class:`~halo_weave.server.guard.RequestGuard` (the key when
@@ -338,7 +338,7 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(500, f"internal server error: {exc}", "server_error")
 
 
-async def _stream_events(engine: Engine, generation, kwargs: dict, token_events: bool):
+async def _stream_events(engine: EngineBase, generation, kwargs: dict, token_events: bool):
     """Run ``generation`` on a worker thread and relay its records as SSE events.
 
     Encoding (base64 of per_layer arrays) happens on the worker too, so the event loop

@@ -1,6 +1,6 @@
 """One generation: the token loop, its records, and its abort switch.
 
-Created by :meth:`halo_weave.server.engine_api.EngineBase.generate`, which holds the engine's
+Created by :meth:`halo_weave.server.engine_base.EngineBase.generate`, which holds the engine's
 lock for it; the lock is released when the generation finishes, fails, is closed or is
 garbage-collected, so an abandoned iterator never wedges the server.
 """

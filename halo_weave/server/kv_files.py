@@ -154,7 +154,7 @@ class IdleSaver:
     """Writes the engine's cache to its conversation's file once the model is idle.
 
     ``engine`` offers ``save_state_if_changed()`` (the copy under its lock, see
-    :meth:`~halo_weave.server.engine_api.EngineBase.save_state_if_changed`) and
+    :meth:`~halo_weave.server.engine_base.EngineBase.save_state_if_changed`) and
     ``last_activity`` (a monotonic time).  One daemon thread; :meth:`poke` after a request.
     """
 

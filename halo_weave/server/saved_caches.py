@@ -1,7 +1,7 @@
 """Conversations' KV caches saved to disk and read back: the engines' part.
 
-A mixin of :class:`~halo_weave.server.engine_api.EngineBase` (which holds the lock and the
-cache, ``kv``, and makes :meth:`~halo_weave.server.engine_api.EngineBase.restore` the
+A mixin of :class:`~halo_weave.server.engine_base.EngineBase` (which holds the lock and the
+cache, ``kv``, and makes :meth:`~halo_weave.server.engine_base.EngineBase.restore` the
 request).  Every request that changes the cache names the conversation it is for
 (:meth:`SavedCaches._follow`, under the lock); once the model has been idle a while the
 :class:`~halo_weave.server.kv_files.IdleSaver` writes the cache to that conversation's

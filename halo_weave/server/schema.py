@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from . import limits
-from .engine_api import ATTENTION_FORMATS, PER_LAYER
-from .engine_api import EngineBase as Engine
+from .engine_base import ATTENTION_FORMATS, PER_LAYER
+from .engine_base import EngineBase
 from .errors import RequestError
 from .generation import DoneRecord, TokenRecord
 
@@ -57,8 +57,8 @@ def parse_json_object(body: bytes) -> dict:
     return data
 
 
-def generate_kwargs(body: dict, engine: Engine) -> dict[str, Any]:
-    """Validated keyword arguments for :meth:`Engine.generate` from a request body."""
+def generate_kwargs(body: dict, engine: EngineBase) -> dict[str, Any]:
+    """Validated keyword arguments for :meth:`EngineBase.generate` from a request body."""
     limits.check_generate(body, engine.context_size)
     kwargs: dict[str, Any] = {"max_length": DEFAULT_MAX_LENGTH}
     for name, (types, keyword) in GENERATE_FIELDS.items():
@@ -186,7 +186,7 @@ def _text_field(text, name: str) -> str:
     return text
 
 
-def detokenize_ids(body: dict, engine: Engine) -> list[int]:
+def detokenize_ids(body: dict, engine: EngineBase) -> list[int]:
     ids = body.get("token_ids", body.get("tokens"))
     if ids is None:
         raise RequestError("token_ids is required")
@@ -197,7 +197,7 @@ def detokenize_ids(body: dict, engine: Engine) -> list[int]:
 # ------------------------------------------------------------------ events
 
 
-def attention_payload(array: np.ndarray, engine: Engine) -> dict:
+def attention_payload(array: np.ndarray, engine: EngineBase) -> dict:
     """The wire form of one token's attention (``aggregated`` or ``per_layer``)."""
     per_layer = array.ndim == 3
     return {
@@ -212,7 +212,7 @@ def attention_payload(array: np.ndarray, engine: Engine) -> dict:
     }
 
 
-def token_event(record: TokenRecord, engine: Engine, *, attention: bool, request_id: str | None) -> str:
+def token_event(record: TokenRecord, engine: EngineBase, *, attention: bool, request_id: str | None) -> str:
     event: dict[str, Any] = {"type": "token", "token": {"token_id": record.token_id, "text": record.text}}
     if request_id:
         event["request_id"] = request_id

@@ -28,7 +28,8 @@ Errors of a save are handed to :attr:`report` (the app shows them and goes on; b
 default they are raised), so one failed save never skips the rest of the turn.
 
 The class is in :mod:`.chat`; the last exchange changed after the fact (Continue,
-Regenerate, Edit and resend) in :mod:`.last_exchange`, tool steps and the attention
+Regenerate, Edit and resend) in :mod:`.last_exchange`, any earlier message edited or
+regenerated with branches in :mod:`.branches` (``session.branches``), tool steps and the attention
 recording in :mod:`.rounds`, the prompt of a message being typed in :mod:`.read_ahead`, the user's levers on chunks in :mod:`.levers`, resurrection
 for a message (and, pruning only for room, the prune that makes room) in :mod:`.resurrect`, the chat
 template and the system prompt in :mod:`.system_prompt`.

@@ -13,12 +13,13 @@ from ..core.stream_clock import StreamClock
 from ..errors import AttentionError
 from ..events import TokenEvent
 from ..memory import recall_note, room
-from ..memory.resurrection import budget as resurrection_budget
+from ..memory.resurrection_plan import budget as resurrection_budget
 from ..rules import WITHOUT_BRIGHTNESS
 from ..settings import Settings
 from ..storage.capture import RoundCapture
 from ..tools import notebook
 from . import last_exchange, levers, read_ahead, resurrect, rounds, system_prompt
+from .branches import Branches
 
 #: Where an answer ends (ChatML); the tool tag is added per request.
 STOP_SEQUENCES = ("<|im_end|>", "<|im_start|>")
@@ -86,11 +87,22 @@ class ChatSession:
         self._note: recall_note.RecallNote | None = None
         self.round = 0
         self.capture = RoundCapture()  # "Record attention": one folder per round
+        #: Edit or regenerate any earlier message; switch branches (:mod:`.branches`).
+        self.branches = Branches(self)
 
     # ------------------------------------------------------------------ set-up
     def open(self, store) -> Conversation:
         """Rehydrate the conversation of ``store`` (an open :class:`~halo_weave.store.ConversationStore`)."""
         return self.adopt(store.load(self.settings, self.framing or Framing.none()), store)
+
+    def reload(self) -> Conversation:
+        """Read the conversation again from its file (after a branch switch changed the
+        file under it); the semantic index and the server stay as they are."""
+        conv = self.store.load(self.settings, self.framing or Framing.none())
+        if self.framing is not None:
+            conv.framing = self.framing
+        self.conv = conv
+        return conv
 
     def adopt(self, conv: Conversation, store=None) -> Conversation:
         """Run turns on ``conv``, saved to ``store`` (None: in memory only, e.g. a benchmark)."""

@@ -25,7 +25,7 @@ import uuid
 import numpy as np
 
 from ..core.pruning import load_pruned
-from ..core.resurrection import returning
+from ..core.token_resurrection import returning
 from ..memory.recall_note import best_first, note_tokens
 from ..memory.room import room_choice
 from ..storage.transfer_document import CACHE_KEY_META

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..conversation import Chunk
 from ..memory.recall_note import best_first
-from ..memory.resurrection import apply_plan
+from ..memory.resurrection_plan import apply_plan
 from ..memory import room
 from ..memory.room import plan_with_room
 

@@ -4,7 +4,7 @@ SQLite's ``integrity_check`` sees damage to its own structure, not to the values
 a row: a flipped bit in a chunk's token-lengths BLOB opened without error and showed
 altered text (34 of 60 single-bit flips, in the hostile-input suite).  So every row of the tables that
 hold the conversation (``chunk_tokens``, ``chunks``, ``turns``, ``meta``, ``tool_data``,
-``recalls``) has a CRC-32 in ``row_checksums``, kept by triggers that call
+``recalls``, ``branches``) has a CRC-32 in ``row_checksums``, kept by triggers that call
 :func:`row_sum` (registered on every connection
 :class:`~halo_weave.store.ConversationStore` opens, so every writer keeps them, and a
 program writing the file without it fails instead of leaving stale sums).
@@ -41,6 +41,7 @@ CHECKED: dict[str, tuple[str, tuple[str, ...]]] = {
     "meta": ("key", ("value",)),
     "tool_data": ("name", ("json",)),
     "recalls": ("id", ("turn_id", "chunk_id", "live")),
+    "branches": ("id", ("parent_turn_id", "first_turn_id", "created_at", "tail")),
 }
 
 #: The tables m004 gave checksums; later migrations add theirs with :func:`checksum_sql`.
@@ -66,7 +67,7 @@ def register(conn: sqlite3.Connection) -> None:
 #: and 1.0 differ): a BLOB cannot fail to decode (SQLite hands damaged, non-UTF-8 text
 #: to a Python function as an error), and one argument costs less per call than nine
 #: (opening verifies every chunk record: ~20k per 1M tokens).
-BLOB_COLUMNS = frozenset({"token_ids", "brightness", "text_lengths"})
+BLOB_COLUMNS = frozenset({"token_ids", "brightness", "text_lengths", "tail"})
 
 def _scalars_sql(table: str, ref: str) -> str:
     _, columns = CHECKED[table]
@@ -173,6 +174,8 @@ class Damage:
             return f"turn {self.key} ({self.problem})"
         if self.table == "recalls":
             return f"what a message recalled, row {self.key} ({self.problem})"
+        if self.table == "branches":
+            return f"stashed branch {self.key} ({self.problem})"
         return f"{self.table} '{self.key}' ({self.problem})"
 
 

@@ -277,6 +277,31 @@ def m008_recalls(db: Database) -> None:
     )
 
 
+@_migration
+def m009_branches(db: Database) -> None:
+    """Stashed tails of the conversation (:mod:`.branches`): what an edited or regenerated
+    earlier message replaced, kept to switch back to, with checksums.
+
+    ``parent_turn_id`` is the turn the tail follows (-1: it starts at the first message);
+    ``first_turn_id`` and ``created_at`` are its first turn's; ``tail`` holds its rows.
+    """
+    from .integrity import checksum_sql
+
+    db.executescript(
+        """
+        CREATE TABLE branches (
+            id INTEGER PRIMARY KEY,
+            parent_turn_id INTEGER NOT NULL,
+            first_turn_id INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            tail BLOB NOT NULL
+        );
+        CREATE INDEX branches_by_parent ON branches (parent_turn_id, first_turn_id);
+        """
+        + checksum_sql("branches")
+    )
+
+
 # ---------------------------------------------------------------------- token codec
 _I4 = np.dtype("<i4")
 

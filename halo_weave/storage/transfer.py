@@ -22,6 +22,7 @@ from ..store import ConversationStore
 from .file_safety import UnsafePath, check_export_target
 from .files import conversations_dir, new_conversation_path
 from .schema import pack_tokens, unpack_tokens
+from .transfer_branches import export_branches, packed_branches
 from .transfer_checks import bad_text_path
 from .transfer_document import (  # noqa: F401  (MAX_FILE_BYTES, MAX_ID: importers' API here too)
     _CHUNK_FIELDS, _COUNTERS, _ENTRY_FIELDS, _SYSTEM_KEYS, _TOKEN_COLUMNS, CACHE_KEY_META, FORMAT, MAX_FILE_BYTES,
@@ -84,6 +85,7 @@ def export_document(store: ConversationStore) -> dict:
         "answer_versions": [_version_record(row) for row in conn.execute(
             "SELECT user_turn_id, created_at, question, token_ids, brightness, text, text_lengths "
             "FROM answer_versions ORDER BY user_turn_id, created_at, id")],
+        "branches": export_branches(conn),
     }
 
 
@@ -206,3 +208,5 @@ def _insert(conn, plan: dict) -> None:
         [(v["user_turn_id"], v["created_at"], v["question"],
           *pack_tokens(np.asarray(v["token_ids"], np.int32), v["texts"], np.asarray(v["brightness"], np.int32)))
          for v in doc["answer_versions"]])
+    conn.executemany("INSERT INTO branches (parent_turn_id, first_turn_id, created_at, tail) VALUES (?, ?, ?, ?)",
+                     packed_branches(doc["branches"]))

@@ -18,8 +18,12 @@ The document (``{"format": "halo-weave", "version": 4, ...}``)::
                       the other versions of an answer (Regenerate), by the user turn they
                       answer; ``question`` is the wording they answered when it was edited
                       since, else null
+    branches          [{parent_turn_id, first_turn_id, created_at, tail}]: the stashed
+                      branches (an earlier message edited or regenerated), each the turn
+                      it follows (-1: the first message) and its rows
+                      (:mod:`.transfer_branches`)
 
-Older versions are still read: version 3 had no ``answer_versions`` (read as none); version 2 named
+Older versions are still read: version 4 had no ``branches`` (read as none); version 3 had no ``answer_versions`` (read as none); version 2 named
 ``brightness_at_prune`` ``brightness_at_deletion`` and the ``pruned`` column ``deleted``;
 version 1 also named ``chunk_index`` ``sentence_id`` (in chunks and semantic entries).  Validation checks the entire document (types, ranges, sizes,
 references, positions) before :mod:`.transfer` writes anything.
@@ -39,9 +43,9 @@ from .file_safety import UnsafePath, read_regular_file
 from .transfer_checks import check_token_ids, check_unicode
 
 FORMAT = "halo-weave"
-VERSION = 4
+VERSION = 5
 #: Versions still read (see :data:`RENAMES` for how they differ).
-READABLE_VERSIONS = (1, 2, 3, 4)
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 
 #: Limits that keep a hostile file from exhausting memory or time.
 MAX_FILE_BYTES = 1 << 30
@@ -180,6 +184,7 @@ RENAMES: dict[int, dict[str, dict[str, str]]] = {
     2: {"chunks": {"sentence_id": "chunk_index"}, "semantic_entries": {"sentence_id": "chunk_index"}},
     3: {"chunks": {"brightness_at_deletion": "brightness_at_prune"}, "tokens": {"deleted": "pruned"}},
     4: {},  # added answer_versions (see _upgrade)
+    5: {},  # added branches (see _upgrade)
 }
 _VERSION_FIELDS = ("user_turn_id", "created_at", "question", "token_ids", "texts", "brightness")
 
@@ -194,6 +199,10 @@ def _upgrade(doc: dict, version: int) -> dict:
         if "answer_versions" in doc:
             _fail("the document", f"has 'answer_versions' in a version-{version} document")
         doc["answer_versions"] = []
+    if version < 5:
+        if "branches" in doc:
+            _fail("the document", f"has 'branches' in a version-{version} document")
+        doc["branches"] = []
     doc["version"] = VERSION
     return doc
 
@@ -229,7 +238,8 @@ def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
     if version != VERSION:
         doc = _upgrade(doc, version)
     _record(doc, "the document", ("format", "version", "metadata", "system_prompt", "turns", "chunks",
-                                  "tokens", "semantic_entries", "tool_notes", "answer_versions"))
+                                  "tokens", "semantic_entries", "tool_notes", "answer_versions",
+                                  "branches"))
 
     metadata = _record(doc["metadata"], "metadata", _COUNTERS + ("extra",))
     counters = {
@@ -322,6 +332,9 @@ def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
 
     _validate_versions(doc["answer_versions"], turns, vocab_size)
 
+    from .transfer_branches import check_branches
+
+    check_branches(doc["branches"], set(turns), set(chunks), counters, vocab_size)
     if turns and counters["next_turn_id"] <= max(turns):
         _fail("metadata.next_turn_id", "is not past the last turn")
     if chunks and counters["next_chunk_id"] <= max(chunks):

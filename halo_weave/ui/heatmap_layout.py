@@ -10,7 +10,8 @@ markers) are never shown.
 The text is split into *regions* that each start a block: ``system`` (the prompt),
 ``header`` (a turn's label), ``body`` (its tokens), ``gap`` (chunks pruned here) and
 ``recall`` (under a user message: what it recalled, :mod:`.recall_line`, whose links are
-in ``links``).
+in ``links``).  The header of a message where branches part carries "‹ 2 / 3 ›"
+(``branch_marks``); its arrows are in ``branch_links``.
 
 While an answer streams, the view may cut its growing paragraph into blocks where a
 line wraps anyway (:meth:`DocumentPlan.soft_break`), so Qt re-lays out and repaints a
@@ -55,6 +56,18 @@ def turn_label(role: str, created_at: float | None, now: float | None = None,
     else:
         stamp = time.strftime("%d %b %Y %H:%M", when)
     return f"{label} · {stamp}"
+
+
+def branch_mark(number: int, count: int) -> tuple[str, list[tuple[int, int, int]]]:
+    """The header's "  ‹ 2 / 3 ›" and its arrows: (start, end, step) in UTF-16 units
+    from the mark's start (an arrow with nowhere to go is no link)."""
+    text = f"  ‹ {number} / {count} ›"
+    links = []
+    if number > 1:
+        links.append((2, 3, -1))
+    if number < count:
+        links.append((len(text) - 1, len(text), 1))
+    return text, links
 
 
 def displayable(text: str) -> str:
@@ -115,6 +128,10 @@ class DocumentPlan:
     links: list[tuple[int, int, int, int]] = field(default_factory=list)
     #: User turns whose recall line lists every chunk (the others stop at recall_line.SHOWN).
     expanded: frozenset[int] = frozenset()
+    #: Turn id -> (number, count): the first message of a branch, shown "‹ number / count ›".
+    branch_marks: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: The header arrows: (start, end, turn id, step -1 or +1).
+    branch_links: list[tuple[int, int, int, int]] = field(default_factory=list)
     _recall_done: set[int] = field(default_factory=set)
     _rows: _Column = field(default_factory=_Column)
     _starts: _Column = field(default_factory=_Column)
@@ -149,6 +166,8 @@ class DocumentPlan:
         ends[first:] += 1
         self.region_start = [r + 1 if r > position else r for r in self.region_start]
         self.links = [(a + 1, b + 1, t, c) if a > position else (a, b, t, c) for a, b, t, c in self.links]
+        self.branch_links = [(a + 1, b + 1, t, c) if a > position else (a, b, t, c)
+                             for a, b, t, c in self.branch_links]
         self.soft_breaks.append(position)
         self.length += 1
 
@@ -228,8 +247,8 @@ class DocumentPlan:
                     self._newline()
                     self._region("blank")
                     self._emit("\n")
-                self._block("header", turn_label(turn.role, turn.created_at, names=conv.role_names),
-                            turn.role, chunk.turn_id)
+                self._header(turn.role, turn_label(turn.role, turn.created_at, names=conv.role_names),
+                             chunk.turn_id)
                 self._region("body", turn.role, chunk.turn_id)
                 self.last_turn_id = chunk.turn_id
             elif pruned_starts is not None and not chunk.framing:
@@ -245,6 +264,15 @@ class DocumentPlan:
         if last is not None and last.complete:  # a message is added whole: its line goes under it
             self._recall(conv, last.turn_id)
         return True
+
+    def _header(self, role: str, label: str, turn_id: int) -> None:
+        """A message's label line, with its branch mark where branches part."""
+        mark = self.branch_marks.get(turn_id)
+        text, links = branch_mark(*mark) if mark else ("", [])
+        self._newline()
+        start = self.length + utf16_len(label)
+        self._block("header", label + text, role, turn_id)
+        self.branch_links += [(start + a, start + b, turn_id, step) for a, b, step in links]
 
     def _recall(self, conv: Conversation, turn_id: int) -> None:
         """The line under a user message that says what it recalled (once)."""
@@ -274,10 +302,12 @@ class DocumentPlan:
                 self._region("body", role, turn_id)
 
 
-def build_plan(conv: Conversation, expanded: frozenset[int] = frozenset()) -> tuple[DocumentPlan, str]:
+def build_plan(conv: Conversation, expanded: frozenset[int] = frozenset(),
+               branch_marks: dict[int, tuple[int, int]] | None = None) -> tuple[DocumentPlan, str]:
     """Lay out the whole live context: returns the plan and the document text.
-    ``expanded``: user turns whose recall line lists every chunk."""
-    plan = DocumentPlan(expanded=expanded)
+    ``expanded``: user turns whose recall line lists every chunk; ``branch_marks``: turn
+    id -> (number, count) of the messages where branches part."""
+    plan = DocumentPlan(expanded=expanded, branch_marks=dict(branch_marks or {}))
     plan.add_system(conv.system_prompt or "".join(conv.system_texts))
     _, pruned_starts = conv.chunks.pruned_content()
     plan.extend(conv, pruned_starts)

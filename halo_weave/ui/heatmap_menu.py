@@ -1,6 +1,7 @@
 """What the heatmap says about a chunk or a message: its tooltip, the message under a
-point, and the context menu (pin, merge, prune, copy).  The menu only emits the view's
-signals; the controller acts on them."""
+point, the branch arrows of a message header, and the context menu (pin, merge, prune,
+copy; edit a message, regenerate an answer, switch branches).  The menu only emits the
+view's signals; the controller acts on them."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ..core.pruning import recent_chunks
 from ..rules import prune_order
 from ..settings import choice_words
 from . import colors
+from .heatmap_frame import character_at, region_of
 from .recall_line import MORE
 
 
@@ -81,6 +83,22 @@ def turn_at(view, plan, point: QPoint | QPointF) -> int | None:
     return turn_id if turn_id >= 0 and turn_id in conv.turns else None
 
 
+def branch_link_at(view, plan, point: QPoint | QPointF) -> tuple[int, int] | None:
+    """(turn id, step) of the "‹" or "›" of a branch mark under a viewport point, or None."""
+    if not plan.branch_links:
+        return None
+    found = character_at(view, QPoint(int(point.x()), int(point.y())))
+    if found is None or region_of(plan, found[0].position())[0] != "header":
+        return None
+    return next(((t, step) for a, b, t, step in plan.branch_links if a <= found[1] < b), None)
+
+
+def branch_tooltip(plan, turn_id: int, step: int) -> str:
+    number, count = plan.branch_marks.get(turn_id, (0, 0))
+    return (f"Show branch {number + step} of {count} from here (this message and everything after "
+            "it; the branch shown now is kept)")
+
+
 def message_text(conv: Conversation, turn_id: int) -> str:
     """A message's text as shown: its live chunks, without the chat template."""
     return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(turn_id) if c.live)
@@ -125,12 +143,14 @@ def context_menu(view, point: QPoint | QPointF) -> QMenu:
         menu.addSeparator()
         copy_chunk = menu.addAction("Copy chunk text")
         copy_chunk.triggered.connect(lambda: clipboard.setText(conv.chunk_text(chunk.id)))
-    turn_id = view.turn_at(point)
+    turn_id = turn_at(view, view.plan, point)
     if turn_id is not None:
         role = conv.turns[turn_id].role
         copy_message = menu.addAction("Copy your message" if role == "user" else "Copy the answer")
         copy_message.setToolTip("The whole message as shown (its pruned paragraphs left out)")
-        copy_message.triggered.connect(lambda: clipboard.setText(view.message_text(turn_id)))
+        copy_message.triggered.connect(lambda: clipboard.setText(message_text(conv, turn_id)))
+        _change_actions(view, menu, conv, turn_id, role)
+        menu.addSeparator()
     copy = menu.addAction("Copy selection")
     copy.setShortcut("Ctrl+C")
     copy.setEnabled(view.textCursor().hasSelection())
@@ -138,3 +158,28 @@ def context_menu(view, point: QPoint | QPointF) -> QMenu:
     select_all = menu.addAction("Select all")
     select_all.triggered.connect(view.selectAll)
     return menu
+
+
+def _change_actions(view, menu: QMenu, conv: Conversation, turn_id: int, role: str) -> None:
+    """Edit this message / Regenerate this answer, and the branches that part here."""
+    idle = conv.open_turn is None
+    if role == "user":
+        edit = menu.addAction("✎ Edit this message…")
+        edit.setToolTip("Change it and send it again: a new branch starts here; "
+                        "the old one (this message and what followed) is kept")
+        edit.triggered.connect(lambda: view.edit_requested.emit(turn_id))
+    else:
+        edit = menu.addAction("↻ Regenerate this answer")
+        edit.setToolTip("Answer the question before it again: a new branch starts here; "
+                        "the old one is kept")
+        edit.triggered.connect(lambda: view.regenerate_requested.emit(turn_id))
+    edit.setEnabled(idle)
+    mark = view.branch_mark(turn_id)
+    if mark is not None:
+        number, count = mark
+        previous = menu.addAction(f"‹ Previous branch ({number} of {count})")
+        previous.setEnabled(idle and number > 1)
+        previous.triggered.connect(lambda: view.branch_requested.emit(turn_id, -1))
+        following = menu.addAction(f"Next branch › ({number} of {count})")
+        following.setEnabled(idle and number < count)
+        following.triggered.connect(lambda: view.branch_requested.emit(turn_id, 1))

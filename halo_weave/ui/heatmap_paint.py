@@ -78,9 +78,9 @@ class FramePainter:
         viewport = view.viewport()
         painter = QPainter(viewport)
         painter.fillRect(bounds, viewport.palette().brush(viewport.backgroundRole()))
-        if view._code.active:
+        if view.markdown_layer.highlighter.active:
             paint_code_backgrounds(view, painter, QRectF(bounds))
-        overlay = view.markdown_overlay()
+        overlay = view.markdown_layer.overlay()
         if overlay is not None:
             paint_code_spans(overlay, painter, QRectF(bounds))
         painter.setPen(Qt.PenStyle.NoPen)
@@ -112,8 +112,8 @@ class FramePainter:
         painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_SourceOver)
         if overlay is not None:
             paint_over_tint(view, overlay, painter, QRectF(bounds))
-        paint_links(view, view._plan, painter)
-        paint_flash(view, painter, frame, view.flashed_chunk)
+        paint_links(view, view.plan, painter)
+        paint_flash(view, painter, frame, view.finder.flashed_chunk)
         painter.end()
 
 

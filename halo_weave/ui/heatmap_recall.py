@@ -84,7 +84,7 @@ def recall_marks(view, frame: Frame | None) -> list[tuple[int, float, float]]:
     conv = view.conversation()
     if frame is None or conv is None or not len(frame.token):
         return []
-    box_chunks = view._box_chunks(frame)
+    box_chunks = view.canvas.box_chunks(frame)
     marks = []
     for chunk_id in np.unique(box_chunks).tolist():
         chunk = conv.chunks.get(chunk_id)
@@ -111,7 +111,7 @@ def paint_flash(view, painter: QPainter, frame: Frame, chunk_id: int | None) -> 
     """Outline the lines of ``chunk_id`` (the chunk a link jumped to)."""
     if chunk_id is None or not len(frame.token):
         return
-    mine = view._box_chunks(frame) == chunk_id
+    mine = view.canvas.box_chunks(frame) == chunk_id
     if not mine.any():
         return
     x0, x1, y, h = frame.x0[mine], frame.x1[mine], frame.y[mine], frame.h[mine]

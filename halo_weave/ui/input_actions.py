@@ -1,5 +1,5 @@
-"""The window's message box and the last exchange's actions: send, stop, continue,
-regenerate, edit the last message.
+"""The window's message box and the changes to the conversation: send, stop, continue,
+regenerate, edit the last message or any earlier one, switch branches.
 
 A mixin of :class:`~.main_window.MainWindow`; the state of the box and of the buttons is
 derived from the controller's alone (:meth:`InputActions._sync_input`).
@@ -15,29 +15,29 @@ IDLE_PLACEHOLDER = "Message — Enter sends, Shift+Enter new line, Esc stops"
 class InputActions:
     """Intents from the message box and the answer bar, and the box's state.
 
-    Owns ``_editing``: the box holds the last message being edited.
+    Owns ``_editing_turn``: the message whose new words the box holds (None: a new one).
     """
 
     def _start_input_actions(self) -> None:
-        self._editing = False
+        self._editing_turn: int | None = None
 
     # ------------------------------------------------------------------ input
     def send(self) -> None:
         text = self.input.toPlainText()
         if not text.strip():
             return
-        if self._editing:
-            sent = self.controller.actions.edit_last(text)
+        if self._editing_turn is not None:
+            sent = self.controller.actions.edit_message(self._editing_turn, text)
         else:
             sent = self.controller.message.send(text)
         if sent:
-            self._editing = False
+            self._editing_turn = None
             self.input.clear()
             self.heatmap.follower.jump_to_latest()  # the user wants to see the answer
 
     def _on_escape(self) -> None:
-        if self._editing:
-            self._editing = False
+        if self._editing_turn is not None:
+            self._editing_turn = None
             self.input.clear()
             self._sync_input()
         else:
@@ -54,16 +54,47 @@ class InputActions:
 
     def edit_last_message(self) -> None:
         """Put the last message into the box to change it; Enter resends, Esc cancels."""
-        reason = self.controller.actions.can_change_last_exchange()
-        text = self.controller.actions.last_question_text() if not reason else ""
+        question, _ = self.controller.session.last_exchange()
+        if question is None:
+            reason = self.controller.actions.can_change_last_exchange()
+            self.messages.info(reason or "There is no message of yours to edit.")
+            return
+        self.edit_message(question.turn_id)
+
+    def edit_message(self, turn_id: int) -> None:
+        """Put a message of the user's into the box to change it: Enter sends the new
+        words (an earlier message starts a new branch there), Esc cancels."""
+        actions = self.controller.actions
+        reason = actions.can_change_last_exchange()
+        text = actions.message_text(turn_id) if not reason else ""
         if not text:
             self.messages.info(reason or "There is no message of yours to edit.")
             return
-        self._editing = True
+        self._editing_turn = turn_id
+        live = [c.id for c in self.controller.conv.content_chunks(turn_id) if c.live]
+        if live and turn_id != self.controller.conv.turns.last("user"):
+            self.heatmap.show_chunk(live[0])  # the message being changed, outlined
         self.input.setPlainText(text)
         self.input.moveCursor(QTextCursor.MoveOperation.End)
         self.input.setFocus()
         self._sync_input()
+
+    def regenerate_answer(self, turn_id: int) -> None:
+        """Answer again (an earlier answer: a new branch there)."""
+        if self.controller.actions.regenerate_answer(turn_id):
+            self.heatmap.follower.jump_to_latest()
+
+    def switch_branch(self, turn_id: int, step: int) -> None:
+        """Show the previous or next branch where branches part at ``turn_id``, and scroll
+        to where it starts."""
+        first = self.controller.actions.switch_branch(turn_id, step)
+        conv = self.controller.conv
+        if first is None or conv is None or first not in conv.turns:
+            return
+        live = [c.id for c in conv.content_chunks(first) if c.live]
+        if live:
+            self.heatmap.show_chunk(live[0])
+        self.conversation_list.refresh()  # its count of messages
 
     def _sync_turn_actions(self) -> None:
         """Enable Continue / Regenerate / Edit / versions for what the conversation ends with."""
@@ -111,8 +142,11 @@ class InputActions:
             self.stats_bar.show_connection("generating")
         elif self.stats_bar.connection_state() == "generating":
             self.stats_bar.show_connection(c.link.state)
-        if self._editing and ready:
-            shown = "Editing your last message — Enter sends it again (its answer stays as a version), Esc cancels"
+        if self._editing_turn is not None and ready:
+            shown = ("Editing your last message — Enter sends it again (its answer stays as a version), Esc cancels"
+                     if self.controller.session.branches.is_last_exchange(self._editing_turn) else
+                     "Editing an earlier message — Enter sends it as a new branch from there "
+                     "(the old one stays: ‹ 1 / 2 › on the message), Esc cancels")
         else:
             shown = reason
         self.reason.setText(shown)

@@ -162,7 +162,7 @@ class MainWindow(QMainWindow, InputActions):
         # What is typed is read ahead to the server (not while editing the last message:
         # its resend replaces the exchange, another prompt).
         self.input.textChanged.connect(
-            lambda: c.ahead.draft_changed("" if self._editing else self.input.toPlainText()))
+            lambda: c.ahead.draft_changed("" if self._editing_turn is not None else self.input.toPlainText()))
         self.answer_bar.version_requested.connect(c.actions.show_answer_version)
         self.answer_bar.continue_requested.connect(self.continue_answer)
         self.answer_bar.regenerate_requested.connect(self.regenerate)
@@ -173,6 +173,9 @@ class MainWindow(QMainWindow, InputActions):
         self.heatmap.merge_requested.connect(c.levers.merge_with_next)
         self.heatmap.prune_requested.connect(c.levers.prune_chunk)
         self.heatmap.graveyard_requested.connect(self.show_in_graveyard)
+        self.heatmap.edit_requested.connect(self.edit_message)
+        self.heatmap.regenerate_requested.connect(self.regenerate_answer)
+        self.heatmap.branch_requested.connect(self.switch_branch)
         self.graveyard.resurrect_requested.connect(c.levers.resurrect_chunk)
         self.stats_bar.graveyard_toggled.connect(self.set_graveyard_visible)
         self.stats_bar.scoring_changed.connect(self._on_scoring_changed)
@@ -222,6 +225,7 @@ class MainWindow(QMainWindow, InputActions):
         if conv is None:
             return
         self._sync_turn_actions()
+        self.heatmap.set_branch_marks(self.controller.actions.branch_marks())
         if self._shown is not conv:
             self._shown = conv
             self.heatmap.set_conversation(conv)

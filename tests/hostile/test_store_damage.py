@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from halo_weave.storage import files, integrity, rehydration
+from halo_weave.storage import conversation_loader, files, integrity
 from halo_weave.store import ConversationStore, StoreDamaged, StoreError
 
 from .helpers import build_conversation, what_the_user_sees
@@ -231,7 +231,7 @@ def test_changed_chunk_record_is_found_by_the_summed_read(original, tmp_path, co
     path = tmp_path / "talk.halo.db"
     shutil.copy(source, path)
     with ConversationStore.open(path, create=False) as store:
-        assert rehydration.records_and_check(store) is not None  # the summed read agrees on a sound file
+        assert conversation_loader.records_and_check(store) is not None  # the summed read agrees on a sound file
     victim = sorted(view["chunks"])[3]
     conn = sqlite3.connect(path)
     conn.execute("DROP TRIGGER chunks_sum_au")
@@ -239,6 +239,6 @@ def test_changed_chunk_record_is_found_by_the_summed_read(original, tmp_path, co
     conn.commit()
     conn.close()
     with ConversationStore.open(path, create=False) as store:
-        assert rehydration.records_and_check(store) is None
+        assert conversation_loader.records_and_check(store) is None
         store.load()
         assert [d.key for d in store.damage] == [victim] and store.read_only

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -14,7 +15,6 @@ from halo_weave.store import ConversationStore
 
 CHILD = textwrap.dedent("""
     import os, random, signal, sys
-    sys.path.insert(0, {tests!r})
     from conversation_writer import add_user, message, new_conversation, stream_answer
     from halo_weave.store import ConversationStore, StoreError
 
@@ -38,10 +38,13 @@ CHILD = textwrap.dedent("""
 
 @pytest.mark.timeout(120)
 def test_deleted_wal_stops_saving_and_loses_no_committed_turn(tmp_path):
-    import tests_path  # noqa: F401 - the folder holding conversation_writer
+    import tests_path  # the folder holding conversation_writer
 
     path = tmp_path / "talk.halo.db"
-    child = subprocess.run([sys.executable, "-c", CHILD.format(tests=tests_path.FOLDER), str(path)],
+    # The child finds the test helpers and the package through its path, as pytest's does.
+    paths = [tests_path.FOLDER, str(Path(tests_path.FOLDER).parent), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    child = subprocess.run([sys.executable, "-c", CHILD, str(path)], env=env,
                            capture_output=True, text=True, timeout=100)
     lines = child.stdout.splitlines()
     committed = [line for line in lines if line.startswith("committed")]

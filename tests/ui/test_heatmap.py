@@ -182,7 +182,7 @@ def test_token_offsets_match_document_text(view):
         conv.append_token(5, text)
         view.append_streamed()
     view.flush()
-    plan = view._plan
+    plan = view.plan
     assert plan.length == view.document().characterCount() - 1
     text = view.toPlainText().replace("\u2029", "\n")
     # Document positions are UTF-16 units; map them back to Python indices.
@@ -319,7 +319,7 @@ def test_long_streamed_paragraph_stays_whole_for_the_user(view, qtbot):
         view.append_streamed()
         view.flush()
     answer = "".join(words)
-    plan = view._plan
+    plan = view.plan
     assert plan.length == view.document().characterCount() - 1
     units = view.toPlainText().replace("\u2029", "\n").encode("utf-16-le")
     for row, start, end in zip(plan.rows[-400:], plan.starts[-400:], plan.ends[-400:]):

@@ -231,7 +231,7 @@ def test_overlay_after_resize_prune_and_resurrection(view, qtbot):
 def test_carriage_returns_do_not_shift_later_tokens(view):
     conv = long_conversation(0.0, turns=2)
     view.set_conversation(conv)
-    plan = view._plan
+    plan = view.plan
     assert plan.length == view.document().characterCount() - 1
     units = view.toPlainText().replace("\u2029", "\n").encode("utf-16-le")
     for row, start, end in zip(plan.rows, plan.starts, plan.ends):

@@ -260,7 +260,7 @@ def test_emphasis_across_the_cuts_of_a_long_streamed_paragraph(view):
             QApplication.processEvents()
     view.flush()
     QApplication.processEvents()
-    assert view._plan.soft_breaks, "the streaming paragraph was cut into blocks"
+    assert view.plan.soft_breaks, "the streaming paragraph was cut into blocks"
     start = block_starting(view, "Start **")
     star = start.text().index("**")
     assert x_at(start, star) == x_at(start, star + 2), "the opening ** is hidden once the closing one came"

@@ -107,8 +107,8 @@ def test_a_message_says_what_it_recalled_and_a_click_shows_each(make_app, qtbot)
 
     # A click on its first words shows the chunk, outlined.
     _click_link(app, question, cat.id)
-    assert view.flashed_chunk == cat.id and view.chunk_rect(cat.id) is not None, "the cat's chunk is on screen"
-    marks = recall_marks(view, view._current_frame())
+    assert view.finder.flashed_chunk == cat.id and view.chunk_rect(cat.id) is not None, "the cat's chunk is on screen"
+    marks = recall_marks(view, view.canvas.frame())
     assert any(chunk == cat.id for chunk, _, _ in marks), "a violet bar beside it"
 
     # Reopened, the file says the same.
@@ -193,7 +193,7 @@ def test_a_long_recall_lists_six_then_the_rest_on_a_click_and_a_pruned_one_opens
     view.follower.jump_to_latest()
     view.flush()
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.recall_link_rect(question, ids[5]).center())
-    assert view.flashed_chunk == ids[5] and view.chunk_rect(ids[5]) is not None
+    assert view.finder.flashed_chunk == ids[5] and view.chunk_rect(ids[5]) is not None
     assert not view.follower.following
     window.refresh_stats()
     bar = window.stats_bar

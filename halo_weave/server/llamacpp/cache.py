@@ -125,7 +125,7 @@ class LlamaCache:
         return np.concatenate(found) if found else np.zeros(0, np.int64)
 
     def step(self, ids: list[int], *, attention: bool, per_layer: bool = False):
-        """Run ``ids`` after the context; ``(logits, row)`` (see :mod:`..engine_api`)."""
+        """Run ``ids`` after the context; ``(logits, row)`` (see :mod:`..engine_base`)."""
         try:
             # The last batch carries the last token's logits and attention (the server steps
             # one token; a caller stepping several gets one decode, not two, for the last batch).

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 from .. import loader
-from ..engine_api import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, STOP_TOKEN_NAMES, EngineBase
+from ..engine_base import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, STOP_TOKEN_NAMES, EngineBase
 from ..tokens import TokenText
 from . import bindings
 from . import filter as filter_

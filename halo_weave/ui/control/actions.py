@@ -1,10 +1,12 @@
-"""Continue, Regenerate, Edit and resend, answer versions: *when*, for the controller.
+"""Continue, Regenerate, Edit and resend, answer versions, and editing or regenerating
+any earlier message with branches: *when*, for the controller.
 
 The rules are methods of
 :class:`~halo_weave.session.ChatSession` (each change one transaction of
-:mod:`halo_weave.storage.turn_edits`); this checks that the user may change the last
-exchange now, tokenizes an edited message on a thread, announces the change and streams
-the new tokens with the same rounds as any answer.
+:mod:`halo_weave.storage.turn_edits`, or of :mod:`halo_weave.storage.branches` through
+``session.branches``); this checks that the user may change the conversation now,
+tokenizes an edited message on a thread, announces the change and streams the new
+tokens with the same rounds as any answer.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from .turn import TurnFlow
 
 
 class TurnActions:
-    """Intents on the last exchange; each returns False (with a message) when refused.
+    """Intents on the last exchange and on any earlier message; each returns False (or
+    None) with a message when refused.
 
     Owns nothing: it changes the session, then the turn streams the new answer; after
     an unexpected failure the conversation is reopened from its file.
@@ -72,6 +75,56 @@ class TurnActions:
 
     def edit_last(self, text: str) -> bool:
         """Replace the last question by ``text`` and answer it (its answer becomes a version)."""
+        return self._resend(text, self._session.replace_question)
+
+    # ------------------------------------------------------------------ any message: branches
+    def branch_marks(self) -> dict[int, tuple[int, int]]:
+        """Turn id -> (number, count) of each message where branches part ("‹ 2 / 3 ›")."""
+        try:
+            return {turn_id: (s.number, s.count) for turn_id, s in self._session.branches.states().items()}
+        except Exception:  # noqa: BLE001 - a display figure is never worth an error dialog
+            return {}
+
+    def message_text(self, turn_id: int) -> str:
+        """The words of a message (to edit them), '' when it is not shown."""
+        try:
+            return self._session.branches.message_text(turn_id)
+        except ConversationError:
+            return ""
+
+    def edit_message(self, turn_id: int, text: str) -> bool:
+        """Send ``text`` in place of the message ``turn_id`` and answer it: the last question
+        is edited and resent (its answer becomes a version), an earlier one starts a new
+        branch there (the old branch is kept)."""
+        branches = self._session.branches
+        if branches.is_last_exchange(turn_id):
+            return self.edit_last(text)
+        return self._resend(text, lambda ids, texts: branches.edit_message(turn_id, ids, texts))
+
+    def regenerate_answer(self, turn_id: int) -> bool:
+        """Answer again: the last answer becomes a version; an earlier one starts a new
+        branch there (the old branch is kept)."""
+        branches = self._session.branches
+        if branches.is_last_exchange(turn_id):
+            return self.regenerate()
+        if self._change(lambda: branches.regenerate_answer(turn_id), "Regenerating"):
+            self._turn.answer_again()
+            return True
+        return False
+
+    def switch_branch(self, turn_id: int, step: int) -> int | None:
+        """Show the previous (``step`` < 0) or next branch where the branch shown from
+        ``turn_id`` parts; returns the first message of the branch now shown (None when
+        refused)."""
+        shown: list[int] = []
+        if self._change(lambda: shown.append(self._session.branches.switch(turn_id, step)), "Switching branches"):
+            return shown[0]
+        return None
+
+    # ------------------------------------------------------------------ internals
+    def _resend(self, text: str, replace_with) -> bool:
+        """Tokenize ``text`` on a thread, ``replace_with(ids, texts)`` (one session change),
+        then answer it."""
         text = text.strip()
         if not text or not self._may_change():
             return False
@@ -82,16 +135,15 @@ class TurnActions:
         def replace(pieces) -> None:
             ids, texts = [int(i) for i, _ in pieces], [t for _, t in pieces]
             self._gate.set_busy(False)
-            if self._change(lambda: session.replace_question(ids, texts), "Saving your edited message"):
+            if self._change(lambda: replace_with(ids, texts), "Saving your edited message"):
                 self._turn.answer_again()
             else:
                 self._signals.turn_finished.emit("error")
 
         self._calls.run(lambda: session.tokenize(text), on_ok=replace,
-                   on_fail=lambda exc: self._message.failed_early(exc, "Tokenizing your message"))
+                        on_fail=lambda exc: self._message.failed_early(exc, "Tokenizing your message"))
         return True
 
-    # ------------------------------------------------------------------ internals
     def _may_change(self) -> bool:
         reason = self.can_change_last_exchange()
         if reason:

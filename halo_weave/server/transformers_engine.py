@@ -1,6 +1,6 @@
 """The model behind the server, usable in-process without HTTP.
 
->>> engine = Engine.load()                                    # doctest: +SKIP
+>>> engine = TransformersEngine.load()                        # doctest: +SKIP
 >>> ids = [i for i, _ in engine.tokenize("<|im_start|>user\\nHi<|im_end|>\\n", parse_special=True)]
 >>> for record in engine.generate(ids, max_length=8):         # doctest: +SKIP
 ...     print(record)       # TokenRecord(token_id, text, attention), then one DoneRecord
@@ -27,20 +27,20 @@ import numpy as np
 import torch
 
 from . import loader
-from .engine_api import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, PER_LAYER, STOP_TOKEN_NAMES, EngineBase
+from .engine_base import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, PER_LAYER, STOP_TOKEN_NAMES, EngineBase
 from .errors import EngineBusy, RequestError
 from .generation import DoneRecord, Generation, TokenRecord
-from .kv import ContextCache
+from .transformers_cache import ContextCache
 from .tokens import TokenText
 
 log = logging.getLogger("halo_weave.server")
 
-#: Forced tokens run per forward pass in :meth:`Engine.teacher_force` (bounds memory).
+#: Forced tokens run per forward pass in :meth:`TransformersEngine.teacher_force` (bounds memory).
 TEACHER_FORCE_CHUNK = 64
 
 
 @dataclass
-class Engine(EngineBase):
+class TransformersEngine(EngineBase):
     """A loaded model, its tokenizer, and the KV cache reused across requests."""
 
     kind = "transformers"
@@ -73,7 +73,7 @@ class Engine(EngineBase):
         attention_format: str = AGGREGATED,
         cache_model: bool = True,
         threads: int | None = None,
-    ) -> "Engine":
+    ) -> "TransformersEngine":
         """Load ``model`` (a source, or what :func:`loader.resolve` takes; ``None`` = the
         bundled default).
 
@@ -212,7 +212,7 @@ __all__ = [
     "AGGREGATED",
     "PER_LAYER",
     "DoneRecord",
-    "Engine",
+    "TransformersEngine",
     "EngineBusy",
     "Generation",
     "RequestError",

@@ -14,7 +14,7 @@ the prompt); every method but ``full`` stays within it.
 * ``brightness``: the replay pruned to the budget; at question time pruned again to make
   room for the question; no resurrection.
 * ``halo``: the replay pruned to ``P``; the question runs the app's resurrection (search,
-  :func:`halo_weave.memory.resurrection.make_plan` under the universal equation,
+  :func:`halo_weave.memory.resurrection_plan.make_plan` under the universal equation,
   :meth:`Conversation.resurrect`), then joins the context.
 * ``lazy-*`` (``prune_when = "for_room"``): the replay keeps the window (``C -
   max_new_tokens``) live; the question's plan gets the room ``halo``'s would
@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 
 from halo_weave.conversation import Conversation
 from halo_weave.core import ties
-from halo_weave.memory.resurrection import budget, make_plan
+from halo_weave.memory.resurrection_plan import budget, make_plan
 from halo_weave.memory.room import plan_with_room
 
-from .locomo import Question
+from ..locomo import Question
 
 
 @dataclass

@@ -17,7 +17,7 @@ from ..conversation import Conversation, Framing
 from ..core.registry import ChunkColumns, TurnColumns
 from ..errors import StoreCorrupt, StoreError
 from ..settings import Settings
-from . import integrity, recall_rows
+from . import branches, integrity, recall_rows
 from .record_columns import chunk_columns, live_token_rows, turn_columns
 from .schema import unpack_token_rows
 
@@ -26,7 +26,9 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
     """Rebuild the conversation exactly as last saved.
 
     A last turn left incomplete by a crash keeps its partial answer and is closed
-    (its suffix framing is added and saved); one with no content is dropped.
+    (its suffix framing is added and saved); one with no content is dropped.  A branch
+    point a crash left without a tail shows its newest stashed one
+    (:func:`.branches.show_orphaned`).
     """
     held: list = []  # the records, read (and their checksums totalled) once the turns are sound
 
@@ -45,7 +47,7 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
     if damage:
         store._found_damage(damage)
         records = None  # read again, leaving the damaged records out
-    elif _drop_empty_open_turn(store):
+    elif _drop_empty_open_turn(store) | branches.show_orphaned(store):
         records = None
     conv = Conversation(settings, framing)
     meta = {k: _json_or_none(v) for k, v in store.conn.execute("SELECT key, value FROM meta")}

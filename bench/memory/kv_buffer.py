@@ -2,8 +2,8 @@
 
 transformers' ``DynamicLayer`` appends a call's keys and values with ``torch.cat``, which
 copies the whole layer's cache into a new tensor on every forward pass: at the fidelity
-reference's 8k window that is 12 MB per layer, 30 layers, twice per exchange (stop 26's
-profile: 5 % of a conversation's time).  :class:`GrowingLayer` keeps each layer in a
+reference's 8k window that is 12 MB per layer, 30 layers, twice per exchange (5 % of a
+conversation's time in a profile).  :class:`GrowingLayer` keeps each layer in a
 buffer with room to spare and writes a call's keys and values after what it holds; the
 model reads a view of the filled part (the same numbers; the attention kernels take the
 view's strides as they are).

@@ -36,15 +36,15 @@ from halo_weave.core import ties
 from halo_weave.core.chat_template import build_framing, system_text
 from halo_weave.conversation import Conversation, Framing
 from halo_weave.events import TokenEvent
-from halo_weave.memory.resurrection import budget as resurrection_budget
-from halo_weave.memory.resurrection import make_plan
+from halo_weave.memory.resurrection_plan import budget as resurrection_budget
+from halo_weave.memory.resurrection_plan import make_plan
 from halo_weave.memory.room import floor as room_floor
 from halo_weave.memory.room import plan_with_room, shares_room
 from halo_weave.rules import prune_order
 from halo_weave.session import ChatSession
 from halo_weave.settings import Settings
 
-from .locomo import Dialogue
+from ..locomo import Dialogue
 
 
 class AttentionSource(Protocol):
@@ -272,7 +272,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
             if policy.resurrect == "plain":  # rag: by similarity, no anchors
                 back = conv.resurrect(plain_plan(conv, matches, room), with_anchors=False)
             else:
-                planner = getattr(search, "plan", None) or make_plan  # the app's (past_search), else seed 001's
+                planner = getattr(search, "plan", None) or make_plan  # the app's (past_search), else the default plan
                 if makes_room:  # prune just enough for the plan, as the app's session does
                     made = plan_with_room(conv, matches, planner, user_tokens=len(ids), max_context=model_context,
                                           max_new_tokens=max_new_tokens, floor=floor,

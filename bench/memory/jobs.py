@@ -1,12 +1,11 @@
 """``--jobs N``: one command runs the conversations in N worker processes and merges.
 
-Each worker is this script again (``--worker-of <folder>``, one thread) that loads the
+Each worker is the benchmark again (``python -m bench.memory --worker-of <folder>``) that loads the
 model and the embedder once and then takes conversations from a queue in the folder, one
 at a time, longest first, until none is left; each conversation runs exactly as
 ``--conversations <one> --json`` would, its stdout in ``<folder>/<conversation>.out``.  The
-driver combines those files' last JSON lines exactly as ``--merge`` does.  (Until stop 28
-every conversation had a process of its own, and each loaded the GGUF model again: ~27 s
-of the two cores' time per conversation.)
+driver combines those files' last JSON lines exactly as ``--merge`` does.  One model load
+per worker rather than per conversation: loading the GGUF model costs ~27 s of two cores.
 """
 
 from __future__ import annotations
@@ -73,14 +72,18 @@ def serve(folder: str, main, log=lambda *a: None) -> int:
     return 1 if failed else 0
 
 
-def run(script: str, argv: list[str], conversations: list[str], jobs: int,
+def run(argv: list[str], conversations: list[str], jobs: int,
         log=lambda *a: None) -> tuple[list[str], float]:
     """Run the conversations in ``jobs`` workers (:func:`serve`); (output files in
     conversation order, elapsed seconds).  Raises if one failed (its stderr was shown)."""
     folder = Path(tempfile.mkdtemp(prefix="bench_memory_jobs_"))
     started = time.perf_counter()
     (folder / QUEUE).write_text(json.dumps({"conversations": conversations, "argv": argv}))
-    workers = [subprocess.Popen([sys.executable, script, "--worker-of", str(folder)])
+    # The folder holding ``bench`` leads the workers' path, installed or not.
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    workers = [subprocess.Popen([sys.executable, "-m", "bench.memory", "--worker-of", str(folder)], env=env)
                for _ in range(min(jobs, len(conversations)))]
     log(f"[jobs] {len(workers)} workers for {len(conversations)} conversations")
     codes = [w.wait() for w in workers]

@@ -3,7 +3,7 @@
 A server still reading a long prompt sends nothing, often not even its response headers
 (seen with a real llama-server: the headers come with the first token, after 30-115 s of
 prompt on two busy cores).  The thread waiting for them cannot be woken: there is no
-response to close yet.  :func:`read_ahead` lets the consumer stop waiting when
+response to close yet.  :func:`read_on_thread` lets the consumer stop waiting when
 ``give_up()`` says so; the reading thread ends by itself when the server answers (the
 stream sees the abort and closes the connection, and the server stops).  Qt-free.
 """
@@ -22,7 +22,7 @@ POLL_S = 0.1
 _END = object()
 
 
-def read_ahead(source: Iterator[T], give_up: Callable[[], bool], *, name: str = "halo-weave-stream") -> Iterator[T]:
+def read_on_thread(source: Iterator[T], give_up: Callable[[], bool], *, name: str = "halo-weave-stream") -> Iterator[T]:
     """Yield ``source``'s items, read on a daemon thread; stop when ``give_up()`` is true
     while nothing arrives.  An exception of ``source`` is raised here."""
     items: queue.Queue = queue.Queue()

@@ -186,6 +186,15 @@ class ModelAttention:
         kept cells).  Returns that prefix's length; the rest must be run."""
         import torch
 
+        # The model's passes run in inference mode, so the buffers they grow are inference
+        # tensors, which torch lets only inference mode write in place: the shift runs there too.
+        with torch.inference_mode():
+            return self._shift_cells(ids, keys)
+
+    def _shift_cells(self, ids: list[int], keys: list) -> int:
+        """:meth:`_shift`'s work (in inference mode)."""
+        import torch
+
         from halo_weave.server.kv_surgery import rope_factors, rotate_keys
 
         from .kv_buffer import GrowingLayer
@@ -300,7 +309,7 @@ class ModelAttention:
         """Drop the kept rows no key points at any more (a chunk buried again gets a new
         row): replays that resurrect on every message bury the same chunks thousands of
         times, and the appended rows alone outgrew the machine's memory (24 GiB, two
-        workers, stop 21).  Keeps every row still pointed at; the figures do not change."""
+        workers).  Keeps every row still pointed at; the figures do not change."""
         import torch
 
         keys = list(self._grave_rows)
@@ -447,7 +456,7 @@ class ModelAttention:
 
 
 class EngineAttention:
-    """The server's :class:`~halo_weave.server.engine.Engine` as a source (``exact``)."""
+    """The server's :class:`~halo_weave.server.transformers_engine.TransformersEngine` as a source (``exact``)."""
 
     mode = "engine"
 
@@ -476,16 +485,16 @@ def load_source(kv: str, model: str | None = None, context_size: int = 8192):
     """A teacher-forcing source on the app's engine: ``engine`` (exact, the server's own
     call), or ``exact`` / ``shift`` on the engine's model and tokenizer."""
     try:
-        from halo_weave.server.engine import Engine
+        from halo_weave.server.transformers_engine import TransformersEngine
     except ImportError:
-        Engine = None
-    if Engine is None:
+        TransformersEngine = None
+    if TransformersEngine is None:
         if kv == "engine":
-            raise RuntimeError("halo_weave.server.engine is not available; use --kv exact")
+            raise RuntimeError("halo_weave.server.transformers_engine is not available; use --kv exact")
         return ModelAttention.load(kv, model)
     from halo_weave.server import bundled
 
-    engine = Engine.load(model or bundled.SMOLLM2, device="auto", context_size=context_size, cache_model=False)
+    engine = TransformersEngine.load(model or bundled.SMOLLM2, device="auto", context_size=context_size, cache_model=False)
     if kv == "engine":
         return EngineAttention(engine)
     source = ModelAttention(engine.model, engine.tokenizer, kv, engine.device)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from . import loader
-from .engine_api import AGGREGATED, EngineBase
+from .engine_base import AGGREGATED, EngineBase
 from .kv_surgery import KV_MODES, SURGERY, TAIL_FIRST_DEFAULT
 from .span_store import DEFAULT_STORE_BYTES
 
@@ -86,9 +86,9 @@ def load_engine(
                              threads=threads, attention_format=attention_format,
                              initial_cells=initial_context)
     else:
-        from .engine import Engine
+        from .transformers_engine import TransformersEngine
 
-        engine = Engine.load(source, device=device, context_size=context_size,
+        engine = TransformersEngine.load(source, device=device, context_size=context_size,
                              attention_format=attention_format, cache_model=cache_model,
                              threads=threads if device != "cuda" else None)
     engine.model_note = source.note

@@ -1,4 +1,4 @@
-"""Question-time query building the app does not do (issue 16, idea (a)).
+"""Question-time query building the app does not do.
 
 The retrieval ideas that won moved into the app (:mod:`halo_weave.memory.query`, behind
 settings); the bench's ``recent-*`` methods set those settings on the index.  What stays

@@ -16,15 +16,16 @@ from typing import Callable
 
 from .replay import Policy
 
-#: The recall settings as they were before issue 16 (the base of the recent-* variants).
+#: The recall settings before the retrieval rules of the recent-* rows (their base).
 SEED_RECALL = {"date_weight": 0.0, "query_split": False, "resurrect_neighbours": 0,
                "resurrection_anchors": "always", "user_similarity_boost": 1.5,
                "hybrid_common_share": 1.0, "hybrid_prefix_stems": False,
                "query_feedback": 0.0, "neighbour_matches": 0,
                "resurrection_keep_share": 1.0, "query_max_results": 20}
-#: BM25's words as they were before (issue 16 part 3 again): every word, as written.
-_S24_OFF = {"query_feedback": 0.0, "neighbour_matches": 0}  # stop 24's two rules
-_TERMS_OFF = {"hybrid_common_share": 1.0, "hybrid_prefix_stems": False, **_S24_OFF}
+#: Query feedback and neighbour matches off.
+_FEEDBACK_OFF = {"query_feedback": 0.0, "neighbour_matches": 0}
+#: BM25's words without the word rules: every word, as written.
+_TERMS_OFF = {"hybrid_common_share": 1.0, "hybrid_prefix_stems": False, **_FEEDBACK_OFF}
 _ALL = {"date_weight": 0.3, "query_split": True, "resurrect_neighbours": 1, "resurrection_anchors": "if_room"}
 
 #: Methods in table order: (name, replay policy key or None, question-time options).
@@ -45,12 +46,12 @@ METHODS = [
     # Is attention-based pruning better than oldest-first?  Same resurrection, pruned by age.
     ("fifo-halo", "fifo-halo", {}),
     ("halo-meanrank", "meanrank", {}),  # prune by mean chunk brightness, not peak
-    # Brightness variants (issue 16), each with the app's resurrection during the replay.
+    # Brightness variants, each with the app's resurrection during the replay.
     ("halo-median", "median", {}),  # magnitude voting, new tokens start at the live median
     ("halo-decay", "decay", {}),  # attention mass with a half-life of 256 generated tokens
     ("halo-decay-topk", "decay-topk", {}),  # ... chunks ranked by their top-4 mean
     ("halo-mass", "mass", {}),  # accumulated attention mass (H2O), new tokens at the median
-    # Eviction-literature rules (issue 16 part 2): TOVA / SnapKV ~ a short half-life (the
+    # Eviction-literature rules: TOVA / SnapKV ~ a short half-life (the
     # attention of the last answer or so), H2O = heavy hitters + a protected recent window.
     ("halo-decay4", "decay4", {}),  # decayed mass, half-life 4 generated tokens (~TOVA)
     ("halo-decay16", "decay16", {}),  # decayed mass, half-life 16 generated tokens
@@ -61,8 +62,8 @@ METHODS = [
     ("halo-mass-recent", "mass-recent", {}),  # H2O: accumulated mass + recent window
     ("halo-mass-recent75", "mass-recent75", {}),  # ... the window 3/4 of P
     # Retrieval ideas at question time, on the most recent P tokens (no replay, no model):
-    # the app's search and plan (halo_weave.memory.query, issue 16) with the settings named.
-    # recent-halo: the app's defaults; recent-seed: the defaults before issue 16; every
+    # the app's search and plan (halo_weave.memory.query) with the settings named.
+    # recent-halo: the app's defaults; recent-seed: the defaults before those rules; every
     # other recent-* row is recent-seed with the changes its name says, so the rows keep
     # their meaning when a default moves.
     ("recent-halo", None, {}),
@@ -94,13 +95,13 @@ METHODS = [
     ("recent-all-hw50", None, {**SEED_RECALL, **_ALL, "hybrid_weight": 0.5}),
     ("recent-all-k30", None, {**SEED_RECALL, **_ALL, "query_max_results": 30}),
     ("recent-all-k10", None, {**SEED_RECALL, **_ALL, "query_max_results": 10}),
-    # Stop 24: pseudo-relevance feedback and neighbours for the best matches only
-    # (recent-halo before them, and with each alone).
-    ("recent-s23", None, _S24_OFF),
+    # Pseudo-relevance feedback and neighbours for the best matches only (recent-s23:
+    # recent-halo without them; then with each alone).
+    ("recent-s23", None, _FEEDBACK_OFF),
     ("recent-feedback-only", None, {"neighbour_matches": 0}),
     ("recent-nb4-only", None, {"query_feedback": 0.0}),
-    # Stop 29: room for what a message brings back (resurrection_keep_share 0.5, 30
-    # candidates); recent-s28 is the app before it (the room what pruning left, 20).
+    # Room for what a message brings back (resurrection_keep_share 0.5, 30 candidates):
+    # recent-s28 is the app without it (the room what pruning left, 20 candidates).
     ("recent-s28", None, {"resurrection_keep_share": 1.0, "query_max_results": 20}),
     # What one message may bring back: only matches scoring at least a share of the best
     # one's score (recall_relative_floor), at most N paragraphs (recall_max_chunks).
@@ -167,7 +168,7 @@ RETIRED = {
     "halo-hyst": "hysteresis is the app's rule since 540aa0a (prune_hysteresis)",
     "halo-meanrank": "reproduced fifo-halo to the last question on conv-30 (mean = age)",
     "halo-decay-live": "a fourth live replay; halo-live / fifo-halo-live answer the live question",
-    # Recall variants that lost on the six dev conversations (issue 16 part 3, recent-seed 0.692).
+    # Recall variants that lost on the six dev conversations (recent-seed 0.692).
     "recent-exchange": "the last exchange in the query: 0.418",
     "recent-neighbours2": "two neighbours per side: 0.690, misses turn into over budget",
     "recent-k40": "40 candidates: 0.689", "recent-k40-room": "40 candidates, anchors if room: 0.680",

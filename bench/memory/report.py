@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from .fidelity import Fidelity
-from .locomo import CATEGORIES
+from ..locomo import CATEGORIES
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """What every engine behind the server offers, and the parts they share.
 
-Two engines serve the same wire protocol: :class:`halo_weave.server.engine.Engine`
-(transformers + torch, the reference, any Hugging Face checkpoint) and
+Two engines serve the same wire protocol:
+:class:`halo_weave.server.transformers_engine.TransformersEngine` (transformers + torch, the
+reference, any Hugging Face checkpoint) and
 :class:`halo_weave.server.llamacpp.LlamaEngine` (llama.cpp, GGUF files, several times
 faster on a CPU).  Both subclass :class:`EngineBase`, which owns request validation,
 the one-generation-at-a-time lock, abort, and stop tokens; an engine adds its model
@@ -92,7 +93,7 @@ class EngineBase(SavedCaches):
     kind = "engine"
     #: How prunes and insertions are applied: ``"surgery"`` or ``"exact"`` (re-run).
     kv_mode = "surgery"
-    #: Why the model served is not the one asked for (set by :func:`.engines.load_engine`).
+    #: Why the model served is not the one asked for (set by :func:`.engine_choice.load_engine`).
     model_note: str | None = None
 
     def _init_locks(self) -> None:

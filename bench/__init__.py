@@ -1,0 +1,16 @@
+"""Halo Weave's benchmarks: what the app measures about itself, and how.
+
+Each benchmark is a module (or, for the memory benchmark, the subpackage :mod:`bench.memory`)
+with a ``main(argv)``; its command line is ``scripts/bench_<name>.py`` with the same options.
+They drive the app through its public interface (a conversation, a session, a store, the
+server), as a user's script would; the app never imports them (an import-linter contract).
+
+- :mod:`bench.memory`: does it remember?  Evidence recall and continuation fidelity on
+  LoCoMo, replayed through the app's core with teacher-forced attention.
+- :mod:`bench.answers`: does the model answer from what it remembers?  Answer F1 on LoCoMo
+  (scored by :mod:`bench.answer_scoring`).
+- :mod:`bench.chat`: a scripted chat through the real server, timed as a user feels it.
+- :mod:`bench.chat_facts`: facts said early, pruned, then asked about.
+- :mod:`bench.kv_surgery`: what KV surgery costs in accuracy and saves in time.
+- :mod:`bench.locomo`: the LoCoMo data set, loaded for all of them.
+"""

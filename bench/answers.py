@@ -1,0 +1,504 @@
+"""Does the model answer from its memory?  Answer F1 on LoCoMo from each method's context.
+
+The memory benchmark (scripts/bench_memory.py) measures whether a question's evidence is
+live; this one measures what the model then answers.  For every question of a subset
+(stratified by category, fixed by ``--seed``), each method builds the context the model
+would get, with the app's own code (conversation, pruning, the semantic index over a real
+store, the resurrection plan and the room it makes); the prompt is that context's token
+ids exactly as the app sends them (system prompt, every live chunk with its turn's chat
+framing, the question as the user's message, the assistant's opening), and the model
+answers greedily (at most ``--answer-tokens`` new tokens) on the app's llama.cpp engine.
+Answers are scored with LoCoMo's answer F1 and a containment score
+(bench/answer_scoring.py).  Per method it also reports the tokens brought back per
+question, the share of them that belong to evidence turns (precision), and evidence
+recall.  See docs/answers.md.
+
+    python scripts/bench_answers.py --quick --json
+    python scripts/bench_answers.py --json                       # the documented subset
+    python scripts/bench_answers.py --per-category 0 --json      # the whole dev set
+
+The last line with ``--json`` is one JSON object of figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from halo_weave.server import omp  # noqa: E402
+
+omp.configure()  # llama.cpp's threads wait as the server's do (a bounded spin), before it loads
+from halo_weave.memory import recall_note  # noqa: E402
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from . import answer_scoring as scoring  # noqa: E402
+from . import locomo  # noqa: E402
+from .memory import retrieval  # noqa: E402
+from .memory.replay import Policy, new_conversation, replay, tokenize_dialogue  # noqa: E402
+
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo_dev.json"
+RAG_CANDIDATES = 200
+#: What the user adds to a question: LoCoMo's gold answers are short phrases.
+ASK = " Answer in a few words."
+
+#: name -> (kind, index settings changed from the app's defaults, the recall note before
+#: the question: :mod:`halo_weave.memory.recall_note`, the app's ``recall_note`` setting).
+#: The recall settings before the floors and the cap (what "before" runs, the base of the
+#: variants below, so that their names keep their meaning when a default moves).
+BEFORE = {"min_similarity": 0.0, "recall_relative_floor": 0.0, "recall_max_chunks": 0}
+
+METHODS: dict[str, tuple[str, dict, bool | str]] = {
+    "oracle": ("oracle", {}, False),  # the evidence turns only: the ceiling
+    "fifo": ("fifo", {}, False),  # the most recent whole turns that fit
+    "rag": ("rag", {}, False),  # recent P, then plain cosine until the budget is spent
+    "default": ("halo", {}, True),  # the app's defaults, recall note included
+    "default-nonote": ("halo", {}, False),  # ... without the recall note
+    "default-notelive": ("halo", {}, "live"),  # ... the note also copying matches that were live
+    "before": ("halo", BEFORE, False),
+    "before-note": ("halo", BEFORE, True),
+    # What one message may bring back (settings recall_relative_floor, recall_max_chunks,
+    # min_similarity), measured for recall in bench_memory's recent-* rows of the same names.
+    "floor60": ("halo", {**BEFORE, "recall_relative_floor": 0.6}, False),
+    "floor70": ("halo", {**BEFORE, "recall_relative_floor": 0.7}, False),
+    "floor80": ("halo", {**BEFORE, "recall_relative_floor": 0.8}, False),
+    "min30-floor55-cap24": ("halo", {"min_similarity": 0.3, "recall_relative_floor": 0.55,
+                                     "recall_max_chunks": 24}, False),
+    "min30-floor60": ("halo", {**BEFORE, "min_similarity": 0.3, "recall_relative_floor": 0.6}, False),
+    "cap8": ("halo", {**BEFORE, "recall_max_chunks": 8}, False),
+    "cap12": ("halo", {**BEFORE, "recall_max_chunks": 12}, False),
+    "floor80-cap8": ("halo", {**BEFORE, "recall_relative_floor": 0.8, "recall_max_chunks": 8}, False),
+    "floor80-cap8-note": ("halo", {**BEFORE, "recall_relative_floor": 0.8, "recall_max_chunks": 8}, True),
+    "keep100": ("halo", {**BEFORE, "resurrection_keep_share": 1.0}, False),  # room: what pruning left
+}
+BUNDLED_METHODS = ["oracle", "fifo", "rag", "before", "before-note", "default", "default-nonote",
+                   "floor70", "cap12", "floor80-cap8"]
+LARGER_METHODS = ["oracle", "fifo", "default"]
+QUICK_METHODS = ["oracle", "fifo", "rag", "before", "default", "default-nonote"]
+QUICK_CONVERSATIONS = ["conv-30"]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default=str(DEFAULT_DATA), help="LoCoMo-format JSON file")
+    p.add_argument("--prune-to", type=int, default=1024, help="P: live tokens between messages")
+    p.add_argument("--context", type=int, default=2048, help="C: the model's context at question time")
+    p.add_argument("--max-new-tokens", type=int, default=200,
+                   help="room kept for the answer in the budget (the memory benchmark's 200)")
+    p.add_argument("--answer-tokens", type=int, default=32, help="new tokens the model may answer with")
+    p.add_argument("--models", default="bundled",
+                   help="comma-separated: 'bundled', 'smollm2', or GGUF paths; the first is the "
+                        "bundled model's figures, the others go under models.<name>")
+    p.add_argument("--methods", default="", help=f"for the first model (default: {','.join(BUNDLED_METHODS)})")
+    p.add_argument("--other-methods", default=",".join(LARGER_METHODS), help="for the other models")
+    p.add_argument("--conversations", default="", help="comma-separated sample ids (default: all)")
+    p.add_argument("--per-category", type=int, default=6,
+                   help="questions per category in the subset (0: every question)")
+    p.add_argument("--seed", type=int, default=1, help="the subset's seed")
+    p.add_argument("--threads", type=int, default=2, help="model threads")
+    p.add_argument("--kv", choices=["exact", "surgery", "in-order"], default="exact",
+                   help="how the engine's cache follows the prompts: exact (default: everything "
+                        "after the first change re-run, so an answer depends on its prompt only), "
+                        "the server's KV surgery, or surgery with the message run after what "
+                        "came back (both depend on the prompts before)")
+    p.add_argument("--notes-tool", action="store_true",
+                   help="the system prompt with the notes tool's instructions (the app adds them "
+                        "when the tool is on)")
+    p.add_argument("--ask", default=ASK,
+                   help="added to every question as the user writes it (the search reads it too)")
+    p.add_argument("--embed-cache", default="", help="file keeping MiniLM vectors between runs")
+    p.add_argument("--quick", action="store_true",
+                   help=f"{QUICK_CONVERSATIONS[0]}, 3 questions per category, the bundled model, "
+                        f"methods {','.join(QUICK_METHODS)}")
+    p.add_argument("--show", type=int, default=0, help="print this many answers per method")
+    p.add_argument("--json", action="store_true", help="print one JSON object of figures last")
+    return p.parse_args(argv)
+
+
+def log(*args) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------- the dialogue
+
+
+def with_speakers(dialogue: locomo.Dialogue) -> locomo.Dialogue:
+    """Each turn's text as a transcript line: ``"[8 May 2023] Caroline: text"``.  Two
+    people talk in LoCoMo and its questions name them and ask when: a chat app's user
+    would have said who and when in the text the model reads."""
+    turns = [replace(t, text=f"[{_day(t.created_at)}] {t.speaker}: {t.text}") for t in dialogue.turns]
+    return replace(dialogue, turns=turns)
+
+
+def _day(stamp: float) -> str:
+    d = datetime.fromtimestamp(stamp, timezone.utc)
+    return f"{d.day} {d.strftime('%B %Y')}"
+
+
+def subset(dialogues, per_category: int, seed: int) -> list[tuple[locomo.Dialogue, locomo.Question]]:
+    """Questions with evidence, ``per_category`` of each category drawn with ``seed``
+    (0: all), in the data's order."""
+    pool = [(d, q) for d in dialogues for q in d.questions if q.evidence]
+    if per_category <= 0:
+        return pool
+    rng = random.Random(seed)
+    chosen = set()
+    for category in sorted(locomo.CATEGORIES):
+        found = [i for i, (_, q) in enumerate(pool) if q.category == category]
+        chosen.update(rng.sample(found, min(per_category, len(found))))
+    return [pool[i] for i in sorted(chosen)]
+
+
+# ---------------------------------------------------------------------- contexts
+
+
+@dataclass
+class Context:
+    """One method's prompt for one question, and what it brought back."""
+
+    ids: list[int]
+    recalled_tokens: int
+    evidence_tokens: int  # of the recalled content tokens, those of evidence turns
+    recalled_chunks: int
+    recall: float
+
+
+@dataclass
+class Prepared:
+    """A conversation tokenized for one model, stored and indexed as the app does."""
+
+    dialogue: locomo.Dialogue
+    tok: object
+    full: object
+    recent: object
+    store: object
+    indexes: dict = field(default_factory=dict)
+
+
+def _keep_recent(conv, limit):
+    from .memory.methods import keep_recent
+
+    return keep_recent(conv, limit)
+
+
+def evidence_turns(prep: Prepared, question) -> set[int]:
+    turn_of = prep.dialogue.turn_index()
+    return {turn_of[d] for d in question.evidence}
+
+
+def finish(conv, prep: Prepared, question, user_text: str, answerer, base_live: set[int],
+           evidence: set[int] | None = None, recalled: list[int] | None = None) -> Context:
+    """Add the question as the user's message and read the prompt and its figures
+    (``evidence``: the evidence turns' ids in ``conv``, default the dialogue's);
+    ``recalled`` (best first): what the message recalled, copied in a recall note before
+    it as the app does (None: no note)."""
+    evidence = evidence_turns(prep, question) if evidence is None else evidence
+    now = {c.id for c in conv.live_chunks()}
+    back = [conv.chunks[i] for i in sorted(now - base_live)]
+    content = [c for c in back if not c.framing]
+    recalled_tokens = sum(c.token_count for c in back)
+    evidence_tokens = sum(c.token_count for c in content if c.turn_id in evidence)
+    live = [t for t in evidence if any(c.live for c in conv.content_chunks(t))]
+    recall = len(live) / len(evidence) if evidence else float("nan")
+    pieces = answerer.tokenize(user_text) or answerer.tokenize("?")
+    turn = conv.add_turn("user", [int(i) for i, _ in pieces], [t for _, t in pieces])
+    ids = [int(i) for i in conv.live_input_ids()]
+    if recalled is not None:
+        conv.record_recall(turn.turn_id, recalled)
+        note = recall_note.for_message(conv, turn.turn_id)
+        if note is not None:
+            ids = note.insert(ids)
+    ids += list(conv.framing.prefix["assistant"][0])
+    return Context(ids, recalled_tokens, evidence_tokens, len(content), recall)
+
+
+def build_context(method: str, prep: Prepared, question, answerer, settings, args, queries) -> Context:
+    from halo_weave.memory import room
+    from halo_weave.semantic_index import SemanticIndex
+
+    kind, options, with_note = METHODS[method]
+    budget = args.context - args.max_new_tokens
+    message = question.question + args.ask
+    q_pieces = answerer.tokenize(message)
+    framing = prep.tok.framing
+    framed = len(q_pieces) + len(framing.prefix["user"][0]) + len(framing.suffix["user"][0])
+    if kind == "oracle":
+        conv = new_conversation(prep.tok, settings)
+        turn_of = prep.dialogue.turn_index()
+        for dia in sorted(question.evidence, key=lambda d: turn_of[d]):
+            t = turn_of[dia]
+            ids, texts = prep.tok.turns[t]
+            conv.add_turn(prep.dialogue.turns[t].role, ids, texts)
+        return finish(conv, prep, question, message, answerer, set(), set(conv.turns))
+    if kind == "fifo":
+        conv = _keep_recent(prep.full, budget - framed)
+        return finish(conv, prep, question, message, answerer, {c.id for c in conv.live_chunks()})
+    conv = copy.deepcopy(prep.recent)
+    base_live = {c.id for c in conv.live_chunks()}
+    if kind == "rag":
+        index = _index(prep, settings, queries, {"user_similarity_boost": 1.0, "hybrid_search": False})
+        left = budget - framed - conv.live_token_count()
+        for match in index.search(message, RAG_CANDIDATES):
+            chunk = conv.chunks.get(match.chunk_id)
+            if chunk is None or chunk.live:
+                continue
+            cost = conv.resurrection_cost(chunk, with_anchors=False)
+            if cost <= left:
+                conv.resurrect([chunk.id], with_anchors=False)
+                left -= cost
+        return finish(conv, prep, question, message, answerer, base_live)
+    index = _index(prep, settings, queries, options)
+    matches = index.search(message)
+    reserve = recall_note.NOTE_TOKENS if with_note else 0
+    floor = room.floor(index.settings) if room.shares_room(index.settings) else conv.live_token_count()
+    made = room.plan_with_room(conv, matches, index.plan, user_tokens=framed + reserve,
+                               max_context=args.context, max_new_tokens=args.max_new_tokens,
+                               floor=floor, cap=index.settings.resurrection_budget_cap, order="age")
+    made.plan.apply(conv, index.settings.resurrection_brightness)
+    conv.prune_to_fit(budget - framed - reserve, keep_latest_exchange=True, order="age")
+    recalled = None
+    if with_note:
+        back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
+        if with_note == "live":  # the search's best matches whether or not they had been pruned
+            matched = {p.match.chunk_id for p in made.plan.taken}
+            back += [c for c in conv.live_chunks() if c.id in base_live and c.id in matched and not c.framing]
+        recalled = recall_note.best_first(made.plan, back)
+    return finish(conv, prep, question, message, answerer, base_live, recalled=recalled)
+
+
+def _index(prep: Prepared, settings, queries, options: dict):
+    from halo_weave.semantic_index import SemanticIndex
+
+    key = tuple(sorted(options.items()))
+    if key not in prep.indexes:
+        index = SemanticIndex(prep.store.conn, settings.replace(**options), queries, lock=prep.store.lock)
+        index.load()
+        prep.indexes[key] = index
+    return prep.indexes[key]
+
+
+def prepare_dialogue(dialogue, answerer, settings, folder: Path, queries, prune_to: int) -> Prepared:
+    from halo_weave.semantic_index import SemanticIndex
+    from halo_weave.store import ConversationStore
+
+    tok = tokenize_dialogue(dialogue, answerer.tokenize, settings)
+    full = replay(tok, Policy("full", 0, attention=False), settings, None).conv
+    store = ConversationStore.open(folder / f"{dialogue.sample_id}-{abs(hash(answerer.name))}.db")
+    store.save_system_prompt(full)
+    for turn in full.turns.values():
+        store.save_turn(full, turn)
+    index = SemanticIndex(store.conn, settings, queries, lock=store.lock)
+    index.index_pending(full)
+    queries.save()
+    prep = Prepared(dialogue, tok, full, _keep_recent(full, prune_to), store)
+    prep.indexes[()] = index
+    return prep
+
+
+# ---------------------------------------------------------------------- figures
+
+
+@dataclass
+class Tally:
+    f1: list = field(default_factory=list)
+    contain: list = field(default_factory=list)
+    recall: list = field(default_factory=list)
+    recalled_tokens: list = field(default_factory=list)
+    evidence_tokens: list = field(default_factory=list)
+    recalled_chunks: list = field(default_factory=list)
+    prompt_tokens: list = field(default_factory=list)
+    computed_tokens: list = field(default_factory=list)
+    seconds: list = field(default_factory=list)
+    by_category: dict = field(default_factory=dict)
+    examples: list = field(default_factory=list)
+
+    def add(self, category: int, f1: float, contain: float, ctx: Context, answer) -> None:
+        self.f1.append(f1)
+        self.contain.append(contain)
+        self.recall.append(ctx.recall)
+        self.recalled_tokens.append(ctx.recalled_tokens)
+        self.evidence_tokens.append(ctx.evidence_tokens)
+        self.recalled_chunks.append(ctx.recalled_chunks)
+        self.prompt_tokens.append(answer.prompt_tokens)
+        self.computed_tokens.append(answer.computed_tokens)
+        self.seconds.append(answer.seconds)
+        self.by_category.setdefault(category, []).append(f1)
+
+    def figures(self) -> dict:
+        def mean(xs):
+            xs = [x for x in xs if x == x]
+            return round(sum(xs) / len(xs), 4) if xs else None
+
+        recalled = sum(self.recalled_tokens)
+        return {
+            "answer_f1": mean(self.f1),
+            "contains": mean(self.contain),
+            "evidence_recall": mean(self.recall),
+            "recalled_tokens": mean(self.recalled_tokens),
+            "recalled_chunks": mean(self.recalled_chunks),
+            "evidence_precision": round(sum(self.evidence_tokens) / recalled, 4) if recalled else None,
+            "prompt_tokens": mean(self.prompt_tokens),
+            "computed_tokens": mean(self.computed_tokens),
+            "seconds_per_answer": mean(self.seconds),
+            "questions": len(self.f1),
+            "answer_f1_by_category": {locomo.CATEGORIES[c]: mean(v) for c, v in sorted(self.by_category.items())},
+        }
+
+
+def resolve_model(spec: str) -> Path:
+    from halo_weave.server import loader
+
+    if spec == "bundled":
+        source = loader.resolve(None)
+    else:
+        source = loader.resolve(spec)
+    if not source.gguf_file:
+        raise SystemExit(f"{spec}: the answer benchmark runs GGUF models on the llama.cpp engine")
+    return Path(source.path) / source.gguf_file
+
+
+def run_model(spec: str, methods: list[str], chosen, args, settings, queries, folder: Path) -> dict:
+    path = resolve_model(spec)
+    t0 = time.perf_counter()
+    answerer = scoring.Answerer(path, args.threads, args.context + 64, args.kv)
+    log(f"{spec}: {path.name} loaded in {time.perf_counter() - t0:.1f} s")
+    tallies = {m: Tally() for m in methods}
+    by_dialogue: dict[str, list] = {}
+    for dialogue, question in chosen:
+        by_dialogue.setdefault(dialogue.sample_id, [dialogue, []])[1].append(question)
+    started = time.perf_counter()
+    for sample_id, (dialogue, questions) in by_dialogue.items():
+        t = time.perf_counter()
+        prep = prepare_dialogue(dialogue, answerer, settings, folder, queries, args.prune_to)
+        log(f"  {sample_id}: {len(dialogue.turns)} turns indexed in {time.perf_counter() - t:.0f} s; "
+            f"{len(questions)} questions")
+        # In the order whose consecutive prompts share the most, so that the engine's KV
+        # surgery runs only what differs: the oracle's and fifo's questions one after another,
+        # then question by question every method built on the recent context (they differ
+        # by what they bring back; a variant's chunks are mostly a subset of the default's).
+        def ask(method: str, question) -> None:
+            ctx = build_context(method, prep, question, answerer, settings, args, queries)
+            answer = answerer.answer(ctx.ids, args.answer_tokens)
+            f1 = scoring.answer_f1(answer.text, question.answer, question.category)
+            contain = scoring.contains(answer.text, question.answer, question.category)
+            tallies[method].add(question.category, f1, contain, ctx, answer)
+            if len(tallies[method].examples) < args.show:
+                tallies[method].examples.append((question.question, question.answer, answer.text, round(f1, 2)))
+
+        alone = [m for m in methods if METHODS[m][0] in ("oracle", "fifo")]
+        together = [m for m in methods if m not in alone]
+        for method in alone:
+            for question in questions:
+                ask(method, question)
+        for n, question in enumerate(questions, 1):
+            for method in together:
+                ask(method, question)
+            log(f"    question {n}/{len(questions)} ({time.perf_counter() - started:.0f} s so far)")
+        prep.store.close()
+    answerer.close()
+    return {"model": path.name, "file_bytes": path.stat().st_size,
+            "seconds": round(time.perf_counter() - started, 1),
+            "methods": {m: tallies[m].figures() for m in methods},
+            "examples": {m: tallies[m].examples for m in methods if tallies[m].examples}}
+
+
+def table(result: dict) -> str:
+    rows = [f"| method | answer F1 | contains | multi-hop | temporal | open | single-hop | recall | "
+            f"recalled tokens | chunks | precision | s/answer |", "|" + "---|" * 12]
+    for name, f in result["methods"].items():
+        c = f["answer_f1_by_category"]
+        rows.append("| " + " | ".join(str(x) for x in [
+            name, f["answer_f1"], f["contains"], c.get("multi-hop"), c.get("temporal"), c.get("open-domain"),
+            c.get("single-hop"), f["evidence_recall"], f["recalled_tokens"], f["recalled_chunks"],
+            f["evidence_precision"], f["seconds_per_answer"]]) + " |")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    from halo_weave.memory.embedder import Embedder
+    from halo_weave.settings import Settings
+
+    if args.quick:
+        args.conversations = args.conversations or ",".join(QUICK_CONVERSATIONS)
+        args.per_category = 3 if args.per_category == 6 else args.per_category
+        args.models = args.models.split(",")[0]
+        args.methods = args.methods or ",".join(QUICK_METHODS)
+    methods = [m.strip() for m in (args.methods or ",".join(BUNDLED_METHODS)).split(",") if m.strip()]
+    others = [m.strip() for m in args.other_methods.split(",") if m.strip()]
+    unknown = (set(methods) | set(others)) - set(METHODS)
+    if unknown:
+        raise SystemExit(f"unknown methods: {', '.join(sorted(unknown))}")
+    # The app's defaults (prune oldest first, its recall settings), P as the target.
+    settings = Settings(max_context_tokens=args.prune_to)
+    if args.notes_tool:  # the prompt the model reads, as the app builds it with the tool on
+        settings = settings.replace(system_prompt=settings.replace(notes_tool=True).effective_system_prompt)
+    dialogues = locomo.load(args.data)
+    wanted = [c.strip() for c in args.conversations.split(",") if c.strip()]
+    if wanted:
+        dialogues = [d for d in dialogues if d.sample_id in wanted]
+    dialogues = [with_speakers(d) for d in dialogues]
+    chosen = subset(dialogues, args.per_category, args.seed)
+    log(f"{len(chosen)} questions from {len({d.sample_id for d, _ in chosen})} conversations")
+    embedder = Embedder()
+    embedder.load()
+    queries = retrieval.CachedEmbedder(embedder, args.embed_cache)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bench_answers_") as tmp:
+        for i, spec in enumerate(models):
+            results[spec] = run_model(spec, methods if i == 0 else others, chosen, args, settings,
+                                      queries, Path(tmp))
+    wall = time.perf_counter() - started
+    cpu = _cpu()
+    print(f"# bench_answers: P={args.prune_to} C={args.context} budget={args.context - args.max_new_tokens}; "
+          f"{len(chosen)} questions (seed {args.seed}, {args.per_category or 'all'} per category); "
+          f"{cpu}; {os.cpu_count()} cpu; load {os.getloadavg()[0]:.2f}; wall {wall:.0f} s")
+    for spec, result in results.items():
+        print(f"\n## {spec} ({result['model']}, {result['seconds']:.0f} s)\n")
+        print(table(result))
+        for m, examples in result.get("examples", {}).items():
+            for q, gold, got, f1 in examples:
+                print(f"  {m}: {q!r} gold {gold!r} -> {got!r} (F1 {f1})")
+    if args.json:
+        first = results[models[0]]["methods"]
+        figures = {
+            "prune_to": args.prune_to, "context": args.context, "answer_tokens": args.answer_tokens,
+            "questions": len(chosen), "seed": args.seed, "per_category": args.per_category,
+            "kv": args.kv, "notes_tool": args.notes_tool,
+            "conversations": sorted({d.sample_id for d, _ in chosen}), "cpu": cpu,
+            "cpus": os.cpu_count(), "load_average": list(os.getloadavg()), "wall_seconds": round(wall, 1),
+            "model": results[models[0]]["model"],
+            "answer_f1": {m: f["answer_f1"] for m, f in first.items()},
+            "recalled_tokens": {m: f["recalled_tokens"] for m, f in first.items()},
+            "evidence_precision": {m: f["evidence_precision"] for m, f in first.items()},
+            "evidence_recall": {m: f["evidence_recall"] for m, f in first.items()},
+            "methods": first,
+            "answer_f1_default": first.get("default", {}).get("answer_f1"),
+            "answer_f1_oracle": first.get("oracle", {}).get("answer_f1"),
+            "answer_f1_fifo": first.get("fifo", {}).get("answer_f1"),
+            "models": {spec: {k: v for k, v in r.items() if k != "examples"} for spec, r in list(results.items())[1:]},
+        }
+        print(json.dumps(figures, allow_nan=False, default=str))
+    return 0
+
+
+def _cpu() -> str:
+    try:
+        from halo_weave.server.llamacpp.safety import cpu_name
+
+        return cpu_name()
+    except Exception:  # noqa: BLE001 - a name only
+        return platform.processor() or platform.machine()
+
