@@ -33,7 +33,7 @@ def _chat(engine, compact: bool):
     Returns the first-token records, the done events and the cache's spread after each."""
     engine.kv.reset()
     engine.kv.store.clear()
-    engine.kv.compact_min_cells = 512 if compact else 10**9
+    engine.kv.growth.compact_min_cells = 512 if compact else 10**9
     ids, spans = _conversation(engine, turns=32)
     q, q2 = question(engine), question(engine, "And what did the dog do?")
     start, end = spans[1][0], spans[20][1]

@@ -219,7 +219,7 @@ class EngineBase(SavedCaches):
         if not acquired:
             raise EngineBusy("another generation is running; abort it or retry when it ends")
         self._follow(conversation)
-        self.last_activity = time.monotonic()
+        self._active()
         generation = Generation(self.kv, self.text, request, release=self._release)
         self._running = generation
         return generation
@@ -333,7 +333,7 @@ class EngineBase(SavedCaches):
             if saved is not None and report is not None and restored > shared:
                 restored = report.reused  # what the sync kept of the saved cache
             if saved is not None and self.kv.ids == saved.ids:
-                self._saved_changes = self._changes  # the cache is what the file holds
+                self._holds_saved()
             pack(self.kv)
         finally:
             self._running = None

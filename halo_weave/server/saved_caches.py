@@ -101,10 +101,19 @@ class SavedCaches:
             for entry in entries:
                 entry.on_disk = True
 
-    def _touched(self) -> None:
+    def _active(self) -> None:
+        """A request starts: the idle saver waits for quiet from now."""
         self.last_activity = time.monotonic()
+
+    def _touched(self) -> None:
+        """A request changed the cache: saved once the model has been idle a while."""
+        self._active()
         if self._saver is not None:
             self._saver.poke()
+
+    def _holds_saved(self) -> None:
+        """The cache holds what its conversation's file holds: nothing to save."""
+        self._saved_changes = self._changes
 
     def save_state_if_changed(self) -> bool:
         """Write the cache to its conversation's file if it changed since the last save

@@ -2,46 +2,30 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QResizeEvent
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QToolButton, QVBoxLayout, QWidget
+from collections.abc import Callable
 
-from ..settings import Scoring, Settings, scoring_words
+from PySide6.QtCore import QSize, Qt, Signal
+from PySide6.QtGui import QResizeEvent
+from PySide6.QtWidgets import QHBoxLayout, QToolButton, QVBoxLayout, QWidget
+
+from ..settings import Scoring, Settings
 from . import colors
-from .elided import ElidedLabel  # noqa: F401 - also imported from here
-from .status_widgets import ConnectionLight, TaskProgress  # noqa: F401 - TaskProgress: also imported from here
-
-#: Widest the connection detail (model name, loading progress) may get, in pixels.
-CONNECTION_DETAIL_PX = 400
+from .elided import ElidedLabel
+from .stats_figures import (  # noqa: F401 - the constants are also imported from here
+    CONNECTION_DETAIL_PX,
+    CONNECTION_STATES,
+    NO_ATTENTION_DETAIL,
+    NO_ATTENTION_TEXT,
+    NO_BRIGHTNESS_TEXT,
+    BrightnessFigure,
+    ConnectionStatus,
+    ModelPicker,
+)
+from .status_widgets import ConnectionLight, TaskProgress  # noqa: F401 - also imported from here
 
 #: Characters of room beyond its texts a two-line bar needs before it goes back to one line.
 ONE_LINE_SLACK_CHARS = 8
 
-#: Widest the model picker may get, in pixels (model ids can be long paths), and the
-#: characters it shows at least (the line is crowded; its list shows names whole).
-MODEL_PICKER_PX = 260
-MODEL_PICKER_CHARS = 14
-
-#: Connection state -> (light colour, words for the tooltip).
-CONNECTION_STATES: dict[str, tuple[tuple[int, int, int], str]] = {
-    "connecting": ((230, 180, 60), "Connecting"),
-    "loading": ((230, 180, 60), "Loading the model"),
-    "ready": ((90, 200, 110), "Ready"),
-    "connected": ((90, 200, 110), "Ready"),
-    "generating": ((90, 160, 255), "Generating"),
-    "error": ((235, 80, 80), "Error"),
-    "offline": ((130, 130, 135), "Offline"),
-    "stopped": ((235, 80, 80), "The built-in model server stopped"),
-}
-
-#: Short (the line is crowded: at 1,360 px the longer "no attention from this server —
-#: pruning oldest-first" was cut); the tooltip says it whole.
-NO_ATTENTION_TEXT = "no attention · oldest-first"
-NO_ATTENTION_DETAIL = ("This server sends no attention, so brightness is not measured: the oldest "
-                       "paragraphs are pruned first, and a later message still brings a pruned one "
-                       "back when it needs it.")
-#: The brightness figure when nothing measures brightness (every token stays at 10,000).
-NO_BRIGHTNESS_TEXT = "☀ not measured"
 RECALLED_DETAIL = ("Tokens the search for your messages brought back from the graveyard, not pruned "
                    "since: a violet bar marks them in the heatmap, and the line under each message "
                    "says what it recalled. After an answer they are pruned like the rest of the "
@@ -70,10 +54,122 @@ def budget_words(live: int, limit: int, recalled: int, kept: int, exchange_open:
     return "\n".join(lines)
 
 
+class BarLines:
+    """The stats bar's arrangement: one line where the bar is wide enough for every text
+    whole, else two (the context's figures and the graveyard toggle, then the speed and
+    the connection), each label elided by importance only where even that is short.
+
+    Owns: the bar's layout, whether it shows two lines, and the order of the widgets on
+    each line and by importance.
+    """
+
+    def __init__(self, bar: QWidget, context_row: tuple[QWidget, ...], server_row: tuple[QWidget, ...],
+                 connection: tuple[QWidget, ...], picker: QWidget, toggle: QWidget,
+                 by_importance: tuple[QWidget, ...]) -> None:
+        self._bar = bar
+        self._context_row = context_row
+        self._server_row = server_row
+        self._connection = connection
+        self._picker_widget = picker
+        self._toggle = toggle
+        #: When a line is too narrow for every text, the first of these keep theirs longest.
+        self._by_importance = by_importance
+        self._rows = QVBoxLayout(bar)
+        self._rows.setContentsMargins(6, 2, 6, 2)
+        self._rows.setSpacing(2)
+        self._two_lines: bool | None = None  # None until the first arrangement
+        self._arrange(False)
+
+    def _gap(self) -> int:
+        return self._bar.fontMetrics().horizontalAdvance("  ")
+
+    def _arrange(self, two_lines: bool) -> None:
+        """Lay the widgets out on one line, or on two: the context's figures and the
+        graveyard toggle above, the speed and the connection below."""
+        if two_lines == self._two_lines:
+            return
+        self._two_lines = two_lines
+        while self._rows.count():
+            row = self._rows.takeAt(0).layout()
+            while row is not None and row.count():
+                row.takeAt(0)
+            if row is not None:
+                row.deleteLater()
+        top = QHBoxLayout()
+        top.setSpacing(0)
+        for widget in self._context_row:
+            top.addWidget(widget)
+            top.addSpacing(self._gap())
+        bottom = top
+        if two_lines:
+            top.addStretch(1)
+            top.addWidget(self._toggle)
+            bottom = QHBoxLayout()
+            bottom.setSpacing(0)
+        for widget in self._server_row:
+            bottom.addWidget(widget)
+            bottom.addSpacing(self._gap())
+        bottom.addStretch(1)
+        for widget in self._connection + (self._picker_widget,):
+            bottom.addWidget(widget)
+        if not two_lines:
+            top.addSpacing(self._gap())
+            top.addWidget(self._toggle)
+        self._rows.addLayout(top)
+        if two_lines:
+            self._rows.addLayout(bottom)
+
+    def _picker(self) -> tuple[QWidget, ...]:
+        """The model picker where it shows (a hidden one takes no room, not even a gap)."""
+        return () if self._picker_widget.isHidden() else (self._picker_widget,)
+
+    def _lines(self) -> list[tuple[QWidget, ...]]:
+        """The widgets of each line as arranged now, left to right."""
+        server = self._server_row + self._connection + self._picker()
+        if self._two_lines:
+            return [self._context_row + (self._toggle,), server]
+        return [self._context_row + server + (self._toggle,)]
+
+    def _width_for(self, widgets: tuple[QWidget, ...], hint: Callable[[QWidget], QSize]) -> int:
+        """Width of one line of ``widgets`` at each shown one's ``hint`` width (the gaps
+        after hidden ones stay in the layout, so they count)."""
+        margins = self._rows.contentsMargins()
+        return (sum(hint(w).width() for w in widgets if not w.isHidden()) + self._gap() * len(widgets)
+                + margins.left() + margins.right())
+
+    def one_line_width(self) -> int:
+        """Width the bar needs to show every text whole on one line."""
+        return self._width_for(self._context_row + self._server_row + self._connection + self._picker()
+                               + (self._toggle,), lambda w: w.sizeHint())
+
+    def is_two_lines(self) -> bool:
+        """Whether the bar is too narrow for one line and shows two."""
+        return bool(self._two_lines)
+
+    def fit(self) -> None:
+        """One line where every text fits whole, else two; then on each line share the
+        width beyond its minimum out by importance: each label in turn gets the room for
+        its whole text while there is some, the rest elide."""
+        width = self._bar.width()
+        needed = self.one_line_width()
+        if self._two_lines:
+            # Back to one line only with room to spare: a speed that gains a digit while an
+            # answer streams must not make the heatmap jump a line up and down.
+            needed += self._bar.fontMetrics().averageCharWidth() * ONE_LINE_SLACK_CHARS
+        self._arrange(width < needed)
+        for line in self._lines():
+            spare = width - self._width_for(line, lambda w: w.minimumSizeHint())
+            for label in self._by_importance:
+                if label not in line or label.isHidden():
+                    continue
+                least = label.minimumSizeHint().width()
+                extra = max(0, min(spare, label.sizeHint().width() - least))
+                spare -= extra
+                label.setMaximumWidth(least + extra)
+
+
 class StatsBar(QWidget):
-    """The figures above the heatmap: one line where the bar is wide enough for every
-    text whole, else two (the context's figures and the graveyard toggle, then the speed
-    and the connection), each label elided by importance only where even that is short.
+    """The figures above the heatmap, arranged on one line or two by :class:`BarLines`.
 
     Methods: ``update_stats(live_tokens, max_tokens, total_tokens, pruned_chunks,
     mean_brightness, tokens_per_s, recalled_tokens=0, first_token_s=None,
@@ -99,6 +195,10 @@ class StatsBar(QWidget):
     Signals: ``graveyard_toggled(bool)`` when the ⚰️ button is toggled by the user;
     ``scoring_changed()`` when :attr:`scoring` (the words for the score in use) changed;
     ``model_picked(str)`` when the user picks another of the server's models.
+
+    Owns the budget, totals and speed labels and the graveyard toggle; the connection
+    (:class:`ConnectionStatus`), the model picker, the brightness figure
+    (:class:`BrightnessFigure`) and the arrangement (:class:`BarLines`) own theirs.
     """
 
     graveyard_toggled = Signal(bool)
@@ -107,9 +207,6 @@ class StatsBar(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        #: The connection's detail as shown (elided), and whole (in the tooltip).
-        self.connection_detail = ""
-        self._connection_full = ""
         self.setObjectName("statsBar")
         self.setAttribute(Qt.WidgetAttribute.WA_StyledBackground, True)
         self.budget_label = ElidedLabel()
@@ -120,150 +217,58 @@ class StatsBar(QWidget):
         self.recalled_label.setToolTip(RECALLED_DETAIL)
         self.totals_label = ElidedLabel()
         self.totals_label.setToolTip("Tokens ever written in this conversation · chunks in the graveyard")
-        self.brightness_label = ElidedLabel()
-        self.brightness_label.setToolTip("Mean brightness of the live tokens")
-        #: What colours the chunks and decides pruning (the rule in use, in words).  Not in
-        #: this crowded line: the window puts it in its status bar, where it fits whole.
-        self.scoring_label = ElidedLabel()
-        self.scoring_label.setObjectName("scoringRule")
-        self._settings = Settings()
-        self.scoring: Scoring | None = None  # set by the first update below
+        self.brightness = BrightnessFigure(self)
+        self.brightness.scoring_changed.connect(self.scoring_changed)
+        #: The brightness figure's widgets, reached from the bar as well (the window puts
+        #: ``scoring_label`` in its status bar).
+        self.brightness_label = self.brightness.label
+        self.scoring_label = self.brightness.scoring_label
+        self.attention_label = self.brightness.attention_label
         self.speed_label = ElidedLabel()
         self.speed_label.setToolTip("Generation speed of the answer (live while it streams) and the wait from "
                                     "sending to its first token")
-        self.attention_label = ElidedLabel(NO_ATTENTION_TEXT)
-        self.attention_label.setObjectName("attentionWarning")
-        self.attention_label.setStyleSheet("color: #e6b450;")
-        self.attention_label.hide()
-        self.connection_light = ConnectionLight()
-        self.connection_label = ElidedLabel()
-        self.connection_label.setObjectName("connectionDetail")
-        self.template_words = ""
-        self.model_picker = QComboBox()
-        self.model_picker.setObjectName("modelPicker")
-        self.model_picker.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.model_picker.setMinimumContentsLength(MODEL_PICKER_CHARS)
-        self.model_picker.setMaximumWidth(MODEL_PICKER_PX)
-        self.model_picker.setToolTip("The server's model that answers in this conversation")
-        self.model_picker.hide()
-        self.model_picker.activated.connect(self._on_model_activated)
+        self.connection = ConnectionStatus()
+        self.connection_light = self.connection.light
+        self.connection_label = self.connection.label
+        self.model_picker = ModelPicker()
+        self.model_picker.model_picked.connect(self.model_picked)
         self.graveyard_button = QToolButton()
         self.graveyard_button.setCheckable(True)
         self.graveyard_button.setText(f"{colors.emoji_or(self.font(), '⚰️', '')} Graveyard".strip())
         self.graveyard_button.setToolTip("Show or hide the graveyard of pruned chunks")
         self.graveyard_button.toggled.connect(self.graveyard_toggled)
-
         #: The context's figures (first line) and the answer's and server's (second line when
         #: the bar is too narrow for one: the window's default width is).
-        self._context_row = (self.budget_label, self.recalled_label, self.totals_label, self.brightness_label)
-        self._server_row = (self.speed_label, self.attention_label)
-        self._rows = QVBoxLayout(self)
-        self._rows.setContentsMargins(6, 2, 6, 2)
-        self._rows.setSpacing(2)
-        self._two_lines: bool | None = None  # None until the first arrangement
-        self._source = "server"
-        self._mean = 0.0
-        #: When a line is too narrow for every text, the first of these keep theirs longest.
-        self._by_importance = (self.budget_label, self.recalled_label, self.totals_label, self.brightness_label,
-                               self.speed_label, self.attention_label, self.connection_label)
-        self._arrange(False)
+        context_row = (self.budget_label, self.recalled_label, self.totals_label, self.brightness_label)
+        server_row = (self.speed_label, self.attention_label)
+        self.lines = BarLines(self, context_row, server_row, (self.connection_light, self.connection_label),
+                              self.model_picker, self.graveyard_button,
+                              context_row + server_row + (self.connection_label,))
         self.update_stats(0, 0, 0, 0, 0.0, None)
         # Until the controller says otherwise it is starting: "Offline" would flash at every start.
         self.set_connection("connecting", "Starting…")
 
-    # ------------------------------------------------------------------ layout
-    def _gap(self) -> int:
-        return self.fontMetrics().horizontalAdvance("  ")
+    @property
+    def scoring(self) -> Scoring | None:
+        """The words for the score in use (what colours the chunks and decides pruning)."""
+        return self.brightness.scoring
 
-    def _arrange(self, two_lines: bool) -> None:
-        """Lay the widgets out on one line, or on two: the context's figures and the
-        graveyard toggle above, the speed and the connection below."""
-        if two_lines == self._two_lines:
-            return
-        self._two_lines = two_lines
-        while self._rows.count():
-            row = self._rows.takeAt(0).layout()
-            while row is not None and row.count():
-                row.takeAt(0)
-            if row is not None:
-                row.deleteLater()
-        top = QHBoxLayout()
-        top.setSpacing(0)
-        for widget in self._context_row:
-            top.addWidget(widget)
-            top.addSpacing(self._gap())
-        bottom = top
-        if two_lines:
-            top.addStretch(1)
-            top.addWidget(self.graveyard_button)
-            bottom = QHBoxLayout()
-            bottom.setSpacing(0)
-        for widget in self._server_row:
-            bottom.addWidget(widget)
-            bottom.addSpacing(self._gap())
-        bottom.addStretch(1)
-        bottom.addWidget(self.connection_light)
-        bottom.addWidget(self.connection_label)
-        bottom.addWidget(self.model_picker)
-        if not two_lines:
-            top.addSpacing(self._gap())
-            top.addWidget(self.graveyard_button)
-        self._rows.addLayout(top)
-        if two_lines:
-            self._rows.addLayout(bottom)
-
-    def _lines(self) -> list[tuple[QWidget, ...]]:
-        """The widgets of each line as arranged now, left to right."""
-        server = self._server_row + (self.connection_light, self.connection_label) + self._picker()
-        if self._two_lines:
-            return [self._context_row + (self.graveyard_button,), server]
-        return [self._context_row + server + (self.graveyard_button,)]
-
-    def _width_for(self, widgets, hint) -> int:
-        """Width of one line of ``widgets`` at each shown one's ``hint`` width (the gaps
-        after hidden ones stay in the layout, so they count)."""
-        margins = self._rows.contentsMargins()
-        return (sum(hint(w).width() for w in widgets if not w.isHidden()) + self._gap() * len(widgets)
-                + margins.left() + margins.right())
+    @property
+    def connection_detail(self) -> str:
+        """The connection's detail as shown (elided)."""
+        return self.connection.detail
 
     def one_line_width(self) -> int:
         """Width the bar needs to show every text whole on one line."""
-        return self._width_for(self._context_row + self._server_row
-                               + (self.connection_light, self.connection_label) + self._picker()
-                               + (self.graveyard_button,),
-                               lambda w: w.sizeHint())
-
-    def _picker(self) -> tuple[QWidget, ...]:
-        """The model picker where it shows (a hidden one takes no room, not even a gap)."""
-        return () if self.model_picker.isHidden() else (self.model_picker,)
+        return self.lines.one_line_width()
 
     def is_two_lines(self) -> bool:
         """Whether the bar is too narrow for one line and shows two."""
-        return bool(self._two_lines)
+        return self.lines.is_two_lines()
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt API
         super().resizeEvent(event)
-        self._fit_labels()
-
-    def _fit_labels(self) -> None:
-        """One line where every text fits whole, else two; then on each line share the
-        width beyond its minimum out by importance: each label in turn gets the room for
-        its whole text while there is some, the rest elide."""
-        needed = self.one_line_width()
-        if self._two_lines:
-            # Back to one line only with room to spare: a speed that gains a digit while an
-            # answer streams must not make the heatmap jump a line up and down.
-            needed += self.fontMetrics().averageCharWidth() * ONE_LINE_SLACK_CHARS
-        self._arrange(self.width() < needed)
-        for line in self._lines():
-            spare = self.width() - self._width_for(line, lambda w: w.minimumSizeHint())
-            for label in self._by_importance:
-                if label not in line or label.isHidden():
-                    continue
-                least = label.minimumSizeHint().width()
-                extra = max(0, min(spare, label.sizeHint().width() - least))
-                spare -= extra
-                label.setMaximumWidth(least + extra)
+        self.lines.fit()
 
     def update_stats(
         self,
@@ -298,73 +303,39 @@ class StatsBar(QWidget):
         self.recalled_label.setText(f"+ {recalled_tokens:,} recalled")
         self.recalled_label.setVisible(recalled_tokens > 0)
         self.totals_label.setText(f"Total {total_tokens:,} · Pruned {pruned_chunks:,}")
-        self._mean = mean_brightness
-        if brightness_source is not None:
-            self._source = brightness_source
-        self._show_brightness()
+        self.brightness.show_mean(mean_brightness, brightness_source)
         rate = f"{tokens_per_s:.1f} tok/s" if tokens_per_s else "– tok/s"
         if first_token_s is not None:
             rate += f" · first token {first_token_s:.1f} s"
         self.speed_label.setText(rate)
-        self._fit_labels()
+        self.lines.fit()
 
     def set_connection(self, state: str, detail: str) -> None:
         """Light colour by state; ``detail`` (model name or message) next to it."""
-        rgb, words = CONNECTION_STATES.get(state, CONNECTION_STATES["error"])
-        self.connection_light.set_color(QColor(*rgb))
-        self.connection_label.setText(detail or words)
-        tip = f"{words}: {detail}" if detail else words
-        if self.template_words and state in ("connected", "ready", "generating"):
-            tip += f"\n{self.template_words}"
-        self.connection_light.setToolTip(tip)
-        self.connection_label.setToolTip(tip)
-        self._state = state
-        self._fit_labels()
+        self.connection.set(state, detail)
+        self.lines.fit()
 
     def show_connection(self, state: str, detail: str | None = None) -> None:
         """:meth:`set_connection` with a new ``detail`` elided to fit (a loader log line must
         not widen the bar, and so the window) and whole in the tooltip; without ``detail``
         the last one stays."""
-        if detail is not None:
-            self._connection_full = detail
-            self.connection_detail = self.connection_label.fontMetrics().elidedText(
-                detail, Qt.TextElideMode.ElideRight, CONNECTION_DETAIL_PX)
-        self.set_connection(state, self.connection_detail)
-        if self._connection_full:
-            self.connection_label.setToolTip(self._connection_full + (
-                f"\n{self.template_words}" if self.template_words and state in ("connected", "ready", "generating")
-                else ""))
+        self.connection.show(state, detail)
+        self.lines.fit()
 
     def connection_state(self) -> str:
-        return self._state
+        """The connection's state last set."""
+        return self.connection.state()
 
     def set_models(self, models: list[str], current: str) -> None:
         """The server's models, ``current`` selected; the picker shows only where there is a choice."""
-        picker = self.model_picker
-        picker.blockSignals(True)
-        picker.clear()
-        for name in models:
-            picker.addItem(name.replace("\\", "/").rsplit("/", 1)[-1], name)
-            picker.setItemData(picker.count() - 1, name, Qt.ItemDataRole.ToolTipRole)
-        picker.setCurrentIndex(max(0, picker.findData(current)))
-        picker.blockSignals(False)
-        view = picker.view()
-        view.setMinimumWidth(view.sizeHintForColumn(0) + 2 * view.frameWidth() + 8)  # the list shows names whole
-        picker.setVisible(len(models) > 1)
-        picker.setToolTip(f"The server's model that answers in this conversation: {current}"
-                          + (f"\n{self.template_words}" if self.template_words else ""))
-        self._fit_labels()
+        self.model_picker.set_models(models, current, self.connection.template_words)
+        self.lines.fit()
 
     def set_template_words(self, words: str) -> None:
         """Which template frames the turns and where it came from (connection tooltip)."""
-        self.template_words = words
-        self.show_connection(self._state)
-        self.model_picker.setToolTip(self.model_picker.toolTip().split("\n")[0] + (f"\n{words}" if words else ""))
-
-    def _on_model_activated(self, index: int) -> None:
-        name = self.model_picker.itemData(index)
-        if isinstance(name, str):
-            self.model_picked.emit(name)
+        self.connection.set_template_words(words)
+        self.lines.fit()
+        self.model_picker.set_template_words(words)
 
     def set_attention_available(self, available: bool) -> None:
         """Warn when the server sends no attention (pruning falls back to oldest-first)."""
@@ -373,51 +344,13 @@ class StatsBar(QWidget):
     def set_brightness_source(self, source: str, words: str = "", detail: str = "") -> None:
         """Who measures brightness; ``words`` replace the no-attention warning (see the
         class), ``detail`` is its tooltip (kept short: this line sets the window's width)."""
-        self._source = source
-        self.attention_label.setText(words or NO_ATTENTION_TEXT)
-        self.attention_label.setToolTip(detail or words or NO_ATTENTION_DETAIL)
-        self.attention_label.setVisible(source != "server")
-        self._show_brightness()
-        self._fit_labels()
+        self.brightness.set_source(source, words, detail)
+        self.lines.fit()
 
     def set_settings(self, settings: Settings) -> None:
         """The settings in use: the scoring words follow their brightness rule and prune order."""
-        if settings != self._settings:
-            self._settings = settings
-            self._show_brightness()
-            self._fit_labels()
-
-    def _show_scoring(self) -> None:
-        scoring = scoring_words(self._settings, self._source)
-        # Without attention the warning beside it already says "pruning oldest-first".
-        self.scoring_label.setVisible(self._source != "none")
-        if scoring != self.scoring:  # once per change, not per streamed frame
-            self.scoring = scoring
-            self.scoring_label.setText(scoring.short)
-            self.scoring_label.setToolTip(f"{scoring.sentence}\n\n{scoring.rule}".strip()
-                                          + "\n\nSettings → What decides pruning changes it.")
-            self.scoring_changed.emit()
-
-    def _show_brightness(self) -> None:
-        self._show_scoring()
-        label = self.brightness_label
-        if self._source == "none":
-            # Nothing votes: a mean of 10,000 would read as "everything is relevant".
-            label.setText(NO_BRIGHTNESS_TEXT)
-            label.setToolTip("This server sends no attention, so brightness is not measured: every token "
-                             "keeps its starting value and the oldest chunks are pruned first.")
-        elif self._source == "waiting":
-            label.setText("☀ — (reader)")
-            label.setToolTip("The bundled reader model has not read an exchange of this conversation yet: "
-                             "brightness is measured from the next answer on.")
-        elif self._source == "reader":
-            label.setText(f"Mean ☀ {self._mean:,.0f} (reader)")
-            label.setToolTip("Mean brightness of the live tokens, from the bundled reader model's attention "
-                             f"over each finished exchange (not the attention of the server's model). "
-                             f"{self.scoring.sentence}")
-        else:
-            label.setText(f"Mean ☀ {self._mean:,.0f}")
-            label.setToolTip(f"Mean brightness of the live tokens. {self.scoring.sentence}")
+        if self.brightness.set_settings(settings):
+            self.lines.fit()
 
     def set_graveyard_open(self, open_: bool) -> None:
         """Check or uncheck the ⚰️ toggle without emitting ``graveyard_toggled``."""

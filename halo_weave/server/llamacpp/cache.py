@@ -1,8 +1,8 @@
 """A llama.cpp context as the server's KV cache: decoding, cells and KV surgery.
 
 **Attention** is read by ggml's evaluation callback, in :mod:`.readout`
-(:class:`~.readout.AttentionReadout`, which :class:`LlamaCache` extends): the softmax rows of
-a decode's last query, mapped from KV cells to positions with ``cells``.
+(:class:`~.readout.AttentionReadout`, which the cache's :class:`~.decoder.Decoder` holds):
+the softmax rows of a decode's last query, mapped from KV cells to positions with ``cells``.
 
 **Surgery** (see :mod:`halo_weave.server.kv_surgery`) on sequence 0, the live context:
 
@@ -29,17 +29,19 @@ and nothing else: a decode attends over as many cells as the context has (plus p
 from __future__ import annotations
 
 import logging
-import threading
 import time
+
 import numpy as np
 
 from .. import kv_surgery
 from ..kv_surgery import EXACT, SURGERY, SyncReport
 from ..span_store import SpanStore, to_run
-from . import growth
-from .bindings import Bindings
+from . import growth as growth_
+from .growth import COMPACT_MIN_CELLS  # noqa: F401 - also imported from here
 from . import live_state
-from .readout import AttentionReadout
+from .bindings import Bindings
+from .decoder import Decoder
+from .readout import AttentionReadout, DecodeError  # noqa: F401 - DecodeError: also imported from here
 from .states import StateSpill
 
 log = logging.getLogger("halo_weave.server")
@@ -49,73 +51,53 @@ SCRATCH_SEQ = 1
 #: Sequences in the context: live, and scratch sequences (states restored from the
 #: store pass through the first; pieces run in place use up to all of them at once).
 N_SEQ = 8
-#: Compact the live context once its cells spread over this many more than it needs
-#: (two of llama.cpp's 256-cell pads): below that a decode attends over little extra.
-COMPACT_MIN_CELLS = 512
 
 
-class DecodeError(RuntimeError):
-    """llama_decode refused a batch or the evaluation callback failed."""
+class LlamaCache:
+    """Sequence 0 of a llama.cpp context, mirrored by ``ids`` and ``cells``.
 
-
-class LlamaCache(AttentionReadout):
-    """Sequence 0 of a llama.cpp context, mirrored by ``ids`` and ``cells``."""
+    Owns: the context (``ctx``, ``mem``, ``n_cells``; replaced when it grows), ``ids``
+    and ``cells`` (each position's token and KV cell), the span ``store`` and the
+    ``spill`` saving to and restoring from it, and the surgery settings ``mode`` and
+    ``tail_first``.  Its parts own the rest: ``decoder`` (the batch, the threads, the
+    attention readout and whether a position shift is pending) and ``growth`` (when
+    the cache grows and when it is packed).
+    """
 
     #: Stored spans are sequence-state blobs, which a span file keeps (:mod:`..span_files`).
     spans_on_disk = True
 
-    def __init__(self, lib: Bindings, ctx, model, n_layer: int, n_head: int, n_cells: int,
-                 n_batch: int, n_vocab: int, store: SpanStore | None = None, c_filter=None) -> None:
+    def __init__(self, lib: Bindings, ctx, n_layer: int, n_head: int, n_cells: int,
+                 n_batch: int, n_vocab: int, store: SpanStore | None = None, *,
+                 readout: AttentionReadout | None = None, threads: tuple[int, int] = (1, 1),
+                 growth: growth_.Growth | None = None) -> None:
+        """``readout``: the one whose callback the context was made with (a new one
+        otherwise); ``threads``: for prefill and plain decoding, and for a decode whose
+        attention is read; ``growth``: how far the cache may grow (never, without one)."""
         self.lib, self.L = lib, lib.llama
-        self.model = model
-        self.n_layer, self.n_head, self.n_vocab, self.n_batch = n_layer, n_head, n_vocab, n_batch
+        self.n_layer, self.n_head, self.n_batch = n_layer, n_head, n_batch
         self.mode = SURGERY
         #: Run a request's new tokens before its insertions (see :func:`.kv_surgery.sync`).
         self.tail_first = kv_surgery.TAIL_FIRST_DEFAULT
-        #: Threads for prefill and plain decoding, and for a decode whose attention is read
-        #: (set by the engine; with passive waiting, 2 threads helped both here).
-        self.threads = self.capture_threads = 1
         self.ids: list[int] = []
         self.cells = np.zeros(0, dtype=np.int64)
         self.store = store if store is not None else SpanStore()
-        #: The most cells :meth:`reserve` grows to, and ``new_context(n_cells)`` making
-        #: such a context (set by the engine; without it the cache never grows).
-        self.max_cells = n_cells
-        self.new_context = None
-        self.grown: tuple[int, int, int, float] | None = None  # cells, copied, re-run, seconds
-        #: :meth:`compact` packs the cache once it spreads over this many extra cells.
-        self.compact_min_cells = COMPACT_MIN_CELLS
-        #: No position shift pending (llama.cpp applies one at the next decode).
-        self.settled = True
+        self.growth = growth if growth is not None else growth_.Growth(n_cells)
+        self.decoder = Decoder(lib, readout or AttentionReadout(lib, n_layer, n_head), n_batch, n_vocab,
+                               threads)
         self.bind(ctx, n_cells)
-        self._batch = self.L.llama_batch_init(n_batch, 0, 1)
-        self._row_width = 0
-        self._layers_seen = 0
-        self._new_cells: list[np.ndarray] = []
-        self._idx_tensor: int | None = None
-        self._capture = False
-        #: While :meth:`decode` runs with a hook: called with every layer's softmax block.
-        self._hook = None
-        self._block_scratch = np.zeros(0, dtype=np.float32)
-        self._error: BaseException | None = None
-        self._layout_checked = False
-        self._lock = threading.Lock()
-        #: The C filter answering ggml's asks (None: this callback sees every node).
-        self.c_filter = c_filter
 
     def bind(self, ctx, n_cells: int) -> None:
         """Work on ``ctx`` (empty, ``n_cells`` cells) from now on."""
         self.ctx, self.n_cells = ctx, n_cells
         self.mem = self.L.llama_get_memory(ctx)
-        self._threads_set = None
         self.spill = StateSpill(self.lib, ctx, self.mem, self.store, LIVE_SEQ, SCRATCH_SEQ,
                                 tuple(range(SCRATCH_SEQ + 1, N_SEQ)))
-        # Filled by the callback: per-layer softmax rows of the last query, and cell indices.
-        self._rows = np.zeros((self.n_layer, self.n_head, n_cells), dtype=np.float32)
+        self.decoder.bind(ctx, n_cells, self.spill)
 
     def reserve(self, n_tokens: int, should_stop=lambda: False) -> bool:
         """Make room for ``n_tokens`` positions (see :func:`.growth.reserve`)."""
-        return growth.reserve(self, n_tokens, should_stop)
+        return self.growth.reserve(self, n_tokens, should_stop)
 
     # ------------------------------------------------------------ decoding
 
@@ -126,61 +108,12 @@ class LlamaCache(AttentionReadout):
         (a scratch buffer: read it there); ``self.cells`` maps cells to positions after.
         """
         try:
-            cells = self._decode(ids, len(self.ids), LIVE_SEQ, logits=True, all_logits=True, hook=hook)
+            cells = self.decoder.run(ids, len(self.ids), LIVE_SEQ, logits=True, all_logits=True, hook=hook)
             self._append(ids, cells)
         except BaseException:
             self.reset()
             raise
-        ptr = self.L.llama_get_logits(self.ctx)
-        return np.ctypeslib.as_array(ptr, shape=(len(ids), self.n_vocab)).copy()
-
-    def _decode(self, ids: list[int], pos, seq, *, logits: bool, capture: bool = False,
-                all_logits: bool = False, hook=None) -> np.ndarray:
-        """Run ``ids`` at ``pos..`` in ``seq`` (or at the positions, in the sequences, of
-        two lists, one item per token); returns the cells they were written to.
-        ``logits``: for the last token (every token with ``all_logits``); ``capture``: the
-        last query's rows into ``_rows``; ``hook``: see :meth:`decode`."""
-        L, batch = self.L, self._batch
-        n = len(ids)
-        positions = range(pos, pos + n) if isinstance(pos, int) else pos
-        seqs = [seq] * n if isinstance(seq, int) else seq
-        for i, token in enumerate(ids):
-            batch.token[i] = token
-            batch.pos[i] = positions[i]
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = seqs[i]
-            batch.logits[i] = 1 if logits and (all_logits or i == n - 1) else 0
-        batch.n_tokens = n
-        capture = capture or hook is not None
-        threads = (self.capture_threads if capture else self.threads, self.threads)
-        if threads != self._threads_set:
-            L.llama_set_n_threads(self.ctx, *threads)
-            self._threads_set = threads
-        self._new_cells, self._error, self._capture, self._hook = [], None, capture and hook is None, hook
-        self._layers_seen = 0
-        direct = self.c_filter is not None and self._capture and self._layout_checked
-        if self.c_filter is not None:  # every decode is made here, so set for each
-            self.c_filter.want_softmax = capture
-            self.c_filter.read_rows_into(self._rows if direct else None)
-        try:
-            status = L.llama_decode(self.ctx, batch)
-        finally:
-            self._capture, self._hook = False, None
-        if direct:  # the filter copied the rows (or left a layer it could not to the callback)
-            layers, width = self.c_filter.rows_read()
-            self._layers_seen += layers
-            self._row_width = width or self._row_width
-        if self._error is not None:
-            raise DecodeError(f"attention readout failed: {self._error!r}") from self._error
-        if status != 0:
-            raise DecodeError(f"llama_decode returned {status}")
-        self.settled = True
-        cells = np.concatenate(self._new_cells) if self._new_cells else np.zeros(0, np.int64)
-        if len(cells) != n:
-            raise DecodeError(f"saw the cells of {len(cells)} of {n} tokens")
-        if capture and self._layers_seen < self.n_layer:
-            raise DecodeError(f"read attention from {self._layers_seen} of {self.n_layer} layers")
-        return cells
+        return self.decoder.logits(len(ids))
 
     def _run(self, ids: list[int], pos: int, seq: int, should_stop=lambda: False) -> np.ndarray | None:
         """Decode ``ids`` in batches without logits; ``None`` if stopped."""
@@ -188,7 +121,7 @@ class LlamaCache(AttentionReadout):
         for start in range(0, len(ids), self.n_batch):
             if should_stop():
                 return None
-            found.append(self._decode(ids[start:start + self.n_batch], pos + start, seq, logits=False))
+            found.append(self.decoder.run(ids[start:start + self.n_batch], pos + start, seq, logits=False))
         return np.concatenate(found) if found else np.zeros(0, np.int64)
 
     def step(self, ids: list[int], *, attention: bool, per_layer: bool = False):
@@ -200,16 +133,15 @@ class LlamaCache(AttentionReadout):
             head = ids[:len(ids) - len(tail)]
             if head:
                 self._append(head, self._run(head, len(self.ids), LIVE_SEQ))
-            cells = self._decode(tail, len(self.ids), LIVE_SEQ, logits=True, capture=attention)
+            cells = self.decoder.run(tail, len(self.ids), LIVE_SEQ, logits=True, capture=attention)
             self._append(tail, cells)
         except BaseException:
             self.reset()
             raise
-        ptr = self.L.llama_get_logits_ith(self.ctx, -1)
-        logits = np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).copy()
+        logits = self.decoder.last_logits()
         if not attention:
             return logits, None
-        return logits, self.attention_row(per_layer)
+        return logits, self.decoder.readout.attention_row(self.cells, per_layer)
 
     def attend_all(self, ids: list[int], block: int = 32) -> np.ndarray:
         """Run ``ids`` after the context reading *every* one's attention (teacher forcing).
@@ -225,12 +157,12 @@ class LlamaCache(AttentionReadout):
         try:
             for first in range(0, len(ids), block):
                 part = ids[first:first + block]
-                sums = np.zeros((len(part), self._rows.shape[2]), dtype=np.float32)
+                sums = np.zeros((len(part), self.decoder.readout.n_cells), dtype=np.float32)
 
                 def add(_layer, probs, sums=sums):
                     sums[:, :probs.shape[2]] += probs.sum(axis=0)
 
-                cells = self._decode(part, len(self.ids), LIVE_SEQ, logits=False, hook=add)
+                cells = self.decoder.run(part, len(self.ids), LIVE_SEQ, logits=False, hook=add)
                 self._append(part, cells)
                 out[first:first + len(part), :len(self.ids)] = sums[:, self.cells] * scale
         except BaseException:
@@ -242,7 +174,7 @@ class LlamaCache(AttentionReadout):
         """Run one token in the scratch sequence and drop it: the evaluation callback then
         sees this context's layer-0 key cache (:meth:`.StateSpill.see_key_tensor`)."""
         try:
-            self._decode(self.ids[-1:] or [0], 0, SCRATCH_SEQ, logits=False)
+            self.decoder.run(self.ids[-1:] or [0], 0, SCRATCH_SEQ, logits=False)
         finally:
             self.L.llama_memory_seq_rm(self.mem, SCRATCH_SEQ, -1, -1)
 
@@ -250,23 +182,19 @@ class LlamaCache(AttentionReadout):
         """Apply a pending position shift now, so that the cache can be copied out (grown,
         packed, saved) instead of re-run: llama.cpp shifts at the next decode, so one
         token is run in the scratch sequence and dropped.  Whether the cache is settled."""
-        if not self.settled and self.ids:
+        if not self.decoder.settled and self.ids:
             self.probe()
-        return self.settled
+        return self.decoder.settled
 
     def spread(self) -> int:
         """Cells a decode attends over beyond the live context's own: llama.cpp attends
         up to the highest used cell (padded), holes included."""
-        if not len(self.cells):
-            return 0
-        return growth.padded(int(self.cells.max()) + 1) - growth.padded(len(self.cells))
+        return growth_.spread(self.cells)
 
     def compact(self) -> bool:
         """Move the live context into the first cells when prunes and restores have
-        spread it out by at least ``compact_min_cells`` (see :func:`.growth.compact`)."""
-        if self.spread() < self.compact_min_cells:
-            return False
-        return growth.compact(self)
+        spread it out by at least ``growth.compact_min_cells`` (see :func:`.growth.compact`)."""
+        return self.growth.compact(self)
 
     def export_state(self) -> bytes | None:
         """The live context's states as a blob (see :mod:`.live_state`); None when empty
@@ -294,7 +222,7 @@ class LlamaCache(AttentionReadout):
         """Forget everything (also after a failed decode, which may leave half a step)."""
         self.L.llama_memory_clear(self.mem, True)
         self.ids, self.cells = [], np.zeros(0, np.int64)
-        self.settled = True
+        self.decoder.cleared()
 
     # ------------------------------------------------------------ sync and surgery
 
@@ -310,9 +238,9 @@ class LlamaCache(AttentionReadout):
         """One pass of :meth:`sync`: apply ``edits`` (planned from ``self.ids`` to ``ids``)."""
         middle, tail = kv_surgery.split_tail(edits, len(self.ids), len(ids))
         report = SyncReport()
-        if self.grown is not None:
-            report.grown_to, report.carried, report.regrown, report.grow_s = self.grown
-            self.grown = None
+        grown = self.growth.take_report()
+        if grown is not None:
+            report.grown_to, report.carried, report.regrown, report.grow_s = grown
         if middle:
             surgery = self.mode != EXACT
             if surgery:  # before anything moves: no K-shift is pending now
@@ -332,7 +260,7 @@ class LlamaCache(AttentionReadout):
                 report.rerun = len(ids) - keep
                 return report if self.extend(ids, should_stop) else None
             report.mode = SURGERY
-            self.settled = False  # moves ahead: shifted at the next decode
+            self.decoder.shift_pending()  # moves ahead: shifted at the next decode
             if not self._surgery(middle, covers, ids, report, should_stop):
                 return None
         if tail:
@@ -351,7 +279,7 @@ class LlamaCache(AttentionReadout):
             if should_stop():
                 return False
             batch = rest[start:start + self.n_batch]
-            self._append(batch, self._decode(batch, len(self.ids), LIVE_SEQ, logits=False))
+            self._append(batch, self.decoder.run(batch, len(self.ids), LIVE_SEQ, logits=False))
         return True
 
     def _truncate(self, keep: int) -> None:
@@ -440,8 +368,8 @@ class LlamaCache(AttentionReadout):
                 positions = [at + i for at, span in group for i in range(len(span))]
                 owners = [seq for (_at, span), seq in zip(group, seqs) for _ in span]
                 cells = np.concatenate([
-                    self._decode(tokens[b:b + self.n_batch], positions[b:b + self.n_batch],
-                                 owners[b:b + self.n_batch], logits=False)
+                    self.decoder.run(tokens[b:b + self.n_batch], positions[b:b + self.n_batch],
+                                     owners[b:b + self.n_batch], logits=False)
                     for b in range(0, len(tokens), self.n_batch)])
                 for (at, span), seq in zip(group, seqs):
                     L.llama_memory_seq_cp(mem, seq, LIVE_SEQ, at, at + len(span))
@@ -453,9 +381,8 @@ class LlamaCache(AttentionReadout):
                 yield at, cells[owner == seq]
 
     def close(self) -> None:
-        if self._batch is not None:
-            self.L.llama_batch_free(self._batch)
-            self._batch = None
+        """Free the decoder's batch (the engine frees the context)."""
+        self.decoder.close()
 
 
 def _by_entry(pieces, width: int):

@@ -22,8 +22,8 @@ from . import filter as filter_
 from . import safety
 from ..span_store import DEFAULT_STORE_BYTES
 from .cache import N_SEQ, LlamaCache
-from .growth import CELL_PAD
-from .readout import K_CACHE_LAYER0, SOFTMAX_PREFIX
+from .growth import CELL_PAD, Growth
+from .readout import K_CACHE_LAYER0, SOFTMAX_PREFIX, AttentionReadout
 
 log = logging.getLogger("halo_weave.server")
 
@@ -88,24 +88,23 @@ class LlamaEngine(EngineBase):
         cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
         threads = threads or max(1, os.cpu_count() or 1)
         cp.n_threads = cp.n_threads_batch = threads
-        cache = LlamaCache.__new__(LlamaCache)  # the callback must exist before the context
+        readout = AttentionReadout(lib, self._n_layer, self._n_head)  # its callback goes into the context
         # The C filter answers ggml's per-node asks without entering Python (see .filter);
         # every context made from these parameters (a grown cache too) uses it.
-        self._filter = filter_.build(L.ggml_backend_sched_eval_callback, cache.callback, lib.ggml.ggml_get_name,
+        self._filter = filter_.build(L.ggml_backend_sched_eval_callback, readout.callback, lib.ggml.ggml_get_name,
                                      lib.ggml.ggml_backend_tensor_get, bindings.NE_OFFSET,
                                      SOFTMAX_PREFIX, K_CACHE_LAYER0) if c_filter else None
         if self._filter is not None:
             cp.cb_eval, cp.cb_eval_user_data = self._filter.callback, self._filter.user_data
+            readout.use_filter(self._filter)
         else:
-            self._callback = L.ggml_backend_sched_eval_callback(cache.callback)
+            self._callback = L.ggml_backend_sched_eval_callback(readout.callback)
             cp.cb_eval = self._callback
         ctx = self._new_context(n_cells)
-        cache.__init__(lib, ctx, model, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab,
-                       c_filter=self._filter)
-        cache.max_cells, cache.new_context = max_cells, self._new_context
-        cache.threads = threads
+        cache = LlamaCache(lib, ctx, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab,
+                           readout=readout, threads=(threads, capture_threads or threads),
+                           growth=Growth(max_cells, self._new_context))
         cache.store.max_bytes = store_bytes
-        cache.capture_threads = capture_threads or threads
         self._kv = cache
         self.threads = threads
         self.text = TokenText.from_table(*self._token_table(n_vocab))

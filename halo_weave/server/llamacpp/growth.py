@@ -26,23 +26,71 @@ LIVE_SEQ = 0
 #: llama.cpp pads the KV cache to this many cells.
 CELL_PAD = 256
 
+#: Compact the live context once its cells spread over this many more than it needs
+#: (two of llama.cpp's pads): below that a decode attends over little extra.
+COMPACT_MIN_CELLS = 2 * CELL_PAD
 
-def reserve(cache, n_tokens: int, should_stop=lambda: False) -> bool:
+
+class Growth:
+    """When and how far the cache grows, and when it is packed.
+
+    Owns: ``max_cells`` (the most cells :meth:`reserve` grows to), ``new_context``
+    (``new_context(n_cells)`` makes such a context; None: the cache never grows),
+    ``compact_min_cells`` (:meth:`compact` packs the cache once it spreads over this
+    many extra cells) and the last growth not reported yet (:meth:`take_report`).
+    """
+
+    def __init__(self, max_cells: int, new_context=None, compact_min_cells: int = COMPACT_MIN_CELLS) -> None:
+        self.max_cells = max_cells
+        self.new_context = new_context
+        self.compact_min_cells = compact_min_cells
+        self._grown: tuple[int, int, int, float] | None = None  # cells, copied, re-run, seconds
+
+    def take_report(self) -> tuple[int, int, int, float] | None:
+        """The last growth, ``(cells, copied, re-run, seconds)``, once (None: none since)."""
+        grown, self._grown = self._grown, None
+        return grown
+
+    def reserve(self, cache, n_tokens: int, should_stop=lambda: False) -> bool:
+        """Grow ``cache`` if needed (see :func:`reserve`)."""
+        return reserve(cache, self, n_tokens, should_stop)
+
+    def note(self, grown: tuple[int, int, int, float]) -> None:
+        """A growth to report with the next sync."""
+        self._grown = grown
+
+    def compact(self, cache) -> bool:
+        """Pack ``cache`` when prunes and restores have spread it over at least
+        ``compact_min_cells`` extra cells (see :func:`compact`)."""
+        if spread(cache.cells) < self.compact_min_cells:
+            return False
+        return compact(cache)
+
+
+def spread(cells: np.ndarray) -> int:
+    """Cells a decode attends over beyond the live context's own (``cells``: each
+    position's cell): llama.cpp attends up to the highest used cell (padded), holes included."""
+    if not len(cells):
+        return 0
+    return padded(int(cells.max()) + 1) - padded(len(cells))
+
+
+def reserve(cache, growth: Growth, n_tokens: int, should_stop=lambda: False) -> bool:
     """Make room in ``cache`` (a :class:`.LlamaCache`) for ``n_tokens`` positions.
 
     With too few cells, a new context replaces the cache's: ``n_tokens`` and a quarter
-    more (fewer growths if the chat keeps growing), padded, at most ``cache.max_cells``.
+    more (fewer growths if the chat keeps growing), padded, at most ``growth.max_cells``.
     The live context's states are copied into it (``llama_state_seq_get_data`` /
     ``set_data``: no model run; a position shift still pending is applied first,
     :meth:`.LlamaCache.settle`); where a copy is refused it is re-run instead, one re-prefill.  Logged, and reported
     by the next ``sync`` as ``grown_to`` / ``carried`` / ``regrown`` / ``grow_s``.
     ``False`` if stopped meanwhile (the cache is then empty).
     """
-    if n_tokens <= cache.n_cells or cache.n_cells >= cache.max_cells or cache.new_context is None:
+    if n_tokens <= cache.n_cells or cache.n_cells >= growth.max_cells or growth.new_context is None:
         return True
     started = time.perf_counter()
-    cells = min(cache.max_cells, -(-(n_tokens + n_tokens // 4) // CELL_PAD) * CELL_PAD)
-    ctx = cache.new_context(cells)
+    cells = min(growth.max_cells, -(-(n_tokens + n_tokens // 4) // CELL_PAD) * CELL_PAD)
+    ctx = growth.new_context(cells)
     live, old_cells = cache.ids, cache.cells
     copied = bool(live) and cache.settle() and _copy_live(cache.L, cache.ctx, ctx)
     cache.L.llama_free(cache.ctx)
@@ -67,7 +115,7 @@ def reserve(cache, n_tokens: int, should_stop=lambda: False) -> bool:
             cache.reset()
     seconds = time.perf_counter() - started
     carried, rerun = (len(live), 0) if copied else (0, len(live) if ran else 0)
-    cache.grown = (cells, carried, rerun, seconds)
+    growth.note((cells, carried, rerun, seconds))
     log.info("KV cache grown to %d cells for %d tokens: %d live tokens copied, %d re-run, in %.2f s",
              cells, n_tokens, carried, rerun, seconds)
     return ran

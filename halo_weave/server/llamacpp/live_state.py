@@ -67,8 +67,7 @@ def import_live(cache, ids: list[int], blob: bytes) -> bool:
         return False
     cells = np.empty(n, dtype=np.int64)
     cells[positions] = np.arange(n, dtype=np.int64)
-    cache.ids, cache.cells = [int(i) for i in ids], cells
-    cache.settled = True
+    cache.ids, cache.cells = [int(i) for i in ids], cells  # reset() left no shift pending
     if cache.spill.k_tensor is None:
         # Saving pruned spans needs the key cache the readout sees at a decode: none ran yet.
         cache.probe()
