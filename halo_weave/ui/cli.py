@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--model", metavar="NAME|FILE",
         help="the built-in model server's model: qwen (the bundled default, Qwen2.5-Coder-0.5B-Instruct), "
+             "qwen1.5b (Qwen2.5-Coder-1.5B-Instruct, the large extra: answers from memory best, half as fast), "
              "smollm2 (SmolLM2-135M-Instruct, faster, reads its memory poorly) or a GGUF file; kept in the "
              "settings ('' goes back to the default)",
     )
