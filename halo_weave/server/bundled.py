@@ -276,11 +276,12 @@ def _remove_stale_temps(folder: Path) -> None:
     """Drop the half-written files of processes that died while assembling."""
     for temporary in folder.glob(".*.tmp"):
         pid = temporary.name.rsplit(".", 2)[-2]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             temporary.unlink(missing_ok=True)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a half-written file of a dead one can go)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -135,18 +135,8 @@ def _remove_stale_temps(root: Path) -> None:
     """Drop half-written entries of processes that died while saving."""
     for tmp in root.glob(".*.tmp-*"):
         pid = tmp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isdigit() and not bundled.pid_alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _load_pretrained(path: Path, gguf_file: str | None, device: str):
