@@ -14,8 +14,8 @@ The collaborators, each owning its own state (see its docstring)::
     gate     Gate               busy (and why), quitting, why input is closed
     calls    Calls              blocking calls on threads
     memory   Memory             the semantic index, the embedder, the indexing queue
-    prompt   SystemPrompt       the conversation's system prompt, in step with the settings
-    levers   Levers             pin, merge, prune, resurrect a chunk; prune to the budget
+    prompt   PromptUpkeep       the conversation's system prompt, in step with the settings
+    levers   ChunkLevers        pin, merge, prune, resurrect a chunk; prune to the budget
     proxy    ProxyReading       the bundled reader's attention for a server without it
     ahead    ReadAhead          the draft read ahead to the server; the warm-up
     link     ServerLink         the model server connection (``link.connection``)
@@ -57,13 +57,13 @@ from .ui.control.actions import TurnActions
 from .ui.control.calls import Calls
 from .ui.control.files import ConversationFiles
 from .ui.control.gate import Gate
-from .ui.control.levers import Levers
+from .ui.control.chunk_levers import ChunkLevers
 from .ui.control.link import ServerLink
 from .ui.control.memory import Memory
 from .ui.control.message import MessageSend
-from .ui.control.prompt import SystemPrompt
+from .ui.control.prompt import PromptUpkeep
 from .ui.control.proxy import ProxyReading
-from .ui.control.read_ahead import ReadAhead
+from .ui.control.ahead import ReadAhead
 from .ui.control.signals import ControlSignals
 from .ui.control.turn import TurnFlow
 
@@ -98,8 +98,8 @@ class TurnController(QObject):
         self.gate = gate = Gate(signals, self)
         self.calls = calls = Calls(self)
         self.memory = memory = Memory(session, signals, gate, embedder_factory, self)
-        self.prompt = prompt = SystemPrompt(session, signals, gate, calls, self)
-        self.levers = levers = Levers(session, signals, gate)
+        self.prompt = prompt = PromptUpkeep(session, signals, gate, calls, self)
+        self.levers = levers = ChunkLevers(session, signals, gate)
         self.proxy = proxy = ProxyReading(session, signals, gate, calls, prune=levers.prune_to_budget, parent=self)
         self.ahead = ahead = ReadAhead(session, signals, gate, calls, memory, prompt,
                                        connected=lambda: self.link.state == "connected", parent=self)
@@ -209,7 +209,7 @@ class TurnController(QObject):
             log.warning("stopping the built-in server failed: %s", exc)
 
 
-def _input_closed_because(session: ChatSession, link: ServerLink, prompt: SystemPrompt) -> str:
+def _input_closed_because(session: ChatSession, link: ServerLink, prompt: PromptUpkeep) -> str:
     """Why the user cannot send while nothing is busy ('' when they can)."""
     if getattr(session.store, "read_only", False):
         return "This conversation is read-only (see the message) — open another or start a new one"

@@ -15,8 +15,8 @@ from .calls import Calls
 from .gate import Gate
 from .memory import Memory
 from .link import ServerLink
-from .prompt import SystemPrompt
-from .read_ahead import ReadAhead
+from .prompt import PromptUpkeep
+from .ahead import ReadAhead
 from .signals import ControlSignals
 
 log = logging.getLogger("halo_weave.app")
@@ -49,7 +49,7 @@ class ConversationFiles(QObject):
     """
 
     def __init__(self, data_dir: Path, session, signals: ControlSignals, gate: Gate, calls: Calls,
-                 memory: Memory, prompt: SystemPrompt, link: ServerLink, ahead: ReadAhead,
+                 memory: Memory, prompt: PromptUpkeep, link: ServerLink, ahead: ReadAhead,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._data_dir = Path(data_dir)

@@ -13,9 +13,9 @@ from PySide6.QtCore import QObject
 from ...conversation import Framing
 from .connection import ServerConnection
 from .gate import Gate
-from .prompt import SystemPrompt
+from .prompt import PromptUpkeep
 from .proxy import ProxyReading
-from .read_ahead import ReadAhead
+from .ahead import ReadAhead
 from .signals import ControlSignals
 
 
@@ -28,7 +28,7 @@ class ServerLink(QObject):
     reconnect).
     """
 
-    def __init__(self, session, signals: ControlSignals, gate: Gate, prompt: SystemPrompt,
+    def __init__(self, session, signals: ControlSignals, gate: Gate, prompt: PromptUpkeep,
                  proxy: ProxyReading, ahead: ReadAhead, *, autostart: bool, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._session, self._signals, self._gate = session, signals, gate

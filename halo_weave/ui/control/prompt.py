@@ -12,7 +12,7 @@ from .gate import Gate
 from .signals import ControlSignals
 
 
-class SystemPrompt(QObject):
+class PromptUpkeep(QObject):
     """Frames the system prompt of the open conversation (the settings' for new ones,
     its own where it has one) and lets the user give a conversation its own.
 

@@ -36,9 +36,9 @@ from .files import ConversationFiles
 from .gate import Gate
 from .link import ServerLink
 from .message import MessageSend
-from .prompt import SystemPrompt
+from .prompt import PromptUpkeep
 from .proxy import ProxyReading
-from .read_ahead import ReadAhead
+from .ahead import ReadAhead
 from .signals import ControlSignals
 from .workers import GenerationWorker
 
@@ -59,7 +59,7 @@ class TurnFlow(QObject):
     """
 
     def __init__(self, data_dir: Path, session, signals: ControlSignals, gate: Gate, calls: Calls,
-                 prompt: SystemPrompt, ahead: ReadAhead, proxy: ProxyReading, link: ServerLink,
+                 prompt: PromptUpkeep, ahead: ReadAhead, proxy: ProxyReading, link: ServerLink,
                  files: ConversationFiles, message: MessageSend, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._data_dir = Path(data_dir)

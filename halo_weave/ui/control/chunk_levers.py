@@ -1,7 +1,7 @@
 """The user's levers on chunks: resurrect from the graveyard, pin, merge, prune.
 
 Each lever is a method of the session's part ``session.levers``
-(:class:`halo_weave.session.levers.Levers`: change, save); the :class:`Levers` here
+(:class:`halo_weave.session.levers.Levers`: change, save); the :class:`ChunkLevers` here
 refuses them while busy and announces what changed.
 """
 
@@ -11,7 +11,7 @@ from .gate import Gate
 from .signals import ControlSignals
 
 
-class Levers:
+class ChunkLevers:
     """Intents from the heatmap's context menu and the graveyard, refused while busy;
     and pruning to the budget when a setting or the reader's votes change it.
 

@@ -30,7 +30,7 @@ from ...session.read_ahead import settled_text, unread
 from .calls import Calls
 from .gate import Gate
 from .memory import Memory
-from .prompt import SystemPrompt
+from .prompt import PromptUpkeep
 from .signals import ControlSignals
 
 log = logging.getLogger("halo_weave.app")
@@ -49,7 +49,7 @@ class ReadAhead(QObject):
     """
 
     def __init__(self, session, signals: ControlSignals, gate: Gate, calls: Calls, memory: Memory,
-                 prompt: SystemPrompt, *, connected: Callable[[], bool], parent: QObject | None = None) -> None:
+                 prompt: PromptUpkeep, *, connected: Callable[[], bool], parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._session, self._signals, self._gate, self._calls = session, signals, gate, calls
         self._memory, self._prompt, self._connected = memory, prompt, connected
