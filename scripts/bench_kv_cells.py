@@ -1,4 +1,4 @@
-"""What a prune costs at each size of the llama.cpp KV cache (issue 14): the K-shift.
+"""What a prune costs at each size of the llama.cpp KV cache: the K-shift.
 
 After a prune the cache shifts the later positions back (``seq_add``), and llama.cpp
 re-rotates the keys of *every* cell of the cache at the next decode, used or not

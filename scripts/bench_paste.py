@@ -1,4 +1,4 @@
-"""Figures for a 1M-character paste of mixed scripts (issue 17).
+"""Figures for a 1M-character paste of mixed scripts.
 
 * ``tokenize_s``: ``KoboldClient.tokenize`` of the paste against the real server (HTTP,
   the server's tokenizer, pieces, the JSON answer and its parsing); the client's timeout

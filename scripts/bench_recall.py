@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What the recall settings (issue 16) add to the search the app runs on every user message.
+"""What the recall settings add to the search the app runs on every user message.
 
 A LoCoMo conversation (read in place, ``--locomo``) is stored and indexed as the app
 does (a real conversation file, real MiniLM, each turn with its session's time), every
@@ -45,12 +45,12 @@ LOCOMO = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locom
 
 #: name -> settings changed from the app's defaults (the first is the reference).
 VARIANTS = {
-    "seed": SEED_RECALL,  # the recall settings before issue 16
+    "seed": SEED_RECALL,  # the recall settings before the date, split and neighbour options
     "dates": {**SEED_RECALL, "date_weight": 0.3},
     "split": {**SEED_RECALL, "query_split": True},
     "neighbours": {**SEED_RECALL, "resurrect_neighbours": 1},
     "anchors-if-room": {**SEED_RECALL, "resurrection_anchors": "if_room"},
-    "stop23": {"query_feedback": 0.0, "neighbour_matches": 0},  # before feedback and nb4
+    "no-feedback": {"query_feedback": 0.0, "neighbour_matches": 0},  # before query feedback and 4 neighbour matches
     "default": {},  # today's defaults
 }
 

@@ -4,7 +4,7 @@ For each engine (``llamacpp``, ``transformers``; same thread count, one server a
 
 * ``abort_ms_worst_*`` / ``abort_ms_median_*``: round trip of ``/api/extra/abort`` sent
   every 20 ms while another request is in flight: a 30 MB stop string (refused with 400
-  once read), a 1M-character tokenize, a 262,144-id detokenize (the most accepted), and a running generation (issue 17: under 100 ms).
+  once read), a 1M-character tokenize, a 262,144-id detokenize (the most accepted), and a running generation (under 100 ms).
 
 ``--only-abort`` measures just the abort figures, against a server using the model cache
 in ``$HALO_WEAVE_CACHE`` (seconds to start when it is warm).

@@ -1,4 +1,4 @@
-"""Decode ms/token with attention at 2k context under each OpenMP wait setting (issue 14).
+"""Decode ms/token with attention at 2k context under each OpenMP wait setting.
 
 Each setting runs in a fresh process (libgomp reads its environment once, when it loads):
 the bundled GGUF on the llama.cpp engine, a 2,048-token context, then ``--tokens``

@@ -439,7 +439,7 @@ def test_kept_cells_stay_bounded_when_the_same_span_is_pruned_and_resurrected_ag
 def test_kept_cells_compacted_while_others_come_back_restore_the_right_ones():
     """Each round prunes one span and resurrects the other, so the kept rows are compacted
     in a step that also restores: the restored rows must be read before they are
-    renumbered (the stop-22 dev-set run died there of an index out of range)."""
+    renumbered (a dev-set run died there of an index out of range)."""
     exact, shift = tiny_exact_and_shift()
     shift.reset(keep_pruned=True)
     rng = np.random.default_rng(5)
@@ -734,7 +734,7 @@ def test_a_cache_growing_in_place_gives_the_same_floats_as_concatenation():
 
 
 def test_labels_of_methods_that_nearly_coincide_are_stacked():
-    """The fidelity plot prints each method's name by its point; the stop-26 run's
+    """The fidelity plot prints each method's name by its point; an earlier run's
     fifo-halo, recent-halo and halo (ΔNLL 0.0438 / 0.0438 / 0.0444, recall 0.806 / 0.805 /
     0.807) got three different lines, the far-away points the usual one."""
     from bench.memory.report import label_offsets

@@ -51,7 +51,7 @@ def texts_of(conv, turn) -> list[str]:
 
 # --------------------------------------------------------------------- chunking
 def test_grocery_list_stays_with_the_sentence_that_explains_it():
-    """Seed 000/001: short lines merge forward until the chunk has min_chunk_tokens."""
+    """Short lines merge forward until the chunk has min_chunk_tokens."""
     conv = make(min_chunk=16)
     turn = say(
         conv, "user",
@@ -180,7 +180,7 @@ def test_attention_of_the_wrong_length_is_refused_and_brightness_untouched():
 
 # --------------------------------------------------------------------- pruning
 def seed_turns_3_and_4() -> Conversation:
-    """Seed 001 §9: user turn 3 (S0..S2) and assistant turn 4 (S0..S4)."""
+    """The design's worked example: user turn 3 (S0..S2) and assistant turn 4 (S0..S4)."""
     conv = make(min_chunk=3)
     for _ in range(3):  # turns 0..2 so that the example's ids match the seed
         say(conv, "user" if conv.next_turn_id % 2 == 0 else "assistant", "filler words here.")

@@ -126,7 +126,7 @@ def test_stop_sequence_stops_early(client):
 
 def test_eos_ends_with_stop_and_is_not_shown(client):
     # Greedy, yet the floating point differs by CPU: 40 tokens were enough on an AVX-512
-    # machine, not on an AVX2 one (stop 24's CI); 200 leaves room on both.
+    # machine, not on an AVX2 one (a CI run); 200 leaves room on both.
     ids = prompt_ids(client, "Say hello.")
     stream = client.stream(input_ids=ids, max_length=200, temperature=0)
     run(stream)

@@ -126,7 +126,7 @@ TIGHT = 500  # a model window that leaves the boat no room when the context is a
 
 
 def test_a_message_prunes_older_context_to_make_room_for_what_it_brings_back(embedder, tmp_path):  # noqa: F811
-    """resurrection_keep_share (issue 16, stop 29): the room is counted as if the context
+    """resurrection_keep_share: the room is counted as if the context
     held only its newest share of P, and just enough older context is pruned for the plan."""
     ids, _ = tokenize(embedder, BOAT_ASKED + "\n\n")
     found = {}

@@ -1,4 +1,4 @@
-"""Multi-hop and temporal recall (issue 16): dates the message names, its parts searched
+"""Multi-hop and temporal recall: dates the message names, its parts searched
 apart, neighbours of a match in the same sitting (for the best matches only), anchors paid
 from what is left, the query moved towards its best matches and searched again.
 

@@ -1,4 +1,4 @@
-"""BM25's words (issue 16): the speakers' names are too common to search by, and a word
+"""BM25's words: the speakers' names are too common to search by, and a word
 finds its other forms ("painting" finds "painted").
 
 Real MiniLM, a real conversation file, real pruning and resurrection.

@@ -25,7 +25,7 @@ def test_every_choice_is_explained_and_every_field_it_uses_can_be_edited():
 
 
 def test_the_default_says_votes_peak_and_oldest_first():
-    # docs/memory-benchmark.md (stop 20's dev-set run): oldest first is the default order.
+    # docs/memory-benchmark.md (the dev-set run): oldest first is the default order.
     words = scoring_words(Settings())
     assert words.short == "☀ magnitude votes · peak · pruning oldest first"
     assert "Pruning is oldest first" in words.colour and words.order == "age"
@@ -67,7 +67,7 @@ def test_a_half_life_is_named_only_by_the_rule_that_uses_it():
 
 
 def test_the_sentence_says_when_a_message_may_prune_older_context_for_what_it_brings_back():
-    # resurrection_keep_share (stop 29): the heatmap's words say what decides pruning at a message too.
+    # resurrection_keep_share: the heatmap's words say what decides pruning at a message too.
     words = scoring_words(Settings(max_context_tokens=2000, resurrection_keep_share=0.5))
     assert "older context beyond the newest 1,000 tokens is pruned (oldest first)" in words.sentence
     dimmest = scoring_words(Settings(max_context_tokens=2000, resurrection_keep_share=0.25, prune_order="brightness"))

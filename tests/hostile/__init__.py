@@ -1,1 +1,1 @@
-"""Hostile and clumsy use (issue 17): what users and other programs really do to the app."""
+"""Hostile and clumsy use: what users and other programs really do to the app."""

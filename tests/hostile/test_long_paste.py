@@ -15,7 +15,7 @@ PASTE = (MIXED * (1_000_000 // len(MIXED) + 1))[:1_000_000]
 
 def test_timeout_grows_with_the_text():
     assert tokenize_timeout(10) == pytest.approx(TOKENIZE_TIMEOUT_S, abs=0.01)
-    assert tokenize_timeout(1_000_000) >= 10 * 5.5  # ten times what 1M characters took (issue 17)
+    assert tokenize_timeout(1_000_000) >= 10 * 5.5  # ten times what 1M characters took
 
 
 @pytest.mark.timeout(600)
