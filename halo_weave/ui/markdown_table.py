@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 _RULE_CELL = re.compile(r"^:?-+:?$")
 
@@ -41,6 +42,12 @@ def pipes(text: str) -> list[int]:
 
 def cells(text: str, hidden: list[tuple[int, int]] | tuple = ()) -> list[Cell]:
     """The cells of a table row; ``hidden``: ranges the rendering draws at no width."""
+    return list(_cells(text, tuple(hidden)))
+
+
+@lru_cache(maxsize=4096)
+def _cells(text: str, hidden: tuple[tuple[int, int], ...]) -> tuple[Cell, ...]:
+    # Every row of a table is measured again whenever one of its rows is formatted.
     bars = pipes(text)
     if not bars:
         return []
@@ -59,7 +66,7 @@ def cells(text: str, hidden: list[tuple[int, int]] | tuple = ()) -> list[Cell]:
         end = max(end, start)
         shown = end - start - sum(max(0, min(b, end) - max(a, start)) for a, b in hidden)
         out.append(Cell(left, start, end, right, max(shown, 0)))
-    return out
+    return tuple(out)
 
 
 def is_rule(text: str) -> bool:
