@@ -7,6 +7,8 @@ syntax colours) and *hides* the markup characters by drawing them at no width at
 their document positions, so every token's position stays exact and the overlay,
 which measures tokens from the layout, finds a hidden token's box empty.  Its brightness
 goes to the span it marks instead (:func:`.markdown_overlay.carry_marked`).
+Table columns are lined up the same way, by letter spacing on a few characters of each
+row (:mod:`.markdown_table`), never by added spaces.
 
 Bullets, rules, inline code's background and the "Copy" buttons are painted by the view
 from :mod:`.markdown_overlay`, which also gives the hidden tokens' brightness to their
