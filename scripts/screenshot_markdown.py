@@ -4,9 +4,10 @@ Builds a short conversation whose answer has a heading, emphasis, a list, a link
 code, a fenced Python block and a table, with brightness varied so the chunk colours and
 the highlight show, and captures the view as the screen shows it:
 
-    xvfb-run -a -s "-screen 0 1400x900x24" python scripts/screenshot_markdown.py [--out docs/screenshots]
+    xvfb-run -a -s "-screen 0 1400x900x24" python scripts/screenshot_markdown.py [--out docs/screenshots] [--table]
 
-Saves markdown_answer.png in --out; prints one JSON object last.
+Saves markdown_answer.png in --out (with ``--table``: markdown_table.png, an answer whose
+table has cells of different lengths, unpadded in the source); prints one JSON object last.
 """
 
 from __future__ import annotations
@@ -45,6 +46,17 @@ def celsius_to_fahrenheit(celsius: float) -> float:
 
 See [the formula](https://en.wikipedia.org/wiki/Fahrenheit) for more."""
 
+TABLE_ANSWER = """## Boiling points
+
+| Liquid | °C | Note |
+|---|---:|:---:|
+| water | 100 | at sea level |
+| **ethanol** | 78.4 | `C2H5OH` |
+| liquid nitrogen | -195.8 | cold |
+| mercury | 356.7 | *toxic* |
+
+Columns line up although the model padded nothing."""
+
 
 def tokens(text: str) -> list[str]:
     """Model-like pieces: words with their leading space, marks and newlines alone."""
@@ -54,6 +66,7 @@ def tokens(text: str) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="docs/screenshots")
+    parser.add_argument("--table", action="store_true", help="an answer with a table instead")
     args = parser.parse_args()
     app = QApplication.instance() or QApplication([])
     from halo_weave.ui.heatmap import HeatmapView
@@ -62,10 +75,12 @@ def main() -> None:
     apply_dark_theme(app)
     conv = Conversation(Settings(min_chunk_tokens=12, highlight_fraction=0.1))
     conv.set_system_prompt("You are a helpful assistant.", [1], ["You are a helpful assistant."])
-    question = tokens("Write a **Python** function that converts Celsius to Fahrenheit.")
+    question = tokens("Which liquids boil when?" if args.table else
+                      "Write a **Python** function that converts Celsius to Fahrenheit.")
     conv.add_turn("user", list(range(len(question))), question)
-    answer = tokens(ANSWER)
-    assert "".join(answer) == ANSWER
+    text = TABLE_ANSWER if args.table else ANSWER
+    answer = tokens(text)
+    assert "".join(answer) == text
     conv.add_turn("assistant", list(range(len(answer))), answer)
     rng = np.random.default_rng(3)
     for _ in range(6):
@@ -82,9 +97,10 @@ def main() -> None:
     shot = QGuiApplication.primaryScreen().grabWindow(view.winId())
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "markdown_answer.png"
+    name = "markdown_table" if args.table else "markdown_answer"
+    path = out / f"{name}.png"
     shot.save(str(path))
-    print(json.dumps({"markdown_answer": str(path)}))
+    print(json.dumps({name: str(path)}))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ tokens it hides.  Nothing is inserted or removed, so token positions never move.
 What is read: ATX headings, emphasis (``*``/``_``, single, double, triple; GFM ``~~``),
 inline code, links (``[text](url)``, ``<url>`` and bare ``http(s)://`` addresses), block
 quotes, bullet and numbered list items, thematic breaks, GFM tables (monospace, header
-row bold) and fenced code blocks (``` and ~~~, with the language's syntax colours from
+row bold, columns lined up by :mod:`.markdown_table`) and fenced code blocks (``` and ~~~, with the language's syntax colours from
 Pygments, :func:`code_styles`).  Emphasis follows CommonMark's delimiter-run rules
 (left/right flanking, ``_`` not inside words) without its rarer corner cases; setext
 headings, reference links, HTML and nested block structures are shown as typed.

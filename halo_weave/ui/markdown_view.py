@@ -7,6 +7,8 @@ syntax colours) and *hides* the markup characters by drawing them at no width at
 their document positions, so every token's position stays exact and the overlay,
 which measures tokens from the layout, finds a hidden token's box empty.  Its brightness
 goes to the span it marks instead (:func:`.markdown_overlay.carry_marked`).
+Table columns are lined up the same way, by letter spacing on a few characters of each
+row (:mod:`.markdown_table`), never by added spaces.
 
 Bullets, rules, inline code's background and the "Copy" buttons are painted by the view
 from :mod:`.markdown_overlay`, which also gives the hidden tokens' brightness to their
@@ -39,6 +41,7 @@ from PySide6.QtGui import (
 )
 
 from . import markdown_scan as md
+from . import markdown_table as tables
 from .heatmap_layout import DocumentPlan
 
 #: Heading sizes relative to the body text (h1 … h6).
@@ -74,6 +77,8 @@ class BlockMarkup(QTextBlockUserData):
         self.signature: tuple = ()
         #: (start, end) of its inline code spans (drawn on a background of their own).
         self.code_spans: list[tuple[int, int]] = []
+        #: A table row's column widths and alignments it was spaced for.
+        self.columns: tuple = ()
 
 
 class MarkdownHighlighter(QSyntaxHighlighter):
@@ -110,6 +115,7 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         self._formats: dict[tuple, QTextCharFormat] = {}
         self._hidden: dict[tuple, QTextCharFormat] = {}
         self._font = QFont()
+        self._advance: float | None = None  # a table character's width (:meth:`_table_advance`)
 
     def attach(self, document: QTextDocument) -> None:
         """Format ``document`` from now on.  Qt formats it whole on its next event loop
@@ -257,6 +263,8 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         data.language = markup.language
         data.bullet = local(markup.bullet, markup.bullet)[0] if markup.bullet >= 0 else -1
         data.signature = self._apply(markup, local, length, line)
+        if markup.kind in ("table", "table_rule") and len(blocks) == 1:
+            data.columns = self._align_row(block, line, markup, previous)
         if markup.kind != "code":
             data.code_spans = [(a, b) for a, b, style in _clipped(markup.styles, local, length) if style == "code"]
         data.marks = [(tuple(local(a, b) for a, b in hidden), *local(s, e)) for hidden, s, e in markup.marks]
@@ -282,6 +290,57 @@ class MarkdownHighlighter(QSyntaxHighlighter):
                     self._stale.append(other.blockNumber())
             if self._stale and not self._stale_timer.isActive():
                 self._stale_timer.start()
+
+    def _align_row(self, block: QTextBlock, line: str, markup: md.LineMarkup, previous: int) -> tuple:
+        """Space this table row so that its pipes line up with its table's; returns the
+        (widths, alignments) used.  Rows of the table spaced for other widths (a streamed
+        row widened a column) are formatted again."""
+        rows = _table_blocks(block)
+        measured = []
+        aligns: list[str] = []
+        for row in rows:
+            text = row.text()
+            if row == block:
+                hidden, rule = markup.hidden, markup.kind == "table_rule"
+            else:
+                before = row.previous()
+                state = md.TABLE if row != rows[0] else max(before.userState(), md.NORMAL) if before.isValid() else md.NORMAL
+                hidden, rule = md.scan_line(text, state, False).hidden, tables.is_rule(text)
+            if rule:
+                if not aligns:
+                    aligns = tables.alignments(text)
+                continue
+            measured.append(tables.cells(text, hidden))
+        widths = tables.column_widths(measured)
+        columns = (tuple(widths), tuple(aligns))
+        rule = markup.kind == "table_rule"
+        spacing = tables.row_spacing(line, tables.cells(line, () if rule else markup.hidden), widths, aligns, rule)
+        if spacing:
+            advance = self._table_advance()
+            for offset, extra in spacing.items():
+                if not 0 <= offset < len(line):
+                    continue
+                at = _utf16_offsets(line)(offset)
+                fmt = QTextCharFormat(self.format(at))
+                now = fmt.fontLetterSpacing() if fmt.fontLetterSpacingType() == QFont.SpacingType.AbsoluteSpacing else 0.0
+                fmt.setFontLetterSpacingType(QFont.SpacingType.AbsoluteSpacing)
+                fmt.setFontLetterSpacing(now + extra * advance)
+                self.setFormat(at, 1, fmt)
+        for row in rows:
+            if row == block:
+                continue
+            old = markup_of(row)
+            if old is not None and old.kind in ("table", "table_rule") and old.columns != columns:
+                self._stale.append(row.blockNumber())
+        if self._stale and not self._stale_timer.isActive():
+            self._stale_timer.start()
+        return columns
+
+    def _table_advance(self) -> float:
+        """One character's advance in a table's monospace font."""
+        if self._advance is None:
+            self._advance = QFontMetricsF(self._format(frozenset({"table"})).font()).horizontalAdvance("M")
+        return self._advance
 
     def _format_stale(self) -> None:
         """Format again the parts of cut paragraphs that a later part changed."""
@@ -329,6 +388,7 @@ class MarkdownHighlighter(QSyntaxHighlighter):
             self._font = font
             self._formats.clear()
             self._hidden.clear()
+            self._advance = None
 
     def _format(self, styles: frozenset) -> QTextCharFormat:
         cached = self._formats.get(styles)
@@ -386,6 +446,21 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         fmt.setForeground(QColor(0, 0, 0, 0))
         self._hidden[(char, fixed)] = fmt
         return fmt
+
+
+def _table_blocks(block: QTextBlock) -> list[QTextBlock]:
+    """The rows of the table ``block`` is a row of: the rows before it (their state says
+    so) and the lines after it that continue it."""
+    rows = [block]
+    before = block.previous()
+    while before.isValid() and before.userState() == md.TABLE:
+        rows.insert(0, before)
+        before = before.previous()
+    after = block.next()
+    while after.isValid() and md.state_after(after.text(), md.TABLE) == md.TABLE:
+        rows.append(after)
+        after = after.next()
+    return rows
 
 
 def _clipped(styles, local, length: int) -> list[tuple[int, int, str]]:

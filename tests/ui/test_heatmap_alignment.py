@@ -238,3 +238,39 @@ def test_carriage_returns_do_not_shift_later_tokens(view):
         chunk = conv.chunks[int(conv.table.chunk_id[row])]
         expected = conv.chunk_texts(chunk.id)[int(conv.table.position[row]) - chunk.start]
         assert units[2 * start : 2 * end].decode("utf-16-le") == expected.replace("\r", "")
+
+
+def table_pieces(rng: np.random.Generator, rows: int) -> list[str]:
+    """A Markdown table whose cells have different lengths, as streamed tokens."""
+    out = ["|", " Item", " |", " Count", " |", " Note", " |", "\n", "|---|:---:|---:|", "\n"]
+    for _ in range(rows):
+        for cell in range(3):
+            words = rng.choice(["a", " tea", " kettle", " 12", " 3,400", " **big**", " `x`"],
+                               size=int(rng.integers(1, 4)))
+            out += ["|" if cell == 0 else " |", *[str(w) for w in words]]
+        out += [" |", "\n"]
+    return out + ["\n", "Done", "."]
+
+
+@pytest.mark.parametrize("highlight", [False, True], ids=["tint", "highlight"])
+def test_overlay_stays_on_aligned_table_columns(view, highlight):
+    conv = long_conversation(0.2 if highlight else 0.0, turns=2)
+    rng = np.random.default_rng(7)
+    texts = table_pieces(rng, 12)
+    conv.add_turn("assistant", list(range(len(texts))), texts)
+    vary_brightness(conv, rng)
+    view.set_conversation(conv)
+    bar = view.verticalScrollBar()
+    bar.setValue(bar.maximum())
+    check(view, highlight, "over a table")
+    conv.begin_turn("assistant")
+    for i, text in enumerate(table_pieces(rng, 8)):
+        conv.append_token(5, text)
+        vary_brightness(conv, rng)
+        view.append_streamed()
+        if i % 3 == 0:
+            view.refresh_brightness()
+            view.flush()
+            QApplication.processEvents()
+    conv.end_turn()
+    check(view, highlight, "over a streamed table")

@@ -357,3 +357,90 @@ def test_scrolling_up_while_an_answer_streams_shows_rendered_text(view, monkeypa
     heading = block_starting(view, "# Converting")
     assert x_at(heading, 0) == x_at(heading, 2), "rendered as soon as it came into view"
     conv.end_turn()
+
+
+TABLE = [
+    "|", " Name", " |", " Qty", " |", "\n", "|---|---:|", "\n",
+    "|", " apple", " |", " 3", " |", "\n",
+    "|", " **", "kiwi", "**", " |", " 1200", " |", "\n",
+    "|", "fig", "|", "12", "|", "\n\n",
+    "Done", ".",
+]
+
+
+def pipe_xs(view: HeatmapView) -> list[list[float]]:
+    """The x of every separating ``|`` of each table row, as laid out."""
+    rows = []
+    block = block_starting(view, "| Name")
+    while block.isValid() and "|" in block.text():
+        text = block.text()
+        rows.append([x_at(block, i) for i, c in enumerate(text) if c == "|"])
+        block = block.next()
+    return rows
+
+
+def assert_columns_line_up(rows: list[list[float]]) -> None:
+    assert len(rows) == 5
+    for row in rows[1:]:
+        assert len(row) == len(rows[0])
+        assert np.allclose(row, rows[0], atol=0.5), f"pipes at {row}, header's at {rows[0]}"
+
+
+def test_table_columns_line_up_whatever_the_cells_lengths(view):
+    view.set_conversation(conversation(answer=TABLE))
+    view.flush()
+    rows = pipe_xs(view)
+    assert_columns_line_up(rows)
+    kiwi = block_starting(view, "| **kiwi**")
+    apple = block_starting(view, "| apple")
+    three, number = apple.text().index("3"), kiwi.text().index("1200")
+    assert x_at(apple, three + 1) == pytest.approx(x_at(kiwi, number + 4), abs=0.5), \
+        "the right-aligned column ends its numbers at the same x"
+    assert kiwi.text() == "| **kiwi** | 1200 |", "the text itself is unchanged"
+
+
+def test_a_streamed_row_that_widens_a_column_realigns_the_rows_above(view):
+    conv = conversation(answer=["Hi", "."])
+    view.set_conversation(conv)
+    conv.begin_turn("assistant")
+    for i, text in enumerate(TABLE):
+        conv.append_token(5, text)
+        view.append_streamed()
+        if i % 3 == 0:
+            view.flush()
+            QApplication.processEvents()
+    for _ in range(3):
+        view.flush()
+        QApplication.processEvents()
+    assert_columns_line_up(pipe_xs(view))
+    conv.end_turn()
+
+
+def test_highlight_of_a_token_in_a_table_cell_covers_its_letters(view):
+    conv = conversation(highlight_fraction=0.05, answer=TABLE)
+    table = conv.table
+    table.brightness[:] = 5000
+    texts = {}
+    for chunk in conv.live_chunks():
+        for offset, text in enumerate(conv.chunk_texts(chunk.id)):
+            texts[chunk.start + offset] = text
+    rows = [r for r in np.flatnonzero(table.chunk_id >= 0) if texts.get(int(table.position[r])) == " apple"]
+    assert len(rows) == 1
+    table.brightness[rows] = 10_000  # only "apple" is bright
+    view.set_conversation(conv)
+    view.verticalScrollBar().setValue(0)
+    pixels = on_screen(view)
+    block = block_starting(view, "| apple")
+    geo = view.blockBoundingGeometry(block).translated(view.contentOffset())
+    line = block.layout().lineAt(0)
+    top, bottom = geo.top() + line.y(), geo.top() + line.y() + line.height()
+    start = block.text().index("apple")
+    left, right = geo.left() + x_at(block, start), geo.left() + x_at(block, start + 5)
+    width = int(right - left) - 2
+    area = pixels[int(top) + 1 : int(bottom) - 1, int(left) + 1 : int(right) - 1]
+    r, g, b = area[..., 0], area[..., 1], area[..., 2]
+    lit = ((r > b + 25) & (g > b + 15) & (r < 140)).any(axis=0)
+    assert lit.sum() >= 0.8 * width, "the highlight spans the word's letters"
+    three = block.text().index("3")
+    assert yellow_in(pixels, geo.left() + x_at(block, three), geo.left() + x_at(block, three + 1), top, bottom) < 5, \
+        "the number in the next cell is not lit"
