@@ -123,7 +123,7 @@ def shoot(driver) -> dict:
         view.follower.jump_to_latest()
         view.flush()
         driver.settle()
-        rect = view.recall_link_rect(question, chunk_id)
+        rect = view.finder.recall_link_rect(question, chunk_id)
         if rect is None:
             return False
         QTest.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())

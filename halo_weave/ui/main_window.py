@@ -225,7 +225,7 @@ class MainWindow(QMainWindow, InputActions):
         if conv is None:
             return
         self._sync_turn_actions()
-        self.heatmap.set_branch_marks(self.controller.actions.branch_marks())
+        self.heatmap.branches.set_marks(self.controller.actions.branch_marks())
         if self._shown is not conv:
             self._shown = conv
             self.heatmap.set_conversation(conv)
@@ -295,7 +295,7 @@ class MainWindow(QMainWindow, InputActions):
 
     def _on_scoring_changed(self) -> None:
         """The rule in use changed: the heatmap's tooltips and the legend say the new one."""
-        self.heatmap.set_scoring_note(self.stats_bar.scoring.short)
+        self.heatmap.tips.set_note(self.stats_bar.scoring.short)
         if self._legend is not None:
             self._legend.set_scoring(self.stats_bar.scoring)
 

@@ -153,7 +153,7 @@ def test_choosing_a_rule_saves_it_and_the_window_says_which_score_is_in_use(offl
     legend = window._legend
     assert "decayed attention mass (half-life 128)" in legend.scoring_text
     assert "Dim paragraphs are pruned first" in legend.descriptions[0] and "halves every half-life" in legend.scoring_text
-    assert window.heatmap.scoring_note == bar.scoring_label.text()  # the tooltip's last line
+    assert window.heatmap.tips.note == bar.scoring_label.text()  # the tooltip's last line
     # On a 1280 px screen, with the graveyard open, the words are whole in the window.
     window.set_graveyard_visible(True)
     window.resize(1280, 800)
@@ -188,12 +188,12 @@ def test_switching_the_chunk_score_repaints_the_heatmap(offline_window, qtbot, t
         return float(np.sort(pixels)[-20:].mean())
 
     before = gold(answer)
-    assert "peak brightness 5,000" in view.tooltip_for(answer.id)
+    assert "peak brightness 5,000" in view.tips.for_chunk(answer.id)
     window.apply_settings(controller.settings.replace(chunk_rank="topk", chunk_rank_k=4))
     qtbot.wait(50)
     assert gold(answer) > before + 40, "the answer turned from olive to gold without a new token"
-    assert "top-4 mean brightness 5,000" in view.tooltip_for(answer.id)
-    assert "top-4 mean" in view.tooltip_for(answer.id).splitlines()[-1]
+    assert "top-4 mean brightness 5,000" in view.tips.for_chunk(answer.id)
+    assert "top-4 mean" in view.tips.for_chunk(answer.id).splitlines()[-1]
     assert "top-4 mean" in window.stats_bar.scoring_label.text()
 
 
