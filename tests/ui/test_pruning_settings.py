@@ -140,9 +140,9 @@ def test_choosing_a_rule_saves_it_and_the_window_says_which_score_is_in_use(offl
     window, bar = offline_window, offline_window.stats_bar
     controller = window.controller
     controller.files.open_conversation(None)
-    window.show_legend()
+    window.guide.show_legend()
     assert bar.scoring_label.text() == "☀ magnitude votes · peak · pruning oldest first"
-    assert "magnitude votes" in window._legend.scoring_text
+    assert "magnitude votes" in window.guide.legend.scoring_text
 
     _choose_in_settings(window, qtbot, brightness_rule="decay", brightness_half_life=128, prune_order="brightness")
 
@@ -150,7 +150,7 @@ def test_choosing_a_rule_saves_it_and_the_window_says_which_score_is_in_use(offl
     assert (on_disk.brightness_rule, on_disk.brightness_half_life, on_disk.prune_order) == ("decay", 128, "brightness")
     assert controller.conv.settings.brightness_rule == "decay", "applied to the open conversation"
     assert bar.scoring_label.text() == "☀ decayed attention mass (half-life 128) · peak · pruning dimmest first"
-    legend = window._legend
+    legend = window.guide.legend
     assert "decayed attention mass (half-life 128)" in legend.scoring_text
     assert "Dim paragraphs are pruned first" in legend.descriptions[0] and "halves every half-life" in legend.scoring_text
     assert window.heatmap.tips.note == bar.scoring_label.text()  # the tooltip's last line
