@@ -107,9 +107,9 @@ def shoot(driver) -> dict:
     scroll_to(edited)
     driver.shot("branches_new", flush=True)
     new = _messages(c.conv)
-    new_mark = view.branch_mark(edited)
+    new_mark = view.branches.mark(edited)
 
-    rect = view.branch_arrow_rect(edited, -1)
+    rect = view.branches.arrow_rect(edited, -1)
     QTest.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     wait(lambda: _messages(c.conv) == before)
     driver.settle()
@@ -122,7 +122,7 @@ def shoot(driver) -> dict:
         "messages_before": len(before),
         "messages_in_new_branch": len(new),
         "new_branch_mark": new_mark,
-        "switched_back_mark": view.branch_mark(third),
+        "switched_back_mark": view.branches.mark(third),
         "new_answer": new[5] if len(new) > 5 else "",
         "old_messages_back": _messages(c.conv) == before,
         "point": [QPoint(point).x(), QPoint(point).y()],

@@ -106,9 +106,9 @@ def main() -> None:
     wait(lambda: not controller.gate.busy)
     window.heatmap.follower.jump_to_latest()
     shot("chat_answered", flush=True)
-    window.show_legend()
-    wait(lambda: window._legend.isVisible(), 10)
-    shot("chat_legend", window._legend)
+    window.guide.show_legend()
+    wait(lambda: window.guide.legend.isVisible(), 10)
+    shot("chat_legend", window.guide.legend)
     figures = {"files": driver.saved, "turns": len(controller.conv.turns),
                "speed": window.stats_bar.speed_label.text(), "window_width": window.frameGeometry().width(),
                "placeholder": window.input.placeholderText(), "listed": window.conversation_list.titles()}

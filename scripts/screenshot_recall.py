@@ -123,7 +123,7 @@ def shoot(driver) -> dict:
         view.follower.jump_to_latest()
         view.flush()
         driver.settle()
-        rect = view.recall_link_rect(question, chunk_id)
+        rect = view.finder.recall_link_rect(question, chunk_id)
         if rect is None:
             return False
         QTest.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
@@ -143,9 +143,9 @@ def shoot(driver) -> dict:
     view.follower.jump_to_latest()
     shot("recall_reopened", flush=True)
     figures["reopened"] = [bar.budget_label.text(), bar.recalled_label.text(), c.conv.recalls.of(question) == recalled]
-    window.show_legend()
-    wait(lambda: window._legend.isVisible(), 10)
-    shot("recall_legend", window._legend)
+    window.guide.show_legend()
+    wait(lambda: window.guide.legend.isVisible(), 10)
+    shot("recall_legend", window.guide.legend)
     figures["files"] = driver.saved
     return figures
 

@@ -67,12 +67,12 @@ def shoot(driver, args) -> dict:
     driver.send(MESSAGE)
     window.heatmap.follower.jump_to_latest()
     driver.shot("rules_window", flush=True)
-    window.show_legend()
-    driver.wait(lambda: window._legend.isVisible(), 10)
-    driver.shot("rules_legend", window._legend)
+    window.guide.show_legend()
+    driver.wait(lambda: window.guide.legend.isVisible(), 10)
+    driver.shot("rules_legend", window.guide.legend)
     figures = {"files": driver.saved, "scoring_label": bar.scoring_label.text(),
                "scoring_shown": bar.scoring_label.displayed_text(), "brightness_label": bar.brightness_label.text(),
-               "legend": window._legend.scoring_text, "window_width": window.frameGeometry().width(),
+               "legend": window.guide.legend.scoring_text, "window_width": window.frameGeometry().width(),
                "dialog_size": [dialog.width(), dialog.height()], "load_average_1m": round(os.getloadavg()[0], 2)}
     return figures
 

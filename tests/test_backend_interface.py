@@ -59,7 +59,7 @@ def test_every_backend_class_has_every_member_the_interface_declares(tok):
                 wanted = [p for p in inspect.signature(declared).parameters if p != "self"]
                 assert all(p in own or takes_any for p in wanted if p != "options"), (type(backend).__name__, name)
             # What the window shows and decides by, before anything is asked.
-            assert backend.models == [] and backend.model_id is None and backend.missing_model is None
+            assert list(backend.models) == [] and backend.model_id is None and backend.missing_model is None
             assert backend.template is None and backend.template_in_use is None and backend.template_choice is None
             assert isinstance(backend.label, str) and backend.label
             assert backend.save_cache() == 0  # nothing held yet: nothing saved, nothing asked

@@ -2,7 +2,7 @@
 
 * An attribute of a class is assigned in one file only (a class and the classes it
   inherits from in ``halo_weave`` count as one: a mixin that sets what another file's
-  class also sets shares its state); this holds in the model server as well.
+  class also sets shares its state); this holds in the whole package.
 * Nothing assigns another object's attribute (``other.attr = …``) except on an object
   built right there, in the same function (``x = Thing(); x.attr = …``).
 * The turn controller is a small composition root (at most 3 bases, 40 members), and
@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: The controller and the window: where these rules hold everywhere.
 OWNED = ("halo_weave/app.py", "halo_weave/ui/")
-#: Where each attribute is assigned in one file: the above and the model server.
-ONE_FILE = OWNED + ("halo_weave/server/",)
+#: Where each attribute is assigned in one file: the whole package.
+ONE_FILE = ("halo_weave/",)
 
 MAX_MEMBERS = 40
 MAX_BASES = 3
@@ -56,34 +56,38 @@ def _on_self(target: ast.expr) -> bool:
 
 
 def attributes_in_several_files(trees: dict[str, ast.Module]) -> dict[tuple[str, str], list[str]]:
-    """``(class, attribute)`` -> the files assigning it, where more than one does."""
+    """``(class, attribute)`` -> the files assigning it, where more than one does.
+
+    A class is the one defined in a file; two unrelated classes that share a name in
+    different files are two classes.  A base is found by its name.
+    """
     classes: dict[str, list[tuple[str, ast.ClassDef]]] = defaultdict(list)
     for name, tree in trees.items():
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 classes[node.name].append((name, node))
 
-    def family(cls: str, seen: set[str]) -> list[tuple[str, ast.ClassDef]]:
-        if cls in seen:
+    def family(name: str, node: ast.ClassDef, seen: set[int]) -> list[tuple[str, ast.ClassDef]]:
+        if id(node) in seen:
             return []
-        seen.add(cls)
-        out = list(classes.get(cls, []))
-        for _, node in classes.get(cls, []):
-            for base in node.bases:
-                base_name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
-                if base_name in classes:
-                    out.extend(family(base_name, seen))
+        seen.add(id(node))
+        out = [(name, node)]
+        for base in node.bases:
+            base_name = base.id if isinstance(base, ast.Name) else getattr(base, "attr", None)
+            for base_file, base_node in classes.get(base_name, []):
+                out.extend(family(base_file, base_node, seen))
         return out
 
     found = {}
-    for cls in classes:
-        files: dict[str, set[str]] = defaultdict(set)
-        for name, node in family(cls, set()):
-            for inner in ast.walk(node):
-                for target in _assigned(inner):
-                    if _on_self(target):
-                        files[target.attr].add(name)
-        found.update({(cls, attr): sorted(f) for attr, f in files.items() if len(f) > 1})
+    for cls, defined in classes.items():
+        for name, node in defined:
+            files: dict[str, set[str]] = defaultdict(set)
+            for member_file, member in family(name, node, set()):
+                for inner in ast.walk(member):
+                    for target in _assigned(inner):
+                        if _on_self(target):
+                            files[target.attr].add(member_file)
+            found.update({(cls, attr): sorted(f) for attr, f in files.items() if len(f) > 1})
     return found
 
 
@@ -127,7 +131,7 @@ def _classes(trees: dict[str, ast.Module]):
                 yield name, node
 
 
-def test_each_attribute_of_the_controller_window_and_server_is_assigned_in_one_file():
+def test_each_attribute_in_the_package_is_assigned_in_one_file():
     assert attributes_in_several_files(_trees(ROOT, ONE_FILE)) == {}
 
 
@@ -155,8 +159,10 @@ def test_the_checks_see_shared_and_foreign_writes():
         "        made = Thing()\n        made.z = 3\n"
     )
     whole = ast.parse("class Whole(Part):\n    def __init__(self):\n        self.x = 0\n")
+    namesake = ast.parse("class Part:\n    def __init__(self):\n        self.x = 5\n")
     trees = {"a.py": sample, "b.py": whole}
     assert attributes_in_several_files(trees) == {("Whole", "x"): ["a.py", "b.py"]}
+    assert attributes_in_several_files({"a.py": sample, "c.py": namesake}) == {}, "two classes, one name"
     assert writes_to_other_objects(trees) == [("a.py", 4, "other.y")]
 
 

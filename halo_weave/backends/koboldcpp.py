@@ -70,18 +70,18 @@ class StockKobold(TextModeBackend):
                 context = value
                 break
         known = context > 0
-        self.server_context = context or ASSUMED_CONTEXT
+        server_context = context or ASSUMED_CONTEXT
         self.calibrate()
-        self._info = ModelInfo(
+        info = ModelInfo(
             name=str(model.get("result") or "koboldcpp"), num_layers=0, num_heads=0, num_kv_heads=0,
-            hidden_size=0, max_context=self.table_context(self.server_context), bos_token_id=None,
+            hidden_size=0, max_context=self.table_context(server_context), bos_token_id=None,
             eos_token_id=None, chat_template=None, supports_attention=False, raw=model,
         )
-        self._info.kind, self._info.version = self.kind, self.version
-        self._info.server_max_context = self.server_context
-        self._info.context_known = known
-        self._info.template_origin = "KoboldCPP"
-        return self._info
+        info.kind, info.version = self.kind, self.version
+        info.server_max_context = server_context
+        info.context_known = known
+        info.template_origin = "KoboldCPP"
+        return self._keep_info(info)
 
     def open_stream(self, stream: TextStream) -> Iterator[tuple[str, str | None]]:
         p = stream.params

@@ -275,7 +275,7 @@ class LlamaStream(TextStream):
         self.body = body
 
     def _events(self):
-        self._t0 = time.perf_counter()
+        self._start_clock()
         reason = None
         final: dict = {}
         held: list[int] = []  # token ids that came without text (see below)
@@ -329,8 +329,7 @@ class LlamaStream(TextStream):
             reason = "abort"
         if reason is None:
             raise self._partial(StreamInterrupted, "the stream ended before the server said it was done")
-        self.raw_final = final
-        self._finish(reason)
+        self._finish(reason, final)
         if self.done is not None:
             timings = final.get("timings") or {}
             evaluated = final.get("tokens_evaluated")

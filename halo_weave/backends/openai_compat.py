@@ -66,6 +66,8 @@ class OpenAICompat(TextModeBackend):
         #: The model asked for; :attr:`model_id` is the one used (it, when the server lists it).
         #: :attr:`models`: every model the server lists, in its order (the window's model picker).
         self.wanted_model = model or None
+        self.models: list[str] = []
+        self.model_id: str | None = None
         self._counter: tuple[str, str, str] | None = None
         self._counter_checked = False
         self.native: native_context.NativeContext | None = None
@@ -141,19 +143,18 @@ class OpenAICompat(TextModeBackend):
             self.version = self.native.version
             if not known or self.native.known:
                 context, known = self.native.context, self.native.known
-        self.server_context = context or ASSUMED_CONTEXT
+        server_context = context or ASSUMED_CONTEXT
         self.calibrate()
         template = self.native.template if self.native is not None else None
         info = ModelInfo(
             name=self.model_id or "model", num_layers=0, num_heads=0, num_kv_heads=0, hidden_size=0,
-            max_context=self.table_context(self.server_context), bos_token_id=None, eos_token_id=None,
+            max_context=self.table_context(server_context), bos_token_id=None, eos_token_id=None,
             chat_template=template, supports_attention=False, raw=models)
         info.kind, info.version = self.kind, self.version
         info.template_origin = (f"{self.native.label} /api/show" if template
                                 else self.native.label if self.native is not None else "this OpenAI-compatible server")
-        info.server_max_context, info.context_known = self.server_context, known
-        self._info = info
-        return info
+        info.server_max_context, info.context_known = server_context, known
+        return self._keep_info(info)
 
     def open_stream(self, stream: TextStream) -> Iterator[tuple[str, str | None]]:
         p = stream.params

@@ -33,7 +33,7 @@ from ..errors import (
     ProtocolError,
     StreamInterrupted,
 )
-from ..events import DoneEvent, StreamStats, TokenEvent
+from ..events import DoneEvent, ModelInfo, StreamStats, TokenEvent
 from . import local_tokenizer
 from .base import Http, check_status
 from .stream_thread import read_on_thread
@@ -57,6 +57,10 @@ class TextModeBackend:
     read_ahead = False
     restores = False
     saves_cache = False
+    #: Every model the server lists, and the one in use: none here; kinds that serve
+    #: several set their own.
+    models: Sequence[str] = ()
+    model_id: str | None = None
 
     def __init__(self, base_url: str, *, api_key: str | None = None, tokenizer=None, http: Http | None = None) -> None:
         self.http = http or Http(base_url, api_key=api_key)
@@ -73,9 +77,6 @@ class TextModeBackend:
         self.server_context = 0
         self._info = None
         self.conversation: str | None = None
-        #: Every model the server lists, and the one in use (kinds that serve several).
-        self.models: list[str] = []
-        self.model_id: str | None = None
         #: The chat template the connection frames with (:meth:`use_template`).
         self.template = None
         self.template_in_use = None
@@ -151,6 +152,12 @@ class TextModeBackend:
         if server_context:
             info.max_context = self.table_context(server_context)
 
+    def _keep_info(self, info: ModelInfo) -> ModelInfo:
+        """Remember the model info read from the server (its context in server tokens too)."""
+        self.server_context = info.server_max_context
+        self._info = info
+        return info
+
     def assume_context(self, server_context: int) -> int:
         """The server does not say its context: ``server_context`` is sent with each
         request (KoboldCPP cuts prompts to what the request says)."""
@@ -175,9 +182,6 @@ class TextModeBackend:
                       rep_pen=rep_pen, sampler_seed=sampler_seed, stop_sequence=list(stop_sequence))
         return TextStream(self, text, params, request_id=request_id or f"hw-{uuid.uuid4().hex[:12]}",
                           prompt_tokens=len(ids) if ids is not None else None, raise_on_abort=raise_on_abort)
-
-    def abort(self, request_id: str | None = None) -> bool:  # pragma: no cover - kinds override
-        return False
 
     # -- the server's cache: a text-mode server keeps none the app can address
 
@@ -256,7 +260,6 @@ class TextStream:
         self._started = False
         self._abort_requested = False
         self._t0 = self._t_first = self._t_last = 0.0
-        self.raw_final: dict = {}
 
     @property
     def text(self) -> str:
@@ -339,7 +342,7 @@ class TextStream:
 
     def _events(self) -> Iterator[TokenEvent]:
         splitter = AnswerSplitter(self.backend.local)
-        self._t0 = time.perf_counter()
+        self._start_clock()
         reason: str | None = None
         try:
             for chunk, finish in self.backend.open_stream(self):
@@ -395,7 +398,12 @@ class TextStream:
         self.tokens.append(event)
         return event
 
-    def _finish(self, reason: str) -> None:
+    def _start_clock(self) -> None:
+        """Mark the request's start: the time to the first token counts from here."""
+        self._t0 = time.perf_counter()
+
+    def _finish(self, reason: str, final: dict | None = None) -> None:
+        """Build :attr:`done`; ``final`` is the server's last event, kept in its ``raw``."""
         end = self._t_last or time.perf_counter()
         span = self._t_last - self._t_first
         n = len(self.tokens)
@@ -407,6 +415,6 @@ class TextStream:
             time_to_first_token_s=(self._t_first or end) - self._t0,
             tokens_per_s=(n - 1) / span if n > 1 and span > 0 else 0.0,
             text=self.text,
-            raw={**self.raw_final, "server_prompt_tokens": self.server_prompt_tokens},
+            raw={**(final or {}), "server_prompt_tokens": self.server_prompt_tokens},
         )
         self.backend.measured_prompt(self._prompt_tokens, self.server_prompt_tokens)

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 
 from . import colors
 from .elided import ElidedLabel
-from .graveyard_model import GraveRow, GraveyardModel, Preview, Previews, clean_preview  # noqa: F401 - importable from here too
+from .graveyard_model import GraveRow, GraveyardModel, Preview, Previews, chunk_preview, clean_preview  # noqa: F401 - importable from here too
 
 #: Milliseconds the filter waits for typing to pause.
 FILTER_DELAY_MS = 200
@@ -205,6 +205,11 @@ class GraveyardPanel(QWidget):
             self.filter_edit.blockSignals(False)
         self._model.set_filter(text)
         self._update_count()
+
+    def show_graveyard_of(self, conv) -> None:
+        """Show the pruned chunks of ``conv`` (a :class:`~halo_weave.conversation.Conversation`),
+        their previews read from it as they are needed."""
+        self.set_rows(conv.graveyard(), lambda chunk: chunk_preview(conv, chunk))
 
     def show_chunk(self, chunk_id: int) -> bool:
         """Scroll to a pruned chunk's row and select it (clearing a filter that hides it);

@@ -49,6 +49,22 @@ class GraveRow:
         return f"T{self.turn_id} · {role} · S{self.chunk_index} · {self.token_count:,} tok · ☀ {bright}"
 
 
+#: Characters of a chunk shown in the graveyard.
+PREVIEW_CHARS = 160
+
+
+def chunk_preview(conv, chunk) -> str:
+    """The first :data:`PREVIEW_CHARS` characters of a chunk (or chunk id) of ``conv``,
+    on one line; "(text unavailable)" where its text cannot be read."""
+    chunk_id = chunk if isinstance(chunk, int) else chunk.id
+    try:
+        text = conv.chunk_text(chunk_id)
+    except Exception:  # noqa: BLE001 - a preview is never worth an error dialog
+        return "(text unavailable)"
+    text = " ".join(text.split())
+    return text[:PREVIEW_CHARS] + ("…" if len(text) > PREVIEW_CHARS else "")
+
+
 def clean_preview(text: str) -> str:
     """Whitespace collapsed, cut to :data:`PREVIEW_CHARS`."""
     text = " ".join(text.split())

@@ -30,12 +30,14 @@ The view is the widget and its public interface; its parts own their state: the 
 and what was painted (:class:`.heatmap_canvas.Canvas`), the Markdown rendering
 (:class:`.heatmap_markdown.MarkdownLayer`), hit-testing and jumps
 (:class:`.heatmap_find.Finder`), the streamed text (:class:`.heatmap_stream.StreamedText`)
-and the gutter (:class:`.heatmap_gutter.Gutter`).
+the gutter (:class:`.heatmap_gutter.Gutter`), the branch marks
+(:class:`.heatmap_branches.BranchMarks`) and the tooltips' scoring note
+(:class:`.heatmap_menu.ChunkTips`).
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, QRectF, Qt, QTimer, QUrl, Signal
+from PySide6.QtCore import QEvent, QMimeData, QPoint, QPointF, QRect, Qt, QUrl, Signal
 from PySide6.QtGui import (
     QColor,
     QContextMenuEvent,
@@ -45,7 +47,6 @@ from PySide6.QtGui import (
     QPainter,
     QPaintEvent,
     QPalette,
-    QTextCursor,
     QTextOption,
 )
 from PySide6.QtWidgets import QMenu, QPlainTextEdit, QToolTip, QWidget
@@ -53,16 +54,14 @@ from PySide6.QtWidgets import QMenu, QPlainTextEdit, QToolTip, QWidget
 from ..conversation import Conversation
 from . import heatmap_menu
 from .follow import Follower
+from .heatmap_branches import BranchMarks
 from .heatmap_find import Finder
-from .heatmap_gutter import Gutter, pin_markers
+from .heatmap_gutter import Gutter
 from .heatmap_layout import DocumentPlan, build_plan
 from .heatmap_markdown import MarkdownLayer
-from .heatmap_paint import FramePainter, boxes_in, update_rects
+from .heatmap_paint import boxes_in, update_rects
 from .heatmap_canvas import Canvas
 from .heatmap_stream import StreamedText, without_cuts
-
-#: Minimum milliseconds between two repaints (one frame at 60 Hz).
-FRAME_MS = 16
 #: Past this many lines a rebuild formats the Markdown on screen first, the rest soon
 #: after (scroll positions can move a little while it does: shorter ones are done whole).
 DEFER_MARKDOWN_LINES = 1500
@@ -79,10 +78,13 @@ class HeatmapView(QPlainTextEdit):
     ``follower`` follows the answer ("Jump to latest").  Points are viewport points.
 
     A click on a link of the line under a message (what it recalled) shows that chunk:
-    :meth:`show_chunk` when it is live, else ``graveyard_requested``.
+    ``finder.show_chunk`` when it is live, else ``graveyard_requested``.
 
-    Owns the conversation shown, the document plan of its text (:attr:`plan`) and the
-    frame timer; its parts (see the module docstring) own the rest.
+    Owns the conversation shown and the document plan of its text (:attr:`plan`); its
+    parts (see the module docstring) own the rest: ``canvas`` (frame, frame timer,
+    brushes), ``markdown_layer`` (rendering, links, Copy buttons), ``finder`` (the chunk
+    or link under a point, jumps), ``stream``, ``gutter`` (📌 marks), ``branches`` (the
+    "‹ n / m ›" marks) and ``tips`` (the chunks' tooltips and their scoring note).
 
     Signals (user intent, never acted on here): ``pin_requested(chunk_id, pinned)``,
     ``merge_requested(chunk_id)`` (with the next chunk of its turn),
@@ -90,7 +92,7 @@ class HeatmapView(QPlainTextEdit):
     recalled chunk pruned since: show it in the graveyard), ``edit_requested(turn_id)``
     (change a message of the user), ``regenerate_requested(turn_id)`` (answer again),
     ``branch_requested(turn_id, step)`` (the previous or next branch where branches part:
-    the "‹ n / m ›" of a message header, :meth:`set_branch_marks`).
+    the "‹ n / m ›" of a message header, ``branches.set_marks``).
     """
 
     pin_requested = Signal(int, bool)
@@ -122,14 +124,9 @@ class HeatmapView(QPlainTextEdit):
         self.setPalette(palette)
         self._conv: Conversation | None = None
         self._plan = DocumentPlan()
-        self._frame_timer = QTimer(self)
-        self._frame_timer.setSingleShot(True)
-        self._frame_timer.setInterval(FRAME_MS)
-        self._frame_timer.timeout.connect(self.flush)
-        #: The visible boxes, their colours and what was painted (:mod:`.heatmap_canvas`).
+        #: The visible boxes, their colours, what was painted and when the next frame is
+        #: done (:mod:`.heatmap_canvas`).
         self.canvas = Canvas(self)
-        #: The layers' brushes and the painting of an update (:mod:`.heatmap_paint`).
-        self.painter = FramePainter()
         # The view fills its own background (paintEvent), which lets Qt scroll the
         # viewport by moving pixels when a streamed line is added at the bottom.
         self.viewport().setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent, True)
@@ -139,8 +136,8 @@ class HeatmapView(QPlainTextEdit):
         #: Keeps the newest text in view unless the user scrolled up (``follower.button``
         #: jumps back).
         self.follower = Follower(self)
-        #: What colours the chunks and decides pruning, in words (the window sets it).
-        self._scoring_note = ""
+        #: The chunks' tooltips and the scoring note they end with (the window sets it).
+        self.tips = heatmap_menu.ChunkTips(self)
         #: Markdown rendered in place (:mod:`.markdown_view`), or, showing the raw text,
         #: fenced code in monospace; code backgrounds are painted in paintEvent.
         self.markdown_layer = MarkdownLayer(self, self.canvas.forget_block)
@@ -149,9 +146,8 @@ class HeatmapView(QPlainTextEdit):
         self.finder = Finder(self)
         #: Streamed tokens on their way into the document (:mod:`.heatmap_stream`).
         self.stream = StreamedText(self)
-        #: Turn id -> (number, count) of the messages where branches part (the window's).
-        self._branch_marks: dict[int, tuple[int, int]] = {}
-        self._pressed_branch: tuple[int, int] | None = None  # the arrow a press was on
+        #: The "‹ n / m ›" marks of messages where branches part (:mod:`.heatmap_branches`).
+        self.branches = BranchMarks(self)
 
     # ------------------------------------------------------------------ public API
     def set_conversation(self, conv: Conversation | None) -> None:
@@ -160,31 +156,6 @@ class HeatmapView(QPlainTextEdit):
         self.finder.reset()
         self.rebuild()
         self.follower.jump_to_latest()  # a conversation opens at its newest text
-
-    def set_branch_marks(self, marks: dict[int, tuple[int, int]]) -> None:
-        """Turn id -> (number, count) of the messages where branches part, shown as
-        "‹ number / count ›" in their headers from the next :meth:`rebuild`."""
-        self._branch_marks = dict(marks)
-
-    def branch_mark(self, turn_id: int) -> tuple[int, int] | None:
-        """(number, count) of the branch that starts at ``turn_id``; None when none does."""
-        return self._branch_marks.get(turn_id)
-
-    def branch_link_at(self, point: QPoint | QPointF) -> tuple[int, int] | None:
-        """(turn id, step) of the branch arrow ("‹" -1, "›" +1) under a viewport point."""
-        return heatmap_menu.branch_link_at(self, self._plan, point)
-
-    def branch_arrow_rect(self, turn_id: int, step: int) -> QRect | None:
-        """Viewport rectangle of a branch arrow of the message ``turn_id`` (None: no such arrow)."""
-        link = next(((a, b) for a, b, t, s in self._plan.branch_links if (t, s) == (turn_id, step)), None)
-        if link is None:
-            return None
-        cursor = QTextCursor(self.document())
-        cursor.setPosition(link[0])
-        first = self.cursorRect(cursor)
-        cursor.setPosition(link[1])
-        end = self.cursorRect(cursor)
-        return QRect(first.left(), first.top(), max(end.left() - first.left(), 4), first.height())
 
     def conversation(self) -> Conversation | None:
         """The conversation shown (None: none)."""
@@ -195,14 +166,10 @@ class HeatmapView(QPlainTextEdit):
         """Where each shown token is in the document (rebuilt with the text)."""
         return self._plan
 
-    @property
-    def markdown(self) -> bool:
-        """Whether messages are shown rendered as Markdown (else as typed)."""
-        return self.markdown_layer.rendered
-
     def set_markdown(self, on: bool) -> None:
-        """Show messages rendered as Markdown, or as typed (the raw text)."""
-        if on == self.markdown:
+        """Show messages rendered as Markdown, or as typed (the raw text); whether they
+        are is ``markdown_layer.rendered``."""
+        if on == self.markdown_layer.rendered:
             return
         self.markdown_layer.switch(on)
         self.rebuild()
@@ -218,7 +185,7 @@ class HeatmapView(QPlainTextEdit):
             self._plan = DocumentPlan()
             self.setPlainText("")
         else:
-            self._plan, text = build_plan(self._conv, self.finder.expanded, self._branch_marks)
+            self._plan, text = build_plan(self._conv, self.finder.expanded, self.branches.marks())
             # A long document: states only now; what is on screen is formatted below.
             deferred = self.markdown_layer.set_text(text, text.count("\n") > DEFER_MARKDOWN_LINES)
         if self.follower.following:
@@ -228,33 +195,29 @@ class HeatmapView(QPlainTextEdit):
             self.follower.content_changed(rebuilt=True)
         if deferred:
             self.markdown_layer.format_on_screen()
-        self._schedule()
+        self.canvas.schedule()
 
     def append_streamed(self) -> None:
         """New tokens were appended to the open turn: show them, and the brightness their
         attention moved, with the next frame (``streamed_frame`` fires after it)."""
         self.stream.mark()
         self.markdown_layer.hold(STREAM_HOLD_MS)  # Markdown off screen waits while the answer streams
-        self._schedule()
+        self.canvas.schedule()
 
     def refresh_brightness(self) -> None:
         """Brightness changed: repaint with the next frame."""
         self.canvas.colours_changed()
-        self._schedule()
+        self.canvas.schedule()
 
     def flush(self) -> None:
         """Do the pending frame now: append streamed text, then ask Qt to repaint the
         boxes whose colour changed (the whole viewport when many did)."""
-        self._frame_timer.stop()
+        self.canvas.frame_started()
         streamed = self.stream.append_pending()
         self.canvas.colours_changed()  # brightness moves with every token: once per frame
         self.canvas.request_repaint()
         if streamed:
             self.streamed_frame.emit()
-
-    def chunk_at(self, point: QPoint | QPointF) -> int | None:
-        """The chunk under a viewport point, or None (system prompt, labels, margins)."""
-        return self.finder.chunk_at(point)
 
     def chunk_rect(self, chunk_id: int) -> QRect | None:
         """Viewport rectangle covering the visible tokens of a chunk (None if off screen)."""
@@ -263,47 +226,11 @@ class HeatmapView(QPlainTextEdit):
     def scroll_to_chunk(self, chunk_id: int) -> None:
         """Scroll so the chunk's first line is near the top of the view."""
         self.finder.scroll_to_chunk(chunk_id)
-        self._schedule()
-
-    def show_chunk(self, chunk_id: int) -> bool:
-        """Scroll to a live chunk and outline it for a moment (:meth:`Finder.show_chunk`);
-        False when it is not in the view."""
-        return self.finder.show_chunk(chunk_id)
-
-    def recall_link_rect(self, turn_id: int, chunk_id: int) -> QRect | None:
-        """Viewport rectangle of a recall link's first piece on screen (None: off screen)."""
-        return self.finder.recall_link_rect(turn_id, chunk_id)
-
-    def copy_buttons(self) -> list[tuple[QRectF, str, object]]:
-        """The Copy buttons on screen: (viewport rectangle, "code" or "message", the
-        opening fence's block or the message's turn id)."""
-        return self.markdown_layer.copy_buttons()
-
-    def link_at(self, point: QPoint | QPointF) -> str | None:
-        """The address of the rendered Markdown link under a viewport point, or None."""
-        return self.markdown_layer.link_at(point)
-
-    def tooltip_for(self, chunk_id: int) -> str:
-        """Turn, role, chunk id, token count and score of a chunk, and :attr:`scoring_note`."""
-        return heatmap_menu.tooltip(self._conv, chunk_id, self._scoring_note)
-
-    @property
-    def scoring_note(self) -> str:
-        """The rule in use in a few words: the last line of every chunk's tooltip."""
-        return self._scoring_note
-
-    def set_scoring_note(self, note: str) -> None:
-        """Say ``note`` (the rule in use) in the chunks' tooltips."""
-        self._scoring_note = note
+        self.canvas.schedule()
 
     def context_menu_for(self, point: QPoint | QPointF) -> QMenu:
         """The context menu at a viewport point (chunk actions only over a chunk)."""
         return heatmap_menu.context_menu(self, point)
-
-    def pinned_marker_chunks(self) -> list[int]:
-        """Pinned chunks whose 📌 is on screen now."""
-        frame = self.canvas.frame()
-        return [chunk_id for chunk_id, _, _ in pin_markers(self, frame)] if frame else []
 
     # ------------------------------------------------------------------ Qt overrides
     def paintEvent(self, event: QPaintEvent) -> None:
@@ -318,7 +245,7 @@ class HeatmapView(QPlainTextEdit):
         rects = update_rects(event)
         inside = boxes_in(frame, rects)
         keys_in = self.canvas.painted(frame, inside)
-        self.painter.paint(self, event, rects, frame, inside, keys_in)
+        self.canvas.painter.paint(self, event, rects, frame, inside, keys_in)
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
@@ -354,59 +281,50 @@ class HeatmapView(QPlainTextEdit):
             QGuiApplication.clipboard().setText(text)
             self.copied.emit(kind)
             return
-        self._pressed_branch = self.branch_link_at(event.position())
-        if self._pressed_branch is None and not self.finder.press(event.position()):
+        if not self.branches.press(event.position()) and not self.finder.press(event.position()):
             super().mousePressEvent(event)
 
     def mouseReleaseEvent(self, event: QMouseEvent) -> None:
-        branch, self._pressed_branch = self._pressed_branch, None
-        if branch is not None:
-            if self.branch_link_at(event.position()) == branch:
-                self.branch_requested.emit(*branch)
+        if self.branches.release(event.position()):
             return
         on_recall_link, url = self.finder.release(event.position())
         if not on_recall_link:
             super().mouseReleaseEvent(event)
-            if url and self.link_at(event.position()) == url and not self.textCursor().hasSelection():
+            if url and self.markdown_layer.link_at(event.position()) == url and not self.textCursor().hasSelection():
                 QDesktopServices.openUrl(QUrl(url))
 
     def mouseMoveEvent(self, event: QMouseEvent) -> None:
         super().mouseMoveEvent(event)
         point = QPointF(event.position())
         over = ((self._plan.links and self.finder.recall_link_at(point) is not None)
-                or (self._plan.branch_links and self.branch_link_at(point) is not None)
-                or any(rect.contains(point) for rect, _, _ in self.copy_buttons())
-                or bool(self.link_at(point)))
+                or (self._plan.branch_links and self.branches.link_at(point) is not None)
+                or any(rect.contains(point) for rect, _, _ in self.markdown_layer.copy_buttons())
+                or bool(self.markdown_layer.link_at(point)))
         self.viewport().setCursor(Qt.CursorShape.PointingHandCursor if over else Qt.CursorShape.IBeamCursor)
 
     def viewportEvent(self, event: QEvent) -> bool:
         if event.type() != QEvent.Type.ToolTip:
             return super().viewportEvent(event)
-        branch = self.branch_link_at(event.pos())
-        if branch is not None:
-            QToolTip.showText(event.globalPos(), heatmap_menu.branch_tooltip(self._plan, *branch), self.viewport())
+        branch_tip = self.branches.tooltip_at(event.pos())
+        if branch_tip is not None:
+            QToolTip.showText(event.globalPos(), branch_tip, self.viewport())
             return True
         link = self.finder.recall_link_at(event.pos())
         if link is not None:
             QToolTip.showText(event.globalPos(), heatmap_menu.link_tooltip(self._conv, *link), self.viewport())
             return True
-        url = self.link_at(event.pos())
+        url = self.markdown_layer.link_at(event.pos())
         if url:
             QToolTip.showText(event.globalPos(), url, self.viewport())
             return True
-        chunk_id = self.chunk_at(event.pos())
+        chunk_id = self.finder.chunk_at(event.pos())
         if chunk_id is None:
             QToolTip.hideText()
         else:
-            QToolTip.showText(event.globalPos(), self.tooltip_for(chunk_id), self.viewport())
+            QToolTip.showText(event.globalPos(), self.tips.for_chunk(chunk_id), self.viewport())
         return True
 
     def contextMenuEvent(self, event: QContextMenuEvent) -> None:
         menu = self.context_menu_for(event.pos())
         menu.exec(event.globalPos())
         menu.deleteLater()
-
-    # ------------------------------------------------------------------ internals
-    def _schedule(self) -> None:
-        if not self._frame_timer.isActive():
-            self._frame_timer.start()

@@ -9,13 +9,16 @@ token lets a streamed token repaint only the lines whose colour moved.
 from __future__ import annotations
 
 import numpy as np
-from PySide6.QtCore import QRect, QRectF
+from PySide6.QtCore import QRect, QRectF, QTimer
 
 from .heatmap_frame import BlockGeometry, Frame, colour_keys, collect_frame
 from .heatmap_gutter import pin_markers
-from .heatmap_paint import request_lines
+from .heatmap_paint import FramePainter, request_lines
 from .heatmap_recall import recall_marks
 from .markdown_overlay import carry_marked, hidden_tokens
+
+#: Minimum milliseconds between two repaints (one frame at 60 Hz).
+FRAME_MS = 16
 
 
 class Canvas:
@@ -23,9 +26,10 @@ class Canvas:
 
     Owns the token geometry of each block (cached per block revision and width), the
     current :class:`~.heatmap_frame.Frame`, the colour key of each of its boxes, the key
-    last painted per plan token, whether the next repaint is of the whole viewport, and
-    what the gutter last showed.  Reads the view's conversation, plan and Markdown overlay
-    through their public accessors.
+    last painted per plan token, whether the next repaint is of the whole viewport, what
+    the gutter last showed, the frame timer (the view's ``flush`` at most once per
+    frame) and the layers' brushes (:attr:`painter`, :mod:`.heatmap_paint`).  Reads the
+    view's conversation, plan and Markdown overlay through their public accessors.
     """
 
     def __init__(self, view) -> None:
@@ -36,6 +40,21 @@ class Canvas:
         self._shown = np.zeros(0, np.int64)  # last painted colour key per plan token
         self._full_update = True
         self._gutter_signature: tuple = ()
+        self._timer = QTimer(view)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(FRAME_MS)
+        self._timer.timeout.connect(view.flush)
+        #: The layers' brushes and the painting of an update (:mod:`.heatmap_paint`).
+        self.painter = FramePainter()
+
+    def schedule(self) -> None:
+        """Do the view's next frame within :data:`FRAME_MS` (once, however often asked)."""
+        if not self._timer.isActive():
+            self._timer.start()
+
+    def frame_started(self) -> None:
+        """The view does its frame now: none is pending any more."""
+        self._timer.stop()
 
     def invalidate(self, full: bool = False) -> None:
         """Collect the frame again before the next paint (``full``: repaint everything)."""

@@ -132,7 +132,7 @@ class Finder:
         is a recall link (the press starts no selection)."""
         self._pressed_link = self.recall_link_at(point)
         # A Markdown link opens on release over it; a press may also start a selection.
-        self._pressed_url = self._view.link_at(point) if self._pressed_link is None else None
+        self._pressed_url = self._view.markdown_layer.link_at(point) if self._pressed_link is None else None
         return self._pressed_link is not None
 
     def release(self, point: QPoint | QPointF) -> tuple[bool, str | None]:

@@ -46,7 +46,7 @@ class Gutter(QWidget):
         if frame is not None:
             bar = max(2, gutter.width() // 8)
             for role, top, height in frame.bodies:
-                color = view.painter.role_colors.get(role)
+                color = view.canvas.painter.role_colors.get(role)
                 if color is not None:
                     painter.fillRect(QRectF(gutter.width() - bar - 2, top, bar, height), color.darker(170))
             for _, y, line_height in pin_markers(view, frame):
@@ -58,6 +58,11 @@ class Gutter(QWidget):
                     draw_pin(painter, rect)
         painter.end()
         paint_marks(self, recall_marks(view, frame))
+
+    def pinned_marker_chunks(self) -> list[int]:
+        """Pinned chunks whose 📌 is on screen now."""
+        frame = self._view.canvas.frame()
+        return [chunk_id for chunk_id, _, _ in pin_markers(self._view, frame)] if frame else []
 
     def _follow(self, rect: QRect, dy: int) -> None:
         """The view scrolled by ``dy`` or repainted ``rect``: the same here."""

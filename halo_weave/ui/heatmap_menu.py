@@ -21,6 +21,28 @@ from .heatmap_frame import character_at, region_of
 from .recall_line import MORE
 
 
+class ChunkTips:
+    """The chunks' tooltips.  Owns the scoring note: what colours the chunks and decides
+    pruning, in a few words (the window sets it), the last line of every tooltip."""
+
+    def __init__(self, view) -> None:
+        self._view = view
+        self._note = ""
+
+    @property
+    def note(self) -> str:
+        """The rule in use in a few words: the last line of every chunk's tooltip."""
+        return self._note
+
+    def set_note(self, note: str) -> None:
+        """Say ``note`` (the rule in use) in the chunks' tooltips."""
+        self._note = note
+
+    def for_chunk(self, chunk_id: int) -> str:
+        """Turn, role, chunk id, token count and score of a chunk, and :attr:`note`."""
+        return tooltip(self._view.conversation(), chunk_id, self._note)
+
+
 def tooltip(conv: Conversation | None, chunk_id: int, scoring: str = "") -> str:
     """Turn, role, chunk id, token count and the score pruning ranks the chunk by (named
     after the settings' ``chunk_rank``), whether the recent window shelters it, and
@@ -126,7 +148,7 @@ def context_menu(view, point: QPoint | QPointF) -> QMenu:
     point (chunk actions only over a chunk)."""
     conv = view.conversation()
     menu = QMenu(view)
-    chunk_id = view.chunk_at(point)
+    chunk_id = view.finder.chunk_at(point)
     chunk = conv.chunks.get(chunk_id) if (conv and chunk_id is not None) else None
     clipboard = QGuiApplication.clipboard()
     if chunk is not None:
@@ -174,7 +196,7 @@ def _change_actions(view, menu: QMenu, conv: Conversation, turn_id: int, role: s
                         "the old one is kept")
         edit.triggered.connect(lambda: view.regenerate_requested.emit(turn_id))
     edit.setEnabled(idle)
-    mark = view.branch_mark(turn_id)
+    mark = view.branches.mark(turn_id)
     if mark is not None:
         number, count = mark
         previous = menu.addAction(f"‹ Previous branch ({number} of {count})")

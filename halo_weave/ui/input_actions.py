@@ -73,7 +73,7 @@ class InputActions:
         self._editing_turn = turn_id
         live = [c.id for c in self.controller.conv.content_chunks(turn_id) if c.live]
         if live and turn_id != self.controller.conv.turns.last("user"):
-            self.heatmap.show_chunk(live[0])  # the message being changed, outlined
+            self.heatmap.finder.show_chunk(live[0])  # the message being changed, outlined
         self.input.setPlainText(text)
         self.input.moveCursor(QTextCursor.MoveOperation.End)
         self.input.setFocus()
@@ -93,7 +93,7 @@ class InputActions:
             return
         live = [c.id for c in conv.content_chunks(first) if c.live]
         if live:
-            self.heatmap.show_chunk(live[0])
+            self.heatmap.finder.show_chunk(live[0])
         self.conversation_list.refresh()  # its count of messages
 
     def _sync_turn_actions(self) -> None:

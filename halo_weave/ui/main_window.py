@@ -20,10 +20,8 @@ from .answer_bar import AnswerBar, MessageInput
 from .input_actions import IDLE_PLACEHOLDER, InputActions
 from .messages import MessageCenter
 from .status_widgets import TaskProgress
+from .window_guide import WindowGuide
 from .window_menus import WindowMenus
-
-#: Characters of a chunk shown in the graveyard.
-PREVIEW_CHARS = 160
 
 
 def app_qsettings(folder: Path | None = None) -> QSettings:
@@ -79,10 +77,11 @@ class MainWindow(QMainWindow, InputActions):
         self.reason = QLabel("")
         self.reason.setObjectName("inputReason")
         self.reason.setWordWrap(True)
-        self.progress_bar = TaskProgress()
+        progress_bar = TaskProgress()
+        controller.signals.progress.connect(progress_bar.show_progress)
         # What colours the paragraphs and decides pruning, whole (the stats line has no room).
         self.statusBar().addPermanentWidget(self.stats_bar.scoring_label)
-        self.statusBar().addPermanentWidget(self.progress_bar)
+        self.statusBar().addPermanentWidget(progress_bar)
 
         self.answer_bar = AnswerBar()
         from .pending_turn import PendingTurn
@@ -106,27 +105,24 @@ class MainWindow(QMainWindow, InputActions):
         column.addLayout(row)
         self.library = Library(controller.data_dir)
         self.conversation_list = ConversationList(self.library)
-        self.splitter = QSplitter(Qt.Orientation.Horizontal)
-        self.splitter.addWidget(self.conversation_list)
-        self.splitter.addWidget(left)
-        self.splitter.addWidget(self.graveyard)
-        self.splitter.setStretchFactor(0, 1)
-        self.splitter.setStretchFactor(1, 3)
-        self.splitter.setStretchFactor(2, 1)
-        self.splitter.setSizes([230, 800, 300])
-        self.setCentralWidget(self.splitter)
+        splitter = QSplitter(Qt.Orientation.Horizontal)
+        splitter.addWidget(self.conversation_list)
+        splitter.addWidget(left)
+        splitter.addWidget(self.graveyard)
+        splitter.setStretchFactor(0, 1)
+        splitter.setStretchFactor(1, 3)
+        splitter.setStretchFactor(2, 1)
+        splitter.setSizes([230, 800, 300])
+        self.setCentralWidget(splitter)
         self.notes_panel = NotesPanel(self)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.notes_panel)
         self.notes_panel.hide()
 
-        from .legend import FirstStartHint
-
         self._start_input_actions()
-        self.first_start = FirstStartHint(self.heatmap)
-        self.heatmap.installEventFilter(self)
+        #: The first-start hint over the heatmap and the legend (:mod:`.window_guide`).
+        self.guide = WindowGuide(self, self.heatmap, lambda: self.stats_bar.scoring)
         self.heatmap.viewport().installEventFilter(self)
         self._painted = False  # the conversation has been painted once
-        self._legend = None
         self.menus = WindowMenus(self)
         self._closed = False
         self._shown = None  # the conversation the heatmap shows
@@ -139,7 +135,7 @@ class MainWindow(QMainWindow, InputActions):
         c.signals.conversation_changed.connect(self._on_conversation_changed)
         c.signals.tokens_streamed.connect(self._on_tokens_streamed)
         self.heatmap.streamed_frame.connect(self.refresh_stats)
-        c.signals.graveyard_changed.connect(self.refresh_graveyard)
+        c.signals.graveyard_changed.connect(lambda: c.conv is not None and self.graveyard.show_graveyard_of(c.conv))
         c.signals.stats_changed.connect(self.refresh_stats)
         c.signals.busy_changed.connect(self._on_busy)
         c.signals.connection_changed.connect(self._on_connection)
@@ -148,7 +144,6 @@ class MainWindow(QMainWindow, InputActions):
         self.stats_bar.model_picked.connect(self.pick_model)
         c.signals.attention_changed.connect(
             lambda _available: self.stats_bar.set_brightness_source(*c.proxy.reader_status()))
-        c.signals.progress.connect(self.progress_bar.show_progress)
         c.signals.error.connect(lambda exc, context: self.messages.error(exc, context))
         c.signals.info.connect(self.messages.info)
         c.signals.turn_finished.connect(self._on_turn_finished)
@@ -225,63 +220,27 @@ class MainWindow(QMainWindow, InputActions):
         if conv is None:
             return
         self._sync_turn_actions()
-        self.heatmap.set_branch_marks(self.controller.actions.branch_marks())
+        self.heatmap.branches.set_marks(self.controller.actions.branch_marks())
         if self._shown is not conv:
             self._shown = conv
             self.heatmap.set_conversation(conv)
         else:
             self.heatmap.rebuild()
-        self._sync_first_start()  # after the rebuild: it sits below the text shown
+        self.guide.sync_hint(conv)  # after the rebuild: it sits below the text shown
         self.refresh_stats()
 
-    def _sync_first_start(self) -> None:
-        """The three-line explanation shows while the conversation has no message."""
-        conv = self.controller.conv
-        empty = conv is not None and not conv.turns
-        if empty:
-            self.first_start.place_in(self.heatmap)
-            self.first_start.raise_()
-        self.first_start.setVisible(empty)
-
-    def show_legend(self) -> None:
-        """View → Heatmap legend (non-modal: it can stay open beside the chat)."""
-        from .legend import LegendDialog
-
-        if self._legend is None:
-            self._legend = LegendDialog(self, self.stats_bar.scoring)
-        self._legend.show()
-        self._legend.raise_()
-
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt API
-        if watched is self.heatmap and event.type() == QEvent.Type.Resize and self.first_start.isVisible():
-            self.first_start.place_in(self.heatmap)
-        elif watched is self.heatmap.viewport() and event.type() == QEvent.Type.Paint and not self._painted:
+        if watched is self.heatmap.viewport() and event.type() == QEvent.Type.Paint and not self._painted:
             self._painted = True
             # After this paint has reached the screen: the memory loads on its thread then.
             QTimer.singleShot(0, self.controller.memory.window_painted)
         return False
 
     def _on_tokens_streamed(self) -> None:
-        if self.first_start.isVisible():
-            self._sync_first_start()
+        if self.guide.hint.isVisible():
+            self.guide.sync_hint(self.controller.conv)
         # The heatmap's one frame timer batches appends, colours and (streamed_frame) the stats.
         self.heatmap.append_streamed()
-
-    def refresh_graveyard(self) -> None:
-        conv = self.controller.conv
-        if conv is None:
-            return
-        self.graveyard.set_rows(conv.graveyard(), self._preview)
-
-    def _preview(self, chunk) -> str:
-        conv = self.controller.conv
-        chunk_id = chunk if isinstance(chunk, int) else chunk.id
-        try:
-            text = conv.chunk_text(chunk_id)
-        except Exception:  # noqa: BLE001 - a preview is never worth an error dialog
-            return "(text unavailable)"
-        text = " ".join(text.split())
-        return text[:PREVIEW_CHARS] + ("…" if len(text) > PREVIEW_CHARS else "")
 
     def refresh_notes(self) -> None:
         """Show the open conversation's notes in the Notes panel."""
@@ -295,9 +254,8 @@ class MainWindow(QMainWindow, InputActions):
 
     def _on_scoring_changed(self) -> None:
         """The rule in use changed: the heatmap's tooltips and the legend say the new one."""
-        self.heatmap.set_scoring_note(self.stats_bar.scoring.short)
-        if self._legend is not None:
-            self._legend.set_scoring(self.stats_bar.scoring)
+        self.heatmap.tips.set_note(self.stats_bar.scoring.short)
+        self.guide.scoring_changed()
 
     def _on_turn_finished(self, reason: str) -> None:
         self.heatmap.flush()

@@ -65,7 +65,7 @@ class WindowMenus:
         self.graveyard_action.setChecked(True)
 
         view = bar.addMenu("&View")
-        self.legend_action = add(view, "Heatmap &legend…", window.show_legend, "F1",
+        self.legend_action = add(view, "Heatmap &legend…", window.guide.show_legend, "F1",
                                  "What the colours, the graveyard and the numbers mean")
         self.list_action = add(view, "Show conversation &list", window.toggle_list, "Ctrl+Shift+L",
                                "The conversations beside the chat: search, rename, delete")

@@ -40,13 +40,13 @@ def _action(menu, label: str):
 def test_the_header_where_branches_part_shows_its_place_and_an_arrow_switches(view, qtbot):
     conv = make_conv()
     question, answer = _turns(conv)
-    view.set_branch_marks({answer: (2, 3)})
+    view.branches.set_marks({answer: (2, 3)})
     show(view, conv)
     assert "Assistant  ‹ 2 / 3 ›" in view.toPlainText()
     assert "User · " in view.toPlainText() and view.toPlainText().count("‹") == 1
 
     for step in (-1, 1):
-        rect = view.branch_arrow_rect(answer, step)
+        rect = view.branches.arrow_rect(answer, step)
         assert rect is not None
         with qtbot.wait_signal(view.branch_requested, timeout=1000) as blocker:
             qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
@@ -56,15 +56,15 @@ def test_the_header_where_branches_part_shows_its_place_and_an_arrow_switches(vi
 def test_an_arrow_with_nowhere_to_go_does_nothing(view, qtbot):
     conv = make_conv()
     _, answer = _turns(conv)
-    view.set_branch_marks({answer: (2, 2)})
+    view.branches.set_marks({answer: (2, 2)})
     show(view, conv)
-    assert view.branch_arrow_rect(answer, 1) is None
+    assert view.branches.arrow_rect(answer, 1) is None
     cursor = QTextCursor(view.document())
     cursor.setPosition(view.toPlainText().index("›"))
     rect = view.cursorRect(cursor)
     with qtbot.assert_not_emitted(view.branch_requested):
         qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center() + QPoint(3, 0))
-    view.set_branch_marks({})
+    view.branches.set_marks({})
     show(view, conv)
     assert "‹" not in view.toPlainText(), "no branches: no mark"
 
@@ -87,7 +87,7 @@ def test_any_message_offers_edit_or_regenerate(view, qtbot, role_index, label, s
 def test_the_menu_switches_branches_where_they_part(view, qtbot):
     conv = make_conv()
     question, _ = _turns(conv)
-    view.set_branch_marks({question: (1, 2)})
+    view.branches.set_marks({question: (1, 2)})
     show(view, conv)
     menu = view.context_menu_for(view.chunk_rect(conv.content_chunks(question)[0].id).center())
     assert not _action(menu, "Previous branch (1 of 2)").isEnabled()

@@ -8,6 +8,7 @@ import re
 import pytest
 from PySide6.QtCore import Qt
 
+from halo_weave.ui.graveyard import chunk_preview
 from test_app import TURN_TIMEOUT_MS, make_app  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
@@ -127,7 +128,7 @@ def test_regenerate_keeps_versions_to_flip_through(make_app, qtbot):
     assert len([t for t in conv.turns.values() if t.role == "assistant"]) == 1
     second = _answer(conv, _last(conv, "assistant"))
     assert window.answer_bar.version_label.isVisible() and window.answer_bar.version_label.text() == "2 / 2"
-    assert first not in "".join(window._preview(c) for c in conv.graveyard()), "versions stay out of the graveyard"
+    assert first not in "".join(chunk_preview(conv, c) for c in conv.graveyard()), "versions stay out of the graveyard"
     qtbot.mouseClick(window.answer_bar.previous_version_button, Qt.MouseButton.LeftButton)
     assert _answer(conv, _last(conv, "assistant")) == first
     assert window.answer_bar.version_label.text() == "1 / 2"

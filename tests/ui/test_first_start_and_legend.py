@@ -13,7 +13,7 @@ def window(offline_window):
 
 
 def test_first_start_explains_colours_graveyard_and_numbers(window, qtbot):
-    hint = window.first_start
+    hint = window.guide.hint
     assert hint.isVisible()
     text = hint.text()
     assert "Colours" in text and "graveyard" in text and "Live" in text
@@ -32,7 +32,7 @@ def test_first_start_explains_colours_graveyard_and_numbers(window, qtbot):
 def test_view_menu_opens_the_legend_with_every_colour(window, qtbot):
     assert window.menus.legend_action.text().startswith("Heatmap")
     window.menus.legend_action.trigger()
-    legend = window._legend
+    legend = window.guide.legend
     qtbot.waitExposed(legend)
     words = " ".join(legend.descriptions)
     for meaning in ("olive", "gold", "yellow background", "tool", "system prompt", "pruned", "Pinned"):

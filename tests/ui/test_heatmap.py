@@ -140,12 +140,12 @@ def test_pinned_chunk_shows_marker(view):
     conv = make_conv()
     beta = chunk_with(conv, "beta")
     show(view, conv)
-    assert view.pinned_marker_chunks() == []
+    assert view.gutter.pinned_marker_chunks() == []
     conv.pin(beta)
     view.refresh_brightness()
     view.flush()
-    assert view.pinned_marker_chunks() == [beta]
-    assert "pinned" in view.tooltip_for(beta)
+    assert view.gutter.pinned_marker_chunks() == [beta]
+    assert "pinned" in view.tips.for_chunk(beta)
 
 
 def test_tool_result_chunk_is_cyan(view):
@@ -216,8 +216,8 @@ def test_chunk_at_maps_points_to_chunks(view):
     show(view, conv)
     for word in ("alpha", "beta", "gamma", "delta"):
         chunk_id = chunk_with(conv, word)
-        assert view.chunk_at(view.chunk_rect(chunk_id).center()) == chunk_id
-    assert view.chunk_at(QPoint(view.viewport().width() - 3, 3)) is None
+        assert view.finder.chunk_at(view.chunk_rect(chunk_id).center()) == chunk_id
+    assert view.finder.chunk_at(QPoint(view.viewport().width() - 3, 3)) is None
 
 
 def _action(menu, prefix: str):
@@ -272,7 +272,7 @@ def test_system_prompt_offers_no_chunk_actions(view, qtbot):
     block = view.document().findBlockByNumber(1)  # the prompt text under its label
     geo = view.blockBoundingGeometry(block).translated(view.contentOffset())
     point = QPoint(int(geo.left() + 20), int(geo.center().y()))
-    assert view.chunk_at(point) is None
+    assert view.finder.chunk_at(point) is None
     menu = view.context_menu_for(point)
     texts = [a.text() for a in menu.actions()]
     assert not any(word in t for t in texts for word in ("Prune", "Pin", "Merge"))
@@ -286,7 +286,7 @@ def test_tooltip_describes_chunk(view):
     conv = make_conv()
     gamma = chunk_with(conv, "gamma")
     show(view, conv)
-    tip = view.tooltip_for(gamma)
+    tip = view.tips.for_chunk(gamma)
     chunk = conv.chunks[gamma]
     assert f"Turn {chunk.turn_id}" in tip and "assistant" in tip and f"chunk {gamma}" in tip
     assert f"{chunk.token_count:,} tokens" in tip and "peak brightness" in tip
@@ -299,12 +299,12 @@ def test_tooltip_names_the_score_and_the_window_that_decide_pruning(view):
     alpha, delta = chunk_with(conv, "alpha"), chunk_with(conv, "delta")
     focus_attention(conv, alpha)
     show(view, conv)
-    tip = view.tooltip_for(alpha)
+    tip = view.tips.for_chunk(alpha)
     assert f"mean brightness {conv.chunk_peak(alpha):,}" in tip and "peak" not in tip
     assert "pruned last" not in tip  # the oldest chunk: attention alone keeps it
-    assert "in the newest 10 tokens: pruned last" in view.tooltip_for(delta)
+    assert "in the newest 10 tokens: pruned last" in view.tips.for_chunk(delta)
     conv.settings = conv.settings.replace(prune_order="age")
-    assert "pruned oldest first" in view.tooltip_for(delta)
+    assert "pruned oldest first" in view.tips.for_chunk(delta)
 
 
 def test_long_streamed_paragraph_stays_whole_for_the_user(view, qtbot):

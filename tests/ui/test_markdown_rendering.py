@@ -112,7 +112,7 @@ def test_headings_lists_and_links_render(view):
     geo = view.blockBoundingGeometry(link).translated(view.contentOffset())
     line = link.layout().lineAt(0)
     point = QPointF(geo.left() + (x_at(link, label) + x_at(link, label + 3)) / 2, geo.top() + line.y() + line.height() / 2)
-    assert view.link_at(point) == "https://example.org/docs"
+    assert view.markdown_layer.link_at(point) == "https://example.org/docs"
 
 
 def test_fenced_code_is_monospace_coloured_and_its_copy_button_copies_it(view, qtbot):
@@ -124,7 +124,7 @@ def test_fenced_code_is_monospace_coloured_and_its_copy_button_copies_it(view, q
     assert format_at(code, 0).foreground().color() == CODE_COLORS["c-keyword"], "def is a keyword"
     fence = block_starting(view, "```python")
     assert x_at(fence, 0) == x_at(fence, 3), "the fence's backticks are hidden, its language shown"
-    buttons = [(rect, target) for rect, kind, target in view.copy_buttons() if kind == "code"]
+    buttons = [(rect, target) for rect, kind, target in view.markdown_layer.copy_buttons() if kind == "code"]
     assert len(buttons) == 1
     QGuiApplication.clipboard().clear()
     with qtbot.waitSignal(view.copied) as copied:
@@ -138,7 +138,7 @@ def test_each_message_has_a_copy_button(view, qtbot):
     view.set_conversation(conv)
     view.flush()
     view.verticalScrollBar().setValue(0)
-    messages = [(rect, turn) for rect, kind, turn in view.copy_buttons() if kind == "message"]
+    messages = [(rect, turn) for rect, kind, turn in view.markdown_layer.copy_buttons() if kind == "message"]
     assert len(messages) == 2, "the question and the answer"
     rect, turn = messages[1]
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center().toPoint())
@@ -153,7 +153,7 @@ def test_raw_text_can_be_shown_instead(view):
     block = block_starting(view, "Some **bold**")
     first = block.text().index("**")
     assert x_at(block, first + 2) > x_at(block, first), "the asterisks are shown as typed"
-    assert view.copy_buttons() == []
+    assert view.markdown_layer.copy_buttons() == []
     view.set_markdown(True)
     view.flush()
     block = block_starting(view, "Some **bold**")

@@ -140,9 +140,9 @@ def test_choosing_a_rule_saves_it_and_the_window_says_which_score_is_in_use(offl
     window, bar = offline_window, offline_window.stats_bar
     controller = window.controller
     controller.files.open_conversation(None)
-    window.show_legend()
+    window.guide.show_legend()
     assert bar.scoring_label.text() == "☀ magnitude votes · peak · pruning oldest first"
-    assert "magnitude votes" in window._legend.scoring_text
+    assert "magnitude votes" in window.guide.legend.scoring_text
 
     _choose_in_settings(window, qtbot, brightness_rule="decay", brightness_half_life=128, prune_order="brightness")
 
@@ -150,10 +150,10 @@ def test_choosing_a_rule_saves_it_and_the_window_says_which_score_is_in_use(offl
     assert (on_disk.brightness_rule, on_disk.brightness_half_life, on_disk.prune_order) == ("decay", 128, "brightness")
     assert controller.conv.settings.brightness_rule == "decay", "applied to the open conversation"
     assert bar.scoring_label.text() == "☀ decayed attention mass (half-life 128) · peak · pruning dimmest first"
-    legend = window._legend
+    legend = window.guide.legend
     assert "decayed attention mass (half-life 128)" in legend.scoring_text
     assert "Dim paragraphs are pruned first" in legend.descriptions[0] and "halves every half-life" in legend.scoring_text
-    assert window.heatmap.scoring_note == bar.scoring_label.text()  # the tooltip's last line
+    assert window.heatmap.tips.note == bar.scoring_label.text()  # the tooltip's last line
     # On a 1280 px screen, with the graveyard open, the words are whole in the window.
     window.set_graveyard_visible(True)
     window.resize(1280, 800)
@@ -188,12 +188,12 @@ def test_switching_the_chunk_score_repaints_the_heatmap(offline_window, qtbot, t
         return float(np.sort(pixels)[-20:].mean())
 
     before = gold(answer)
-    assert "peak brightness 5,000" in view.tooltip_for(answer.id)
+    assert "peak brightness 5,000" in view.tips.for_chunk(answer.id)
     window.apply_settings(controller.settings.replace(chunk_rank="topk", chunk_rank_k=4))
     qtbot.wait(50)
     assert gold(answer) > before + 40, "the answer turned from olive to gold without a new token"
-    assert "top-4 mean brightness 5,000" in view.tooltip_for(answer.id)
-    assert "top-4 mean" in view.tooltip_for(answer.id).splitlines()[-1]
+    assert "top-4 mean brightness 5,000" in view.tips.for_chunk(answer.id)
+    assert "top-4 mean" in view.tips.for_chunk(answer.id).splitlines()[-1]
     assert "top-4 mean" in window.stats_bar.scoring_label.text()
 
 

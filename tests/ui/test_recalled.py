@@ -36,13 +36,13 @@ def _click_link(app, turn_id: int, chunk_id: int) -> None:
     view.follower.jump_to_latest()
     view.flush()
     qtbot.wait(30)
-    if view.recall_link_rect(turn_id, chunk_id) is None and view.recall_link_rect(turn_id, MORE) is not None:
-        qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton,
-                         pos=view.recall_link_rect(turn_id, MORE).center())
+    link_rect = view.finder.recall_link_rect
+    if link_rect(turn_id, chunk_id) is None and link_rect(turn_id, MORE) is not None:
+        qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=link_rect(turn_id, MORE).center())
         view.follower.jump_to_latest()
         view.flush()
         qtbot.wait(30)
-    rect = view.recall_link_rect(turn_id, chunk_id)
+    rect = view.finder.recall_link_rect(turn_id, chunk_id)
     assert rect is not None, "the chunk's link is on screen"
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     view.flush()
@@ -103,7 +103,7 @@ def test_a_message_says_what_it_recalled_and_a_click_shows_each(make_app, qtbot)
     assert bar.budget_label.text() == f"Live {conv.live_token_count() - recalled_tokens:,} / 4,000"
     assert ORANGE not in bar.budget_label.styleSheet()
     # The heatmap marks the recalled chunk; its tooltip says why.
-    assert "recalled for your message" in view.tooltip_for(cat.id)
+    assert "recalled for your message" in view.tips.for_chunk(cat.id)
 
     # A click on its first words shows the chunk, outlined.
     _click_link(app, question, cat.id)
@@ -179,20 +179,23 @@ def test_a_long_recall_lists_six_then_the_rest_on_a_click_and_a_pruned_one_opens
                            "(pruned since) · “Fact number 1: the 1th box…” · ")
     assert line.endswith(" · + 4 more") and line.count("“") == 6
     # "+ 4 more": the whole list.
-    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.recall_link_rect(question, MORE).center())
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton,
+                     pos=view.finder.recall_link_rect(question, MORE).center())
     view.flush()
     line = _line_under(view, conv, question)
     assert line.count("“") == 10 and "more" not in line
     # The pruned one: its row in the graveyard.
     window.set_graveyard_visible(False)
-    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.recall_link_rect(question, ids[0]).center())
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton,
+                     pos=view.finder.recall_link_rect(question, ids[0]).center())
     assert window.graveyard.isVisible()
     graveyard = window.graveyard
     assert graveyard.list_view().currentIndex().data(graveyard.model().ChunkIdRole) == ids[0]
     # A live one: shown and outlined, marked in the gutter, the counter says what came back.
     view.follower.jump_to_latest()
     view.flush()
-    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=view.recall_link_rect(question, ids[5]).center())
+    qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton,
+                     pos=view.finder.recall_link_rect(question, ids[5]).center())
     assert view.finder.flashed_chunk == ids[5] and view.chunk_rect(ids[5]) is not None
     assert not view.follower.following
     window.refresh_stats()

@@ -54,7 +54,7 @@ def test_edit_an_earlier_message_then_switch_back_with_the_arrows(make_app, qtbo
 
     view.scroll_to_chunk(conv.content_chunks(edited)[0].id)
     qtbot.wait(50)
-    rect = view.branch_arrow_rect(edited, -1)
+    rect = view.branches.arrow_rect(edited, -1)
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
     qtbot.waitUntil(lambda: _messages(app.conv) == before, timeout=10_000)
     assert "‹ 1 / 2 ›" in view.toPlainText() and "Name a colour." in view.toPlainText()

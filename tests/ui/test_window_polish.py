@@ -134,7 +134,7 @@ def test_the_first_start_box_leaves_the_system_prompt_readable(make_app, qtbot):
     app = make_app(system_prompt=Settings().system_prompt, notes_tool=True).start()
     window, view = app.window, app.window.heatmap
     qtbot.waitUntil(lambda: "notes.json" in view.toPlainText(), timeout=10_000)
-    hint = window.first_start
+    hint = window.guide.hint
     assert hint.isVisible()
     text_bottom = view.viewport().y() + view.blockBoundingGeometry(
         view.document().lastBlock()).translated(view.contentOffset()).bottom()
