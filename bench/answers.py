@@ -36,6 +36,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from halo_weave.core import recall as recall_core
+from halo_weave.core import token_resurrection
 from halo_weave.server import omp  # noqa: E402
 
 omp.configure()  # llama.cpp's threads wait as the server's do (a bounded spin), before it loads
@@ -214,7 +216,7 @@ def finish(conv, prep: Prepared, question, user_text: str, answerer, base_live: 
     turn = conv.add_turn("user", [int(i) for i, _ in pieces], [t for _, t in pieces])
     ids = [int(i) for i in conv.live_input_ids()]
     if recalled is not None:
-        conv.record_recall(turn.turn_id, recalled)
+        recall_core.record(conv, turn.turn_id, recalled)
         note = recall_note.for_message(conv, turn.turn_id)
         if note is not None:
             ids = note.insert(ids)
@@ -252,7 +254,7 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
             chunk = conv.chunks.get(match.chunk_id)
             if chunk is None or chunk.live:
                 continue
-            cost = conv.resurrection_cost(chunk, with_anchors=False)
+            cost = token_resurrection.cost(conv, chunk, with_anchors=False)
             if cost <= left:
                 conv.resurrect([chunk.id], with_anchors=False)
                 left -= cost

@@ -48,6 +48,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject
 
+from .core import pruning, recall
 from . import settings as settings_mod
 from .conversation import Conversation
 from .session import ChatSession
@@ -179,8 +180,8 @@ class TurnController(QObject):
             brightness_source=self.proxy.brightness_source(),
             tokens_per_s=session.answer.clock.tokens_per_s if session.answer.clock.running else session.answer.tokens_per_s,
             first_token_s=session.answer.clock.first_token_s,
-            recalled_tokens=conv.recalled_tokens(),
-            kept_tokens=conv.kept_tokens(),
+            recalled_tokens=recall.recalled_tokens(conv),
+            kept_tokens=pruning.kept_tokens(conv),
             # Ranked by the reader, the prune waits for its read of the exchange.
             exchange_open=self.gate.busy or (session.proxy_ranks and self.proxy.reading),
         )

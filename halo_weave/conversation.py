@@ -3,10 +3,12 @@
 Everything that decides what the model sees lives here, Qt-free and without I/O:
 
 * Turns are added whole (a user message, tokenized once) or streamed token by token (an
-  answer).  Each turn is wrapped in chat-template framing tokens that belong to the turn:
-  they are never scored and never pruned on their own; they are live exactly while some
-  content chunk of their turn is live.  The system prompt is a fixed prefix of the input,
-  never scored and never pruned.
+  answer) through :attr:`Conversation.writer` (:mod:`.core.turn_writer`), which also hands
+  out positions and ids.  Each turn is wrapped in chat-template framing tokens that belong
+  to the turn: they are never scored and never pruned on their own; they are live exactly
+  while some content chunk of their turn is live.  The system prompt
+  (:attr:`Conversation.system`) is a fixed prefix of the input, never scored and never
+  pruned.
 * Content is cut into chunks at paragraph / code boundaries (see :mod:`.core.chunking`).  A
   chunk is identified by ``(turn_id, chunk_index, role)``; chunk 0 is the turn's anchor.
 * :meth:`Conversation.apply_attention` runs one step of the settings' brightness rule per
@@ -40,12 +42,11 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from . import brightness as bright
-from .core import merging, pruning, recall, table_from_records, token_resurrection
-from .core.anchors import anchors_of
-from .core.framing import Framing  # noqa: F401 - importable from here too
+from .core import merging, pruning, token_resurrection
+from .core.framing import Framing, SystemPrompt
 from .core.recall import Recalls
 from .core.records import Chunk, ChunkLoader, ChunkTokens, Turn  # noqa: F401 - importable from here too
-from .core.registry import ChunkColumns, ChunkList, ChunkRegistry, TurnColumns, TurnRegistry
+from .core.registry import ChunkList, ChunkRegistry, TurnRegistry
 from .core.token_table import TokenTable
 from .core.held_tokens import HeldTokens
 from .core.turn_writer import TurnWriter
@@ -64,7 +65,6 @@ class Snapshot:
     held: tuple
     recalls: dict
     writer: tuple
-    counters: tuple[int, int, int]
     system: tuple
     role_names: dict
 
@@ -79,32 +79,25 @@ class Conversation:
         self.chunks = ChunkRegistry()
         self.turns = TurnRegistry(self.chunks.ids_of_turn)
         self.table = TokenTable()
-        self.system_ids = np.zeros(0, np.int32)
-        self.system_texts: list[str] = []
-        self.system_prompt = ""
+        #: The system prompt: its text and the prefix the model reads before every turn.
+        self.system = SystemPrompt()
         #: Names shown for a role instead of "User" / "Assistant" (an imported character's).
         self.role_names: dict[str, str] = {}
-        self.next_position = 0
-        self.next_turn_id = 0
-        self.next_chunk_id = 0
         #: Token texts of the live chunks (and of those pruned in this session), and the
         #: tokens of the chunks pruned in this session, kept for a cheap resurrection.
         self.held = HeldTokens()
         self.chunk_loader: ChunkLoader | None = None
         #: What each user message recalled (:mod:`.core.recall`).
         self.recalls = Recalls()
-        self._writer = TurnWriter(self)
+        #: The turn being written (begin / append / end, resume, reopen_answer) and the
+        #: counters it allocates positions and ids from.
+        self.writer = TurnWriter(self)
 
     # ------------------------------------------------------------------ building
 
     def use_settings(self, settings: Settings) -> None:
         """Score and prune by ``settings`` from the next token on."""
         self.settings = settings
-    def set_system_prompt(self, text: str, token_ids: Sequence[int], texts: Sequence[str]) -> None:
-        """Set the system prefix (already framed and tokenized by the caller)."""
-        self.system_prompt = text
-        self.system_ids = np.asarray(token_ids, np.int32)
-        self.system_texts = list(texts)
 
     def add_turn(
         self,
@@ -114,64 +107,26 @@ class Conversation:
         created_at: float | None = None,
     ) -> Turn:
         """Add a complete message (already tokenized once) with its framing."""
-        turn = self.begin_turn(role, created_at)
+        turn = self.writer.begin(role, created_at)
         for token_id, text in zip(token_ids, texts, strict=True):
-            self.append_token(token_id, text)
-        self.end_turn()
+            self.writer.append(token_id, text)
+        self.writer.end()
         return turn
 
-    def begin_turn(self, role: str, created_at: float | None = None) -> Turn:
-        """Open a turn (its prefix framing is added); tokens then stream in."""
-        return self._writer.begin(role, created_at)
+    def remove_turns_from(self, turn_id: int | None = None) -> list[Chunk]:
+        """Take every (closed) turn from ``turn_id`` on out of the conversation entirely:
+        the last turn when ``turn_id`` is None (regenerate, edit), a whole tail when a
+        branch is stashed.
 
-    def append_token(self, token_id: int, text: str, *, tool_result: bool = False) -> Chunk:
-        """Append one content token to the open turn; returns the chunk it joined."""
-        return self._writer.append(token_id, text, tool_result)
-
-    def end_turn(self) -> Turn:
-        """Close the open turn (its suffix framing is added)."""
-        return self._writer.end()
-
-    @property
-    def open_turn(self) -> Turn | None:
-        return self._writer.turn
-
-    def resume_turn(self, turn_id: int) -> Turn:
-        """Reopen the last turn (rehydrated incomplete after a crash) to close or extend it."""
-        return self._writer.resume(turn_id)
-
-    def reopen_answer(self) -> tuple[Turn, list[Chunk]]:
-        """Reopen the last answer to extend it (Continue): see :meth:`TurnWriter.reopen_answer`."""
-        return self._writer.reopen_answer()
-
-    def remove_last_turn(self) -> tuple[Turn, list[Chunk]]:
-        """Take the last (closed) turn out of the conversation entirely (regenerate, edit).
-
-        Returns the turn and its chunks; positions and ids are not reused.  The caller
-        deletes them from the store and the semantic index.
+        Returns their chunks; positions and ids are not reused.  The caller deletes them
+        from the store and the semantic index.
         """
-        if self.open_turn is not None:
+        if self.writer.turn is not None:
             raise ConversationError("a turn is still open")
-        if not self.turns:
-            raise ConversationError("no turn to remove")
-        turn_id = self.turns.last()
-        turn = self.turns[turn_id]
-        chunks = [self.chunks[c] for c in turn.chunk_ids]
-        ids = np.fromiter((c.id for c in chunks), np.int32, len(chunks))
-        self.table.keep(~np.isin(self.table.chunk_id, ids))
-        for chunk in chunks:
-            del self.chunks[chunk.id]
-            self.held.forget(chunk.id)
-        del self.turns[turn_id]
-        self.recalls.forget(turn_id)
-        return turn, chunks
-
-    def remove_turns_from(self, turn_id: int) -> list[Chunk]:
-        """Take every (closed) turn from ``turn_id`` on out of the conversation (a branch
-        is stashed): :meth:`remove_last_turn` for a whole tail at once.  Returns their
-        chunks; positions and ids are not reused."""
-        if self.open_turn is not None:
-            raise ConversationError("a turn is still open")
+        if turn_id is None:
+            if not self.turns:
+                raise ConversationError("no turn to remove")
+            turn_id = self.turns.last()
         turn_ids = [t for t in self.turns if t >= turn_id]
         chunks = [self.chunks[c] for t in turn_ids for c in self.turns[t].chunk_ids]
         ids = np.fromiter((c.id for c in chunks), np.int32, len(chunks))
@@ -189,13 +144,12 @@ class Conversation:
         """Everything this conversation holds, copied, for :meth:`restore`: the token
         table, every turn and chunk with its fields (live, pinned, brightness at prune,
         ``resurrected_at``, ``recalled_for``, ...), the held texts and pruned tokens, the
-        recalls, the open turn and the counters.  Settings, framing and the chunk loader
+        recalls, the open turn, the id counters and the system prompt.  Settings, framing and the chunk loader
         are not the conversation's state and are left out."""
         return Snapshot(
             table=self.table.snapshot(), chunks=self.chunks.snapshot(), turns=self.turns.snapshot(),
-            held=self.held.snapshot(), recalls=dict(self.recalls.items()), writer=self._writer.snapshot(),
-            counters=(self.next_position, self.next_turn_id, self.next_chunk_id),
-            system=(self.system_prompt, self.system_ids, list(self.system_texts)),
+            held=self.held.snapshot(), recalls=dict(self.recalls.items()), writer=self.writer.snapshot(),
+            system=self.system.snapshot(),
             role_names=dict(self.role_names),
         )
 
@@ -211,10 +165,8 @@ class Conversation:
         self.recalls.clear()
         for turn_id, chunk_ids in snapshot.recalls.items():
             self.recalls.put(turn_id, chunk_ids)
-        self._writer.restore(snapshot.writer)
-        self.next_position, self.next_turn_id, self.next_chunk_id = snapshot.counters
-        self.system_prompt, self.system_ids, texts = snapshot.system
-        self.system_texts = list(texts)
+        self.writer.restore(snapshot.writer)
+        self.system.restore(snapshot.system)
         self.role_names = dict(snapshot.role_names)
 
     @contextmanager
@@ -236,15 +188,11 @@ class Conversation:
     # ------------------------------------------------------------------ reading
     def live_input_ids(self) -> np.ndarray:
         """The ids sent to the model: system prefix + live tokens in position order."""
-        return np.concatenate((self.system_ids, self.table.token_id)).astype(np.int32)
-
-    def index_to_position(self) -> np.ndarray:
-        """Absolute position of each live table row (attention index - system length)."""
-        return self.table.position.copy()
+        return np.concatenate((self.system.ids, self.table.token_id)).astype(np.int32)
 
     def live_token_count(self) -> int:
         """Tokens the model sees now, system prompt included."""
-        return len(self.system_ids) + len(self.table)
+        return len(self.system.ids) + len(self.table)
 
     def total_token_count(self) -> int:
         """Tokens of the whole conversation: the live ones and those of every pruned
@@ -303,16 +251,6 @@ class Conversation:
             return self.chunk_tokens(chunk_id)
         return self.held.pruned(chunk_id)
 
-    def start_brightness(self) -> int:
-        """Where a new turn's tokens start: the cap ("fail bright") or the live median of
-        the scored tokens (``new_token_brightness``)."""
-        s = self.settings
-        if s.new_token_brightness == "median":
-            scored = self.table.brightness[~self.table.framing]
-            if scored.size:
-                return int(np.median(scored))
-        return s.initial_brightness
-
     def chunk_peaks(self) -> tuple[np.ndarray, np.ndarray]:
         """(chunk ids, score) of the live chunks, in position order: the score pruning
         ranks by and the heatmap colours by (peak or top-k mean, ``chunk_rank``)."""
@@ -330,13 +268,6 @@ class Conversation:
             s = self.settings
             return int(bright.chunk_scores(values, np.zeros(1, np.int64), s.chunk_rank, s.chunk_rank_k)[0])
         return int(chunk.brightness_at_prune or 0)
-
-    def scored_mask(self) -> np.ndarray:
-        """Rows that attention votes on: content tokens (and not the open turn, if so set)."""
-        mask = ~self.table.framing
-        if not self.settings.score_current_turn and self.open_turn is not None:
-            mask &= self.table.turn_id != self.open_turn.turn_id
-        return mask
 
     def mean_brightness(self) -> float:
         """Mean brightness of the live content tokens (shown; may seed resurrection)."""
@@ -356,14 +287,18 @@ class Conversation:
         ``attention`` covers the whole input (system prefix + live tokens) as sent; its
         length must equal :meth:`live_token_count` at the time the token was produced.
         """
-        n_system = len(self.system_ids)
+        n_system = len(self.system.ids)
         if attention.shape != (n_system + len(self.table),):
             raise bright.AttentionError(
                 f"attention has {attention.size} cells, context has {self.live_token_count()}"
             )
+        # Attention votes on content tokens (and not on the open turn's, if so set).
+        mask = ~self.table.framing
+        if not self.settings.score_current_turn and self.writer.turn is not None:
+            mask &= self.table.turn_id != self.writer.turn.turn_id
         rule = brightness_rule(self.settings.brightness_rule)
         rule.step(self.table.brightness, attention[n_system:], bright.vote_threshold(attention),
-                  self.settings, mask=self.scored_mask())
+                  self.settings, mask=mask)
 
     # ------------------------------------------------------------------ pruning
     def prune_to_fit(
@@ -401,16 +336,12 @@ class Conversation:
         chosen = pruning.select(self, self.live_token_count() - goal, order=rank, spared=spared, keep=keep)
         return self._prune_chunks(chosen) if chosen else []
 
-    def kept_tokens(self) -> int:
-        """Live tokens no prune after an answer takes (:func:`.core.pruning.kept_tokens`)."""
-        return pruning.kept_tokens(self)
-
     def prune_chunk(self, chunk_id: int) -> list[Chunk]:
         """Prune one chunk by hand (the user's decision overrides anchor protection)."""
         chunk = self.chunks[chunk_id]
         if chunk.framing or not chunk.live:
             raise ConversationError(f"chunk {chunk.key} cannot be pruned")
-        if self.open_turn is not None and chunk.turn_id == self.open_turn.turn_id:
+        if self.writer.turn is not None and chunk.turn_id == self.writer.turn.turn_id:
             raise ConversationError("cannot prune from the turn being generated")
         chunk.pinned = False
         return self._prune_chunks([chunk])
@@ -420,14 +351,6 @@ class Conversation:
         return pruning.take_out(self, chunks)
 
     # ------------------------------------------------------------------ resurrection
-    def anchors_of(self, chunk: Chunk) -> list[Chunk]:
-        """The anchors a chunk comes back with: its question's S0 and its answer's S0."""
-        return anchors_of(self, chunk)
-
-    def resurrection_cost(self, chunk: Chunk, with_anchors: bool = True) -> int:
-        """Live tokens that bringing ``chunk`` back (with its anchors) would add."""
-        return token_resurrection.cost(self, chunk, with_anchors)
-
     def resurrect(
         self,
         chunk_ids: Iterable[int],
@@ -458,18 +381,6 @@ class Conversation:
             token_resurrection.put_back(self, chunk, data, values)
         return resurrected
 
-    def record_recall(self, turn_id: int, chunk_ids: Iterable[int]) -> None:
-        """The message ``turn_id`` recalled ``chunk_ids`` (see :func:`.core.recall.record`)."""
-        recall.record(self, turn_id, chunk_ids)
-
-    def move_recall(self, old_turn: int, new_turn: int, chunk_ids: Iterable[int]) -> None:
-        """An edited message keeps what it recalled (see :func:`.core.recall.move`)."""
-        recall.move(self, old_turn, new_turn, chunk_ids)
-
-    def recalled_tokens(self) -> int:
-        """Live tokens recalls brought back that no prune took since (:func:`.core.recall.recalled_tokens`)."""
-        return recall.recalled_tokens(self)
-
     # ------------------------------------------------------------------ user levers
     def pin(self, chunk_id: int, pinned: bool = True) -> Chunk:
         """Pin (brightness 10000, never pruned) or unpin a live chunk."""
@@ -488,13 +399,3 @@ class Conversation:
         """Merge a live chunk with the next content chunk of its turn; ``(kept, absorbed)``
         (see :func:`.core.merging.merge_with_next`)."""
         return merging.merge_with_next(self, chunk_id)
-
-    # ------------------------------------------------------------------ rehydration
-    def rehydrate_chunk(self, chunk: Chunk, tokens: ChunkTokens | None) -> None:
-        """Re-register one chunk read from storage (see :func:`.core.table_from_records.add_chunk`)."""
-        table_from_records.add_chunk(self, chunk, tokens)
-
-    def rehydrate(self, turns: TurnColumns, chunks: ChunkColumns, live_ids: np.ndarray,
-                  counts: np.ndarray, tokens: ChunkTokens) -> None:
-        """Take a stored conversation's records (see :func:`.core.table_from_records.take_records`)."""
-        table_from_records.take_records(self, turns, chunks, live_ids, counts, tokens)

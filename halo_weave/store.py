@@ -261,9 +261,9 @@ class ConversationStore:
         """The system prompt as framed (text, ids, pieces); ``own``: the conversation's own
         prompt as the user wrote it (meta ``prompt``), saved with it."""
         values = {
-            "system_prompt": conv.system_prompt,
-            "system_ids": [int(i) for i in conv.system_ids],
-            "system_texts": list(conv.system_texts),
+            "system_prompt": conv.system.text,
+            "system_ids": [int(i) for i in conv.system.ids],
+            "system_texts": list(conv.system.texts),
         }
         if own is not None:
             values["prompt"] = own
@@ -292,7 +292,7 @@ class ConversationStore:
         Call every ~16 streamed tokens; the turn is stored as incomplete until
         :meth:`save_turn` closes it.
         """
-        turn = conv.open_turn
+        turn = conv.writer.turn
         if turn is None:
             return
         changed = [
@@ -365,9 +365,9 @@ class ConversationStore:
 
     def _write_counters(self, conv: Conversation) -> None:
         self._put_meta({
-            "next_position": conv.next_position,
-            "next_turn_id": conv.next_turn_id,
-            "next_chunk_id": conv.next_chunk_id,
+            "next_position": conv.writer.next_position,
+            "next_turn_id": conv.writer.next_turn_id,
+            "next_chunk_id": conv.writer.next_chunk_id,
             "updated_at": time.time(),
         })
 

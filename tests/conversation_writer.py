@@ -66,7 +66,7 @@ def new_conversation(**changes) -> Conversation:
     conv = Conversation(settings(**changes), FRAMING)
     text = system_text("You are a careful assistant.")
     pieces = tokenize(text)
-    conv.set_system_prompt(text, [i for i, _ in pieces], [t for _, t in pieces])
+    conv.system.set(text, [i for i, _ in pieces], [t for _, t in pieces])
     return conv
 
 
@@ -158,10 +158,10 @@ def stream_answer(conv: Conversation, text: str, store: ConversationStore | None
     session.adopt(conv, store)
     backend = ScriptedBackend(rng, text)
     session.begin_answer()
-    turn = conv.open_turn
+    turn = conv.writer.turn
     for event in backend.stream(**session.generation_request()):
         session.receive(event)
-    conv.end_turn()
+    conv.writer.end()
     return turn
 
 
@@ -184,7 +184,7 @@ def child(db: Path, seed: int, out=sys.stdout) -> None:
     session.connect(backend, backend.model_info(), FRAMING)
     store = ConversationStore.open(db)
     conv = session.open(store)
-    if not conv.system_prompt:
+    if not conv.system.text:
         text = system_text("You are a careful assistant.")
         session.prompt.apply(text, tokenize(text))
     print("ready", file=out, flush=True)

@@ -32,7 +32,7 @@ def _conversation(**settings) -> Conversation:
 def _attend(conv: Conversation, hot_rows: list[int], steps: int, weight: float = 0.3) -> None:
     """``steps`` generated tokens: half the attention on a sink (row 0, the first
     token), ``weight`` shared by ``hot_rows``, the rest spread evenly (below a fair share)."""
-    n_sys, n = len(conv.system_ids), len(conv.table)
+    n_sys, n = len(conv.system.ids), len(conv.table)
     row = np.full(n_sys + n, (0.5 - weight) / max(n - len(hot_rows) - 1, 1), np.float32)
     row[n_sys] = 0.5
     if hot_rows:

@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 
+from halo_weave.core import token_resurrection
 from halo_weave.conversation import Conversation, ConversationError, Framing
 from halo_weave.settings import MAX_BRIGHTNESS, Settings
 
@@ -31,7 +32,7 @@ def make(min_chunk=8, max_context=0, **kw) -> Conversation:
     # not the app's default order (oldest first).
     kw.setdefault("prune_order", "brightness")
     conv = Conversation(Settings(min_chunk_tokens=min_chunk, max_context_tokens=max_context, **kw), FRAMING)
-    conv.set_system_prompt("Be brief.", [90, 91, 500, 501, 94, 95], ["<|im_start|>", "system\n", "Be", " brief.", "<|im_end|>", "\n"])
+    conv.system.set("Be brief.", [90, 91, 500, 501, 94, 95], ["<|im_start|>", "system\n", "Be", " brief.", "<|im_end|>", "\n"])
     return conv
 
 
@@ -88,10 +89,10 @@ def test_streamed_and_whole_turns_chunk_identically():
     text = "Intro line here with words.\n\nSecond paragraph with more words in it.\n\nThird one closes."
     whole, streamed = make(min_chunk=5), make(min_chunk=5)
     say(whole, "assistant", text)
-    turn = streamed.begin_turn("assistant")
+    turn = streamed.writer.begin("assistant")
     for token_id, piece in zip(*words(text)):
-        streamed.append_token(token_id, piece)
-    streamed.end_turn()
+        streamed.writer.append(token_id, piece)
+    streamed.writer.end()
     assert texts_of(whole, whole.turns[0]) == texts_of(streamed, turn)
     assert len(texts_of(streamed, turn)) == 3
 
@@ -104,7 +105,7 @@ def test_framing_wraps_each_turn_and_input_ids_follow_positions():
     assert ids[:6] == [90, 91, 500, 501, 94, 95]  # system prefix first
     assert ids[6:8] == [90, 92] and ids[-2:] == [94, 95]
     assert conv.live_token_count() == len(ids)
-    positions = conv.index_to_position()
+    positions = conv.table.position.copy()
     assert positions.tolist() == list(range(len(ids) - 6))
 
 
@@ -112,7 +113,7 @@ def test_positions_are_never_reused_after_pruning():
     conv = make(min_chunk=3)
     say(conv, "user", "alpha beta gamma.\n\ndelta epsilon zeta.\n\neta theta iota.")
     say(conv, "assistant", "one two three.\n\nfour five six.")
-    before = conv.next_position
+    before = conv.writer.next_position
     conv.prune_chunk(conv.chunk_by_key(0, 1, "user").id)
     say(conv, "user", "kappa lambda mu.")
     assert conv.chunks[max(conv.chunks)].start >= before
@@ -127,7 +128,7 @@ def test_magnitude_voting_rewards_attention_and_decays_the_rest():
     rows = np.flatnonzero(~conv.table.framing)
     attention = np.zeros(n, np.float32)
     attention[2] = 0.5  # a sink inside the system prompt, not at index 0
-    sys_n = len(conv.system_ids)
+    sys_n = len(conv.system.ids)
     attention[sys_n + rows[0]] = 0.3
     attention[sys_n + rows[1]] = 0.2
     conv.table.brightness[:] = 100
@@ -149,7 +150,7 @@ def test_brightness_is_capped_and_has_no_floor():
     conv.table.brightness[rows[1]] = -5
     attention = np.full(n, 0.0, np.float32)
     attention[0] = 0.5
-    attention[len(conv.system_ids) + rows[0]] = 0.5
+    attention[len(conv.system.ids) + rows[0]] = 0.5
     conv.apply_attention(attention)
     assert conv.table.brightness[rows[0]] == MAX_BRIGHTNESS
     assert conv.table.brightness[rows[1]] == -6
@@ -159,8 +160,8 @@ def test_current_turn_scoring_is_a_setting():
     for score_current in (True, False):
         conv = make(min_chunk=100, score_current_turn=score_current)
         say(conv, "user", "a b c")
-        turn = conv.begin_turn("assistant")
-        conv.append_token(7, " x")
+        turn = conv.writer.begin("assistant")
+        conv.writer.append(7, " x")
         n = conv.live_token_count()
         conv.apply_attention(np.full(n, 1.0 / n, np.float32))  # all at the fair share: decay
         row = conv.chunk_rows(conv.content_chunks(turn.turn_id)[0]).start
@@ -183,11 +184,11 @@ def seed_turns_3_and_4() -> Conversation:
     """The design's worked example: user turn 3 (S0..S2) and assistant turn 4 (S0..S4)."""
     conv = make(min_chunk=3)
     for _ in range(3):  # turns 0..2 so that the example's ids match the seed
-        say(conv, "user" if conv.next_turn_id % 2 == 0 else "assistant", "filler words here.")
+        say(conv, "user" if conv.writer.next_turn_id % 2 == 0 else "assistant", "filler words here.")
     conv.turns.clear()
     conv.chunks.clear()
     conv.table.keep(np.zeros(len(conv.table), bool))
-    conv.next_turn_id = 3
+    conv.writer.next_turn_id = 3
     say(conv, "user", "u zero here.\n\nu one here.\n\nu two here.")
     say(conv, "assistant", "a zero here.\n\na one here.\n\na two here.\n\na three here.\n\na four here.")
     peaks = {(3, 0, "user"): 9000, (3, 1, "user"): 50, (3, 2, "user"): 500,
@@ -200,7 +201,7 @@ def seed_turns_3_and_4() -> Conversation:
 
 def test_seed_anchor_example_prunes_skeleton_last_and_pairs_together():
     conv = seed_turns_3_and_4()
-    pruned = conv.prune_to_fit(len(conv.system_ids) + 1)
+    pruned = conv.prune_to_fit(len(conv.system.ids) + 1)
     content = [c.key for c in pruned if not c.framing]
     assert content[:0] == []
     order = [c.key for c in sorted((c for c in pruned if not c.framing), key=lambda c: c.start)]
@@ -263,9 +264,9 @@ def test_framing_leaves_with_the_last_chunk_of_its_turn():
 def test_resurrection_returns_chunk_to_its_place_with_anchors():
     conv = seed_turns_3_and_4()
     ids_before = conv.live_input_ids().copy()
-    conv.prune_to_fit(len(conv.system_ids) + 1)
+    conv.prune_to_fit(len(conv.system.ids) + 1)
     target = conv.chunk_by_key(4, 3, "assistant")
-    cost = conv.resurrection_cost(target)
+    cost = token_resurrection.cost(conv, target)
     resurrected = conv.resurrect([target.id])
     assert {c.key for c in resurrected if not c.framing} == {(4, 3, "assistant"), (3, 0, "user"), (4, 0, "assistant")}
     assert cost == sum(c.token_count for c in resurrected)
@@ -297,7 +298,7 @@ def test_manual_resurrection_pins_at_full_brightness():
 
 def test_already_live_chunks_cost_nothing():
     conv = seed_turns_3_and_4()
-    assert conv.resurrection_cost(conv.chunk_by_key(4, 3, "assistant")) == 0
+    assert token_resurrection.cost(conv, conv.chunk_by_key(4, 3, "assistant")) == 0
 
 
 def test_merge_with_next_joins_text_and_keeps_identity():

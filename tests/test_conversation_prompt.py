@@ -32,7 +32,7 @@ def test_a_conversation_keeps_its_own_prompt_when_the_default_changes(tmp_path):
     assert session.prompt.own() == "You are a helpful assistant.", "a new one starts with the default"
     session.prompt.set_own("You answer in French.")
     _frame(session)
-    assert session.conv.system_prompt == "You answer in French."
+    assert session.conv.system.text == "You answer in French."
     session.store.close()
 
     # The default changes: the conversation keeps its prompt, a new one takes the new default.
@@ -42,7 +42,7 @@ def test_a_conversation_keeps_its_own_prompt_when_the_default_changes(tmp_path):
     again.store.close()
     fresh = _open(new_conversation_path(tmp_path), system_prompt="Be terse.")
     _frame(fresh)
-    assert fresh.conv.system_prompt == "Be terse."
+    assert fresh.conv.system.text == "Be terse."
     fresh.store.close()
 
 
@@ -50,12 +50,12 @@ def test_the_notebook_instructions_follow_the_prompt_only_while_the_tool_is_on(t
     path = new_conversation_path(tmp_path)
     session = _open(path, system_prompt="You are a helpful assistant.", notes_tool=True)
     _frame(session)
-    assert session.conv.system_prompt.endswith(TOOL_PROMPT)
+    assert session.conv.system.text.endswith(TOOL_PROMPT)
     session.store.close()
     off = _open(path, notes_tool=False)
     assert off.prompt.own() == "You are a helpful assistant."
     _frame(off)
-    assert off.conv.system_prompt == "You are a helpful assistant.", "the instructions are gone"
+    assert off.conv.system.text == "You are a helpful assistant.", "the instructions are gone"
     off.store.close()
 
 
@@ -64,7 +64,7 @@ def test_a_file_from_before_prompts_per_conversation_keeps_its_prompt(tmp_path):
     with ConversationStore.open(path) as store:  # as an older version left it: no prompt of its own
         conv = store.load(Settings())
         old = "Be brief.\n\n" + TOOL_PROMPT
-        conv.set_system_prompt(old, [1, 2], ["Be", " brief."])
+        conv.system.set(old, [1, 2], ["Be", " brief."])
         store.save_system_prompt(conv)
         store.save_turn(conv, conv.add_turn("user", [5, 6], ["Hello", " there"]))
         assert store.get_meta("prompt") is None

@@ -15,6 +15,7 @@ import random
 import numpy as np
 import pytest
 
+from halo_weave.core import recall
 from halo_weave.conversation import Conversation, ConversationError
 from halo_weave.core.token_table import COLUMNS
 from halo_weave.settings import Settings
@@ -39,18 +40,18 @@ def state(conv: Conversation) -> dict:
         held[chunk_id] = (conv.held.texts(chunk_id) and list(conv.held.texts(chunk_id)),
                           None if tokens is None else
                           (tokens.token_ids.tolist(), list(tokens.texts), tokens.brightness.tolist()))
-    open_turn = conv.open_turn
+    open_turn = conv.writer.turn
     return {
         "columns": {name: getattr(table, name).tolist() for name in COLUMNS},
         "chunks": chunks,
         "turns": {i: dataclasses.asdict(t) for i, t in conv.turns.items()},
         "held": held,
         "recalls": dict(conv.recalls.items()),
-        "counters": (conv.next_position, conv.next_turn_id, conv.next_chunk_id),
+        "counters": (conv.writer.next_position, conv.writer.next_turn_id, conv.writer.next_chunk_id),
         "open": None if open_turn is None else open_turn.turn_id,
         "peaks": [a.tolist() for a in conv.chunk_peaks()],
         "graveyard": [c.id for c in conv.graveyard()],
-        "recalled_tokens": conv.recalled_tokens(),
+        "recalled_tokens": recall.recalled_tokens(conv),
     }
 
 
@@ -72,8 +73,8 @@ def pick(rng: random.Random, chunks) -> int | None:
 # refuse (ConversationError) like the real one would.
 def op_prune(rng, conv):
     # The app never prunes the answer being written (it spares the latest exchange).
-    conv.prune_to_fit(rng.randint(len(conv.system_ids), conv.live_token_count()),
-                      keep_latest_exchange=conv.open_turn is not None or rng.random() < 0.5)
+    conv.prune_to_fit(rng.randint(len(conv.system.ids), conv.live_token_count()),
+                      keep_latest_exchange=conv.writer.turn is not None or rng.random() < 0.5)
 
 
 def op_prune_chunk(rng, conv):
@@ -112,33 +113,33 @@ def op_recall(rng, conv):
     user = conv.turns.last("user")
     chunk_id = pick(rng, conv.live_chunks())
     if user is not None and chunk_id is not None:
-        conv.record_recall(user, [chunk_id])
+        recall.record(conv, user, [chunk_id])
 
 
 def op_turn(rng, conv):
-    if conv.open_turn is None:
+    if conv.writer.turn is None:
         last = conv.turns.last()
         role = "assistant" if last is not None and conv.turns[last].role == "user" else "user"
-        conv.add_turn(role, *words(paragraphs(rng)), created_at=1000.0 + conv.next_turn_id)
+        conv.add_turn(role, *words(paragraphs(rng)), created_at=1000.0 + conv.writer.next_turn_id)
 
 
 def op_stream(rng, conv):
-    if conv.open_turn is None:
-        conv.begin_turn("assistant", created_at=1000.0 + conv.next_turn_id)
+    if conv.writer.turn is None:
+        conv.writer.begin("assistant", created_at=1000.0 + conv.writer.next_turn_id)
     for token_id, text in zip(*words(paragraphs(rng)[: rng.randint(5, 60)])):
-        conv.append_token(token_id, text)
+        conv.writer.append(token_id, text)
     if rng.random() < 0.5:
-        conv.end_turn()
+        conv.writer.end()
 
 
 def op_remove_last(rng, conv):
-    conv.remove_last_turn()
+    conv.remove_turns_from()
 
 
 def op_reopen(rng, conv):
-    conv.reopen_answer()
-    conv.append_token(4242, " more")
-    conv.end_turn()
+    conv.writer.reopen_answer()
+    conv.writer.append(4242, " more")
+    conv.writer.end()
 
 
 OPERATIONS = [op_prune, op_prune_chunk, op_resurrect, op_pin, op_attention, op_merge, op_recall,
@@ -156,7 +157,7 @@ def attempt(operation, rng, conv) -> None:
 def test_every_operation_tried_and_taken_back_leaves_the_conversation_as_it_was(seed):
     rng = random.Random(seed)
     conv = Conversation(random_settings(rng), FRAMING)
-    conv.set_system_prompt("Be brief.", [90, 91, 500, 94, 95], ["<|im_start|>", "system\n", "Be", "<|im_end|>", "\n"])
+    conv.system.set("Be brief.", [90, 91, 500, 94, 95], ["<|im_start|>", "system\n", "Be", "<|im_end|>", "\n"])
     for _ in range(4):
         op_turn(rng, conv)
     for step in range(25):
@@ -198,6 +199,6 @@ def test_an_error_inside_a_trial_is_raised_and_the_change_taken_back():
     before = state(conv)
     with pytest.raises(RuntimeError):
         with conv.trial():
-            conv.prune_to_fit(len(conv.system_ids))
+            conv.prune_to_fit(len(conv.system.ids))
             raise RuntimeError("the save failed")
     assert state(conv) == before and not conv.graveyard()

@@ -101,7 +101,7 @@ def test_the_benchmarks_use_only_the_apps_public_names():
 
 def test_the_conversation_has_private_names_to_guard():
     names = private_names((ROOT / OWNER).read_text())
-    assert {"_writer", "_prune_chunks"} <= names
+    assert {"_prune_chunks"} <= names
 
 
 def test_no_module_reaches_into_the_conversation():

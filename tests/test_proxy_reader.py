@@ -41,7 +41,7 @@ def _conversation(tok, exchanges) -> Conversation:
     framing = build_framing(lambda t: tok.tokenize(t, parse_special=True), CHATML)
     conv = Conversation(Settings(min_chunk_tokens=8), framing)
     pieces = framing.wrap("system", tok.tokenize("You are brief."))
-    conv.set_system_prompt("You are brief.", [i for i, _ in pieces], [t for _, t in pieces])
+    conv.system.set("You are brief.", [i for i, _ in pieces], [t for _, t in pieces])
     for role, text in exchanges:
         pieces = tok.tokenize(text)
         conv.add_turn(role, [i for i, _ in pieces], [t for _, t in pieces])
@@ -67,7 +67,7 @@ def test_the_readers_attention_lights_what_the_answer_used(reader, tok):
     ])
     assert (conv.table.brightness == MAX_BRIGHTNESS).all(), "text mode: nothing measured yet"
     plan = proxy.plan_read(conv, reader.window)
-    assert plan.cut == 0 and plan.n_system == len(conv.system_ids)
+    assert plan.cut == 0 and plan.n_system == len(conv.system.ids)
     result = reader.read(plan.context_ids, plan.answer_ids)
     assert result.rows.shape == (len(plan.answer_ids), plan.tokens - 1)
     assert np.allclose(result.rows[np.arange(len(plan.answer_ids)), :].sum(axis=1), 1.0, atol=1e-3)

@@ -12,6 +12,8 @@ from datetime import datetime
 
 import pytest
 
+from halo_weave.core.anchors import anchors_of
+from halo_weave.core import token_resurrection
 from halo_weave.memory.query import date_spans, sub_queries
 from halo_weave.memory.resurrection_plan import make_plan
 from halo_weave.settings import Settings
@@ -76,7 +78,7 @@ def test_a_question_about_a_date_finds_what_was_said_that_day(diary):
     plain = [m.chunk_id for m in with_settings(index, date_weight=0.0).search(question, limit=4)]
     assert {parents.id, friends.id} <= set(plain)
     ids, _ = tokenize(index.embedder, question)
-    room = conv.resurrection_cost(parents) + 5  # one dinner's room, with its answer's opening
+    room = token_resurrection.cost(conv, parents) + 5  # one dinner's room, with its answer's opening
     dated.resurrect_for(conv, question, len(ids), conv.live_token_count() + len(ids) + 200 + room,
                         max_new_tokens=200, store=store)
     assert conv.chunks[parents.id].live and not conv.chunks[friends.id].live
@@ -119,7 +121,7 @@ def test_anchors_never_keep_out_a_match_when_paid_from_what_is_left(diary):
     room = make_plan(conv, matches, budget, anchors="if_room")
     assert {p.match.chunk_id for p in room.taken} == {boat.id, dog.id} and room.tokens <= budget
     roomy = make_plan(conv, matches, 10_000, anchors="if_room")  # with room, the anchors come too
-    assert sorted(roomy.anchors) == sorted(a.id for c in (boat, dog) for a in conv.anchors_of(c))
+    assert sorted(roomy.anchors) == sorted(a.id for c in (boat, dog) for a in anchors_of(conv, c))
     assert roomy.tokens == make_plan(conv, matches, 10_000).tokens
     before = conv.live_token_count()
     room.apply(conv, "at_prune")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from halo_weave.core import token_resurrection
 from halo_weave.memory.ranking import distinctive_terms, fts_query, stem
 from halo_weave.store import ConversationStore
 from test_semantic_index import (chunk_with, embedder, index_all_pruned, new_conversation,  # noqa: F401
@@ -76,7 +77,7 @@ def test_the_line_that_answers_comes_back_not_the_one_naming_the_speaker(chat):
     assert before.search(question, limit=1)[0].chunk_id != door.id  # a short line naming Robin
     assert index.search(question, limit=1)[0].chunk_id == door.id
     ids, _ = tokenize(index.embedder, question)
-    room = conv.resurrection_cost(door, with_anchors=False) + 2
+    room = token_resurrection.cost(conv, door, with_anchors=False) + 2
     index.resurrect_for(conv, question, len(ids), conv.live_token_count() + len(ids) + 200 + room,
                         max_new_tokens=200, store=store)
     assert conv.chunks[door.id].live

@@ -8,6 +8,7 @@ import sqlite3
 
 import pytest
 
+from halo_weave.core import recall
 from halo_weave.session import ChatSession
 from halo_weave.settings import Settings
 from halo_weave.storage import files, integrity
@@ -29,7 +30,7 @@ def _exchange(session: ChatSession, text: str, recalled=()) -> int:
     turn = session.add_user_message(*_pieces(text), recalled=recalled)
     session.begin_answer()
     for i, word in enumerate("Noted, thank you for telling me.".split()):
-        session.conv.append_token(300 + i, (" " if i else "") + word)
+        session.conv.writer.append(300 + i, (" " if i else "") + word)
     session.finish_turn("stop", prune=False)
     return turn.turn_id
 
@@ -65,12 +66,12 @@ def test_what_a_message_recalled_is_read_back_with_its_marks(talk):
     session, path, question, facts = talk
     ids = tuple(c.id for c in facts)
     assert session.conv.recalls.of(question) == ids
-    tokens = session.conv.recalled_tokens()
+    tokens = recall.recalled_tokens(session.conv)
     store, conv = _reopen(session, path)
     with store:
         assert conv.recalls.of(question) == ids
         assert [conv.chunks[c].recalled_for for c in ids] == [question] * len(ids) and len(ids) == 3
-        assert conv.recalled_tokens() == tokens > 0
+        assert recall.recalled_tokens(conv) == tokens > 0
         assert files.check_file(path)[0], "every row summed"
 
 
@@ -137,7 +138,7 @@ def test_a_file_without_the_record_shows_nothing_recalled(talk):
     assert files.check_file(path)[0], "an older file checks sound"
     with ConversationStore.open(path, create=False) as store:
         conv = store.load(SETTINGS)
-        assert not len(conv.recalls) and conv.recalled_tokens() == 0
+        assert not len(conv.recalls) and recall.recalled_tokens(conv) == 0
         assert all(conv.chunks[c.id].live for c in facts), "the chunks came back all the same"
         assert not store.read_only
     assert files.check_file(path)[0]

@@ -61,7 +61,7 @@ def test_markup_in_a_message_or_the_system_prompt_opens_no_turn(client, tmp_path
     # Two turns (system, user): each opened and closed once, by its framing alone.
     assert sent.count(markers["<|im_start|>"]) == 2 and sent.count(markers["<|im_end|>"]) == 2
     assert "".join(session.conv.chunk_text(c.id) for c in session.conv.content_chunks(user.turn_id)) == hostile
-    assert "".join(session.conv.system_texts).endswith("Be brief. " + hostile + "\n")
+    assert "".join(session.conv.system.texts).endswith("Be brief. " + hostile + "\n")
 
 
 def test_user_message_is_on_disk_before_the_answer_starts(client, tmp_path):
@@ -124,14 +124,14 @@ def test_a_message_whose_save_fails_leaves_the_conversation_as_it_was(client, tm
     _turn(session, rng)
     conv = session.conv
     before = ({name: getattr(conv.table, name).tolist() for name in ("position", "token_id", "brightness")},
-              {c.id: (c.live, c.token_count) for c in conv.chunks.values()}, conv.next_turn_id)
+              {c.id: (c.live, c.token_count) for c in conv.chunks.values()}, conv.writer.next_turn_id)
     pieces = session.server.tokenize("Remember the violet harbor.")
     session.store.conn.execute("PRAGMA query_only = 1")
     with pytest.raises(sqlite3.OperationalError, match="readonly"):
         session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
     assert session.conv is conv
     assert ({name: getattr(conv.table, name).tolist() for name in ("position", "token_id", "brightness")},
-            {c.id: (c.live, c.token_count) for c in conv.chunks.values()}, conv.next_turn_id) == before
+            {c.id: (c.live, c.token_count) for c in conv.chunks.values()}, conv.writer.next_turn_id) == before
     session.store.conn.execute("PRAGMA query_only = 0")
     turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
     peek = sqlite3.connect(path)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from halo_weave.core import token_resurrection
 from halo_weave.semantic_index import EntryDraft, SemanticIndex
 from halo_weave.settings import Settings
 from halo_weave.store import ConversationStore
@@ -100,7 +101,7 @@ def test_the_resurrection_plan_is_the_same_when_the_vectors_move_in_their_last_b
                 draft.vector = vector
             index.store(drafts)
             matches = index.search_vector(QUERY, len(COSINES))
-            cost = conv.resurrection_cost(conv.chunks[content[0]], with_anchors=True)
+            cost = token_resurrection.cost(conv, conv.chunks[content[0]], with_anchors=True)
             plan = index.plan(conv, matches, 4 * cost)
             plans.add(tuple(plan.chunk_ids))
     assert len(plans) == 1, f"the plan depends on the CPU: {plans}"

@@ -49,7 +49,7 @@ def reference_pass(full: Conversation, turns: list[tuple[list[int], list[str]]],
         except TypeError:
             source.reset()
     table = full.table
-    system = [int(i) for i in full.system_ids]
+    system = [int(i) for i in full.system.ids]
     turn_starts = np.flatnonzero(np.concatenate(([True], table.turn_id[1:] != table.turn_id[:-1])))
     out: dict[int, ReferenceTurn] = {}
     for turn_id in sorted(full.turns):

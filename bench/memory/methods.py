@@ -27,6 +27,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+from halo_weave.core.anchors import anchors_of
+from halo_weave.core import token_resurrection
 from halo_weave.conversation import Conversation
 from halo_weave.core import ties
 from halo_weave.memory.resurrection_plan import budget, make_plan
@@ -62,7 +64,7 @@ def turn_tokens(conv: Conversation, turn_id: int) -> int:
 def keep_recent(conv: Conversation, limit: int) -> Conversation:
     """A copy of ``conv`` holding only the most recent whole turns that fit ``limit``."""
     conv = copy.deepcopy(conv)
-    used = len(conv.system_ids)
+    used = len(conv.system.ids)
     turn_ids = sorted(conv.turns, reverse=True)
     cut = len(turn_ids)
     for n, turn_id in enumerate(turn_ids):
@@ -131,7 +133,7 @@ def answer_rag(recent: Conversation, matches, q: QuestionContext) -> Outcome:
         chunk = conv.chunks.get(match.chunk_id)
         if chunk is None or chunk.live or chunk.id in taken:
             continue
-        cost = conv.resurrection_cost(chunk, with_anchors=False)
+        cost = token_resurrection.cost(conv, chunk, with_anchors=False)
         if cost <= left:
             conv.resurrect([chunk.id], with_anchors=False)
             taken.append(chunk.id)
@@ -228,7 +230,7 @@ def _read_plan(base: Conversation, plan, matches, q: QuestionContext) -> Outcome
     """Recall and tokens of ``base`` with ``plan`` applied, read without applying it."""
     coming = set(plan.chunk_ids)
     if plan.with_anchors:
-        coming.update(a.id for p in plan.taken for a in base.anchors_of(base.chunks[p.match.chunk_id]))
+        coming.update(a.id for p in plan.taken for a in anchors_of(base, base.chunks[p.match.chunk_id]))
     live = [d for d in q.question.evidence
             if any(c.live or c.id in coming for c in base.content_chunks(q.turn_of[d]))]
     searched = {m.turn_id for m in matches}

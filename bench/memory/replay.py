@@ -32,6 +32,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+from halo_weave.core import token_resurrection
 from halo_weave.core import ties
 from halo_weave.core.chat_template import build_framing, system_text
 from halo_weave.conversation import Conversation, Framing
@@ -137,14 +138,14 @@ class MeanRankConversation(Conversation):
 def new_conversation(tok: TokenizedDialogue, settings: Settings, rank: str = "peak") -> Conversation:
     """An empty conversation with the dialogue's framing and system prompt."""
     conv = (MeanRankConversation if rank == "mean" else Conversation)(settings, tok.framing)
-    conv.set_system_prompt(settings.system_prompt, [i for i, _ in tok.system],
+    conv.system.set(settings.system_prompt, [i for i, _ in tok.system],
                            [t for _, t in tok.system])
     return conv
 
 
 def live_keys(conv: Conversation) -> list[int]:
     """One identity per input cell: negative for the system prompt, else the position."""
-    n = len(conv.system_ids)
+    n = len(conv.system.ids)
     return list(range(-n, 0)) + conv.table.position.tolist()
 
 
@@ -268,7 +269,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
             before = conv.live_token_count()
             room = resurrection_budget(conv, len(ids), model_context, max_new_tokens,
                                        session.settings.resurrection_budget_cap)
-            matches = search(turn.text, conv.next_turn_id)
+            matches = search(turn.text, conv.writer.next_turn_id)
             if policy.resurrect == "plain":  # rag: by similarity, no anchors
                 back = conv.resurrect(plain_plan(conv, matches, room), with_anchors=False)
             else:
@@ -287,7 +288,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
         if policy.attention and (turn.role == "assistant" or policy.score_user):
             session.begin_answer(role=turn.role, created_at=turn.created_at)
             request = session.generation_request()
-            keys = live_keys(conv) + list(range(conv.next_position, conv.next_position + len(ids)))
+            keys = live_keys(conv) + list(range(conv.writer.next_position, conv.writer.next_position + len(ids)))
             live = conv.table.position[~conv.table.framing].copy()
             for event in backend.stream(forced=(ids, texts), keys=keys, **request):
                 session.receive(event)
@@ -321,7 +322,7 @@ def plain_plan(conv: Conversation, matches, room: int) -> list[int]:
         chunk = conv.chunks.get(match.chunk_id)
         if chunk is None or chunk.live or chunk.framing or chunk.id in taken:
             continue
-        cost = conv.resurrection_cost(chunk, with_anchors=False)
+        cost = token_resurrection.cost(conv, chunk, with_anchors=False)
         if cost <= room:
             taken.append(chunk.id)
             room -= cost

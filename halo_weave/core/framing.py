@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
+
 ROLES = ("system", "user", "assistant")
 
 #: The words of a recall note (:mod:`halo_weave.memory.recall_note`), tokenized with the
@@ -37,3 +39,28 @@ class Framing:
     def none(cls) -> "Framing":
         empty = {role: ([], []) for role in ROLES}
         return cls(prefix=dict(empty), suffix=dict(empty))
+
+
+class SystemPrompt:
+    """The system prompt of a conversation: its text and the framed, tokenized prefix
+    the model reads before every turn (never scored, never pruned)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.ids = np.zeros(0, np.int32)
+        self.texts: list[str] = []
+
+    def set(self, text: str, token_ids: Sequence[int], texts: Sequence[str]) -> None:
+        """Set the prefix (already framed and tokenized by the caller)."""
+        self.text = text
+        self.ids = np.asarray(token_ids, np.int32)
+        self.texts = list(texts)
+
+    def snapshot(self) -> tuple:
+        """The prompt as it is now (for :meth:`restore`)."""
+        return self.text, self.ids, list(self.texts)
+
+    def restore(self, snapshot: tuple) -> None:
+        """Back to what :meth:`snapshot` saw (the snapshot stays usable)."""
+        self.text, self.ids, texts = snapshot
+        self.texts = list(texts)

@@ -3,7 +3,8 @@
 A :class:`~halo_weave.conversation.Conversation` owns one :class:`TurnWriter`; every turn
 is written through it, whole (a user message) or token by token (an answer).  It keeps
 what only the open turn needs: the turn itself and the paragraph-boundary detector that
-decides where the next chunk starts (:mod:`.chunking`).
+decides where the next chunk starts (:mod:`.chunking`), and the counters every new turn,
+chunk and token takes its id or position from.
 """
 
 from __future__ import annotations
@@ -30,17 +31,33 @@ class TurnWriter:
         self.turn: Turn | None = None
         self._detector = BoundaryDetector()
         self._boundary_pending = False
-        #: Brightness the open turn's tokens start with (``Conversation.start_brightness``).
+        #: Brightness the open turn's tokens start with (:meth:`_start_brightness`).
         self.start = conv.settings.initial_brightness
+        #: The next token's position and the next turn's and chunk's ids (never reused).
+        self.next_position = 0
+        self.next_turn_id = 0
+        self.next_chunk_id = 0
 
     def snapshot(self) -> tuple:
-        """The open turn and where its text stands (for :meth:`restore`)."""
-        return self.turn, copy.copy(self._detector), self._boundary_pending, self.start
+        """The open turn, where its text stands and the counters (for :meth:`restore`)."""
+        return (self.turn, copy.copy(self._detector), self._boundary_pending, self.start,
+                self.next_position, self.next_turn_id, self.next_chunk_id)
 
     def restore(self, snapshot: tuple) -> None:
         """Back to what :meth:`snapshot` saw (the snapshot stays usable)."""
-        self.turn, detector, self._boundary_pending, self.start = snapshot
+        (self.turn, detector, self._boundary_pending, self.start,
+         self.next_position, self.next_turn_id, self.next_chunk_id) = snapshot
         self._detector = copy.copy(detector)
+
+    def _start_brightness(self) -> int:
+        """Where a new turn's tokens start: the cap ("fail bright") or the live median of
+        the scored tokens (``new_token_brightness``)."""
+        s, table = self.conv.settings, self.conv.table
+        if s.new_token_brightness == "median":
+            scored = table.brightness[~table.framing]
+            if scored.size:
+                return int(np.median(scored))
+        return s.initial_brightness
 
     def _open(self, turn: Turn) -> Turn:
         self.turn = turn
@@ -55,16 +72,16 @@ class TurnWriter:
             raise ConversationError(f"cannot add a {role!r} turn")
         if self.turn is not None:
             raise ConversationError("the previous turn is still open")
-        turn = Turn(conv.next_turn_id, role, created_at if created_at is not None else time.time())
-        conv.next_turn_id += 1
+        turn = Turn(self.next_turn_id, role, created_at if created_at is not None else time.time())
+        self.next_turn_id += 1
         conv.turns[turn.turn_id] = turn
         self._open(turn)
-        self.start = conv.start_brightness()
+        self.start = self._start_brightness()
         ids, texts = conv.framing.prefix.get(role, ([], []))
         self._add_framing(turn, PREFIX_INDEX, ids, texts)
         return turn
 
-    def append(self, token_id: int, text: str, tool_result: bool = False) -> Chunk:
+    def append(self, token_id: int, text: str, *, tool_result: bool = False) -> Chunk:
         """Append one content token to the open turn; returns the chunk it joined."""
         turn = self.turn
         if turn is None:
@@ -129,7 +146,7 @@ class TurnWriter:
         if closing:
             # The closing framing held the last positions; the answer's last chunk must stay
             # contiguous (start + token_count), so the new tokens take them over.
-            conv.next_position = min(c.start for c in closing)
+            self.next_position = min(c.start for c in closing)
         turn.complete = False
         self._open(turn)
         hit = False
@@ -153,9 +170,9 @@ class TurnWriter:
 
     def _new_chunk(self, turn: Turn, chunk_index: int, *, tool_result: bool = False) -> Chunk:
         conv = self.conv
-        chunk = Chunk(id=conv.next_chunk_id, turn_id=turn.turn_id, chunk_index=chunk_index,
-                      role=turn.role, start=conv.next_position, tool_result=tool_result)
-        conv.next_chunk_id += 1
+        chunk = Chunk(id=self.next_chunk_id, turn_id=turn.turn_id, chunk_index=chunk_index,
+                      role=turn.role, start=self.next_position, tool_result=tool_result)
+        self.next_chunk_id += 1
         conv.chunks[chunk.id] = chunk
         conv.held.start(chunk.id)
         turn.chunk_ids.append(chunk.id)
@@ -170,8 +187,8 @@ class TurnWriter:
 
     def _append_row(self, chunk: Chunk, token_id: int, text: str, *, framing: bool) -> None:
         conv = self.conv
-        conv.table.append_one(conv.next_position, token_id, self.start,
+        conv.table.append_one(self.next_position, token_id, self.start,
                               chunk.id, chunk.turn_id, framing)
         conv.held.append(chunk.id, text)
         chunk.token_count += 1
-        conv.next_position += 1
+        self.next_position += 1

@@ -48,7 +48,7 @@ class ReadPlan:
 def plan_read(conv: Conversation, window: int, answer_turn: int | None = None) -> ReadPlan | None:
     """The read for ``answer_turn`` (default: the last assistant turn), or None when there
     is nothing to read (no live answer, or an answer while a turn is still open)."""
-    if conv.open_turn is not None:
+    if conv.writer.turn is not None:
         return None
     turn_id = conv.turns.last("assistant") if answer_turn is None else answer_turn
     if turn_id is None:
@@ -62,7 +62,7 @@ def plan_read(conv: Conversation, window: int, answer_turn: int | None = None) -
     room = window - 1  # the last answer token is never a query: it costs no row
     answer_rows = answer_rows[: max(1, room - MIN_CONTEXT_ROWS)]
     room -= len(answer_rows)
-    system = conv.system_ids if len(conv.system_ids) <= room // 2 else conv.system_ids[:0]
+    system = conv.system.ids if len(conv.system.ids) <= room // 2 else conv.system.ids[:0]
     room -= len(system)
     start = max(0, first - room)
     context_rows = np.arange(start, first)

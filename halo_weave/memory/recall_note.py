@@ -94,7 +94,7 @@ def for_message(conv, turn_id: int, limit: int = NOTE_TOKENS) -> RecallNote | No
     content = [c for c in conv.content_chunks(turn_id) if c.live] if turn_id in conv.turns else []
     if not ids or not content:
         return None
-    offset = len(conv.system_ids) + int(np.searchsorted(conv.table.position, content[0].start))
+    offset = len(conv.system.ids) + int(np.searchsorted(conv.table.position, content[0].start))
     return RecallNote(tuple(ids), tuple(texts), offset)
 
 

@@ -27,6 +27,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..core.anchors import anchors_of
 from ..conversation import Chunk, Conversation
 from ..storage import index_tables
 from ..storage.sql import transaction
@@ -129,7 +130,7 @@ def make_plan(conv: Conversation, matches: Sequence[Match], budget: int,
         chunk = conv.chunks.get(match.chunk_id)
         if chunk is None or chunk.framing:
             continue  # an entry whose chunk is gone (merged away) cannot come back
-        group = [chunk] + (conv.anchors_of(chunk) if plan.with_anchors else [])
+        group = [chunk] + (anchors_of(conv, chunk) if plan.with_anchors else [])
         cost, new, turns = cost_of(group)
         if max_chunks > 0 and len(cost_of.planned) + len(new) > max_chunks:
             if new:
@@ -142,7 +143,7 @@ def make_plan(conv: Conversation, matches: Sequence[Match], budget: int,
             plan.skipped.append(PlannedMatch(match, cost))
     if not plan.with_anchors:
         for planned in list(plan.taken):
-            for anchor in conv.anchors_of(conv.chunks[planned.match.chunk_id]):
+            for anchor in anchors_of(conv, conv.chunks[planned.match.chunk_id]):
                 cost, new, turns = cost_of([anchor])
                 if max_chunks > 0 and len(cost_of.planned) + len(new) > max_chunks:
                     break

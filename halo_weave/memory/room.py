@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from ..core.anchors import anchors_of
 from ..conversation import Chunk, Conversation
 from ..core import pruning
 from ..rules import prune_order
@@ -87,7 +88,7 @@ def room_choice(conv: Conversation, matches: Sequence[Match], planner: Planner, 
     for planned in plan.taken:
         chunk = conv.chunks.get(planned.match.chunk_id)
         if chunk is not None:
-            keep.update(c.id for c in [chunk, *conv.anchors_of(chunk)] if c.live)
+            keep.update(c.id for c in [chunk, *anchors_of(conv, chunk)] if c.live)
     chosen = pruning.select(conv, conv.live_token_count() - max(limit, 0),
                             order=prune_order(order or conv.settings.prune_order),
                             spared=conv.turns.last("user"), keep=keep)

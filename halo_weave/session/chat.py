@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
+from ..core import recall
 from ..conversation import Chunk, Conversation, Framing, Turn
 from ..errors import AttentionError
 from ..events import TokenEvent
@@ -166,7 +167,7 @@ class ChatSession:
         if store is None:
             return
         try:
-            if conv is not None and conv.open_turn is None and not store.read_only:
+            if conv is not None and conv.writer.turn is None and not store.read_only:
                 store.save_brightness(conv)
         finally:
             store.close()
@@ -194,7 +195,7 @@ class ChatSession:
         conv, store = self.conv, self.store
         saved = conv.snapshot() if store is not None else None
         turn = conv.add_turn("user", ids, texts, created_at)
-        conv.record_recall(turn.turn_id, [c.id for c in recalled])
+        recall.record(conv, turn.turn_id, [c.id for c in recalled])
         if store is not None:
             try:
                 store.save_turn(conv, turn)
@@ -230,11 +231,11 @@ class ChatSession:
         ``role="user"``: a turn whose tokens stream in like an answer (the memory
         benchmark scores user turns by their prefill attention that way).
         """
-        self.conv.begin_turn(role, created_at)
+        self.conv.writer.begin(role, created_at)
         self.answer.start()
         self.rounds.reset()
         for token_id, piece in prefix:
-            self.conv.append_token(int(token_id), piece)
+            self.conv.writer.append(int(token_id), piece)
             self.answer.added()
 
     def resume_answer(self) -> Turn:
@@ -270,7 +271,7 @@ class ChatSession:
         is applied before the token is appended, and not kept afterwards.
         """
         conv, answer = self.conv, self.answer
-        if conv is None or conv.open_turn is None or event.token_id in answer.stop_ids:
+        if conv is None or conv.writer.turn is None or event.token_id in answer.stop_ids:
             return False
         answer.clock.token()
         attention = self.recall.without_note(event.attention, conv.live_token_count())
@@ -283,7 +284,7 @@ class ChatSession:
                 if answer.attention_errors == 1:
                     self.report(exc, "Brightness update")
         self.rounds.record(event.token_id, event.text, attention)
-        conv.append_token(event.token_id, event.text)
+        conv.writer.append(event.token_id, event.text)
         answer.added()
         if answer.streamed % STREAM_SAVE_EVERY == 0:
             self.save(lambda: self.store.save_stream_progress(conv), "Saving the answer")
@@ -296,9 +297,9 @@ class ChatSession:
         """
         conv, answer = self.conv, self.answer
         answer.finish(reason, rate)
-        if conv is None or conv.open_turn is None:
+        if conv is None or conv.writer.turn is None:
             return TurnEnd(reason, None)
-        turn = conv.end_turn()
+        turn = conv.writer.end()
         self.recall.end_note()
         before = self.attention_available
         if answer.streamed and not answer.attention_seen and self.attention_available:
@@ -327,8 +328,8 @@ class ChatSession:
     def close_open_turn(self) -> None:
         """Quitting mid-answer keeps the partial answer."""
         conv, store = self.conv, self.store
-        if conv is not None and store is not None and conv.open_turn is not None:
-            turn = conv.end_turn()
+        if conv is not None and store is not None and conv.writer.turn is not None:
+            turn = conv.writer.end()
             self.save(lambda: store.save_turn(conv, turn), "Saving the answer")
 
     # ------------------------------------------------------------------ plumbing

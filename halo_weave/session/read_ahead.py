@@ -51,7 +51,7 @@ def input_ids_with(conv, chunks, without=()) -> np.ndarray:
     positions = np.concatenate([table.position[kept]] + [np.arange(c.start, c.end) for c in chunks])
     ids = np.concatenate([table.token_id[kept]] + [np.asarray(tokens[c.id].token_ids) for c in chunks])
     order = np.argsort(positions, kind="stable")
-    return np.concatenate((conv.system_ids, ids[order])).astype(np.int32)
+    return np.concatenate((conv.system.ids, ids[order])).astype(np.int32)
 
 
 def unread(held: list[int], ids: list[int]) -> int:

@@ -40,8 +40,8 @@ class SystemPrompt:
         if isinstance(saved, str):
             return saved
         conv = session.conv
-        if conv is not None and conv.system_prompt:
-            return without_notes_tool(conv.system_prompt)
+        if conv is not None and conv.system.text:
+            return without_notes_tool(conv.system.text)
         return session.settings.system_prompt
 
     def effective(self) -> str:
@@ -59,7 +59,7 @@ class SystemPrompt:
         conv, prompt, chosen = self._session.conv, self.effective(), self._session.server.template
         framed = self._framed_with
         same_template = framed is None or framed[0] is not conv or framed[1] == chosen.name
-        if conv.system_prompt == prompt and same_template and (len(conv.system_ids) > 0 or not prompt.strip()):
+        if conv.system.text == prompt and same_template and (len(conv.system.ids) > 0 or not prompt.strip()):
             return None
         return system_text(prompt, chosen)
 
@@ -75,7 +75,7 @@ class SystemPrompt:
         """Adopt ``prompt`` tokenized (:meth:`pieces`) as the system turn and save it."""
         session = self._session
         conv = session.conv
-        conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
+        conv.system.set(prompt, [i for i, _ in pieces], [t for _, t in pieces])
         self._framed_with = (conv, session.server.template.name)
         own = without_notes_tool(prompt)
         session.save(lambda: session.store.save_system_prompt(conv, own), "Saving the system prompt")

@@ -40,6 +40,7 @@ import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..core import token_resurrection
 from ..conversation import Chunk, Conversation, Turn
 from ..errors import ConversationError, StoreDamaged
 from . import integrity
@@ -138,7 +139,7 @@ def states(conv: Conversation, store: ConversationStore) -> dict[int, BranchStat
             # The new tail is still to come (an earlier answer being regenerated): its
             # first turn will take the next id.  (A crash here: opening shows the newest
             # stashed tail again, see show_orphaned.)
-            first = conv.next_turn_id
+            first = conv.writer.next_turn_id
         earlier = [b for b in siblings if b.first_turn_id < first]
         later = [b for b in siblings if b.first_turn_id > first]
         out[first] = BranchState(parent, first, len(earlier) + 1, len(siblings) + 1,
@@ -324,7 +325,7 @@ def show_orphaned(store: ConversationStore) -> bool:
 
 # ---------------------------------------------------------------------- changing
 def _check_closed(conv: Conversation) -> None:
-    if conv.open_turn is not None:
+    if conv.writer.turn is not None:
         raise BranchError("Wait for the answer to finish before changing an earlier message.")
 
 
@@ -361,7 +362,7 @@ def reopen_before(conv: Conversation, turn_id: int, room_for: int = 0) -> list[C
             break
         if chunk.turn_id >= turn_id or chunk.live:
             continue  # later (gone) or already back with an anchor
-        cost = conv.resurrection_cost(chunk)
+        cost = token_resurrection.cost(conv, chunk)
         if cost > room:
             break  # what is older than a paragraph that does not fit stays pruned
         came = conv.resurrect([chunk.id])

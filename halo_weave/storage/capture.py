@@ -351,7 +351,7 @@ def generation_meta(conversation, **extra) -> dict:
     """What :meth:`AttentionRecorder.start` should get: context shape, chunks, settings."""
     s = conversation.settings
     return {
-        "system_length": int(len(conversation.system_ids)),
+        "system_length": int(len(conversation.system.ids)),
         "live_tokens": int(conversation.live_token_count()),
         "settings": {
             "max_context_tokens": s.max_context_tokens, "brightness_cap": s.brightness_cap,

@@ -13,6 +13,7 @@ import json
 import sqlite3
 from typing import Any
 
+from ..core import table_from_records
 from ..conversation import Conversation, Framing
 from ..core.registry import ChunkColumns, TurnColumns
 from ..errors import StoreCorrupt, StoreError
@@ -54,7 +55,7 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
     for damaged in store.damage:  # a damaged value is not used (defaults instead)
         if damaged.table == "meta":
             meta.pop(damaged.key, None)
-    conv.set_system_prompt(
+    conv.system.set(
         meta.get("system_prompt", ""), meta.get("system_ids", []), meta.get("system_texts", [])
     )
     names = meta.get("role_names")
@@ -68,14 +69,14 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
         turns = turn_columns(store.conn, store.path.name, skip)
         chunks = chunk_columns(store.conn, store.path.name, turns, skip)
     # (Rows of chunks left out are dropped there: only the live chunks' order is kept.)
-    conv.rehydrate(turns, chunks, *unpack_token_rows(live_token_rows(store.conn, chunks)))
+    table_from_records.take_records(conv, turns, chunks, *unpack_token_rows(live_token_rows(store.conn, chunks)))
     last = len(chunks) - 1
     end = int(chunks.start[last] + chunks.token_count[last]) if len(chunks) else 0
     chunk_end = int(chunks.id.max()) + 1 if len(chunks) else 0
     turn_end = int(turns.turn_id[-1]) + 1 if len(turns) else 0
-    conv.next_position = max(meta.get("next_position", 0), end)
-    conv.next_turn_id = max(meta.get("next_turn_id", 0), turn_end)
-    conv.next_chunk_id = max(meta.get("next_chunk_id", 0), chunk_end)
+    conv.writer.next_position = max(meta.get("next_position", 0), end)
+    conv.writer.next_turn_id = max(meta.get("next_turn_id", 0), turn_end)
+    conv.writer.next_chunk_id = max(meta.get("next_chunk_id", 0), chunk_end)
     conv.chunk_loader = store.load_chunk_tokens
     recall_rows.load(store.conn, conv, [d.key for d in store.damage if d.table == "recalls"])
     store._streamed.clear()
@@ -124,8 +125,8 @@ def _close_crashed_turn(store, conv: Conversation) -> None:
     last = conv.turns.last()
     for turn in incomplete:
         if turn.turn_id == last:
-            conv.resume_turn(last)
-            conv.end_turn()
+            conv.writer.resume(last)
+            conv.writer.end()
         else:  # cannot happen through this API; closing it keeps positions ordered
             turn.complete = True
     if store.read_only:

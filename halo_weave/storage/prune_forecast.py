@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..core import table_from_records
 from ..errors import CaptureError
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def prune_forecast(capture: Capture, record: int = -1, groups: int = 10) -> list
                       row["token_count"], live=True, pinned=row["pinned"], tool_result=row["tool_result"])
         a = int(np.searchsorted(positions, row["start"]))
         n = row["token_count"]
-        conv.rehydrate_chunk(chunk, ChunkTokens(np.zeros(n, np.int32), [""] * n, brightness[a:a + n].copy()))
+        table_from_records.add_chunk(conv, chunk, ChunkTokens(np.zeros(n, np.int32), [""] * n, brightness[a:a + n].copy()))
     forecast = []
     while len(forecast) < groups and conv.live_token_count() > 0:
         pruned = [c for c in conv.prune_to_fit(conv.live_token_count() - 1) if not c.framing]

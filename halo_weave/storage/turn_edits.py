@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..conversation import Chunk, Conversation, Turn
+from ..core import recall
 from ..errors import ConversationError
 from ..store import ConversationStore
 from . import recall_rows
@@ -141,15 +142,14 @@ def retire_answer(conv: Conversation, store: ConversationStore) -> list[Chunk]:
     conversation then ends with the question, ready for a new answer.
     """
     question, answer = last_exchange(conv)
-    if question is None or answer is None or conv.open_turn is not None:
+    if question is None or answer is None or conv.writer.turn is not None:
         raise TurnEditError("There is no finished answer to regenerate.")
     ids, texts = _content_tokens(conv, store, answer)
     with store.transaction():
         _insert_version(store, question.turn_id, answer.created_at, None, ids, texts)
         _delete_turn_rows(store, answer)
         store.set_meta("updated_at", time.time())
-    _, chunks = conv.remove_last_turn()
-    return chunks
+    return conv.remove_turns_from()
 
 
 def show_version(conv: Conversation, store: ConversationStore, version: AnswerVersion) -> tuple[Turn, list[Chunk]]:
@@ -158,18 +158,18 @@ def show_version(conv: Conversation, store: ConversationStore, version: AnswerVe
     One transaction.  Returns the new answer turn and the removed chunks.
     """
     question, answer = last_exchange(conv)
-    if question is None or answer is None or conv.open_turn is not None or version.user_turn_id != question.turn_id:
+    if question is None or answer is None or conv.writer.turn is not None or version.user_turn_id != question.turn_id:
         raise TurnEditError("Only the last answer has versions to flip through.")
     ids, texts = _content_tokens(conv, store, answer)
     with store.transaction():
         _insert_version(store, question.turn_id, answer.created_at, None, ids, texts)
         _delete_turn_rows(store, answer)
         store.conn.execute("DELETE FROM answer_versions WHERE id = ?", (version.id,))
-        _, removed = conv.remove_last_turn()
-        turn = conv.begin_turn("assistant", created_at=version.created_at)
+        removed = conv.remove_turns_from()
+        turn = conv.writer.begin("assistant", created_at=version.created_at)
         for token_id, text in zip(version.token_ids.tolist(), version.texts):
-            conv.append_token(int(token_id), text)
-        conv.end_turn()
+            conv.writer.append(int(token_id), text)
+        conv.writer.end()
         store.save_turn(conv, turn)
     return turn, removed
 
@@ -178,10 +178,10 @@ def begin_continue(conv: Conversation, store: ConversationStore) -> Turn:
     """Continue, first half: reopen the last answer (its closing framing goes), one transaction.
 
     Tokens then stream into the same turn and its last chunk, exactly as if the answer had
-    not stopped; :meth:`Conversation.end_turn` and ``store.save_turn`` close it again.
+    not stopped; :meth:`TurnWriter.end` and ``store.save_turn`` close it again.
     """
     question, answer = last_exchange(conv)
-    if answer is None or conv.open_turn is not None:
+    if answer is None or conv.writer.turn is not None:
         raise TurnEditError("There is no answer to continue.")
     content = conv.content_chunks(answer.turn_id)
     if not content or not content[-1].live:
@@ -193,9 +193,9 @@ def begin_continue(conv: Conversation, store: ConversationStore) -> Turn:
         conn.executemany("DELETE FROM chunk_tokens WHERE chunk_id = ?", [(c.id,) for c in closing])
         conn.executemany("DELETE FROM chunks WHERE id = ?", [(c.id,) for c in closing])
         conn.execute("UPDATE turns SET complete = 0 WHERE turn_id = ?", (answer.turn_id,))
-        if closing:  # the new tokens take the framing's positions (see Conversation.reopen_answer)
+        if closing:  # the new tokens take the framing's positions (see TurnWriter.reopen_answer)
             store.set_meta("next_position", min(c.start for c in closing))
-    turn, _ = conv.reopen_answer()
+    turn, _ = conv.writer.reopen_answer()
     return turn
 
 
@@ -208,7 +208,7 @@ def replace_question(conv: Conversation, store: ConversationStore, token_ids, te
     the new user turn and the removed chunks.
     """
     question, answer = last_exchange(conv)
-    if question is None or conv.open_turn is not None:
+    if question is None or conv.writer.turn is not None:
         raise TurnEditError("There is no message of yours to edit.")
     old_ids, old_texts = _content_tokens(conv, store, question)
     old_wording = "".join(old_texts)
@@ -219,13 +219,13 @@ def replace_question(conv: Conversation, store: ConversationStore, token_ids, te
             answer_ids, answer_texts = _content_tokens(conv, store, answer)
             _insert_version(store, question.turn_id, answer.created_at, old_wording, answer_ids, answer_texts)
             _delete_turn_rows(store, answer)
-            removed += conv.remove_last_turn()[1]
+            removed += conv.remove_turns_from()
         store.conn.execute("UPDATE answer_versions SET question = COALESCE(question, ?) WHERE user_turn_id = ?",
                            (old_wording, question.turn_id))
         _delete_turn_rows(store, question)
-        removed += conv.remove_last_turn()[1]
+        removed += conv.remove_turns_from()
         turn = conv.add_turn("user", token_ids, texts)
-        conv.move_recall(question.turn_id, turn.turn_id, recalled)
+        recall.move(conv, question.turn_id, turn.turn_id, recalled)
         store.save_turn(conv, turn)
         store.conn.execute("UPDATE answer_versions SET user_turn_id = ? WHERE user_turn_id = ?",
                            (turn.turn_id, question.turn_id))

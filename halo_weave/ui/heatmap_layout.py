@@ -308,7 +308,7 @@ def build_plan(conv: Conversation, expanded: frozenset[int] = frozenset(),
     ``expanded``: user turns whose recall line lists every chunk; ``branch_marks``: turn
     id -> (number, count) of the messages where branches part."""
     plan = DocumentPlan(expanded=expanded, branch_marks=dict(branch_marks or {}))
-    plan.add_system(conv.system_prompt or "".join(conv.system_texts))
+    plan.add_system(conv.system.text or "".join(conv.system.texts))
     _, pruned_starts = conv.chunks.pruned_content()
     plan.extend(conv, pruned_starts)
     return plan, plan.take_text()

@@ -49,7 +49,7 @@ def what_the_user_sees(store: ConversationStore) -> dict:
         chunks[i] = (chunk.turn_id, chunk.start, chunk.live, chunk.pinned,
                      "".join(tokens.texts), tokens.token_ids.tolist())
     return {
-        "system": (conv.system_prompt, conv.system_ids.tolist(), list(conv.system_texts)),
+        "system": (conv.system.text, conv.system.ids.tolist(), list(conv.system.texts)),
         "turns": {t: (turn.role, turn.complete) for t, turn in conv.turns.items()},
         "chunks": chunks,
         "notes": store.load_tool_data("notes"),

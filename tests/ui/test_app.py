@@ -126,7 +126,7 @@ def test_input_disabled_with_reason_while_generating_and_stop_keeps_partial(make
     c = app.controller
     app.window.input.setPlainText("Write a long story about a dragon who loves tea.")
     qtbot.keyClick(app.window.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: c.turn.generating and c.conv.open_turn is not None
+    qtbot.waitUntil(lambda: c.turn.generating and c.conv.writer.turn is not None
                     and c.session.answer.streamed >= 4, timeout=TURN_TIMEOUT_MS)
     assert app.window.input.isReadOnly()
     assert "Esc" in app.window.reason.text()
@@ -227,7 +227,7 @@ def test_settings_persist_across_restart(make_app, qtbot):
     app = make_app().start()
     changed = app.controller.settings.replace(temperature=0.3, max_context_tokens=777, system_prompt="Be brief.")
     app.window.apply_settings(changed)
-    qtbot.waitUntil(lambda: app.conv.system_prompt == "Be brief.", timeout=10_000)
+    qtbot.waitUntil(lambda: app.conv.system.text == "Be brief.", timeout=10_000)
     app.close()
 
     reloaded = load_settings(app_qsettings(app.controller.data_dir))
@@ -268,7 +268,7 @@ def _snapshot(conv):
         sorted((c.id, c.turn_id, c.chunk_index, c.role, c.live, c.pinned, c.token_count)
                for c in conv.chunks.values()),
         [conv.chunk_text(c.id) for c in conv.live_chunks()],
-        conv.system_prompt, conv.next_position,
+        conv.system.text, conv.writer.next_position,
     )
 
 
@@ -302,13 +302,13 @@ def test_each_conversation_keeps_the_system_prompt_given_it_in_chat_system_promp
     QTimer.singleShot(200, drive)
     window.menus.prompt_action.trigger()
     assert done == [SettingsDialog.DialogCode.Accepted]
-    qtbot.waitUntil(lambda: app.conv.system_prompt == "You answer in French.", timeout=10_000)
+    qtbot.waitUntil(lambda: app.conv.system.text == "You answer in French.", timeout=10_000)
     assert controller.settings.system_prompt == SHORT_SYSTEM_PROMPT, "the default for new ones is unchanged"
     french = controller.files.path
     # A new conversation starts with the default; the first keeps its own when reopened.
     controller.files.new_conversation()
-    qtbot.waitUntil(lambda: app.conv.system_prompt == SHORT_SYSTEM_PROMPT, timeout=10_000)
+    qtbot.waitUntil(lambda: app.conv.system.text == SHORT_SYSTEM_PROMPT, timeout=10_000)
     assert controller.files.open_conversation(french)
     qtbot.waitUntil(lambda: not controller.gate.input_block_reason(), timeout=CONNECT_TIMEOUT_MS)
-    assert app.conv.system_prompt == "You answer in French."
+    assert app.conv.system.text == "You answer in French."
     assert "You answer in French." in window.heatmap.toPlainText()

@@ -10,6 +10,8 @@ from PySide6.QtCore import Qt
 
 from halo_weave.ui.graveyard import chunk_preview
 from test_app import TURN_TIMEOUT_MS, make_app  # noqa: F401 - the fixture
+from halo_weave.core import pruning
+from halo_weave.core import recall
 
 pytestmark = pytest.mark.slow
 
@@ -103,8 +105,8 @@ def test_after_a_continue_the_context_is_back_under_its_limit(make_app, qtbot):
     pruned = len(app.conv.graveyard())
     assert _press(app, qtbot, app.window.answer_bar.continue_button) in ("stop", "length")
     assert controller.session.answer.streamed > 0, "the answer went on"
-    live = app.conv.live_token_count() - app.conv.recalled_tokens()
-    assert live <= 130 or live <= app.conv.kept_tokens(), f"{live} live after the Continue"
+    live = app.conv.live_token_count() - recall.recalled_tokens(app.conv)
+    assert live <= 130 or live <= pruning.kept_tokens(app.conv), f"{live} live after the Continue"
     assert len(app.conv.graveyard()) >= pruned
     assert bar.budget_label.text() == f"Live {live:,} / 130"
     assert ORANGE not in bar.budget_label.styleSheet()

@@ -29,7 +29,7 @@ def add(conv: Conversation, role: str, *paragraphs: list[str]) -> None:
 
 def make_conv(highlight_fraction: float = 0.2) -> Conversation:
     conv = Conversation(Settings(min_chunk_tokens=4, highlight_fraction=highlight_fraction))
-    conv.set_system_prompt("You are a test assistant.", [1, 2], ["You are", " a test assistant."])
+    conv.system.set("You are a test assistant.", [1, 2], ["You are", " a test assistant."])
     add(conv, "user", paragraph("alpha"), paragraph("beta"))
     add(conv, "assistant", paragraph("gamma"), paragraph("delta"))
     return conv
@@ -45,7 +45,7 @@ def chunk_with(conv: Conversation, word: str) -> int:
 def focus_attention(conv: Conversation, chunk_id: int, steps: int = 50) -> None:
     """Generated tokens that attend only to one chunk: it stays bright, the rest decay."""
     rows = conv.chunk_rows(conv.chunks[chunk_id])
-    n_system = len(conv.system_ids)
+    n_system = len(conv.system.ids)
     for _ in range(steps):
         attention = np.full(conv.live_token_count(), 1e-6, np.float32)
         attention[n_system + rows.start : n_system + rows.stop] = 1.0
@@ -150,10 +150,10 @@ def test_pinned_chunk_shows_marker(view):
 
 def test_tool_result_chunk_is_cyan(view):
     conv = make_conv(highlight_fraction=0.0)
-    conv.begin_turn("assistant")
+    conv.writer.begin("assistant")
     for text in paragraph("toolout"):
-        conv.append_token(7, text, tool_result=True)
-    conv.end_turn()
+        conv.writer.append(7, text, tool_result=True)
+    conv.writer.end()
     tool = chunk_with(conv, "toolout")
     image = show(view, conv)
     cyan = brightest_pixel(image, view.chunk_rect(tool))
@@ -163,9 +163,9 @@ def test_tool_result_chunk_is_cyan(view):
 def test_streamed_tokens_appear(view, qtbot):
     conv = make_conv()
     show(view, conv)
-    conv.begin_turn("assistant")
+    conv.writer.begin("assistant")
     for text in ["Streaming", " words", " arrive", " één", " 🙂", " here"]:
-        conv.append_token(5, text)
+        conv.writer.append(5, text)
         view.append_streamed()
     qtbot.waitUntil(lambda: "Streaming words arrive één 🙂 here" in view.toPlainText(), timeout=2000)
     streamed = chunk_with(conv, "Streaming")
@@ -177,9 +177,9 @@ def test_streamed_tokens_appear(view, qtbot):
 def test_token_offsets_match_document_text(view):
     conv = make_conv()
     show(view, conv)
-    conv.begin_turn("assistant")
+    conv.writer.begin("assistant")
     for text in ["naïve", " 🙂🙂", "\n\n", "日本", " end"]:
-        conv.append_token(5, text)
+        conv.writer.append(5, text)
         view.append_streamed()
     view.flush()
     plan = view.plan
@@ -312,10 +312,10 @@ def test_long_streamed_paragraph_stays_whole_for_the_user(view, qtbot):
     those of one paragraph, however the view lays it out while it streams."""
     conv = make_conv()
     show(view, conv)
-    conv.begin_turn("assistant")
+    conv.writer.begin("assistant")
     words = [(" " if i else "") + f"w{i}" for i in range(400)]
     for text in words:
-        conv.append_token(5, text)
+        conv.writer.append(5, text)
         view.append_streamed()
         view.flush()
     answer = "".join(words)
@@ -330,6 +330,6 @@ def test_long_streamed_paragraph_stays_whole_for_the_user(view, qtbot):
     assert answer in view.createMimeDataFromSelection().text()
     streamed = chunk_with(conv, "w399")
     assert view.chunk_rect(streamed) is not None
-    conv.end_turn()
+    conv.writer.end()
     view.rebuild()
     assert answer in view.toPlainText()

@@ -95,7 +95,7 @@ def test_with_the_notebook_off_a_tool_call_is_only_text(make_app, qtbot):
     assert app.controller.files.notes() in (None, {}) or "cat" not in app.controller.files.notes().get("topics", {})
     chunks = _answer_chunks(app.conv)
     assert not any(c.tool_result for c in chunks), "no tool ran"
-    assert "notes.json" not in app.conv.system_prompt, "the model was told of no notebook"
+    assert "notes.json" not in app.conv.system.text, "the model was told of no notebook"
 
 
 @pytest.mark.slow

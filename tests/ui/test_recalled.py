@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from PySide6.QtCore import Qt
 
+from halo_weave.core import recall
 from halo_weave.ui.heatmap_recall import recall_marks
 from halo_weave.ui.recall_line import MORE, NBSP, count_words, first_words
 
@@ -62,7 +63,7 @@ def test_a_message_says_what_it_recalled_and_a_click_shows_each(make_app, qtbot)
     limit = c.conv.live_token_count()  # whatever the question recalls goes beyond it
     window.apply_settings(c.settings.replace(max_context_tokens=limit))
     seen = []
-    view.streamed_frame.connect(lambda: seen.append((c.conv.live_token_count(), c.conv.recalled_tokens(),
+    view.streamed_frame.connect(lambda: seen.append((c.conv.live_token_count(), recall.recalled_tokens(c.conv),
                                                    bar.budget_label.text(), bar.recalled_label.text(),
                                                    bar.recalled_label.isVisible(), bar.budget_label.styleSheet())))
     assert app.say(QUESTION) in ("stop", "length")
@@ -96,7 +97,7 @@ def test_a_message_says_what_it_recalled_and_a_click_shows_each(make_app, qtbot)
     assert f"“{first_words(conv.chunk_text(cat.id))}” (pruned since)" not in earlier
     # The counter: the recall beside the limit, the rest within it.
     app.window.refresh_stats()
-    recalled_tokens = conv.recalled_tokens()
+    recalled_tokens = recall.recalled_tokens(conv)
     marked = sum(conv.chunks[i].token_count for i in recalled_ids if conv.chunks[i].live)
     assert marked <= recalled_tokens
     assert bar.recalled_label.isVisible() and bar.recalled_label.text() == f"+ {recalled_tokens:,} recalled"
@@ -120,7 +121,7 @@ def test_a_message_says_what_it_recalled_and_a_click_shows_each(make_app, qtbot)
     assert conv2.recalls.of(question) == recalled_ids
     assert _line_under(view2, conv2, question) == line
     assert conv2.chunks[cat.id].recalled_for == question
-    assert again.window.stats_bar.recalled_label.text() == f"+ {conv2.recalled_tokens():,} recalled"
+    assert again.window.stats_bar.recalled_label.text() == f"+ {recall.recalled_tokens(conv2):,} recalled"
 
     # Pruned by hand, it is no longer marked, the line says so, and its link opens the graveyard.
     with qtbot.wait_signal(again.controller.signals.conversation_changed, timeout=10_000):
@@ -154,7 +155,7 @@ def _file_with_a_long_recall(data_dir) -> tuple[object, int, list[int]]:
     for i in range(12):
         session.add_user_message(*pieces(f"Fact number {i}: the {i}th box holds {i} red marbles today."))
         session.begin_answer()
-        conv.append_token(300, "Noted.")
+        conv.writer.append(300, "Noted.")
         session.finish_turn("stop", prune=False)
     session.prune(limit=10)
     facts = [c for c in conv.graveyard() if c.role == "user"][::-1][:10]
@@ -200,7 +201,7 @@ def test_a_long_recall_lists_six_then_the_rest_on_a_click_and_a_pruned_one_opens
     assert not view.follower.following
     window.refresh_stats()
     bar = window.stats_bar
-    assert bar.recalled_label.text() == f"+ {conv.recalled_tokens():,} recalled" and conv.recalled_tokens() > 0
+    assert bar.recalled_label.text() == f"+ {recall.recalled_tokens(conv):,} recalled" and recall.recalled_tokens(conv) > 0
     # All of them pruned: the line says it once, and the counter has nothing recalled to add.
     for chunk_id in ids:
         if conv.chunks[chunk_id].live:
@@ -209,4 +210,4 @@ def test_a_long_recall_lists_six_then_the_rest_on_a_click_and_a_pruned_one_opens
     line = _line_under(view, conv, question)
     assert line.startswith("Recalled for this message: 10 chunks, all pruned since: “") and "(pruned since)" not in line
     window.refresh_stats()
-    assert bar.recalled_label.isHidden() and conv.recalled_tokens() == 0
+    assert bar.recalled_label.isHidden() and recall.recalled_tokens(conv) == 0

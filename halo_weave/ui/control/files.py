@@ -127,9 +127,9 @@ class ConversationFiles(QObject):
         conv, store = self._session.conv, self._session.store
         if conv is None or store is None or self.path is None or store.read_only:
             return None
-        if conv.turns or conv.next_position or self._prompt.edited:
+        if conv.turns or conv.writer.next_position or self._prompt.edited:
             return None
-        if conv.system_prompt not in ("", self._session.settings.effective_system_prompt):
+        if conv.system.text not in ("", self._session.settings.effective_system_prompt):
             return None
         try:
             if store.get_meta("title") or store.load_tool_data(notebook.NOTES_NAME) is not None:
