@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -76,17 +74,10 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=160)
     parser.add_argument("--size", default="1360x860", help="window size WxH (a 1280 px screen: 1280x760)")
     args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    home = Path(tempfile.mkdtemp(prefix="halo-weave-chat-shots-"))
-    os.environ["HALO_WEAVE_HOME"] = str(home)
+    from screenshot_driver import open_driver
 
-    from halo_weave.settings import Settings
-    from screenshot_driver import ShotDriver
-
-    url = args.server_url or Settings().server_url
-    settings = Settings(server_url=url, max_new_tokens=args.max_new_tokens, max_context_tokens=0,
-                        autostart_server=args.server_url is None, sampler_seed=11)
-    driver = ShotDriver(settings, home, args.out, tuple(int(v) for v in args.size.split("x")))
+    driver = open_driver("chat", args.server_url, args.out, args.size, max_new_tokens=args.max_new_tokens,
+                         max_context_tokens=0)
     controller, window, wait, shot = driver.controller, driver.window, driver.wait, driver.shot
 
     driver.connect()

@@ -4,16 +4,35 @@ on the Qt event loop, saving what the screen shows, importing the Kyoto chat.
 ``ShotDriver(settings, home, out, size)`` builds the application, the controller and the
 window; ``wait(condition)``, ``shot(name)`` (the window, or another top-level widget, as
 ``QScreen.grabWindow`` sees it), ``connect()``, ``import_kyoto()``, ``scroll_to_middle()``.
-``saved`` maps each shot's name to its file.
+``saved`` maps each shot's name to its file.  :func:`open_driver` makes one in a fresh
+data directory, on a given server or the bundled one.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def open_driver(name: str, server_url: str | None, out: Path, size: tuple[int, int] | str, **settings):
+    """A :class:`ShotDriver` in a new temporary data directory (``$HALO_WEAVE_HOME``), on the
+    server at ``server_url`` or, without one, the bundled server the window starts; answers
+    seeded (11); ``settings``: the rest of the settings; ``size``: (w, h) or ``"WxH"``."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    home = Path(tempfile.mkdtemp(prefix=f"halo-weave-{name}-shots-"))
+    os.environ["HALO_WEAVE_HOME"] = str(home)
+    from halo_weave.settings import Settings
+
+    chosen = Settings(server_url=server_url or Settings().server_url, autostart_server=server_url is None,
+                      **{"sampler_seed": 11, **settings})
+    if isinstance(size, str):
+        size = tuple(int(v) for v in size.split("x"))
+    return ShotDriver(chosen, home, out, size)
 
 
 class ShotDriver:

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,18 +40,11 @@ def main() -> None:
     parser.add_argument("--target", type=int, default=700, help="max context tokens (the pruning target)")
     parser.add_argument("--size", default="1360x860", help="window size WxH")
     args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    home = Path(tempfile.mkdtemp(prefix="halo-weave-recall-shots-"))
-    os.environ["HALO_WEAVE_HOME"] = str(home)
+    from screenshot_driver import open_driver
 
-    from halo_weave.settings import Settings
-    from screenshot_driver import ShotDriver
-
-    settings = Settings(server_url=args.server_url or Settings().server_url,
-                        autostart_server=args.server_url is None, max_new_tokens=args.max_new_tokens,
-                        max_context_tokens=args.target, sampler_seed=11,
-                        system_prompt="You are a helpful assistant.", server_model=args.model)
-    driver = ShotDriver(settings, home, args.out, tuple(int(v) for v in args.size.split("x")))
+    driver = open_driver("recall", args.server_url, args.out, args.size, max_new_tokens=args.max_new_tokens,
+                         max_context_tokens=args.target, system_prompt="You are a helpful assistant.",
+                         server_model=args.model)
     try:
         figures = shoot(driver)
     finally:

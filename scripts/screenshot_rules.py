@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -34,17 +33,10 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=60)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds the server may take to start")
     args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    home = Path(tempfile.mkdtemp(prefix="halo-weave-rules-shots-"))
-    os.environ["HALO_WEAVE_HOME"] = str(home)
+    from screenshot_driver import open_driver
 
-    from halo_weave.settings import Settings
-    from screenshot_driver import ShotDriver
-
-    settings = Settings(server_url=args.server_url or Settings().server_url,
-                        autostart_server=args.server_url is None, max_new_tokens=args.max_new_tokens,
-                        sampler_seed=11, brightness_rule="decay", brightness_half_life=128, chunk_rank="topk")
-    driver = ShotDriver(settings, home, args.out, (1280, 800))
+    driver = open_driver("rules", args.server_url, args.out, (1280, 800), max_new_tokens=args.max_new_tokens,
+                         brightness_rule="decay", brightness_half_life=128, chunk_rank="topk")
     try:
         figures = shoot(driver, args)
     finally:

@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -34,18 +33,10 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=60)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds the server may take to start")
     args = parser.parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    home = Path(tempfile.mkdtemp(prefix="halo-weave-settings-shots-"))
-    os.environ["HALO_WEAVE_HOME"] = str(home)
-
-    from halo_weave.settings import Settings
+    from screenshot_driver import open_driver
     from halo_weave.ui.main_window import DEFAULT_SIZE
-    from screenshot_driver import ShotDriver
 
-    settings = Settings(server_url=args.server_url or Settings().server_url,
-                        autostart_server=args.server_url is None, max_new_tokens=args.max_new_tokens,
-                        sampler_seed=11)
-    driver = ShotDriver(settings, home, args.out, DEFAULT_SIZE)
+    driver = open_driver("settings", args.server_url, args.out, DEFAULT_SIZE, max_new_tokens=args.max_new_tokens)
     try:
         figures = shoot(driver, args)
     finally:
