@@ -19,7 +19,8 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QTextBlock, QTextCurs
 
 from . import markdown_scan as md
 from .heatmap_layout import DocumentPlan
-from .markdown_view import DIM_COLOR, markup_of
+from .markdown_blocks import markup_of
+from .markdown_formats import DIM_COLOR
 
 BUTTON_TEXT = QColor(170, 170, 180)
 BUTTON_FILL = QColor(52, 54, 64)

@@ -8,7 +8,9 @@ their document positions, so every token's position stays exact and the overlay,
 which measures tokens from the layout, finds a hidden token's box empty.  Its brightness
 goes to the span it marks instead (:func:`.markdown_overlay.carry_marked`).
 Table columns are lined up the same way, by letter spacing on a few characters of each
-row (:mod:`.markdown_table`), never by added spaces.
+row (:mod:`.markdown_table`), never by added spaces.  The formats themselves are
+:mod:`.markdown_formats`'; what a formatted block keeps, and how a line cut into several
+blocks maps to positions, is :mod:`.markdown_blocks`.
 
 Bullets, rules, inline code's background and the "Copy" buttons are painted by the view
 from :mod:`.markdown_overlay`, which also gives the hidden tokens' brightness to their
@@ -24,61 +26,32 @@ import bisect
 from contextlib import contextmanager
 from typing import Callable
 
-import numpy as np
 import time
 
 from PySide6.QtCore import QTimer
-from PySide6.QtGui import (
-    QColor,
-    QFont,
-    QFontDatabase,
-    QFontMetricsF,
-    QSyntaxHighlighter,
-    QTextBlock,
-    QTextBlockUserData,
-    QTextCharFormat,
-    QTextDocument,
-)
+from PySide6.QtGui import QFont, QSyntaxHighlighter, QTextBlock, QTextCharFormat, QTextDocument
 
 from . import markdown_scan as md
 from . import markdown_table as tables
 from .heatmap_layout import DocumentPlan
+from .markdown_blocks import (
+    BlockMarkup,
+    Placement,
+    clipped,
+    logical_line,
+    markup_of,
+    opening_fence,
+    signature,
+    table_blocks,
+    utf16_offsets,
+)
+from .markdown_formats import MarkdownFormats
 
-#: Heading sizes relative to the body text (h1 … h6).
-HEADING_SCALE = (1.5, 1.3, 1.15, 1.05, 1.0, 1.0)
-LINK_COLOR = QColor(140, 190, 255)
-DIM_COLOR = QColor(140, 140, 150)
-LABEL_COLOR = QColor(150, 150, 160)
-#: Syntax colours, light enough that the chunk tint (a per-channel minimum) still reads.
-CODE_COLORS = {
-    "c-keyword": QColor(200, 160, 255), "c-string": QColor(170, 230, 140), "c-number": QColor(250, 190, 120),
-    "c-comment": QColor(150, 160, 150), "c-builtin": QColor(120, 210, 240), "c-function": QColor(130, 200, 255),
-    "c-class": QColor(130, 220, 200), "c-decorator": QColor(240, 210, 120),
-}
 #: After a whole document went in, the blocks off screen are formatted this many
 #: milliseconds at a time ...
 FORMAT_SLICE_MS = 2.0
 #: ... with this many milliseconds between two slices (streamed tokens come first).
 FORMAT_PAUSE_MS = 5
-
-
-class BlockMarkup(QTextBlockUserData):
-    """What a block's Markdown holds, offsets relative to the block's start (a mark of a
-    closing fence reaches back to its opening one)."""
-
-    def __init__(self, kind: str) -> None:
-        super().__init__()
-        self.kind = kind
-        self.marks: list[tuple[tuple[tuple[int, int], ...], int, int]] = []
-        self.links: list[tuple[int, int, str]] = []
-        self.bullet = -1
-        self.language = ""
-        #: The formats it was given (:func:`_signature`), to tell when they change.
-        self.signature: tuple = ()
-        #: (start, end) of its inline code spans (drawn on a background of their own).
-        self.code_spans: list[tuple[int, int]] = []
-        #: A table row's column widths and alignments it was spaced for.
-        self.columns: tuple = ()
 
 
 class MarkdownHighlighter(QSyntaxHighlighter):
@@ -112,10 +85,7 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         self._timer.setInterval(FORMAT_PAUSE_MS)
         self._timer.timeout.connect(self._format_some)
         self.active = False
-        self._formats: dict[tuple, QTextCharFormat] = {}
-        self._hidden: dict[tuple, QTextCharFormat] = {}
-        self._font = QFont()
-        self._advance: float | None = None  # a table character's width (:meth:`_table_advance`)
+        self._styles = MarkdownFormats()
 
     def attach(self, document: QTextDocument) -> None:
         """Format ``document`` from now on.  Qt formats it whole on its next event loop
@@ -227,7 +197,7 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         if i < 0 or plan.region_kind[i] != "body":
             self.setCurrentBlockState(md.NORMAL)
             return
-        blocks = _logical_line(block, plan.soft_breaks)
+        blocks = logical_line(block, plan.soft_breaks)
         line = "".join(b.text() for b in blocks) if len(blocks) > 1 else text
         first = blocks[0]
         previous = max(first.previous().userState(), md.NORMAL) if first.previous().isValid() else md.NORMAL
@@ -247,14 +217,14 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         if markup.kind in ("fence_open", "code", "fence_close"):
             self.active = True
         length = len(text.encode("utf-16-le")) // 2 if not text.isascii() else len(text)
-        self._check_font()
+        self._styles.follow_font(self.document())
         if len(blocks) == 1:
-            units = _utf16_offsets(line)
+            units = utf16_offsets(line)
 
             def local(a: int, b: int) -> tuple[int, int]:
                 return units(a), units(b)
         else:
-            place = _Placement(blocks, line)
+            place = Placement(blocks, line)
 
             def local(a: int, b: int) -> tuple[int, int]:
                 return place.position(a) - position, place.position(b, end=True) - position
@@ -266,11 +236,11 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         if markup.kind in ("table", "table_rule") and len(blocks) == 1:
             data.columns = self._align_row(block, line, markup, previous)
         if markup.kind != "code":
-            data.code_spans = [(a, b) for a, b, style in _clipped(markup.styles, local, length) if style == "code"]
+            data.code_spans = [(a, b) for a, b, style in clipped(markup.styles, local, length) if style == "code"]
         data.marks = [(tuple(local(a, b) for a, b in hidden), *local(s, e)) for hidden, s, e in markup.marks]
         data.links = [(*local(a, b), url) for a, b, url in markup.links]
         if markup.kind == "fence_close":
-            opening = _opening_fence(block)
+            opening = opening_fence(block)
             if opening is not None:
                 start = opening.position() - position
                 end = start + opening.length() - 1
@@ -285,7 +255,7 @@ class MarkdownHighlighter(QSyntaxHighlighter):
                 old = markup_of(other)
                 base = other.position() - position
                 size = other.length() - 1
-                wanted = _signature(markup, lambda a, b: (local(a, b)[0] - base, local(a, b)[1] - base), size)
+                wanted = signature(markup, lambda a, b: (local(a, b)[0] - base, local(a, b)[1] - base), size)
                 if old is None or old.signature != wanted:
                     self._stale.append(other.blockNumber())
             if self._stale and not self._stale_timer.isActive():
@@ -295,7 +265,7 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         """Space this table row so that its pipes line up with its table's; returns the
         (widths, alignments) used.  Rows of the table spaced for other widths (a streamed
         row widened a column) are formatted again."""
-        rows = _table_blocks(block)
+        rows = table_blocks(block)
         measured = []
         aligns: list[str] = []
         for row in rows:
@@ -316,11 +286,11 @@ class MarkdownHighlighter(QSyntaxHighlighter):
         rule = markup.kind == "table_rule"
         spacing = tables.row_spacing(line, tables.cells(line, () if rule else markup.hidden), widths, aligns, rule)
         if spacing:
-            advance = self._table_advance()
+            advance = self._styles.table_advance()
             for offset, extra in spacing.items():
                 if not 0 <= offset < len(line):
                     continue
-                at = _utf16_offsets(line)(offset)
+                at = utf16_offsets(line)(offset)
                 fmt = QTextCharFormat(self.format(at))
                 now = fmt.fontLetterSpacing() if fmt.fontLetterSpacingType() == QFont.SpacingType.AbsoluteSpacing else 0.0
                 fmt.setFontLetterSpacingType(QFont.SpacingType.AbsoluteSpacing)
@@ -336,12 +306,6 @@ class MarkdownHighlighter(QSyntaxHighlighter):
             self._stale_timer.start()
         return columns
 
-    def _table_advance(self) -> float:
-        """One character's advance in a table's monospace font."""
-        if self._advance is None:
-            self._advance = QFontMetricsF(self._format(frozenset({"table"})).font()).horizontalAdvance("M")
-        return self._advance
-
     def _format_stale(self) -> None:
         """Format again the parts of cut paragraphs that a later part changed."""
         document = self.document()
@@ -353,14 +317,14 @@ class MarkdownHighlighter(QSyntaxHighlighter):
 
     def _apply(self, markup: md.LineMarkup, local, length: int, line: str) -> tuple:
         """Set this block's formats (``local`` maps line offsets to block offsets);
-        returns their signature (:func:`_signature`)."""
-        spans = _clipped(markup.styles, local, length)
+        returns their signature (:func:`.markdown_blocks.signature`)."""
+        spans = clipped(markup.styles, local, length)
         if spans:
             edges = sorted({0, length, *(a for a, _, _ in spans), *(b for _, b, _ in spans)})
             for x0, x1 in zip(edges, edges[1:]):
                 active = frozenset(s for a, b, s in spans if a <= x0 and b >= x1)
                 if active:
-                    self.setFormat(x0, x1 - x0, self._format(active))
+                    self.setFormat(x0, x1 - x0, self._styles.styled(active))
         fixed = markup.kind in ("fence_open", "fence_close")
         for a, b in markup.hidden:
             index = a
@@ -372,175 +336,10 @@ class MarkdownHighlighter(QSyntaxHighlighter):
                 at = local(index, end)
                 start, stop = max(at[0], 0), min(at[1], length)
                 if stop > start:
-                    self.setFormat(start, stop - start, self._hide(line[index], fixed))
+                    self.setFormat(start, stop - start, self._styles.hidden(line[index], fixed))
                 index = end
         if markup.bullet >= 0:
             at = local(markup.bullet, markup.bullet + 1)
             if 0 <= at[0] < length:
-                self.setFormat(at[0], 1, self._format(frozenset({"bullet"})))
-        return _signature(markup, local, length)
-
-    def _check_font(self) -> None:
-        """Drop the cached formats when the text font changed (they are built on it)."""
-        document = self.document()
-        font = document.defaultFont() if document is not None else QFont()
-        if font != self._font:
-            self._font = font
-            self._formats.clear()
-            self._hidden.clear()
-            self._advance = None
-
-    def _format(self, styles: frozenset) -> QTextCharFormat:
-        cached = self._formats.get(styles)
-        if cached is not None:
-            return cached
-        base = self._font
-        fmt = QTextCharFormat()
-        size = base.pointSizeF() if base.pointSizeF() > 0 else 10.0
-        for style in sorted(styles):
-            if style in ("bold",):
-                fmt.setFontWeight(QFont.Weight.Bold)
-            elif style == "italic" or style == "quote":
-                fmt.setFontItalic(True)
-            elif style == "strike":
-                fmt.setFontStrikeOut(True)
-            elif style.startswith("h") and style[1:].isdigit():
-                fmt.setFontWeight(QFont.Weight.Bold)
-                fmt.setFontPointSize(size * HEADING_SCALE[int(style[1:]) - 1])
-            elif style in ("code", "table", "label"):
-                fixed = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
-                fmt.setFontFamilies(fixed.families())
-                fmt.setFontFixedPitch(True)
-                if style == "label":
-                    fmt.setForeground(LABEL_COLOR)
-                    fmt.setFontPointSize(size * 0.85)
-            elif style == "link":
-                fmt.setFontUnderline(True)
-                fmt.setForeground(LINK_COLOR)
-            elif style == "dim":
-                fmt.setForeground(DIM_COLOR)
-            elif style == "bullet":
-                fmt.setForeground(QColor(0, 0, 0, 0))  # the view paints a bullet there
-            elif style in CODE_COLORS:
-                fmt.setForeground(CODE_COLORS[style])
-        self._formats[styles] = fmt
-        return fmt
-
-    def _hide(self, char: str, fixed: bool = False) -> QTextCharFormat:
-        """A format that draws ``char`` at no width, transparent: the text font with a
-        letter spacing of minus the character's advance (measured per character, as
-        advances differ; the line keeps its height).  ``fixed``: in the monospace font
-        (a fence line keeps the height of the code lines it borders)."""
-        cached = self._hidden.get((char, fixed))
-        if cached is not None:
-            return cached
-        base = self._font
-        font = QFont(base)
-        if fixed:
-            font.setFamilies(QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).families())
-            font.setFixedPitch(True)
-        advance = QFontMetricsF(font).horizontalAdvance(char)
-        font.setLetterSpacing(QFont.SpacingType.AbsoluteSpacing, -advance)
-        fmt = QTextCharFormat()
-        fmt.setFont(font)
-        fmt.setForeground(QColor(0, 0, 0, 0))
-        self._hidden[(char, fixed)] = fmt
-        return fmt
-
-
-def _table_blocks(block: QTextBlock) -> list[QTextBlock]:
-    """The rows of the table ``block`` is a row of: the rows before it (their state says
-    so) and the lines after it that continue it."""
-    rows = [block]
-    before = block.previous()
-    while before.isValid() and before.userState() == md.TABLE:
-        rows.insert(0, before)
-        before = before.previous()
-    after = block.next()
-    while after.isValid() and md.state_after(after.text(), md.TABLE) == md.TABLE:
-        rows.append(after)
-        after = after.next()
-    return rows
-
-
-def _clipped(styles, local, length: int) -> list[tuple[int, int, str]]:
-    spans = []
-    for a, b, style in styles:
-        if b > a:
-            a, b = local(a, b)
-            a, b = max(a, 0), min(b, length)
-            if b > a:
-                spans.append((a, b, style))
-    return spans
-
-
-def _signature(markup: md.LineMarkup, local, length: int) -> tuple:
-    """What a block of ``length`` units gets from a line's markup: its styles and hidden
-    ranges clipped to it (equal signatures: equal formats)."""
-    hidden = []
-    for a, b in markup.hidden:
-        x, y = local(a, b)
-        x, y = max(x, 0), min(y, length)
-        if y > x:
-            hidden.append((x, y))
-    return tuple(_clipped(markup.styles, local, length)), tuple(hidden)
-
-
-def _logical_line(block: QTextBlock, soft_breaks) -> list[QTextBlock]:
-    """The blocks of the paragraph line ``block`` belongs to: the view may have cut a
-    streaming paragraph into several (``soft_breaks``: the cuts' positions)."""
-    if not soft_breaks:
-        return [block]
-    cuts = set(soft_breaks)
-    blocks = [block]
-    while blocks[0].position() - 1 in cuts and blocks[0].previous().isValid():
-        blocks.insert(0, blocks[0].previous())
-    following = block.next()
-    while following.isValid() and following.position() - 1 in cuts:
-        blocks.append(following)
-        following = following.next()
-    return blocks
-
-
-class _Placement:
-    """Document positions of a logical line's offsets (Python string offsets of the
-    joined text; each cut between its blocks takes one position)."""
-
-    def __init__(self, blocks: list[QTextBlock], line: str) -> None:
-        self.units = _utf16_offsets(line)
-        self.starts = []
-        at = 0
-        for block in blocks:
-            self.starts.append(at)
-            at += len(block.text())
-        self.positions = [block.position() for block in blocks]
-
-    def position(self, offset: int, end: bool = False) -> int:
-        """The document position of ``offset``; ``end``: as the end of a range (an end at
-        a cut stays in the block before it)."""
-        j = bisect.bisect_left(self.starts, offset) - 1 if end else bisect.bisect_right(self.starts, offset) - 1
-        j = max(j, 0)
-        return self.positions[j] + self.units(offset) - self.units(self.starts[j])
-
-
-def _utf16_offsets(line: str):
-    """A function from ``line``'s Python string offsets to UTF-16 offsets (Qt's)."""
-    if line.isascii() or all(ord(c) < 0x10000 for c in line):
-        return lambda i: i
-    table = np.concatenate(([0], np.cumsum([2 if ord(c) > 0xFFFF else 1 for c in line])))
-    return lambda i: int(table[min(max(i, 0), len(line))])
-
-
-def _opening_fence(block: QTextBlock) -> QTextBlock | None:
-    """The block opening the code block that ``block`` (a closing fence) ends."""
-    opening = block.previous()
-    if not opening.isValid() or not md.in_code(opening.userState()):
-        return None
-    while opening.previous().isValid() and md.in_code(opening.previous().userState()):
-        opening = opening.previous()
-    return opening
-
-
-def markup_of(block: QTextBlock) -> BlockMarkup | None:
-    data = block.userData()
-    return data if isinstance(data, BlockMarkup) else None
+                self.setFormat(at[0], 1, self._styles.styled(frozenset({"bullet"})))
+        return signature(markup, local, length)

@@ -13,7 +13,7 @@ from PySide6.QtWidgets import QApplication
 from halo_weave.conversation import Conversation
 from halo_weave.settings import Settings
 from halo_weave.ui.heatmap import HeatmapView
-from halo_weave.ui.markdown_view import CODE_COLORS
+from halo_weave.ui.markdown_formats import CODE_COLORS
 
 from test_heatmap_alignment import check, fresh_render, on_screen, vary_brightness, wheel
 
