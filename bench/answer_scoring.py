@@ -137,5 +137,13 @@ class Answerer:
         text = self.engine.detokenize(out)
         return Answer(text.strip(), len(ids), len(out), time.perf_counter() - started, computed)
 
+    def weigh(self, prefix: list[int], queries: list[int]) -> np.ndarray:
+        """The attention ``queries``, read after ``prefix``, pay each position of
+        ``prefix``: summed over the queries, averaged over layers and heads."""
+        kv = self.engine.kv
+        kv.sync([int(i) for i in prefix])
+        rows = kv.attend_all([int(i) for i in queries])
+        return rows[:, :len(prefix)].sum(axis=0)
+
     def close(self) -> None:
         self.engine.close()

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
+import numpy as np
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from halo_weave.core import recall as recall_core
 from halo_weave.core import token_resurrection
@@ -82,7 +84,16 @@ METHODS: dict[str, tuple[str, dict, bool | str]] = {
     "floor80-cap8": ("halo", {**BEFORE, "recall_relative_floor": 0.8, "recall_max_chunks": 8}, False),
     "floor80-cap8-note": ("halo", {**BEFORE, "recall_relative_floor": 0.8, "recall_max_chunks": 8}, True),
     "keep100": ("halo", {**BEFORE, "resurrection_keep_share": 1.0}, False),  # room: what pruning left
+    # The chat model chooses among what came back (SnapKV's idea, applied to paragraphs):
+    # it reads the prompt with the question, and the recalled paragraphs its question
+    # attends to least (mean attention per token) go back, down to the share below.
+    "default-attn": ("halo", {}, True),
+    "default-attn-nonote": ("halo", {}, False),
+    "default-attnnote": ("halo", {}, True),  # nothing dropped; the note in attention order
 }
+#: Methods whose recall the chat model's attention orders: the share of the recalled
+#: content tokens kept.
+ATTENTION_KEEP = {"default-attn": 0.5, "default-attn-nonote": 0.5, "default-attnnote": 1.0}
 BUNDLED_METHODS = ["oracle", "fifo", "rag", "before", "before-note", "default", "default-nonote",
                    "floor70", "cap12", "floor80-cap8"]
 LARGER_METHODS = ["oracle", "fifo", "default"]
@@ -268,14 +279,40 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
                                floor=floor, cap=index.settings.resurrection_budget_cap, order="age")
     made.plan.apply(conv, index.settings.resurrection_brightness)
     conv.prune_to_fit(budget - framed - reserve, keep_latest_exchange=True, order="age")
+    attended = None
+    if method in ATTENTION_KEEP:
+        attended = attended_first(conv, base_live, q_pieces, answerer)
+        keep_tokens = ATTENTION_KEEP[method] * sum(conv.chunks[c].token_count for c in attended)
+        while attended and sum(conv.chunks[c].token_count for c in attended) > keep_tokens:
+            conv.prune_chunk(attended.pop())
     recalled = None
     if with_note:
         back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
         if with_note == "live":  # the search's best matches whether or not they had been pruned
             matched = {p.match.chunk_id for p in made.plan.taken}
             back += [c for c in conv.live_chunks() if c.id in base_live and c.id in matched and not c.framing]
-        recalled = recall_note.best_first(made.plan, back)
+        recalled = recall_note.best_first(made.plan, back) if attended is None else attended
     return finish(conv, prep, question, message, answerer, base_live, recalled=recalled)
+
+
+def attended_first(conv, base_live: set[int], q_pieces, answerer) -> list[int]:
+    """The recalled content chunks of ``conv`` (live, not in ``base_live``), the one the
+    question attends to most first: the model reads the prompt with the question
+    (``q_pieces``) as the user's message and the answer's opening, and each chunk scores
+    the mean, over its tokens, of the attention those query tokens pay it (summed over
+    the queries, averaged over layers and heads).  Ties keep position order."""
+    back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
+    if not back:
+        return []
+    with conv.trial():
+        turn = conv.add_turn("user", [int(i) for i, _ in q_pieces], [t for _, t in q_pieces])
+        ids = [int(i) for i in conv.live_input_ids()] + list(conv.framing.prefix["assistant"][0])
+        first_row = int(np.flatnonzero(np.asarray(conv.table.turn_id) == turn.turn_id)[0])
+        chunk_of = np.asarray(conv.table.chunk_id)[:first_row].copy()
+    split = len(conv.system.ids) + first_row
+    mass = answerer.weigh(ids[:split], ids[split:])[len(conv.system.ids):]
+    score = {c.id: float(mass[chunk_of == c.id].mean()) for c in back}
+    return [c.id for c in sorted(back, key=lambda c: -score[c.id])]
 
 
 def _index(prep: Prepared, settings, queries, options: dict):
