@@ -3,8 +3,6 @@ the score in use: the same settings always give the same, true sentence."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from halo_weave.settings import CHOICES, PRUNING_FIELDS, Settings, choice_words, scoring_words
@@ -12,9 +10,9 @@ from halo_weave.ui.settings_io import RANGES
 
 
 def test_every_choice_is_explained_and_every_field_it_uses_can_be_edited():
-    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    fields = Settings.names()
     for name, options in CHOICES.items():
-        assert name in fields and getattr(Settings(), name) in [o.value for o in options]
+        assert name in fields and Settings().value(name) in [o.value for o in options]
         for option in options:
             assert option.label and len(option.explanation) > 20, (name, option.value)
             for used in option.uses:
@@ -33,7 +31,7 @@ def test_the_default_says_votes_peak_and_oldest_first():
 
 
 def test_dimmest_first_is_still_said_when_chosen():
-    words = scoring_words(Settings(prune_order="brightness"))
+    words = scoring_words(Settings.of(prune_order="brightness"))
     assert words.short == "☀ magnitude votes · peak · pruning dimmest first"
     assert "Dim paragraphs are pruned first" in words.colour and words.order == "brightness"
 
@@ -61,15 +59,16 @@ def test_the_words_follow_the_rule_and_who_measures_it(changes, source, short):
 
 
 def test_a_half_life_is_named_only_by_the_rule_that_uses_it():
-    assert choice_words(Settings(brightness_half_life=99), "brightness_rule") == "magnitude votes"
-    assert choice_words(Settings(brightness_rule="decay", brightness_half_life=99), "brightness_rule") == (
+    assert choice_words(Settings.of(brightness_half_life=99), "brightness_rule") == "magnitude votes"
+    assert choice_words(Settings.of(brightness_rule="decay", brightness_half_life=99), "brightness_rule") == (
         "decayed attention mass (half-life 99)")
 
 
 def test_the_sentence_says_when_a_message_may_prune_older_context_for_what_it_brings_back():
     # resurrection_keep_share: the heatmap's words say what decides pruning at a message too.
-    words = scoring_words(Settings(max_context_tokens=2000, resurrection_keep_share=0.5))
+    words = scoring_words(Settings.of(max_context_tokens=2000, resurrection_keep_share=0.5))
     assert "older context beyond the newest 1,000 tokens is pruned (oldest first)" in words.sentence
-    dimmest = scoring_words(Settings(max_context_tokens=2000, resurrection_keep_share=0.25, prune_order="brightness"))
+    dimmest = scoring_words(Settings.of(max_context_tokens=2000, resurrection_keep_share=0.25,
+                                        prune_order="brightness"))
     assert "beyond the newest 500 tokens is pruned (dimmest first)" in dimmest.sentence
-    assert "older context" not in scoring_words(Settings(resurrection_keep_share=1.0)).sentence
+    assert "older context" not in scoring_words(Settings.of(resurrection_keep_share=1.0)).sentence

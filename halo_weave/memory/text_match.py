@@ -20,17 +20,17 @@ def bm25_scores(conn: sqlite3.Connection, text: str, entries: int, settings: Set
                 limit: int) -> dict[int, float]:
     """Chunk id -> BM25 of the ``limit`` best FTS matches of ``text``'s distinctive terms,
     over ``entries`` entries in all; empty when hybrid search is off or no term qualifies."""
-    if not settings.hybrid_search or not text:
+    if not settings.search.hybrid_search or not text:
         return {}
     terms = ranking.distinctive_terms(text, lambda t: tables.term_documents(conn, t),
-                                      entries, settings.hybrid_common_share)
+                                      entries, settings.search.hybrid_common_share)
     if not terms:
         return {}
-    return tables.bm25(conn, ranking.fts_query(terms, settings.hybrid_prefix_stems), limit)
+    return tables.bm25(conn, ranking.fts_query(terms, settings.search.hybrid_prefix_stems), limit)
 
 
 def dated_chunks(conn: sqlite3.Connection, text: str, settings: Settings) -> frozenset[int]:
     """Chunk ids said on a date ``text`` names; empty when ``date_weight`` is off."""
-    if settings.date_weight <= 0 or not text:
+    if settings.search.date_weight <= 0 or not text:
         return frozenset()
     return tables.said_between(conn, query.date_spans(text))

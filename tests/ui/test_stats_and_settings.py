@@ -196,16 +196,16 @@ def test_bad_stored_values_fall_back_to_defaults(qsettings):
     qsettings.sync()
     loaded = load_settings(qsettings)
     defaults = Settings()
-    assert loaded.top_k == 13  # good values survive
+    assert loaded.sampling.top_k == 13  # good values survive
     for name in ("temperature", "max_context_tokens", "score_current_turn", "attention_format",
                  "server_url", "min_chunk_tokens"):
-        assert getattr(loaded, name) == getattr(defaults, name), name
+        assert loaded.value(name) == defaults.value(name), name
 
 
 def test_inconsistent_budget_falls_back(qsettings):
     save_settings(Settings().replace(max_context_tokens=100, max_new_tokens=500), qsettings)
     loaded = load_settings(qsettings)
-    assert loaded.max_context_tokens > loaded.max_new_tokens
+    assert loaded.pruning.max_context_tokens > loaded.sampling.max_new_tokens
 
 
 # ---------------------------------------------------------------- dialog
@@ -224,7 +224,7 @@ def test_dialog_shows_seed_defaults(dialog):
     assert e["min_chunk_tokens"].value() == 64
     assert e["resurrection_brightness"].currentData() == "at_prune"
     assert e["attention_format"].currentData() == "aggregated"
-    assert e["system_prompt"].toPlainText() == Settings().system_prompt
+    assert e["system_prompt"].toPlainText() == Settings().chat.system_prompt
     e["max_context_tokens"].setValue(0)
     assert e["max_context_tokens"].text() == "No pruning"
 
@@ -247,11 +247,12 @@ def test_dialog_edit_accept_save_reload(dialog, qsettings):
     save_settings(result, qsettings)
     loaded = load_settings(qsettings)
     assert loaded == result
-    assert (loaded.temperature, loaded.max_context_tokens, loaded.resurrection_brightness) == (1.1, 4096, "mean")
-    assert loaded.score_current_turn is False and loaded.hybrid_search is False
-    assert loaded.attention_format == "per_layer" and loaded.server_url == "http://192.168.1.20:5001"
-    assert loaded.system_prompt == "Be brief.\nBe kind."
-    assert loaded.resurrection_keep_share == 1.0
+    assert (loaded.sampling.temperature, loaded.pruning.max_context_tokens,
+            loaded.recall.resurrection_brightness) == (1.1, 4096, "mean")
+    assert loaded.brightness.score_current_turn is False and loaded.search.hybrid_search is False
+    assert loaded.server.attention_format == "per_layer" and loaded.server.server_url == "http://192.168.1.20:5001"
+    assert loaded.chat.system_prompt == "Be brief.\nBe kind."
+    assert loaded.recall.resurrection_keep_share == 1.0
 
 
 #: The units a numeric field's explanation may name (or its box shows as a suffix).
@@ -316,4 +317,4 @@ def test_the_legend_names_the_settings_field_for_the_highlight(dialog, qtbot):
     assert named, words
     assert row_label(dialog, "highlight_fraction") == named.group(1)
     dialog.editors["highlight_fraction"].setValue(0.35)
-    assert dialog.current_settings().highlight_fraction == pytest.approx(0.35)
+    assert dialog.current_settings().chat.highlight_fraction == pytest.approx(0.35)
