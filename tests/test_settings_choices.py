@@ -22,6 +22,16 @@ def test_every_choice_is_explained_and_every_field_it_uses_can_be_edited():
         assert name in CHOICES or (name in RANGES and tip), f"{name}: a numeric field needs a range and a tooltip"
 
 
+def test_a_setting_is_named_by_its_flat_name_and_a_mistyped_one_is_refused_by_name():
+    settings = Settings.of(max_context_tokens=700).replace(prune_order="brightness")
+    assert settings.value("max_context_tokens") == settings.pruning.max_context_tokens == 700
+    assert settings.value("prune_order") == "brightness" and settings.sampling == Settings().sampling
+    with pytest.raises(TypeError, match="'max_context_token'"):
+        settings.replace(max_context_token=500)
+    with pytest.raises(AttributeError, match="'prune_ordr'"):
+        settings.value("prune_ordr")
+
+
 def test_the_default_says_votes_peak_and_oldest_first():
     # docs/memory-benchmark.md (the dev-set run): oldest first is the default order.
     words = scoring_words(Settings())
