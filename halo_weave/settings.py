@@ -1,7 +1,11 @@
 """Every number that means something, in one place, with its default.
 
-The core modules take a :class:`Settings` (or the few fields they need); the UI
-persists it with QSettings and the benchmarks override fields on the command line.
+A :class:`Settings` is made of sections (:class:`Sampling`, :class:`Pruning`,
+:class:`Brightness`, :class:`Search`, :class:`Recall`, :class:`Server`, :class:`Chat`),
+each holding the numbers of one concern.  The core modules take a Settings (or the few
+fields they need); the UI persists it with QSettings and the benchmarks override fields
+on the command line, both by each setting's flat name (``max_context_tokens``), which
+is unique across the sections.
 """
 
 from __future__ import annotations
@@ -327,11 +331,12 @@ def _section_of() -> dict[str, str]:
     """Flat setting name -> the name of the :class:`Settings` section that holds it.
     Raises TypeError at import if two sections declare the same name, or one clashes
     with a section's or a method's name (the flat names must stay unambiguous)."""
+    sections = dataclasses.fields(Settings)
+    taken = {section.name for section in sections}
     owners: dict[str, str] = {}
-    for section in dataclasses.fields(Settings):
+    for section in sections:
         for item in dataclasses.fields(section.default_factory):
-            if item.name in owners or hasattr(Settings, item.name) or item.name in {
-                    s.name for s in dataclasses.fields(Settings)}:
+            if item.name in owners or item.name in taken or hasattr(Settings, item.name):
                 raise TypeError(f"the setting name {item.name!r} in {section.name} is not unique")
             owners[item.name] = section.name
     return owners
