@@ -298,7 +298,7 @@ class Conversation:
             mask &= self.table.turn_id != self.writer.turn.turn_id
         rule = brightness_rule(self.settings.brightness.brightness_rule)
         rule.step(self.table.brightness, attention[n_system:], bright.vote_threshold(attention),
-                  self.settings, mask=mask)
+                  self.settings.brightness, mask=mask)
 
     # ------------------------------------------------------------------ pruning
     def prune_to_fit(

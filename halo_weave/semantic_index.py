@@ -353,14 +353,14 @@ class SemanticIndex:
         with self._lock, one_blas_thread():
             if self._vectors.n == 0 or limit <= 0:
                 return []
-            bm25_ids = text_match.bm25_scores(self.conn, text, self._vectors.n, s, max(3 * limit, 50))
-            dated = text_match.dated_chunks(self.conn, text, s)
+            bm25_ids = text_match.bm25_scores(self.conn, text, self._vectors.n, s.search, max(3 * limit, 50))
+            dated = text_match.dated_chunks(self.conn, text, s.search)
             vector = np.asarray(vector, np.float32)
-            found = ranking.rank(self._vectors, vector, s, limit, bm25_ids, dated)
+            found = ranking.rank(self._vectors, vector, s.search, limit, bm25_ids, dated)
             if s.search.query_feedback > 0 and found:
                 vector = ranking.feedback(self._vectors, vector, list(found)[: s.search.query_feedback_top],
                                           s.search.query_feedback)
-                found = ranking.rank(self._vectors, vector, s, limit, bm25_ids, dated)
+                found = ranking.rank(self._vectors, vector, s.search, limit, bm25_ids, dated)
             meta = tables.meta(self.conn, list(found))
         return [Match(cid, *meta[cid], *found[cid]) for cid in found if cid in meta]
 

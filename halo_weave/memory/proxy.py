@@ -97,7 +97,7 @@ def votes(plan: ReadPlan, rows: np.ndarray, settings: Settings) -> np.ndarray:
     for j in range(len(plan.answer_ids)):
         cells = n_context + j  # what existed when answer token j was "written"
         row = rows[j, :cells]
-        rule.step(values[: cells - n_system], row[n_system:], bright.vote_threshold(row), settings,
+        rule.step(values[: cells - n_system], row[n_system:], bright.vote_threshold(row), settings.brightness,
                   mask=plan.scored[: cells - n_system])
     return values - plan.brightness
 
@@ -105,7 +105,7 @@ def votes(plan: ReadPlan, rows: np.ndarray, settings: Settings) -> np.ndarray:
 def apply(conv: Conversation, plan: ReadPlan, delta: np.ndarray, settings: Settings) -> int:
     """Add ``delta`` to the rows still live (by position), within the rule's ceiling;
     returns how many changed."""
-    cap = brightness_rule(settings.brightness.brightness_rule).ceiling(settings)
+    cap = brightness_rule(settings.brightness.brightness_rule).ceiling(settings.brightness)
     table = conv.table
     if len(table) == 0:
         return 0

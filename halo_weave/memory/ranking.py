@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 
 from ..core import ties
-from ..settings import Settings
+from ..settings import Search
 from .vector_matrix import VectorMatrix
 
 #: Hybrid search uses only terms found in at most this share of the entries, or in at
@@ -56,7 +56,7 @@ def distinctive_terms(text: str, documents: Callable[[str], int | None], entries
     return kept
 
 
-def rank(vm: VectorMatrix, query: np.ndarray, s: Settings, limit: int,
+def rank(vm: VectorMatrix, query: np.ndarray, s: Search, limit: int,
          bm25_ids: dict[int, float], dated: frozenset[int] = frozenset()
          ) -> dict[int, tuple[float, float, float | None]]:
     """The ``limit`` best entries, best first: chunk id -> (cosine, score, normalised BM25
@@ -65,7 +65,7 @@ def rank(vm: VectorMatrix, query: np.ndarray, s: Settings, limit: int,
 
     ``dated``: entries said on a day the query names; each gets ``s.date_weight`` more.
     """
-    boost = s.search.user_similarity_boost
+    boost = s.user_similarity_boost
     rows = vm.candidates(query, boost, limit)  # None: every row
     if rows is not None and (bm25_ids or dated):  # blend only candidates: the vector's and BM25's
         extra = np.fromiter((vm.row[c] for c in (*bm25_ids, *dated) if c in vm.row), np.int64)
@@ -74,25 +74,25 @@ def rank(vm: VectorMatrix, query: np.ndarray, s: Settings, limit: int,
     user = vm.user[: vm.n] if rows is None else vm.user[rows]
     score = np.where(user, similarity * boost, similarity)
     bm25 = np.zeros(len(score), np.float32)
-    if s.search.hybrid_search:
+    if s.hybrid_search:
         for chunk_id, value in bm25_ids.items():
             row = vm.row.get(chunk_id)
             if row is not None:
                 bm25[row if rows is None else np.searchsorted(rows, row)] = value
         if bm25.max() > 0:
             bm25 /= bm25.max()
-        score = (1 - s.search.hybrid_weight) * score + s.search.hybrid_weight * bm25
-    if dated and s.search.date_weight > 0:
+        score = (1 - s.hybrid_weight) * score + s.hybrid_weight * bm25
+    if dated and s.date_weight > 0:
         rows_dated = np.fromiter((vm.row[c] for c in dated if c in vm.row), np.int64)
         at = rows_dated if rows is None else np.searchsorted(rows, rows_dated)
         score = score.copy()
-        score[at] += s.search.date_weight
+        score[at] += s.date_weight
     row_ids = vm.ids[: vm.n] if rows is None else vm.ids[rows]
     top = ties.best(score, row_ids, limit)
-    if s.search.min_similarity > 0:
-        top = top[ties.levels(score[top]) >= ties.level(s.search.min_similarity)]
+    if s.min_similarity > 0:
+        top = top[ties.levels(score[top]) >= ties.level(s.min_similarity)]
     ids = row_ids[top]
-    return {int(c): (float(similarity[i]), float(score[i]), float(bm25[i]) if s.search.hybrid_search else None)
+    return {int(c): (float(similarity[i]), float(score[i]), float(bm25[i]) if s.hybrid_search else None)
             for c, i in zip(ids, top)}
 
 

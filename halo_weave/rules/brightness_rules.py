@@ -84,7 +84,8 @@ def attention_mass(
 
 
 class BrightnessRule(Protocol):
-    """What every brightness rule offers (``settings``: a :class:`~halo_weave.settings.Settings`)."""
+    """What every brightness rule offers (``settings``: the
+    :class:`~halo_weave.settings.Brightness` section of the settings)."""
 
     choice: Choice
 
@@ -108,11 +109,11 @@ class Vote:
         "magnitude votes")
 
     def step(self, brightness, attention, threshold, settings, mask=None) -> None:
-        magnitude_vote(brightness, attention, threshold, cap=settings.brightness.brightness_cap,
-                       decay=settings.brightness.decay_per_step, mask=mask)
+        magnitude_vote(brightness, attention, threshold, cap=settings.brightness_cap,
+                       decay=settings.decay_per_step, mask=mask)
 
     def ceiling(self, settings) -> int:
-        return settings.brightness.brightness_cap
+        return settings.brightness_cap
 
 
 class Mass:
@@ -125,8 +126,8 @@ class Mass:
     def step(self, brightness, attention, threshold, settings, mask=None) -> None:
         # One fair share of attention is worth 1 while read every step: a token the
         # model keeps reading at its fair share settles at initial_brightness (decay).
-        half_life = settings.brightness.brightness_half_life if self.decays else 0
-        unit = settings.brightness.initial_brightness * (1.0 - 2.0 ** (-1.0 / half_life)) if half_life else 1.0
+        half_life = settings.brightness_half_life if self.decays else 0
+        unit = settings.initial_brightness * (1.0 - 2.0 ** (-1.0 / half_life)) if half_life else 1.0
         attention_mass(brightness, attention, threshold, unit=unit, half_life=half_life, mask=mask)
 
     def ceiling(self, settings) -> int:
