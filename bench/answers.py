@@ -276,8 +276,8 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
     floor = room.floor(index.settings) if room.shares_room(index.settings) else conv.live_token_count()
     made = room.plan_with_room(conv, matches, index.plan, user_tokens=framed + reserve,
                                max_context=args.context, max_new_tokens=args.max_new_tokens,
-                               floor=floor, cap=index.settings.resurrection_budget_cap, order="age")
-    made.plan.apply(conv, index.settings.resurrection_brightness)
+                               floor=floor, cap=index.settings.recall.resurrection_budget_cap, order="age")
+    made.plan.apply(conv, index.settings.recall.resurrection_brightness)
     conv.prune_to_fit(budget - framed - reserve, keep_latest_exchange=True, order="age")
     attended = None
     if method in ATTENTION_KEEP:
@@ -480,7 +480,7 @@ def main(argv=None) -> int:
     if unknown:
         raise SystemExit(f"unknown methods: {', '.join(sorted(unknown))}")
     # The app's defaults (prune oldest first, its recall settings), P as the target.
-    settings = Settings(max_context_tokens=args.prune_to)
+    settings = Settings.of(max_context_tokens=args.prune_to)
     if args.notes_tool:  # the prompt the model reads, as the app builds it with the tool on
         settings = settings.replace(system_prompt=settings.replace(notes_tool=True).effective_system_prompt)
     dialogues = locomo.load(args.data)

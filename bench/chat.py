@@ -129,7 +129,7 @@ def type_ahead(session, client, index, text: str, cps: float) -> dict:
         ids = session.server.draft_ids(index, matches, [i for i, _ in pieces])
         planned = time.perf_counter()
         try:
-            answer = client.prepare(ids, max_length=session.settings.max_new_tokens)
+            answer = client.prepare(ids, max_length=session.settings.sampling.max_new_tokens)
         except BackendError as exc:  # the app logs it and goes on: Enter then runs more
             failures.append(str(exc)[:120])
             answer = {}
@@ -174,7 +174,7 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
     store = ConversationStore.open(home / "bench.sqlite")
     session.open(store)
     if session.prompt.framed_text():
-        session.prompt.apply(settings.system_prompt, session.prompt.pieces(settings.system_prompt))
+        session.prompt.apply(settings.chat.system_prompt, session.prompt.pieces(settings.chat.system_prompt))
     embedder = Embedder()
     embedder.load()
     index = SemanticIndex(store.conn, settings, embedder, lock=store.lock)
@@ -284,11 +284,10 @@ def summarize(rows: list[dict]) -> dict:
 
 def settings_changes(pairs: list[str]) -> dict:
     """``NAME=VALUE`` pairs as typed settings changes (the field's type decides the value's)."""
-    import dataclasses
-
     from halo_weave.settings import Settings
 
-    fields = {f.name: type(getattr(Settings(), f.name)) for f in dataclasses.fields(Settings)}
+    defaults = Settings()
+    fields = {name: type(defaults.value(name)) for name in Settings.names()}
     changes = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")

@@ -201,9 +201,9 @@ def open_session(url: str, settings, folder: Path):
 
     client = connect(url)
     info = client.model_info()
-    template = detect_template(info.chat_template, settings.chat_template or AUTO)
+    template = detect_template(info.chat_template, settings.server.chat_template or AUTO)
     framing = build_framing(lambda text: client.tokenize(text, parse_special=True), template)
-    client.use_template(TemplateInUse(template), settings.chat_template or AUTO)
+    client.use_template(TemplateInUse(template), settings.server.chat_template or AUTO)
     session = ChatSession(settings)
     session.connect(client, info, framing)
     store = ConversationStore.open(folder / "chat.sqlite")
@@ -370,8 +370,9 @@ def main(argv=None) -> int:
         finally:
             stop()
     figures = {"server_kind": args.server_kind, "model": args.model or model, "model_name": model,
-               "target": args.target, "seed": args.seed, "threads": args.threads, "temperature": settings.temperature,
-               "max_new_tokens": settings.max_new_tokens, "system_prompt": settings.effective_system_prompt,
+               "target": args.target, "seed": args.seed, "threads": args.threads,
+               "temperature": settings.sampling.temperature,
+               "max_new_tokens": settings.sampling.max_new_tokens, "system_prompt": settings.effective_system_prompt,
                **summary(rows, facts), "wall_s": round(time.perf_counter() - started, 1),
                "cpu": before["cpu"], "cpus": before["cpus"], "load_average_start": before["load_average"],
                "load_average_end": machine()["load_average"]}

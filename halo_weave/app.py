@@ -105,7 +105,7 @@ class TurnController(QObject):
         self.ahead = ahead = ReadAhead(session, signals, gate, calls, memory, prompt,
                                        connected=lambda: self.link.state == "connected", parent=self)
         self.link = link = ServerLink(session, signals, gate, prompt, proxy, ahead, parent=self,
-                                      autostart=settings.autostart_server if autostart is None else autostart)
+                                      autostart=settings.server.autostart_server if autostart is None else autostart)
         self.files = files = ConversationFiles(self.data_dir, session, signals, gate, calls, memory, prompt, link,
                                                ahead, self)
         self.message = message = MessageSend(session, signals, gate, calls, memory, link, self)
@@ -135,32 +135,34 @@ class TurnController(QObject):
         old = session.settings
         session.use_settings(new)
         store, conv = session.store, session.conv
-        if new.chat_template != old.chat_template and store is not None:
+        if new.server.chat_template != old.server.chat_template and store is not None:
             # A template chosen here belongs to this conversation (and is the default for new ones).
-            session.save(lambda: store.set_meta("chat_template", new.chat_template), "Saving the chat template")
-        if (new.system_prompt != old.system_prompt and conv is not None and store is not None
+            session.save(lambda: store.set_meta("chat_template", new.server.chat_template), "Saving the chat template")
+        if (new.chat.system_prompt != old.chat.system_prompt and conv is not None and store is not None
                 and not conv.turns and not getattr(store, "read_only", False)
-                and session.prompt.own() == old.system_prompt):
+                and session.prompt.own() == old.chat.system_prompt):
             # The default is for new conversations: an empty one still on it takes the new one.
-            session.prompt.set_own(new.system_prompt)
-        if new.server_url != old.server_url or new.chat_template != old.chat_template or (
-                new.server_context_tokens != old.server_context_tokens):
-            self.link.connect_server(new.server_url)
+            session.prompt.set_own(new.chat.system_prompt)
+        if new.server.server_url != old.server.server_url or new.server.chat_template != old.server.chat_template or (
+                new.server.server_context_tokens != old.server.server_context_tokens):
+            self.link.connect_server(new.server.server_url)
         elif new.effective_system_prompt != old.effective_system_prompt:
             self.prompt.sync()  # the notebook's instructions, or the default just taken
         self.prompt.settings_changed(new.effective_system_prompt != old.effective_system_prompt)  # the open one is kept
-        if (new.proxy_attention, new.proxy_pruning) != (old.proxy_attention, old.proxy_pruning):
+        if (new.server.proxy_attention, new.server.proxy_pruning) != (
+                old.server.proxy_attention, old.server.proxy_pruning):
             self.proxy.sync_ranks()
             signals.attention_changed.emit(session.attention_available)
-        rescored = any(getattr(new, f) != getattr(old, f) for f, _, _ in PRUNING_FIELDS)
+        rescored = any(new.value(f) != old.value(f) for f, _, _ in PRUNING_FIELDS)
         words = choice_words(new, "brightness_rule")
         if words != choice_words(old, "brightness_rule") and session.attention_available:
             signals.info.emit(f"Brightness: {words}, from the next generated token on "
                               "(the brightness earned so far carries over; past attention is not stored).")
-        if (rescored or new.max_context_tokens != old.max_context_tokens) and conv is not None and not self.gate.busy:
+        budget_changed = new.pruning.max_context_tokens != old.pruning.max_context_tokens
+        if (rescored or budget_changed) and conv is not None and not self.gate.busy:
             self.levers.prune_to_budget()  # a smaller budget takes effect now, not after the next answer
             signals.conversation_changed.emit()  # and the colours follow the score in use
-        elif new.highlight_fraction != old.highlight_fraction and conv is not None:
+        elif new.chat.highlight_fraction != old.chat.highlight_fraction and conv is not None:
             signals.conversation_changed.emit()  # the highlight follows at once
         signals.stats_changed.emit()
 
@@ -170,7 +172,8 @@ class TurnController(QObject):
         conv, session = self.conv, self.session
         if conv is None:
             return {}
-        limit = session.server.window_limit() if session.server.prunes_for_room else session.settings.max_context_tokens
+        server = session.server
+        limit = server.window_limit() if server.prunes_for_room else session.settings.pruning.max_context_tokens
         return dict(
             live_tokens=conv.live_token_count(),
             max_tokens=limit or int(getattr(session.model_info, "max_context", 0) or 0),

@@ -257,7 +257,7 @@ class Conversation:
         ids, starts = self.table.chunk_spans()
         if len(ids) == 0:
             return ids, np.zeros(0, np.int32)
-        s = self.settings
+        s = self.settings.brightness
         return ids, bright.chunk_scores(self.table.brightness, starts, s.chunk_rank, s.chunk_rank_k)
 
     def chunk_peak(self, chunk_id: int) -> int:
@@ -265,14 +265,14 @@ class Conversation:
         chunk = self.chunks[chunk_id]
         if chunk.live:
             values = self.table.brightness[self.chunk_rows(chunk)]
-            s = self.settings
+            s = self.settings.brightness
             return int(bright.chunk_scores(values, np.zeros(1, np.int64), s.chunk_rank, s.chunk_rank_k)[0])
         return int(chunk.brightness_at_prune or 0)
 
     def mean_brightness(self) -> float:
         """Mean brightness of the live content tokens (shown; may seed resurrection)."""
         content = self.table.brightness[~self.table.framing]
-        return float(content.mean()) if content.size else float(self.settings.initial_brightness)
+        return float(content.mean()) if content.size else float(self.settings.brightness.initial_brightness)
 
     def graveyard(self) -> ChunkList:
         """Pruned content chunks, newest first (each made an object when first read)."""
@@ -294,11 +294,11 @@ class Conversation:
             )
         # Attention votes on content tokens (and not on the open turn's, if so set).
         mask = ~self.table.framing
-        if not self.settings.score_current_turn and self.writer.turn is not None:
+        if not self.settings.brightness.score_current_turn and self.writer.turn is not None:
             mask &= self.table.turn_id != self.writer.turn.turn_id
-        rule = brightness_rule(self.settings.brightness_rule)
+        rule = brightness_rule(self.settings.brightness.brightness_rule)
         rule.step(self.table.brightness, attention[n_system:], bright.vote_threshold(attention),
-                  self.settings, mask=mask)
+                  self.settings.brightness, mask=mask)
 
     # ------------------------------------------------------------------ pruning
     def prune_to_fit(
@@ -324,14 +324,14 @@ class Conversation:
         Returns every chunk pruned (framing included).
         """
         if max_tokens is None:
-            limit = self.settings.max_context_tokens
-            goal = int(limit * self.settings.prune_hysteresis) if target is None else target
+            limit = self.settings.pruning.max_context_tokens
+            goal = int(limit * self.settings.pruning.prune_hysteresis) if target is None else target
         else:
             limit = max_tokens
             goal = limit if target is None else target
         if limit <= 0 or self.live_token_count() <= limit:
             return []
-        rank = prune_order(order or self.settings.prune_order)
+        rank = prune_order(order or self.settings.pruning.prune_order)
         spared = self.turns.last("user") if keep_latest_exchange else None
         chosen = pruning.select(self, self.live_token_count() - goal, order=rank, spared=spared, keep=keep)
         return self._prune_chunks(chosen) if chosen else []
@@ -376,7 +376,7 @@ class Conversation:
         tokens = pruning.load_pruned(self, [c.id for c in resurrected])
         for chunk in resurrected:
             data = tokens[chunk.id]
-            values = (np.full(chunk.token_count, self.settings.initial_brightness, np.int32) if chunk.framing
+            values = (np.full(chunk.token_count, self.settings.brightness.initial_brightness, np.int32) if chunk.framing
                       else bright.resurrected(brightness, data.brightness, mean))
             token_resurrection.put_back(self, chunk, data, values)
         return resurrected

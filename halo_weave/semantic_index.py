@@ -236,7 +236,7 @@ class SemanticIndex:
         """Content chunks of complete turns whose entry is missing, changed or stale
         (:func:`.memory.pending.due_chunks`: no chunk object is made)."""
         with self._lock:
-            return due_chunks(conv, self._vectors, self._checked, self.settings.embedding_max_tokens)
+            return due_chunks(conv, self._vectors, self._checked, self.settings.search.embedding_max_tokens)
 
     def orphans(self, conv: Conversation) -> list[int]:
         """Entries whose chunk no longer exists (absorbed by a merge)."""
@@ -247,11 +247,11 @@ class SemanticIndex:
     def prepare(self, conv: Conversation, chunk_ids: Iterable[int]) -> list[EntryDraft]:
         """Read what embedding needs from the conversation (cheap, no model; see
         :func:`.memory.drafts.prepare`)."""
-        return prepare_drafts(conv, chunk_ids, self.settings.embedding_max_tokens)
+        return prepare_drafts(conv, chunk_ids, self.settings.search.embedding_max_tokens)
 
     def embed(self, drafts: Sequence[EntryDraft], batch_size: int = 32) -> Sequence[EntryDraft]:
         """Fill each draft's vector (slow; touches neither conversation nor database)."""
-        return embed_drafts(self.embedder, drafts, self.settings.embedding_max_tokens, batch_size)
+        return embed_drafts(self.embedder, drafts, self.settings.search.embedding_max_tokens, batch_size)
 
     def store(self, drafts: Sequence[EntryDraft]) -> None:
         """Upsert embedded drafts in one transaction and add them to the search matrix."""
@@ -333,10 +333,10 @@ class SemanticIndex:
         With ``query_split`` each part of the message (:func:`.memory.query.sub_queries`)
         is searched too, in the same embedding batch, and the lists interleaved.
         """
-        limit = self.settings.query_max_results if limit is None else limit
+        limit = self.settings.search.query_max_results if limit is None else limit
         if not text.strip() or limit <= 0 or not self.available or self._vectors.n == 0:
             return []
-        texts = [text] + (query.sub_queries(text) if self.settings.query_split else [])
+        texts = [text] + (query.sub_queries(text) if self.settings.search.query_split else [])
         try:
             vectors = self.embedder.encode(texts)
         except EmbedderUnavailable:
@@ -349,18 +349,18 @@ class SemanticIndex:
         """:meth:`search` for an already embedded (unit) query; ``text`` feeds BM25 and
         names the dates to look in (``date_weight``)."""
         s = self.settings
-        limit = s.query_max_results if limit is None else limit
+        limit = s.search.query_max_results if limit is None else limit
         with self._lock, one_blas_thread():
             if self._vectors.n == 0 or limit <= 0:
                 return []
-            bm25_ids = text_match.bm25_scores(self.conn, text, self._vectors.n, s, max(3 * limit, 50))
-            dated = text_match.dated_chunks(self.conn, text, s)
+            bm25_ids = text_match.bm25_scores(self.conn, text, self._vectors.n, s.search, max(3 * limit, 50))
+            dated = text_match.dated_chunks(self.conn, text, s.search)
             vector = np.asarray(vector, np.float32)
-            found = ranking.rank(self._vectors, vector, s, limit, bm25_ids, dated)
-            if s.query_feedback > 0 and found:
-                vector = ranking.feedback(self._vectors, vector, list(found)[: s.query_feedback_top],
-                                          s.query_feedback)
-                found = ranking.rank(self._vectors, vector, s, limit, bm25_ids, dated)
+            found = ranking.rank(self._vectors, vector, s.search, limit, bm25_ids, dated)
+            if s.search.query_feedback > 0 and found:
+                vector = ranking.feedback(self._vectors, vector, list(found)[: s.search.query_feedback_top],
+                                          s.search.query_feedback)
+                found = ranking.rank(self._vectors, vector, s.search, limit, bm25_ids, dated)
             meta = tables.meta(self.conn, list(found))
         return [Match(cid, *meta[cid], *found[cid]) for cid in found if cid in meta]
 
@@ -371,10 +371,10 @@ class SemanticIndex:
         neighbours of the same sitting (``resurrect_neighbours``), at most
         ``recall_max_chunks`` paragraphs."""
         s = self.settings
-        matches = query.relevant(matches, s.recall_relative_floor)
-        matches = query.with_neighbours(conv, matches, s.resurrect_neighbours, s.session_gap_seconds,
-                                        s.neighbour_matches)
-        return make_plan(conv, matches, budget, s.resurrection_anchors, s.recall_max_chunks)
+        matches = query.relevant(matches, s.recall.recall_relative_floor)
+        matches = query.with_neighbours(conv, matches, s.recall.resurrect_neighbours, s.recall.session_gap_seconds,
+                                        s.recall.neighbour_matches)
+        return make_plan(conv, matches, budget, s.recall.resurrection_anchors, s.recall.recall_max_chunks)
 
     def resurrect_for(self, conv: Conversation, user_text: str, user_tokens: int,
                       model_max_context: int, max_new_tokens: int,
@@ -387,12 +387,12 @@ class SemanticIndex:
         ``reference_count`` increments) are one transaction.
         """
         budget = resurrection_budget(conv, user_tokens, model_max_context, max_new_tokens,
-                                     self.settings.resurrection_budget_cap)
+                                     self.settings.recall.resurrection_budget_cap)
         if not self.available:
             return ResurrectionResult(budget, reason="semantic index unavailable")
         plan = self.plan(conv, self.search(user_text), budget)
         with self._lock:
-            return apply_plan(conv, plan, self.conn, self.settings.resurrection_brightness, store)
+            return apply_plan(conv, plan, self.conn, self.settings.recall.resurrection_brightness, store)
 
 
 def _default_snapshot(conn: sqlite3.Connection) -> Path | None:

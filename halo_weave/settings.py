@@ -1,7 +1,11 @@
 """Every number that means something, in one place, with its default.
 
-The core modules take a :class:`Settings` (or the few fields they need); the UI
-persists it with QSettings and the benchmarks override fields on the command line.
+A :class:`Settings` is made of sections (:class:`Sampling`, :class:`Pruning`,
+:class:`Brightness`, :class:`Search`, :class:`Recall`, :class:`Server`, :class:`Chat`),
+each holding the numbers of one concern.  The core modules take a Settings (or the few
+fields they need); the UI persists it with QSettings and the benchmarks override fields
+on the command line, both by each setting's flat name (``max_context_tokens``), which
+is unique across the sections.
 """
 
 from __future__ import annotations
@@ -39,12 +43,10 @@ def without_notes_tool(prompt: str) -> str:
     return kept[: -len(tool)].rstrip() if kept.endswith(tool) else prompt
 
 
-@dataclass
-class Settings:
-    """User-tunable behaviour.  The defaults are the measured ones: today's figures are in
-    docs/benchmarks.md, the runs that chose each default in docs/history.md."""
+@dataclass(frozen=True)
+class Sampling:
+    """How the model writes an answer: the sampler's parameters and the answer's length."""
 
-    # Generation
     temperature: float = 0.7
     top_p: float = 0.9
     top_k: int = 40
@@ -56,41 +58,22 @@ class Settings:
     max_new_tokens: int = 512
     sampler_seed: int = -1
 
-    # Context budget and chunking
+
+@dataclass(frozen=True)
+class Pruning:
+    """The context budget, how text is cut into chunks, and which chunks pruning takes
+    when: the order, the recent window it spares and the moment it runs."""
+
     max_context_tokens: int = 2000  # prune when over this after an exchange; 0 = never prune
     # ...down to this fraction of it: fewer, larger prunes (each moves the server's cache);
     # same recall at 0.75 with 4x fewer prunes (docs/history.md, the first dev-set run's
     # "Reading").
     prune_hysteresis: float = 0.75
     min_chunk_tokens: int = 64
-
-    # Brightness
-    initial_brightness: int = MAX_BRIGHTNESS
-    brightness_cap: int = MAX_BRIGHTNESS
-    decay_per_step: int = 1
-    score_current_turn: bool = True
-    highlight_fraction: float = 0.20  # brightest share of tokens highlighted in the heatmap
-    render_markdown: bool = True  # messages shown rendered as Markdown (False: as typed)
-    # How attention becomes brightness (halo_weave.rules.brightness_rules): "vote" is magnitude
-    # voting (+floor(a / fair share), -1 otherwise, capped); "decay" an attention mass with
-    # a half-life of brightness_half_life generated tokens; "mass" the plain sum (H2O).
-    # The mass rules have no cap.  "vote" continues conversations best; the mass rules
-    # recall more but continue worse (docs/history.md, "continuation fidelity and
-    # brightness rules").
-    brightness_rule: str = "vote"
-    brightness_half_life: int = 256
-    # Where new tokens start: "cap" (initial_brightness, "fail bright") or "median"
-    # (the live median: a fair chance, no head start).
-    new_token_brightness: str = "cap"
-    # A chunk's score for pruning and for the heatmap's colour: "peak" (its brightest
-    # token), "topk" (the mean of its chunk_rank_k brightest tokens) or "mean" (its
-    # attention per token).
-    chunk_rank: str = "peak"
-    chunk_rank_k: int = 4
-    # What decides pruning: "brightness" (the chunk score above) or "age" (oldest first).
-    # "age": on the LoCoMo dev set no attention rule beat oldest-first on both recall and
-    # continuation, so brightness colours the heatmap and the oldest paragraphs go first
-    # (docs/benchmarks.md, "The memory benchmark": fifo-halo against halo).
+    # What decides pruning: "brightness" (the chunk score, see Brightness) or "age" (oldest
+    # first).  "age": on the LoCoMo dev set no attention rule beat oldest-first on both
+    # recall and continuation, so brightness colours the heatmap and the oldest paragraphs
+    # go first (docs/benchmarks.md, "The memory benchmark": fifo-halo against halo).
     prune_order: str = "age"
     # The most recent live tokens that pruning by brightness leaves alone (H2O's recent
     # window: what the model is about to go on from); older chunks are ranked by their
@@ -107,28 +90,47 @@ class Settings:
     # (docs/history.md, "the dev set on today's code, every kind of replay").
     prune_when: str = "after_exchange"
 
-    # Semantic resurrection
-    resurrection_brightness: str = "at_prune"  # or "mean"
-    resurrection_budget_cap: int = 0  # 0 = no cap beyond the universal equation
-    # Room for what a message brings back (halo_weave.memory.room): the room is counted as
-    # if the live context held only its newest resurrection_keep_share x max_context_tokens
-    # tokens, and when the plan needs it, just enough older live context is pruned (oldest
-    # first, or by the prune order; never the latest exchange, a pinned chunk or a match of
-    # this search).  1.0 = off: the room is what pruning after the exchange left.  0.5 with
-    # query_max_results 30 lifts recall on the dev set, multi-hop most (docs/benchmarks.md,
-    # "The memory benchmark"; the choice of 0.5 in docs/history.md, "room for what a
-    # message brings back").
-    # With a roomy window (the model's window well above max_context_tokens) nothing is
-    # pruned for it: the plan fits the room the equation leaves.
-    resurrection_keep_share: float = 0.5
+
+@dataclass(frozen=True)
+class Brightness:
+    """How attention becomes each token's brightness, where new tokens start, and how a
+    chunk's tokens add up to the chunk's score."""
+
+    initial_brightness: int = MAX_BRIGHTNESS
+    brightness_cap: int = MAX_BRIGHTNESS
+    decay_per_step: int = 1
+    score_current_turn: bool = True
+    # How attention becomes brightness (halo_weave.rules.brightness_rules): "vote" is magnitude
+    # voting (+floor(a / fair share), -1 otherwise, capped); "decay" an attention mass with
+    # a half-life of brightness_half_life generated tokens; "mass" the plain sum (H2O).
+    # The mass rules have no cap.  "vote" continues conversations best; the mass rules
+    # recall more but continue worse (docs/history.md, "continuation fidelity and
+    # brightness rules").
+    brightness_rule: str = "vote"
+    brightness_half_life: int = 256
+    # Where new tokens start: "cap" (initial_brightness, "fail bright") or "median"
+    # (the live median: a fair chance, no head start).
+    new_token_brightness: str = "cap"
+    # A chunk's score for pruning and for the heatmap's colour: "peak" (its brightest
+    # token), "topk" (the mean of its chunk_rank_k brightest tokens) or "mean" (its
+    # attention per token).
+    chunk_rank: str = "peak"
+    chunk_rank_k: int = 4
+
+
+@dataclass(frozen=True)
+class Search:
+    """How a message searches the pruned past: candidates, the cosine and BM25 blend,
+    dates, query feedback, and the embedder's limits."""
+
     # Search candidates per message: the room resurrection_keep_share makes needs about 30
     # to fill it (docs/history.md, "room for what a message brings back").
     query_max_results: int = 30
     # Score multiplier for matches the user wrote (1.0 = none): with the recall settings
-    # below, no boost recalls more than 1.5 (docs/history.md, "multi-hop and temporal recall").
+    # (Recall), no boost recalls more than 1.5 (docs/history.md, "multi-hop and temporal recall").
     user_similarity_boost: float = 1.0
     # A match scoring below this (cosine blended with BM25, as ranked) never comes back:
-    # a message on another subject brings nothing back (see recall_relative_floor below).
+    # a message on another subject brings nothing back (see Recall.recall_relative_floor).
     min_similarity: float = 0.3
     # BM25 blended with the vector score: finds the names, places and numbers MiniLM
     # misses (+0.126 recall: docs/history.md, the first dev-set run's "Reading").
@@ -143,23 +145,49 @@ class Settings:
     # Multi-hop and temporal recall (halo_weave.memory.query; the figures in
     # docs/history.md, "multi-hop and temporal recall"):
     # date_weight: score added to entries said on a day or month the message names (0 = off);
-    # query_split: search the message's parts apart (no gain: off);
+    # query_split: search the message's parts apart (no gain: off).
+    date_weight: float = 0.3
+    query_split: bool = False
+    # query_feedback: that many times the mean vector of the query's query_feedback_top best
+    # matches added to it, normalised, searched again (Rocchio pseudo-relevance feedback;
+    # 0 = off).  It raises multi-hop recall (docs/history.md, "pseudo-relevance feedback
+    # and neighbours for the best matches").
+    query_feedback: float = 0.5
+    query_feedback_top: int = 3
+    embedding_max_tokens: int = 256
+    embed_wait_seconds: float = 2.0
+
+
+@dataclass(frozen=True)
+class Recall:
+    """What the matches a search found bring back: their brightness, the room made for
+    them, their neighbours and anchors, and the caps on what one message recalls."""
+
+    resurrection_brightness: str = "at_prune"  # or "mean"
+    resurrection_budget_cap: int = 0  # 0 = no cap beyond the universal equation
+    # Room for what a message brings back (halo_weave.memory.room): the room is counted as
+    # if the live context held only its newest resurrection_keep_share x max_context_tokens
+    # tokens, and when the plan needs it, just enough older live context is pruned (oldest
+    # first, or by the prune order; never the latest exchange, a pinned chunk or a match of
+    # this search).  1.0 = off: the room is what pruning after the exchange left.  0.5 with
+    # query_max_results 30 lifts recall on the dev set, multi-hop most (docs/benchmarks.md,
+    # "The memory benchmark"; the choice of 0.5 in docs/history.md, "room for what a
+    # message brings back").
+    # With a roomy window (the model's window well above max_context_tokens) nothing is
+    # pruned for it: the plan fits the room the equation leaves.
+    resurrection_keep_share: float = 0.5
+    # Multi-hop and temporal recall (halo_weave.memory.query; the figures in
+    # docs/history.md, "multi-hop and temporal recall"):
     # resurrect_neighbours: each match's neighbouring turns of the same sitting (turns
     # less than session_gap_seconds apart) come right after it;
     # resurrection_anchors: "always" (a match comes back with the question and answer that
     # open its exchange) or "if_room" (those paid from what the matches leave).
-    date_weight: float = 0.3
-    query_split: bool = False
     resurrect_neighbours: int = 1
     session_gap_seconds: float = 1800.0
     resurrection_anchors: str = "if_room"
-    # query_feedback: that many times the mean vector of the query's query_feedback_top best
-    # matches added to it, normalised, searched again (Rocchio pseudo-relevance feedback;
-    # 0 = off); neighbour_matches: only the first that many matches bring their neighbouring
-    # turns (0 = every match).  Both raise multi-hop recall (docs/history.md,
-    # "pseudo-relevance feedback and neighbours for the best matches").
-    query_feedback: float = 0.5
-    query_feedback_top: int = 3
+    # neighbour_matches: only the first that many matches bring their neighbouring turns
+    # (0 = every match).  It raises multi-hop recall (docs/history.md, "pseudo-relevance
+    # feedback and neighbours for the best matches").
     neighbour_matches: int = 4
     # What a message brings back, beyond what fits (halo_weave.memory.resurrection_plan):
     # recall_relative_floor: only matches scoring at least this share of the best match's
@@ -174,10 +202,13 @@ class Settings:
     #: A short copy of what a message recalled goes just before it in the request
     #: (halo_weave.memory.recall_note): docs/answers.md, answer F1 with and without.
     recall_note: bool = True
-    embedding_max_tokens: int = 256
-    embed_wait_seconds: float = 2.0
 
-    # Backend
+
+@dataclass(frozen=True)
+class Server:
+    """The backend: which server and model, how it sends attention, the chat template,
+    its saved caches, the bundled reader's proxy attention, and attention captures."""
+
     server_url: str = "http://127.0.0.1:5001"
     autostart_server: bool = True
     #: The built-in server's model (its ``--model``): "" for the bundled default
@@ -194,29 +225,81 @@ class Settings:
     served_model: str = ""
     # The model's context on a server that does not say (OpenAI-compatible ones); 0 = assume 2048.
     server_context_tokens: int = 0
-    # The system prompt new conversations start with; each conversation keeps its own in
-    # its file (``session.prompt.own()``).
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
     #: Disk the built-in server may fill with conversations' saved KV caches (MiB; the least
     #: recently saved go first; 0 saves none, and reopening a conversation prefills it).
     saved_caches_mb: int = 2048
-    #: The model's notebook (notes.json, edited with jq): off unless asked for; when on,
-    #: its instructions follow the system prompt and the answers' tool calls run.
-    notes_tool: bool = False
-
     # Proxy attention, for a server that sends none: the bundled model reads each finished
     # exchange and its attention lights the heatmap.  It drives pruning only when asked:
     # the memory benchmark, whose attention is this reader's, found pruning by it level with
     # oldest-first (docs/benchmarks.md, "The memory benchmark").
     proxy_attention: bool = True
     proxy_pruning: bool = False
-
     # Debugging
     record_attention: bool = False  # stream every token's attention to <data dir>/captures
 
+
+@dataclass(frozen=True)
+class Chat:
+    """What new conversations start with and how the window shows them: the system
+    prompt, the notebook tool, Markdown, and the heatmap's highlight."""
+
+    highlight_fraction: float = 0.20  # brightest share of tokens highlighted in the heatmap
+    render_markdown: bool = True  # messages shown rendered as Markdown (False: as typed)
+    # The system prompt new conversations start with; each conversation keeps its own in
+    # its file (``session.prompt.own()``).
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    #: The model's notebook (notes.json, edited with jq): off unless asked for; when on,
+    #: its instructions follow the system prompt and the answers' tool calls run.
+    notes_tool: bool = False
+
+
+@dataclass
+class Settings:
+    """User-tunable behaviour, in sections.  The defaults are the measured ones: today's
+    figures are in docs/benchmarks.md, the runs that chose each default in docs/history.md.
+
+    Every setting has a name of its own across the sections (checked at import), and that
+    flat name is the public one: the settings file's key, the dialog's, a benchmark's
+    ``--set NAME=VALUE``.  Read one as ``settings.pruning.max_context_tokens``, or by name
+    with :meth:`value`; make changed copies with :meth:`of` and :meth:`replace`::
+
+        Settings.of(max_context_tokens=700).replace(prune_order="brightness")
+    """
+
+    sampling: Sampling = dataclasses.field(default_factory=Sampling)
+    pruning: Pruning = dataclasses.field(default_factory=Pruning)
+    brightness: Brightness = dataclasses.field(default_factory=Brightness)
+    search: Search = dataclasses.field(default_factory=Search)
+    recall: Recall = dataclasses.field(default_factory=Recall)
+    server: Server = dataclasses.field(default_factory=Server)
+    chat: Chat = dataclasses.field(default_factory=Chat)
+
+    @classmethod
+    def of(cls, **values) -> "Settings":
+        """The defaults with ``values`` (flat names, e.g. ``max_context_tokens=700``)."""
+        return cls().replace(**values)
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """Every setting's flat name, section by section in declaration order."""
+        return tuple(_SECTION_OF)
+
     def replace(self, **changes) -> "Settings":
-        """A copy with ``changes`` applied."""
-        return dataclasses.replace(self, **changes)
+        """A copy with ``changes`` (flat names) applied, each in its section; a name that
+        is no setting raises TypeError naming it."""
+        by_section: dict[str, dict] = {}
+        for name, value in changes.items():
+            if name not in _SECTION_OF:
+                raise TypeError(f"{name!r} is not a setting")
+            by_section.setdefault(_SECTION_OF[name], {})[name] = value
+        return dataclasses.replace(self, **{section: dataclasses.replace(getattr(self, section), **values)
+                                            for section, values in by_section.items()})
+
+    def value(self, name: str):
+        """The setting called ``name`` (its flat name); AttributeError if there is none."""
+        if name not in _SECTION_OF:
+            raise AttributeError(f"{name!r} is not a setting")
+        return getattr(getattr(self, _SECTION_OF[name]), name)
 
     def server_context_cells(self) -> int:
         """KV cells the bundled server starts with (``--initial-context``; 0: the model's
@@ -224,22 +307,42 @@ class Settings:
         cheaper there; resurrection fills a prompt past the budget (bench_chat's reached
         2.2x it), and such a request grows the server's cache, copying its states (no
         re-run)."""
-        if self.max_context_tokens <= 0:
+        budget = self.pruning.max_context_tokens
+        if budget <= 0:
             return 0
-        cells = self.max_context_tokens + self.max_new_tokens
+        cells = budget + self.sampling.max_new_tokens
         return -(-cells // 256) * 256
 
     @property
     def effective_system_prompt(self) -> str:
         """The default system prompt as the model reads it: the user's, with the notebook
         tool's instructions after it while the tool is on."""
-        return with_notes_tool(self.system_prompt, self.notes_tool)
+        return with_notes_tool(self.chat.system_prompt, self.chat.notes_tool)
 
     def server_args(self) -> list[str]:
         """Command-line options for the bundled server that follow from these settings."""
         cells = self.server_context_cells()
-        return [*(["--model", self.server_model] if self.server_model.strip() else []),
-                *(["--initial-context", str(cells)] if cells else []), "--kv-disk-mb", str(self.saved_caches_mb)]
+        server = self.server
+        return [*(["--model", server.server_model] if server.server_model.strip() else []),
+                *(["--initial-context", str(cells)] if cells else []), "--kv-disk-mb", str(server.saved_caches_mb)]
+
+
+def _section_of() -> dict[str, str]:
+    """Flat setting name -> the name of the :class:`Settings` section that holds it.
+    Raises TypeError at import if two sections declare the same name, or one clashes
+    with a section's or a method's name (the flat names must stay unambiguous)."""
+    sections = dataclasses.fields(Settings)
+    taken = {section.name for section in sections}
+    owners: dict[str, str] = {}
+    for section in sections:
+        for item in dataclasses.fields(section.default_factory):
+            if item.name in owners or item.name in taken or hasattr(Settings, item.name):
+                raise TypeError(f"the setting name {item.name!r} in {section.name} is not unique")
+            owners[item.name] = section.name
+    return owners
+
+
+_SECTION_OF = _section_of()
 
 
 #: The multiple-choice settings and their allowed values, in the order the dialog lists
@@ -322,11 +425,11 @@ def choice(field: str, value: str) -> Choice | None:
 
 def choice_words(settings: Settings, field: str) -> str:
     """The short words of the chosen value of ``field``, with the fields it names filled in."""
-    chosen = choice(field, getattr(settings, field))
+    chosen = choice(field, settings.value(field))
     if chosen is None:
-        return str(getattr(settings, field))
+        return str(settings.value(field))
     text = chosen.short or chosen.label
-    return text.format(**{name: f"{getattr(settings, name):,}" for name in chosen.uses})
+    return text.format(**{name: f"{settings.value(name):,}" for name in chosen.uses})
 
 
 @dataclass(frozen=True)
@@ -355,7 +458,7 @@ def scoring_words(settings: Settings, source: str = "server") -> Scoring:
     """
     rank = choice_words(settings, "chunk_rank")
     scale = "on today's scale, olive (read least lately) → yellow → gold (read most)"
-    chosen = choice("brightness_rule", settings.brightness_rule)
+    chosen = choice("brightness_rule", settings.brightness.brightness_rule)
     explanation = chosen.explanation if chosen else ""
     if source == "none":
         fallback = prune_order(WITHOUT_BRIGHTNESS)
@@ -366,25 +469,25 @@ def scoring_words(settings: Settings, source: str = "server") -> Scoring:
                        "", f"Paragraph colour: its {rank} brightness {scale}; not measured while the server "
                        f"sends no attention. The {fallback.first} paragraphs are pruned first.",
                        WITHOUT_BRIGHTNESS)
-    name = settings.prune_order
+    name = settings.pruning.prune_order
     if source in ("reader", "waiting"):
         rule = "the reader's " + choice_words(settings, "brightness_rule")
         explanation += " (The bundled reader model's attention over each finished exchange, not your model's.)"
-        if not settings.proxy_pruning:
+        if not settings.server.proxy_pruning:
             name = WITHOUT_BRIGHTNESS
     else:
         rule = choice_words(settings, "brightness_rule")
     order = prune_order(name)
     words = order.words(settings)
-    if settings.prune_when == "for_room":
+    if settings.pruning.prune_when == "for_room":
         words += ", " + choice_words(settings, "prune_when")
     sentence = f"Brightness: {rule}; a paragraph's colour is its {rank} brightness. " + order.sentence(words, rank)
-    if settings.prune_when == "for_room":
+    if settings.pruning.prune_when == "for_room":
         sentence += " The context keeps the model's window full; pruning makes only the room needed."
-    share = settings.resurrection_keep_share
-    if share < 1 and settings.max_context_tokens > 0:
+    share, budget = settings.recall.resurrection_keep_share, settings.pruning.max_context_tokens
+    if share < 1 and budget > 0:
         sentence += (f" When the model's window is too small for what your message brings back, older context "
-                     f"beyond the newest {int(settings.max_context_tokens * max(share, 0.0)):,} tokens is pruned "
+                     f"beyond the newest {int(budget * max(share, 0.0)):,} tokens is pruned "
                      f"({order.first} first) to make room for it.")
     colour = f"Paragraph colour: its {rank} brightness {scale}. " + order.colour
     return Scoring(f"☀ {rule} · {rank} · pruning {words}", sentence, explanation, colour, name)

@@ -97,7 +97,7 @@ def real(tokens: int, fmt: str, keep: Path | None) -> dict:
     t = time.perf_counter()
     engine = TransformersEngine.load(attention_format=fmt)
     load_s = time.perf_counter() - t
-    settings = Settings(min_chunk_tokens=16)
+    settings = Settings.of(min_chunk_tokens=16)
     tokenize = lambda text: engine.tokenize(text)  # noqa: E731
     framing = build_framing(lambda text: engine.tokenize(text, parse_special=True))
     conv = Conversation(settings, framing)

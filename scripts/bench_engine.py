@@ -82,7 +82,7 @@ def calibrate() -> float:
 
 # ---------------------------------------------------------------------- brightness
 def bench_brightness(live: int, steps: int = 2000) -> list[float]:
-    conv = Conversation(Settings(max_context_tokens=0))
+    conv = Conversation(Settings.of(max_context_tokens=0))
     rng = np.random.default_rng(0)
     per_turn = 300
     for t in range(live // per_turn):
@@ -161,7 +161,7 @@ def _split(size: int) -> list[int]:
 def bench_store(workdir: Path, total: int, live: int, repeat: int = 7) -> dict:
     path = new_conversation_path(workdir)
     build_file(path, total, live)
-    settings = Settings(max_context_tokens=0)
+    settings = Settings.of(max_context_tokens=0)
     open_times = timed(lambda: ConversationStore.open(path).close(), repeat)
     store = ConversationStore.open(path)
     holder = {}

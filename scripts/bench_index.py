@@ -182,7 +182,7 @@ def bench_search_and_load(n: int, base: np.ndarray, queries: np.ndarray, rng) ->
             wall, cpu = timed(lambda: exact.search("the river boat"), 20)
         out[f"exact_search_ms_median_{n}"], out[f"exact_search_cpu_ms_median_{n}"] = ms(wall), ms(cpu)
         out[f"recall_at_20_{n}"], out[f"identical_top20_share_{n}"] = recall_at(index, queries)
-        hybrid = SemanticIndex(conn, Settings(hybrid_search=True), index.embedder)
+        hybrid = SemanticIndex(conn, Settings.of(hybrid_search=True), index.embedder)
         hybrid._vectors = index._vectors
         hybrid.search("warm up")
         wall, cpu = timed(lambda: hybrid.search("river boat marina"), 10)
@@ -229,7 +229,7 @@ def bench_embedding(embedder: Embedder, n_chunks: int, rng) -> dict:
         starts = [0] + [a for a, _ in enc["offset_mapping"][1:]]
         return list(enc["input_ids"]), [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
 
-    conv = Conversation(Settings(max_context_tokens=0),
+    conv = Conversation(Settings.of(max_context_tokens=0),
                         build_framing(lambda s: list(zip(*tok(s)))))
     while len([c for c in conv.chunks.values() if not c.framing]) < n_chunks:
         for role in ("user", "assistant"):

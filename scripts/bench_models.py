@@ -45,7 +45,7 @@ def chat_text(dialogue: int, context: int) -> str:
     ``dialogue``, ending in a question."""
     from halo_weave.settings import Settings
 
-    parts = [CHAT.format("system", Settings().system_prompt)]
+    parts = [CHAT.format("system", Settings().chat.system_prompt)]
     size = 0
     for turn in load_locomo(LOCOMO)[dialogue].turns:
         text = CHAT.format(turn.role, turn.text)

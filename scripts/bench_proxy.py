@@ -51,11 +51,11 @@ def build(tok, turns, context_tokens: int, answer_tokens: int):
     from halo_weave.core.chat_template import CHATML, build_framing
     from halo_weave.settings import Settings
 
-    settings = Settings(max_context_tokens=0)
+    settings = Settings.of(max_context_tokens=0)
     framing = build_framing(lambda t: tok.tokenize(t, parse_special=True), CHATML)
     conv = Conversation(settings, framing)
-    pieces = framing.wrap("system", tok.tokenize(settings.system_prompt))
-    conv.system.set(settings.system_prompt, [i for i, _ in pieces], [t for _, t in pieces])
+    pieces = framing.wrap("system", tok.tokenize(settings.chat.system_prompt))
+    conv.system.set(settings.chat.system_prompt, [i for i, _ in pieces], [t for _, t in pieces])
     role = "user"
     for _, text in turns:
         if conv.live_token_count() >= context_tokens - answer_tokens:

@@ -61,7 +61,7 @@ def build(embedder: Embedder, dialogue, path: Path) -> tuple[Conversation, Conve
         starts = [0] + [a for a, _ in enc["offset_mapping"][1:]]
         return list(zip(enc["input_ids"], [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]))
 
-    conv = Conversation(Settings(max_context_tokens=0), build_framing(tokenize))
+    conv = Conversation(Settings.of(max_context_tokens=0), build_framing(tokenize))
     store = ConversationStore.open(path)
     for turn in dialogue.turns:
         pieces = tokenize(turn.text + "\n\n") or tokenize("…")

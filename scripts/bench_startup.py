@@ -110,7 +110,7 @@ def build_conversation(data_dir: Path, live_tokens: int, seed: int = 7) -> Path:
     )
     path = new_conversation_path(data_dir)
     store = ConversationStore.open(path)
-    conv = store.load(Settings(max_context_tokens=live_tokens), framing)
+    conv = store.load(Settings.of(max_context_tokens=live_tokens), framing)
     role = "user"
     while conv.live_token_count() < 2 * live_tokens:
         texts = []

@@ -96,7 +96,7 @@ def synthetic_conversation(live_tokens: int = 30_000, seed: int = 0, settings: S
                            markdown: bool = False) -> Conversation:
     """A multi-turn conversation of about ``live_tokens`` live tokens with varied brightness."""
     rng = np.random.default_rng(seed)
-    conv = Conversation(settings or Settings(max_context_tokens=0), framing=CHATML)
+    conv = Conversation(settings or Settings.of(max_context_tokens=0), framing=CHATML)
     prompt = "You are a helpful assistant."
     conv.system.set(prompt, list(range(8)), ["<|im_start|>", "system", "\n", prompt, "<|im_end|>", "\n", "", ""])
     now = time.time() - 3600

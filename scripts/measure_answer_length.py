@@ -71,9 +71,11 @@ def main() -> None:
         with KoboldClient(url) as client:
             for prompt in PROMPTS:
                 for seed in range(1, args.seeds + 1):
-                    text = system_text(s.system_prompt) + CHATML.wrap("user", prompt) + CHATML.prefix.format(role="assistant")
-                    stream = client.stream(prompt=text, max_length=args.limit, temperature=s.temperature,
-                                           top_p=s.top_p, top_k=s.top_k, rep_pen=s.rep_pen, sampler_seed=seed,
+                    text = system_text(s.chat.system_prompt) + CHATML.wrap("user", prompt) + CHATML.prefix.format(role="assistant")
+                    sampling = s.sampling
+                    stream = client.stream(prompt=text, max_length=args.limit, temperature=sampling.temperature,
+                                           top_p=sampling.top_p, top_k=sampling.top_k, rep_pen=sampling.rep_pen,
+                                           sampler_seed=seed,
                                            stop_sequence=["<|im_end|>", "<|im_start|>"], output_attentions=False)
                     count = sum(1 for _ in stream)
                     reason = stream.done.finish_reason if stream.done else "?"

@@ -36,7 +36,7 @@ class App:
 
         os.environ["HALO_WEAVE_HOME"] = str(home)
         # HALO_WEAVE_RECALL_NOTE=0: without the recall note (bench_resume --no-recall-note).
-        settings = Settings(server_url=url, autostart_server=False,
+        settings = Settings.of(server_url=url, autostart_server=False,
                             recall_note=os.environ.get("HALO_WEAVE_RECALL_NOTE", "1") != "0")
         self.controller = TurnController(settings, home, autostart=False)
         self.window = MainWindow(self.controller, app_qsettings(home))

@@ -66,8 +66,8 @@ def main() -> None:
 
     # Without --server-url the app autostarts its bundled server, as on a fresh machine
     # (nothing listens on the default URL), and stops it on exit.
-    url = args.server_url or Settings().server_url
-    settings = Settings(server_url=url, max_new_tokens=args.max_new_tokens,
+    url = args.server_url or Settings().server.server_url
+    settings = Settings.of(server_url=url, max_new_tokens=args.max_new_tokens,
                         max_context_tokens=args.max_context, min_chunk_tokens=24,
                         autostart_server=args.server_url is None, temperature=0.7, sampler_seed=7,
                         notes_tool=True)

@@ -28,7 +28,7 @@ def open_driver(name: str, server_url: str | None, out: Path, size: tuple[int, i
     os.environ["HALO_WEAVE_HOME"] = str(home)
     from halo_weave.settings import Settings
 
-    chosen = Settings(server_url=server_url or Settings().server_url, autostart_server=server_url is None,
+    chosen = Settings.of(server_url=server_url or Settings().server.server_url, autostart_server=server_url is None,
                       **{"sampler_seed": 11, **settings})
     if isinstance(size, str):
         size = tuple(int(v) for v in size.split("x"))

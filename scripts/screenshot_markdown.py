@@ -73,7 +73,7 @@ def main() -> None:
     from halo_weave.ui.theme import apply_dark_theme
 
     apply_dark_theme(app)
-    conv = Conversation(Settings(min_chunk_tokens=12, highlight_fraction=0.1))
+    conv = Conversation(Settings.of(min_chunk_tokens=12, highlight_fraction=0.1))
     conv.system.set("You are a helpful assistant.", [1], ["You are a helpful assistant."])
     question = tokens("Which liquids boil when?" if args.table else
                       "Write a **Python** function that converts Celsius to Fahrenheit.")

@@ -78,7 +78,7 @@ def main() -> None:
     from screenshot_driver import ShotDriver
 
     home = Path(tempfile.mkdtemp(prefix="hw-picker-"))
-    settings = Settings(server_url=url, autostart_server=False, proxy_attention=False,
+    settings = Settings.of(server_url=url, autostart_server=False, proxy_attention=False,
                         system_prompt="You are a helpful assistant.")
     driver = ShotDriver(settings, home, Path(args.out), size=(1180, 780))
     driver.connect(60)

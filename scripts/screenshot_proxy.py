@@ -79,7 +79,7 @@ def run(args, home: Path, url: str) -> dict:
     from halo_weave.settings import Settings
     from screenshot_driver import ShotDriver
 
-    settings = Settings(server_url=url, max_new_tokens=args.max_new_tokens, max_context_tokens=0,
+    settings = Settings.of(server_url=url, max_new_tokens=args.max_new_tokens, max_context_tokens=0,
                         autostart_server=False, sampler_seed=11, temperature=0.3)
     driver = ShotDriver(settings, home, args.out)
     controller, window = driver.controller, driver.window

@@ -39,7 +39,7 @@ def main() -> None:
     app = QApplication(sys.argv[:1])
     closed_port = "http://127.0.0.1:9"  # nothing answers: the app starts its own server
     connection_mod.DEFAULT_SERVER_URL = closed_port
-    controller = TurnController(Settings(server_url=closed_port, max_new_tokens=24), home, autostart=True)
+    controller = TurnController(Settings.of(server_url=closed_port, max_new_tokens=24), home, autostart=True)
     window = MainWindow(controller, app_qsettings(home))
     window.resize(1180, 780)
     window.show()

@@ -59,7 +59,7 @@ FRAMING = build_framing(tokenize)
 
 
 def settings(**changes) -> Settings:
-    return Settings(min_chunk_tokens=16, max_context_tokens=0).replace(**changes)
+    return Settings.of(min_chunk_tokens=16, max_context_tokens=0).replace(**changes)
 
 
 def new_conversation(**changes) -> Conversation:

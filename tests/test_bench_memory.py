@@ -111,7 +111,7 @@ def dialogue(data_file):
 
 @pytest.fixture
 def settings():
-    return Settings(system_prompt="You are Bob.", max_new_tokens=20, min_chunk_tokens=64, **BASE_RULE)
+    return Settings.of(system_prompt="You are Bob.", max_new_tokens=20, min_chunk_tokens=64, **BASE_RULE)
 
 
 def test_evidence_quirks_are_canonicalised_counted_and_skipped(dialogue):
@@ -169,7 +169,7 @@ def test_replay_prunes_to_p_and_keeps_what_attention_points_at(dialogue, setting
 def test_every_bounded_method_fits_the_prompt_budget(dialogue, settings):
     source = HotWordAttention(WordTokenizer())
     tok = tokenize_dialogue(dialogue, source.tokenize, settings)
-    context, max_new, prune_to = 260, settings.max_new_tokens, 120
+    context, max_new, prune_to = 260, settings.sampling.max_new_tokens, 120
     budget = context - max_new
     full = replay(tok, Policy("full", 0, attention=False), settings, None).conv
     halo = replay(tok, Policy("halo", prune_to), settings, source).conv
@@ -207,7 +207,7 @@ def test_the_no_copy_question_path_gives_the_same_figures(dialogue, settings):
     copy: the figures must be the copy's, with anchors always or paid from what is left."""
     source = HotWordAttention(WordTokenizer())
     tok = tokenize_dialogue(dialogue, source.tokenize, settings)
-    context, max_new = 260, settings.max_new_tokens
+    context, max_new = 260, settings.sampling.max_new_tokens
     full = replay(tok, Policy("full", 0, attention=False), settings, None).conv
     recent = keep_recent(full, 120)
     matches = [Match(c.id, c.turn_id, c.chunk_index, c.role, "", c.token_count, 0, 0.9, 0.9)
@@ -260,7 +260,7 @@ def test_pruning_only_for_room_keeps_more_recent_context_and_brings_the_match_ba
     question time the match is live and the prompt fits the budget."""
     source = HotWordAttention(WordTokenizer())
     tok = tokenize_dialogue(dialogue, source.tokenize, settings)
-    context, max_new, prune_to = 300, settings.max_new_tokens, 120
+    context, max_new, prune_to = 300, settings.sampling.max_new_tokens, 120
     full = replay(tok, Policy("full", 0, attention=False), settings, None).conv
     first = full.content_chunks(dialogue.turn_index()["D1:1"])[0]  # a filler turn nobody attends to
     found = Match(first.id, first.turn_id, first.chunk_index, first.role, "", first.token_count, 0, 0.9, 0.9)
@@ -322,7 +322,7 @@ def test_halo_reports_why_evidence_is_missing(dialogue, settings):
     source = HotWordAttention(WordTokenizer())
     tok = tokenize_dialogue(dialogue, source.tokenize, settings)
     halo = replay(tok, Policy("halo", 120), settings, source).conv
-    ctx = _question(tok, 1, 240, 260, settings.max_new_tokens)
+    ctx = _question(tok, 1, 240, 260, settings.sampling.max_new_tokens)
     assert answer_halo(halo, [], ctx, "at_prune").missing["D2:7"] == "never retrieved"
     turn = dialogue.turn_index()["D2:7"]
     chunk = halo.content_chunks(turn)[0]

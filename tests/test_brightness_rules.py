@@ -23,7 +23,7 @@ def _say(conv: Conversation, role: str, text: str):
 
 def _conversation(**settings) -> Conversation:
     settings.setdefault("prune_order", "brightness")  # the rules under test decide pruning
-    conv = Conversation(Settings(min_chunk_tokens=8, **settings))
+    conv = Conversation(Settings.of(min_chunk_tokens=8, **settings))
     for t in range(4):
         _say(conv, "user" if t % 2 == 0 else "assistant", TEXT)
     return conv

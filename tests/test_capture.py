@@ -37,7 +37,7 @@ def _framing() -> Framing:
 
 
 def _conversation() -> Conversation:
-    conv = Conversation(Settings(min_chunk_tokens=4), _framing())
+    conv = Conversation(Settings.of(min_chunk_tokens=4), _framing())
     conv.system.set("sys", [5, 6, 7], ["You", " are", " kind"])
     words = "alpha beta gamma delta\n\n epsilon zeta eta theta\n\n iota kappa lambda mu".split(" ")
     for turn in range(4):

@@ -31,7 +31,7 @@ def make(min_chunk=8, max_context=0, **kw) -> Conversation:
     # These tests follow the seed's walk-throughs: pruning by brightness (dimmest first),
     # not the app's default order (oldest first).
     kw.setdefault("prune_order", "brightness")
-    conv = Conversation(Settings(min_chunk_tokens=min_chunk, max_context_tokens=max_context, **kw), FRAMING)
+    conv = Conversation(Settings.of(min_chunk_tokens=min_chunk, max_context_tokens=max_context, **kw), FRAMING)
     conv.system.set("Be brief.", [90, 91, 500, 501, 94, 95], ["<|im_start|>", "system\n", "Be", " brief.", "<|im_end|>", "\n"])
     return conv
 

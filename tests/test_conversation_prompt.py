@@ -13,7 +13,7 @@ from halo_weave.tools.notebook import TOOL_PROMPT
 
 
 def _open(path, **settings) -> ChatSession:
-    session = ChatSession(Settings(**settings))
+    session = ChatSession(Settings.of(**settings))
     session.open(ConversationStore.open(path))
     return session
 

@@ -56,7 +56,7 @@ def state(conv: Conversation) -> dict:
 
 
 def random_settings(rng: random.Random) -> Settings:
-    return Settings(
+    return Settings.of(
         min_chunk_tokens=rng.choice([4, 8]), max_context_tokens=0,
         brightness_rule=rng.choice(["vote", "decay", "mass"]), brightness_half_life=rng.choice([4, 64]),
         chunk_rank=rng.choice(["peak", "topk", "mean"]), prune_order=rng.choice(["brightness", "age"]),

@@ -164,7 +164,7 @@ def test_import_is_tokenized_by_the_server_and_framed(tmp_path, server):
 
         framing = build_framing(lambda text: client.tokenize(text, parse_special=True))
         path = import_foreign(DATA / "sillytavern_current.jsonl", tmp_path, tokenize, framing,
-                              Settings(max_context_tokens=0))
+                              Settings.of(max_context_tokens=0))
         expected = client.tokenize("Where am I?\nI remember a storm.", add_special_tokens=False)
     with ConversationStore.open(path, create=False) as store:
         conv = store.load(Settings(), framing)

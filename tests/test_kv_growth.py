@@ -124,11 +124,11 @@ def test_the_app_sizes_its_server_cache_from_the_budget():
     assert args[0] == "--initial-context"
     cells = int(args[1])
     s = Settings()
-    assert cells % 256 == 0 and s.max_context_tokens + s.max_new_tokens <= cells < 8192
-    assert "--initial-context" not in Settings(max_context_tokens=0).server_args()
+    assert cells % 256 == 0 and s.pruning.max_context_tokens + s.sampling.max_new_tokens <= cells < 8192
+    assert "--initial-context" not in Settings.of(max_context_tokens=0).server_args()
     # The saved caches' bound on disk follows the setting (2 GiB unless changed).
     assert args[-2:] == ["--kv-disk-mb", "2048"]
-    assert Settings(saved_caches_mb=0).server_args()[-2:] == ["--kv-disk-mb", "0"]
+    assert Settings.of(saved_caches_mb=0).server_args()[-2:] == ["--kv-disk-mb", "0"]
     # The bundled default unless another model is chosen (halo-weave --model).
     assert "--model" not in args
-    assert Settings(server_model="smollm2").server_args()[:2] == ["--model", "smollm2"]
+    assert Settings.of(server_model="smollm2").server_args()[:2] == ["--model", "smollm2"]

@@ -39,7 +39,7 @@ def tok():
 def _conversation(tok, exchanges) -> Conversation:
     """A conversation as text mode fills it: every id is the bundled tokenizer's."""
     framing = build_framing(lambda t: tok.tokenize(t, parse_special=True), CHATML)
-    conv = Conversation(Settings(min_chunk_tokens=8), framing)
+    conv = Conversation(Settings.of(min_chunk_tokens=8), framing)
     pieces = framing.wrap("system", tok.tokenize("You are brief."))
     conv.system.set("You are brief.", [i for i, _ in pieces], [t for _, t in pieces])
     for role, text in exchanges:

@@ -16,7 +16,7 @@ def _say(conv: Conversation, role: str, text: str):
 
 
 def _conversation(turns: int = 4) -> Conversation:
-    conv = Conversation(Settings(min_chunk_tokens=8))
+    conv = Conversation(Settings.of(min_chunk_tokens=8))
     for t in range(turns):
         _say(conv, "user" if t % 2 == 0 else "assistant", PARAGRAPHS)
     return conv

@@ -192,8 +192,9 @@ def test_at_most_the_cap_of_paragraphs_comes_back(diary):
 def test_by_default_a_message_on_another_subject_brings_nothing_back(diary):
     conv, _, index = diary
     app = Settings()
-    index = with_settings(index, min_similarity=app.min_similarity, recall_relative_floor=app.recall_relative_floor,
-                          recall_max_chunks=app.recall_max_chunks)  # the app's recall settings
+    index = with_settings(index, min_similarity=app.search.min_similarity,
+                          recall_relative_floor=app.recall.recall_relative_floor,
+                          recall_max_chunks=app.recall.recall_max_chunks)  # the app's recall settings
     unrelated = index.plan(conv, index.search("What is the difference between a violin and a viola?"), 10_000)
     assert unrelated.chunk_ids == []
     asked = index.plan(conv, index.search("What is my sister's dog called?"), 10_000)

@@ -17,7 +17,7 @@ from halo_weave.store import ConversationStore, new_conversation_path
 FACTS = ["My cat is called Mochi and she sleeps a lot.\n\nShe likes cardboard boxes and warm places.",
          "I fly to Lisbon on the third of March from Berlin.",
          "My sister Ana works nights as a nurse at the hospital."]
-SETTINGS = Settings(min_chunk_tokens=4, max_context_tokens=0)
+SETTINGS = Settings.of(min_chunk_tokens=4, max_context_tokens=0)
 
 
 def _pieces(text: str, first_id: int = 100) -> tuple[list[int], list[str]]:

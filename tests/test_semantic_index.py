@@ -58,7 +58,7 @@ def new_conversation(embedder: Embedder, **settings) -> Conversation:
                 recall_relative_floor=0.0, recall_max_chunks=0)
     opts.update(settings)
     framing = build_framing(lambda t: list(zip(*tokenize(embedder, t))))
-    return Conversation(Settings(**opts), framing)
+    return Conversation(Settings.of(**opts), framing)
 
 
 def say(conv: Conversation, embedder: Embedder, role: str, *paragraphs: str):
@@ -252,7 +252,7 @@ def test_user_matches_get_the_similarity_boost(garden):
     conv, _, index = garden
     index.settings = conv.settings = conv.settings.replace(hybrid_search=False)
     for match in index.search("tomatoes on a balcony"):
-        boost = conv.settings.user_similarity_boost if match.role == "user" else 1.0
+        boost = conv.settings.search.user_similarity_boost if match.role == "user" else 1.0
         assert match.score == pytest.approx(match.similarity * boost, abs=1e-5)
         assert match.bm25 is None  # vector-only search
 
@@ -301,7 +301,7 @@ def test_unavailable_embedder_degrades_to_no_search(tmp_path):
         broken.load()
     broken.load()  # reported once: no second error
     assert not broken.available
-    conv = Conversation(Settings(max_context_tokens=0))
+    conv = Conversation(Settings.of(max_context_tokens=0))
     conv.add_turn("user", [1, 2, 3], ["Hello", " there", "\n\n"])
     index = SemanticIndex(open_db(tmp_path / "conv.db"), conv.settings, broken)
     index.load()
@@ -349,7 +349,7 @@ def test_pending_after_a_reopen_reads_only_the_columns(embedder, tmp_path):
         first = conv.content_chunks(answer.turn_id)[0]
         conv.merge_with_next(first.id)
         stored = index._vectors.structure_of()
-        limit = conv.settings.embedding_max_tokens
+        limit = conv.settings.search.embedding_max_tokens
         expected = sorted(c.id for c in conv.chunks.values() if not c.framing
                           and stored.get(c.id) != signature_hash(context_parts(conv, c), limit))
         assert first.id in expected and index.pending(conv) == expected

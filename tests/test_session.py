@@ -25,7 +25,7 @@ def client(server):
 
 
 def _session(client, tmp_path, **changes):
-    settings = Settings(min_chunk_tokens=8, max_new_tokens=16, sampler_seed=7,
+    settings = Settings.of(min_chunk_tokens=8, max_new_tokens=16, sampler_seed=7,
                         system_prompt="You are brief.", max_context_tokens=0).replace(**changes)
     info = client.model_info()
     framing = build_framing(lambda t: client.tokenize(t, parse_special=True),
@@ -34,7 +34,7 @@ def _session(client, tmp_path, **changes):
     session.connect(client, info, framing)
     path = new_conversation_path(tmp_path)
     session.open(ConversationStore.open(path))
-    session.prompt.apply(settings.system_prompt, session.prompt.pieces(settings.system_prompt))
+    session.prompt.apply(settings.chat.system_prompt, session.prompt.pieces(settings.chat.system_prompt))
     return session, path
 
 

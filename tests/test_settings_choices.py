@@ -3,8 +3,6 @@ the score in use: the same settings always give the same, true sentence."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from halo_weave.settings import CHOICES, PRUNING_FIELDS, Settings, choice_words, scoring_words
@@ -12,9 +10,9 @@ from halo_weave.ui.settings_io import RANGES
 
 
 def test_every_choice_is_explained_and_every_field_it_uses_can_be_edited():
-    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    fields = Settings.names()
     for name, options in CHOICES.items():
-        assert name in fields and getattr(Settings(), name) in [o.value for o in options]
+        assert name in fields and Settings().value(name) in [o.value for o in options]
         for option in options:
             assert option.label and len(option.explanation) > 20, (name, option.value)
             for used in option.uses:
@@ -22,6 +20,16 @@ def test_every_choice_is_explained_and_every_field_it_uses_can_be_edited():
     for name, label, tip in PRUNING_FIELDS:
         assert name in fields and label
         assert name in CHOICES or (name in RANGES and tip), f"{name}: a numeric field needs a range and a tooltip"
+
+
+def test_a_setting_is_named_by_its_flat_name_and_a_mistyped_one_is_refused_by_name():
+    settings = Settings.of(max_context_tokens=700).replace(prune_order="brightness")
+    assert settings.value("max_context_tokens") == settings.pruning.max_context_tokens == 700
+    assert settings.value("prune_order") == "brightness" and settings.sampling == Settings().sampling
+    with pytest.raises(TypeError, match="'max_context_token'"):
+        settings.replace(max_context_token=500)
+    with pytest.raises(AttributeError, match="'prune_ordr'"):
+        settings.value("prune_ordr")
 
 
 def test_the_default_says_votes_peak_and_oldest_first():
@@ -33,7 +41,7 @@ def test_the_default_says_votes_peak_and_oldest_first():
 
 
 def test_dimmest_first_is_still_said_when_chosen():
-    words = scoring_words(Settings(prune_order="brightness"))
+    words = scoring_words(Settings.of(prune_order="brightness"))
     assert words.short == "☀ magnitude votes · peak · pruning dimmest first"
     assert "Dim paragraphs are pruned first" in words.colour and words.order == "brightness"
 
@@ -61,15 +69,16 @@ def test_the_words_follow_the_rule_and_who_measures_it(changes, source, short):
 
 
 def test_a_half_life_is_named_only_by_the_rule_that_uses_it():
-    assert choice_words(Settings(brightness_half_life=99), "brightness_rule") == "magnitude votes"
-    assert choice_words(Settings(brightness_rule="decay", brightness_half_life=99), "brightness_rule") == (
+    assert choice_words(Settings.of(brightness_half_life=99), "brightness_rule") == "magnitude votes"
+    assert choice_words(Settings.of(brightness_rule="decay", brightness_half_life=99), "brightness_rule") == (
         "decayed attention mass (half-life 99)")
 
 
 def test_the_sentence_says_when_a_message_may_prune_older_context_for_what_it_brings_back():
     # resurrection_keep_share: the heatmap's words say what decides pruning at a message too.
-    words = scoring_words(Settings(max_context_tokens=2000, resurrection_keep_share=0.5))
+    words = scoring_words(Settings.of(max_context_tokens=2000, resurrection_keep_share=0.5))
     assert "older context beyond the newest 1,000 tokens is pruned (oldest first)" in words.sentence
-    dimmest = scoring_words(Settings(max_context_tokens=2000, resurrection_keep_share=0.25, prune_order="brightness"))
+    dimmest = scoring_words(Settings.of(max_context_tokens=2000, resurrection_keep_share=0.25,
+                                        prune_order="brightness"))
     assert "beyond the newest 500 tokens is pruned (dimmest first)" in dimmest.sentence
-    assert "older context" not in scoring_words(Settings(resurrection_keep_share=1.0)).sentence
+    assert "older context" not in scoring_words(Settings.of(resurrection_keep_share=1.0)).sentence

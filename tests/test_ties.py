@@ -59,7 +59,7 @@ def index_of(tmp_path):
         stores.append(store)
         # No feedback search: its moved query would leave the grid's centres, where the
         # entries' cosines sit so that 1e-6 never reaches a step boundary.
-        index = SemanticIndex(store.conn, Settings(**{"query_feedback": 0.0, **settings}), Named())
+        index = SemanticIndex(store.conn, Settings.of(**{"query_feedback": 0.0, **settings}), Named())
         index.store([EntryDraft(i, i, 1, "assistant", f"entry {i}", 10, [], f"s{i}:t{i}", v)
                      for i, v in enumerate(vectors(seed))])
         return index

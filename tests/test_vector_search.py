@@ -80,7 +80,7 @@ def test_two_stage_search_equals_exact_search(vectors, store):
 def test_two_stage_hybrid_search_finds_a_rare_identifier(vectors, store, embedder):  # noqa: F811
     texts, entries, _ = vectors
     code = "The spare part for the canoe has the reference QZR-7741 on its box."
-    index = SemanticIndex(store.conn, Settings(hybrid_search=True), embedder, tuning=TWO_STAGE)
+    index = SemanticIndex(store.conn, Settings.of(hybrid_search=True), embedder, tuning=TWO_STAGE)
     index.store(drafts(texts + [code], np.vstack([entries, embedder.encode([code])])))
     top = index.search("qzr 7741")[0]
     assert top.text == code and top.bm25 == pytest.approx(1.0)

@@ -113,8 +113,8 @@ def main(argv=None) -> int:
     # The replays pin the brightness rule (the seed's voting, pruning dimmest first) rather
     # than follow the app's defaults: each method names what it changes from this base,
     # so a default moved by these figures does not move the figures (halo = voting).
-    settings = Settings(max_context_tokens=args.prune_to, **BASE_RULE)
-    max_new = settings.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
+    settings = Settings.of(max_context_tokens=args.prune_to, **BASE_RULE)
+    max_new = settings.sampling.max_new_tokens if args.max_new_tokens is None else args.max_new_tokens
     budget = args.context - max_new
 
     wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -194,7 +194,7 @@ def main(argv=None) -> int:
                                                 {"user_similarity_boost": 1.0, "hybrid_search": False},
                                                 SemanticIndex), RAG_CANDIDATES),
                     "app": past_search(_index(indexes, store, settings, queries, {}, SemanticIndex),
-                                       settings.query_max_results)}
+                                       settings.search.query_max_results)}
         replays = {}
         # Replays that read attention first: the calls they share carry rows (prefix.py).
         order = [k for k in replay_policies if k in needed]
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
                     index = _index(indexes, store, settings, queries, opts, SemanticIndex)
                     text = retrieval.with_recent(recent, question.question, options.get("recent_turns", 0))
                     out = answer_halo_dry(recent, index.search(text), ctx, index.plan,
-                                          index.settings.resurrection_budget_cap,
+                                          index.settings.recall.resurrection_budget_cap,
                                           floor=room_floor(index.settings), order=WITHOUT_BRIGHTNESS)
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1
@@ -270,13 +270,13 @@ def main(argv=None) -> int:
                     index = _index(indexes, store, settings, queries, search_opts, SemanticIndex)
                     matches = index.search(question.question)
                     conv = replays[key].conv
-                    if conv.settings.prune_when == "for_room":  # its plan prunes too: made, read, undone
-                        rule = options.get("rule", settings.resurrection_brightness)
+                    if conv.settings.pruning.prune_when == "for_room":  # its plan prunes too: made, read, undone
+                        rule = options.get("rule", settings.recall.resurrection_brightness)
                         answer = answer_halo_in_place if rule == "at_prune" else answer_halo  # (a copy)
-                        out = answer(conv, matches, ctx, rule, settings.resurrection_budget_cap,
+                        out = answer(conv, matches, ctx, rule, settings.recall.resurrection_budget_cap,
                                      index.plan, floor=room_floor(index.settings))  # the app's plan
                     else:  # the same figures read off the plan (the rule moves no liveness)
-                        out = answer_halo_dry(conv, matches, ctx, index.plan, settings.resurrection_budget_cap,
+                        out = answer_halo_dry(conv, matches, ctx, index.plan, settings.recall.resurrection_budget_cap,
                                               floor=room_floor(index.settings))
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1

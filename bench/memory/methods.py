@@ -150,7 +150,7 @@ def answer_halo(base: Conversation, matches, q: QuestionContext, rule: str,
     floor when pruning for room (default ``P``; lower with ``resurrection_keep_share``).
     """
     conv = copy.deepcopy(base)
-    if conv.settings.prune_when == "for_room":
+    if conv.settings.pruning.prune_when == "for_room":
         plan = _for_room(conv, matches, q, rule, budget_cap, planner, floor)
     else:
         plan = planner(conv, matches, budget(conv, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))
@@ -165,7 +165,7 @@ def answer_halo_in_place(base: Conversation, matches, q: QuestionContext, rule: 
     the resurrection and the fit are made in ``base``, read, and taken back
     (:meth:`Conversation.trial`), so ``base`` is exactly as it was afterwards.  The
     question itself never joins: its tokens are counted, as :func:`answer_full` does."""
-    if base.settings.prune_when != "for_room":
+    if base.settings.pruning.prune_when != "for_room":
         raise ValueError("answer_halo_in_place is for prune_when = 'for_room'")
     with base.trial():
         plan = _for_room(base, matches, q, rule, budget_cap, planner, floor)
@@ -181,7 +181,7 @@ def _for_room(conv: Conversation, matches, q: QuestionContext, rule: str, budget
     context then fitted to the prompt budget; returns the plan."""
     plan = plan_with_room(conv, matches, planner, user_tokens=q.framed_tokens, max_context=q.model_context,
                           max_new_tokens=q.max_new_tokens,
-                          floor=conv.settings.max_context_tokens if floor is None else floor,
+                          floor=conv.settings.pruning.max_context_tokens if floor is None else floor,
                           cap=budget_cap).plan
     plan.apply(conv, rule)
     conv.prune_to_fit(q.budget - q.framed_tokens, keep_latest_exchange=True)  # nothing came back: fit anyway
@@ -215,7 +215,7 @@ def answer_halo_dry(base: Conversation, matches, q: QuestionContext, planner=mak
     ``resurrection_keep_share`` < 1 (:func:`~halo_weave.memory.room.plan_with_room`, the
     context counted as at most ``floor`` tokens): the prune is made in ``base``, read, and
     taken back (:meth:`Conversation.trial`) before this returns."""
-    if base.settings.prune_when == "for_room":
+    if base.settings.pruning.prune_when == "for_room":
         raise ValueError("a for_room plan prunes: use answer_halo")
     if floor is None:
         plan = planner(base, matches, budget(base, q.framed_tokens, q.model_context, q.max_new_tokens, budget_cap))

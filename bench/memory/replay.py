@@ -110,7 +110,7 @@ def tokenize_dialogue(dialogue: Dialogue, tokenize: Callable[[str], list[tuple[i
         return [int(i) for i, _ in pieces], [t for _, t in pieces]
 
     framing = build_framing(tokenize)
-    system = list(tokenize(system_text(settings.system_prompt)))
+    system = list(tokenize(system_text(settings.chat.system_prompt)))
     return TokenizedDialogue(
         dialogue, framing, system,
         [split(t.text) for t in dialogue.turns],
@@ -138,7 +138,7 @@ class MeanRankConversation(Conversation):
 def new_conversation(tok: TokenizedDialogue, settings: Settings, rank: str = "peak") -> Conversation:
     """An empty conversation with the dialogue's framing and system prompt."""
     conv = (MeanRankConversation if rank == "mean" else Conversation)(settings, tok.framing)
-    conv.system.set(settings.system_prompt, [i for i, _ in tok.system],
+    conv.system.set(settings.chat.system_prompt, [i for i, _ in tok.system],
                            [t for _, t in tok.system])
     return conv
 
@@ -247,7 +247,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
     started, cpu = time.perf_counter(), time.process_time()
     session = ChatSession(settings.replace(max_context_tokens=policy.prune_to, prune_hysteresis=policy.hysteresis,
                                            max_new_tokens=max_new_tokens, **dict(policy.settings)))
-    for_room = session.settings.prune_when == "for_room"
+    for_room = session.settings.pruning.prune_when == "for_room"
     if for_room:  # the session prunes to the model's window, so it needs to know it
         session.model_info = SimpleNamespace(max_context=model_context)
     conv = session.adopt(new_conversation(tok, session.settings, policy.rank))
@@ -268,7 +268,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
         if policy.resurrect and turn.role == "user" and search is not None and conv.graveyard():
             before = conv.live_token_count()
             room = resurrection_budget(conv, len(ids), model_context, max_new_tokens,
-                                       session.settings.resurrection_budget_cap)
+                                       session.settings.recall.resurrection_budget_cap)
             matches = search(turn.text, conv.writer.next_turn_id)
             if policy.resurrect == "plain":  # rag: by similarity, no anchors
                 back = conv.resurrect(plain_plan(conv, matches, room), with_anchors=False)
@@ -277,7 +277,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
                 if makes_room:  # prune just enough for the plan, as the app's session does
                     made = plan_with_room(conv, matches, planner, user_tokens=len(ids), max_context=model_context,
                                           max_new_tokens=max_new_tokens, floor=floor,
-                                          cap=session.settings.resurrection_budget_cap)
+                                          cap=session.settings.recall.resurrection_budget_cap)
                     plan, gone = made.plan, made.pruned
                     before -= sum(c.token_count for c in gone)
                 else:

@@ -88,7 +88,7 @@ def recent_chunks(conv, ids: np.ndarray) -> set[int]:
     """The live chunks (``ids``, in position order) wholly inside the last
     ``prune_keep_recent`` live tokens: H2O's recent window, which pruning by brightness
     takes from last.  A resurrected chunk sits at its old place, so it is not in it."""
-    window = conv.settings.prune_keep_recent
+    window = conv.settings.pruning.prune_keep_recent
     if window <= 0 or len(ids) == 0:
         return set()
     counts = np.fromiter((conv.chunks[i].token_count for i in ids.tolist()), np.int64, len(ids))

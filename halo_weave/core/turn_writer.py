@@ -32,7 +32,7 @@ class TurnWriter:
         self._detector = BoundaryDetector()
         self._boundary_pending = False
         #: Brightness the open turn's tokens start with (:meth:`_start_brightness`).
-        self.start = conv.settings.initial_brightness
+        self.start = conv.settings.brightness.initial_brightness
         #: The next token's position and the next turn's and chunk's ids (never reused).
         self.next_position = 0
         self.next_turn_id = 0
@@ -53,11 +53,11 @@ class TurnWriter:
         """Where a new turn's tokens start: the cap ("fail bright") or the live median of
         the scored tokens (``new_token_brightness``)."""
         s, table = self.conv.settings, self.conv.table
-        if s.new_token_brightness == "median":
+        if s.brightness.new_token_brightness == "median":
             scored = table.brightness[~table.framing]
             if scored.size:
                 return int(np.median(scored))
-        return s.initial_brightness
+        return s.brightness.initial_brightness
 
     def _open(self, turn: Turn) -> Turn:
         self.turn = turn
@@ -91,7 +91,7 @@ class TurnWriter:
             chunk = self._new_chunk(turn, self._next_chunk_index(turn), tool_result=tool_result)
             self._boundary_pending = False
         self._append_row(chunk, token_id, text, framing=False)
-        if self._detector.feed(text) and chunk.token_count >= self.conv.settings.min_chunk_tokens:
+        if self._detector.feed(text) and chunk.token_count >= self.conv.settings.pruning.min_chunk_tokens:
             self._boundary_pending = True
         return chunk
 
@@ -152,7 +152,7 @@ class TurnWriter:
         hit = False
         for text in conv.held.texts(last.id)[-8:]:  # the line state the answer stopped in
             hit = self._detector.feed(text)
-        self._boundary_pending = hit and last.token_count >= conv.settings.min_chunk_tokens
+        self._boundary_pending = hit and last.token_count >= conv.settings.pruning.min_chunk_tokens
         return turn, closing
 
     def _last_content_chunk(self, turn: Turn) -> Chunk | None:

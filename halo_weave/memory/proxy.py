@@ -70,7 +70,7 @@ def plan_read(conv: Conversation, window: int, answer_turn: int | None = None) -
         return None  # an answer with nothing before it: no query to read it with
     rows = np.concatenate([context_rows, answer_rows])
     scored = ~table.framing[rows]
-    if not conv.settings.score_current_turn:
+    if not conv.settings.brightness.score_current_turn:
         scored[len(context_rows):] = False
     return ReadPlan(
         context_ids=np.concatenate([system, table.token_id[context_rows]]).astype(np.int64),
@@ -91,13 +91,13 @@ MIN_CONTEXT_ROWS = 64
 def votes(plan: ReadPlan, rows: np.ndarray, settings: Settings) -> np.ndarray:
     """The brightness change of the plan's rows after one step of the settings'
     brightness rule per answer token."""
-    rule = brightness_rule(settings.brightness_rule)
+    rule = brightness_rule(settings.brightness.brightness_rule)
     n_system, n_context = plan.n_system, len(plan.context_ids)
     values = plan.brightness.copy()
     for j in range(len(plan.answer_ids)):
         cells = n_context + j  # what existed when answer token j was "written"
         row = rows[j, :cells]
-        rule.step(values[: cells - n_system], row[n_system:], bright.vote_threshold(row), settings,
+        rule.step(values[: cells - n_system], row[n_system:], bright.vote_threshold(row), settings.brightness,
                   mask=plan.scored[: cells - n_system])
     return values - plan.brightness
 
@@ -105,7 +105,7 @@ def votes(plan: ReadPlan, rows: np.ndarray, settings: Settings) -> np.ndarray:
 def apply(conv: Conversation, plan: ReadPlan, delta: np.ndarray, settings: Settings) -> int:
     """Add ``delta`` to the rows still live (by position), within the rule's ceiling;
     returns how many changed."""
-    cap = brightness_rule(settings.brightness_rule).ceiling(settings)
+    cap = brightness_rule(settings.brightness.brightness_rule).ceiling(settings.brightness)
     table = conv.table
     if len(table) == 0:
         return 0

@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 
 from ..core import ties
-from ..settings import Settings
+from ..settings import Search
 from .vector_matrix import VectorMatrix
 
 #: Hybrid search uses only terms found in at most this share of the entries, or in at
@@ -56,7 +56,7 @@ def distinctive_terms(text: str, documents: Callable[[str], int | None], entries
     return kept
 
 
-def rank(vm: VectorMatrix, query: np.ndarray, s: Settings, limit: int,
+def rank(vm: VectorMatrix, query: np.ndarray, s: Search, limit: int,
          bm25_ids: dict[int, float], dated: frozenset[int] = frozenset()
          ) -> dict[int, tuple[float, float, float | None]]:
     """The ``limit`` best entries, best first: chunk id -> (cosine, score, normalised BM25

@@ -39,13 +39,13 @@ Planner = Callable[[Conversation, Sequence[Match], int], ResurrectionPlan]
 def floor(settings: Settings) -> int:
     """The live tokens a message's room counts at most: the newest
     ``resurrection_keep_share`` of ``max_context_tokens`` (P itself at share 1)."""
-    return int(settings.max_context_tokens * min(max(settings.resurrection_keep_share, 0.0), 1.0))
+    return int(settings.pruning.max_context_tokens * min(max(settings.recall.resurrection_keep_share, 0.0), 1.0))
 
 
 def shares_room(settings: Settings) -> bool:
     """Whether the keep share lowers the floor below P, so that a message pruned after
     every exchange makes its room too."""
-    return settings.resurrection_keep_share < 1 and settings.max_context_tokens > 0
+    return settings.recall.resurrection_keep_share < 1 and settings.pruning.max_context_tokens > 0
 
 
 def room(conv: Conversation, user_tokens: int, max_context: int, max_new_tokens: int,
@@ -90,7 +90,7 @@ def room_choice(conv: Conversation, matches: Sequence[Match], planner: Planner, 
         if chunk is not None:
             keep.update(c.id for c in [chunk, *anchors_of(conv, chunk)] if c.live)
     chosen = pruning.select(conv, conv.live_token_count() - max(limit, 0),
-                            order=prune_order(order or conv.settings.prune_order),
+                            order=prune_order(order or conv.settings.pruning.prune_order),
                             spared=conv.turns.last("user"), keep=keep)
     return plan, chosen, keep
 

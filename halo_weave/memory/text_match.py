@@ -11,26 +11,26 @@ from __future__ import annotations
 
 import sqlite3
 
-from ..settings import Settings
+from ..settings import Search
 from ..storage import index_tables as tables
 from . import query, ranking
 
 
-def bm25_scores(conn: sqlite3.Connection, text: str, entries: int, settings: Settings,
+def bm25_scores(conn: sqlite3.Connection, text: str, entries: int, search: Search,
                 limit: int) -> dict[int, float]:
     """Chunk id -> BM25 of the ``limit`` best FTS matches of ``text``'s distinctive terms,
     over ``entries`` entries in all; empty when hybrid search is off or no term qualifies."""
-    if not settings.hybrid_search or not text:
+    if not search.hybrid_search or not text:
         return {}
     terms = ranking.distinctive_terms(text, lambda t: tables.term_documents(conn, t),
-                                      entries, settings.hybrid_common_share)
+                                      entries, search.hybrid_common_share)
     if not terms:
         return {}
-    return tables.bm25(conn, ranking.fts_query(terms, settings.hybrid_prefix_stems), limit)
+    return tables.bm25(conn, ranking.fts_query(terms, search.hybrid_prefix_stems), limit)
 
 
-def dated_chunks(conn: sqlite3.Connection, text: str, settings: Settings) -> frozenset[int]:
+def dated_chunks(conn: sqlite3.Connection, text: str, search: Search) -> frozenset[int]:
     """Chunk ids said on a date ``text`` names; empty when ``date_weight`` is off."""
-    if settings.date_weight <= 0 or not text:
+    if search.date_weight <= 0 or not text:
         return frozenset()
     return tables.said_between(conn, query.date_spans(text))

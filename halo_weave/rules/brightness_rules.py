@@ -84,7 +84,8 @@ def attention_mass(
 
 
 class BrightnessRule(Protocol):
-    """What every brightness rule offers (``settings``: a :class:`~halo_weave.settings.Settings`)."""
+    """What every brightness rule offers (``settings``: the
+    :class:`~halo_weave.settings.Brightness` section of the settings)."""
 
     choice: Choice
 

@@ -56,7 +56,7 @@ class ByBrightness:
         return ranking.recent(chunk), ranking.level(chunk), chunk.start
 
     def words(self, settings) -> str:
-        recent = settings.prune_keep_recent
+        recent = settings.pruning.prune_keep_recent
         return "dimmest first" + (f" (newest {recent:,} tokens last)" if recent else "")
 
     def sentence(self, words: str, rank: str) -> str:

@@ -252,15 +252,15 @@ class ChatSession:
         ids = self.recall.with_note([int(i) for i in self.conv.live_input_ids()])
         return dict(
             input_ids=ids,
-            max_length=s.max_new_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k,
-            rep_pen=s.rep_pen,
-            sampler_seed=s.sampler_seed,
+            max_length=s.sampling.max_new_tokens,
+            temperature=s.sampling.temperature,
+            top_p=s.sampling.top_p,
+            top_k=s.sampling.top_k,
+            rep_pen=s.sampling.rep_pen,
+            sampler_seed=s.sampling.sampler_seed,
             stop_sequence=[*(self.server.template.stops or STOP_SEQUENCES), notebook.STOP_SEQUENCE],
             output_attentions=True,
-            attention_format=s.attention_format,
+            attention_format=s.server.attention_format,
             request_id=uuid.uuid4().hex,
         )
 

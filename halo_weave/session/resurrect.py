@@ -61,8 +61,8 @@ class Recall:
         """The universal equation: room left after the message and the answer."""
         session = self._session
         s = session.settings
-        return resurrection_budget(session.conv, user_tokens, session.server.max_context, s.max_new_tokens,
-                                   s.resurrection_budget_cap)
+        return resurrection_budget(session.conv, user_tokens, session.server.max_context, s.sampling.max_new_tokens,
+                                   s.recall.resurrection_budget_cap)
 
     def room_terms(self, user_tokens: int) -> dict:
         """The terms of the room a message makes (:func:`~halo_weave.memory.room.plan_with_room`):
@@ -70,8 +70,8 @@ class Recall:
         :func:`~halo_weave.memory.room.floor` live tokens at most."""
         session = self._session
         s = session.settings
-        return dict(user_tokens=user_tokens, max_context=session.server.window_limit() + s.max_new_tokens,
-                    max_new_tokens=s.max_new_tokens, floor=room.floor(s), cap=s.resurrection_budget_cap,
+        return dict(user_tokens=user_tokens, max_context=session.server.window_limit() + s.sampling.max_new_tokens,
+                    max_new_tokens=s.sampling.max_new_tokens, floor=room.floor(s), cap=s.recall.resurrection_budget_cap,
                     order=session.prune_order)
 
     def resurrect_for(self, index, matches, user_tokens: int) -> list[Chunk]:
@@ -97,7 +97,7 @@ class Recall:
                     session.save(lambda: session.store.save_chunks(conv, made.pruned), "Saving pruned chunks")
             else:
                 plan = index.plan(conv, matches, self.budget(user_tokens))
-            result = apply_plan(conv, plan, index.conn, s.resurrection_brightness, session.store)
+            result = apply_plan(conv, plan, index.conn, s.recall.resurrection_brightness, session.store)
         except Exception as err:  # noqa: BLE001
             session.report(err, "Resurrecting from memory")
             return []
@@ -112,7 +112,7 @@ class Recall:
         """Whether answers get recall notes: the setting, and note words in the framing."""
         session = self._session
         framing = session.conv.framing if session.conv is not None else session.framing
-        return bool(session.settings.recall_note and framing is not None and framing.note)
+        return bool(session.settings.recall.recall_note and framing is not None and framing.note)
 
     @property
     def note_reserve(self) -> int:

@@ -40,7 +40,7 @@ class Rounds:
         """Whether the open answer holds a tool call (with the notebook tool on)."""
         session = self._session
         conv = session.conv
-        return (session.settings.notes_tool and conv is not None and conv.writer.turn is not None
+        return (session.settings.chat.notes_tool and conv is not None and conv.writer.turn is not None
                 and notebook.OPEN_TAG in self.answer_text())
 
     def apply_tool_step(self, step, prefix, result) -> bool:
@@ -60,7 +60,7 @@ class Rounds:
     def start_capture(self, capture_dir, params: dict, path: Any = None) -> None:
         """Record this round's attention when "Record attention" is on."""
         session = self._session
-        if not session.settings.record_attention:
+        if not session.settings.server.record_attention:
             return
         sampler = {k: params[k] for k in ("temperature", "top_p", "top_k", "rep_pen", "sampler_seed")}
         meta = dict(model=str(getattr(session.model_info, "name", "")), conversation_file=str(path or ""), round=self.number, sampler=sampler)

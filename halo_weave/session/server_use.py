@@ -48,12 +48,12 @@ class ServerUse:
 
     def template_choice(self) -> str:
         """The conversation's saved template choice, else the settings' (``"auto"``)."""
-        return self.saved_choice("chat_template") or self._session.settings.chat_template
+        return self.saved_choice("chat_template") or self._session.settings.server.chat_template
 
     def model_choice(self) -> str:
         """Which of the server's models this conversation uses (where it serves several):
         the one saved with it, else the settings' default ("" = the first the server lists)."""
-        return self.saved_choice("model") or self._session.settings.served_model
+        return self.saved_choice("model") or self._session.settings.server.served_model
 
     @property
     def template(self) -> TemplateStrings:
@@ -81,13 +81,13 @@ class ServerUse:
             return 0
         framing = session.framing
         frame = sum(len(ids) for ids, _ in [framing.prefix.get("assistant", ([], []))]) if framing else 0
-        return self.max_context - session.settings.max_new_tokens - frame
+        return self.max_context - session.settings.sampling.max_new_tokens - frame
 
     @property
     def prunes_for_room(self) -> bool:
         """Whether pruning waits until the model's window is full: ``prune_when =
         "for_room"`` with a known window (:mod:`halo_weave.memory.room`)."""
-        return self._session.settings.prune_when == "for_room" and self.window_limit() > 0
+        return self._session.settings.pruning.prune_when == "for_room" and self.window_limit() > 0
 
     # -- the server's cache of the conversation
 
@@ -131,7 +131,7 @@ class ServerUse:
         user may open another one meanwhile); blocking, the restore or prefill may take
         minutes; ``request_id`` lets ``backend.abort`` stop it.  Returns the server's answer."""
         session = self._session
-        room = session.settings.max_new_tokens
+        room = session.settings.sampling.max_new_tokens
         if session.backend is not None and session.backend.restores and key:
             return session.backend.restore(ids, max_length=room, conversation=key, request_id=request_id)
         if self.can_read_ahead:

@@ -42,11 +42,11 @@ class SystemPrompt:
         conv = session.conv
         if conv is not None and conv.system.text:
             return without_notes_tool(conv.system.text)
-        return session.settings.system_prompt
+        return session.settings.chat.system_prompt
 
     def effective(self) -> str:
         """The open conversation's system prompt as the model reads it."""
-        return with_notes_tool(self.own(), self._session.settings.notes_tool)
+        return with_notes_tool(self.own(), self._session.settings.chat.notes_tool)
 
     def set_own(self, prompt: str) -> None:
         """Keep ``prompt`` as the open conversation's own (framed by the next :meth:`apply`)."""

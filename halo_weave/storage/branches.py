@@ -353,9 +353,9 @@ def reopen_before(conv: Conversation, turn_id: int, room_for: int = 0) -> list[C
     to that message, not from what later turns left of it.  Returns the chunks that came
     back (save them); nothing without a target."""
     s = conv.settings
-    if s.max_context_tokens <= 0:
+    if s.pruning.max_context_tokens <= 0:
         return []
-    room = int(s.max_context_tokens * s.prune_hysteresis) - conv.live_token_count() - room_for
+    room = int(s.pruning.max_context_tokens * s.pruning.prune_hysteresis) - conv.live_token_count() - room_for
     back: list[Chunk] = []
     for chunk in conv.graveyard():
         if room <= 0:

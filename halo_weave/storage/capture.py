@@ -354,9 +354,9 @@ def generation_meta(conversation, **extra) -> dict:
         "system_length": int(len(conversation.system.ids)),
         "live_tokens": int(conversation.live_token_count()),
         "settings": {
-            "max_context_tokens": s.max_context_tokens, "brightness_cap": s.brightness_cap,
-            "decay_per_step": s.decay_per_step, "score_current_turn": s.score_current_turn,
-            "attention_format": s.attention_format, "max_new_tokens": s.max_new_tokens,
+            "max_context_tokens": s.pruning.max_context_tokens, "brightness_cap": s.brightness.brightness_cap,
+            "decay_per_step": s.brightness.decay_per_step, "score_current_turn": s.brightness.score_current_turn,
+            "attention_format": s.server.attention_format, "max_new_tokens": s.sampling.max_new_tokens,
         },
         "chunks": chunk_snapshot(conversation),
         **extra,

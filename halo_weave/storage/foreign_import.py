@@ -372,8 +372,9 @@ def write_chat(chat: ForeignChat, data_dir: Path, tokenize: Tokenize, framing: F
     for message, (ids, texts) in zip(turns, tokenized):
         conv.add_turn(message.role, ids, texts, created_at=message.created_at or now)
     pruned = []
-    if settings.max_context_tokens > 0:  # no attention yet: the oldest go first
-        pruned = conv.prune_to_fit(settings.max_context_tokens, order=WITHOUT_BRIGHTNESS, keep_latest_exchange=True)
+    budget = settings.pruning.max_context_tokens
+    if budget > 0:  # no attention yet: the oldest go first
+        pruned = conv.prune_to_fit(budget, order=WITHOUT_BRIGHTNESS, keep_latest_exchange=True)
     def fill(store: ConversationStore) -> None:
         with store.transaction():
             for turn in conv.turns.values():

@@ -200,7 +200,8 @@ def run(argv: list[str] | None, controller_class) -> int:
         settings = settings.replace(server_model=_model_choice(args.model))
     if args.server_url or args.model is not None:
         _save_settings(settings, qsettings)
-    controller = controller_class(settings, data_dir, autostart=settings.autostart_server and not args.no_autostart)
+    autostart = settings.server.autostart_server and not args.no_autostart
+    controller = controller_class(settings, data_dir, autostart=autostart)
     window = MainWindow(controller, qsettings)
     window.show()
     app.processEvents()

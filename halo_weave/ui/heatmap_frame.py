@@ -222,7 +222,7 @@ def highlight_steps(conv: Conversation, rows: np.ndarray) -> np.ndarray:
     brightness = table.brightness
     steps = np.zeros(len(rows), np.int64)
     scored = brightness[~table.framing]
-    count = int(round(len(scored) * conv.settings.highlight_fraction))
+    count = int(round(len(scored) * conv.settings.chat.highlight_fraction))
     if count <= 0 or not scored.size:
         return steps
     low, high = scored.min(), scored.max()

@@ -53,7 +53,7 @@ def tooltip(conv: Conversation | None, chunk_id: int, scoring: str = "") -> str:
     kind = "tool result" if chunk.tool_result else chunk.role
     anchor = ", anchor" if chunk.anchor else ""
     s = conv.settings
-    order = prune_order(s.prune_order)
+    order = prune_order(s.pruning.prune_order)
     lines = [
         f"Turn {chunk.turn_id} · {kind} · chunk {chunk.id} (S{chunk.chunk_index} of its turn{anchor})",
         f"{chunk.token_count:,} tokens · {choice_words(s, 'chunk_rank')} brightness {conv.chunk_peak(chunk_id):,}",
@@ -66,7 +66,7 @@ def tooltip(conv: Conversation | None, chunk_id: int, scoring: str = "") -> str:
     elif order.note:
         lines.append(order.note)
     elif order.needs_brightness and chunk.live and chunk.id in recent_chunks(conv, conv.table.chunk_spans()[0]):
-        lines.append(f"in the newest {s.prune_keep_recent:,} tokens: pruned last")
+        lines.append(f"in the newest {s.pruning.prune_keep_recent:,} tokens: pruned last")
     if scoring:
         lines.append(scoring)
     return "\n".join(lines)

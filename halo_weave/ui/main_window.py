@@ -282,7 +282,7 @@ class MainWindow(QMainWindow, InputActions):
             if client is not None:
                 self.stats_bar.set_models(list(client.models), str(client.model_id or ""))
             return
-        if name != self.controller.settings.served_model:  # the default for new conversations
+        if name != self.controller.settings.server.served_model:  # the default for new conversations
             self.apply_settings(self.controller.settings.replace(served_model=name))
         self.controller.link.choose_model(name)
 
@@ -310,13 +310,13 @@ class MainWindow(QMainWindow, InputActions):
         self.controller.apply_settings(new)
         record = self.menus.record_action
         record.blockSignals(True)
-        record.setChecked(new.record_attention)
+        record.setChecked(new.server.record_attention)
         record.blockSignals(False)
         markdown = self.menus.markdown_action
         markdown.blockSignals(True)
-        markdown.setChecked(new.render_markdown)
+        markdown.setChecked(new.chat.render_markdown)
         markdown.blockSignals(False)
-        self.heatmap.set_markdown(new.render_markdown)
+        self.heatmap.set_markdown(new.chat.render_markdown)
         self.refresh_stats()
 
     # ------------------------------------------------------------------ lifetime

@@ -54,7 +54,7 @@ class ServerFields:
         self.template = QComboBox()
         for data, text in TEMPLATE_CHOICES:
             self.template.addItem(text, data)
-        self.template.setCurrentIndex(max(0, self.template.findData(settings.chat_template)))
+        self.template.setCurrentIndex(max(0, self.template.findData(settings.server.chat_template)))
         dialog.editors["chat_template"] = self.template
         form.addRow("Chat template", self.template)
         self.preview = QPlainTextEdit()

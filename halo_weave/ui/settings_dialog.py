@@ -136,47 +136,47 @@ class SettingsDialog(QDialog):
 
     def _generation_page(self, s: Settings) -> QWidget:
         page, form = self._form()
-        self._explained(form, "temperature", self._double("temperature", s.temperature, 0.05))
-        self._explained(form, "top_p", self._double("top_p", s.top_p, 0.05))
-        self._explained(form, "top_k", self._int("top_k", s.top_k, "Off"))
-        self._explained(form, "rep_pen", self._double("rep_pen", s.rep_pen, 0.05))
-        longest = self._int("max_new_tokens", s.max_new_tokens)
+        self._explained(form, "temperature", self._double("temperature", s.sampling.temperature, 0.05))
+        self._explained(form, "top_p", self._double("top_p", s.sampling.top_p, 0.05))
+        self._explained(form, "top_k", self._int("top_k", s.sampling.top_k, "Off"))
+        self._explained(form, "rep_pen", self._double("rep_pen", s.sampling.rep_pen, 0.05))
+        longest = self._int("max_new_tokens", s.sampling.max_new_tokens)
         longest.setSuffix(" tokens")
         self._explained(form, "max_new_tokens", longest)
-        self._explained(form, "sampler_seed", self._int("sampler_seed", s.sampler_seed, "Random"))
+        self._explained(form, "sampler_seed", self._int("sampler_seed", s.sampling.sampler_seed, "Random"))
         return page
 
     def _context_page(self, s: Settings) -> QWidget:
         page, form = self._form()
-        target = self._int("max_context_tokens", s.max_context_tokens, "No pruning")
+        target = self._int("max_context_tokens", s.pruning.max_context_tokens, "No pruning")
         target.setSuffix(" tokens")
-        self._explained(form, "max_context_tokens", target, hysteresis=f"{s.prune_hysteresis:.0%}")
-        chunk = self._int("min_chunk_tokens", s.min_chunk_tokens)
+        self._explained(form, "max_context_tokens", target, hysteresis=f"{s.pruning.prune_hysteresis:.0%}")
+        chunk = self._int("min_chunk_tokens", s.pruning.min_chunk_tokens)
         chunk.setSuffix(" tokens")
         self._explained(form, "min_chunk_tokens", chunk)
-        cap = self._int("resurrection_budget_cap", s.resurrection_budget_cap, "No cap")
+        cap = self._int("resurrection_budget_cap", s.recall.resurrection_budget_cap, "No cap")
         cap.setSuffix(" tokens")
         self._explained(form, "resurrection_budget_cap", cap)
         self._explained(form, "resurrection_keep_share",
-                        self._double("resurrection_keep_share", s.resurrection_keep_share, 0.05))
+                        self._double("resurrection_keep_share", s.recall.resurrection_keep_share, 0.05))
         self._explained(form, "resurrection_brightness",
-                        self._combo("resurrection_brightness", s.resurrection_brightness))
-        self._explained(form, "highlight_fraction", self._double("highlight_fraction", s.highlight_fraction, 0.05))
-        self._explained(form, "score_current_turn", self._check("score_current_turn", s.score_current_turn,
+                        self._combo("resurrection_brightness", s.recall.resurrection_brightness))
+        self._explained(form, "highlight_fraction", self._double("highlight_fraction", s.chat.highlight_fraction, 0.05))
+        self._explained(form, "score_current_turn", self._check("score_current_turn", s.brightness.score_current_turn,
                                                                 "Score the answer being written"))
-        self._explained(form, "hybrid_search", self._check("hybrid_search", s.hybrid_search,
+        self._explained(form, "hybrid_search", self._check("hybrid_search", s.search.hybrid_search,
                                                            "Hybrid search: keywords as well as meaning"))
-        self._explained(form, "recall_note", self._check("recall_note", s.recall_note,
+        self._explained(form, "recall_note", self._check("recall_note", s.recall.recall_note,
                                                          "Repeat what a message recalled just before it"))
         self._explained(form, "proxy_attention", self._check(
-            "proxy_attention", s.proxy_attention, "Let the bundled reader light the heatmap"))
-        self._explained(form, "proxy_pruning", self._check("proxy_pruning", s.proxy_pruning,
+            "proxy_attention", s.server.proxy_attention, "Let the bundled reader light the heatmap"))
+        self._explained(form, "proxy_pruning", self._check("proxy_pruning", s.server.proxy_pruning,
                                                            "…and prune by its attention"))
         return page
 
     def _server_page(self, s: Settings) -> QWidget:
         page, form = self._form()
-        url = QLineEdit(s.server_url)
+        url = QLineEdit(s.server.server_url)
         url.setPlaceholderText("http://127.0.0.1:5001")
         self.editors["server_url"] = url
         self._explained(form, "server_url", url)
@@ -184,16 +184,16 @@ class SettingsDialog(QDialog):
 
         self.server_fields = ServerFields(self, form, url, s, self._api_key, self._keyring)
         self.explanations["chat_template"] = self.server_fields.template_note
-        window = self._int("server_context_tokens", s.server_context_tokens, "As the server says")
+        window = self._int("server_context_tokens", s.server.server_context_tokens, "As the server says")
         window.setSuffix(" tokens")
         self._explained(form, "server_context_tokens", window)
-        self._explained(form, "attention_format", self._combo("attention_format", s.attention_format))
-        self._explained(form, "autostart_server", self._check("autostart_server", s.autostart_server,
+        self._explained(form, "attention_format", self._combo("attention_format", s.server.attention_format))
+        self._explained(form, "autostart_server", self._check("autostart_server", s.server.autostart_server,
                                                               "Start the built-in server when none answers"))
-        saved = self._int("saved_caches_mb", s.saved_caches_mb, "None: reopening reads the context again")
+        saved = self._int("saved_caches_mb", s.server.saved_caches_mb, "None: reopening reads the context again")
         saved.setSuffix(" MiB")
         self._explained(form, "saved_caches_mb", saved)
-        self._explained(form, "record_attention", self._check("record_attention", s.record_attention,
+        self._explained(form, "record_attention", self._check("record_attention", s.server.record_attention,
                                                               "Record attention of every answer"))
         return page
 
@@ -206,7 +206,7 @@ class SettingsDialog(QDialog):
             own.setObjectName("conversationPrompt")
             self.conversation_prompt_edit = own
             self._explained(form, "conversation_prompt", own)
-        prompt = QPlainTextEdit(s.system_prompt)
+        prompt = QPlainTextEdit(s.chat.system_prompt)
         prompt.setTabChangesFocus(True)
         self.editors["system_prompt"] = prompt
         self._explained(form, "system_prompt", prompt)
@@ -214,7 +214,7 @@ class SettingsDialog(QDialog):
         restore.setToolTip(f"The default prompt: “{DEFAULT_SYSTEM_PROMPT}”")
         restore.clicked.connect(lambda: prompt.setPlainText(DEFAULT_SYSTEM_PROMPT))
         form.addRow("", restore)
-        self._explained(form, "notes_tool", self._check("notes_tool", s.notes_tool,
+        self._explained(form, "notes_tool", self._check("notes_tool", s.chat.notes_tool,
                                                         "Give the model a notebook (notes.json)"))
         return page
 

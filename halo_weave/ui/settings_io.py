@@ -1,6 +1,7 @@
 """Settings persisted with QSettings, and the checks both the dialog and loading use.
 
-Every :class:`Settings` field is stored under the ``settings/`` group by its own name.
+Every setting is stored under the ``settings/`` group by its flat name
+(:meth:`Settings.names`: the key is the same whichever section holds the setting).
 Loading is forgiving: a value of the wrong type, out of range, or not one of the allowed
 choices falls back to that field's default (the rest of the stored values still load),
 so a hand-edited or older settings file never stops the app from starting.  A value
@@ -11,7 +12,6 @@ every field is saved, so otherwise a user who never touched it would keep the ol
 
 from __future__ import annotations
 
-import dataclasses
 from urllib.parse import urlparse
 
 from PySide6.QtCore import QSettings
@@ -117,17 +117,17 @@ def field_problem(name: str, value) -> str | None:
 
 def settings_problems(settings: Settings) -> list[str]:
     """Every reason these settings cannot be used together, in words for the user."""
-    problems = [p for f in dataclasses.fields(settings) if (p := field_problem(f.name, getattr(settings, f.name)))]
-    limit = settings.max_context_tokens
+    problems = [p for name in Settings.names() if (p := field_problem(name, settings.value(name)))]
+    limit = settings.pruning.max_context_tokens
     if limit > 0:
-        if limit <= settings.max_new_tokens:
+        if limit <= settings.sampling.max_new_tokens:
             problems.append(
                 f"The context target ({limit:,} tokens) must be larger than the longest answer "
-                f"({settings.max_new_tokens:,} tokens) so an answer fits; use 0 for no pruning."
+                f"({settings.sampling.max_new_tokens:,} tokens) so an answer fits; use 0 for no pruning."
             )
-        if settings.min_chunk_tokens >= limit:
+        if settings.pruning.min_chunk_tokens >= limit:
             problems.append(
-                f"The smallest chunk ({settings.min_chunk_tokens:,} tokens) must be smaller than the "
+                f"The smallest chunk ({settings.pruning.min_chunk_tokens:,} tokens) must be smaller than the "
                 f"context target ({limit:,} tokens)."
             )
     return problems
@@ -167,28 +167,28 @@ def load_settings(qsettings: QSettings | None = None) -> Settings:
     values = {}
     qs.beginGroup(GROUP)
     try:
-        for f in dataclasses.fields(Settings):
-            if not qs.contains(f.name):
+        for name in Settings.names():
+            if not qs.contains(name):
                 continue
-            default = getattr(defaults, f.name)
+            default = defaults.value(name)
             try:
-                value = _convert(qs.value(f.name), default)
+                value = _convert(qs.value(name), default)
             except (TypeError, ValueError):
                 continue
-            if value in LEGACY_DEFAULTS.get(f.name, ()):
+            if value in LEGACY_DEFAULTS.get(name, ()):
                 continue
-            value = RENAMED_CHOICES.get(f.name, {}).get(value, value)
-            if field_problem(f.name, value) is None:
-                values[f.name] = value
+            value = RENAMED_CHOICES.get(name, {}).get(value, value)
+            if field_problem(name, value) is None:
+                values[name] = value
     finally:
         qs.endGroup()
     settings = _notes_tool_from_prompt(defaults.replace(**values), qs)
     if settings_problems(settings):
         # Individually fine but inconsistent together: keep the budget fields safe.
         settings = settings.replace(
-            max_context_tokens=defaults.max_context_tokens,
-            max_new_tokens=defaults.max_new_tokens,
-            min_chunk_tokens=defaults.min_chunk_tokens,
+            max_context_tokens=defaults.pruning.max_context_tokens,
+            max_new_tokens=defaults.sampling.max_new_tokens,
+            min_chunk_tokens=defaults.pruning.min_chunk_tokens,
         )
     return settings
 
@@ -202,7 +202,7 @@ def _notes_tool_from_prompt(settings: Settings, qs: QSettings) -> Settings:
         asked = qs.contains("notes_tool")
     finally:
         qs.endGroup()
-    prompt = settings.system_prompt.rstrip()
+    prompt = settings.chat.system_prompt.rstrip()
     if asked or not prompt.endswith(TOOL_PROMPT.rstrip()):
         return settings
     return settings.replace(system_prompt=prompt[: -len(TOOL_PROMPT.rstrip())].rstrip(), notes_tool=True)
@@ -213,8 +213,8 @@ def save_settings(settings: Settings, qsettings: QSettings | None = None) -> Non
     qs = qsettings if qsettings is not None else default_qsettings()
     qs.beginGroup(GROUP)
     try:
-        for f in dataclasses.fields(settings):
-            qs.setValue(f.name, getattr(settings, f.name))
+        for name in Settings.names():
+            qs.setValue(name, settings.value(name))
     finally:
         qs.endGroup()
     qs.sync()

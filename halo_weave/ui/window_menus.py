@@ -80,14 +80,14 @@ class WindowMenus:
                                    "Show messages rendered (headings, bold, code with colours); "
                                    "off: as typed, Markdown marks included")
         self.markdown_action.setCheckable(True)
-        self.markdown_action.setChecked(c.settings.render_markdown)
-        window.heatmap.set_markdown(c.settings.render_markdown)
+        self.markdown_action.setChecked(c.settings.chat.render_markdown)
+        window.heatmap.set_markdown(c.settings.chat.render_markdown)
         view.addSeparator()
         self.record_action = add(view, "&Record attention", self.toggle_recording, None,
                                  "Write every token's attention to the captures folder "
                                  "(for scripts/analyze_capture.py)")
         self.record_action.setCheckable(True)
-        self.record_action.setChecked(c.settings.record_attention)
+        self.record_action.setChecked(c.settings.server.record_attention)
         self.captures_action = add(view, "Open &captures folder", self.open_captures_folder, None,
                                    f"Open {c.turn.capture_dir}")
         c.signals.capture_saved.connect(self._on_capture_saved)
@@ -138,7 +138,7 @@ class WindowMenus:
         from .settings_dialog import SettingsDialog
 
         window, controller = self.window, self.controller
-        url = controller.settings.server_url
+        url = controller.settings.server.server_url
         old_key = get_key(url) or ""
         own = controller.session.prompt.own() if controller.conv is not None else None
         dialog = SettingsDialog(controller.settings, window, api_key=old_key, keyring=keyring_available(),
@@ -151,11 +151,11 @@ class WindowMenus:
         if dialog.exec():
             new = dialog.result_settings()
             fields = dialog.server_fields
-            if fields is not None and (fields.api_key() != old_key or new.server_url != url):
+            if fields is not None and (fields.api_key() != old_key or new.server.server_url != url):
                 if fields.api_key() or old_key:
-                    window.messages.info(set_key(new.server_url, fields.api_key(),
+                    window.messages.info(set_key(new.server.server_url, fields.api_key(),
                                                  to_file=fields.key_to_file.isChecked()))
-                if new.server_url == url:
+                if new.server.server_url == url:
                     controller.link.connect_server()  # the new key takes effect now
             window.apply_settings(new)
             prompt = dialog.conversation_prompt()

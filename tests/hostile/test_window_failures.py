@@ -24,7 +24,7 @@ def make_window(qtbot, data_dir, **settings) -> MainWindow:
     values = dict(server_url=CLOSED_PORT_URL, autostart_server=False, max_new_tokens=8,
                   temperature=0.0, system_prompt="You are a helpful assistant.")
     values.update(settings)
-    controller = TurnController(Settings(**values), data_dir, autostart=False)
+    controller = TurnController(Settings.of(**values), data_dir, autostart=False)
     window = MainWindow(controller, app_qsettings(data_dir))
     qtbot.addWidget(window)
     window.show()

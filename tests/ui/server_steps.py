@@ -27,7 +27,7 @@ def small_budget(url: str, **overrides) -> Settings:
     """Greedy, short answers and a 150-token budget: a few messages make it prune."""
     values = dict(server_url=url, autostart_server=False, temperature=0.0, max_new_tokens=10,
                   max_context_tokens=150, min_chunk_tokens=16, system_prompt=SHORT_SYSTEM_PROMPT)
-    return Settings(**{**values, **overrides})
+    return Settings.of(**{**values, **overrides})
 
 
 def cat_chunks_pruned(conv) -> list:
@@ -82,7 +82,7 @@ def window_on_default_url(qtbot, tmp_path, monkeypatch, url: str, **settings):
     monkeypatch.setattr(connection_mod, "DEFAULT_SERVER_URL", url)
     values = dict(server_url=url, autostart_server=True, temperature=0.0, max_new_tokens=24,
                   system_prompt=SHORT_SYSTEM_PROMPT)
-    controller = TurnController(Settings(**{**values, **settings}), tmp_path, autostart=True)
+    controller = TurnController(Settings.of(**{**values, **settings}), tmp_path, autostart=True)
     window = MainWindow(controller, app_qsettings(tmp_path))
     qtbot.addWidget(window)
     window.show()

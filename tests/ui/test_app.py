@@ -83,7 +83,7 @@ def make_app(qtbot, tmp_path, monkeypatch, server):
         values = dict(server_url=server.url, max_new_tokens=12, autostart_server=False, temperature=0.0,
                       system_prompt=SHORT_SYSTEM_PROMPT)
         values.update(overrides)
-        app = App(qtbot, tmp_path, Settings(**values))
+        app = App(qtbot, tmp_path, Settings.of(**values))
         apps.append(app)
         return app
 
@@ -231,9 +231,9 @@ def test_settings_persist_across_restart(make_app, qtbot):
     app.close()
 
     reloaded = load_settings(app_qsettings(app.controller.data_dir))
-    assert reloaded.temperature == pytest.approx(0.3)
-    assert reloaded.max_context_tokens == 777
-    assert reloaded.system_prompt == "Be brief."
+    assert reloaded.sampling.temperature == pytest.approx(0.3)
+    assert reloaded.pruning.max_context_tokens == 777
+    assert reloaded.chat.system_prompt == "Be brief."
 
 
 def test_restart_rehydrates_exactly_and_export_import_reproduces(make_app, qtbot, tmp_path):
@@ -303,7 +303,7 @@ def test_each_conversation_keeps_the_system_prompt_given_it_in_chat_system_promp
     window.menus.prompt_action.trigger()
     assert done == [SettingsDialog.DialogCode.Accepted]
     qtbot.waitUntil(lambda: app.conv.system.text == "You answer in French.", timeout=10_000)
-    assert controller.settings.system_prompt == SHORT_SYSTEM_PROMPT, "the default for new ones is unchanged"
+    assert controller.settings.chat.system_prompt == SHORT_SYSTEM_PROMPT, "the default for new ones is unchanged"
     french = controller.files.path
     # A new conversation starts with the default; the first keeps its own when reopened.
     controller.files.new_conversation()

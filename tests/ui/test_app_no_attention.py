@@ -32,7 +32,7 @@ def plain_server():
 @pytest.fixture
 def app(qtbot, tmp_path, monkeypatch, plain_server):
     monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
-    settings = Settings(server_url=plain_server.url, autostart_server=False, temperature=0.0,
+    settings = Settings.of(server_url=plain_server.url, autostart_server=False, temperature=0.0,
                         max_new_tokens=12, max_context_tokens=90, min_chunk_tokens=16,
                         system_prompt=SHORT_SYSTEM_PROMPT)
     app = App(qtbot, tmp_path, settings)

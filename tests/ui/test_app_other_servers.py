@@ -99,7 +99,7 @@ def test_the_bundled_reader_lights_the_heatmap_of_a_server_without_attention(qtb
     monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
     api_keys.forget_session()
     api_keys.set_key(llama_cpp.url, API_KEY, data_dir=tmp_path)
-    settings = Settings(server_url=llama_cpp.url, autostart_server=False, temperature=0.0, max_new_tokens=24,
+    settings = Settings.of(server_url=llama_cpp.url, autostart_server=False, temperature=0.0, max_new_tokens=24,
                         max_context_tokens=400, min_chunk_tokens=16, system_prompt=SHORT_SYSTEM_PROMPT)
     app = App(qtbot, tmp_path, settings).start()
     c, window, bar = app.controller, app.window, app.window.stats_bar
@@ -194,7 +194,7 @@ def test_settings_test_connection_shows_the_detected_kind_and_the_template_is_ke
     replay = KoboldReplay(shared())
     try:
         monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
-        settings = Settings(server_url=replay.url, autostart_server=False, temperature=0.0, max_new_tokens=24,
+        settings = Settings.of(server_url=replay.url, autostart_server=False, temperature=0.0, max_new_tokens=24,
                             system_prompt=SHORT_SYSTEM_PROMPT)
         app = App(qtbot, tmp_path, settings).start()
         c = app.controller
@@ -217,7 +217,7 @@ def test_settings_test_connection_shows_the_detected_kind_and_the_template_is_ke
         assert fields.preview.toPlainText().startswith("<|start_header_id|>system<|end_header_id|>")
         dialog.editors["server_url"].setText(replay.url)
         chosen = dialog.current_settings()
-        assert chosen.chat_template == "llama3"
+        assert chosen.server.chat_template == "llama3"
         app.window.apply_settings(chosen)
         qtbot.waitUntil(lambda: c.link.state == "connected" and c.session.server.template.name == "llama3"
                         and not c.gate.input_block_reason(), timeout=30_000)

@@ -16,7 +16,7 @@ NOTHING_LISTENS = "http://127.0.0.1:9"
 def test_the_bundled_server_starts_with_a_cache_sized_from_the_budget(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
     monkeypatch.setattr(connection_mod, "DEFAULT_SERVER_URL", NOTHING_LISTENS)
-    settings = Settings(server_url=NOTHING_LISTENS, autostart_server=True, max_context_tokens=1000,
+    settings = Settings.of(server_url=NOTHING_LISTENS, autostart_server=True, max_context_tokens=1000,
                         max_new_tokens=200)
     controller = TurnController(settings, tmp_path, autostart=True)
     try:

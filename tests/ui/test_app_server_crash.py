@@ -29,7 +29,7 @@ def _stopped_messages(window) -> list:
 def test_a_crashed_builtin_server_is_said_dead_restarted_once_then_left(qtbot, tmp_path, monkeypatch):
     monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
     monkeypatch.setattr(connection_mod, "DEFAULT_SERVER_URL", NOTHING_LISTENS)
-    settings = Settings(server_url=NOTHING_LISTENS, autostart_server=True, max_new_tokens=6)
+    settings = Settings.of(server_url=NOTHING_LISTENS, autostart_server=True, max_new_tokens=6)
     controller = TurnController(settings, tmp_path, autostart=True)
     window = MainWindow(controller, app_qsettings(tmp_path))
     qtbot.addWidget(window)
@@ -87,7 +87,7 @@ def test_a_builtin_server_that_stops_answering_is_ended_said_and_restarted(qtbot
     # Asked twice a second, a second to answer: a hang shows within a few seconds.
     monkeypatch.setattr(connection_mod, "HEALTH_MS", 500)
     monkeypatch.setattr(connection_mod, "HEALTH_TIMEOUT_S", 1.0)
-    controller = TurnController(Settings(server_url=NOTHING_LISTENS, autostart_server=True), tmp_path,
+    controller = TurnController(Settings.of(server_url=NOTHING_LISTENS, autostart_server=True), tmp_path,
                                 autostart=True)
     window = MainWindow(controller, app_qsettings(tmp_path))
     qtbot.addWidget(window)

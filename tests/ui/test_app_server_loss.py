@@ -37,7 +37,7 @@ def test_server_killed_mid_answer_shows_error_and_app_recovers(qtbot, tmp_path, 
     second = None
     try:
         first.wait_ready(START_TIMEOUT_S)
-        settings = Settings(server_url=first.url, max_new_tokens=200, autostart_server=False)
+        settings = Settings.of(server_url=first.url, max_new_tokens=200, autostart_server=False)
         controller = TurnController(settings, tmp_path, autostart=False)
         window = MainWindow(controller, app_qsettings(tmp_path))
         qtbot.addWidget(window)

@@ -51,7 +51,7 @@ def test_a_starting_window_says_it_is_starting_not_offline(qtbot, tmp_path, monk
     from halo_weave.ui.main_window import MainWindow, app_qsettings
 
     monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
-    controller = TurnController(Settings(server_url="http://127.0.0.1:9", autostart_server=False), tmp_path,
+    controller = TurnController(Settings.of(server_url="http://127.0.0.1:9", autostart_server=False), tmp_path,
                                 autostart=False)
     window = MainWindow(controller, app_qsettings(tmp_path))
     qtbot.addWidget(window)

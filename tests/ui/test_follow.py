@@ -17,7 +17,7 @@ WORDS = "the model keeps an endless conversation inside a fixed window by lettin
 
 
 def long_conversation(turns: int = 20) -> Conversation:
-    conv = Conversation(Settings(min_chunk_tokens=8))
+    conv = Conversation(Settings.of(min_chunk_tokens=8))
     conv.system.set("sys", [1], ["You are helpful."])
     rng = np.random.default_rng(3)
     for t in range(turns):
@@ -126,7 +126,7 @@ def test_scrolling_back_down_to_the_end_resumes_following(view):
 
 
 def test_short_conversation_shows_no_jump_button(view):
-    conv = Conversation(Settings(min_chunk_tokens=8))
+    conv = Conversation(Settings.of(min_chunk_tokens=8))
     conv.add_turn("user", [1, 2], ["Hello", " there"])
     view.set_conversation(conv)
     stream(view, conv, 5)

@@ -16,7 +16,7 @@ from halo_weave.ui.graveyard import GraveyardModel, GraveyardPanel
 
 def pruned_conversation() -> Conversation:
     """Three exchanges with distinct words, pruned so only the last fits."""
-    conv = Conversation(Settings(min_chunk_tokens=4))
+    conv = Conversation(Settings.of(min_chunk_tokens=4))
     words = ["apple", "banana", "cherry", "damson", "elder", "fig"]
     for turn, word in enumerate(words):
         texts = [(" " if i else "") + word for i in range(8)] + ["\n\n"] + [" more"] * 8

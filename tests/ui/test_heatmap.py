@@ -28,7 +28,7 @@ def add(conv: Conversation, role: str, *paragraphs: list[str]) -> None:
 
 
 def make_conv(highlight_fraction: float = 0.2) -> Conversation:
-    conv = Conversation(Settings(min_chunk_tokens=4, highlight_fraction=highlight_fraction))
+    conv = Conversation(Settings.of(min_chunk_tokens=4, highlight_fraction=highlight_fraction))
     conv.system.set("You are a test assistant.", [1, 2], ["You are", " a test assistant."])
     add(conv, "user", paragraph("alpha"), paragraph("beta"))
     add(conv, "assistant", paragraph("gamma"), paragraph("delta"))

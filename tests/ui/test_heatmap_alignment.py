@@ -53,7 +53,7 @@ def pieces(rng: np.random.Generator, n: int) -> list[str]:
 
 
 def long_conversation(highlight_fraction: float, turns: int = 16) -> Conversation:
-    conv = Conversation(Settings(min_chunk_tokens=16, highlight_fraction=highlight_fraction))
+    conv = Conversation(Settings.of(min_chunk_tokens=16, highlight_fraction=highlight_fraction))
     conv.system.set("Be brief.\r\nBe kind.", [1], ["Be brief.\r\nBe kind."])
     rng = np.random.default_rng(5)
     for t in range(turns):

@@ -21,7 +21,7 @@ ANSWER = ["Here", " is", " the", " function", ":", "\n\n", "```", "python", "\n"
 
 
 def conversation(highlight_fraction: float = 0.0) -> Conversation:
-    conv = Conversation(Settings(min_chunk_tokens=4, highlight_fraction=highlight_fraction))
+    conv = Conversation(Settings.of(min_chunk_tokens=4, highlight_fraction=highlight_fraction))
     conv.system.set("Be brief.", [1], ["Be brief."])
     question = ["Write", " a", " converter", " from", " Celsius", "."]
     conv.add_turn("user", list(range(len(question))), question)

@@ -31,7 +31,7 @@ CODE = "def f(x):\n    return x * 9 / 5\niiii\nmmmm"
 
 
 def conversation(highlight_fraction: float = 0.0, answer: list[str] = ANSWER) -> Conversation:
-    conv = Conversation(Settings(min_chunk_tokens=4, highlight_fraction=highlight_fraction))
+    conv = Conversation(Settings.of(min_chunk_tokens=4, highlight_fraction=highlight_fraction))
     conv.system.set("Be brief.", [1], ["Be brief."])
     question = ["Show", " me", " **", "markdown", "**", "."]
     conv.add_turn("user", list(range(len(question))), question)
@@ -288,7 +288,7 @@ def test_the_view_menu_switches_to_raw_text_and_remembers_it(qtbot, tmp_path, mo
     view.flush()
     block = block_starting(view, "Here is **bold**")
     assert x_at(block, star + 2) > x_at(block, star), "View → Render Markdown off: as typed"
-    assert load_settings(app_qsettings(tmp_path)).render_markdown is False, "remembered for the next start"
+    assert load_settings(app_qsettings(tmp_path)).chat.render_markdown is False, "remembered for the next start"
     window.close()
 
 

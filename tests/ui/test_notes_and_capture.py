@@ -43,16 +43,16 @@ def test_the_notebook_tool_is_an_opt_in_and_settings_that_had_it_keep_it(tmp_pat
     instructions follow it only while the tool is on.  Settings saved when the prompt
     itself held the instructions keep the tool on, the prompt without them."""
     assert DEFAULT_SYSTEM_PROMPT == "You are a helpful assistant."
-    assert Settings().effective_system_prompt == DEFAULT_SYSTEM_PROMPT and not Settings().notes_tool
-    on = Settings(notes_tool=True).effective_system_prompt
+    assert Settings().effective_system_prompt == DEFAULT_SYSTEM_PROMPT and not Settings().chat.notes_tool
+    on = Settings.of(notes_tool=True).effective_system_prompt
     assert on.startswith(DEFAULT_SYSTEM_PROMPT + "\n\n") and on.endswith(tools.TOOL_PROMPT)
     qs = app_qsettings(tmp_path)
     qs.setValue(f"{GROUP}/system_prompt", "You are a helpful assistant.\n\n" + tools.TOOL_PROMPT)  # an older version's
     loaded = load_settings(qs)
-    assert (loaded.system_prompt, loaded.notes_tool) == (DEFAULT_SYSTEM_PROMPT, True)
+    assert (loaded.chat.system_prompt, loaded.chat.notes_tool) == (DEFAULT_SYSTEM_PROMPT, True)
     assert loaded.effective_system_prompt == on
     qs.setValue(f"{GROUP}/system_prompt", "Be brief.")  # a prompt the user wrote stays
-    assert (load_settings(qs).system_prompt, load_settings(qs).notes_tool) == ("Be brief.", False)
+    assert (load_settings(qs).chat.system_prompt, load_settings(qs).chat.notes_tool) == ("Be brief.", False)
 
 
 @pytest.mark.slow
@@ -89,7 +89,7 @@ def test_notes_panel_shows_notes_after_a_tool_round_and_after_restart(make_app, 
 @pytest.mark.slow
 def test_with_the_notebook_off_a_tool_call_is_only_text(make_app, qtbot):
     app = make_app(max_new_tokens=8).start()
-    assert not app.controller.settings.notes_tool
+    assert not app.controller.settings.chat.notes_tool
     with qtbot.assert_not_emitted(app.controller.signals.notes_changed):
         _say(app, qtbot, "My cat is called Tuna.", answer_prefix=WRITE_CALL)
     assert app.controller.files.notes() in (None, {}) or "cat" not in app.controller.files.notes().get("topics", {})
@@ -104,8 +104,8 @@ def test_record_attention_writes_one_capture_per_answer_that_analyze_capture_plo
     controller, window = app.controller, app.window
     assert not window.menus.record_action.isChecked()
     window.menus.record_action.trigger()  # View → Record attention
-    assert controller.settings.record_attention
-    assert load_settings(app.qsettings).record_attention, "the toggle is saved"
+    assert controller.settings.server.record_attention
+    assert load_settings(app.qsettings).server.record_attention, "the toggle is saved"
     assert str(controller.turn.capture_dir) in window.statusBar().currentMessage()
 
     with qtbot.wait_signal(controller.signals.capture_saved, timeout=TURN_TIMEOUT_MS) as saved:
@@ -136,7 +136,7 @@ def test_record_attention_writes_one_capture_per_answer_that_analyze_capture_plo
     assert all((out / name).stat().st_size > 5_000 for name in pngs)
 
     window.menus.record_action.trigger()  # off again
-    assert not controller.settings.record_attention
+    assert not controller.settings.server.record_attention
     before = list_captures(controller.turn.capture_dir)
     with qtbot.assert_not_emitted(controller.signals.capture_saved):
         _say(app, qtbot, "And one vegetable?")

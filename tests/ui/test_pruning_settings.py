@@ -68,27 +68,28 @@ def test_a_user_cannot_enter_an_invalid_half_life(dialog, qtbot):
         box.selectAll()
         qtbot.keyClicks(box, typed)
         box.interpretText()
-        chosen = dialog.current_settings().brightness_half_life
+        chosen = dialog.current_settings().brightness.brightness_half_life
         assert 1 <= chosen <= 10_000_000, (typed, chosen)
         assert not dialog.problems()
     box.selectAll()
     qtbot.keyClicks(box, "128")
     box.interpretText()
-    assert dialog.current_settings().brightness_half_life == 128
+    assert dialog.current_settings().brightness.brightness_half_life == 128
     # What the spin box keeps out is refused everywhere else too: a clear sentence, and a
     # hand-edited settings file falls back to the default.
-    assert any("brightness_half_life" in p for p in settings_problems(Settings(brightness_half_life=0)))
+    assert any("brightness_half_life" in p for p in settings_problems(Settings.of(brightness_half_life=0)))
 
 
 def test_a_bad_half_life_in_the_settings_file_falls_back(tmp_path):
     qs = QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat)
-    save_settings(Settings(brightness_rule="decay"), qs)
+    save_settings(Settings.of(brightness_rule="decay"), qs)
     qs.setValue("settings/brightness_half_life", -3)
     qs.setValue("settings/chunk_rank", "loudest")
     qs.sync()
     loaded = load_settings(qs)
-    assert loaded.brightness_rule == "decay"
-    assert loaded.brightness_half_life == Settings().brightness_half_life and loaded.chunk_rank == "peak"
+    assert loaded.brightness.brightness_rule == "decay"
+    assert loaded.brightness.brightness_half_life == Settings().brightness.brightness_half_life
+    assert loaded.brightness.chunk_rank == "peak"
 
 
 def test_a_rule_declared_in_settings_appears_in_the_dialog_without_a_ui_edit(qtbot, monkeypatch):
@@ -100,7 +101,7 @@ def test_a_rule_declared_in_settings_appears_in_the_dialog_without_a_ui_edit(qtb
     rules = dialog.editors["brightness_rule"]
     rules.setCurrentIndex(rules.findData("newest"))
     assert rules.currentText() == "A rule added later" and dialog.editors["brightness_half_life"].isEnabled()
-    assert dialog.current_settings().brightness_rule == "newest" and not dialog.problems()
+    assert dialog.current_settings().brightness.brightness_rule == "newest" and not dialog.problems()
 
 
 # ---------------------------------------------------------------- the window
@@ -147,8 +148,9 @@ def test_choosing_a_rule_saves_it_and_the_window_says_which_score_is_in_use(offl
     _choose_in_settings(window, qtbot, brightness_rule="decay", brightness_half_life=128, prune_order="brightness")
 
     on_disk = load_settings(app_qsettings(tmp_path))  # a fresh read of the settings file
-    assert (on_disk.brightness_rule, on_disk.brightness_half_life, on_disk.prune_order) == ("decay", 128, "brightness")
-    assert controller.conv.settings.brightness_rule == "decay", "applied to the open conversation"
+    assert (on_disk.brightness.brightness_rule, on_disk.brightness.brightness_half_life,
+            on_disk.pruning.prune_order) == ("decay", 128, "brightness")
+    assert controller.conv.settings.brightness.brightness_rule == "decay", "applied to the open conversation"
     assert bar.scoring_label.text() == "☀ decayed attention mass (half-life 128) · peak · pruning dimmest first"
     legend = window.guide.legend
     assert "decayed attention mass (half-life 128)" in legend.scoring_text

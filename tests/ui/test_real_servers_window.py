@@ -78,7 +78,7 @@ def test_real_koboldcpp_on_the_default_url_is_used_not_replaced(qtbot, tmp_path,
 def test_real_server_killed_mid_answer_keeps_the_partial_answer_and_says_so(qtbot, tmp_path, monkeypatch, kind):
     monkeypatch.setenv("HALO_WEAVE_HOME", str(tmp_path))
     with started(kind, n_ctx=1024) as server:
-        app = App(qtbot, tmp_path, Settings(server_url=server.url, autostart_server=False, max_new_tokens=200,
+        app = App(qtbot, tmp_path, Settings.of(server_url=server.url, autostart_server=False, max_new_tokens=200,
                                             system_prompt=SHORT_SYSTEM_PROMPT)).start()
         c, window = app.controller, app.window
         window.input.setPlainText("Tell me a long story about a lighthouse keeper.")

@@ -149,7 +149,7 @@ def _file_with_a_long_recall(data_dir) -> tuple[object, int, list[int]]:
         return list(range(100, 100 + len(words))), words
 
     path = new_conversation_path(data_dir)
-    session = ChatSession(Settings(min_chunk_tokens=4, max_context_tokens=0))
+    session = ChatSession(Settings.of(min_chunk_tokens=4, max_context_tokens=0))
     session.open(ConversationStore.open(path))
     conv = session.conv
     for i in range(12):

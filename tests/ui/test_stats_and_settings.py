@@ -35,6 +35,72 @@ def row_label(dialog, name: str) -> str:
     return ""
 
 
+#: A settings file as an earlier version wrote it (Settings one flat record, each setting
+#: a key of the [settings] group), with a few values changed from their defaults.
+FLAT_INI = """\
+[settings]
+attention_format=aggregated
+autostart_server=true
+brightness_cap=10000
+brightness_half_life=256
+brightness_rule=vote
+chat_template=auto
+chunk_rank=peak
+chunk_rank_k=4
+date_weight=0.3
+decay_per_step=1
+embed_wait_seconds=2
+embedding_max_tokens=256
+highlight_fraction=0.2
+hybrid_common_share=0.05
+hybrid_prefix_stems=true
+hybrid_search=false
+hybrid_weight=0.3
+initial_brightness=10000
+max_context_tokens=700
+max_new_tokens=512
+min_chunk_tokens=64
+min_similarity=0.3
+neighbour_matches=4
+new_token_brightness=cap
+notes_tool=false
+proxy_attention=true
+proxy_pruning=false
+prune_hysteresis=0.75
+prune_keep_recent=0
+prune_order=brightness
+prune_when=after_exchange
+query_feedback=0.5
+query_feedback_top=3
+query_max_results=30
+query_split=false
+recall_max_chunks=9
+recall_note=true
+recall_relative_floor=0.55
+record_attention=false
+render_markdown=true
+rep_pen=1.1
+resurrect_neighbours=1
+resurrection_anchors=if_room
+resurrection_brightness=at_prune
+resurrection_budget_cap=0
+resurrection_keep_share=0.5
+sampler_seed=-1
+saved_caches_mb=2048
+score_current_turn=true
+served_model=
+server_context_tokens=0
+server_model=
+server_url=http://192.0.2.5:5001
+session_gap_seconds=1800
+system_prompt="Be brief, and kind."
+temperature=0.3
+top_k=40
+top_p=0.9
+user_similarity_boost=1
+"""
+
+
 # ---------------------------------------------------------------- stats bar
 @pytest.fixture
 def bar(qtbot) -> StatsBar:
@@ -181,6 +247,21 @@ def test_round_trip_through_file(qsettings, tmp_path):
     assert load_settings(reopened) == custom
 
 
+def test_an_earlier_versions_settings_file_loads_with_every_value(tmp_path):
+    path = tmp_path / "settings.ini"
+    path.write_text(FLAT_INI, encoding="utf-8")
+    loaded = load_settings(QSettings(str(path), QSettings.Format.IniFormat))
+    assert loaded == Settings.of(max_context_tokens=700, prune_order="brightness", temperature=0.3,
+                                 hybrid_search=False, system_prompt="Be brief, and kind.",
+                                 server_url="http://192.0.2.5:5001", recall_max_chunks=9)
+    assert loaded.pruning.max_context_tokens == 700 and loaded.pruning.prune_order == "brightness"
+    # Saved again, the file has the same keys: an older version reading it finds its own.
+    again = tmp_path / "again.ini"
+    save_settings(loaded, QSettings(str(again), QSettings.Format.IniFormat))
+    keys = {line.split("=", 1)[0] for line in FLAT_INI.splitlines() if "=" in line}
+    assert {line.split("=", 1)[0] for line in again.read_text(encoding="utf-8").splitlines() if "=" in line} == keys
+
+
 def test_bad_stored_values_fall_back_to_defaults(qsettings):
     good = Settings().replace(top_k=13)
     save_settings(good, qsettings)
@@ -196,16 +277,16 @@ def test_bad_stored_values_fall_back_to_defaults(qsettings):
     qsettings.sync()
     loaded = load_settings(qsettings)
     defaults = Settings()
-    assert loaded.top_k == 13  # good values survive
+    assert loaded.sampling.top_k == 13  # good values survive
     for name in ("temperature", "max_context_tokens", "score_current_turn", "attention_format",
                  "server_url", "min_chunk_tokens"):
-        assert getattr(loaded, name) == getattr(defaults, name), name
+        assert loaded.value(name) == defaults.value(name), name
 
 
 def test_inconsistent_budget_falls_back(qsettings):
     save_settings(Settings().replace(max_context_tokens=100, max_new_tokens=500), qsettings)
     loaded = load_settings(qsettings)
-    assert loaded.max_context_tokens > loaded.max_new_tokens
+    assert loaded.pruning.max_context_tokens > loaded.sampling.max_new_tokens
 
 
 # ---------------------------------------------------------------- dialog
@@ -224,7 +305,7 @@ def test_dialog_shows_seed_defaults(dialog):
     assert e["min_chunk_tokens"].value() == 64
     assert e["resurrection_brightness"].currentData() == "at_prune"
     assert e["attention_format"].currentData() == "aggregated"
-    assert e["system_prompt"].toPlainText() == Settings().system_prompt
+    assert e["system_prompt"].toPlainText() == Settings().chat.system_prompt
     e["max_context_tokens"].setValue(0)
     assert e["max_context_tokens"].text() == "No pruning"
 
@@ -247,11 +328,12 @@ def test_dialog_edit_accept_save_reload(dialog, qsettings):
     save_settings(result, qsettings)
     loaded = load_settings(qsettings)
     assert loaded == result
-    assert (loaded.temperature, loaded.max_context_tokens, loaded.resurrection_brightness) == (1.1, 4096, "mean")
-    assert loaded.score_current_turn is False and loaded.hybrid_search is False
-    assert loaded.attention_format == "per_layer" and loaded.server_url == "http://192.168.1.20:5001"
-    assert loaded.system_prompt == "Be brief.\nBe kind."
-    assert loaded.resurrection_keep_share == 1.0
+    assert (loaded.sampling.temperature, loaded.pruning.max_context_tokens,
+            loaded.recall.resurrection_brightness) == (1.1, 4096, "mean")
+    assert loaded.brightness.score_current_turn is False and loaded.search.hybrid_search is False
+    assert loaded.server.attention_format == "per_layer" and loaded.server.server_url == "http://192.168.1.20:5001"
+    assert loaded.chat.system_prompt == "Be brief.\nBe kind."
+    assert loaded.recall.resurrection_keep_share == 1.0
 
 
 #: The units a numeric field's explanation may name (or its box shows as a suffix).
@@ -316,4 +398,4 @@ def test_the_legend_names_the_settings_field_for_the_highlight(dialog, qtbot):
     assert named, words
     assert row_label(dialog, "highlight_fraction") == named.group(1)
     dialog.editors["highlight_fraction"].setValue(0.35)
-    assert dialog.current_settings().highlight_fraction == pytest.approx(0.35)
+    assert dialog.current_settings().chat.highlight_fraction == pytest.approx(0.35)

@@ -131,7 +131,7 @@ def test_at_the_default_size_every_figure_of_the_stats_bar_is_whole(window, qtbo
 @pytest.mark.slow
 def test_the_first_start_box_leaves_the_system_prompt_readable(make_app, qtbot):
     # The longest prompt the app writes: the default with the notebook's instructions.
-    app = make_app(system_prompt=Settings().system_prompt, notes_tool=True).start()
+    app = make_app(system_prompt=Settings().chat.system_prompt, notes_tool=True).start()
     window, view = app.window, app.window.heatmap
     qtbot.waitUntil(lambda: "notes.json" in view.toPlainText(), timeout=10_000)
     hint = window.guide.hint

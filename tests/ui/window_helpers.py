@@ -19,7 +19,7 @@ def offline_window(qtbot, data_dir: Path, monkeypatch, **settings) -> MainWindow
     with no bundled server (``settings`` override the rest)."""
     monkeypatch.setenv("HALO_WEAVE_HOME", str(data_dir))
     values = dict(server_url=CLOSED_PORT_URL, autostart_server=False, **settings)
-    controller = TurnController(Settings(**values), data_dir, autostart=False)
+    controller = TurnController(Settings.of(**values), data_dir, autostart=False)
     window = MainWindow(controller, app_qsettings(data_dir))
     qtbot.addWidget(window)
     window.show()

@@ -191,7 +191,7 @@ class ReadAhead(QObject):
             except Exception:  # noqa: BLE001 - the send path reports a real failure itself
                 log.debug("read-ahead: no draft prompt", exc_info=True)
                 return self._read_ahead_ended()
-            backend, room = session.backend, self._session.settings.max_new_tokens
+            backend, room = session.backend, self._session.settings.sampling.max_new_tokens
             self._calls.run(lambda: backend.prepare(ids, max_length=room),
                        on_ok=lambda answer: self._read_ahead_ended(answer, ids=ids),
                        on_fail=lambda exc: self._read_ahead_ended(error=exc))

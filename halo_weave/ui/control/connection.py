@@ -25,7 +25,7 @@ from ...core.chat_template import AUTO, build_framing
 from ...settings import Settings
 from .workers import CallWorker, ServerStartWorker
 
-DEFAULT_SERVER_URL = Settings().server_url
+DEFAULT_SERVER_URL = Settings().server.server_url
 
 #: Milliseconds between quiet reconnection attempts after the server went away.
 RECONNECT_MS = 5000

@@ -49,7 +49,7 @@ class ServerLink(QObject):
 
     def connect_server(self, url: str | None = None) -> None:
         """Connect to ``url`` (the settings' server by default), on a thread."""
-        self.connection.connect_to(url or self._session.settings.server_url)
+        self.connection.connect_to(url or self._session.settings.server.server_url)
 
     def _on_connected(self, client, info, framing: Framing) -> None:
         from ...backends import status_line
@@ -77,7 +77,7 @@ class ServerLink(QObject):
 
     def _connection_options(self) -> dict:
         settings = self._session.settings
-        url = settings.server_url
+        url = settings.server.server_url
 
         def api_key() -> str | None:
             # On the probe's thread: importing the backends (httpx) and finding the keyring
@@ -87,7 +87,7 @@ class ServerLink(QObject):
             return get_key(url)
 
         return {"api_key": api_key, "template": self.template_choice(),
-                "model": self._session.server.model_choice(), "context_tokens": settings.server_context_tokens}
+                "model": self._session.server.model_choice(), "context_tokens": settings.server.server_context_tokens}
 
     def choose_model(self, name: str) -> None:
         """Use the server's model ``name`` in the open conversation (saved with it) and

@@ -138,7 +138,7 @@ class MessageSend(QObject):
             what = "loading memory" if self._memory.loading else "finishing memory indexing"
             self._gate.set_busy(True, what.capitalize() + "…")
             self._signals.turn_phase.emit(text, what + "…")
-            self._wait_timer.start(int(self._session.settings.embed_wait_seconds * 1000))
+            self._wait_timer.start(int(self._session.settings.search.embed_wait_seconds * 1000))
         else:
             self._run_pending_send()
 

@@ -54,7 +54,7 @@ class ProxyReading(QObject):
         from ...server.reader import readable
 
         session = self._session
-        return (session.settings.proxy_attention and not self._reader_problem and session.backend is not None
+        return (session.settings.server.proxy_attention and not self._reader_problem and session.backend is not None
                 and not session.attention_available and readable(session.backend))
 
     def reader_status(self) -> tuple[str, str, str]:
@@ -66,10 +66,10 @@ class ProxyReading(QObject):
         if self.proxy_active():
             name = self._reader.name if self._reader is not None else "SmolLM2-135M"
             served = str(getattr(session.model_info, "name", "") or "the server's model").replace("\\", "/").rsplit("/", 1)[-1]
-            prune = "pruning by its attention" if session.settings.proxy_pruning else "pruning oldest-first"
+            prune = "pruning by its attention" if session.settings.server.proxy_pruning else "pruning oldest-first"
             detail = (f"This server sends no attention. The heatmap shows the attention of {name}, the bundled "
                       f"reader model, reading each finished exchange — not the attention of {served}. "
-                      + ("It also ranks chunks for pruning." if session.settings.proxy_pruning else
+                      + ("It also ranks chunks for pruning." if session.settings.server.proxy_pruning else
                          "Pruning stays oldest-first (Settings → Context & memory)."))
             return "reader", f"reader's attention ({name}) · {prune}", detail
         if self._reader_problem:
@@ -84,7 +84,7 @@ class ProxyReading(QObject):
                     "be measured, so the oldest chunks are pruned first.")
         return ("This server sends no attention: the bundled SmolLM2-135M reads each finished exchange "
                 "and its attention lights the heatmap (its attention, not your model's). "
-                + ("It also ranks chunks for pruning." if self._session.settings.proxy_pruning else
+                + ("It also ranks chunks for pruning." if self._session.settings.server.proxy_pruning else
                    "Pruning stays oldest-first (Settings → Context & memory can change that)."))
 
     def brightness_source(self) -> str:
@@ -93,7 +93,7 @@ class ProxyReading(QObject):
         source = self.reader_status()[0]
         conv = self._session.conv
         if source == "reader" and self.reads_done == 0 and conv is not None and (
-                conv.mean_brightness() == self._session.settings.initial_brightness):
+                conv.mean_brightness() == self._session.settings.brightness.initial_brightness):
             return "waiting"
         return source
 
@@ -110,7 +110,7 @@ class ProxyReading(QObject):
     def sync_ranks(self) -> None:
         """Let the session rank chunks by the reader's votes when the reader reads and the
         settings ask for it."""
-        self._session.set_proxy_ranks(self.proxy_active() and self._session.settings.proxy_pruning)
+        self._session.set_proxy_ranks(self.proxy_active() and self._session.settings.server.proxy_pruning)
 
     # ------------------------------------------------------------------ reading
     def prunes_after_read(self) -> bool:
