@@ -282,9 +282,12 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
     attended = None
     if method in ATTENTION_KEEP:
         attended = attended_first(conv, base_live, q_pieces, answerer)
-        keep_tokens = ATTENTION_KEEP[method] * sum(conv.chunks[c].token_count for c in attended)
-        while attended and sum(conv.chunks[c].token_count for c in attended) > keep_tokens:
-            conv.prune_chunk(attended.pop())
+        kept = sum(conv.chunks[c].token_count for c in attended)
+        keep_tokens = ATTENTION_KEEP[method] * kept
+        while attended and kept > keep_tokens:
+            dropped = attended.pop()
+            kept -= conv.chunks[dropped].token_count
+            conv.prune_chunk(dropped)
     recalled = None
     if with_note:
         back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
