@@ -43,7 +43,7 @@ from halo_weave.core import token_resurrection
 from halo_weave.server import omp  # noqa: E402
 
 omp.configure()  # llama.cpp's threads wait as the server's do (a bounded spin), before it loads
-from halo_weave.memory import recall_note  # noqa: E402
+from halo_weave.memory import attended, recall_note  # noqa: E402
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from . import answer_scoring as scoring  # noqa: E402
@@ -60,7 +60,9 @@ ASK = " Answer in a few words."
 #: the question: :mod:`halo_weave.memory.recall_note`, the app's ``recall_note`` setting).
 #: The recall settings before the floors and the cap (what "before" runs, the base of the
 #: variants below, so that their names keep their meaning when a default moves).
-BEFORE = {"min_similarity": 0.0, "recall_relative_floor": 0.0, "recall_max_chunks": 0}
+BEFORE = {"min_similarity": 0.0, "recall_relative_floor": 0.0, "recall_max_chunks": 0, "attention_keep_share": 1.0}
+#: The app's recall before the chat model's attention chose among it.
+ALL = {"attention_keep_share": 1.0}
 
 METHODS: dict[str, tuple[str, dict, bool | str]] = {
     "oracle": ("oracle", {}, False),  # the evidence turns only: the ceiling
@@ -69,6 +71,10 @@ METHODS: dict[str, tuple[str, dict, bool | str]] = {
     "default": ("halo", {}, True),  # the app's defaults, recall note included
     "default-nonote": ("halo", {}, False),  # ... without the recall note
     "default-notelive": ("halo", {}, "live"),  # ... the note also copying matches that were live
+    # The app's recall, all of it kept (attention_keep_share 1): the default before the
+    # chat model's attention chose among what came back.
+    "default-all": ("halo", ALL, True),
+    "default-all-nonote": ("halo", ALL, False),
     "before": ("halo", BEFORE, False),
     "before-note": ("halo", BEFORE, True),
     # What one message may bring back (settings recall_relative_floor, recall_max_chunks,
@@ -76,7 +82,7 @@ METHODS: dict[str, tuple[str, dict, bool | str]] = {
     "floor60": ("halo", {**BEFORE, "recall_relative_floor": 0.6}, False),
     "floor70": ("halo", {**BEFORE, "recall_relative_floor": 0.7}, False),
     "floor80": ("halo", {**BEFORE, "recall_relative_floor": 0.8}, False),
-    "min30-floor55-cap24": ("halo", {"min_similarity": 0.3, "recall_relative_floor": 0.55,
+    "min30-floor55-cap24": ("halo", {**ALL, "min_similarity": 0.3, "recall_relative_floor": 0.55,
                                      "recall_max_chunks": 24}, False),
     "min30-floor60": ("halo", {**BEFORE, "min_similarity": 0.3, "recall_relative_floor": 0.6}, False),
     "cap8": ("halo", {**BEFORE, "recall_max_chunks": 8}, False),
@@ -84,17 +90,12 @@ METHODS: dict[str, tuple[str, dict, bool | str]] = {
     "floor80-cap8": ("halo", {**BEFORE, "recall_relative_floor": 0.8, "recall_max_chunks": 8}, False),
     "floor80-cap8-note": ("halo", {**BEFORE, "recall_relative_floor": 0.8, "recall_max_chunks": 8}, True),
     "keep100": ("halo", {**BEFORE, "resurrection_keep_share": 1.0}, False),  # room: what pruning left
-    # The chat model chooses among what came back (SnapKV's idea, applied to paragraphs):
-    # it reads the prompt with the question, and the recalled paragraphs its question
-    # attends to least (mean attention per token) go back, down to the share below.
-    "default-attn": ("halo", {}, True),
-    "default-attn-nonote": ("halo", {}, False),
-    "default-attnnote": ("halo", {}, True),  # nothing dropped; the note in attention order
+    # The chat model chooses among what came back (halo_weave.memory.attended; the app's
+    # default keeps half): the share of the recalled tokens kept.
+    "attn33": ("halo", {"attention_keep_share": 1 / 3}, True),
+    "attn67": ("halo", {"attention_keep_share": 2 / 3}, True),
 }
-#: Methods whose recall the chat model's attention orders: the share of the recalled
-#: content tokens kept.
-ATTENTION_KEEP = {"default-attn": 0.5, "default-attn-nonote": 0.5, "default-attnnote": 1.0}
-BUNDLED_METHODS = ["oracle", "fifo", "rag", "before", "before-note", "default", "default-nonote",
+BUNDLED_METHODS = ["oracle", "fifo", "rag", "before", "before-note", "default", "default-all", "default-nonote",
                    "floor70", "cap12", "floor80-cap8"]
 LARGER_METHODS = ["oracle", "fifo", "default"]
 QUICK_METHODS = ["oracle", "fifo", "rag", "before", "default", "default-nonote"]
@@ -279,43 +280,34 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
                                floor=floor, cap=index.settings.recall.resurrection_budget_cap, order="age")
     made.plan.apply(conv, index.settings.recall.resurrection_brightness)
     conv.prune_to_fit(budget - framed - reserve, keep_latest_exchange=True, order="age")
-    attended = None
-    if method in ATTENTION_KEEP:
-        attended = attended_first(conv, base_live, q_pieces, answerer)
-        kept = sum(conv.chunks[c].token_count for c in attended)
-        keep_tokens = ATTENTION_KEEP[method] * kept
-        while attended and kept > keep_tokens:
-            dropped = attended.pop()
-            kept -= conv.chunks[dropped].token_count
-            conv.prune_chunk(dropped)
+    kept = None
+    if index.settings.recall.attention_keep_share < 1:
+        kept = keep_attended(conv, base_live, q_pieces, answerer, index.settings.recall.attention_keep_share)
     recalled = None
     if with_note:
         back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
         if with_note == "live":  # the search's best matches whether or not they had been pruned
             matched = {p.match.chunk_id for p in made.plan.taken}
             back += [c for c in conv.live_chunks() if c.id in base_live and c.id in matched and not c.framing]
-        recalled = recall_note.best_first(made.plan, back) if attended is None else attended
+        recalled = recall_note.best_first(made.plan, back) if kept is None else kept
     return finish(conv, prep, question, message, answerer, base_live, recalled=recalled)
 
 
-def attended_first(conv, base_live: set[int], q_pieces, answerer) -> list[int]:
-    """The recalled content chunks of ``conv`` (live, not in ``base_live``), the one the
-    question attends to most first: the model reads the prompt with the question
-    (``q_pieces``) as the user's message and the answer's opening, and each chunk scores
-    the mean, over its tokens, of the attention those query tokens pay it (summed over
-    the queries, averaged over layers and heads).  Ties keep position order."""
-    back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
-    if not back:
-        return []
-    with conv.trial():
-        turn = conv.add_turn("user", [int(i) for i, _ in q_pieces], [t for _, t in q_pieces])
-        ids = [int(i) for i in conv.live_input_ids()] + list(conv.framing.prefix["assistant"][0])
-        first_row = int(np.flatnonzero(np.asarray(conv.table.turn_id) == turn.turn_id)[0])
-        chunk_of = np.asarray(conv.table.chunk_id)[:first_row].copy()
-    split = len(conv.system.ids) + first_row
-    mass = answerer.weigh(ids[:split], ids[split:])[len(conv.system.ids):]
-    score = {c.id: float(mass[chunk_of == c.id].mean()) for c in back}
-    return [c.id for c in sorted(back, key=lambda c: -score[c.id])]
+def keep_attended(conv, base_live: set[int], q_pieces, answerer, share: float) -> list[int] | None:
+    """What the app keeps of the recall (the live content chunks of ``conv`` not in
+    ``base_live``) by the attention the question (``q_pieces``) pays it, as
+    :meth:`halo_weave.session.resurrect.Recall.weigh` does with our server: the kept ids,
+    the most attended first; the rest are pruned.  None when there is nothing to choose
+    from (fewer than two chunks came back)."""
+    back = [c.id for c in conv.live_chunks() if c.id not in base_live and not c.framing]
+    if len(back) < 2:
+        return None
+    reading = attended.read_for(conv, back, [int(i) for i, _ in q_pieces], [t for _, t in q_pieces])
+    order = attended.ranked(reading, answerer.weigh(reading.prefix, reading.queries))
+    keep, given_back = attended.kept(order, {c: conv.chunks[c].token_count for c in order}, share)
+    for chunk_id in given_back:
+        conv.prune_chunk(chunk_id)
+    return keep
 
 
 def _index(prep: Prepared, settings, queries, options: dict):

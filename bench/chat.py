@@ -189,9 +189,11 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
         t0 = time.perf_counter()
         pieces = session.server.tokenize(text)
         resurrected = []
+        ids, texts = [i for i, _ in pieces], [t for _, t in pieces]
         if session.recall.can_resurrect():
             resurrected = session.recall.resurrect_for(index, index.search(text), len(pieces))
-        session.add_user_message([i for i, _ in pieces], [t for _, t in pieces], recalled=resurrected)
+            resurrected = session.recall.weigh(resurrected, ids, texts)
+        session.add_user_message(ids, texts, recalled=resurrected)
         session.fit_model_window()
         session.begin_answer()
         request = session.generation_request()

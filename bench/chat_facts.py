@@ -237,8 +237,14 @@ def chat(session, index, say) -> tuple[list[dict], list[dict]]:
     previous_prompt = 0  # the length of the last request's prompt
     for n, (text, fact, kind) in enumerate(messages()):
         pieces = session.server.tokenize(text)
-        recalled = session.recall.resurrect_for(index, index.search(text), len(pieces)) if session.recall.can_resurrect() else []
-        turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces], recalled=recalled)
+        ids, texts = [i for i, _ in pieces], [t for _, t in pieces]
+        recalled, weigh_s = [], 0.0
+        if session.recall.can_resurrect():
+            recalled = session.recall.resurrect_for(index, index.search(text), len(pieces))
+            weighing = time.perf_counter()  # the server reading what came back, after Enter
+            recalled = session.recall.weigh(recalled, ids, texts)
+            weigh_s = time.perf_counter() - weighing
+        turn = session.add_user_message(ids, texts, recalled=recalled)
         session.fit_model_window()
         if kind == "fact":
             stated[fact.name] = turn.turn_id
@@ -260,7 +266,8 @@ def chat(session, index, say) -> tuple[list[dict], list[dict]]:
         end = session.finish_turn(stream.done.finish_reason, stream.done.tokens_per_s)
         row = {
             "message": n + 1, "kind": kind, "text": text,
-            "ttft_s": round((first or ended) - sent, 3),
+            "ttft_s": round((first or ended) - sent + weigh_s, 3), "weigh_s": round(weigh_s, 3),
+            "given_back": session.recall.given_back,
             "prompt_tokens": len(prompt), "live_tokens": conv.live_token_count(),
             "recalled_chunks": len(recalled), "recalled_tokens": sum(c.token_count for c in recalled),
             "reread_tokens": len(prompt) - shared,
@@ -287,7 +294,7 @@ def chat(session, index, say) -> tuple[list[dict], list[dict]]:
         score = f"; answered {row['answered']}, live {row['fact_live']}: {answer[:120]!r}" if kind == "question" else ""
         say(f"message {n + 1}/{len(messages())} ({kind}): ttft {row['ttft_s']:.2f} s, prompt {len(prompt)} "
             f"tokens (re-read {row['reread_tokens']}), recalled {row['recalled_chunks']} chunks{where} / "
-            f"{row['recalled_tokens']} tokens, answer {row['answer_tokens']} tokens in {row['answer_s']:.1f} s"
+            f"{row['recalled_tokens']} tokens ({row['given_back']} given back), answer {row['answer_tokens']} tokens in {row['answer_s']:.1f} s"
             + score)
     return rows, facts
 

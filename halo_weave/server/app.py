@@ -35,6 +35,12 @@ else by a prefill (:meth:`EngineBase.restore`).  A generate arriving meanwhile w
 Generate and prepare requests may name their ``conversation`` too: its cache is what the
 server saves once idle (:mod:`halo_weave.server.kv_files`).
 
+``POST /api/extra/weigh`` (``{"input_ids": [...], "queries": [...]}``, our extension,
+declared by ``supports_weighing``; the llama.cpp engine only) answers the attention the
+``queries``, read after ``input_ids``, pay each position of ``input_ids`` (summed over the
+queries, averaged over layers and heads): the app keeps the part of a message's recall the
+message attends to (:meth:`EngineBase.weigh`).
+
 ``create_app(engine, attention=False)`` (``--no-attention``) serves like stock KoboldCPP:
 ``/api/v1/model`` declares no attention support, ``output_attentions`` is ignored and
 ``/api/extra/generate/stream`` sends KoboldCPP's text chunks (no token ids, no attention).
@@ -147,6 +153,7 @@ def model_info(engine: EngineBase, attention: bool = True) -> dict:
             "supports_attention": True,
             "supports_prepare": True,
             "supports_restore": True,
+            "supports_weighing": engine.weighs,
             "restores_from_disk": engine.keeps_states,
             "attention_formats": ["aggregated", "per_layer"],
             "default_attention_format": engine.default_attention_format,
@@ -230,6 +237,25 @@ def create_app(engine: EngineBase, *, attention: bool = True, api_key: str | Non
             return error_response(503, f"Server is busy: {exc}", "service_unavailable")
         return JSONResponse(result)
 
+    async def weigh(request: Request) -> JSONResponse:
+        # The attention a message pays the prompt before it (EngineBase.weigh): the app
+        # keeps the part of a message's recall that the message attends to.
+        body = await _json(request)
+        ids, queries = body.get("input_ids"), body.get("queries")
+        if not isinstance(ids, list) or not isinstance(queries, list):
+            raise RequestError("input_ids and queries must be lists of token ids")
+        request_id = body.get("request_id")
+        request_id = str(request_id) if isinstance(request_id, (str, int)) and not isinstance(request_id, bool) else None
+        conversation = schema.conversation_key(body)
+        try:
+            result = await _on_own_thread(lambda: engine.weigh(ids, queries, request_id=request_id,
+                                                               conversation=conversation))
+        except EngineBusy as exc:
+            return error_response(503, f"Server is busy: {exc}", "service_unavailable")
+        log.info("weigh: %d prompt tokens, %d queries, %.2f s", result["prompt_tokens"], result["queries"],
+                 result["seconds"])
+        return JSONResponse(result)
+
     async def restore(request: Request) -> JSONResponse:
         # A conversation reopened: its saved cache, else a prefill (EngineBase.restore).
         body = await _json(request)
@@ -291,6 +317,8 @@ def create_app(engine: EngineBase, *, attention: bool = True, api_key: str | Non
     if attention:  # stock KoboldCPP has no read-ahead: without attention we serve as it does
         routes.append(Route("/api/extra/prepare", prepare, methods=["POST"]))
         routes.append(Route("/api/extra/restore", restore, methods=["POST"]))
+        if engine.weighs:
+            routes.append(Route("/api/extra/weigh", weigh, methods=["POST"]))
     handlers = {
         RequestError: _request_error,
         HTTPException: _http_error,

@@ -268,6 +268,55 @@ class EngineBase(SavedCaches):
             "spread_cells": int(self.kv.spread()) if hasattr(self.kv, "spread") else 0,
         }
 
+    @property
+    def weighs(self) -> bool:
+        """Whether :meth:`weigh` can read every query's attention (the llama.cpp cache)."""
+        return hasattr(self.kv, "attend_all")
+
+    def weigh(self, input_ids, queries, *, request_id: str | None = None,
+              conversation: str | None = None) -> dict:
+        """The attention ``queries``, read after ``input_ids``, pay each position of
+        ``input_ids``: summed over the queries, averaged over layers and heads.  The cache
+        then holds ``input_ids`` and ``queries`` (a generate whose prompt starts alike runs
+        only what is new), as after a read-ahead; it waits and stops as :meth:`prepare`.
+
+        Returns ``attention`` (one value per position of ``input_ids``), ``prompt_tokens``,
+        ``seconds`` and ``kv`` (the sync's report); ``weighed`` False when a generate
+        stopped it (then ``attention`` is empty).
+        """
+        if not self.weighs:
+            raise RequestError(f"the {self.kind} engine does not weigh prompts")
+        ids = self.check_ids(input_ids)
+        asked = self.check_ids(queries)
+        if len(ids) + len(asked) >= self.context_size:
+            raise RequestError(f"prompt of {len(ids)} tokens and {len(asked)} queries leave no room in the "
+                               f"context size of {self.context_size} tokens")
+        if not self._lock.acquire(timeout=PREPARE_WAIT_S):
+            raise EngineBusy("a generation is running; a weighing does not queue behind it")
+        preparation = Preparation(request_id)
+        self._running = preparation
+        started = time.perf_counter()
+        attention: list[float] = []
+        try:
+            self._follow(conversation)
+            self._reserve(len(ids) + len(asked), 1, preparation)
+            report = self.kv.sync(ids, should_stop=lambda: preparation.aborted)
+            if report is not None and not preparation.aborted:
+                rows = self.kv.attend_all(asked)
+                attention = [float(v) for v in rows[:, :len(ids)].sum(axis=0)]
+        finally:
+            self._running = None
+            self._lock.release()
+            self._touched()
+        return {
+            "weighed": bool(attention),
+            "attention": attention,
+            "prompt_tokens": len(ids),
+            "queries": len(asked),
+            "seconds": round(time.perf_counter() - started, 4),
+            "kv": report.as_dict() if report is not None else {},
+        }
+
     def _reserve(self, n_ids: int, max_length, preparation: Preparation) -> None:
         """Grow a cache that can grow to hold ``n_ids`` and the answer (``max_length``)."""
         reserve = getattr(self.kv, "reserve", None)

@@ -4,20 +4,26 @@ The user's message brings back what its search found, with each match's anchors,
 the budget: the universal equation, with the live context counted as at most
 ``resurrection_keep_share`` of the max context (or of the window, pruning only for
 room); just enough older context is pruned first when the plan needs it
-(:mod:`halo_weave.memory.room`).  The answer's requests then carry a recall note: a copy
+(:mod:`halo_weave.memory.room`).  Where the server answers attention, the chat model then
+keeps the part of it the message attends to, the rest going back to the graveyard
+(:mod:`halo_weave.memory.attended`).  The answer's requests then carry a recall note: a copy
 of what the question recalled, before the question (:mod:`halo_weave.memory.recall_note`).
 """
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from ..conversation import Chunk
-from ..memory import recall_note, room
+from ..memory import attended, recall_note, room
 from ..memory.recall_note import best_first
 from ..memory.resurrection_plan import apply_plan
 from ..memory.resurrection_plan import budget as resurrection_budget
 from ..memory.room import plan_with_room
+
+log = logging.getLogger("halo_weave.session")
 
 
 class Recall:
@@ -25,7 +31,8 @@ class Recall:
 
     Owns: ``index`` (the open conversation's semantic index, searched for what a message
     brings back; None until one is loaded for it: :meth:`use_index`), ``resurrected``
-    (how many chunks the last message brought back) and the note
+    (how many chunks the last message brought back and kept), ``given_back`` (how many of
+    those its attention gave back: :meth:`keep_attended`) and the note
     the open answer's requests carry (set by :meth:`with_note`, taken out of each
     token's attention by :meth:`without_note`, dropped by :meth:`end_note`).
     """
@@ -34,6 +41,7 @@ class Recall:
         self._session = session
         self.index = None
         self.resurrected = 0
+        self.given_back = 0
         self._note: recall_note.RecallNote | None = None
 
     def use_index(self, index) -> None:
@@ -55,7 +63,7 @@ class Recall:
 
     def skip(self) -> None:
         """The message searches nothing: it brings nothing back."""
-        self.resurrected = 0
+        self.resurrected = self.given_back = 0
 
     def budget(self, user_tokens: int) -> int:
         """The universal equation: room left after the message and the answer."""
@@ -82,7 +90,7 @@ class Recall:
         ``user_tokens``: the message's; the plan keeps room for its recall note too.
         """
         session = self._session
-        self.resurrected = 0
+        self.resurrected = self.given_back = 0
         if index is not self.index or session.store is None or not matches:
             return []
         conv, s = session.conv, session.settings
@@ -104,6 +112,57 @@ class Recall:
         self.resurrected = len(result.resurrected)
         order = best_first(plan, result.resurrected)
         return [conv.chunks[c] for c in order]
+
+    # -- keeping what the message attends to (halo_weave.memory.attended)
+
+    @property
+    def weighs(self) -> bool:
+        """Whether a message's recall is weighed by the chat model's attention: the
+        server answers it, and the setting keeps less than all of it."""
+        backend = self._session.backend
+        return bool(backend is not None and backend.weighs
+                    and self._session.settings.recall.attention_keep_share < 1)
+
+    def reading(self, recalled: list[Chunk], ids: list[int], texts: list[str]) -> attended.Reading | None:
+        """What the server reads to weigh ``recalled`` (what :meth:`resurrect_for` brought
+        back) for the message ``ids``; None when there is nothing to choose from."""
+        if not self.weighs or len(recalled) < 2:
+            return None
+        return attended.read_for(self._session.conv, [c.id for c in recalled], ids, texts)
+
+    def keep_attended(self, reading: attended.Reading, attention) -> list[Chunk]:
+        """Keep the part of the recall the message attends to (``attention``: the server's
+        answer to ``reading``); the rest goes back to the graveyard, saved.  Returns the
+        chunks kept, the most attended first."""
+        session = self._session
+        conv = session.conv
+        order = [c for c in attended.ranked(reading, attention) if conv.chunks[c].live]
+        keep, back = attended.kept(order, {c: conv.chunks[c].token_count for c in order},
+                                   session.settings.recall.attention_keep_share)
+        pruned: list[Chunk] = []
+        for chunk_id in back:
+            if not conv.chunks[chunk_id].pinned:
+                pruned += conv.prune_chunk(chunk_id)
+        if pruned:
+            session.save(lambda: session.store.save_chunks(conv, pruned), "Saving pruned chunks")
+        self.resurrected = len(keep)
+        self.given_back = len(back)
+        return [conv.chunks[c] for c in keep]
+
+    def weigh(self, recalled: list[Chunk], ids: list[int], texts: list[str]) -> list[Chunk]:
+        """:meth:`reading`, the server's answer and :meth:`keep_attended` in one blocking
+        call (the window runs the request on a thread); ``recalled`` as it was when the
+        server is not asked or does not answer (logged)."""
+        self.given_back = 0
+        reading = self.reading(recalled, ids, texts)
+        if reading is None:
+            return recalled
+        try:
+            attention = self._session.backend.weigh(reading.prefix, reading.queries)
+        except Exception as err:  # noqa: BLE001 - the message keeps all it recalled
+            log.warning("the server did not weigh what came back: %s", err)
+            return recalled
+        return recalled if attention is None else self.keep_attended(reading, attention)
 
     # -- the recall note
 

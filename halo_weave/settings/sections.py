@@ -190,6 +190,13 @@ class Recall:
     #: A short copy of what a message recalled goes just before it in the request
     #: (halo_weave.memory.recall_note): docs/answers.md, answer F1 with and without.
     recall_note: bool = True
+    # The chat model keeps what the message attends to (halo_weave.memory.attended): where
+    # the server answers the attention a message pays the prompt before it (ours, on
+    # llama.cpp), the recalled paragraphs the message attends to least go back to the
+    # graveyard until this share of the recalled tokens is left (the most attended always
+    # stays); 1.0 = off.  0.5: on 64 LoCoMo dev questions, answer F1 0.198 -> 0.221 from
+    # 1,096 -> 519 recalled tokens (docs/answers.md, "The chat model choosing what comes back").
+    attention_keep_share: float = 0.5
 
 
 @dataclass(frozen=True)

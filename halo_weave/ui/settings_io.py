@@ -61,6 +61,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "highlight_fraction": (0.0, 1.0),
     "resurrection_budget_cap": (0, 10_000_000),
     "resurrection_keep_share": (0.0, 1.0),
+    "attention_keep_share": (0.0, 1.0),
     "query_max_results": (1, 100_000),
     "user_similarity_boost": (0.0, 100.0),
     "min_similarity": (-1.0, 1.0),

@@ -9,6 +9,8 @@ QtCore only.
 
 from __future__ import annotations
 
+import logging
+
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from .calls import Calls
@@ -16,6 +18,8 @@ from .gate import Gate
 from .link import ServerLink
 from .memory import Memory
 from .signals import ControlSignals
+
+log = logging.getLogger("halo_weave.app")
 
 #: A step that may take longer than this shows progress (milliseconds).
 PROGRESS_AFTER_MS = 1000
@@ -165,15 +169,41 @@ class MessageSend(QObject):
         self._signals.turn_phase.emit(text, "searching memory…")
         # The query embedding is the slow part: it runs on the embedder thread, ahead of
         # queued indexing; planning and resurrecting touch the conversation, so they run here.
-        self._memory.search(text, lambda matches, exc: self._resurrect(index, matches, ids, texts, prefix, seq))
+        self._memory.search(text, lambda matches, exc: self._resurrect(index, matches, text, ids, texts, prefix, seq))
 
-    def _resurrect(self, index, matches, ids, texts, prefix, seq: int | None = None) -> None:
+    def _resurrect(self, index, matches, text, ids, texts, prefix, seq: int | None = None) -> None:
         if self._stale(seq):
             return
-        recalled = self._session.recall.resurrect_for(index, matches, len(ids))
+        recall = self._session.recall
+        recalled = recall.resurrect_for(index, matches, len(ids))
         if recalled:
             self._signals.graveyard_changed.emit()
-        self._add_user_turn(ids, texts, prefix, recalled)
+        reading = recall.reading(recalled, ids, texts)
+        if reading is None:
+            self._add_user_turn(ids, texts, prefix, recalled)
+            return
+        # The server reads what came back with the message; what the message attends to
+        # least goes back (halo_weave.memory.attended).  Its request runs on a thread.
+        self._gate.set_busy(True, "Reading what came back…")
+        self._signals.turn_phase.emit(text, "reading what came back…")
+
+        def weighed(attention) -> None:
+            if self._stale(seq):
+                return
+            kept = recall.keep_attended(reading, attention) if attention is not None else recalled
+            if len(kept) < len(recalled):
+                self._signals.graveyard_changed.emit()
+            self._add_user_turn(ids, texts, prefix, kept)
+
+        def not_weighed(exc) -> None:
+            if self._stale(seq):
+                return
+            # Not worth an error: the message keeps all it recalled, as with any other server.
+            log.warning("the server did not weigh what came back: %s", exc)
+            self._add_user_turn(ids, texts, prefix, recalled)
+
+        self._calls.run(self._session.backend.weigh, reading.prefix, reading.queries,
+                        on_ok=weighed, on_fail=not_weighed)
 
     def _add_user_turn(self, ids: list[int], texts: list[str], prefix: list, recalled=()) -> None:
         """Save the message (and what its search ``recalled``), then answer it."""

@@ -1,0 +1,88 @@
+"""Keeping the part of a message's recall that its question attends to.
+
+SnapKV keeps the context positions that a prompt's last tokens attend to; here the unit is
+the paragraph.  After a message's search brought paragraphs back, the chat model reads the
+prompt with the message (the message, its framing and the answer's opening are the
+queries); each recalled paragraph scores the mean attention per token those queries pay
+it (summed over the queries, averaged over layers and heads), and the least attended go
+back to the graveyard until ``attention_keep_share`` of the recalled tokens are left.  The
+most attended paragraph always stays.  On the LoCoMo questions this answers better from
+half the tokens (docs/answers.md, "The chat model choosing what comes back").
+
+Qt-free and server-free: the caller gets the attention (our server's ``/api/extra/weigh``,
+or the benchmark's engine) and hands it to :func:`ranked`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What the model reads to weigh a message's recall.
+
+    ``prefix``: the prompt before the message (system prompt and live context, the
+    recalled paragraphs in place); ``queries``: the message as the user's turn and the
+    answer's opening; ``chunk_of``: for each position of ``prefix``, the chunk it belongs
+    to (-1 for the system prompt); ``recalled``: the ids of the recalled content chunks,
+    in position order.
+    """
+
+    prefix: list[int]
+    queries: list[int]
+    chunk_of: np.ndarray
+    recalled: tuple[int, ...]
+
+
+def read_for(conv, recalled_ids, question_ids: list[int], question_texts: list[str]) -> Reading | None:
+    """The :class:`Reading` that weighs ``recalled_ids`` (live content chunks of ``conv``)
+    for the message ``question_ids``; None when nothing was recalled.  ``conv`` is left as
+    it was (the message is added on trial)."""
+    wanted = set(recalled_ids)
+    chunks = [c for c in conv.live_chunks() if c.id in wanted and not c.framing]
+    if not chunks:
+        return None
+    system = len(conv.system.ids)
+    with conv.trial():
+        turn = conv.add_turn("user", [int(i) for i in question_ids], list(question_texts))
+        ids = [int(i) for i in conv.live_input_ids()] + [int(i) for i in conv.framing.prefix["assistant"][0]]
+        turn_rows = np.flatnonzero(np.asarray(conv.table.turn_id) == turn.turn_id)
+        first_row = int(turn_rows[0])
+        chunk_of = np.concatenate([np.full(system, -1, dtype=np.int64),
+                                   np.asarray(conv.table.chunk_id, dtype=np.int64)[:first_row]])
+    split = system + first_row
+    return Reading(ids[:split], ids[split:], chunk_of, tuple(c.id for c in chunks))
+
+
+def ranked(reading: Reading, attention) -> list[int]:
+    """The recalled chunk ids, the most attended first: each scores the mean of
+    ``attention`` (one value per position of ``reading.prefix``) over its tokens.  Equal
+    scores keep position order."""
+    mass = np.asarray(attention, dtype=np.float64)
+    if mass.shape != (len(reading.prefix),):
+        raise ValueError(f"attention over {mass.shape} positions for a prefix of {len(reading.prefix)}")
+    score = {}
+    for k, chunk_id in enumerate(reading.recalled):
+        mine = reading.chunk_of == chunk_id
+        score[chunk_id] = (float(mass[mine].mean()) if mine.any() else 0.0, k)
+    return sorted(reading.recalled, key=lambda c: (-score[c][0], score[c][1]))
+
+
+def kept(order: list[int], token_count: dict[int, int], share: float) -> tuple[list[int], list[int]]:
+    """Split ``order`` (most attended first) into the chunks kept and those given back:
+    the least attended go until at most ``share`` of the tokens are left, the first
+    always kept.  Returns ``(kept, given_back)``, each in the order of ``order``."""
+    if share >= 1.0 or len(order) <= 1:
+        return list(order), []
+    left = sum(token_count[c] for c in order)
+    target = max(0.0, share) * left
+    keep = list(order)
+    back: list[int] = []
+    while len(keep) > 1 and left > target:
+        dropped = keep.pop()
+        left -= token_count[dropped]
+        back.append(dropped)
+    return keep, back[::-1]
