@@ -344,6 +344,9 @@ def main(argv=None) -> int:
                         help="the server's CPU threads (default: ours decides; llama-cpp-python: every core)")
     parser.add_argument("--no-recall-note", action="store_true",
                         help="without the recall note (the setting recall_note off)")
+    parser.add_argument("--keep-share", type=float, default=None,
+                        help="attention_keep_share: the share of a message's recall the server's "
+                             "attention keeps (default: the app's; 1 keeps it whole)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -355,6 +358,8 @@ def main(argv=None) -> int:
         changes["temperature"] = 0.0
     if args.no_recall_note:
         changes["recall_note"] = False
+    if args.keep_share is not None:
+        changes["attention_keep_share"] = args.keep_share
     settings = Settings().replace(**changes)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     before = machine()

@@ -278,7 +278,9 @@ class EngineBase(SavedCaches):
         """The attention ``queries``, read after ``input_ids``, pay each position of
         ``input_ids``: summed over the queries, averaged over layers and heads.  The cache
         then holds ``input_ids`` and ``queries`` (a generate whose prompt starts alike runs
-        only what is new), as after a read-ahead; it waits and stops as :meth:`prepare`.
+        only what is new), as after a read-ahead.  It stops a running read-ahead and waits
+        for a restore, as a generate does (it comes at Enter, before the message's
+        generate); a generate arriving meanwhile stops it.
 
         Returns ``attention`` (one value per position of ``input_ids``), ``prompt_tokens``,
         ``seconds`` and ``kv`` (the sync's report); ``weighed`` False when a generate
@@ -291,7 +293,15 @@ class EngineBase(SavedCaches):
         if len(ids) + len(asked) >= self.context_size:
             raise RequestError(f"prompt of {len(ids)} tokens and {len(asked)} queries leave no room in the "
                                f"context size of {self.context_size} tokens")
-        if not self._lock.acquire(timeout=PREPARE_WAIT_S):
+        wait_s = PREPARE_WAIT_S
+        running = self._running
+        if isinstance(running, Preparation):  # the message's own read-ahead, or its restore
+            if running.yields:
+                running.abort()
+                wait_s = PREEMPT_WAIT_S
+            else:
+                wait_s = RESTORE_WAIT_S
+        if not self._lock.acquire(timeout=wait_s):
             raise EngineBusy("a generation is running; a weighing does not queue behind it")
         preparation = Preparation(request_id)
         self._running = preparation
