@@ -59,7 +59,9 @@ class Capabilities:
     (exact prompts, prefix caching by ids).  ``exact_tokens``: budgets count the server's
     own tokens (its tokenizer or counter); otherwise counts are the bundled tokenizer's
     estimate.  ``prefix_cache``, ``abort``, ``template``: one phrase each, for the status
-    tooltip and the closing note's table.
+    tooltip and the closing note's table.  ``weighs``: reads a message after the prompt and
+    answers the attention it pays the prompt (our server on llama.cpp:
+    ``prepare(..., queries=...)``).
     """
 
     attention: bool | None
@@ -68,6 +70,7 @@ class Capabilities:
     prefix_cache: str
     abort: str
     template: str
+    weighs: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)

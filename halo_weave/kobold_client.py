@@ -114,9 +114,6 @@ class KoboldClient:
         #: Warms its cache for a reopened conversation (:meth:`restore`): set by
         #: :meth:`model_info` from ``supports_restore`` (our server declares it).
         self.restores = False
-        #: Answers the attention a message pays the prompt before it (:meth:`weigh`): set
-        #: by :meth:`model_info` from ``supports_weighing`` (our server on llama.cpp).
-        self.weighs = False
         #: The server saves each conversation's cache itself (:meth:`save_cache` saves nothing).
         self.saves_cache = False
         #: The conversation generate, prepare and restore requests name (the server saves
@@ -210,9 +207,10 @@ class KoboldClient:
         template = raw.get("chat_template")
         self.read_ahead = raw.get("supports_prepare") is True
         self.restores = raw.get("supports_restore") is True
-        self.weighs = raw.get("supports_weighing") is True
-        if self.kind == "halo" and raw.get("supports_attention") is not True:
-            self.capabilities = Capabilities(**{**HALO_CAPABILITIES.as_dict(), "attention": False})
+        if self.kind == "halo":
+            self.capabilities = Capabilities(**{**HALO_CAPABILITIES.as_dict(),
+                                                "attention": raw.get("supports_attention") is True,
+                                                "weighs": raw.get("supports_weighing") is True})
         eos_id = num("eos_token_id", None)
         specials = raw.get("chat_template_tokens") if isinstance(raw.get("chat_template_tokens"), dict) else {}
         info = ModelInfo(
@@ -274,17 +272,29 @@ class KoboldClient:
         data = self._call("POST", "/api/extra/abort", body)
         return data.get("success") in (True, "true")
 
-    def prepare(self, input_ids, max_length: int = 0, request_id: str | None = None, timeout: float = 60.0) -> dict:
+    def prepare(self, input_ids, max_length: int = 0, request_id: str | None = None, timeout: float = 60.0,
+                queries=None) -> dict:
         """Read ahead (our server's ``/api/extra/prepare``): the server's cache takes
         ``input_ids`` now, so the generate that follows with them (and ``max_length``, the
         answer it will ask for) runs only what is new.  Returns the server's answer
-        (``prepared``, ``seconds``, ``kv``)."""
+        (``prepared``, ``seconds``, ``kv``); with ``queries`` (where ``capabilities.weighs``)
+        also ``attention``, what they pay each position of ``input_ids`` (empty when a
+        generate stopped it first)."""
         body = {"input_ids": [int(i) for i in input_ids], "max_length": int(max_length)}
+        if queries is not None:
+            body["queries"] = [int(i) for i in queries]
         if request_id:
             body["request_id"] = request_id
         if self.conversation:
             body["conversation"] = self.conversation
-        return self._call("POST", "/api/extra/prepare", body, timeout=timeout)
+        data = self._call("POST", "/api/extra/prepare", body, timeout=timeout)
+        if queries is not None:
+            values = data.get("attention")
+            if (not isinstance(values, list) or len(values) not in (0, len(body["input_ids"]))
+                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)):
+                raise ProtocolError(f"read-ahead answer holds no attention over the {len(body['input_ids'])} "
+                                    "prompt tokens")
+        return data
 
     def restore(self, input_ids, max_length: int = 0, conversation: str | None = None,
                 request_id: str | None = None, timeout: float = RESTORE_TIMEOUT_S) -> dict:
@@ -300,24 +310,6 @@ class KoboldClient:
         if request_id:
             body["request_id"] = request_id
         return self._call("POST", "/api/extra/restore", body, timeout=timeout)
-
-    def weigh(self, input_ids, queries, request_id: str | None = None, timeout: float = 60.0) -> list[float] | None:
-        """The attention ``queries``, read after ``input_ids``, pay each position of
-        ``input_ids`` (our server's ``/api/extra/weigh``): one value per position; None
-        when a generate stopped it first."""
-        body = {"input_ids": [int(i) for i in input_ids], "queries": [int(i) for i in queries]}
-        if request_id:
-            body["request_id"] = request_id
-        if self.conversation:
-            body["conversation"] = self.conversation
-        data = self._call("POST", "/api/extra/weigh", body, timeout=timeout)
-        if data.get("weighed") is False:
-            return None
-        values = data.get("attention")
-        if (not isinstance(values, list) or len(values) != len(body["input_ids"])
-                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)):
-            raise ProtocolError(f"weigh answer holds no attention over the {len(body['input_ids'])} prompt tokens")
-        return [float(v) for v in values]
 
     # -- streaming
 

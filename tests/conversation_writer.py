@@ -91,7 +91,7 @@ class ScriptedBackend:
     base_url = "scripted://"
     capabilities = Capabilities(attention=True, token_ids=True, exact_tokens=True,
                                 prefix_cache="no", abort="yes", template="the test's")
-    read_ahead = restores = saves_cache = weighs = False
+    read_ahead = restores = saves_cache = False
     missing_model = None
 
     def __init__(self, rng: random.Random | None = None, answer: str = "") -> None:
@@ -129,15 +129,13 @@ class ScriptedBackend:
             attention = self.noise.random(len(input_ids) + n, np.float32) ** 4
             yield TokenEvent(token_id, piece, attention / attention.sum())
 
-    def prepare(self, input_ids, max_length: int = 0, request_id: str | None = None, timeout: float = 60.0) -> dict:
+    def prepare(self, input_ids, max_length: int = 0, request_id: str | None = None, timeout: float = 60.0,
+                queries=None) -> dict:
         raise NotImplementedError("the scripted server takes no prompt ahead")
 
     def restore(self, input_ids, max_length: int = 0, conversation: str | None = None,
                 request_id: str | None = None) -> dict:
         raise NotImplementedError("the scripted server keeps no cache")
-
-    def weigh(self, input_ids, queries, request_id: str | None = None, timeout: float = 60.0):
-        raise NotImplementedError("a scripted backend reads no attention")
 
     def save_cache(self) -> int:
         return 0

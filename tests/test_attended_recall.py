@@ -126,28 +126,29 @@ def test_a_server_that_does_not_answer_leaves_the_recall_whole(told, monkeypatch
     def refuse(*args, **kwargs):
         raise httpx.ConnectError("connection refused")
 
-    monkeypatch.setattr(session.backend, "weigh", refuse)
+    monkeypatch.setattr(session.backend, "prepare", refuse)
     pieces = session.server.tokenize(QUESTIONS["cat"])
     assert session.recall.weigh(recalled, [i for i, _ in pieces], [t for _, t in pieces]) == recalled
     assert all(c.live for c in recalled)
 
 
-def test_the_weigh_request_answers_one_value_per_prompt_token(client):
+def test_a_read_ahead_with_queries_answers_one_value_per_prompt_token(client):
     prefix = [i for i, _ in client.tokenize("The harbour light is violet tonight. The road is long.")]
     queries = [i for i, _ in client.tokenize(" What colour is the light?")]
-    values = client.weigh(prefix, queries)
+    assert client.capabilities.weighs
+    values = client.prepare(prefix, queries=queries)["attention"]
     assert len(values) == len(prefix) and all(v >= 0 for v in values)
     assert sum(values) <= len(queries) + 1e-3, "each query's attention sums to one over what it reads"
 
 
 @pytest.mark.parametrize("body, words", [
-    ({"input_ids": [1, 2, 3]}, "queries"),
+    ({"input_ids": [1, 2, 3], "queries": "what"}, "queries must be a list"),
     ({"input_ids": [1, 2, 3], "queries": []}, "empty"),
     ({"input_ids": [1, 2, 3], "queries": [10**9]}, "outside the vocabulary"),
-    ({"input_ids": "hello", "queries": [1]}, "lists of token ids"),
+    ({"input_ids": [1, 2, 3], "queries": [True]}, "not an integer"),
 ])
-def test_a_bad_weigh_request_gets_a_clear_error(server, body, words):
-    answer = httpx.post(f"{server.url}/api/extra/weigh", json=body, timeout=30)
+def test_a_bad_weighing_request_gets_a_clear_error(server, body, words):
+    answer = httpx.post(f"{server.url}/api/extra/prepare", json=body, timeout=30)
     assert answer.status_code == 400 and words in answer.text
 
 

@@ -35,7 +35,6 @@ class Backend(Protocol):
 
     Its cache: ``read_ahead`` (takes a draft prompt early: :meth:`prepare`),
     ``restores`` (warms its cache for a reopened conversation: :meth:`restore`),
-    ``weighs`` (answers the attention a message pays the prompt before it: :meth:`weigh`),
     ``conversation`` (the key its requests name, for a server that saves a cache per
     conversation), ``saves_cache`` (keeps no cache per conversation itself: the app has
     it save the conversation's after each answer, :meth:`save_cache`).
@@ -49,7 +48,6 @@ class Backend(Protocol):
     base_url: str
     read_ahead: bool
     restores: bool
-    weighs: bool
     saves_cache: bool
     conversation: str | None
     models: list[str]
@@ -101,16 +99,14 @@ class Backend(Protocol):
         """Ask the server to stop the generation ``request_id`` names; whether it said so."""
 
     def prepare(self, input_ids: Sequence[int], max_length: int = 0, request_id: str | None = None,
-                timeout: float = 60.0) -> dict:
-        """Have the server read ``input_ids`` ahead (only where ``read_ahead``)."""
+                timeout: float = 60.0, queries: Sequence[int] | None = None) -> dict:
+        """Have the server read ``input_ids`` ahead (only where ``read_ahead``); with
+        ``queries`` (only where ``capabilities.weighs``) its answer's ``attention`` is
+        what they pay each position of ``input_ids``."""
 
     def restore(self, input_ids: Sequence[int], max_length: int = 0, conversation: str | None = None,
                 request_id: str | None = None) -> dict:
         """Warm the server's cache for a reopened ``conversation`` (only where ``restores``)."""
-
-    def weigh(self, input_ids: Sequence[int], queries: Sequence[int], request_id: str | None = None,
-              timeout: float = 60.0) -> list[float] | None:
-        """The attention ``queries`` pay each position of ``input_ids`` (only where ``weighs``)."""
 
     def save_cache(self) -> int:
         """Save the open conversation's cache where the server keeps none itself; the

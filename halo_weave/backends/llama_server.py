@@ -62,8 +62,6 @@ class LlamaServer:
     capabilities = CAPABILITIES
 
     #: Warms its cache for a reopened conversation (:meth:`restore`); takes no draft prompt.
-    #: Reports no attention to weigh a message's recall with (:meth:`weigh`).
-    weighs = False
     restores = True
     read_ahead = False
     #: Keeps no cache per conversation itself: slot 0 is saved after each answer (:meth:`save_cache`).
@@ -199,7 +197,8 @@ class LlamaServer:
     def abort(self, request_id: str | None = None) -> bool:
         return False  # a stream is aborted through itself (closing its connection)
 
-    def prepare(self, input_ids, max_length: int = 0, request_id: str | None = None, timeout: float = 60.0) -> dict:
+    def prepare(self, input_ids, max_length: int = 0, request_id: str | None = None, timeout: float = 60.0,
+                queries=None) -> dict:
         raise BackendError(f"llama-server at {self.base_url} takes no prompt ahead (read_ahead is False): "
                            "a reopened conversation is warmed by restore()")
 
@@ -239,9 +238,6 @@ class LlamaServer:
             return 0
         saved = answer.get("n_saved")
         return saved if isinstance(saved, int) else 0
-
-    def weigh(self, input_ids, queries, request_id: str | None = None, timeout: float = 60.0) -> list[float] | None:
-        raise BackendError(f"llama-server at {self.base_url} reports no attention to weigh with (weighs is False)")
 
     def restore(self, input_ids, max_length: int = 0, conversation: str | None = None,
                 request_id: str | None = None) -> dict:

@@ -55,8 +55,6 @@ class TextModeBackend:
     ends_stream_on_abort = False
     #: A text prompt is re-read by the server each time: nothing to read ahead or restore.
     read_ahead = False
-    #: Reports no attention to weigh a message's recall with (:meth:`weigh`).
-    weighs = False
     restores = False
     saves_cache = False
     #: Every model the server lists, and the one in use: none here; kinds that serve
@@ -187,11 +185,9 @@ class TextModeBackend:
 
     # -- the server's cache: a text-mode server keeps none the app can address
 
-    def prepare(self, input_ids, max_length: int = 0, request_id: str | None = None, timeout: float = 60.0) -> dict:
+    def prepare(self, input_ids, max_length: int = 0, request_id: str | None = None, timeout: float = 60.0,
+                queries=None) -> dict:
         raise BackendError(f"{self.label} at {self.base_url} takes no prompt ahead (read_ahead is False)")
-
-    def weigh(self, input_ids, queries, request_id: str | None = None, timeout: float = 60.0) -> list[float] | None:
-        raise BackendError(f"{self.label} at {self.base_url} reports no attention to weigh with (weighs is False)")
 
     def restore(self, input_ids, max_length: int = 0, conversation: str | None = None,
                 request_id: str | None = None) -> dict:

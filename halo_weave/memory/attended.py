@@ -9,8 +9,8 @@ back to the graveyard until ``attention_keep_share`` of the recalled tokens are 
 most attended paragraph always stays.  On the LoCoMo questions this answers better from
 half the tokens (docs/answers.md, "The chat model choosing what comes back").
 
-Qt-free and server-free: the caller gets the attention (our server's ``/api/extra/weigh``,
-or the benchmark's engine) and hands it to :func:`ranked`.
+Qt-free and server-free: the caller gets the attention (our server's read-ahead with
+``queries``, or the benchmark's engine) and hands it to :func:`ranked`.
 """
 
 from __future__ import annotations

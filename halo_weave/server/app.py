@@ -25,7 +25,10 @@ the model's BOS in front unless ``"special": false`` or the text starts with it)
 ``supports_prepare`` in ``/api/v1/model``) reads ahead: the cache takes a draft prompt
 while the user types, so the generate that follows runs only what is new; it answers 503
 when a generation keeps the model, and a generate stops a running one
-(:meth:`EngineBase.prepare`).
+(:meth:`EngineBase.prepare`).  With ``"queries": [...]`` (declared by ``supports_weighing``;
+the llama.cpp engine) it reads them after the prompt and answers the ``attention`` they
+pay each prompt position: the app keeps the part of a message's recall the message
+attends to (:mod:`halo_weave.memory.attended`).
 
 ``POST /api/extra/restore`` (``{"conversation": key, "input_ids": [...]}``, our extension,
 declared by ``supports_restore`` in ``/api/v1/model``, with ``restores_from_disk`` when the
@@ -34,12 +37,6 @@ cache saved for it while the server was idle, checked against the model and the 
 else by a prefill (:meth:`EngineBase.restore`).  A generate arriving meanwhile waits for it.
 Generate and prepare requests may name their ``conversation`` too: its cache is what the
 server saves once idle (:mod:`halo_weave.server.kv_files`).
-
-``POST /api/extra/weigh`` (``{"input_ids": [...], "queries": [...]}``, our extension,
-declared by ``supports_weighing``; the llama.cpp engine only) answers the attention the
-``queries``, read after ``input_ids``, pay each position of ``input_ids`` (summed over the
-queries, averaged over layers and heads): the app keeps the part of a message's recall the
-message attends to (:meth:`EngineBase.weigh`).
 
 ``create_app(engine, attention=False)`` (``--no-attention``) serves like stock KoboldCPP:
 ``/api/v1/model`` declares no attention support, ``output_attentions`` is ignored and
@@ -229,31 +226,15 @@ def create_app(engine: EngineBase, *, attention: bool = True, api_key: str | Non
         request_id = body.get("request_id")
         request_id = str(request_id) if isinstance(request_id, (str, int)) and not isinstance(request_id, bool) else None
         conversation = schema.conversation_key(body)
+        queries = body.get("queries")
+        if queries is not None and not isinstance(queries, list):
+            raise RequestError("queries must be a list of token ids")
         try:
             max_length = body.get("max_length", 0)
             result = await _on_own_thread(lambda: engine.prepare(ids, max_length=max_length, request_id=request_id,
-                                                                 conversation=conversation))
+                                                                 conversation=conversation, queries=queries))
         except EngineBusy as exc:
             return error_response(503, f"Server is busy: {exc}", "service_unavailable")
-        return JSONResponse(result)
-
-    async def weigh(request: Request) -> JSONResponse:
-        # The attention a message pays the prompt before it (EngineBase.weigh): the app
-        # keeps the part of a message's recall that the message attends to.
-        body = await _json(request)
-        ids, queries = body.get("input_ids"), body.get("queries")
-        if not isinstance(ids, list) or not isinstance(queries, list):
-            raise RequestError("input_ids and queries must be lists of token ids")
-        request_id = body.get("request_id")
-        request_id = str(request_id) if isinstance(request_id, (str, int)) and not isinstance(request_id, bool) else None
-        conversation = schema.conversation_key(body)
-        try:
-            result = await _on_own_thread(lambda: engine.weigh(ids, queries, request_id=request_id,
-                                                               conversation=conversation))
-        except EngineBusy as exc:
-            return error_response(503, f"Server is busy: {exc}", "service_unavailable")
-        log.info("weigh: %d prompt tokens, %d queries, %.2f s", result["prompt_tokens"], result["queries"],
-                 result["seconds"])
         return JSONResponse(result)
 
     async def restore(request: Request) -> JSONResponse:
@@ -317,8 +298,6 @@ def create_app(engine: EngineBase, *, attention: bool = True, api_key: str | Non
     if attention:  # stock KoboldCPP has no read-ahead: without attention we serve as it does
         routes.append(Route("/api/extra/prepare", prepare, methods=["POST"]))
         routes.append(Route("/api/extra/restore", restore, methods=["POST"]))
-        if engine.weighs:
-            routes.append(Route("/api/extra/weigh", weigh, methods=["POST"]))
     handlers = {
         RequestError: _request_error,
         HTTPException: _http_error,

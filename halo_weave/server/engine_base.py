@@ -225,7 +225,7 @@ class EngineBase(SavedCaches):
         return generation
 
     def prepare(self, input_ids, *, max_length: int = 0, request_id: str | None = None,
-                conversation: str | None = None) -> dict:
+                conversation: str | None = None, queries=None) -> dict:
         """Read ahead: make the cache hold ``input_ids`` now, so that a generate whose
         prompt starts with them (or differs from them by spans the cache can move or
         restore) runs only what is new.  The app sends its draft prompt while the user
@@ -237,29 +237,42 @@ class EngineBase(SavedCaches):
         ``prompt_tokens``, ``seconds`` and ``kv`` (the sync's report, as a done event's).
         ``max_length``: the answer the generate will ask for, so that a cache that must
         grow for it grows now, not after Enter.
+
+        ``queries`` (where :attr:`weighs`): token ids then read after ``input_ids``; the
+        answer's ``attention`` is what they pay each position of ``input_ids`` (summed
+        over the queries, averaged over layers and heads), and the cache holds them too.
+        The app sends them at Enter, before the message's generate (the message weighing
+        its recall: :mod:`halo_weave.memory.attended`), so such a request stops a
+        read-ahead still running and waits for a restore, as a generate does.
         """
         ids = self.check_ids(input_ids)
-        if len(ids) >= self.context_size:
-            raise RequestError(f"prompt of {len(ids)} tokens leaves no room in the context "
+        asked = None if queries is None else self.check_ids(queries)
+        if asked is not None and not self.weighs:
+            raise RequestError(f"the {self.kind} engine reads no queries' attention")
+        if len(ids) + len(asked or ()) >= self.context_size:
+            raise RequestError(f"prompt of {len(ids) + len(asked or ())} tokens leaves no room in the context "
                                f"size of {self.context_size} tokens")
-        if not self._lock.acquire(timeout=PREPARE_WAIT_S):
+        if not self._lock.acquire(timeout=self._prepare_wait(asked is not None)):
             raise EngineBusy("a generation is running; a read-ahead does not queue behind it")
         preparation = Preparation(request_id)
         self._running = preparation
         started = time.perf_counter()
+        attention: list[float] = []
         try:
             self._follow(conversation)
-            self._reserve(len(ids), max_length, preparation)
+            self._reserve(len(ids) + len(asked or ()), max_length, preparation)
             report = self.kv.sync(ids, should_stop=lambda: preparation.aborted)
             # A read-ahead's prunes and restores spread the cache out as a generation's do,
             # and a dozen of them may come before one Enter: pack it now, while the user
             # types, as a generation does after its answer (the answer attends over holes).
             compacted = report is not None and not preparation.aborted and pack(self.kv)
+            if asked and report is not None and not preparation.aborted:
+                attention = [float(v) for v in self.kv.attend_all(asked)[:, :len(ids)].sum(axis=0)]
         finally:
             self._running = None
             self._lock.release()
             self._touched()
-        return {
+        answer = {
             "prepared": report is not None,
             "prompt_tokens": len(ids),
             "seconds": round(time.perf_counter() - started, 4),
@@ -267,65 +280,25 @@ class EngineBase(SavedCaches):
             "compacted": compacted,
             "spread_cells": int(self.kv.spread()) if hasattr(self.kv, "spread") else 0,
         }
+        if asked is not None:
+            answer["attention"] = attention
+        return answer
+
+    def _prepare_wait(self, at_enter: bool) -> float:
+        """Seconds a read-ahead waits for the model; one sent at Enter (with queries)
+        stops a read-ahead still running and waits for a restore, as a generate does."""
+        running = self._running
+        if not at_enter or not isinstance(running, Preparation):
+            return PREPARE_WAIT_S
+        if running.yields:
+            running.abort()
+            return PREEMPT_WAIT_S
+        return RESTORE_WAIT_S
 
     @property
     def weighs(self) -> bool:
-        """Whether :meth:`weigh` can read every query's attention (the llama.cpp cache)."""
+        """Whether :meth:`prepare` can read ``queries`` with their attention (the llama.cpp cache)."""
         return hasattr(self.kv, "attend_all")
-
-    def weigh(self, input_ids, queries, *, request_id: str | None = None,
-              conversation: str | None = None) -> dict:
-        """The attention ``queries``, read after ``input_ids``, pay each position of
-        ``input_ids``: summed over the queries, averaged over layers and heads.  The cache
-        then holds ``input_ids`` and ``queries`` (a generate whose prompt starts alike runs
-        only what is new), as after a read-ahead.  It stops a running read-ahead and waits
-        for a restore, as a generate does (it comes at Enter, before the message's
-        generate); a generate arriving meanwhile stops it.
-
-        Returns ``attention`` (one value per position of ``input_ids``), ``prompt_tokens``,
-        ``seconds`` and ``kv`` (the sync's report); ``weighed`` False when a generate
-        stopped it (then ``attention`` is empty).
-        """
-        if not self.weighs:
-            raise RequestError(f"the {self.kind} engine does not weigh prompts")
-        ids = self.check_ids(input_ids)
-        asked = self.check_ids(queries)
-        if len(ids) + len(asked) >= self.context_size:
-            raise RequestError(f"prompt of {len(ids)} tokens and {len(asked)} queries leave no room in the "
-                               f"context size of {self.context_size} tokens")
-        wait_s = PREPARE_WAIT_S
-        running = self._running
-        if isinstance(running, Preparation):  # the message's own read-ahead, or its restore
-            if running.yields:
-                running.abort()
-                wait_s = PREEMPT_WAIT_S
-            else:
-                wait_s = RESTORE_WAIT_S
-        if not self._lock.acquire(timeout=wait_s):
-            raise EngineBusy("a generation is running; a weighing does not queue behind it")
-        preparation = Preparation(request_id)
-        self._running = preparation
-        started = time.perf_counter()
-        attention: list[float] = []
-        try:
-            self._follow(conversation)
-            self._reserve(len(ids) + len(asked), 1, preparation)
-            report = self.kv.sync(ids, should_stop=lambda: preparation.aborted)
-            if report is not None and not preparation.aborted:
-                rows = self.kv.attend_all(asked)
-                attention = [float(v) for v in rows[:, :len(ids)].sum(axis=0)]
-        finally:
-            self._running = None
-            self._lock.release()
-            self._touched()
-        return {
-            "weighed": bool(attention),
-            "attention": attention,
-            "prompt_tokens": len(ids),
-            "queries": len(asked),
-            "seconds": round(time.perf_counter() - started, 4),
-            "kv": report.as_dict() if report is not None else {},
-        }
 
     def _reserve(self, n_ids: int, max_length, preparation: Preparation) -> None:
         """Grow a cache that can grow to hold ``n_ids`` and the answer (``max_length``)."""

@@ -120,7 +120,7 @@ class Recall:
         """Whether a message's recall is weighed by the chat model's attention: the
         server answers it, and the setting keeps less than all of it."""
         backend = self._session.backend
-        return bool(backend is not None and backend.weighs
+        return bool(backend is not None and backend.capabilities.weighs
                     and self._session.settings.recall.attention_keep_share < 1)
 
     def reading(self, recalled: list[Chunk], ids: list[int], texts: list[str]) -> attended.Reading | None:
@@ -158,11 +158,17 @@ class Recall:
         if reading is None:
             return recalled
         try:
-            attention = self._session.backend.weigh(reading.prefix, reading.queries)
+            answer = self.ask(reading)
         except Exception as err:  # noqa: BLE001 - the message keeps all it recalled
             log.warning("the server did not weigh what came back: %s", err)
             return recalled
-        return recalled if attention is None else self.keep_attended(reading, attention)
+        return self.keep_attended(reading, answer) if answer else recalled
+
+    def ask(self, reading: attended.Reading) -> list[float]:
+        """The server's attention for ``reading`` (blocking: the window calls it on a
+        thread); empty when a generate stopped it first."""
+        answer = self._session.backend.prepare(reading.prefix, queries=reading.queries)
+        return answer.get("attention") or []
 
     # -- the recall note
 

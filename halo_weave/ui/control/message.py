@@ -190,7 +190,7 @@ class MessageSend(QObject):
         def weighed(attention) -> None:
             if self._stale(seq):
                 return
-            kept = recall.keep_attended(reading, attention) if attention is not None else recalled
+            kept = recall.keep_attended(reading, attention) if attention else recalled
             if len(kept) < len(recalled):
                 self._signals.graveyard_changed.emit()
             self._add_user_turn(ids, texts, prefix, kept)
@@ -202,8 +202,7 @@ class MessageSend(QObject):
             log.warning("the server did not weigh what came back: %s", exc)
             self._add_user_turn(ids, texts, prefix, recalled)
 
-        self._calls.run(self._session.backend.weigh, reading.prefix, reading.queries,
-                        on_ok=weighed, on_fail=not_weighed)
+        self._calls.run(recall.ask, reading, on_ok=weighed, on_fail=not_weighed)
 
     def _add_user_turn(self, ids: list[int], texts: list[str], prefix: list, recalled=()) -> None:
         """Save the message (and what its search ``recalled``), then answer it."""
