@@ -238,12 +238,10 @@ class EngineBase(SavedCaches):
         ``max_length``: the answer the generate will ask for, so that a cache that must
         grow for it grows now, not after Enter.
 
-        ``queries`` (where :attr:`weighs`): token ids then read after ``input_ids``; the
-        answer's ``attention`` is what they pay each position of ``input_ids`` (summed
-        over the queries, averaged over layers and heads), and the cache holds them too.
-        The app sends them at Enter, before the message's generate (the message weighing
-        its recall: :mod:`halo_weave.memory.attended`), so such a request stops a
-        read-ahead still running and waits for a restore, as a generate does.
+        ``queries`` (where :attr:`weighs`): ids then read after ``input_ids``, kept in the
+        cache; ``attention`` answers what they pay each position of ``input_ids`` (summed
+        over queries, mean over layers and heads).  The app sends them at Enter to weigh
+        a message's recall (:mod:`halo_weave.memory.attended`): see :meth:`_prepare_wait`.
         """
         ids = self.check_ids(input_ids)
         asked = None if queries is None else self.check_ids(queries)
@@ -272,21 +270,15 @@ class EngineBase(SavedCaches):
             self._running = None
             self._lock.release()
             self._touched()
-        answer = {
-            "prepared": report is not None,
-            "prompt_tokens": len(ids),
-            "seconds": round(time.perf_counter() - started, 4),
-            "kv": report.as_dict() if report is not None else {},
-            "compacted": compacted,
-            "spread_cells": int(self.kv.spread()) if hasattr(self.kv, "spread") else 0,
-        }
-        if asked is not None:
-            answer["attention"] = attention
-        return answer
+        answer = {"prepared": report is not None, "prompt_tokens": len(ids),
+                  "seconds": round(time.perf_counter() - started, 4),
+                  "kv": report.as_dict() if report is not None else {}, "compacted": compacted,
+                  "spread_cells": int(self.kv.spread()) if hasattr(self.kv, "spread") else 0}
+        return answer if asked is None else {**answer, "attention": attention}
 
     def _prepare_wait(self, at_enter: bool) -> float:
-        """Seconds a read-ahead waits for the model; one sent at Enter (with queries)
-        stops a read-ahead still running and waits for a restore, as a generate does."""
+        """Seconds a read-ahead waits for the model; one with queries, sent at Enter, stops
+        a read-ahead still running and waits for a restore, as a generate does."""
         running = self._running
         if not at_enter or not isinstance(running, Preparation):
             return PREPARE_WAIT_S

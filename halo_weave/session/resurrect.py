@@ -139,14 +139,14 @@ class Recall:
         order = [c for c in attended.ranked(reading, attention) if conv.chunks[c].live]
         keep, back = attended.kept(order, {c: conv.chunks[c].token_count for c in order},
                                    session.settings.recall.attention_keep_share)
+        keep += [c for c in back if conv.chunks[c].pinned]  # the user's pin outranks the model
+        back = [c for c in back if not conv.chunks[c].pinned]
         pruned: list[Chunk] = []
         for chunk_id in back:
-            if not conv.chunks[chunk_id].pinned:
-                pruned += conv.prune_chunk(chunk_id)
+            pruned += conv.prune_chunk(chunk_id)
         if pruned:
             session.save(lambda: session.store.save_chunks(conv, pruned), "Saving pruned chunks")
-        self.resurrected = len(keep)
-        self.given_back = len(back)
+        self.resurrected, self.given_back = len(keep), len(back)
         return [conv.chunks[c] for c in keep]
 
     def weigh(self, recalled: list[Chunk], ids: list[int], texts: list[str]) -> list[Chunk]:
