@@ -194,9 +194,11 @@ class Recall:
     # the server answers the attention a message pays the prompt before it (ours, on
     # llama.cpp), the recalled paragraphs the message attends to least go back to the
     # graveyard until this share of the recalled tokens is left (the most attended always
-    # stays); 1.0 = off.  0.5: on 64 LoCoMo dev questions, answer F1 0.198 -> 0.221 from
-    # 1,096 -> 519 recalled tokens (docs/answers.md, "The chat model choosing what comes back").
-    attention_keep_share: float = 0.5
+    # stays); 1.0 = off.  On 64 LoCoMo dev questions with the bundled Qwen 0.5B, answer F1
+    # rose as the share fell: 1 -> 0.198 (1,096 recalled tokens), 2/3 -> 0.213, 1/2 ->
+    # 0.221, 0.33 -> 0.229 (343 tokens) (docs/answers.md, "The chat model choosing what
+    # comes back").
+    attention_keep_share: float = 0.33
 
 
 @dataclass(frozen=True)
