@@ -116,8 +116,11 @@ class ConversationStore:
         return store
 
     def close(self) -> None:
-        """Close the file (WAL content is checkpointed into it)."""
-        self.conn.close()
+        """Close the file (WAL content is checkpointed into it), once a worker thread
+        reading it under :attr:`lock` (the semantic index loading) is done: closing the
+        connection under a running statement crashes SQLite."""
+        with self.lock:
+            self.conn.close()
 
     def __enter__(self) -> "ConversationStore":
         return self

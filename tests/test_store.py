@@ -385,3 +385,28 @@ def test_an_index_entry_can_be_re_embedded_again_and_again(store):
     rows = store.conn.execute("SELECT chunk_id FROM semantic_changes").fetchall()
     assert rows == [(7,)]
     assert store.conn.execute("SELECT context_hash FROM semantic_entries").fetchone() == ("merged",)
+
+
+def test_closing_the_file_waits_for_a_worker_still_reading_it(path):
+    """Opening another conversation closes this one while its memory may still be loading
+    on a thread: the close waits for that read instead of pulling the file from under it."""
+    import threading
+    import time
+
+    store = ConversationStore.open(path)
+    reading, rows = threading.Event(), []
+
+    def load_memory():
+        with store.lock:  # as the semantic index reads the file
+            reading.set()
+            time.sleep(0.3)
+            rows.append(store.conn.execute("SELECT count(*) FROM semantic_entries").fetchone())
+
+    worker = threading.Thread(target=load_memory)
+    worker.start()
+    reading.wait()
+    store.close()
+    worker.join()
+    assert rows == [(0,)], "the read finished on an open file"
+    with pytest.raises(sqlite3.ProgrammingError):
+        store.conn.execute("SELECT 1")
