@@ -91,8 +91,9 @@ METHODS: dict[str, tuple[str, dict, bool | str]] = {
     "floor80-cap8-note": ("halo", {**BEFORE, "recall_relative_floor": 0.8, "recall_max_chunks": 8}, True),
     "keep100": ("halo", {**BEFORE, "resurrection_keep_share": 1.0}, False),  # room: what pruning left
     # The chat model chooses among what came back (halo_weave.memory.attended; the app's
-    # default keeps 0.33): the share of the recalled tokens kept.
-    "attn50": ("halo", {"attention_keep_share": 0.5}, True),
+    # default keeps half): the share of the recalled tokens kept.
+    "attn33": ("halo", {"attention_keep_share": 0.33}, True),
+    "attn-third": ("halo", {"attention_keep_share": 1 / 3}, True),
     "attn67": ("halo", {"attention_keep_share": 2 / 3}, True),
 }
 BUNDLED_METHODS = ["oracle", "fifo", "rag", "before", "before-note", "default", "default-all", "default-nonote",
