@@ -161,3 +161,16 @@ def test_the_least_attended_go_first_and_the_most_attended_always_stays():
     assert attended.kept([6, 5, 7], {5: 10, 6: 10, 7: 10}, 1.0) == ([6, 5, 7], [])
     with pytest.raises(ValueError):
         attended.ranked(reading, [0.5] * 3)
+
+
+def test_a_long_message_is_weighed_by_its_end(told):
+    session, _, chunks = told
+    recalled = _recall_all(session, list(chunks.values()))
+    paste = " ".join(["The quarterly report lists revenue, costs and the weather in Oslo."] * 20)
+    pieces = session.server.tokenize(paste + "\n\nAfter all that: what is my cat called?")
+    ids, texts = [i for i, _ in pieces], [t for _, t in pieces]
+    reading = session.recall.reading(recalled, ids, texts)
+    assert len(reading.queries) == attended.END_QUERIES < len(ids), "weighed by its end: the page is read once"
+    assert len(reading.chunk_of) == len(reading.prefix)
+    kept = session.recall.keep_attended(reading, session.recall.ask(reading))
+    assert kept[0].id == chunks["cat"].id, "the question at its end still finds the cat"

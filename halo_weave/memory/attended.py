@@ -20,15 +20,26 @@ from dataclasses import dataclass
 import numpy as np
 
 
+#: A message whose queries (its turn and the answer's opening) run longer than this is
+#: weighed by its last :data:`END_QUERIES` tokens only: the whole of a pasted page as
+#: queries drowns the question at its end (a 260-token paste ending in "what is my cat
+#: called?" kept the bicycle over the cat, read whole or by its last 64 tokens; by its last
+#: 32 the cat), and the server need not read a page twice.  SnapKV's observation window is
+#: likewise the prompt's last tokens.  LoCoMo's questions stay under it, read whole.
+MAX_QUERIES = 64
+END_QUERIES = 32
+
+
 @dataclass(frozen=True)
 class Reading:
     """What the model reads to weigh a message's recall.
 
-    ``prefix``: the prompt before the message (system prompt and live context, the
-    recalled paragraphs in place); ``queries``: the message as the user's turn and the
-    answer's opening; ``chunk_of``: for each position of ``prefix``, the chunk it belongs
-    to (-1 for the system prompt); ``recalled``: the ids of the recalled content chunks,
-    in position order.
+    ``prefix``: the prompt before the queries (system prompt and live context, the
+    recalled paragraphs in place, and the start of a message longer than the window);
+    ``queries``: the message as the user's turn and the answer's opening (its last
+    :data:`END_QUERIES` tokens when longer than :data:`MAX_QUERIES`); ``chunk_of``: for each position of ``prefix``, the chunk it
+    belongs to (-1 for the system prompt); ``recalled``: the ids of the recalled content
+    chunks, in position order.
     """
 
     prefix: list[int]
@@ -49,11 +60,12 @@ def read_for(conv, recalled_ids, question_ids: list[int], question_texts: list[s
     with conv.trial():
         turn = conv.add_turn("user", [int(i) for i in question_ids], list(question_texts))
         ids = [int(i) for i in conv.live_input_ids()] + [int(i) for i in conv.framing.prefix["assistant"][0]]
-        turn_rows = np.flatnonzero(np.asarray(conv.table.turn_id) == turn.turn_id)
-        first_row = int(turn_rows[0])
-        chunk_of = np.concatenate([np.full(system, -1, dtype=np.int64),
-                                   np.asarray(conv.table.chunk_id, dtype=np.int64)[:first_row]])
+        first_row = int(np.flatnonzero(np.asarray(conv.table.turn_id) == turn.turn_id)[0])
+        rows = np.asarray(conv.table.chunk_id, dtype=np.int64).copy()
     split = system + first_row
+    if len(ids) - split > MAX_QUERIES:
+        split = len(ids) - END_QUERIES
+    chunk_of = np.concatenate([np.full(system, -1, dtype=np.int64), rows[:split - system]])
     return Reading(ids[:split], ids[split:], chunk_of, tuple(c.id for c in chunks))
 
 
