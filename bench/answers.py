@@ -304,8 +304,7 @@ def keep_attended(conv, base_live: set[int], q_pieces, answerer, share: float) -
     if len(back) < 2:
         return None
     reading = attended.read_for(conv, back, [int(i) for i, _ in q_pieces], [t for _, t in q_pieces])
-    order = attended.ranked(reading, answerer.weigh(reading.prefix, reading.queries))
-    keep, given_back = attended.kept(order, {c: conv.chunks[c].token_count for c in order}, share)
+    keep, given_back = attended.choose(conv, reading, answerer.weigh(reading.prefix, reading.queries), share)
     for chunk_id in given_back:
         conv.prune_chunk(chunk_id)
     return keep

@@ -98,3 +98,13 @@ def kept(order: list[int], token_count: dict[int, int], share: float) -> tuple[l
         left -= token_count[dropped]
         back.append(dropped)
     return keep, back[::-1]
+
+
+def choose(conv, reading: Reading, attention, share: float) -> tuple[list[int], list[int]]:
+    """What the message keeps of its recall in ``conv``: ``(kept, given_back)``, the kept
+    most attended first (:func:`ranked`, then :func:`kept` at ``share``), of the recalled
+    chunks still live.  A pinned chunk is kept whatever its attention: the user's pin
+    outranks the model.  Nothing is pruned here."""
+    order = [c for c in ranked(reading, attention) if conv.chunks[c].live]
+    keep, back = kept(order, {c: conv.chunks[c].token_count for c in order}, share)
+    return keep + [c for c in back if conv.chunks[c].pinned], [c for c in back if not conv.chunks[c].pinned]

@@ -136,11 +136,7 @@ class Recall:
         chunks kept, the most attended first."""
         session = self._session
         conv = session.conv
-        order = [c for c in attended.ranked(reading, attention) if conv.chunks[c].live]
-        keep, back = attended.kept(order, {c: conv.chunks[c].token_count for c in order},
-                                   session.settings.recall.attention_keep_share)
-        keep += [c for c in back if conv.chunks[c].pinned]  # the user's pin outranks the model
-        back = [c for c in back if not conv.chunks[c].pinned]
+        keep, back = attended.choose(conv, reading, attention, session.settings.recall.attention_keep_share)
         pruned: list[Chunk] = []
         for chunk_id in back:
             pruned += conv.prune_chunk(chunk_id)
