@@ -57,14 +57,15 @@ RAG_CANDIDATES = 200
 ASK = " Answer in a few words."
 
 #: name -> (kind, index settings changed from the app's defaults, the recall note before
-#: the question: :mod:`halo_weave.memory.recall_note`, the app's ``recall_note`` setting).
+#: the question: :mod:`halo_weave.memory.recall_note`, the app's ``recall_note`` setting;
+#: a :class:`~halo_weave.memory.recall_note.NoteShape` is a note of that shape).
 #: The recall settings before the floors and the cap (what "before" runs, the base of the
 #: variants below, so that their names keep their meaning when a default moves).
 BEFORE = {"min_similarity": 0.0, "recall_relative_floor": 0.0, "recall_max_chunks": 0, "attention_keep_share": 1.0}
 #: The app's recall before the chat model's attention chose among it.
 ALL = {"attention_keep_share": 1.0}
 
-METHODS: dict[str, tuple[str, dict, bool | str]] = {
+METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     "oracle": ("oracle", {}, False),  # the evidence turns only: the ceiling
     "fifo": ("fifo", {}, False),  # the most recent whole turns that fit
     "rag": ("rag", {}, False),  # recent P, then plain cosine until the budget is spent
@@ -95,6 +96,9 @@ METHODS: dict[str, tuple[str, dict, bool | str]] = {
     "attn33": ("halo", {"attention_keep_share": 0.33}, True),
     "attn-third": ("halo", {"attention_keep_share": 1 / 3}, True),
     "attn67": ("halo", {"attention_keep_share": 2 / 3}, True),
+    # The note's shape (the app's copies 4 paragraphs' first 40 tokens, 160 in all).
+    "note3x64": ("halo", {}, recall_note.NoteShape(lines=3, line_tokens=64, tokens=200)),
+    "note4x64": ("halo", {}, recall_note.NoteShape(lines=4, line_tokens=64, tokens=256)),
 }
 BUNDLED_METHODS = ["oracle", "fifo", "rag", "before", "before-note", "default", "default-all", "default-nonote",
                    "floor70", "cap12", "floor80-cap8"]
@@ -136,6 +140,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"{QUICK_CONVERSATIONS[0]}, 3 questions per category, the bundled model, "
                         f"methods {','.join(QUICK_METHODS)}")
     p.add_argument("--show", type=int, default=0, help="print this many answers per method")
+    p.add_argument("--answers", default="", help="write every answer to this file, a JSON object a line "
+                                                  "(to compare methods question by question)")
     p.add_argument("--json", action="store_true", help="print one JSON object of figures last")
     return p.parse_args(argv)
 
@@ -212,11 +218,12 @@ def evidence_turns(prep: Prepared, question) -> set[int]:
 
 
 def finish(conv, prep: Prepared, question, user_text: str, answerer, base_live: set[int],
-           evidence: set[int] | None = None, recalled: list[int] | None = None) -> Context:
+           evidence: set[int] | None = None, recalled: list[int] | None = None,
+           shape: recall_note.NoteShape = recall_note.SHAPE) -> Context:
     """Add the question as the user's message and read the prompt and its figures
     (``evidence``: the evidence turns' ids in ``conv``, default the dialogue's);
     ``recalled`` (best first): what the message recalled, copied in a recall note before
-    it as the app does (None: no note)."""
+    it as the app does (None: no note), in a note of ``shape``."""
     evidence = evidence_turns(prep, question) if evidence is None else evidence
     now = {c.id for c in conv.live_chunks()}
     back = [conv.chunks[i] for i in sorted(now - base_live)]
@@ -230,7 +237,7 @@ def finish(conv, prep: Prepared, question, user_text: str, answerer, base_live: 
     ids = [int(i) for i in conv.live_input_ids()]
     if recalled is not None:
         recall_core.record(conv, turn.turn_id, recalled)
-        note = recall_note.for_message(conv, turn.turn_id)
+        note = recall_note.for_message(conv, turn.turn_id, shape.tokens, shape)
         if note is not None:
             ids = note.insert(ids)
     ids += list(conv.framing.prefix["assistant"][0])
@@ -274,7 +281,8 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
         return finish(conv, prep, question, message, answerer, base_live)
     index = _index(prep, settings, queries, options)
     matches = index.search(message)
-    reserve = recall_note.NOTE_TOKENS if with_note else 0
+    shape = with_note if isinstance(with_note, recall_note.NoteShape) else recall_note.SHAPE
+    reserve = shape.tokens if with_note else 0
     floor = room.floor(index.settings) if room.shares_room(index.settings) else conv.live_token_count()
     made = room.plan_with_room(conv, matches, index.plan, user_tokens=framed + reserve,
                                max_context=args.context, max_new_tokens=args.max_new_tokens,
@@ -291,7 +299,7 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
             matched = {p.match.chunk_id for p in made.plan.taken}
             back += [c for c in conv.live_chunks() if c.id in base_live and c.id in matched and not c.framing]
         recalled = recall_note.best_first(made.plan, back) if kept is None else kept
-    return finish(conv, prep, question, message, answerer, base_live, recalled=recalled)
+    return finish(conv, prep, question, message, answerer, base_live, recalled=recalled, shape=shape)
 
 
 def keep_attended(conv, base_live: set[int], q_pieces, answerer, share: float) -> list[int] | None:
@@ -426,6 +434,13 @@ def run_model(spec: str, methods: list[str], chosen, args, settings, queries, fo
             f1 = scoring.answer_f1(answer.text, question.answer, question.category)
             contain = scoring.contains(answer.text, question.answer, question.category)
             tallies[method].add(question.category, f1, contain, ctx, answer)
+            if args.answers:
+                with open(args.answers, "a", encoding="utf-8") as out:
+                    out.write(json.dumps({"model": path.name, "method": method, "conversation": sample_id,
+                                          "question": question.question, "category": question.category,
+                                          "gold": str(question.answer), "answer": answer.text, "f1": f1,
+                                          "contains": contain, "evidence_recall": ctx.recall,
+                                          "recalled_tokens": ctx.recalled_tokens}) + "\n")
             if len(tallies[method].examples) < args.show:
                 tallies[method].examples.append((question.question, question.answer, answer.text, round(f1, 2)))
 

@@ -170,3 +170,14 @@ def test_a_line_starting_with_its_own_space_gets_no_second_one():
     spaced = [(5000, " I"), (5001, " fly"), (5002, " today.")]
     ids, texts = recall_note.note_tokens(words, [([i for i, _ in spaced], [t for _, t in spaced])])
     assert "".join(texts) == "From earlier in our conversation:\n- I fly today.\n\n"
+
+
+def test_a_note_of_another_shape_copies_more_of_fewer_paragraphs():
+    words = FRAMING.note
+    paragraphs = [_chars(f"P{k} " + "x" * 40 + f" end{k}") for k in range(4)]
+    tokens = [([i for i, _ in p], [t for _, t in p]) for p in paragraphs]
+    app = "".join(recall_note.note_tokens(words, tokens)[1])
+    shape = recall_note.NoteShape(lines=2, line_tokens=200, tokens=400)
+    wide = "".join(recall_note.note_tokens(words, tokens, limit=400, shape=shape)[1])
+    assert "end0" in wide and "end1" in wide and "P2" not in wide, "two whole paragraphs"
+    assert "end0" not in app and "P1" in app, "the app's: the first words of each"

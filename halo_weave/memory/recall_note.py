@@ -34,6 +34,19 @@ NOTE_CHUNKS = 4
 NOTE_CHUNK_TOKENS = 40
 NOTE_TOKENS = 160
 
+
+@dataclass(frozen=True)
+class NoteShape:
+    """How much a note copies: at most ``lines`` paragraphs, ``line_tokens`` of each,
+    ``tokens`` in all (the app's: :data:`SHAPE`; the answer benchmark measures others)."""
+
+    lines: int = NOTE_CHUNKS
+    line_tokens: int = NOTE_CHUNK_TOKENS
+    tokens: int = NOTE_TOKENS
+
+
+SHAPE = NoteShape()
+
 #: (token ids, token texts) of a chunk.
 Tokens = tuple[Sequence[int], Sequence[str]]
 
@@ -61,18 +74,19 @@ class RecallNote:
         return np.concatenate((attention[:self.offset], attention[self.offset + len(self.ids):]))
 
 
-def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS) -> tuple[list[int], list[str]]:
+def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS,
+                shape: NoteShape = SHAPE) -> tuple[list[int], list[str]]:
     """The note's tokens for the paragraphs ``chunks`` (best first), within ``limit``
-    (at most :data:`NOTE_TOKENS`); empty when ``words`` (the framing's tokenized note
+    (at most ``shape.tokens``); empty when ``words`` (the framing's tokenized note
     words) are missing or no paragraph has text."""
-    limit = min(limit, NOTE_TOKENS)
+    limit = min(limit, shape.tokens)
     if not words:
         return [], []
     lines = []
     for ids, texts in chunks:
-        if len(lines) == NOTE_CHUNKS:
+        if len(lines) == shape.lines:
             break
-        line = _trimmed(list(ids), list(texts))
+        line = _trimmed(list(ids), list(texts), shape.line_tokens)
         if line is not None:
             lines.append(line)
     while lines:
@@ -83,14 +97,14 @@ def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS)
     return [], []
 
 
-def for_message(conv, turn_id: int, limit: int = NOTE_TOKENS) -> RecallNote | None:
+def for_message(conv, turn_id: int, limit: int = NOTE_TOKENS, shape: NoteShape = SHAPE) -> RecallNote | None:
     """The note of the user message ``turn_id`` within ``limit`` tokens (None when it
     recalled nothing still live, or none fits), placed in ``conv``'s live input ids."""
     words = conv.framing.note
     chunks = [conv.chunks[c] for c in conv.recalls.of(turn_id) if c in conv.chunks]
     live = [c for c in chunks if c.live and not c.framing]
     tokens = (conv.chunk_tokens(c.id) for c in live)
-    ids, texts = note_tokens(words, ((t.token_ids, t.texts) for t in tokens), limit)
+    ids, texts = note_tokens(words, ((t.token_ids, t.texts) for t in tokens), limit, shape)
     content = [c for c in conv.content_chunks(turn_id) if c.live] if turn_id in conv.turns else []
     if not ids or not content:
         return None
@@ -107,15 +121,15 @@ def best_first(plan, chunks: Iterable) -> list[int]:
     return [c.id for c in sorted(chunks, key=lambda c: (rank.get(c.id, len(rank)), c.start))]
 
 
-def _trimmed(ids: list[int], texts: list[str]) -> tuple[list[int], list[str], bool] | None:
-    """A paragraph's first tokens without the blank ones around them; whether it went on."""
+def _trimmed(ids: list[int], texts: list[str], length: int) -> tuple[list[int], list[str], bool] | None:
+    """A paragraph's first ``length`` tokens without the blank ones around them; whether it went on."""
     start = next((k for k, t in enumerate(texts) if t.strip()), None)
     if start is None:
         return None
     end = len(texts)
     while end > start and not texts[end - 1].strip():
         end -= 1
-    stop = min(end, start + NOTE_CHUNK_TOKENS)
+    stop = min(end, start + length)
     return ids[start:stop], texts[start:stop], stop < end
 
 

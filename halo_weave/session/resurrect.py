@@ -178,13 +178,13 @@ class Recall:
     @property
     def note_reserve(self) -> int:
         """Tokens a message's recall plans keep free for its note (0 without notes)."""
-        return recall_note.NOTE_TOKENS if self.writes_notes else 0
+        return recall_note.SHAPE.tokens if self.writes_notes else 0
 
     def note_room(self, prompt_tokens: int) -> int:
         """Tokens a recall note may take beside a prompt of ``prompt_tokens`` (the
         model's window less the answer; the most a note takes when the window is unknown)."""
         limit = self._session.server.window_limit()
-        return recall_note.NOTE_TOKENS if limit <= 0 else max(0, limit - prompt_tokens)
+        return recall_note.SHAPE.tokens if limit <= 0 else max(0, limit - prompt_tokens)
 
     def note(self) -> recall_note.RecallNote | None:
         """The note the open answer's request carries: a copy of what its question
