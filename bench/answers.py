@@ -245,9 +245,6 @@ def finish(conv, prep: Prepared, question, user_text: str, answerer, base_live: 
 
 
 def build_context(method: str, prep: Prepared, question, answerer, settings, args, queries) -> Context:
-    from halo_weave.memory import room
-    from halo_weave.semantic_index import SemanticIndex
-
     kind, options, with_note = METHODS[method]
     budget = args.context - args.max_new_tokens
     message = question.question + args.ask
@@ -279,16 +276,9 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
                 conv.resurrect([chunk.id], with_anchors=False)
                 left -= cost
         return finish(conv, prep, question, message, answerer, base_live)
-    index = _index(prep, settings, queries, options)
-    matches = index.search(message)
     shape = with_note if isinstance(with_note, recall_note.NoteShape) else recall_note.SHAPE
     reserve = shape.tokens if with_note else 0
-    floor = room.floor(index.settings) if room.shares_room(index.settings) else conv.live_token_count()
-    made = room.plan_with_room(conv, matches, index.plan, user_tokens=framed + reserve,
-                               max_context=args.context, max_new_tokens=args.max_new_tokens,
-                               floor=floor, cap=index.settings.recall.resurrection_budget_cap, order="age")
-    made.plan.apply(conv, index.settings.recall.resurrection_brightness)
-    conv.prune_to_fit(budget - framed - reserve, keep_latest_exchange=True, order="age")
+    conv, made, index = recall_for(conv, _index(prep, settings, queries, options), message, framed + reserve, args)
     kept = None
     if index.settings.recall.attention_keep_share < 1:
         kept = keep_attended(conv, base_live, q_pieces, answerer, index.settings.recall.attention_keep_share)
@@ -300,6 +290,23 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
             back += [c for c in conv.live_chunks() if c.id in base_live and c.id in matched and not c.framing]
         recalled = recall_note.best_first(made.plan, back) if kept is None else kept
     return finish(conv, prep, question, message, answerer, base_live, recalled=recalled, shape=shape)
+
+
+def recall_for(conv, index, message: str, user_tokens: int, args):
+    """The app's recall for ``message`` (taking ``user_tokens`` with its framing and
+    note) in ``conv`` (the recent context, changed in place): the search of ``index``,
+    the plan with the room it makes, applied, the context pruned to the budget.
+    Returns ``(conv, room's result, index)``."""
+    from halo_weave.memory import room
+
+    matches = index.search(message)
+    floor = room.floor(index.settings) if room.shares_room(index.settings) else conv.live_token_count()
+    made = room.plan_with_room(conv, matches, index.plan, user_tokens=user_tokens,
+                               max_context=args.context, max_new_tokens=args.max_new_tokens,
+                               floor=floor, cap=index.settings.recall.resurrection_budget_cap, order="age")
+    made.plan.apply(conv, index.settings.recall.resurrection_brightness)
+    conv.prune_to_fit(args.context - args.max_new_tokens - user_tokens, keep_latest_exchange=True, order="age")
+    return conv, made, index
 
 
 def keep_attended(conv, base_live: set[int], q_pieces, answerer, share: float) -> list[int] | None:
