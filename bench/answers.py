@@ -265,7 +265,7 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
     conv = copy.deepcopy(prep.recent)
     base_live = {c.id for c in conv.live_chunks()}
     if kind == "rag":
-        index = _index(prep, settings, queries, {"user_similarity_boost": 1.0, "hybrid_search": False})
+        index = index_for(prep, settings, queries, {"user_similarity_boost": 1.0, "hybrid_search": False})
         left = budget - framed - conv.live_token_count()
         for match in index.search(message, RAG_CANDIDATES):
             chunk = conv.chunks.get(match.chunk_id)
@@ -278,7 +278,7 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
         return finish(conv, prep, question, message, answerer, base_live)
     shape = with_note if isinstance(with_note, recall_note.NoteShape) else recall_note.SHAPE
     reserve = shape.tokens if with_note else 0
-    conv, made, index = recall_for(conv, _index(prep, settings, queries, options), message, framed + reserve, args)
+    conv, made, index = recall_for(conv, index_for(prep, settings, queries, options), message, framed + reserve, args)
     kept = None
     if index.settings.recall.attention_keep_share < 1:
         kept = keep_attended(conv, base_live, q_pieces, answerer, index.settings.recall.attention_keep_share)
@@ -325,7 +325,9 @@ def keep_attended(conv, base_live: set[int], q_pieces, answerer, share: float) -
     return keep
 
 
-def _index(prep: Prepared, settings, queries, options: dict):
+def index_for(prep: Prepared, settings, queries, options: dict):
+    """The semantic index over ``prep``'s store with ``options`` changed from
+    ``settings``, loaded once per set of options."""
     from halo_weave.semantic_index import SemanticIndex
 
     key = tuple(sorted(options.items()))

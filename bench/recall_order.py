@@ -94,7 +94,7 @@ def measure(prep, question, answerer, settings, args, queries) -> Question:
     framed = len(pieces) + len(framing.prefix["user"][0]) + len(framing.suffix["user"][0])
     conv = copy.deepcopy(prep.recent)
     base_live = {c.id for c in conv.live_chunks()}
-    index = answers._index(prep, settings, queries, answers.ALL)
+    index = answers.index_for(prep, settings, queries, answers.ALL)
     from halo_weave.memory import attended, recall_note
 
     conv, made, _ = answers.recall_for(conv, index, message, framed + recall_note.SHAPE.tokens, args)
