@@ -247,10 +247,7 @@ def finish(conv, prep: Prepared, question, user_text: str, answerer, base_live: 
 def build_context(method: str, prep: Prepared, question, answerer, settings, args, queries) -> Context:
     kind, options, with_note = METHODS[method]
     budget = args.context - args.max_new_tokens
-    message = question.question + args.ask
-    q_pieces = answerer.tokenize(message)
-    framing = prep.tok.framing
-    framed = len(q_pieces) + len(framing.prefix["user"][0]) + len(framing.suffix["user"][0])
+    message, q_pieces, framed = asked(prep, question, answerer, args.ask)
     if kind == "oracle":
         conv = new_conversation(prep.tok, settings)
         turn_of = prep.dialogue.turn_index()
@@ -278,7 +275,8 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
         return finish(conv, prep, question, message, answerer, base_live)
     shape = with_note if isinstance(with_note, recall_note.NoteShape) else recall_note.SHAPE
     reserve = shape.tokens if with_note else 0
-    conv, made, index = recall_for(conv, index_for(prep, settings, queries, options), message, framed + reserve, args)
+    index = index_for(prep, settings, queries, options)
+    made = recall_for(conv, index, message, framed + reserve, args)
     kept = None
     if index.settings.recall.attention_keep_share < 1:
         kept = keep_attended(conv, base_live, q_pieces, answerer, index.settings.recall.attention_keep_share)
@@ -292,11 +290,20 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
     return finish(conv, prep, question, message, answerer, base_live, recalled=recalled, shape=shape)
 
 
+def asked(prep: Prepared, question, answerer, ask: str) -> tuple[str, list, int]:
+    """The question as the user writes it (with ``ask``), its tokens, and the tokens
+    its turn takes with the chat framing."""
+    message = question.question + ask
+    pieces = answerer.tokenize(message)
+    framing = prep.tok.framing
+    return message, pieces, len(pieces) + len(framing.prefix["user"][0]) + len(framing.suffix["user"][0])
+
+
 def recall_for(conv, index, message: str, user_tokens: int, args):
     """The app's recall for ``message`` (taking ``user_tokens`` with its framing and
     note) in ``conv`` (the recent context, changed in place): the search of ``index``,
     the plan with the room it makes, applied, the context pruned to the budget.
-    Returns ``(conv, room's result, index)``."""
+    Returns the room's result (its plan)."""
     from halo_weave.memory import room
 
     matches = index.search(message)
@@ -306,7 +313,7 @@ def recall_for(conv, index, message: str, user_tokens: int, args):
                                floor=floor, cap=index.settings.recall.resurrection_budget_cap, order="age")
     made.plan.apply(conv, index.settings.recall.resurrection_brightness)
     conv.prune_to_fit(args.context - args.max_new_tokens - user_tokens, keep_latest_exchange=True, order="age")
-    return conv, made, index
+    return made
 
 
 def keep_attended(conv, base_live: set[int], q_pieces, answerer, share: float) -> list[int] | None:

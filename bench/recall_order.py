@@ -35,6 +35,7 @@ import numpy as np
 from . import answers
 from . import answer_scoring as scoring
 from . import locomo
+from halo_weave.memory import attended, recall_note  # after bench.answers: it sets llama.cpp's threads up first
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -88,16 +89,11 @@ def read_layers(answerer, prefix: list[int], queries: list[int]) -> np.ndarray:
 
 
 def measure(prep, question, answerer, settings, args, queries) -> Question:
-    message = question.question + answers.ASK
-    pieces = answerer.tokenize(message)
-    framing = prep.tok.framing
-    framed = len(pieces) + len(framing.prefix["user"][0]) + len(framing.suffix["user"][0])
+    message, pieces, framed = answers.asked(prep, question, answerer, args.ask)
     conv = copy.deepcopy(prep.recent)
     base_live = {c.id for c in conv.live_chunks()}
     index = answers.index_for(prep, settings, queries, answers.ALL)
-    from halo_weave.memory import attended, recall_note
-
-    conv, made, _ = answers.recall_for(conv, index, message, framed + recall_note.SHAPE.tokens, args)
+    made = answers.recall_for(conv, index, message, framed + recall_note.SHAPE.tokens, args)
     evidence = answers.evidence_turns(prep, question)
     back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
     before = {t for t in evidence if any(c.live and c.id in base_live for c in conv.content_chunks(t))}
@@ -172,13 +168,11 @@ def score(questions: list[Question], order, share: float) -> dict:
             kept_tokens.append(0)
             continue
         ranked = order(q.recalled)
-        total = sum(p.tokens for p in ranked)
-        kept, left = list(ranked), total
-        while len(kept) > 1 and left > share * total:
-            left -= kept.pop().tokens
+        keep, _ = attended.kept(list(range(len(ranked))), {k: p.tokens for k, p in enumerate(ranked)}, share)
+        kept = [ranked[k] for k in keep]
         live = q.live_evidence | {p.turn for p in kept if p.evidence}
         recall.append(len(live) / q.evidence_turns)
-        kept_tokens.append(left)
+        kept_tokens.append(sum(p.tokens for p in kept))
         place = {id(p): r for r, p in enumerate(ranked)}
         good = [place[id(p)] for p in ranked if p.evidence]
         bad = [place[id(p)] for p in ranked if not p.evidence]
