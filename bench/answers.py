@@ -180,6 +180,16 @@ def subset(dialogues, per_category: int, seed: int) -> list[tuple[locomo.Dialogu
     return [pool[i] for i in sorted(chosen)]
 
 
+def category_counts(dialogues) -> dict[int, int]:
+    """How many questions with evidence each category has in ``dialogues``."""
+    counts: dict[int, int] = {}
+    for d in dialogues:
+        for q in d.questions:
+            if q.evidence:
+                counts[q.category] = counts.get(q.category, 0) + 1
+    return counts
+
+
 # ---------------------------------------------------------------------- contexts
 
 
@@ -378,6 +388,7 @@ class Tally:
     computed_tokens: list = field(default_factory=list)
     seconds: list = field(default_factory=list)
     by_category: dict = field(default_factory=dict)
+    recall_by_category: dict = field(default_factory=dict)
     examples: list = field(default_factory=list)
 
     def add(self, category: int, f1: float, contain: float, ctx: Context, answer) -> None:
@@ -391,11 +402,22 @@ class Tally:
         self.computed_tokens.append(answer.computed_tokens)
         self.seconds.append(answer.seconds)
         self.by_category.setdefault(category, []).append(f1)
+        self.recall_by_category.setdefault(category, []).append(ctx.recall)
 
-    def figures(self) -> dict:
+    def figures(self, weights: dict[int, int] | None = None) -> dict:
+        """The method's figures; with ``weights`` (questions per category in the data)
+        also ``answer_f1_weighted`` and ``evidence_recall_weighted``: the per-category
+        means weighted by those counts, as if the subset had the data's mix of categories
+        (a stratified subset over-weights the rare ones; the memory benchmark's recall
+        is over every question)."""
         def mean(xs):
             xs = [x for x in xs if x == x]
             return round(sum(xs) / len(xs), 4) if xs else None
+
+        def weighted(by_category):
+            have = {c: v for c, v in by_category.items() if v and weights and weights.get(c)}
+            total = sum(weights[c] for c in have)
+            return round(sum(weights[c] * sum(v) / len(v) for c, v in have.items()) / total, 4) if total else None
 
         recalled = sum(self.recalled_tokens)
         return {
@@ -410,6 +432,8 @@ class Tally:
             "seconds_per_answer": mean(self.seconds),
             "questions": len(self.f1),
             "answer_f1_by_category": {locomo.CATEGORIES[c]: mean(v) for c, v in sorted(self.by_category.items())},
+            "answer_f1_weighted": weighted(self.by_category),
+            "evidence_recall_weighted": weighted(self.recall_by_category),
         }
 
 
@@ -425,7 +449,8 @@ def resolve_model(spec: str) -> Path:
     return Path(source.path) / source.gguf_file
 
 
-def run_model(spec: str, methods: list[str], chosen, args, settings, queries, folder: Path) -> dict:
+def run_model(spec: str, methods: list[str], chosen, args, settings, queries, folder: Path,
+              weights: dict[int, int] | None = None) -> dict:
     path = resolve_model(spec)
     t0 = time.perf_counter()
     answerer = scoring.Answerer(path, args.threads, args.context + 64, args.kv)
@@ -473,18 +498,19 @@ def run_model(spec: str, methods: list[str], chosen, args, settings, queries, fo
     answerer.close()
     return {"model": path.name, "file_bytes": path.stat().st_size,
             "seconds": round(time.perf_counter() - started, 1),
-            "methods": {m: tallies[m].figures() for m in methods},
+            "methods": {m: tallies[m].figures(weights) for m in methods},
             "examples": {m: tallies[m].examples for m in methods if tallies[m].examples}}
 
 
 def table(result: dict) -> str:
-    rows = [f"| method | answer F1 | contains | multi-hop | temporal | open | single-hop | recall | "
-            f"recalled tokens | chunks | precision | s/answer |", "|" + "---|" * 12]
+    rows = [f"| method | answer F1 | weighted | contains | multi-hop | temporal | open | single-hop | recall | "
+            f"weighted | recalled tokens | chunks | precision | s/answer |", "|" + "---|" * 14]
     for name, f in result["methods"].items():
         c = f["answer_f1_by_category"]
         rows.append("| " + " | ".join(str(x) for x in [
-            name, f["answer_f1"], f["contains"], c.get("multi-hop"), c.get("temporal"), c.get("open-domain"),
-            c.get("single-hop"), f["evidence_recall"], f["recalled_tokens"], f["recalled_chunks"],
+            name, f["answer_f1"], f["answer_f1_weighted"], f["contains"], c.get("multi-hop"), c.get("temporal"),
+            c.get("open-domain"), c.get("single-hop"), f["evidence_recall"], f["evidence_recall_weighted"],
+            f["recalled_tokens"], f["recalled_chunks"],
             f["evidence_precision"], f["seconds_per_answer"]]) + " |")
     return "\n".join(rows)
 
@@ -515,6 +541,7 @@ def main(argv=None) -> int:
         dialogues = [d for d in dialogues if d.sample_id in wanted]
     dialogues = [with_speakers(d) for d in dialogues]
     chosen = subset(dialogues, args.per_category, args.seed)
+    weights = category_counts(dialogues)
     log(f"{len(chosen)} questions from {len({d.sample_id for d, _ in chosen})} conversations")
     embedder = Embedder()
     embedder.load()
@@ -524,7 +551,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_answers_") as tmp:
         for i, spec in enumerate(models):
             results[spec] = run_model(spec, methods if i == 0 else others, chosen, args, settings,
-                                      queries, Path(tmp))
+                                      queries, Path(tmp), weights)
     wall = time.perf_counter() - started
     cpu = _cpu()
     print(f"# bench_answers: P={args.prune_to} C={args.context} budget={args.context - args.max_new_tokens}; "
@@ -549,6 +576,9 @@ def main(argv=None) -> int:
             "recalled_tokens": {m: f["recalled_tokens"] for m, f in first.items()},
             "evidence_precision": {m: f["evidence_precision"] for m, f in first.items()},
             "evidence_recall": {m: f["evidence_recall"] for m, f in first.items()},
+            "answer_f1_weighted": {m: f["answer_f1_weighted"] for m, f in first.items()},
+            "evidence_recall_weighted": {m: f["evidence_recall_weighted"] for m, f in first.items()},
+            "category_weights": {locomo.CATEGORIES[c]: n for c, n in sorted(weights.items())},
             "methods": first,
             "answer_f1_default": first.get("default", {}).get("answer_f1"),
             "answer_f1_oracle": first.get("oracle", {}).get("answer_f1"),

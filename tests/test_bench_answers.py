@@ -52,3 +52,25 @@ def test_the_subset_is_fixed_by_its_seed_and_balanced_by_category():
     assert sorted(q.category for _, q in first) == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
     assert all(q.evidence for _, q in first)
     assert first != bench_answers.subset([dialogue], 3, seed=8)
+
+
+def test_weighted_figures_give_each_category_its_share_of_the_data():
+    from types import SimpleNamespace
+
+    from bench import answers as bench_answers
+
+    questions = [Question(i, f"q{i}", "a", 1 if i < 9 else 4, ["D1:1"]) for i in range(12)]
+    questions.append(Question(99, "no evidence", "a", 1, []))
+    weights = bench_answers.category_counts([Dialogue("conv-x", "A", "B", [], questions)])
+    assert weights == {1: 9, 4: 3}
+    tally = bench_answers.Tally()
+    answer = SimpleNamespace(prompt_tokens=10, computed_tokens=10, seconds=1.0)
+    # One multi-hop question answered wrong, one single-hop answered right: the plain mean
+    # is a half; weighted by the data's nine multi-hop questions to three, a quarter.
+    tally.add(1, 0.0, 0.0, bench_answers.Context([], 0, 0, 0, 0.0), answer)
+    tally.add(4, 1.0, 1.0, bench_answers.Context([], 0, 0, 0, 1.0), answer)
+    figures = tally.figures(weights)
+    assert figures["answer_f1"] == 0.5
+    assert figures["answer_f1_weighted"] == 0.25
+    assert figures["evidence_recall_weighted"] == 0.25
+    assert tally.figures()["answer_f1_weighted"] is None
