@@ -72,14 +72,15 @@ class ShotDriver:
             self.app.processEvents()
             time.sleep(0.02)
 
-    def shot(self, name: str, widget=None, *, flush: bool = False) -> str:
-        """Save ``widget`` (default: the window) as the screen shows it, as ``<out>/<name>.png``."""
+    def shot(self, name: str, widget=None, *, flush: bool = False, whole_screen: bool = False) -> str:
+        """Save ``widget`` (default: the window) as the screen shows it, as ``<out>/<name>.png``
+        (``whole_screen``: the screen it is on, popups included)."""
         if flush:
             self.window.heatmap.flush()
         self.settle()
         target = widget or self.window
         path = self.out / f"{name}.png"
-        target.screen().grabWindow(target.winId()).save(str(path))
+        target.screen().grabWindow(0 if whole_screen else target.winId()).save(str(path))
         self.saved[name] = str(path)
         return str(path)
 

@@ -8,7 +8,8 @@ figures.  Run under a real X server to see what a user sees:
     xvfb-run -a -s "-screen 0 1400x1000x24" python scripts/screenshot_settings.py --out docs/screenshots
 
 Saves stats_bar (the window), settings_dialog (Context & memory), settings_prompt (System
-prompt) and settings_generation (PNG) in --out; prints one JSON object last (the files,
+prompt), settings_generation, settings_server and settings_server_models (the Server tab
+with the built-in model's list open; the whole screen) (PNG) in --out; prints one JSON object last (the files,
 the stats bar's texts as shown).
 """
 
@@ -57,11 +58,16 @@ def shoot(driver, args) -> dict:
                             conversation_prompt=controller.session.prompt.own())
     dialog.show()
     for name, title in (("settings_dialog", "Context && memory"), ("settings_generation", "Generation"),
-                        ("settings_prompt", "System prompt")):
+                        ("settings_prompt", "System prompt"), ("settings_server", "Server")):
         dialog.tabs.setCurrentIndex(next(i for i in range(dialog.tabs.count()) if dialog.tabs.tabText(i) == title))
         dialog.adjustSize()
         driver.wait(dialog.isVisible, 10)
         driver.shot(name, dialog)
+    combo = dialog.model_choice.combo  # the built-in model's list, open
+    combo.showPopup()
+    driver.wait(lambda: combo.view().isVisible(), 10)
+    driver.shot("settings_server_models", dialog, whole_screen=True)
+    combo.hidePopup()
     dialog.reject()
     labels = (bar.budget_label, bar.recalled_label, bar.totals_label, bar.brightness_label, bar.speed_label,
               bar.connection_label)

@@ -141,6 +141,41 @@ def _default(folder: Path | None) -> Found:
         return Found(SMOLLM2, path, note)
 
 
+@dataclass(frozen=True)
+class Offered:
+    """A bundled model as the settings offer it: its ``--model`` name (``""`` for the
+    default), title, what it is good for, and ``missing``: None when it is installed,
+    else the sentence saying how to install it."""
+
+    name: str
+    title: str
+    what: str
+    missing: str | None = None
+
+
+def offered() -> list[Offered]:
+    """The bundled models, the default first, each saying whether it is installed here
+    (found through package metadata; nothing is assembled or loaded)."""
+    def missing(model: PartedModel) -> str | None:
+        try:
+            part_paths(model)
+        except ModelNotFound as err:
+            return str(err)
+        return None
+
+    try:
+        smollm2_gguf()
+        smollm2_missing = None
+    except ModelNotFound as err:
+        smollm2_missing = str(err)
+    return [
+        Offered("", QWEN_PARTS.title, "the default, reads its memory well", missing(QWEN_PARTS)),
+        Offered(QWEN_LARGE, QWEN_LARGE_PARTS.title, "answers from its memory best, at half the speed",
+                missing(QWEN_LARGE_PARTS)),
+        Offered(SMOLLM2, SMOLLM2_TITLE, "the fastest, reads its memory poorly", smollm2_missing),
+    ]
+
+
 def default_header() -> Path:
     """A file that begins with the default model's GGUF header, found without assembling
     anything: Qwen's first part (its metadata, the token list included, lies within it),

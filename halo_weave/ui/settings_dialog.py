@@ -186,6 +186,11 @@ class SettingsDialog(QDialog):
 
         self.server_fields = ServerFields(self, form, url, s, self._api_key, self._keyring)
         self.explanations["chat_template"] = self.server_fields.template_note
+        from .model_choice import ModelChoice
+
+        self.model_choice = ModelChoice(s.server.server_model)
+        self.editors["server_model"] = self.model_choice.combo
+        self._explained(form, "server_model", self.model_choice)
         window = self._int("server_context_tokens", s.server.server_context_tokens, "As the server says")
         window.setSuffix(" tokens")
         self._explained(form, "server_context_tokens", window)

@@ -34,6 +34,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "proxy_pruning": ("", "Off: the oldest chunks go first (its attention kept no more in our benchmark)."),
     # Server
     "server_url": ("Server URL", "The built-in server, KoboldCPP, llama-server, Ollama or an OpenAI-compatible one."),
+    "server_model": ("Built-in model", "What the built-in server runs; it restarts with the one chosen here."),
     "server_context_tokens": ("Model window", "The model's context, for a server that does not say (As the server says: 2,048)."),
     "attention_format": ("Attention format", ""),  # the chosen value explains itself
     "autostart_server": ("", "When nothing answers at the default URL, the app starts its own server and model."),
