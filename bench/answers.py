@@ -67,6 +67,10 @@ ALL = {"attention_keep_share": 1.0}
 
 METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     "oracle": ("oracle", {}, False),  # the evidence turns only: the ceiling
+    # The app's prompt with a perfect recall: the most recent P tokens, the evidence turns
+    # brought back in place and nothing else, and their recall note.  What any recall at
+    # P could reach; the oracle has no recent context around the evidence.
+    "recent-evidence": ("recent-evidence", {}, True),
     "fifo": ("fifo", {}, False),  # the most recent whole turns that fit
     "rag": ("rag", {}, False),  # recent P, then plain cosine until the budget is spent
     "default": ("halo", {}, True),  # the app's defaults, recall note included
@@ -271,6 +275,12 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
         return finish(conv, prep, question, message, answerer, {c.id for c in conv.live_chunks()})
     conv = copy.deepcopy(prep.recent)
     base_live = {c.id for c in conv.live_chunks()}
+    if kind == "recent-evidence":
+        evidence = evidence_turns(prep, question)
+        back = [c.id for t in sorted(evidence) for c in conv.content_chunks(t) if not c.live]
+        if back:
+            conv.resurrect(back, with_anchors=False)
+        return finish(conv, prep, question, message, answerer, base_live, recalled=back if with_note else None)
     if kind == "rag":
         index = index_for(prep, settings, queries, {"user_similarity_boost": 1.0, "hybrid_search": False})
         left = budget - framed - conv.live_token_count()
