@@ -76,6 +76,9 @@ def test_choosing_another_model_starts_the_builtin_server_again_with_it(qtbot, t
         qtbot.waitUntil(lambda: not controller.gate.input_block_reason(), timeout=START_TIMEOUT_MS)
         first = controller.link.server
         assert served and "smollm2" in served[-1]
+        window.input.setPlainText("My cat is called Mochi.")
+        with qtbot.wait_signal(controller.signals.turn_finished, timeout=120_000):
+            qtbot.keyClick(window.input, Qt.Key.Key_Return)
         done = []
 
         def drive() -> None:
@@ -100,10 +103,14 @@ def test_choosing_another_model_starts_the_builtin_server_again_with_it(qtbot, t
                         and not controller.gate.input_block_reason(), timeout=START_TIMEOUT_MS)
         assert not first.alive(), "the old server was stopped"
         assert "qwen2.5-coder-0.5b" in served[-1]
+        # The conversation goes on with the new model, the earlier message kept.
         window.input.setPlainText("Hello!")
         with qtbot.wait_signal(controller.signals.turn_finished, timeout=120_000) as blocker:
             qtbot.keyClick(window.input, Qt.Key.Key_Return)
         assert blocker.args[0] in ("stop", "length")
+        text = window.heatmap.toPlainText()
+        assert "My cat is called Mochi." in text and "Hello!" in text
+        assert not [m for m in window.messages.history if m.serious]
     finally:
         window.close()
 
