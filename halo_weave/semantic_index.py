@@ -93,7 +93,8 @@ class SemanticIndex:
         self.embedder = embedder
         self.tuning = tuning or SearchTuning()
         self._lock = lock if lock is not None else threading.RLock()
-        self._snapshot_path = snapshot_path if snapshot_path is not None else _default_snapshot(conn)
+        with self._lock:  # made on a worker thread while the store may be closing
+            self._snapshot_path = snapshot_path if snapshot_path is not None else _default_snapshot(conn)
         self._changed = 0  # entries changed since the snapshot was written
         #: The signatures last found to agree with their entries' digests (:meth:`pending`).
         self._checked = AgreedSignatures()

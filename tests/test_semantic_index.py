@@ -353,3 +353,32 @@ def test_pending_after_a_reopen_reads_only_the_columns(embedder, tmp_path):
         expected = sorted(c.id for c in conv.chunks.values() if not c.framing
                           and stored.get(c.id) != signature_hash(context_parts(conv, c), limit))
         assert first.id in expected and index.pending(conv) == expected
+
+
+def test_an_index_made_while_its_file_closes_waits_and_fails_cleanly(embedder, tmp_path):
+    """The window loads a conversation's index on a worker thread; opening another
+    conversation closes the first file meanwhile. The index reads the file only under
+    the store's lock, so it waits for the close and then fails with a Python error,
+    never reading a connection as it closes (that crashed SQLite, and the app)."""
+    import threading
+
+    from halo_weave.store import ConversationStore
+
+    store = ConversationStore.open(tmp_path / "a.sqlite")
+    outcome: list = []
+
+    def make() -> None:
+        try:
+            outcome.append(SemanticIndex(store.conn, Settings(), embedder, lock=store.lock))
+        except Exception as exc:  # noqa: BLE001 - the outcome is what the test checks
+            outcome.append(exc)
+
+    with store.lock:  # the window closes the file while the worker starts
+        worker = threading.Thread(target=make)
+        worker.start()
+        worker.join(0.5)
+        assert worker.is_alive() and not outcome, "the index waits for the store's lock"
+        store.close()
+    worker.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], sqlite3.ProgrammingError)
+    assert "closed" in str(outcome[0])
