@@ -156,23 +156,18 @@ class Offered:
 def offered() -> list[Offered]:
     """The bundled models, the default first, each saying whether it is installed here
     (found through package metadata; nothing is assembled or loaded)."""
-    def missing(model: PartedModel) -> str | None:
+    def missing(find) -> str | None:
         try:
-            part_paths(model)
+            find()
         except ModelNotFound as err:
             return str(err)
         return None
 
-    try:
-        smollm2_gguf()
-        smollm2_missing = None
-    except ModelNotFound as err:
-        smollm2_missing = str(err)
     return [
-        Offered("", QWEN_PARTS.title, "the default, reads its memory well", missing(QWEN_PARTS)),
+        Offered("", QWEN_PARTS.title, "the default, reads its memory well", missing(lambda: part_paths(QWEN_PARTS))),
         Offered(QWEN_LARGE, QWEN_LARGE_PARTS.title, "answers from its memory best, at half the speed",
-                missing(QWEN_LARGE_PARTS)),
-        Offered(SMOLLM2, SMOLLM2_TITLE, "the fastest, reads its memory poorly", smollm2_missing),
+                missing(lambda: part_paths(QWEN_LARGE_PARTS))),
+        Offered(SMOLLM2, SMOLLM2_TITLE, "the fastest, reads its memory poorly", missing(smollm2_gguf)),
     ]
 
 
