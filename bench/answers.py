@@ -43,7 +43,7 @@ from halo_weave.core import token_resurrection
 from halo_weave.server import omp  # noqa: E402
 
 omp.configure()  # llama.cpp's threads wait as the server's do (a bounded spin), before it loads
-from halo_weave.memory import attended, recall_note  # noqa: E402
+from halo_weave.memory import attended, recall_note, relevance  # noqa: E402
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from . import answer_scoring as scoring  # noqa: E402
@@ -61,9 +61,9 @@ ASK = " Answer in a few words."
 #: a :class:`~halo_weave.memory.recall_note.NoteShape` is a note of that shape).
 #: The recall settings before the floors and the cap (what "before" runs, the base of the
 #: variants below, so that their names keep their meaning when a default moves).
-BEFORE = {"min_similarity": 0.0, "recall_relative_floor": 0.0, "recall_max_chunks": 0, "attention_keep_share": 1.0}
+BEFORE = {"min_similarity": 0.0, "recall_relative_floor": 0.0, "recall_max_chunks": 0, "recall_keep_share": 1.0}
 #: The app's recall before the chat model's attention chose among it.
-ALL = {"attention_keep_share": 1.0}
+ALL = {"recall_keep_share": 1.0}
 
 METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     "oracle": ("oracle", {}, False),  # the evidence turns only: the ceiling
@@ -76,7 +76,7 @@ METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     "default": ("halo", {}, True),  # the app's defaults, recall note included
     "default-nonote": ("halo", {}, False),  # ... without the recall note
     "default-notelive": ("halo", {}, "live"),  # ... the note also copying matches that were live
-    # The app's recall, all of it kept (attention_keep_share 1): the default before the
+    # The app's recall, all of it kept (recall_keep_share 1): the default before the
     # chat model's attention chose among what came back.
     "default-all": ("halo", ALL, True),
     "default-all-nonote": ("halo", ALL, False),
@@ -97,9 +97,13 @@ METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     "keep100": ("halo", {**BEFORE, "resurrection_keep_share": 1.0}, False),  # room: what pruning left
     # The chat model chooses among what came back (halo_weave.memory.attended; the app's
     # default keeps half): the share of the recalled tokens kept.
-    "attn33": ("halo", {"attention_keep_share": 0.33}, True),
-    "attn-third": ("halo", {"attention_keep_share": 1 / 3}, True),
-    "attn67": ("halo", {"attention_keep_share": 2 / 3}, True),
+    "attn33": ("halo-attention", {"recall_keep_share": 0.33}, True),
+    "attn-third": ("halo-attention", {"recall_keep_share": 1 / 3}, True),
+    "attn67": ("halo-attention", {"recall_keep_share": 2 / 3}, True),
+    "default-attention": ("halo-attention", {}, True),  # the attention choosing at the default share
+    # The app's order of what came back (halo_weave.memory.relevance) keeping other shares.
+    "keep33": ("halo", {"recall_keep_share": 1 / 3}, True),
+    "keep67": ("halo", {"recall_keep_share": 2 / 3}, True),
     # The note's shape (the app's copies 4 paragraphs' first 40 tokens, 160 in all).
     "note3x64": ("halo", {}, recall_note.NoteShape(lines=3, line_tokens=64, tokens=200)),
     "note4x64": ("halo", {}, recall_note.NoteShape(lines=4, line_tokens=64, tokens=256)),
@@ -298,8 +302,11 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
     index = index_for(prep, settings, queries, options)
     made = recall_for(conv, index, message, framed + reserve, args)
     kept = None
-    if index.settings.recall.attention_keep_share < 1:
-        kept = keep_attended(conv, base_live, q_pieces, answerer, index.settings.recall.attention_keep_share)
+    share = index.settings.recall.recall_keep_share
+    if share < 1 and kind == "halo-attention":
+        kept = keep_attended(conv, base_live, q_pieces, answerer, share)
+    elif share < 1:
+        kept = keep_relevant(conv, base_live, made.plan, message, queries, share)
     recalled = None
     if with_note:
         back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
@@ -334,6 +341,23 @@ def recall_for(conv, index, message: str, user_tokens: int, args):
     made.plan.apply(conv, index.settings.recall.resurrection_brightness)
     conv.prune_to_fit(args.context - args.max_new_tokens - user_tokens, keep_latest_exchange=True, order="age")
     return made
+
+
+def keep_relevant(conv, base_live: set[int], plan, message: str, embedder, share: float) -> list[int] | None:
+    """What the app keeps of the recall (the live content chunks of ``conv`` not in
+    ``base_live``): the most relevant to ``message`` first (:mod:`halo_weave.memory.relevance`,
+    from ``plan``'s order), as :meth:`halo_weave.session.resurrect.Recall.keep_relevant`
+    does; the rest are pruned.  None when there is nothing to choose from (fewer than two
+    chunks came back)."""
+    back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
+    if len(back) < 2:
+        return None
+    order = relevance.rank_with(embedder, recall_note.best_first(plan, back),
+                                {c.id: conv.chunk_text(c.id) for c in back}, message)
+    keep, given_back = relevance.choose(conv, order, share)
+    for chunk_id in given_back:
+        conv.prune_chunk(chunk_id)
+    return keep
 
 
 def keep_attended(conv, base_live: set[int], q_pieces, answerer, share: float) -> list[int] | None:

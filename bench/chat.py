@@ -192,7 +192,7 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
         ids, texts = [i for i, _ in pieces], [t for _, t in pieces]
         if session.recall.can_resurrect():
             resurrected = session.recall.resurrect_for(index, index.search(text), len(pieces))
-            resurrected = session.recall.weigh(resurrected, ids, texts)
+            resurrected = session.recall.keep_relevant(resurrected, text)
         session.add_user_message(ids, texts, recalled=resurrected)
         session.fit_model_window()
         session.begin_answer()

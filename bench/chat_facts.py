@@ -241,8 +241,8 @@ def chat(session, index, say) -> tuple[list[dict], list[dict]]:
         recalled, weigh_s = [], 0.0
         if session.recall.can_resurrect():
             recalled = session.recall.resurrect_for(index, index.search(text), len(pieces))
-            weighing = time.perf_counter()  # the server reading what came back, after Enter
-            recalled = session.recall.weigh(recalled, ids, texts)
+            weighing = time.perf_counter()  # ranking what came back, after Enter
+            recalled = session.recall.keep_relevant(recalled, text)
             weigh_s = time.perf_counter() - weighing
         turn = session.add_user_message(ids, texts, recalled=recalled)
         session.fit_model_window()
@@ -345,7 +345,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-recall-note", action="store_true",
                         help="without the recall note (the setting recall_note off)")
     parser.add_argument("--keep-share", type=float, default=None,
-                        help="attention_keep_share: the share of a message's recall the server's "
+                        help="recall_keep_share: the share of a message's recall the server's "
                              "attention keeps (default: the app's; 1 keeps it whole)")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = parser.parse_args(argv)
@@ -359,7 +359,7 @@ def main(argv=None) -> int:
     if args.no_recall_note:
         changes["recall_note"] = False
     if args.keep_share is not None:
-        changes["attention_keep_share"] = args.keep_share
+        changes["recall_keep_share"] = args.keep_share
     settings = Settings().replace(**changes)
     say = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
     before = machine()

@@ -35,7 +35,7 @@ import numpy as np
 from . import answers
 from . import answer_scoring as scoring
 from . import locomo
-from halo_weave.memory import attended, recall_note  # after bench.answers: it sets llama.cpp's threads up first
+from halo_weave.memory import attended, recall_note, relevance  # after bench.answers: it sets llama.cpp's threads up first
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -52,6 +52,9 @@ class Paragraph:
     attention_sum: float  # over its tokens, layers and heads averaged
     attention_max: float  # its most attended token, layers and heads averaged
     turn: int
+    text: str = ""
+    score: float | None = None  # the search's score when the paragraph was a match itself
+    similarity: float | None = None  # its raw cosine then
 
 
 @dataclass
@@ -59,6 +62,8 @@ class Question:
     evidence_turns: int
     live_evidence: set  # evidence turns live in the context before the recall
     recalled: list
+    text: str = ""
+    category: str = ""
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -69,6 +74,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--share", type=float, default=0.5, help="share of the recalled tokens kept")
     p.add_argument("--model", default="bundled", help="'bundled' or a GGUF path")
     p.add_argument("--embed-cache", default="", help="file keeping MiniLM vectors between runs")
+    p.add_argument("--save", default="", help="pickle the measured questions to this file (to try orders offline)")
     p.add_argument("--json", action="store_true", help="print one JSON object of figures last")
     return p.parse_args(argv)
 
@@ -98,11 +104,12 @@ def measure(prep, question, answerer, settings, args, queries) -> Question:
     back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
     before = {t for t in evidence if any(c.live and c.id in base_live for c in conv.content_chunks(t))}
     if not back:
-        return Question(len(evidence), before, [])
+        return Question(len(evidence), before, [], message, question.category)
     search = recall_note.best_first(made.plan, back)
     reading = attended.read_for(conv, [c.id for c in back], [int(i) for i, _ in pieces], [t for _, t in pieces])
     layers = read_layers(answerer, reading.prefix, reading.queries)
     mean = layers.mean(axis=(0, 1))
+    matched = {p.match.chunk_id: p.match for p in made.plan.taken}
     recalled = []
     for c in back:
         mine = reading.chunk_of == c.id
@@ -110,8 +117,10 @@ def measure(prep, question, answerer, settings, args, queries) -> Question:
             continue
         recalled.append(Paragraph(c.token_count, c.turn_id in evidence, int(np.flatnonzero(mine)[0]),
                                   search.index(c.id), layers[:, :, mine].mean(axis=2),
-                                  float(mean[mine].sum()), float(mean[mine].max()), c.turn_id))
-    return Question(len(evidence), before, recalled)
+                                  float(mean[mine].sum()), float(mean[mine].max()), c.turn_id, conv.chunk_text(c.id),
+                                  getattr(matched.get(c.id), "score", None),
+                                  getattr(matched.get(c.id), "similarity", None)))
+    return Question(len(evidence), before, recalled, message, question.category)
 
 
 # ---------------------------------------------------------------------- orders
@@ -168,7 +177,7 @@ def score(questions: list[Question], order, share: float) -> dict:
             kept_tokens.append(0)
             continue
         ranked = order(q.recalled)
-        keep, _ = attended.kept(list(range(len(ranked))), {k: p.tokens for k, p in enumerate(ranked)}, share)
+        keep, _ = relevance.kept(list(range(len(ranked))), {k: p.tokens for k, p in enumerate(ranked)}, share)
         kept = [ranked[k] for k in keep]
         live = q.live_evidence | {p.turn for p in kept if p.evidence}
         recall.append(len(live) / q.evidence_turns)
@@ -213,6 +222,10 @@ def main(argv=None) -> int:
             prep.store.close()
     n_layer = answerer.engine.kv.n_layer
     answerer.close()
+    if args.save:
+        import pickle
+        with open(args.save, "wb") as f:
+            pickle.dump({"seed": args.seed, "n_layer": n_layer, "questions": measured}, f)
     queries.save()
     whole = score(measured, orders(n_layer)["search"], 1.0)
     figures = {name: score(measured, order, args.share) for name, order in orders(n_layer).items()}

@@ -35,7 +35,7 @@ from halo_weave.rules import WITHOUT_BRIGHTNESS  # noqa: E402
 from .. import locomo  # noqa: E402
 from . import fidelity, retrieval  # noqa: E402
 from .methods import (QuestionContext, answer_brightness, answer_full, answer_halo,  # noqa: E402
-                      answer_halo_dry, answer_halo_in_place, answer_rag, keep_recent)
+                      answer_halo_dry, answer_halo_in_place, answer_halo_kept, answer_rag, keep_recent)
 from .policies import BASE_RULE, METHODS, QUICK_METHODS, RETIRED, past_search, policies  # noqa: E402
 from .replay import Policy, replay, tokenize_dialogue  # noqa: E402
 from .report import MethodResult, diagnose, merge_outputs, plot_brightness, table  # noqa: E402
@@ -255,12 +255,18 @@ def main(argv=None) -> int:
                                      SemanticIndex).search(question.question, RAG_CANDIDATES)
                     out = answer_rag(recent, matches, ctx)
                 elif name.startswith("recent-"):  # the app's search and plan, its settings changed
-                    opts = {k: v for k, v in options.items() if k != "recent_turns"}
+                    opts = {k: v for k, v in options.items() if k not in ("recent_turns", "kept")}
                     index = _index(indexes, store, settings, queries, opts, SemanticIndex)
                     text = retrieval.with_recent(recent, question.question, options.get("recent_turns", 0))
-                    out = answer_halo_dry(recent, index.search(text), ctx, index.plan,
-                                          index.settings.recall.resurrection_budget_cap,
-                                          floor=room_floor(index.settings), order=WITHOUT_BRIGHTNESS)
+                    if options.get("kept"):  # what the app keeps of the plan (memory/relevance.py)
+                        out = answer_halo_kept(recent, index.search(text), ctx, index.plan,
+                                               index.settings.recall.resurrection_budget_cap,
+                                               room_floor(index.settings), WITHOUT_BRIGHTNESS, queries,
+                                               index.settings.recall.recall_keep_share, text)
+                    else:
+                        out = answer_halo_dry(recent, index.search(text), ctx, index.plan,
+                                              index.settings.recall.resurrection_budget_cap,
+                                              floor=room_floor(index.settings), order=WITHOUT_BRIGHTNESS)
                     for reason in out.missing.values():
                         results[name].missing_reasons[reason] += 1
                 elif name == "brightness":

@@ -31,6 +31,8 @@ from halo_weave.core.anchors import anchors_of
 from halo_weave.core import token_resurrection
 from halo_weave.conversation import Conversation
 from halo_weave.core import ties
+from halo_weave.memory import relevance
+from halo_weave.memory.recall_note import best_first
 from halo_weave.memory.resurrection_plan import budget, make_plan
 from halo_weave.memory.room import plan_with_room
 
@@ -224,6 +226,34 @@ def answer_halo_dry(base: Conversation, matches, q: QuestionContext, planner=mak
         made = plan_with_room(base, matches, planner, user_tokens=q.framed_tokens, max_context=q.model_context,
                               max_new_tokens=q.max_new_tokens, floor=floor, cap=budget_cap, order=order)
         return _read_plan(base, made.plan, matches, q)
+
+
+def answer_halo_kept(base: Conversation, matches, q: QuestionContext, planner, budget_cap: int, floor: int,
+                     order: str | None, embedder, share: float, message: str) -> Outcome:
+    """:func:`answer_halo_dry`'s plan applied, then what the app keeps of it: the
+    recalled paragraphs ranked by their relevance to ``message`` (the question as searched,
+    :mod:`halo_weave.memory.relevance`), the least relevant pruned until ``share`` of
+    the recalled tokens is left.  Made in ``base`` and taken back
+    (:meth:`Conversation.trial`)."""
+    if base.settings.pruning.prune_when == "for_room":
+        raise ValueError("a for_room plan prunes: use answer_halo")
+    with base.trial():
+        made = plan_with_room(base, matches, planner, user_tokens=q.framed_tokens, max_context=q.model_context,
+                              max_new_tokens=q.max_new_tokens, floor=floor, cap=budget_cap, order=order)
+        before = {c.id for c in base.live_chunks()}
+        base_tokens = base.live_token_count()
+        made.plan.apply(base, base.settings.recall.resurrection_brightness)
+        back = [c for c in base.live_chunks() if c.id not in before and not c.framing]
+        if len(back) >= 2:
+            ranked = relevance.rank_with(embedder, best_first(made.plan, back),
+                                         {c.id: base.chunk_text(c.id) for c in back}, message)
+            for chunk_id in relevance.choose(base, ranked, share)[1]:
+                base.prune_chunk(chunk_id)
+        recall, live = evidence_recall(base, q.question.evidence, q.turn_of)
+        why = _why(made.plan, matches, q)
+        missing = {d: why(d) for d in q.question.evidence if d not in live}
+        tokens = base.live_token_count()
+        return Outcome(recall, tokens + q.framed_tokens, live, missing, tokens - base_tokens)
 
 
 def _read_plan(base: Conversation, plan, matches, q: QuestionContext) -> Outcome:

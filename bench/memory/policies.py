@@ -67,6 +67,11 @@ METHODS = [
     # other recent-* row is recent-seed with the changes its name says, so the rows keep
     # their meaning when a default moves.
     ("recent-halo", None, {}),
+    # ... and what the app then keeps of it at question time ("kept": ranked by relevance,
+    # halo_weave.memory.relevance; recall_keep_share of the recalled tokens, the app's 0.5).
+    ("recent-kept", None, {"kept": True}),
+    ("recent-kept33", None, {"kept": True, "recall_keep_share": 1 / 3}),
+    ("recent-kept67", None, {"kept": True, "recall_keep_share": 2 / 3}),
     ("recent-seed", None, SEED_RECALL),
     # recent-halo without the BM25 word rules, and with each alone (the rest: app defaults).
     ("recent-terms-off", None, _TERMS_OFF),

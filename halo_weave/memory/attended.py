@@ -1,13 +1,14 @@
-"""Keeping the part of a message's recall that its question attends to.
+"""Ranking a message's recall by the chat model's attention (SnapKV's choice, per paragraph).
 
 SnapKV keeps the context positions that a prompt's last tokens attend to; here the unit is
-the paragraph.  After a message's search brought paragraphs back, the chat model reads the
-prompt with the message (the message, its framing and the answer's opening are the
-queries); each recalled paragraph scores the mean attention per token those queries pay
-it (summed over the queries, averaged over layers and heads), and the least attended go
-back to the graveyard until ``attention_keep_share`` of the recalled tokens are left.  The
-most attended paragraph always stays.  On the LoCoMo questions this answers better from
-half the tokens (docs/answers.md, "The chat model choosing what comes back").
+the paragraph.  The chat model reads the prompt with the message (the message, its
+framing and the answer's opening are the queries: our server's read-ahead with
+``queries``); each recalled paragraph scores the mean attention per token those queries
+pay it (summed over the queries, averaged over layers and heads).
+
+The app keeps what its relevance order ranks first (:mod:`.relevance`), which kept more
+of LoCoMo's evidence than this order and needs no server; the benchmarks compare the two
+(``bench_answers --methods default-attention``, ``bench_recall_order``: docs/answers.md).
 
 Qt-free and server-free: the caller gets the attention (our server's read-ahead with
 ``queries``, or the benchmark's engine) and hands it to :func:`ranked`.
@@ -18,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from . import relevance
 
 
 #: A message whose queries (its turn and the answer's opening) run longer than this is
@@ -83,28 +86,8 @@ def ranked(reading: Reading, attention) -> list[int]:
     return sorted(reading.recalled, key=lambda c: (-score[c][0], score[c][1]))
 
 
-def kept(order: list[int], token_count: dict[int, int], share: float) -> tuple[list[int], list[int]]:
-    """Split ``order`` (most attended first) into the chunks kept and those given back:
-    the least attended go until at most ``share`` of the tokens are left, the first
-    always kept.  Returns ``(kept, given_back)``, each in the order of ``order``."""
-    if share >= 1.0 or len(order) <= 1:
-        return list(order), []
-    left = sum(token_count[c] for c in order)
-    target = max(0.0, share) * left
-    keep = list(order)
-    back: list[int] = []
-    while len(keep) > 1 and left > target:
-        dropped = keep.pop()
-        left -= token_count[dropped]
-        back.append(dropped)
-    return keep, back[::-1]
-
-
 def choose(conv, reading: Reading, attention, share: float) -> tuple[list[int], list[int]]:
-    """What the message keeps of its recall in ``conv``: ``(kept, given_back)``, the kept
-    most attended first (:func:`ranked`, then :func:`kept` at ``share``), of the recalled
-    chunks still live.  A pinned chunk is kept whatever its attention: the user's pin
-    outranks the model.  Nothing is pruned here."""
-    order = [c for c in ranked(reading, attention) if conv.chunks[c].live]
-    keep, back = kept(order, {c: conv.chunks[c].token_count for c in order}, share)
-    return keep + [c for c in back if conv.chunks[c].pinned], [c for c in back if not conv.chunks[c].pinned]
+    """What the message would keep of its recall in ``conv`` by attention: ``(kept,
+    given_back)``, the kept most attended first (:func:`ranked`, then
+    :func:`.relevance.choose` at ``share``).  Nothing is pruned here."""
+    return relevance.choose(conv, ranked(reading, attention), share)

@@ -4,10 +4,10 @@ The user's message brings back what its search found, with each match's anchors,
 the budget: the universal equation, with the live context counted as at most
 ``resurrection_keep_share`` of the max context (or of the window, pruning only for
 room); just enough older context is pruned first when the plan needs it
-(:mod:`halo_weave.memory.room`).  Where the server answers attention, the chat model then
-keeps the part of it the message attends to, the rest going back to the graveyard
-(:mod:`halo_weave.memory.attended`).  The answer's requests then carry a recall note: a copy
-of what the question recalled, before the question (:mod:`halo_weave.memory.recall_note`).
+(:mod:`halo_weave.memory.room`).  The message then keeps the part of it most relevant to
+it, the rest going back to the graveyard (:mod:`halo_weave.memory.relevance`).  The
+answer's requests then carry a recall note: a copy of what the question recalled, before
+the question (:mod:`halo_weave.memory.recall_note`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 import numpy as np
 
 from ..conversation import Chunk
-from ..memory import attended, recall_note, room
+from ..memory import recall_note, relevance, room
 from ..memory.recall_note import best_first
 from ..memory.resurrection_plan import apply_plan
 from ..memory.resurrection_plan import budget as resurrection_budget
@@ -32,7 +32,7 @@ class Recall:
     Owns: ``index`` (the open conversation's semantic index, searched for what a message
     brings back; None until one is loaded for it: :meth:`use_index`), ``resurrected``
     (how many chunks the last message brought back and kept), ``given_back`` (how many of
-    those its attention gave back: :meth:`keep_attended`) and the note
+    those went back as less relevant: :meth:`keep_ranked`) and the note
     the open answer's requests carry (set by :meth:`with_note`, taken out of each
     token's attention by :meth:`without_note`, dropped by :meth:`end_note`).
     """
@@ -113,30 +113,30 @@ class Recall:
         order = best_first(plan, result.resurrected)
         return [conv.chunks[c] for c in order]
 
-    # -- keeping what the message attends to (halo_weave.memory.attended)
+    # -- keeping the part of it most relevant to the message (halo_weave.memory.relevance)
 
-    @property
-    def weighs(self) -> bool:
-        """Whether a message's recall is weighed by the chat model's attention: the
-        server answers it, and the setting keeps less than all of it."""
-        backend = self._session.backend
-        return bool(backend is not None and backend.capabilities.weighs
-                    and self._session.settings.recall.attention_keep_share < 1)
+    def keeps_part(self, recalled: list[Chunk]) -> bool:
+        """Whether the message keeps only part of ``recalled`` (what :meth:`resurrect_for`
+        brought back): the setting keeps less than all, and there are two to choose from."""
+        return self._session.settings.recall.recall_keep_share < 1 and len(recalled) >= 2
 
-    def reading(self, recalled: list[Chunk], ids: list[int], texts: list[str]) -> attended.Reading | None:
-        """What the server reads to weigh ``recalled`` (what :meth:`resurrect_for` brought
-        back) for the message ``ids``; None when there is nothing to choose from."""
-        if not self.weighs or len(recalled) < 2:
-            return None
-        return attended.read_for(self._session.conv, [c.id for c in recalled], ids, texts)
+    def ranking(self, recalled: list[Chunk], message: str):
+        """A blocking call that ranks ``recalled`` for ``message``, the most relevant
+        first (:func:`~halo_weave.memory.relevance.rank_with`: it embeds the message and
+        the paragraphs): for the embedder's thread.  The texts are read here."""
+        conv, index = self._session.conv, self.index
+        ids = [c.id for c in recalled]
+        texts = {c: conv.chunk_text(c) for c in ids}
+        return lambda: relevance.rank_with(index.embedder, ids, texts, message)
 
-    def keep_attended(self, reading: attended.Reading, attention) -> list[Chunk]:
-        """Keep the part of the recall the message attends to (``attention``: the server's
-        answer to ``reading``); the rest goes back to the graveyard, saved.  Returns the
-        chunks kept, the most attended first."""
+    def keep_ranked(self, order: list[int]) -> list[Chunk]:
+        """Keep the first of ``order`` (:meth:`ranking`'s answer) up to
+        ``recall_keep_share`` of its tokens; the rest goes back to the graveyard, saved.
+        Returns the chunks kept, the most relevant first."""
         session = self._session
         conv = session.conv
-        keep, back = attended.choose(conv, reading, attention, session.settings.recall.attention_keep_share)
+        keep, back = relevance.choose(conv, [c for c in order if c in conv.chunks],
+                                      session.settings.recall.recall_keep_share)
         pruned: list[Chunk] = []
         for chunk_id in back:
             pruned += conv.prune_chunk(chunk_id)
@@ -145,26 +145,19 @@ class Recall:
         self.resurrected, self.given_back = len(keep), len(back)
         return [conv.chunks[c] for c in keep]
 
-    def weigh(self, recalled: list[Chunk], ids: list[int], texts: list[str]) -> list[Chunk]:
-        """:meth:`reading`, the server's answer and :meth:`keep_attended` in one blocking
-        call (the window runs the request on a thread); ``recalled`` as it was when the
-        server is not asked or does not answer (logged)."""
+    def keep_relevant(self, recalled: list[Chunk], message: str) -> list[Chunk]:
+        """:meth:`ranking` and :meth:`keep_ranked` in one blocking call (scripts; the
+        window ranks on the embedder's thread); ``recalled`` as it was when the embedder
+        fails (logged)."""
         self.given_back = 0
-        reading = self.reading(recalled, ids, texts)
-        if reading is None:
+        if not self.keeps_part(recalled) or self.index is None:
             return recalled
         try:
-            answer = self.ask(reading)
+            order = self.ranking(recalled, message)()
         except Exception as err:  # noqa: BLE001 - the message keeps all it recalled
-            log.warning("the server did not weigh what came back: %s", err)
+            log.warning("what came back was not ranked: %s", err)
             return recalled
-        return self.keep_attended(reading, answer) if answer else recalled
-
-    def ask(self, reading: attended.Reading) -> list[float]:
-        """The server's attention for ``reading`` (blocking: the window calls it on a
-        thread); empty when a generate stopped it first."""
-        answer = self._session.backend.prepare(reading.prefix, queries=reading.queries)
-        return answer.get("attention") or []
+        return self.keep_ranked(order)
 
     # -- the recall note
 

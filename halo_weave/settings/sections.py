@@ -190,16 +190,15 @@ class Recall:
     #: A short copy of what a message recalled goes just before it in the request
     #: (halo_weave.memory.recall_note): docs/answers.md, answer F1 with and without.
     recall_note: bool = True
-    # The chat model keeps what the message attends to (halo_weave.memory.attended): where
-    # the server answers the attention a message pays the prompt before it (ours, on
-    # llama.cpp), the recalled paragraphs the message attends to least go back to the
-    # graveyard until this share of the recalled tokens is left (the most attended always
-    # stays); 1.0 = off.  On 64 LoCoMo dev questions with the bundled Qwen 0.5B, answer F1:
-    # 1 -> 0.198 (1,096 recalled tokens, evidence recall 0.696), 2/3 -> 0.213, 1/2 -> 0.221
-    # (519 tokens, recall 0.600), 1/3 -> 0.229 and 0.33 -> 0.216 (~340 tokens, recall
-    # ~0.49): below a half the answers stop improving beyond the noise and recall keeps
-    # falling (docs/answers.md, "The chat model choosing what comes back").
-    attention_keep_share: float = 0.5
+    # What a message keeps of its recall (halo_weave.memory.relevance): the paragraphs that
+    # came back are ranked by their relevance to the message (the search's order, their own
+    # text's cosine with it, the share of its words they hold, fused), and the least
+    # relevant go back to the graveyard until this share of the recalled tokens is left
+    # (the first always stays); 1.0 = keep all.  On every server.  On 128 LoCoMo dev
+    # questions at half the tokens it keeps evidence recall 0.654 of the whole recall's
+    # 0.687 (the chat model's attention kept 0.571): docs/answers.md, "Which paragraphs a
+    # message keeps".
+    recall_keep_share: float = 0.5
 
 
 @dataclass(frozen=True)

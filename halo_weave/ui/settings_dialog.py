@@ -168,8 +168,8 @@ class SettingsDialog(QDialog):
                                                            "Hybrid search: keywords as well as meaning"))
         self._explained(form, "recall_note", self._check("recall_note", s.recall.recall_note,
                                                          "Repeat what a message recalled just before it"))
-        self._explained(form, "attention_keep_share",
-                        self._double("attention_keep_share", s.recall.attention_keep_share, 0.05))
+        self._explained(form, "recall_keep_share",
+                        self._double("recall_keep_share", s.recall.recall_keep_share, 0.05))
         self._explained(form, "proxy_attention", self._check(
             "proxy_attention", s.server.proxy_attention, "Let the bundled reader light the heatmap"))
         self._explained(form, "proxy_pruning", self._check("proxy_pruning", s.server.proxy_pruning,

@@ -4,7 +4,8 @@ Every setting is stored under the ``settings/`` group by its flat name
 (:meth:`Settings.names`: the key is the same whichever section holds the setting).
 Loading is forgiving: a value of the wrong type, out of range, or not one of the allowed
 choices falls back to that field's default (the rest of the stored values still load),
-so a hand-edited or older settings file never stops the app from starting.  A value
+so a hand-edited or older settings file never stops the app from starting; a setting
+saved under an earlier name (``RENAMED_SETTINGS``) loads under today's.  A value
 that was an earlier version's *default* (``LEGACY_DEFAULTS``) loads as today's default:
 every field is saved, so otherwise a user who never touched it would keep the old one
 (e.g. the system prompt from before the notes tool existed).
@@ -35,6 +36,12 @@ RENAMED_CHOICES: dict[str, dict[str, str]] = {
     "resurrection_brightness": {"at_deletion": "at_prune"},
 }
 
+#: Settings an earlier version saved under another name: old key -> today's.  The old
+#: key is read when today's is missing.
+RENAMED_SETTINGS: dict[str, str] = {
+    "attention_keep_share": "recall_keep_share",
+}
+
 #: Earlier versions' defaults, replaced by the current default when loaded.
 LEGACY_DEFAULTS: dict[str, tuple] = {
     "system_prompt": ("You are a helpful assistant.",),
@@ -61,7 +68,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "highlight_fraction": (0.0, 1.0),
     "resurrection_budget_cap": (0, 10_000_000),
     "resurrection_keep_share": (0.0, 1.0),
-    "attention_keep_share": (0.0, 1.0),
+    "recall_keep_share": (0.0, 1.0),
     "query_max_results": (1, 100_000),
     "user_similarity_boost": (0.0, 100.0),
     "min_similarity": (-1.0, 1.0),
@@ -168,12 +175,14 @@ def load_settings(qsettings: QSettings | None = None) -> Settings:
     values = {}
     qs.beginGroup(GROUP)
     try:
+        old_names = {new: old for old, new in RENAMED_SETTINGS.items()}
         for name in Settings.names():
-            if not qs.contains(name):
+            key = name if qs.contains(name) else old_names.get(name)
+            if key is None or not qs.contains(key):
                 continue
             default = defaults.value(name)
             try:
-                value = _convert(qs.value(name), default)
+                value = _convert(qs.value(key), default)
             except (TypeError, ValueError):
                 continue
             if value in LEGACY_DEFAULTS.get(name, ()):

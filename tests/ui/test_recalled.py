@@ -74,7 +74,7 @@ def test_a_message_says_what_it_recalled_and_a_click_shows_each(make_app, qtbot)
     assert ORANGE not in style
     first = c.conv.turns.last("user")
     first_recalled = c.conv.recalls.of(first)
-    assert first_recalled[0] == cat.id, "the question recalled the cat, and attends to it most"
+    assert first_recalled[0] == cat.id, "the question recalled the cat, and ranks it first"
     if cat.live:  # the prune after the answer may have left it: the user prunes it by hand
         with qtbot.wait_signal(c.signals.conversation_changed, timeout=10_000):
             c.levers.prune_chunk(cat.id)

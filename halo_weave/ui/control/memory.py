@@ -178,6 +178,11 @@ class Memory(QObject):
         """Search the open index ahead of queued indexing; ``on_done(matches, error)``."""
         self._queue.search(text, on_done)
 
+    def run(self, fn, on_ok=None, on_fail=None) -> None:
+        """Run ``fn`` on the embedder's thread ahead of queued indexing; ``on_ok(result)``
+        or ``on_fail(exc)`` on the UI thread."""
+        self._queue.run(fn, on_ok=on_ok, on_fail=on_fail)
+
     def wait_for_indexing(self, timeout: float = 60.0) -> bool:
         """Block until queued embedding jobs finish (scripts and tests)."""
         return self._queue.wait_idle(timeout)

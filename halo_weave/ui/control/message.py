@@ -178,31 +178,30 @@ class MessageSend(QObject):
         recalled = recall.resurrect_for(index, matches, len(ids))
         if recalled:
             self._signals.graveyard_changed.emit()
-        reading = recall.reading(recalled, ids, texts)
-        if reading is None:
+        if not recall.keeps_part(recalled):
             self._add_user_turn(ids, texts, prefix, recalled)
             return
-        # The server reads what came back with the message; what the message attends to
-        # least goes back (halo_weave.memory.attended).  Its request runs on a thread.
-        self._gate.set_busy(True, "Reading what came back…")
-        self._signals.turn_phase.emit(text, "reading what came back…")
+        # What came back is ranked by its relevance to the message, and the least relevant
+        # goes back (halo_weave.memory.relevance); the embedding runs on the embedder's thread.
+        self._gate.set_busy(True, "Choosing what came back…")
+        self._signals.turn_phase.emit(text, "choosing what came back…")
 
-        def weighed(attention) -> None:
+        def ranked(order) -> None:
             if self._stale(seq):
                 return
-            kept = recall.keep_attended(reading, attention) if attention else recalled
+            kept = recall.keep_ranked(order)
             if len(kept) < len(recalled):
                 self._signals.graveyard_changed.emit()
             self._add_user_turn(ids, texts, prefix, kept)
 
-        def not_weighed(exc) -> None:
+        def not_ranked(exc) -> None:
             if self._stale(seq):
                 return
-            # Not worth an error: the message keeps all it recalled, as with any other server.
-            log.warning("the server did not weigh what came back: %s", exc)
+            # Not worth an error: the message keeps all it recalled.
+            log.warning("what came back was not ranked: %s", exc)
             self._add_user_turn(ids, texts, prefix, recalled)
 
-        self._calls.run(recall.ask, reading, on_ok=weighed, on_fail=not_weighed)
+        self._memory.run(recall.ranking(recalled, text), on_ok=ranked, on_fail=not_ranked)
 
     def _add_user_turn(self, ids: list[int], texts: list[str], prefix: list, recalled=()) -> None:
         """Save the message (and what its search ``recalled``), then answer it."""
