@@ -35,6 +35,7 @@ import numpy as np
 from . import answers
 from . import answer_scoring as scoring
 from . import locomo
+from halo_weave.core import ties
 from halo_weave.memory import attended, recall_note, relevance  # after bench.answers: it sets llama.cpp's threads up first
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -55,6 +56,11 @@ class Paragraph:
     text: str = ""
     score: float | None = None  # the search's score when the paragraph was a match itself
     similarity: float | None = None  # its raw cosine then
+    # The app's relevance views (:func:`add_relevance`): its rank in the app's order, its
+    # own text's cosine with the message, the share of the message's words it holds.
+    relevance_rank: int = 0
+    cosine: float = 0.0
+    word_share: float = 0.0
 
 
 @dataclass
@@ -75,6 +81,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model", default="bundled", help="'bundled' or a GGUF path")
     p.add_argument("--embed-cache", default="", help="file keeping MiniLM vectors between runs")
     p.add_argument("--save", default="", help="pickle the measured questions to this file (to try orders offline)")
+    p.add_argument("--load", default="", help="score the questions a --save run measured instead of measuring")
     p.add_argument("--json", action="store_true", help="print one JSON object of figures last")
     return p.parse_args(argv)
 
@@ -134,11 +141,41 @@ def _layers(sel):
     return _by(lambda p: -float(p.attention[sel].mean()))
 
 
+def add_relevance(questions: list[Question], embedder) -> None:
+    """Each recalled paragraph's views of :mod:`halo_weave.memory.relevance` and its rank
+    in the app's order (the plan's order: the search's)."""
+    for q in questions:
+        if not q.recalled:
+            continue
+        plan = sorted(q.recalled, key=lambda p: p.search_rank)
+        texts = {k: p.text for k, p in enumerate(plan)}
+        vectors = np.asarray(embedder.encode([q.text] + [p.text for p in plan]), np.float32)
+        order = relevance.ranked(list(range(len(plan))), texts, q.text, vectors)
+        asked = relevance.words(q.text)
+        for rank, k in enumerate(order):
+            plan[k].relevance_rank = rank
+        for k, p in enumerate(plan):
+            p.cosine = float(vectors[k + 1] @ vectors[0])
+            p.word_share = relevance.word_share(asked, p.text)
+
+
 def _fused(k: int):
     """Reciprocal rank fusion of the search's and the attention's orders."""
     def order(ps):
         att = {id(p): r for r, p in enumerate(_by(lambda p: -float(p.attention.mean()))(ps))}
         return sorted(ps, key=lambda p: (-(1 / (k + att[id(p)]) + 1 / (k + p.search_rank)), p.first))
+    return order
+
+
+def _fused_with_attention(k: int):
+    """The app's three views and the attention's order, fused."""
+    def order(ps):
+        views = [sorted(ps, key=lambda p: p.search_rank),
+                 _by(lambda p: (-ties.level(p.cosine), p.search_rank))(ps),
+                 _by(lambda p: (-ties.level(p.word_share), p.search_rank))(ps),
+                 _by(lambda p: -float(p.attention.mean()))(ps)]
+        ranks = [{id(p): r for r, p in enumerate(v)} for v in views]
+        return sorted(ps, key=lambda p: (-ties.level(sum(1 / (k + r[id(p)]) for r in ranks)), p.search_rank))
     return order
 
 
@@ -155,7 +192,7 @@ def orders(n_layer: int) -> dict:
     half = n_layer // 2
     return {
         "search": _by(lambda p: p.search_rank),
-        "attention (the app's)": _layers(slice(None)),
+        "attention (mean per token, every layer and head)": _layers(slice(None)),
         "attention sum": _by(lambda p: -p.attention_sum),
         "attention max token": _by(lambda p: -p.attention_max),
         "attention largest head": _by(lambda p: -float(p.attention.max(axis=1).mean())),
@@ -166,14 +203,23 @@ def orders(n_layer: int) -> dict:
         "fused k=30": _fused(30),
         "search first 1, then attention": _search_first(1),
         "search first 2, then attention": _search_first(2),
+        "relevance (the app's: search, cosine and words fused)": _by(lambda p: p.relevance_rank),
+        "its cosine alone": _by(lambda p: (-ties.level(p.cosine), p.search_rank)),
+        "its words alone": _by(lambda p: (-ties.level(p.word_share), p.search_rank)),
+        "relevance fused with attention": _fused_with_attention(relevance.FUSION_K),
     }
 
 
 def score(questions: list[Question], order, share: float) -> dict:
-    recall, kept_tokens, aucs = [], [], []
+    """Evidence recall keeping ``share`` of the recalled tokens in ``order``, the tokens
+    kept, the AUC, and the evidence recall of the note (the first paragraphs of the order
+    that the recall note copies, with the live context's)."""
+    recall, kept_tokens, aucs, noted = [], [], [], []
+    lines = recall_note.SHAPE.lines
     for q in questions:
         if not q.recalled:
             recall.append(len(q.live_evidence) / q.evidence_turns)
+            noted.append(recall[-1])
             kept_tokens.append(0)
             continue
         ranked = order(q.recalled)
@@ -181,6 +227,7 @@ def score(questions: list[Question], order, share: float) -> dict:
         kept = [ranked[k] for k in keep]
         live = q.live_evidence | {p.turn for p in kept if p.evidence}
         recall.append(len(live) / q.evidence_turns)
+        noted.append(len(q.live_evidence | {p.turn for p in ranked[:lines] if p.evidence}) / q.evidence_turns)
         kept_tokens.append(sum(p.tokens for p in kept))
         place = {id(p): r for r, p in enumerate(ranked)}
         good = [place[id(p)] for p in ranked if p.evidence]
@@ -188,7 +235,7 @@ def score(questions: list[Question], order, share: float) -> dict:
         if good and bad:
             aucs.append(float(np.mean([g < b for g in good for b in bad])))
     return {"evidence_recall": round(float(np.mean(recall)), 4), "kept_tokens": round(float(np.mean(kept_tokens)), 1),
-            "auc": round(float(np.mean(aucs)), 4) if aucs else None}
+            "auc": round(float(np.mean(aucs)), 4) if aucs else None, "note_recall": round(float(np.mean(noted)), 4)}
 
 
 def main(argv=None) -> int:
@@ -207,6 +254,39 @@ def main(argv=None) -> int:
     embedder = Embedder()
     embedder.load()
     queries = retrieval.CachedEmbedder(embedder, args.embed_cache)
+    if args.load:
+        import pickle
+        with open(args.load, "rb") as f:
+            saved = pickle.load(f)
+        measured, n_layer = saved["questions"], saved["n_layer"]
+    else:
+        measured, n_layer = measure_all(args, base, settings, chosen, queries, started)
+    add_relevance(measured, queries)
+    queries.save()
+    whole = score(measured, orders(n_layer)["search"], 1.0)
+    figures = {name: score(measured, order, args.share) for name, order in orders(n_layer).items()}
+    per_layer = {str(k): score(measured, _layers(slice(k, k + 1)), args.share) for k in range(n_layer)}
+    best = max(per_layer, key=lambda k: (per_layer[k]["evidence_recall"], -int(k)))
+    recalled = [p for q in measured for p in q.recalled]
+    print(f"# bench_recall_order: {len(measured)} questions (seed {args.seed}); share kept {args.share}; "
+          f"the whole recall: evidence recall {whole['evidence_recall']}, {whole['kept_tokens']} tokens, "
+          f"{sum(p.tokens for p in recalled if p.evidence) / max(1, sum(p.tokens for p in recalled)):.3f} "
+          f"of them evidence; {time.perf_counter() - started:.0f} s")
+    print("| order | evidence recall | tokens kept | AUC | the note's evidence recall |\n|---|---|---|---|---|")
+    for name, f in figures.items():
+        print(f"| {name} | {f['evidence_recall']} | {f['kept_tokens']} | {f['auc']} | {f['note_recall']} |")
+    print(f"| the best single layer on these questions ({best}) | {per_layer[best]['evidence_recall']} | "
+          f"{per_layer[best]['kept_tokens']} | {per_layer[best]['auc']} | {per_layer[best]['note_recall']} |")
+    if args.json:
+        print(json.dumps({"questions": len(measured), "seed": args.seed, "share": args.share, "whole": whole,
+                          "orders": figures, "per_layer": per_layer, "best_layer": int(best),
+                          "seconds": round(time.perf_counter() - started, 1)}))
+    return 0
+
+
+def measure_all(args, base, settings, chosen, queries, started) -> tuple[list[Question], int]:
+    """Measure every question of ``chosen`` on the llama.cpp engine; with ``--save`` pickle
+    them.  Returns them and the model's layer count."""
     answerer = scoring.Answerer(answers.resolve_model(args.model), 2, base.context + 64, "exact")
     by_dialogue: dict[str, list] = {}
     for dialogue, question in chosen:
@@ -227,22 +307,4 @@ def main(argv=None) -> int:
         with open(args.save, "wb") as f:
             pickle.dump({"seed": args.seed, "n_layer": n_layer, "questions": measured}, f)
     queries.save()
-    whole = score(measured, orders(n_layer)["search"], 1.0)
-    figures = {name: score(measured, order, args.share) for name, order in orders(n_layer).items()}
-    per_layer = {str(k): score(measured, _layers(slice(k, k + 1)), args.share) for k in range(n_layer)}
-    best = max(per_layer, key=lambda k: (per_layer[k]["evidence_recall"], -int(k)))
-    recalled = [p for q in measured for p in q.recalled]
-    print(f"# bench_recall_order: {len(measured)} questions (seed {args.seed}); share kept {args.share}; "
-          f"the whole recall: evidence recall {whole['evidence_recall']}, {whole['kept_tokens']} tokens, "
-          f"{sum(p.tokens for p in recalled if p.evidence) / max(1, sum(p.tokens for p in recalled)):.3f} "
-          f"of them evidence; {time.perf_counter() - started:.0f} s")
-    print("| order | evidence recall | tokens kept | AUC |\n|---|---|---|---|")
-    for name, f in figures.items():
-        print(f"| {name} | {f['evidence_recall']} | {f['kept_tokens']} | {f['auc']} |")
-    print(f"| the best single layer on these questions ({best}) | {per_layer[best]['evidence_recall']} | "
-          f"{per_layer[best]['kept_tokens']} | {per_layer[best]['auc']} |")
-    if args.json:
-        print(json.dumps({"questions": len(measured), "seed": args.seed, "share": args.share, "whole": whole,
-                          "orders": figures, "per_layer": per_layer, "best_layer": int(best),
-                          "seconds": round(time.perf_counter() - started, 1)}))
-    return 0
+    return measured, n_layer
