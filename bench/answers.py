@@ -43,12 +43,13 @@ from halo_weave.core import token_resurrection
 from halo_weave.server import omp  # noqa: E402
 
 omp.configure()  # llama.cpp's threads wait as the server's do (a bounded spin), before it loads
-from halo_weave.memory import attended, recall_note, relevance  # noqa: E402
+from halo_weave.memory import attended, recall_note  # noqa: E402
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from . import answer_scoring as scoring  # noqa: E402
 from . import locomo  # noqa: E402
 from .memory import retrieval  # noqa: E402
+from .memory.methods import keep_relevant  # noqa: E402
 from .memory.replay import Policy, new_conversation, replay, tokenize_dialogue  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "locomo" / "locomo_dev.json"
@@ -341,23 +342,6 @@ def recall_for(conv, index, message: str, user_tokens: int, args):
     made.plan.apply(conv, index.settings.recall.resurrection_brightness)
     conv.prune_to_fit(args.context - args.max_new_tokens - user_tokens, keep_latest_exchange=True, order="age")
     return made
-
-
-def keep_relevant(conv, base_live: set[int], plan, message: str, embedder, share: float) -> list[int] | None:
-    """What the app keeps of the recall (the live content chunks of ``conv`` not in
-    ``base_live``): the most relevant to ``message`` first (:mod:`halo_weave.memory.relevance`,
-    from ``plan``'s order), as :meth:`halo_weave.session.resurrect.Recall.keep_relevant`
-    does; the rest are pruned.  None when there is nothing to choose from (fewer than two
-    chunks came back)."""
-    back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
-    if len(back) < 2:
-        return None
-    order = relevance.rank_with(embedder, recall_note.best_first(plan, back),
-                                {c.id: conv.chunk_text(c.id) for c in back}, message)
-    keep, given_back = relevance.choose(conv, order, share)
-    for chunk_id in given_back:
-        conv.prune_chunk(chunk_id)
-    return keep
 
 
 def keep_attended(conv, base_live: set[int], q_pieces, answerer, share: float) -> list[int] | None:

@@ -168,14 +168,14 @@ def _fused(k: int):
 
 
 def _fused_with_attention(k: int):
-    """The app's three views and the attention's order, fused."""
+    """The app's three views and the attention's order, fused (:func:`relevance.fused`)."""
     def order(ps):
-        views = [sorted(ps, key=lambda p: p.search_rank),
-                 _by(lambda p: (-ties.level(p.cosine), p.search_rank))(ps),
-                 _by(lambda p: (-ties.level(p.word_share), p.search_rank))(ps),
-                 _by(lambda p: -float(p.attention.mean()))(ps)]
-        ranks = [{id(p): r for r, p in enumerate(v)} for v in views]
-        return sorted(ps, key=lambda p: (-ties.level(sum(1 / (k + r[id(p)]) for r in ranks)), p.search_rank))
+        plan = sorted(ps, key=lambda p: p.search_rank)
+        views = [plan, _by(lambda p: (-ties.level(p.cosine), p.search_rank))(plan),
+                 _by(lambda p: (-ties.level(p.word_share), p.search_rank))(plan),
+                 _by(lambda p: -float(p.attention.mean()))(plan)]
+        at = {id(p): n for n, p in enumerate(plan)}
+        return [plan[n] for n in relevance.fused([[at[id(p)] for p in view] for view in views], k)]
     return order
 
 

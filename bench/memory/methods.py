@@ -228,6 +228,23 @@ def answer_halo_dry(base: Conversation, matches, q: QuestionContext, planner=mak
         return _read_plan(base, made.plan, matches, q)
 
 
+def keep_relevant(conv, base_live: set[int], plan, message: str, embedder, share: float) -> list[int] | None:
+    """What the app keeps of the recall (the live content chunks of ``conv`` not in
+    ``base_live``): the most relevant to ``message`` first (:mod:`halo_weave.memory.relevance`,
+    from ``plan``'s order), as :meth:`halo_weave.session.resurrect.Recall.keep_relevant`
+    does; the rest are pruned.  None when there is nothing to choose from (fewer than two
+    chunks came back)."""
+    back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]
+    if len(back) < 2:
+        return None
+    order = relevance.rank_with(embedder, best_first(plan, back),
+                                {c.id: conv.chunk_text(c.id) for c in back}, message)
+    keep, given_back = relevance.choose(conv, order, share)
+    for chunk_id in given_back:
+        conv.prune_chunk(chunk_id)
+    return keep
+
+
 def answer_halo_kept(base: Conversation, matches, q: QuestionContext, planner, budget_cap: int, floor: int,
                      order: str | None, embedder, share: float, message: str) -> Outcome:
     """:func:`answer_halo_dry`'s plan applied, then what the app keeps of it: the
@@ -243,12 +260,7 @@ def answer_halo_kept(base: Conversation, matches, q: QuestionContext, planner, b
         before = {c.id for c in base.live_chunks()}
         base_tokens = base.live_token_count()
         made.plan.apply(base, base.settings.recall.resurrection_brightness)
-        back = [c for c in base.live_chunks() if c.id not in before and not c.framing]
-        if len(back) >= 2:
-            ranked = relevance.rank_with(embedder, best_first(made.plan, back),
-                                         {c.id: base.chunk_text(c.id) for c in back}, message)
-            for chunk_id in relevance.choose(base, ranked, share)[1]:
-                base.prune_chunk(chunk_id)
+        keep_relevant(base, before, made.plan, message, embedder, share)
         recall, live = evidence_recall(base, q.question.evidence, q.turn_of)
         why = _why(made.plan, matches, q)
         missing = {d: why(d) for d in q.question.evidence if d not in live}
