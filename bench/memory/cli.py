@@ -33,7 +33,7 @@ from halo_weave.memory import room  # noqa: E402
 from halo_weave.rules import WITHOUT_BRIGHTNESS  # noqa: E402
 
 from .. import locomo  # noqa: E402
-from . import fidelity, retrieval  # noqa: E402
+from . import fidelity, recall_dump, retrieval  # noqa: E402
 from .methods import (QuestionContext, answer_brightness, answer_full, answer_halo,  # noqa: E402
                       answer_halo_dry, answer_halo_in_place, answer_halo_kept, answer_rag, keep_recent)
 from .policies import BASE_RULE, METHODS, QUICK_METHODS, RETIRED, past_search, policies  # noqa: E402
@@ -84,6 +84,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--diagnostics", type=int, default=15,
                    help="per-question lines printed where halo loses (0: none)")
     p.add_argument("--json", action="store_true", help="print one JSON object of figures last")
+    p.add_argument("--dump-recall", default="", metavar="FILE",
+                   help="write each question's recalled paragraphs for the kept methods here, "
+                        "a JSON object a line (bench/memory/recall_dump.py)")
     p.add_argument("--merge", nargs="+", default=None, metavar="OUTPUT",
                    help="no run: combine the JSON last lines of earlier runs' outputs")
     p.add_argument("--worker-of", default="", help=argparse.SUPPRESS)  # bench/memory/jobs.py
@@ -159,6 +162,8 @@ def main(argv=None) -> int:
     total_questions = 0
     index_total = 0.0
     tmp = tempfile.TemporaryDirectory(prefix="bench_memory_")
+    dump = open(args.dump_recall, "w", encoding="utf-8") if args.dump_recall else None
+    dumper = recall_dump.recorder(dump) if dump else None
 
     for dialogue in dialogues:
         t0 = time.perf_counter()
@@ -255,14 +260,18 @@ def main(argv=None) -> int:
                                      SemanticIndex).search(question.question, RAG_CANDIDATES)
                     out = answer_rag(recent, matches, ctx)
                 elif name.startswith("recent-"):  # the app's search and plan, its settings changed
-                    opts = {k: v for k, v in options.items() if k not in ("recent_turns", "kept")}
+                    opts = {k: v for k, v in options.items() if k not in ("recent_turns", "kept", "extra_room")}
                     index = _index(indexes, store, settings, queries, opts, SemanticIndex)
                     text = retrieval.with_recent(recent, question.question, options.get("recent_turns", 0))
                     if options.get("kept"):  # what the app keeps of the plan (memory/relevance.py)
-                        out = answer_halo_kept(recent, index.search(text), ctx, index.plan,
+                        matches = index.search(text)
+                        record = (dumper(name, dialogue.sample_id, question, turn_of, matches, text, queries)
+                                  if dump else None)
+                        out = answer_halo_kept(recent, matches, ctx, index.plan,
                                                index.settings.recall.resurrection_budget_cap,
                                                room_floor(index.settings), WITHOUT_BRIGHTNESS, queries,
-                                               index.settings.recall.recall_keep_share, text)
+                                               index.settings.recall.recall_keep_share, text,
+                                               extra_room=options.get("extra_room", 0), record=record)
                     else:
                         out = answer_halo_dry(recent, index.search(text), ctx, index.plan,
                                               index.settings.recall.resurrection_budget_cap,
@@ -293,6 +302,8 @@ def main(argv=None) -> int:
         store.close()
         log(f"  {dialogue.sample_id} done in {time.perf_counter() - t0:.0f} s")
     tmp.cleanup()
+    if dump:
+        dump.close()
 
     ordered = [results[name] for name, _, _ in methods]
     wall = time.perf_counter() - started

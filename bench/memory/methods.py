@@ -246,20 +246,28 @@ def keep_relevant(conv, base_live: set[int], plan, message: str, embedder, share
 
 
 def answer_halo_kept(base: Conversation, matches, q: QuestionContext, planner, budget_cap: int, floor: int,
-                     order: str | None, embedder, share: float, message: str) -> Outcome:
+                     order: str | None, embedder, share: float, message: str, *, extra_room: int = 0,
+                     record=None) -> Outcome:
     """:func:`answer_halo_dry`'s plan applied, then what the app keeps of it: the
     recalled paragraphs ranked by their relevance to ``message`` (the question as searched,
     :mod:`halo_weave.memory.relevance`), the least relevant pruned until ``share`` of
     the recalled tokens is left.  Made in ``base`` and taken back
-    (:meth:`Conversation.trial`)."""
+    (:meth:`Conversation.trial`).
+
+    ``extra_room``: tokens the plan may fill beyond the prompt's room (a wider pool to
+    choose from; the result may then overrun the budget).  ``record(conv, before, plan)``
+    is called with the plan applied, before the choice (:mod:`.recall_dump`)."""
     if base.settings.pruning.prune_when == "for_room":
         raise ValueError("a for_room plan prunes: use answer_halo")
     with base.trial():
-        made = plan_with_room(base, matches, planner, user_tokens=q.framed_tokens, max_context=q.model_context,
+        made = plan_with_room(base, matches, planner, user_tokens=q.framed_tokens,
+                              max_context=q.model_context + extra_room,
                               max_new_tokens=q.max_new_tokens, floor=floor, cap=budget_cap, order=order)
         before = {c.id for c in base.live_chunks()}
         base_tokens = base.live_token_count()
         made.plan.apply(base, base.settings.recall.resurrection_brightness)
+        if record is not None:
+            record(base, before, made.plan)
         keep_relevant(base, before, made.plan, message, embedder, share)
         recall, live = evidence_recall(base, q.question.evidence, q.turn_of)
         why = _why(made.plan, matches, q)

@@ -72,6 +72,11 @@ METHODS = [
     ("recent-kept", None, {"kept": True}),
     ("recent-kept33", None, {"kept": True, "recall_keep_share": 1 / 3}),
     ("recent-kept67", None, {"kept": True, "recall_keep_share": 2 / 3}),
+    # A wider pool to choose from: no relative floor, up to 60 paragraphs from 40 results,
+    # 1,024 tokens of room beyond the prompt's (its half may overrun the budget).  For
+    # scripts/bench_recall_fit.py with --dump-recall.
+    ("recent-kept-wide", None, {"kept": True, "extra_room": 1024, "recall_relative_floor": 0.0,
+                                "recall_max_chunks": 60, "query_max_results": 40}),
     ("recent-seed", None, SEED_RECALL),
     # recent-halo without the BM25 word rules, and with each alone (the rest: app defaults).
     ("recent-terms-off", None, _TERMS_OFF),
@@ -183,6 +188,7 @@ RETIRED = {
     "recent-all": "with sub-queries: 0.747 vs 0.748 without", "recent-all-noboost": "0.760 vs 0.763 without sub-queries",
     "recent-all-hw50": "hybrid weight 0.5: 0.758, loses on conv-41 and conv-44",
     "recent-all-k30": "30 candidates: 0.747", "recent-all-k10": "10 candidates: 0.742",
+    "recent-kept-wide": "a pool for bench_recall_fit: half of it overruns the prompt budget (1,968 of 1,848)",
 }
 
 #: The brightness rule every replay starts from (methods name what they change from it):

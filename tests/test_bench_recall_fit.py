@@ -1,0 +1,87 @@
+"""The offline study of what a message keeps of its recall (bench/recall_fit.py), and the
+memory benchmark's dump it reads (bench/memory/recall_dump.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import recall_fit as fit
+from halo_weave.memory import relevance
+
+from test_bench_memory import data_file  # noqa: F401  (the tiny LoCoMo-format file)
+
+
+def _para(turn, tokens, cosine, share, score=None, neighbour=0.0):
+    return {"chunk": turn * 10, "turn": turn, "tokens": tokens, "cosine": cosine, "word_share": share,
+            "match_score": score, "neighbour_score": neighbour}
+
+
+def _question(paragraphs, evidence, live=(), conversation="conv-a", category=4, framing=5):
+    return {"method": "recent-kept", "conversation": conversation, "category": category,
+            "evidence": list(evidence), "live_evidence": list(live), "paragraphs": paragraphs,
+            "framing": {str(p["turn"]): framing for p in paragraphs}}
+
+
+def test_a_cap_counts_each_turns_framing_once_and_takes_what_still_fits():
+    q = _question([_para(1, 50, 0.9, 1.0), _para(1, 40, 0.8, 0.5), _para(2, 200, 0.7, 0.5), _para(3, 30, 0.1, 0.0)],
+                  evidence=[3])
+    kept = fit.keep_cap(q, [0, 1, 2, 3], 130)
+    assert kept == [0, 1, 3], "the 205-token paragraph does not fit; the last one still does"
+    assert fit.recalled_tokens(q, kept) == 50 + 40 + 30 + 5 + 5, "turn 1's framing once, turn 3's once"
+    assert fit.evidence_recall(q, kept) == 1.0
+    assert fit.keep_cap(q, [2, 0], 10) == [2], "the first paragraph is kept whatever it costs"
+
+
+def test_the_apps_order_is_the_relevance_modules_fusion():
+    paras = [_para(1, 20, 0.1, 0.0, 0.9), _para(2, 20, 0.8, 0.5), _para(3, 20, 0.5, 1.0, 0.6), _para(4, 20, 0.9, 0.5)]
+    q = _question(paras, evidence=[4])
+    ids = [0, 1, 2, 3]
+    expected = relevance.fused([ids, relevance.by_score(ids, [p["cosine"] for p in paras]),
+                                relevance.by_score(ids, [p["word_share"] for p in paras])])
+    assert fit.fused_order(q) == expected
+    assert fit.keep_share(q, expected, 0.5) == expected[:2]
+
+
+def test_the_study_ranks_the_evidence_and_counts_what_was_live(tmp_path):
+    # Two conversations (the learned orders are fitted on one and ranked on the other): the
+    # evidence is the paragraph that says most of what was asked, wherever the plan put it.
+    lines = []
+    for conversation in ("conv-a", "conv-b"):
+        for n in range(12):
+            paras = [_para(t, 30, 0.2 + 0.01 * t, 0.1, 0.5) for t in range(1, 5)]
+            evidence_turn = 1 + n % 4
+            paras[evidence_turn - 1] = _para(evidence_turn, 30, 0.9, 0.9, 0.5)
+            lines.append(_question(paras, evidence=[evidence_turn, 99], live=[99], conversation=conversation))
+    path = tmp_path / "dump.jsonl"
+    path.write_text("".join(json.dumps(q) + "\n" for q in lines))
+
+    rows = fit.study(fit.load(str(path))["recent-kept"], learned=True)
+    assert rows["everything recalled"]["evidence_recall"] == 1.0
+    assert rows["relevance (the app's), share 0.50"]["evidence_recall"] == 1.0
+    assert rows["plan, share 0.50"]["evidence_recall"] == 0.75, "the plan gives back half: the live turn still counts"
+    for kind in ("trees", "logistic"):
+        assert rows[f"learned: {kind}, share 0.50"]["evidence_recall"] == 1.0, kind
+    assert rows["learned: logistic, share 0.50"]["questions"] == 24
+
+
+def test_the_dump_of_a_real_recall_gives_the_benchmarks_figures(data_file, tmp_path, capsys):  # noqa: F811
+    """bench_memory's recall-only run with --dump-recall: replayed offline at the app's
+    order and share, the dump gives the recall and recalled tokens the run reported."""
+    pytest.importorskip("llama_cpp")
+    from bench.memory import cli as bench_memory
+
+    dump = tmp_path / "recall.jsonl"
+    argv = ["--data", str(data_file), "--prune-to", "300", "--context", "520", "--max-new-tokens", "40",
+            "--recall-only", "--diagnostics", "0", "--json", "--methods", "recent-kept",
+            "--dump-recall", str(dump)]
+    assert bench_memory.main(argv) == 0
+    reported = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["methods"]["recent-kept"]
+    questions = fit.load(str(dump))["recent-kept"]
+    assert len(questions) == reported["questions"]
+    assert any(q["paragraphs"] for q in questions), "something came back"
+    offline = fit.figures(questions, [fit.fused_order(q) for q in questions],
+                          lambda q, o: fit.keep_share(q, o, 0.5))
+    assert offline["evidence_recall"] == pytest.approx(reported["recall_overall"], abs=1e-3)
+    assert offline["recalled_tokens"] == pytest.approx(reported["mean_recalled_tokens"], abs=0.1)
