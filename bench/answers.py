@@ -112,7 +112,7 @@ METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
 BUNDLED_METHODS = ["oracle", "fifo", "rag", "before", "before-note", "default", "default-all", "default-nonote",
                    "floor70", "cap12", "floor80-cap8"]
 LARGER_METHODS = ["oracle", "fifo", "default"]
-QUICK_METHODS = ["oracle", "fifo", "rag", "default-all", "default", "default-nonote"]
+QUICK_METHODS = ["oracle", "fifo", "rag", "default"]
 QUICK_CONVERSATIONS = ["conv-30"]
 
 
