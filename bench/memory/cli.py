@@ -106,6 +106,8 @@ def main(argv=None) -> int:
 
         return jobs.serve(args.worker_of, main, log)
     if args.jobs > 1:
+        if args.dump_recall:  # the workers would each write the one file
+            raise SystemExit("--dump-recall writes one file: run it with --jobs 1")
         return run_jobs(args, sys.argv[1:] if argv is None else list(argv))
     started = time.perf_counter()
     from halo_weave.memory.embedder import Embedder
