@@ -7,7 +7,8 @@ script replays the choice of what to keep on that file in seconds, without the m
 
 - orders: the plan's; the app's (:mod:`halo_weave.memory.relevance`, reciprocal rank fusion
   of the plan's order, the paragraph's own cosine and its share of the message's words);
-  that fusion with the match's search score as a fourth order, or with other weights; and
+  that fusion with the match's search score as a fourth order, or with other weights; the
+  chat model's yes/no judgement where the file has it (:mod:`bench.recall_judge`); and
   orders learned from the same features (logistic regression, gradient-boosted trees),
   each conversation ranked by a model fitted on the other conversations;
 - what is kept: a share of the recalled tokens (the app's ``recall_keep_share``), or up
@@ -105,10 +106,12 @@ def keep_cap(q: dict, order: list[int], cap: int) -> list[int]:
 # -- orders ------------------------------------------------------------------------------
 
 
-def fused_order(q: dict, weights=(1.0, 1.0, 1.0), with_score: float = 0.0, k: int = relevance.FUSION_K) -> list[int]:
-    """The app's order (``weights`` (1, 1, 1), ``with_score`` 0), or a variant: each of the
-    three orders weighted, and the match's search score (a neighbour: half its best
-    neighbouring match's) as a fourth order of weight ``with_score``."""
+def fused_order(q: dict, weights=(1.0, 1.0, 1.0), with_score: float = 0.0, with_judge: float = 0.0,
+                k: int = relevance.FUSION_K) -> list[int]:
+    """The app's order (``weights`` (1, 1, 1), ``with_score`` and ``with_judge`` 0), or a
+    variant: each of the three orders weighted, the match's search score (a neighbour: half
+    its best neighbouring match's) as a fourth order of weight ``with_score``, and the
+    chat model's judgement (:mod:`bench.recall_judge`) as another of weight ``with_judge``."""
     ids = list(range(len(q["paragraphs"])))
     if len(ids) < 2:
         return ids
@@ -119,6 +122,9 @@ def fused_order(q: dict, weights=(1.0, 1.0, 1.0), with_score: float = 0.0, k: in
     if with_score:
         orders.append(relevance.by_score(ids, [search_score(p) for p in paras]))
         weights.append(with_score)
+    if with_judge:
+        orders.append(relevance.by_score(ids, [p["judge"] for p in paras]))
+        weights.append(with_judge)
     total = [0.0] * len(ids)
     for weight, order in zip(weights, orders):
         for rank, c in enumerate(order):
@@ -203,6 +209,11 @@ def study(questions: list[dict], learned: bool) -> dict[str, dict]:
         "relevance, plan weighted 2": [fused_order(q, weights=(2.0, 1.0, 1.0)) for q in questions],
         "relevance, words weighted 2": [fused_order(q, weights=(1.0, 1.0, 2.0)) for q in questions],
     }
+    if all("judge" in p for q in questions for p in q["paragraphs"]):
+        orders["the chat model's judgement alone"] = [
+            relevance.by_score(list(range(len(q["paragraphs"]))), [p["judge"] for p in q["paragraphs"]])
+            for q in questions]
+        orders["relevance + the judgement"] = [fused_order(q, with_judge=1.0) for q in questions]
     if learned:
         orders["learned: logistic"] = learned_orders(questions, "logistic")
         orders["learned: trees"] = learned_orders(questions, "trees")

@@ -15,12 +15,12 @@ from test_bench_memory import data_file  # noqa: F401  (the tiny LoCoMo-format f
 
 def _para(turn, tokens, cosine, share, score=None, neighbour=0.0):
     return {"chunk": turn * 10, "turn": turn, "tokens": tokens, "cosine": cosine, "word_share": share,
-            "match_score": score, "neighbour_score": neighbour}
+            "match_score": score, "neighbour_score": neighbour, "text": f"paragraph {turn}"}
 
 
 def _question(paragraphs, evidence, live=(), conversation="conv-a", category=4, framing=5):
     return {"method": "recent-kept", "conversation": conversation, "category": category,
-            "evidence": list(evidence), "live_evidence": list(live), "paragraphs": paragraphs,
+            "question": "What was asked?", "evidence": list(evidence), "live_evidence": list(live), "paragraphs": paragraphs,
             "framing": {str(p["turn"]): framing for p in paragraphs}}
 
 
@@ -85,3 +85,29 @@ def test_the_dump_of_a_real_recall_gives_the_benchmarks_figures(data_file, tmp_p
                           lambda q, o: fit.keep_share(q, o, 0.5))
     assert offline["evidence_recall"] == pytest.approx(reported["recall_overall"], abs=1e-3)
     assert offline["recalled_tokens"] == pytest.approx(reported["mean_recalled_tokens"], abs=0.1)
+
+
+def test_a_judged_file_adds_the_judgements_orders():
+    # The judge points at the evidence, the relevance views at another paragraph.
+    q = _question([_para(1, 30, 0.9, 1.0), _para(2, 30, 0.1, 0.0), _para(3, 30, 0.5, 0.5)], evidence=[2])
+    for para, judge in zip(q["paragraphs"], (-2.0, 3.0, 0.0)):
+        para["judge"] = judge
+    rows = fit.study([q], learned=False)
+    assert rows["the chat model's judgement alone, share 0.50"]["evidence_recall"] == 1.0
+    assert rows["relevance (the app's), share 0.50"]["evidence_recall"] == 0.0
+    assert "relevance + the judgement, up to 300" in rows
+
+
+def test_the_judges_sample_is_stratified_and_keeps_questions_with_a_choice():
+    from bench.recall_judge import prompt, sample
+
+    questions = [_question([_para(1, 30, 0.5, 0.5), _para(2, 30, 0.5, 0.5)], evidence=[1], category=1 + n % 4)
+                 for n in range(20)]
+    questions.append(_question([_para(1, 30, 0.5, 0.5)], evidence=[1], category=1))  # nothing to choose
+    chosen = sample(questions, 3, seed=1)
+    assert sorted(q["category"] for q in chosen) == [1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4]
+    assert all(len(q["paragraphs"]) > 1 for q in chosen)
+    assert sample(questions, 3, seed=1) == chosen, "the seed fixes the sample"
+    start, rest = prompt("Where do the bees live?", "  My sister keeps bees in Lisbon.\n")
+    assert start.endswith("Passage from an earlier conversation:\n") and "Where do the bees live?" in start
+    assert rest.startswith("My sister keeps bees in Lisbon.\n\nDoes the passage")

@@ -3,8 +3,8 @@
 ``bench_memory --dump-recall FILE`` writes one JSON object a line for each question of
 each ``kept`` method (:func:`paragraphs`): the question's category and evidence turns, the
 evidence already live before the recall, and every recalled paragraph in the plan's order
-with what the app's relevance order reads of it (its own text's cosine with the message,
-the share of the message's words it holds) and what the search said (its match's score,
+with its text, what the app's relevance order reads of it (its own text's cosine with the
+message, the share of the message's words it holds) and what the search said (its match's score,
 the best score among the matches of the turns beside it).  ``scripts/bench_recall_fit.py``
 reads the file and compares ways of choosing what to keep, without the model or the replay.
 """
@@ -44,6 +44,7 @@ def paragraphs(conv, before: set[int], plan, matches, message: str, embedder) ->
             "word_share": round(relevance.word_share(asked, texts[c]), 6),
             "match_score": round(own[c], 6) if c in own else None,
             "neighbour_score": round(max(by_turn.get(turn - 1, 0.0), by_turn.get(turn + 1, 0.0)), 6),
+            "text": texts[c],
         })
     return rows
 
@@ -62,6 +63,7 @@ def write(out: IO[str], method: str, conversation: str, question, turn_of: dict[
     evidence = sorted({turn_of[d] for d in question.evidence})
     out.write(json.dumps({
         "method": method, "conversation": conversation, "category": question.category,
+        "question": question.question,
         "evidence": evidence, "live_evidence": [t for t in evidence if t in live_before],
         "paragraphs": rows, "framing": turn_framing,
     }) + "\n")
