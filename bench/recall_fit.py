@@ -125,11 +125,7 @@ def fused_order(q: dict, weights=(1.0, 1.0, 1.0), with_score: float = 0.0, with_
     if with_judge:
         orders.append(relevance.by_score(ids, [p["judge"] for p in paras]))
         weights.append(with_judge)
-    total = [0.0] * len(ids)
-    for weight, order in zip(weights, orders):
-        for rank, c in enumerate(order):
-            total[c] += weight / (k + rank)
-    return relevance.by_score(ids, total)
+    return relevance.fused(orders, k, weights)
 
 
 def search_score(para: dict) -> float:

@@ -67,15 +67,16 @@ def by_score(ids: Sequence[int], scores: Sequence[float]) -> list[int]:
     return [ids[k] for k in sorted(range(len(ids)), key=lambda k: (-ties.level(scores[k]), k))]
 
 
-def fused(orders: Sequence[Sequence[int]], k: int = FUSION_K) -> list[int]:
+def fused(orders: Sequence[Sequence[int]], k: int = FUSION_K,
+          weights: Sequence[float] | None = None) -> list[int]:
     """Reciprocal rank fusion of ``orders`` (each a ranking of the same ids, best first):
-    the ids by the sum of ``1 / (k + rank)`` over the orders, the best first; equal sums
-    keep the first order's order."""
+    the ids by the sum of ``weight / (k + rank)`` over the orders (each weight 1 unless
+    ``weights`` says), the best first; equal sums keep the first order's order."""
     first = list(orders[0])
     total = {c: 0 for c in first}
-    for order in orders:
+    for order, weight in zip(orders, weights or [1] * len(orders)):
         for rank, c in enumerate(order):
-            total[c] += 1 / (k + rank)
+            total[c] += weight / (k + rank)
     # The sums are of a few exact fractions: rank them on the grid all the same.
     return by_score(first, [total[c] for c in first])
 
