@@ -8,7 +8,8 @@ script replays the choice of what to keep on that file in seconds, without the m
 - orders: the plan's; the app's (:mod:`halo_weave.memory.relevance`, reciprocal rank fusion
   of the plan's order, the paragraph's own cosine and its share of the message's words);
   that fusion with the match's search score as a fourth order, or with other weights; the
-  chat model's yes/no judgement where the file has it (:mod:`bench.recall_judge`); and
+  chat model's yes/no judgement (:mod:`bench.recall_judge`) or a second embedder's cosine
+  (:mod:`bench.recall_embedder`) where the file has them; and
   orders learned from the same features (logistic regression, gradient-boosted trees),
   each conversation ranked by a model fitted on the other conversations;
 - what is kept: a share of the recalled tokens (the app's ``recall_keep_share``), or up
@@ -16,7 +17,7 @@ script replays the choice of what to keep on that file in seconds, without the m
 
 For each: evidence recall at question time (the evidence already live counts), the
 recalled tokens kept (a turn's chat framing counted once, as the app resurrects it), by
-category.  The learned orders are a bound on what these features can give, not the app's.
+category; and each view's per-question AUC of evidence against the rest.  The learned orders are a bound on what these features can give, not the app's.
 
     python scripts/bench_recall_fit.py /tmp/recall.jsonl --json
 
@@ -106,26 +107,34 @@ def keep_cap(q: dict, order: list[int], cap: int) -> list[int]:
 # -- orders ------------------------------------------------------------------------------
 
 
+#: Scores a dump may carry on each paragraph beyond the app's views, each written by a
+#: study script: the chat model's yes/no judgement (:mod:`bench.recall_judge`) and a second
+#: embedder's cosine (:mod:`bench.recall_embedder`).
+EXTRA_VIEWS = {"judge": "the chat model's judgement", "second_cosine": "the second embedder's cosine"}
+
+
 def fused_order(q: dict, weights=(1.0, 1.0, 1.0), with_score: float = 0.0, with_judge: float = 0.0,
-                k: int = relevance.FUSION_K) -> list[int]:
+                extra: dict[str, float] | None = None, k: int = relevance.FUSION_K) -> list[int]:
     """The app's order (``weights`` (1, 1, 1), ``with_score`` and ``with_judge`` 0), or a
-    variant: each of the three orders weighted, the match's search score (a neighbour: half
-    its best neighbouring match's) as a fourth order of weight ``with_score``, and the
-    chat model's judgement (:mod:`bench.recall_judge`) as another of weight ``with_judge``."""
+    variant: each of the three orders weighted (a weight of 0 leaves that order out), the
+    match's search score (a neighbour: half its best neighbouring match's) as a fourth order
+    of weight ``with_score``, the chat model's judgement as another of weight
+    ``with_judge``, and any score of :data:`EXTRA_VIEWS` named in ``extra`` with its weight."""
     ids = list(range(len(q["paragraphs"])))
     if len(ids) < 2:
         return ids
     paras = q["paragraphs"]
-    orders = [ids, relevance.by_score(ids, [p["cosine"] for p in paras]),
-              relevance.by_score(ids, [p["word_share"] for p in paras])]
-    weights = list(weights)
+    views = [(w, o) for w, o in zip(weights, [ids, relevance.by_score(ids, [p["cosine"] for p in paras]),
+                                               relevance.by_score(ids, [p["word_share"] for p in paras])])]
     if with_score:
-        orders.append(relevance.by_score(ids, [search_score(p) for p in paras]))
-        weights.append(with_score)
+        views.append((with_score, relevance.by_score(ids, [search_score(p) for p in paras])))
+    more = dict(extra or {})
     if with_judge:
-        orders.append(relevance.by_score(ids, [p["judge"] for p in paras]))
-        weights.append(with_judge)
-    return relevance.fused(orders, k, weights)
+        more["judge"] = with_judge
+    for name, weight in more.items():
+        views.append((weight, relevance.by_score(ids, [p[name] for p in paras])))
+    views = [(w, o) for w, o in views if w]
+    return relevance.fused([o for _, o in views], k, [w for w, _ in views])
 
 
 def search_score(para: dict) -> float:
@@ -205,11 +214,14 @@ def study(questions: list[dict], learned: bool) -> dict[str, dict]:
         "relevance, plan weighted 2": [fused_order(q, weights=(2.0, 1.0, 1.0)) for q in questions],
         "relevance, words weighted 2": [fused_order(q, weights=(1.0, 1.0, 2.0)) for q in questions],
     }
-    if all("judge" in p for q in questions for p in q["paragraphs"]):
-        orders["the chat model's judgement alone"] = [
-            relevance.by_score(list(range(len(q["paragraphs"]))), [p["judge"] for p in q["paragraphs"]])
-            for q in questions]
-        orders["relevance + the judgement"] = [fused_order(q, with_judge=1.0) for q in questions]
+    for name, label in EXTRA_VIEWS.items():
+        if questions and all(name in p for q in questions for p in q["paragraphs"]):
+            orders[f"{label} alone"] = [relevance.by_score(list(range(len(q["paragraphs"]))),
+                                                           [p[name] for p in q["paragraphs"]]) for q in questions]
+            orders[f"relevance + {label}"] = [fused_order(q, extra={name: 1.0}) for q in questions]
+            if name == "second_cosine":
+                orders[f"relevance, {label} in place of the cosine"] = [
+                    fused_order(q, weights=(1.0, 0.0, 1.0), extra={name: 1.0}) for q in questions]
     if learned:
         orders["learned: logistic"] = learned_orders(questions, "logistic")
         orders["learned: trees"] = learned_orders(questions, "trees")
@@ -220,6 +232,30 @@ def study(questions: list[dict], learned: bool) -> dict[str, dict]:
         for cap in CAPS:
             rows[f"{name}, up to {cap}"] = figures(questions, order, lambda q, o, c=cap: keep_cap(q, o, c))
     return rows
+
+
+def view_auc(questions: list[dict]) -> dict[str, float]:
+    """Each view's mean per-question AUC: how often an evidence paragraph outranks one that
+    is not (ties count half), over the questions that recalled both kinds."""
+    views = {"plan": lambda paras: [-k for k in range(len(paras))],
+             "cosine": lambda paras: [p["cosine"] for p in paras],
+             "word_share": lambda paras: [p["word_share"] for p in paras],
+             "search_score": lambda paras: [search_score(p) for p in paras]}
+    for name in EXTRA_VIEWS:
+        if questions and all(name in p for q in questions for p in q["paragraphs"]):
+            views[name] = lambda paras, name=name: [p[name] for p in paras]
+    aucs: dict[str, list[float]] = defaultdict(list)
+    for q in questions:
+        paras = q["paragraphs"]
+        is_evidence = [p["turn"] in q["evidence"] for p in paras]
+        if all(is_evidence) or not any(is_evidence):
+            continue
+        for name, read in views.items():
+            scores = read(paras)
+            good = [s for s, e in zip(scores, is_evidence) if e]
+            bad = [s for s, e in zip(scores, is_evidence) if not e]
+            aucs[name].append(float(np.mean([(g > b) + 0.5 * (g == b) for g in good for b in bad])))
+    return {name: round(float(np.mean(values)), 4) for name, values in aucs.items()}
 
 
 def table(method: str, rows: dict[str, dict]) -> str:
@@ -238,10 +274,13 @@ def main(argv=None) -> int:
     missing = [m for m in wanted if m not in dump]
     if missing:
         raise SystemExit(f"not in {args.dump}: {', '.join(missing)} (it holds {', '.join(dump)})")
-    result = {}
+    result, aucs = {}, {}
     for method in wanted:
         result[method] = study(dump[method], learned=not args.no_learned)
-        print(table(method, result[method]) + "\n", file=sys.stderr if args.json else sys.stdout)
+        aucs[method] = view_auc(dump[method])
+        shown = sys.stderr if args.json else sys.stdout
+        print(table(method, result[method]) + "\n", file=shown)
+        print("per-question AUC: " + ", ".join(f"{k} {v:.3f}" for k, v in aucs[method].items()) + "\n", file=shown)
     if args.json:
-        print(json.dumps({"methods": result}))
+        print(json.dumps({"methods": result, "auc": aucs}))
     return 0

@@ -95,7 +95,36 @@ def test_a_judged_file_adds_the_judgements_orders():
     rows = fit.study([q], learned=False)
     assert rows["the chat model's judgement alone, share 0.50"]["evidence_recall"] == 1.0
     assert rows["relevance (the app's), share 0.50"]["evidence_recall"] == 0.0
-    assert "relevance + the judgement, up to 300" in rows
+    assert "relevance + the chat model's judgement, up to 300" in rows
+
+
+def test_a_second_embedders_cosine_stands_in_for_the_apps_and_each_view_gets_an_auc():
+    # The second cosine points at the evidence; the app's cosine at another paragraph.
+    q = _question([_para(1, 30, 0.9, 0.5), _para(2, 30, 0.1, 0.5), _para(3, 30, 0.5, 0.5)], evidence=[2])
+    for para, second in zip(q["paragraphs"], (0.2, 0.8, 0.4)):
+        para["second_cosine"] = second
+    rows = fit.study([q], learned=False)
+    assert rows["the second embedder's cosine alone, up to 300"]["evidence_recall"] == 1.0
+    assert rows["the second embedder's cosine alone, share 0.50"]["evidence_recall"] == 1.0
+    assert "relevance, the second embedder's cosine in place of the cosine, share 0.50" in rows
+    aucs = fit.view_auc([q])
+    assert aucs["second_cosine"] == 1.0 and aucs["cosine"] == 0.0
+    assert aucs["word_share"] == 0.5, "a tie counts half"
+    assert aucs["plan"] == 0.5, "the evidence is second of three in the plan"
+
+
+def test_the_second_embedder_scores_each_paragraph_against_the_messages_focus():
+    from bench.recall_embedder import add_second_cosine
+
+    q = _question([_para(1, 30, 0.5, 0.5), _para(2, 30, 0.5, 0.5)], evidence=[1])
+    seen = []
+
+    def score(query, passages):
+        seen.append((query, passages))
+        return [0.25, 0.75]
+    add_second_cosine([q, _question([], evidence=[1])], score)
+    assert seen == [("What was asked?", ["paragraph 1", "paragraph 2"])], "a question with no recall is not scored"
+    assert [p["second_cosine"] for p in q["paragraphs"]] == [0.25, 0.75]
 
 
 def test_the_judges_sample_is_stratified_and_keeps_questions_with_a_choice():
