@@ -210,6 +210,8 @@ def study(questions: list[dict], learned: bool) -> dict[str, dict]:
     orders = {
         "plan": n,
         "relevance (the app's)": [fused_order(q) for q in questions],
+        "the app's cosine alone": [relevance.by_score(list(range(len(q["paragraphs"]))),
+                                                      [p["cosine"] for p in q["paragraphs"]]) for q in questions],
         "relevance + search score": [fused_order(q, with_score=1.0) for q in questions],
         "relevance, plan weighted 2": [fused_order(q, weights=(2.0, 1.0, 1.0)) for q in questions],
         "relevance, words weighted 2": [fused_order(q, weights=(1.0, 1.0, 2.0)) for q in questions],
