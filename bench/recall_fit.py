@@ -113,28 +113,30 @@ def keep_cap(q: dict, order: list[int], cap: int) -> list[int]:
 EXTRA_VIEWS = {"judge": "the chat model's judgement", "second_cosine": "the second embedder's cosine"}
 
 
-def fused_order(q: dict, weights=(1.0, 1.0, 1.0), with_score: float = 0.0, with_judge: float = 0.0,
+def fused_order(q: dict, weights=(1.0, 1.0, 1.0), with_score: float = 0.0,
                 extra: dict[str, float] | None = None, k: int = relevance.FUSION_K) -> list[int]:
-    """The app's order (``weights`` (1, 1, 1), ``with_score`` and ``with_judge`` 0), or a
+    """The app's order (``weights`` (1, 1, 1), ``with_score`` 0, no ``extra``), or a
     variant: each of the three orders weighted (a weight of 0 leaves that order out), the
     match's search score (a neighbour: half its best neighbouring match's) as a fourth order
-    of weight ``with_score``, the chat model's judgement as another of weight
-    ``with_judge``, and any score of :data:`EXTRA_VIEWS` named in ``extra`` with its weight."""
+    of weight ``with_score``, and each score of :data:`EXTRA_VIEWS` named in ``extra`` as
+    another order of its weight."""
     ids = list(range(len(q["paragraphs"])))
     if len(ids) < 2:
         return ids
     paras = q["paragraphs"]
-    views = [(w, o) for w, o in zip(weights, [ids, relevance.by_score(ids, [p["cosine"] for p in paras]),
-                                               relevance.by_score(ids, [p["word_share"] for p in paras])])]
+    views = list(zip(weights, [ids, relevance.by_score(ids, [p["cosine"] for p in paras]),
+                               relevance.by_score(ids, [p["word_share"] for p in paras])]))
     if with_score:
         views.append((with_score, relevance.by_score(ids, [search_score(p) for p in paras])))
-    more = dict(extra or {})
-    if with_judge:
-        more["judge"] = with_judge
-    for name, weight in more.items():
+    for name, weight in (extra or {}).items():
         views.append((weight, relevance.by_score(ids, [p[name] for p in paras])))
     views = [(w, o) for w, o in views if w]
     return relevance.fused([o for _, o in views], k, [w for w, _ in views])
+
+
+def carries(questions: list[dict], name: str) -> bool:
+    """Whether every paragraph of ``questions`` has the score ``name`` (of :data:`EXTRA_VIEWS`)."""
+    return bool(questions) and all(name in p for q in questions for p in q["paragraphs"])
 
 
 def search_score(para: dict) -> float:
@@ -217,7 +219,7 @@ def study(questions: list[dict], learned: bool) -> dict[str, dict]:
         "relevance, words weighted 2": [fused_order(q, weights=(1.0, 1.0, 2.0)) for q in questions],
     }
     for name, label in EXTRA_VIEWS.items():
-        if questions and all(name in p for q in questions for p in q["paragraphs"]):
+        if carries(questions, name):
             orders[f"{label} alone"] = [relevance.by_score(list(range(len(q["paragraphs"]))),
                                                            [p[name] for p in q["paragraphs"]]) for q in questions]
             orders[f"relevance + {label}"] = [fused_order(q, extra={name: 1.0}) for q in questions]
@@ -244,7 +246,7 @@ def view_auc(questions: list[dict]) -> dict[str, float]:
              "word_share": lambda paras: [p["word_share"] for p in paras],
              "search_score": lambda paras: [search_score(p) for p in paras]}
     for name in EXTRA_VIEWS:
-        if questions and all(name in p for q in questions for p in q["paragraphs"]):
+        if carries(questions, name):
             views[name] = lambda paras, name=name: [p[name] for p in paras]
     aucs: dict[str, list[float]] = defaultdict(list)
     for q in questions:
