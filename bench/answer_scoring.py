@@ -94,15 +94,17 @@ class Answerer:
     """Greedy answers on the app's llama.cpp engine: a prompt that shares its start with
     the previous one runs only what follows (with ``kv="surgery"`` also moved or kept spans)."""
 
-    def __init__(self, path, threads: int, context_size: int, kv: str = "exact") -> None:
-        """``kv``: ``"exact"`` (everything after the first change re-run: the prompt's own
+    def __init__(self, path, threads: int, context_size: int, kv: str = "exact", *,
+                 attention: bool = False) -> None:
+        """``attention``: the engine can read attention (:meth:`weigh`); without it the
+        context reads with flash attention, the engine's fastest settings.  ``kv``: ``"exact"`` (everything after the first change re-run: the prompt's own
         states), ``"surgery"`` (the server's default: spans moved, pruned spans' kept states
         put back, inserted ones run in place) or ``"in-order"`` (surgery, never the new
         tail before the insertions)."""
         from halo_weave.server import kv_surgery
         from halo_weave.server.llamacpp.engine import LlamaEngine
 
-        self.engine = LlamaEngine(path, context_size=context_size, threads=threads)
+        self.engine = LlamaEngine(path, context_size=context_size, threads=threads, read_attention=attention)
         self.name = self.engine.name
         if kv == "exact":
             self.engine.kv.mode = kv_surgery.EXACT
@@ -112,6 +114,11 @@ class Answerer:
             self.engine.kv.tail_first = kv_surgery.TAIL_FIRST_DEFAULT
         else:
             raise ValueError(f"unknown kv mode {kv!r}")
+
+    @property
+    def window(self) -> int:
+        """Tokens the engine's context holds."""
+        return self.engine.context_size
 
     def tokenize(self, text: str) -> list[tuple[int, str]]:
         return self.engine.tokenize(text, parse_special=True)

@@ -68,6 +68,9 @@ ALL = {"recall_keep_share": 1.0}
 
 METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     "oracle": ("oracle", {}, False),  # the evidence turns only: the ceiling
+    # The whole conversation in the model's own window (the most recent turns that fit it,
+    # when it does not): what "why not give my model the whole chat?" would answer.
+    "full": ("full", {}, False),
     # The app's prompt with a perfect recall: the most recent P tokens, the evidence turns
     # brought back in place and nothing else, and their recall note.  What any recall at
     # P could reach; the oracle has no recent context around the evidence.
@@ -108,12 +111,22 @@ METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     # The note's shape (the app's copies 4 paragraphs' first 40 tokens, 160 in all).
     "note3x64": ("halo", {}, recall_note.NoteShape(lines=3, line_tokens=64, tokens=200)),
     "note4x64": ("halo", {}, recall_note.NoteShape(lines=4, line_tokens=64, tokens=256)),
+    # The note copying the sentences that hold the question's words, not the first ones.
+    "note-focus": ("halo", {}, recall_note.NoteShape(focused=True)),
+    # Whole paragraphs (up to 128 tokens each) copied before the question.
+    "note-whole": ("halo", {}, recall_note.NoteShape(lines=4, line_tokens=128, tokens=400)),
 }
 BUNDLED_METHODS = ["oracle", "fifo", "rag", "before", "before-note", "default", "default-all", "default-nonote",
                    "floor70", "cap12", "floor80-cap8"]
 LARGER_METHODS = ["oracle", "fifo", "default"]
-QUICK_METHODS = ["oracle", "fifo", "rag", "default"]
+QUICK_METHODS = ["oracle", "fifo", "full", "default"]
 QUICK_CONVERSATIONS = ["conv-30"]
+#: Defaults are chosen on the tuning conversations and reported on the test ones.
+SPLITS = {"tune": ["conv-26", "conv-30", "conv-41"], "test": ["conv-42", "conv-43", "conv-44"]}
+#: Methods asked each question alone, one after another (their prompts share a start).
+ALONE = ("oracle", "fifo", "full")
+#: Resamples of the bootstrap intervals.
+BOOTSTRAP = 2000
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -130,6 +143,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--methods", default="", help=f"for the first model (default: {','.join(BUNDLED_METHODS)})")
     p.add_argument("--other-methods", default=",".join(LARGER_METHODS), help="for the other models")
     p.add_argument("--conversations", default="", help="comma-separated sample ids (default: all)")
+    p.add_argument("--split", choices=["", *SPLITS], default="",
+                   help="the tuning conversations (" + ", ".join(SPLITS["tune"]) + ") or the test ones ("
+                        + ", ".join(SPLITS["test"]) + "); default: --conversations")
+    p.add_argument("--full-context", type=int, default=0,
+                   help="the window `full` reads the conversation in (default: the model's trained window)")
     p.add_argument("--per-category", type=int, default=6,
                    help="questions per category in the subset (0: every question)")
     p.add_argument("--seed", type=int, default=1, help="the subset's seed")
@@ -275,7 +293,9 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
             ids, texts = prep.tok.turns[t]
             conv.add_turn(prep.dialogue.turns[t].role, ids, texts)
         return finish(conv, prep, question, message, answerer, set(), set(conv.turns))
-    if kind == "fifo":
+    if kind in ("fifo", "full"):
+        if kind == "full":  # the model's whole window, less the answer's room
+            budget = answerer.window - args.answer_tokens - 1
         conv = _keep_recent(prep.full, budget - framed)
         return finish(conv, prep, question, message, answerer, {c.id for c in conv.live_chunks()})
     conv = copy.deepcopy(prep.recent)
@@ -455,6 +475,51 @@ class Tally:
         }
 
 
+def interval(num: list[float], den: list[float], seed: int = 0) -> dict:
+    """The ratio of two methods' mean F1 over the same questions (paired), with a 95 %
+    percentile bootstrap interval over the questions (``BOOTSTRAP`` resamples, seeded)."""
+    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    if len(a) != len(b) or not len(a) or b.sum() == 0:
+        return {"ratio": None, "low": None, "high": None, "questions": len(a)}
+    picks = np.random.default_rng(seed).integers(0, len(a), size=(BOOTSTRAP, len(a)))
+    sums_a, sums_b = a[picks].sum(axis=1), b[picks].sum(axis=1)
+    boot = sums_a[sums_b > 0] / sums_b[sums_b > 0]
+    low, high = np.percentile(boot, [2.5, 97.5])
+    return {"ratio": round(float(a.sum() / b.sum()), 3), "low": round(float(low), 3),
+            "high": round(float(high), 3), "questions": len(a)}
+
+
+#: The ratios every run reports where both methods ran: numerator, denominator.
+RATIOS = [("default", "oracle"), ("default", "full"), ("default", "fifo"), ("full", "oracle"),
+          ("full", "fifo")]
+
+
+def ratios(f1: dict[str, list[float]], by_category: dict[str, dict[int, list[float]]]) -> dict:
+    """Each of :data:`RATIOS` whose methods ran, with its interval, overall and on the
+    multi-hop questions (``"default/oracle multi-hop"``)."""
+    found = {}
+    for num, den in RATIOS:
+        if num in f1 and den in f1:
+            found[f"{num}/{den}"] = interval(f1[num], f1[den])
+            hop_a, hop_b = by_category[num].get(1, []), by_category[den].get(1, [])
+            if hop_a and hop_b:
+                found[f"{num}/{den} multi-hop"] = interval(hop_a, hop_b)
+    return found
+
+
+def paired_difference(a: list[float], b: list[float], seed: int = 0) -> dict:
+    """``mean(a - b)`` over paired questions, its standard error and a 95 % bootstrap
+    interval."""
+    d = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if not len(d):
+        return {"difference": None, "se": None, "low": None, "high": None, "questions": 0}
+    picks = np.random.default_rng(seed).integers(0, len(d), size=(BOOTSTRAP, len(d)))
+    low, high = np.percentile(d[picks].mean(axis=1), [2.5, 97.5])
+    se = float(d.std(ddof=1) / np.sqrt(len(d))) if len(d) > 1 else float("nan")
+    return {"difference": round(float(d.mean()), 4), "se": round(se, 4), "low": round(float(low), 4),
+            "high": round(float(high), 4), "questions": len(d), "identical": int((d == 0).sum())}
+
+
 def resolve_model(spec: str) -> Path:
     from halo_weave.server import loader
 
@@ -471,9 +536,16 @@ def run_model(spec: str, methods: list[str], chosen, args, settings, queries, fo
               weights: dict[int, int] | None = None) -> dict:
     path = resolve_model(spec)
     t0 = time.perf_counter()
-    answerer = scoring.Answerer(path, args.threads, args.context + 64, args.kv)
-    log(f"{spec}: {path.name} loaded in {time.perf_counter() - t0:.1f} s")
+    weighs = any(METHODS[m][0] == "halo-attention" for m in methods)
+    answerer = scoring.Answerer(path, args.threads, args.context + 64, args.kv, attention=weighs)
+    # `full` reads in a window of its own, in exact mode: one conversation's questions share
+    # its whole text as their start, so it is read once and each question runs only itself.
+    whole = scoring.Answerer(path, args.threads, args.full_context or None, "exact") if "full" in methods else None
+    answerer_of = {m: whole if METHODS[m][0] == "full" else answerer for m in methods}
+    log(f"{spec}: {path.name} loaded in {time.perf_counter() - t0:.1f} s"
+        + (f"; `full` reads in {whole.window:,} tokens" if whole else ""))
     tallies = {m: Tally() for m in methods}
+    reads: list[dict] = []  # `full`'s first question of each conversation: the whole read
     by_dialogue: dict[str, list] = {}
     for dialogue, question in chosen:
         by_dialogue.setdefault(dialogue.sample_id, [dialogue, []])[1].append(question)
@@ -488,8 +560,13 @@ def run_model(spec: str, methods: list[str], chosen, args, settings, queries, fo
         # then question by question every method built on the recent context (they differ
         # by what they bring back; a variant's chunks are mostly a subset of the default's).
         def ask(method: str, question) -> None:
-            ctx = build_context(method, prep, question, answerer, settings, args, queries)
-            answer = answerer.answer(ctx.ids, args.answer_tokens)
+            ctx = build_context(method, prep, question, answerer_of[method], settings, args, queries)
+            answer = answerer_of[method].answer(ctx.ids, args.answer_tokens)
+            if METHODS[method][0] == "full" and question is questions[0]:
+                reads.append({"conversation": sample_id, "prompt_tokens": answer.prompt_tokens,
+                              "computed_tokens": answer.computed_tokens, "seconds": round(answer.seconds, 1)})
+                log(f"    full: read {answer.computed_tokens:,} of {answer.prompt_tokens:,} tokens "
+                    f"in {answer.seconds:.0f} s")
             f1 = scoring.answer_f1(answer.text, question.answer, question.category)
             contain = scoring.contains(answer.text, question.answer, question.category)
             tallies[method].add(question.category, f1, contain, ctx, answer)
@@ -503,7 +580,7 @@ def run_model(spec: str, methods: list[str], chosen, args, settings, queries, fo
             if len(tallies[method].examples) < args.show:
                 tallies[method].examples.append((question.question, question.answer, answer.text, round(f1, 2)))
 
-        alone = [m for m in methods if METHODS[m][0] in ("oracle", "fifo")]
+        alone = [m for m in methods if METHODS[m][0] in ALONE]
         together = [m for m in methods if m not in alone]
         for method in alone:
             for question in questions:
@@ -514,9 +591,13 @@ def run_model(spec: str, methods: list[str], chosen, args, settings, queries, fo
             log(f"    question {n}/{len(questions)} ({time.perf_counter() - started:.0f} s so far)")
         prep.store.close()
     answerer.close()
+    if whole is not None:
+        whole.close()
     return {"model": path.name, "file_bytes": path.stat().st_size,
             "seconds": round(time.perf_counter() - started, 1),
             "methods": {m: tallies[m].figures(weights) for m in methods},
+            "ratios": ratios({m: tallies[m].f1 for m in methods}, {m: tallies[m].by_category for m in methods}),
+            "full_reads": reads,
             "examples": {m: tallies[m].examples for m in methods if tallies[m].examples}}
 
 
@@ -554,6 +635,8 @@ def main(argv=None) -> int:
     if args.notes_tool:  # the prompt the model reads, as the app builds it with the tool on
         settings = settings.replace(system_prompt=settings.replace(notes_tool=True).effective_system_prompt)
     dialogues = locomo.load(args.data)
+    if args.split:
+        args.conversations = ",".join(SPLITS[args.split])
     wanted = [c.strip() for c in args.conversations.split(",") if c.strip()]
     if wanted:
         dialogues = [d for d in dialogues if d.sample_id in wanted]
@@ -578,6 +661,10 @@ def main(argv=None) -> int:
     for spec, result in results.items():
         print(f"\n## {spec} ({result['model']}, {result['seconds']:.0f} s)\n")
         print(table(result))
+        for name, r in result["ratios"].items():
+            print(f"  {name}: {r['ratio']} (95 % interval {r['low']}–{r['high']}, {r['questions']} questions)")
+        for read in result["full_reads"]:
+            print(f"  full read {read['conversation']}: {read['computed_tokens']:,} tokens in {read['seconds']} s")
         for m, examples in result.get("examples", {}).items():
             for q, gold, got, f1 in examples:
                 print(f"  {m}: {q!r} gold {gold!r} -> {got!r} (F1 {f1})")
@@ -601,6 +688,12 @@ def main(argv=None) -> int:
             "answer_f1_default": first.get("default", {}).get("answer_f1"),
             "answer_f1_oracle": first.get("oracle", {}).get("answer_f1"),
             "answer_f1_fifo": first.get("fifo", {}).get("answer_f1"),
+            "answer_f1_full": first.get("full", {}).get("answer_f1"),
+            "prompt_tokens": {m: f["prompt_tokens"] for m, f in first.items()},
+            "seconds_per_answer": {m: f["seconds_per_answer"] for m, f in first.items()},
+            "ratios": results[models[0]]["ratios"],
+            "full_reads": results[models[0]]["full_reads"],
+            "split": args.split,
             "models": {spec: {k: v for k, v in r.items() if k != "examples"} for spec, r in list(results.items())[1:]},
         }
         print(json.dumps(figures, allow_nan=False, default=str))

@@ -287,7 +287,7 @@ def main(argv=None) -> int:
 def measure_all(args, base, settings, chosen, queries, started) -> tuple[list[Question], int]:
     """Measure every question of ``chosen`` on the llama.cpp engine; with ``--save`` pickle
     them.  Returns them and the model's layer count."""
-    answerer = scoring.Answerer(answers.resolve_model(args.model), 2, base.context + 64, "exact")
+    answerer = scoring.Answerer(answers.resolve_model(args.model), 2, base.context + 64, "exact", attention=True)
     by_dialogue: dict[str, list] = {}
     for dialogue, question in chosen:
         by_dialogue.setdefault(dialogue.sample_id, [dialogue, []])[1].append(question)

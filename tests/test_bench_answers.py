@@ -74,3 +74,37 @@ def test_weighted_figures_give_each_category_its_share_of_the_data():
     assert figures["answer_f1_weighted"] == 0.25
     assert figures["evidence_recall_weighted"] == 0.25
     assert tally.figures()["answer_f1_weighted"] is None
+
+
+def test_ratios_come_with_a_paired_interval_that_holds_the_ratio():
+    from bench import answers
+
+    default = [0.5, 0.0, 1.0, 0.25, 0.5, 0.0, 1.0, 0.75]
+    oracle = [1.0, 0.5, 1.0, 0.5, 0.5, 0.25, 1.0, 1.0]
+    r = answers.interval(default, oracle)
+    assert r["ratio"] == round(sum(default) / sum(oracle), 3) and r["questions"] == 8
+    assert r["low"] <= r["ratio"] <= r["high"] < 1.0 + 1e-9
+    assert answers.interval(default, oracle) == r, "seeded: the same interval every run"
+    found = answers.ratios({"default": default, "oracle": oracle, "fifo": [0.0] * 8},
+                           {"default": {1: default[:3]}, "oracle": {1: oracle[:3]}, "fifo": {}})
+    assert set(found) == {"default/oracle", "default/oracle multi-hop", "default/fifo"}
+    assert found["default/fifo"]["ratio"] is None, "nothing to divide by: no ratio, no error"
+
+
+def test_two_runs_pair_question_by_question(tmp_path):
+    import json
+
+    from bench import answers_pair
+
+    def write(name, f1s):
+        path = tmp_path / name
+        rows = [{"method": "default", "conversation": "c", "question": f"q{k % 3}", "gold": "g",
+                 "answer": f"a{f}", "f1": f} for k, f in enumerate(f1s)]
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return str(path)
+
+    first = answers_pair.read(write("a.jsonl", [1.0, 0.5, 0.0, 1.0]))
+    second = answers_pair.read(write("b.jsonl", [1.0, 0.0, 0.0]))
+    figures = answers_pair.compare(first, second)["default"]
+    assert figures["questions"] == 3, "the question asked twice pairs with its own occurrence only"
+    assert figures["difference"] == round(0.5 / 3, 4) and figures["identical"] == 2 and figures["same_answer"] == 2

@@ -181,3 +181,28 @@ def test_a_note_of_another_shape_copies_more_of_fewer_paragraphs():
     wide = "".join(recall_note.note_tokens(words, tokens, limit=400, shape=shape)[1])
     assert "end0" in wide and "end1" in wide and "P2" not in wide, "two whole paragraphs"
     assert "end0" not in app and "P1" in app, "the app's: the first words of each"
+
+
+def _words(text: str) -> list[tuple[int, str]]:
+    """A word tokenizer: each word with the space before it, as BPE pieces are."""
+    import re
+
+    return [(6000 + k, piece) for k, piece in enumerate(re.findall(r"\s*\S+", text))]
+
+
+def test_a_focused_note_copies_the_sentences_that_hold_the_question_words():
+    words = FRAMING.note
+    paragraph = _words("[8 May 2023] Caroline: I spent the weekend painting the fence with my neighbours. "
+                       "It took ages and the paint ran out twice. Then on Sunday we adopted a puppy "
+                       "called Biscuit from the shelter downtown. We also baked bread.")
+    tokens = [([i for i, _ in paragraph], [t for _, t in paragraph])]
+    shape = recall_note.NoteShape(line_tokens=16, focused=True)
+    asked = frozenset(recall_note.relevance.words("What is the name of Caroline's puppy from the shelter?"))
+    focused = "".join(recall_note.note_tokens(words, tokens, shape=shape, asked=asked)[1])
+    first = "".join(recall_note.note_tokens(words, tokens, shape=recall_note.NoteShape(line_tokens=16))[1])
+    assert "Biscuit" in focused and "Biscuit" not in first, "the sentence that holds the answer is copied"
+    assert "[8 May 2023] Caroline:" in focused, "with the speaker and the date before it"
+    assert "fence" not in focused and focused.endswith("…\n\n")
+    unrelated = frozenset(recall_note.relevance.words("Do you like opera?"))
+    plain = "".join(recall_note.note_tokens(words, tokens, shape=shape, asked=unrelated)[1])
+    assert plain == first, "no sentence holds a word of the question: its first words, as before"

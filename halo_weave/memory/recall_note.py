@@ -29,6 +29,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from . import relevance
+
 #: Paragraphs a note copies at most, tokens copied from each, and tokens in all.
 NOTE_CHUNKS = 4
 NOTE_CHUNK_TOKENS = 40
@@ -43,9 +45,17 @@ class NoteShape:
     lines: int = NOTE_CHUNKS
     line_tokens: int = NOTE_CHUNK_TOKENS
     tokens: int = NOTE_TOKENS
+    #: Copy from a paragraph longer than a line the sentences that hold most of the
+    #: message's words (after its opening words up to a ":", a transcript's "[date]
+    #: Name:"), not its first words.
+    focused: bool = False
 
 
 SHAPE = NoteShape()
+#: A focused note's head: a ":" among a paragraph's first tokens ends its speaker and date.
+HEAD_TOKENS = 16
+#: What ends a sentence a focused note may copy.
+SENTENCE_ENDS = (".", "!", "?")
 
 #: (token ids, token texts) of a chunk.
 Tokens = tuple[Sequence[int], Sequence[str]]
@@ -75,10 +85,11 @@ class RecallNote:
 
 
 def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS,
-                shape: NoteShape = SHAPE) -> tuple[list[int], list[str]]:
+                shape: NoteShape = SHAPE, asked: frozenset[str] = frozenset()) -> tuple[list[int], list[str]]:
     """The note's tokens for the paragraphs ``chunks`` (best first), within ``limit``
     (at most ``shape.tokens``); empty when ``words`` (the framing's tokenized note
-    words) are missing or no paragraph has text."""
+    words) are missing or no paragraph has text.  ``asked``: the message's word stems
+    (:func:`~.relevance.words`), which a focused shape copies sentences by."""
     limit = min(limit, shape.tokens)
     if not words:
         return [], []
@@ -86,7 +97,10 @@ def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS,
     for ids, texts in chunks:
         if len(lines) == shape.lines:
             break
-        line = _trimmed(list(ids), list(texts), shape.line_tokens)
+        if shape.focused and asked:
+            line = _focused(list(ids), list(texts), shape.line_tokens, asked)
+        else:
+            line = _trimmed(list(ids), list(texts), shape.line_tokens)
         if line is not None:
             lines.append(line)
     while lines:
@@ -104,8 +118,12 @@ def for_message(conv, turn_id: int, limit: int = NOTE_TOKENS, shape: NoteShape =
     chunks = [conv.chunks[c] for c in conv.recalls.of(turn_id) if c in conv.chunks]
     live = [c for c in chunks if c.live and not c.framing]
     tokens = (conv.chunk_tokens(c.id) for c in live)
-    ids, texts = note_tokens(words, ((t.token_ids, t.texts) for t in tokens), limit, shape)
     content = [c for c in conv.content_chunks(turn_id) if c.live] if turn_id in conv.turns else []
+    asked = frozenset()
+    if shape.focused and content:
+        message = "".join("".join(conv.chunk_tokens(c.id).texts) for c in content)
+        asked = frozenset(relevance.words(relevance.focus(message)))
+    ids, texts = note_tokens(words, ((t.token_ids, t.texts) for t in tokens), limit, shape, asked)
     if not ids or not content:
         return None
     offset = len(conv.system.ids) + int(np.searchsorted(conv.table.position, content[0].start))
@@ -131,6 +149,38 @@ def _trimmed(ids: list[int], texts: list[str], length: int) -> tuple[list[int], 
         end -= 1
     stop = min(end, start + length)
     return ids[start:stop], texts[start:stop], stop < end
+
+
+def _focused(ids: list[int], texts: list[str], length: int,
+             asked: frozenset[str]) -> tuple[list[int], list[str], bool] | None:
+    """At most ``length`` tokens of a paragraph: all of it when it fits; else its head
+    (the tokens up to a ":" among its first :data:`HEAD_TOKENS`, a transcript's speaker
+    and date) and the sentences holding the most of ``asked``, in the paragraph's order
+    (ties: the earlier sentence); its first tokens when no sentence holds any."""
+    whole = _trimmed(ids, texts, len(texts))
+    if whole is None:
+        return None
+    ids, texts = list(whole[0]), list(whole[1])
+    if len(ids) <= length:
+        return ids, texts, False
+    head = next((k + 1 for k, t in enumerate(texts[:HEAD_TOKENS]) if t.rstrip().endswith(":")), 0)
+    spans, start = [], head
+    for k in range(head, len(texts)):
+        if texts[k].rstrip().endswith(SENTENCE_ENDS) or "\n" in texts[k] or k == len(texts) - 1:
+            spans.append((start, k + 1))
+            start = k + 1
+    scored = [(len(asked & relevance.words("".join(texts[a:b]))), -a, a, b) for a, b in spans]
+    if not any(score for score, *_ in scored):
+        return _trimmed(ids, texts, length)
+    room, chosen = length - head, []
+    for score, _, a, b in sorted(scored, reverse=True):
+        if score == 0 or room <= 0:
+            break
+        take = min(b - a, room)  # a sentence longer than what is left: its start
+        chosen.append((a, a + take))
+        room -= take
+    keep = list(range(head)) + [k for a, b in sorted(chosen) for k in range(a, b)]
+    return [ids[k] for k in keep], [texts[k] for k in keep], len(keep) < len(ids)
 
 
 def _written(words: dict, lines: list) -> tuple[list[int], list[str]]:

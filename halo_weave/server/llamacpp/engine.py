@@ -2,7 +2,8 @@
 
 Built on llama-cpp-python's low-level API (the high-level ``Llama`` class takes no
 evaluation callback).  The context is created with flash attention off (the softmax
-nodes the attention is read from only exist then), a unified KV cache and
+nodes the attention is read from only exist then; a context for answers only may have it
+on), a unified KV cache and
 :data:`~.cache.N_SEQ` sequences (live and scratch, see :mod:`.cache`).
 Tokenization, stop tokens and generation behave as in the transformers engine; text
 pieces come from each token's bytes as llama.cpp stores them.
@@ -43,7 +44,7 @@ class LlamaEngine(EngineBase):
     def __init__(self, path: Path, *, context_size: int | None = None, threads: int | None = None,
                  attention_format: str = AGGREGATED, capture_threads: int | None = None,
                  store_bytes: int = DEFAULT_STORE_BYTES, initial_cells: int | None = None,
-                 c_filter: bool = True) -> None:
+                 c_filter: bool = True, read_attention: bool = True) -> None:
         """``threads`` run prefill and plain decoding; ``capture_threads`` a decode whose
         attention is read (default: ``threads``);
         ``store_bytes`` bounds the host memory keeping pruned spans' states (0: none);
@@ -51,7 +52,11 @@ class LlamaEngine(EngineBase):
         that needs more grows the cache (see :meth:`.LlamaCache.reserve`), up to
         ``context_size``.  Fewer cells make every prune cheaper: llama.cpp re-rotates the
         keys of every cell after a position shift;
-        ``c_filter``: answer ggml's per-node asks in C where it compiles (:mod:`.filter`)."""
+        ``c_filter``: answer ggml's per-node asks in C where it compiles (:mod:`.filter`);
+        ``read_attention=False``: a context for answers only, with flash attention on
+        (several times faster at long contexts, where the plain kernel writes every
+        head's whole score matrix), but no attention can be read: a decode that asks for
+        it fails with :class:`~.readout.DecodeError`."""
         if attention_format not in ATTENTION_FORMATS:
             raise ValueError(f"attention format must be one of {ATTENTION_FORMATS}")
         if initial_cells is not None and initial_cells < 1:
@@ -85,7 +90,10 @@ class LlamaEngine(EngineBase):
         cp.n_batch = cp.n_ubatch = N_BATCH
         cp.n_seq_max = N_SEQ
         cp.kv_unified = True
-        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        # The softmax nodes the attention is read from exist only with flash attention off.
+        cp.flash_attn_type = (L.LLAMA_FLASH_ATTN_TYPE_DISABLED if read_attention
+                              else L.LLAMA_FLASH_ATTN_TYPE_ENABLED)
+        self.reads_attention = read_attention
         threads = threads or max(1, os.cpu_count() or 1)
         cp.n_threads = cp.n_threads_batch = threads
         readout = AttentionReadout(lib, self._n_layer, self._n_head)  # its callback goes into the context
