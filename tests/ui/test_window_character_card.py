@@ -1,17 +1,15 @@
 """Character cards and presets in the window, on the real server, model and store: File →
 Import of a card opens a new conversation with the character's greeting shown and the card
 as its system prompt; a malformed card is refused with its reason and the open
-conversation stays as it was; a preset picked in Chat → Presets… is used."""
+conversation stays as it was."""
 
 from __future__ import annotations
 
 import pytest
 
 from card_files import SERAPHINA, card_png, write_card
-from halo_weave.settings.presets import PresetBook, presets_file
 from halo_weave.storage.character_card import card_prompt, read_card
 from halo_weave.store import list_conversations
-from halo_weave.ui.preset_dialog import IN_USE, PresetDialog, apply_preset
 from test_app import TURN_TIMEOUT_MS, make_app  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
@@ -59,34 +57,3 @@ def test_malformed_character_card_is_refused_and_the_open_conversation_stays(mak
     assert c.files.path == before_path and len(c.conv.turns) == before_turns
     assert "Mochi" in app.window.heatmap.toPlainText()
     assert len(list_conversations(tmp_path)) == files_before
-
-
-def test_preset_picked_in_the_window_sets_the_prompt_and_sampling(make_app, qtbot, tmp_path, monkeypatch):
-    monkeypatch.setenv("HALO_WEAVE_CONFIG", str(tmp_path / "config"))  # presets.json beside settings.ini
-    app = make_app().start()
-    c, window = app.controller, app.window
-    book = PresetBook()
-    dialog = PresetDialog(book, c.session.prompt.own(), c.settings, True, window)
-    qtbot.addWidget(dialog)
-    dialog.select("Coder")
-    assert dialog.chosen().name == "Coder"
-    assert "fenced code blocks" in dialog.prompt_view.toPlainText()
-    assert "temperature 0.2" in dialog.sampling_label.text()
-    dialog.for_new.setChecked(True)
-    assert apply_preset(window, dialog.chosen(), dialog.for_conversation.isChecked(), dialog.for_new.isChecked())
-    qtbot.waitUntil(lambda: not c.prompt.syncing and "fenced code blocks" in c.conv.system.text,
-                    timeout=TURN_TIMEOUT_MS)
-    assert c.settings.sampling.temperature == 0.2 and c.settings.sampling.max_new_tokens == 1024
-    assert c.settings.chat.system_prompt == book.find("Coder").system_prompt, "and for new conversations"
-    from halo_weave.ui.settings_io import load_settings
-
-    assert load_settings(app.qsettings).sampling.temperature == 0.2, "kept for the next start"
-
-    # Save what is in use as a preset of one's own: it is listed, marked in use, and kept.
-    again = PresetDialog(PresetBook(), c.session.prompt.own(), c.settings, True, window)
-    qtbot.addWidget(again)
-    assert again.list.currentItem().text().startswith("Coder") and IN_USE in again.list.currentItem().text()
-    assert again.save_current("My coder")
-    assert "saved" in again.status_label.text()
-    assert presets_file().is_file() and PresetBook().find("My coder") is not None
-    assert again.chosen().name == "My coder" and again.delete_button.isEnabled()
