@@ -132,8 +132,8 @@ class WindowMenus:
     def import_json(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
             self.window, "Import conversation", str(Path.home()),
-            "Conversations (*.json *.jsonl);;Halo Weave export (*.json);;SillyTavern chat (*.jsonl);;"
-            "KoboldAI Lite save (*.json);;All files (*)")
+            "Conversations and character cards (*.json *.jsonl *.png);;Halo Weave export (*.json);;"
+            "SillyTavern chat (*.jsonl);;KoboldAI Lite save (*.json);;Character card (*.png *.json);;All files (*)")
         if path:
             self.controller.files.import_json(Path(path))
 
