@@ -2,7 +2,8 @@
 
 Starts the built-in server on a free loopback port (or uses ``--server URL``), imports a
 character card (JSON, as SillyTavern exports it) through File → Import, lets the
-character answer one message, then opens Chat → Presets… with Writer selected:
+character answer one message, saves that prompt as a preset of the user's, then opens
+Chat → Presets… with Writer selected:
 
     QT_QPA_PLATFORM=offscreen python scripts/screenshot_cards.py [--out docs/screenshots]
 
@@ -85,11 +86,12 @@ def take(url: str, out: Path, message: str) -> dict:
     window.grab().save(str(path))
     saved["character_card"] = str(path)
 
-    from halo_weave.settings.presets import PresetBook
+    from halo_weave.settings.presets import Preset, PresetBook
     from halo_weave.ui.preset_dialog import PresetDialog
 
-    dialog = PresetDialog(PresetBook(Path(driver.home) / "presets.json"), c.session.prompt.own(), c.settings,
-                          True, window)
+    book = PresetBook(Path(driver.home) / "presets.json")
+    book.save(Preset.of("Captain Mora", c.session.prompt.own(), c.settings))  # one of the user's, in use
+    dialog = PresetDialog(book, c.session.prompt.own(), c.settings, True, window)
     dialog.select("Writer")
     dialog.show()
     driver.settle()
