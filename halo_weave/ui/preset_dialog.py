@@ -179,10 +179,10 @@ def apply_preset(window, preset: Preset, conversation: bool, new: bool) -> bool:
     if new:
         settings = settings.replace(system_prompt=preset.system_prompt)
     window.apply_settings(settings)
-    where = [w for w, on in (("this conversation", conversation and controller.conv is not None),
-                             ("new conversations", new)) if on]
-    if conversation and controller.conv is not None:
-        controller.prompt.set_conversation_prompt(preset.system_prompt)
+    # A read-only conversation keeps its prompt (set_conversation_prompt says why).
+    here = conversation and controller.conv is not None and controller.prompt.set_conversation_prompt(
+        preset.system_prompt)
+    where = [w for w, on in (("this conversation", here), ("new conversations", new)) if on]
     window.messages.info(f"Preset {preset.name!r}: its sampling is in use"
                          + (f", and its system prompt for {' and '.join(where)}." if where else "."))
     return True
