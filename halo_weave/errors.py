@@ -29,6 +29,7 @@ Callers match these by type (``except StoreError``), never by class name: a name
     │       ├── StoreForeign      an SQLite file that is not a Halo Weave conversation
     │       └── StoreTooNew       written by a newer Halo Weave (unknown migration)
     ├── TransferError             an export or import that cannot be done
+    ├── PresetError               a preset that cannot be saved, or the presets file it would overwrite
     ├── CaptureError              a recorder used out of order, an unreadable capture folder
     ├── EmbedderUnavailable       the embedding model could not be loaded (semantic search off)
     ├── SnapshotInvalid           a vector snapshot that is missing, truncated or foreign
@@ -170,6 +171,10 @@ class StoreTooNew(StoreRefused):
 
 class TransferError(HaloError, ValueError):
     """An export or import that cannot be done; ``str(error)`` is meant for the user."""
+
+
+class PresetError(HaloError, ValueError):
+    """A preset that cannot be saved or deleted; ``str(error)`` is meant for the user."""
 
 
 class CaptureError(HaloError, RuntimeError):

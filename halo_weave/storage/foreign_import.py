@@ -357,8 +357,10 @@ def import_foreign(path: Path, data_dir: Path, tokenize: Tokenize, framing: Fram
 
 
 def write_chat(chat: ForeignChat, data_dir: Path, tokenize: Tokenize, framing: Framing,
-               settings: Settings | None = None) -> Path:
-    """Tokenize every message, then write the conversation in one transaction."""
+               settings: Settings | None = None, system_prompt: str | None = None) -> Path:
+    """Tokenize every message, then write the conversation in one transaction;
+    ``system_prompt``: the conversation's own (framed when it is opened), instead of the
+    settings' default."""
     settings = settings or Settings()
     turns = merged(chat.messages)
     tokenized = []
@@ -382,6 +384,8 @@ def write_chat(chat: ForeignChat, data_dir: Path, tokenize: Tokenize, framing: F
             if pruned:
                 store.save_chunks(conv, pruned)
             store.set_meta("title", chat.title)
+            if system_prompt is not None:
+                store.save_system_prompt(conv, own=system_prompt)
             if chat.names:
                 store.set_meta("role_names", chat.names)
             store.set_meta("imported_from", {"app": chat.source, "messages": len(chat.messages),

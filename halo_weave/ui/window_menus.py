@@ -31,7 +31,9 @@ class WindowMenus:
                                  "Save the whole conversation as a JSON file")
         self.import_action = add(file_menu, "&Import…", self.import_json, "Ctrl+I",
                                  "Open a JSON export, a SillyTavern chat (.jsonl) or a KoboldAI "
-                                 "Lite save (.json) as a new conversation")
+                                 "Lite save (.json) or a character card as a new conversation")
+        self.card_action = add(file_menu, "Import &character card…", self.import_card, None,
+                               "Start a conversation with a SillyTavern character card (PNG or JSON)")
         file_menu.addSeparator()
         self.settings_action = add(file_menu, "&Settings…", self.open_settings, "Ctrl+,",
                                    "Generation, pruning, memory and server settings")
@@ -58,6 +60,9 @@ class WindowMenus:
                                        lambda: c.actions.show_answer_version(1), "Alt+Right")
         self.prompt_action = add(chat, "System &prompt…", lambda: self.open_settings("prompt"), None,
                                  "This conversation's system prompt, and the one new conversations start with")
+        self.presets_action = add(chat, "Pre&sets…", self.open_presets, None,
+                                  "Pick a system prompt with its sampling (Assistant, Coder, Writer, yours); "
+                                  "save the ones in use as a preset")
         chat.addSeparator()
         self.graveyard_action = add(chat, "Show &graveyard",
                                     lambda: window.set_graveyard_visible(not window.graveyard.isVisible()), "Ctrl+G")
@@ -127,10 +132,30 @@ class WindowMenus:
     def import_json(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
             self.window, "Import conversation", str(Path.home()),
-            "Conversations (*.json *.jsonl);;Halo Weave export (*.json);;SillyTavern chat (*.jsonl);;"
-            "KoboldAI Lite save (*.json);;All files (*)")
+            "Conversations and character cards (*.json *.jsonl *.png);;Halo Weave export (*.json);;"
+            "SillyTavern chat (*.jsonl);;KoboldAI Lite save (*.json);;Character card (*.png *.json);;All files (*)")
         if path:
             self.controller.files.import_json(Path(path))
+
+    def import_card(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(
+            self.window, "Import character card", str(Path.home()),
+            "Character cards (*.png *.json);;All files (*)")
+        if path:
+            self.controller.files.import_card(Path(path))
+
+    def open_presets(self) -> None:
+        """Chat → Presets…: pick one for this conversation and new ones, or save one."""
+        from ..settings.presets import PresetBook
+        from .preset_dialog import PresetDialog, apply_preset
+
+        c = self.controller
+        open_one = c.conv is not None
+        prompt = c.session.prompt.own() if open_one else c.settings.chat.system_prompt
+        dialog = PresetDialog(PresetBook(), prompt, c.settings, open_one, self.window)
+        if dialog.exec() and dialog.chosen() is not None:
+            apply_preset(self.window, dialog.chosen(), dialog.for_conversation.isChecked(),
+                         dialog.for_new.isChecked())
 
     def open_settings(self, page: str = "") -> None:
         """File → Settings; ``page="prompt"`` opens it at the system prompts."""

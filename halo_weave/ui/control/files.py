@@ -165,33 +165,55 @@ class ConversationFiles(QObject):
     def import_json(self, path: Path) -> None:
         """Import a conversation (on a thread), open it, re-index.
 
-        A Halo Weave JSON export, or a chat from another app (a SillyTavern ``.jsonl``, a
-        KoboldAI Lite ``.json``: :mod:`halo_weave.storage.foreign_import`), which is
-        tokenized with the connected server's tokenizer.
+        A Halo Weave JSON export; a chat from another app (a SillyTavern ``.jsonl``, a
+        KoboldAI Lite ``.json``: :mod:`halo_weave.storage.foreign_import`); or a character
+        card (a PNG or JSON one: :mod:`halo_weave.storage.character_card`).  The last two
+        are tokenized with the connected server's tokenizer.
         """
-        from ...storage import foreign_import, transfer
+        from ...storage import character_card, foreign_import, transfer
 
-        session, signals, gate = self._session, self._signals, self._gate
+        if foreign_import.is_halo_weave_export(Path(path)):
+            from ...server.vocab import vocab_size_for
+
+            model_info = self._session.model_info  # read here: the import runs on a thread
+            self._import(path, lambda: transfer.import_conversation(Path(path), self._data_dir,
+                                                                    vocab_size_for(model_info)))
+        elif character_card.looks_like_card(Path(path)):
+            self.import_card(path)
+        else:
+            self._import_tokenized(path, foreign_import.import_foreign)
+
+    def import_card(self, path: Path) -> None:
+        """Import a character card (PNG or JSON) as a new conversation (on a thread) and
+        open it: the card's text is its system prompt, its greeting the first answer."""
+        from ...storage import character_card
+
+        self._import_tokenized(path, character_card.import_card)
+
+    def _import_tokenized(self, path: Path, importer) -> None:
+        """Run ``importer(path, data_dir, tokenize, framing, settings)`` with the server's tokenizer."""
+        from ...storage import transfer
+
+        session = self._session
+        client, framing, settings = session.backend, session.framing, session.settings
+        if client is None or framing is None or self._link.state != "connected":
+            self._signals.error.emit(transfer.TransferError(
+                "Importing a chat or a character card needs the model server's tokenizer: "
+                "try again once the model is connected."), f"Importing {Path(path).name}")
+            return
+
+        def tokenize(text: str):
+            return client.tokenize(text, add_special_tokens=False)
+
+        self._import(path, lambda: importer(Path(path), self._data_dir, tokenize, framing, settings))
+
+    def _import(self, path: Path, job) -> None:
+        """Run ``job`` (which writes a new conversation file and returns its path) on a
+        thread, then open what it wrote; a failure is shown and changes nothing."""
+        signals, gate = self._signals, self._gate
         if gate.busy:
             signals.info.emit("Wait for the answer to finish before importing.")
             return
-        if not foreign_import.is_halo_weave_export(Path(path)):
-            client, framing = session.backend, session.framing
-            if client is None or framing is None or self._link.state != "connected":
-                signals.error.emit(transfer.TransferError(
-                    "Importing a chat from another app needs the model server's tokenizer: "
-                    "try again once the model is connected."), f"Importing {Path(path).name}")
-                return
-
-            def tokenize(text: str):
-                return client.tokenize(text, add_special_tokens=False)
-
-            job = (foreign_import.import_foreign, Path(path), self._data_dir, tokenize, framing, session.settings)
-        else:
-            from ...server.vocab import vocab_size_for
-
-            model_info = session.model_info  # read here: the import runs on a thread
-            job = (lambda: transfer.import_conversation(Path(path), self._data_dir, vocab_size_for(model_info)),)
         gate.set_busy(True, "Importing…")
         signals.progress.emit("Importing conversation", 0, 0)
 
@@ -206,7 +228,7 @@ class ConversationFiles(QObject):
             gate.set_busy(False)
             signals.error.emit(exc, f"Importing {Path(path).name}")
 
-        self._calls.run(*job, on_ok=done, on_fail=failed)
+        self._calls.run(job, on_ok=done, on_fail=failed)
 
     def notes(self) -> dict | None:
         """The open conversation's notes (the model's jq notebook), or None before any."""
