@@ -1,0 +1,79 @@
+"""What reading a long chat whole costs: prefill speed with and without flash attention.
+
+The app's engine reads with flash attention off, so that the softmax it reads attention
+from exists; a context that only answers may read with it on.  For each length of
+``--tokens`` (a LoCoMo conversation's transcript in the chat template, cut to that many
+tokens), on the bundled model, ``--threads`` threads, this reads the prompt from an empty
+cache with each setting and reports the seconds and tokens per second, then the decode
+speed of ``--decode`` tokens after it.  ``attention`` is the app's own setting (the
+attention readable), ``flash`` the fastest one the engine has.
+
+    python scripts/bench_read.py --tokens 2048,8192 --json
+
+The last line with ``--json`` is one JSON object: ``reads``, a row per length and setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from . import answers, locomo
+
+
+def transcript_ids(engine, n_tokens: int) -> list[int]:
+    """About ``n_tokens`` ids of the first dev conversations' turns, framed as chat turns."""
+    ids: list[int] = []
+    for dialogue in locomo.load(answers.DEFAULT_DATA):
+        for turn in answers.with_speakers(dialogue).turns:
+            ids += engine.encode(f"<|im_start|>{turn.role}\n{turn.text}<|im_end|>\n", parse_special=True)
+            if len(ids) >= n_tokens:
+                return ids[:n_tokens]
+    return ids
+
+
+def read(path, n_tokens: int, threads: int, attention: bool, decode: int) -> dict:
+    from halo_weave.server.llamacpp.engine import LlamaEngine
+
+    engine = LlamaEngine(path, context_size=n_tokens + decode + 64, threads=threads, read_attention=attention)
+    try:
+        ids = transcript_ids(engine, n_tokens)
+        started = time.perf_counter()
+        engine.kv.sync(ids[:-1])
+        logits, _ = engine.kv.step(ids[-1:], attention=False)
+        read_s = time.perf_counter() - started
+        started = time.perf_counter()
+        for _ in range(decode):
+            logits, _ = engine.kv.step([int(np.argmax(logits))], attention=False)
+        decode_s = time.perf_counter() - started
+    finally:
+        engine.close()
+    return {"tokens": len(ids), "setting": "attention" if attention else "flash", "read_s": round(read_s, 2),
+            "read_tok_s": round(len(ids) / read_s, 1), "decode_tok_s": round(decode / decode_s, 1) if decode else None}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tokens", default="2048,8192", help="comma-separated prompt lengths")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--decode", type=int, default=16, help="tokens decoded after each read")
+    p.add_argument("--settings", default="attention,flash", help="attention, flash or both")
+    p.add_argument("--json", action="store_true", help="print one JSON object of figures last")
+    args = p.parse_args(argv)
+    path = answers.resolve_model("bundled")
+    rows = []
+    for n in [int(x) for x in args.tokens.split(",") if x.strip()]:
+        for setting in [s.strip() for s in args.settings.split(",") if s.strip()]:
+            row = read(path, n, args.threads, setting == "attention", args.decode)
+            rows.append(row)
+            print(f"{row['tokens']:>6} tokens, {row['setting']:>9}: read in {row['read_s']} s "
+                  f"({row['read_tok_s']} tok/s), decode {row['decode_tok_s']} tok/s", file=sys.stderr, flush=True)
+    if args.json:
+        print(json.dumps({"model": path.name, "threads": args.threads, "cpu": answers._cpu(),
+                          "load_average": list(os.getloadavg()), "reads": rows}))
+    return 0
