@@ -146,6 +146,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--split", choices=["", *SPLITS], default="",
                    help="the tuning conversations (" + ", ".join(SPLITS["tune"]) + ") or the test ones ("
                         + ", ".join(SPLITS["test"]) + "); default: --conversations")
+    p.add_argument("--only", default="",
+                   help="comma-separated sample ids: ask only their questions of the subset (drawn as "
+                        "without it: a long run split across processes asks the same questions)")
     p.add_argument("--full-context", type=int, default=0,
                    help="the window `full` reads the conversation in (default: the model's trained window)")
     p.add_argument("--per-category", type=int, default=6,
@@ -642,6 +645,9 @@ def main(argv=None) -> int:
         dialogues = [d for d in dialogues if d.sample_id in wanted]
     dialogues = [with_speakers(d) for d in dialogues]
     chosen = subset(dialogues, args.per_category, args.seed)
+    only = {c.strip() for c in args.only.split(",") if c.strip()}
+    if only:
+        chosen = [(d, q) for d, q in chosen if d.sample_id in only]
     weights = category_counts(dialogues)
     log(f"{len(chosen)} questions from {len({d.sample_id for d, _ in chosen})} conversations")
     embedder = Embedder()

@@ -108,3 +108,24 @@ def test_two_runs_pair_question_by_question(tmp_path):
     figures = answers_pair.compare(first, second)["default"]
     assert figures["questions"] == 3, "the question asked twice pairs with its own occurrence only"
     assert figures["difference"] == round(0.5 / 3, 4) and figures["identical"] == 2 and figures["same_answer"] == 2
+
+
+def test_answers_of_several_files_are_put_together_over_the_questions_all_methods_answered(tmp_path):
+    import json
+
+    from bench import answers_pair
+
+    def row(method, q, f1, category=4):
+        return {"method": method, "conversation": "c", "question": q, "gold": "g", "category": category,
+                "answer": "a", "f1": f1}
+
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    first.write_text("".join(json.dumps(r) + "\n" for r in [row("oracle", "q1", 1.0), row("oracle", "q2", 0.5, 1),
+                                                             row("default", "q1", 0.5)]))
+    second.write_text(json.dumps(row("default", "q2", 0.5, 1)) + "\n" + json.dumps(row("default", "q3", 1.0)) + "\n")
+    rows = {**answers_pair.read(str(first)), **answers_pair.read(str(second))}
+    figures = answers_pair.summarise(rows)
+    assert figures["questions"] == 2, "q3 has no oracle answer: left out of every figure"
+    assert figures["methods"]["default"]["answer_f1"] == 0.5 and figures["methods"]["oracle"]["answer_f1"] == 0.75
+    assert figures["ratios"]["default/oracle"]["ratio"] == round(1.0 / 1.5, 3)
+    assert figures["ratios"]["default/oracle multi-hop"]["ratio"] == 1.0
