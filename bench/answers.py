@@ -660,10 +660,10 @@ def main(argv=None) -> int:
             results[spec] = run_model(spec, methods if i == 0 else others, chosen, args, settings,
                                       queries, Path(tmp), weights)
     wall = time.perf_counter() - started
-    cpu = _cpu()
+    machine = cpu()
     print(f"# bench_answers: P={args.prune_to} C={args.context} budget={args.context - args.max_new_tokens}; "
           f"{len(chosen)} questions (seed {args.seed}, {args.per_category or 'all'} per category); "
-          f"{cpu}; {os.cpu_count()} cpu; load {os.getloadavg()[0]:.2f}; wall {wall:.0f} s")
+          f"{machine}; {os.cpu_count()} cpu; load {os.getloadavg()[0]:.2f}; wall {wall:.0f} s")
     for spec, result in results.items():
         print(f"\n## {spec} ({result['model']}, {result['seconds']:.0f} s)\n")
         print(table(result))
@@ -680,7 +680,7 @@ def main(argv=None) -> int:
             "prune_to": args.prune_to, "context": args.context, "answer_tokens": args.answer_tokens,
             "questions": len(chosen), "seed": args.seed, "per_category": args.per_category,
             "kv": args.kv, "notes_tool": args.notes_tool,
-            "conversations": sorted({d.sample_id for d, _ in chosen}), "cpu": cpu,
+            "conversations": sorted({d.sample_id for d, _ in chosen}), "cpu": machine,
             "cpus": os.cpu_count(), "load_average": list(os.getloadavg()), "wall_seconds": round(wall, 1),
             "model": results[models[0]]["model"],
             "answer_f1": {m: f["answer_f1"] for m, f in first.items()},
@@ -706,7 +706,7 @@ def main(argv=None) -> int:
     return 0
 
 
-def _cpu() -> str:
+def cpu() -> str:
     try:
         from halo_weave.server.llamacpp.safety import cpu_name
 

@@ -74,6 +74,6 @@ def main(argv=None) -> int:
             print(f"{row['tokens']:>6} tokens, {row['setting']:>9}: read in {row['read_s']} s "
                   f"({row['read_tok_s']} tok/s), decode {row['decode_tok_s']} tok/s", file=sys.stderr, flush=True)
     if args.json:
-        print(json.dumps({"model": path.name, "threads": args.threads, "cpu": answers._cpu(),
+        print(json.dumps({"model": path.name, "threads": args.threads, "cpu": answers.cpu(),
                           "load_average": list(os.getloadavg()), "reads": rows}))
     return 0
