@@ -49,6 +49,8 @@ class Entry:
     error: str | None = None
     #: When the conversation last changed (the time the list shows; opening it is no change).
     updated_at: float = 0.0
+    #: Branches besides the one shown (``turn_count`` counts the turns of all of them).
+    stashed_branches: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,8 @@ class Library:
         custom = self._custom_title(summary.path) if summary.error is None else None
         last_used = max(summary.updated_at, opened.get(str(summary.path), 0.0))
         return Entry(summary.path, custom or summary.title, last_used, summary.turn_count,
-                     summary.token_count, custom is not None, summary.error, summary.updated_at)
+                     summary.token_count, custom is not None, summary.error, summary.updated_at,
+                     summary.stashed_branches)
 
     @staticmethod
     def _custom_title(path: Path) -> str | None:
