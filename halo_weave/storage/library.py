@@ -79,6 +79,15 @@ class Library:
             entries = [e for e in entries if self.matches(e, query)]
         return entries
 
+    def title_of(self, path: Path) -> str:
+        """The title the list shows for ``path`` (its own, else its first message; "" when
+        it is not in the library)."""
+        path = Path(path)
+        summary = next((s for s in list_conversations(self.data_dir) if s.path == path), None)
+        if summary is None or summary.error is not None:
+            return ""
+        return self._custom_title(path) or summary.title
+
     def matches(self, entry: Entry, query: str) -> bool:
         """Whether the title or any text of the conversation contains ``query``."""
         needle = query.casefold()

@@ -29,6 +29,9 @@ class WindowMenus:
         file_menu.addSeparator()
         self.export_action = add(file_menu, "&Export JSON…", self.export_json, "Ctrl+E",
                                  "Save the whole conversation as a JSON file")
+        self.markdown_export_action = add(file_menu, "Export &Markdown…", self.export_markdown, "Ctrl+Shift+E",
+                                          "Save the conversation shown as Markdown to read or share "
+                                          "(pruned paragraphs included, marked)")
         self.import_action = add(file_menu, "&Import…", self.import_json, "Ctrl+I",
                                  "Open a JSON export, a SillyTavern chat (.jsonl) or a KoboldAI "
                                  "Lite save (.json) or a character card as a new conversation")
@@ -122,12 +125,28 @@ class WindowMenus:
         if picker.exec() and picker.selected_path() is not None:
             self.controller.files.open_conversation(picker.selected_path())
 
-    def export_json(self) -> None:
+    def export_title(self) -> str:
+        """The open conversation's title, as the list shows it ("" when none is open)."""
         open_path = self.controller.files.path
-        start = str(Path.home() / f"{open_path.stem if open_path else 'conversation'}.json")
-        path, _ = QFileDialog.getSaveFileName(self.window, "Export conversation", start, "JSON (*.json)")
+        return self.window.library.title_of(open_path) if open_path else ""
+
+    def export_start(self, suffix: str) -> str:
+        """Where an export dialog starts: the home folder, a file named after the title."""
+        from ..storage.transfer_markdown import file_name_for
+
+        return str(Path.home() / file_name_for(self.export_title(), suffix))
+
+    def export_json(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.window, "Export conversation", self.export_start(".json"),
+                                              "JSON (*.json)")
         if path:
             self.controller.files.export_json(Path(path))
+
+    def export_markdown(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.window, "Export conversation as Markdown",
+                                              self.export_start(".md"), "Markdown (*.md)")
+        if path:
+            self.controller.files.export_markdown(Path(path), self.export_title())
 
     def import_json(self) -> None:
         path, _ = QFileDialog.getOpenFileName(
