@@ -288,7 +288,8 @@ def test_tooltip_describes_chunk(view):
     show(view, conv)
     tip = view.tips.for_chunk(gamma)
     chunk = conv.chunks[gamma]
-    assert f"Turn {chunk.turn_id}" in tip and "assistant" in tip and f"chunk {gamma}" in tip
+    number = list(conv.turns).index(chunk.turn_id) + 1
+    assert tip.startswith(f"Message {number} · Assistant · paragraph {chunk.chunk_index + 1}")
     assert f"{chunk.token_count:,} tokens" in tip and "peak brightness" in tip
 
 
