@@ -75,7 +75,7 @@ class BarLines:
         #: When a line is too narrow for every text, the first of these keep theirs longest.
         self._by_importance = by_importance
         self._rows = QVBoxLayout(bar)
-        self._rows.setContentsMargins(6, 2, 6, 2)
+        self._rows.setContentsMargins(4, 2, 4, 2)
         self._rows.setSpacing(2)
         self._two_lines: bool | None = None  # None until the first arrangement
         self._arrange(False)
