@@ -21,6 +21,10 @@ UNSCORED_GREY = (125, 125, 130)
 #: What a message recalled: the line under it and the mark beside each recalled chunk
 #: (apart from every other colour of the heatmap: the scale, tool cyan, the role bars).
 RECALL_VIOLET = (185, 150, 255)
+#: Find in the chat: the box around each match (apart from the scale, cyan and violet).
+FIND_RGB = (255, 96, 170)
+#: Fill alpha of a match, and of the one gone to.
+FIND_ALPHA = (0.18, 0.38)
 ROLE_COLORS = {
     "user": (125, 180, 255),
     "assistant": (235, 205, 130),

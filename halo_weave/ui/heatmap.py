@@ -29,7 +29,7 @@ recalled, its links and the marks of recalled chunks, :mod:`.heatmap_recall`.
 The view is the widget and its public interface; its parts own their state: the frame
 and what was painted (:class:`.heatmap_canvas.Canvas`), the Markdown rendering
 (:class:`.heatmap_markdown.MarkdownLayer`), hit-testing and jumps
-(:class:`.heatmap_find.Finder`), the streamed text (:class:`.heatmap_stream.StreamedText`)
+(:class:`.heatmap_find.Finder`), find in the chat (:class:`.heatmap_find.TextSearch`), the streamed text (:class:`.heatmap_stream.StreamedText`)
 the gutter (:class:`.heatmap_gutter.Gutter`), the branch marks
 (:class:`.heatmap_branches.BranchMarks`) and the tooltips' scoring note
 (:class:`.heatmap_menu.ChunkTips`).
@@ -55,7 +55,7 @@ from ..conversation import Conversation
 from . import heatmap_menu
 from .follow import Follower
 from .heatmap_branches import BranchMarks
-from .heatmap_find import Finder
+from .heatmap_find import Finder, TextSearch
 from .heatmap_gutter import Gutter
 from .heatmap_layout import DocumentPlan, build_plan
 from .heatmap_markdown import MarkdownLayer
@@ -148,6 +148,8 @@ class HeatmapView(QPlainTextEdit):
         self.stream = StreamedText(self)
         #: The "‹ n / m ›" marks of messages where branches part (:mod:`.heatmap_branches`).
         self.branches = BranchMarks(self)
+        #: Find in the chat: the matches of the find bar's words, outlined (:mod:`.heatmap_find`).
+        self.search = TextSearch(self)
 
     # ------------------------------------------------------------------ public API
     def set_conversation(self, conv: Conversation | None) -> None:
@@ -195,6 +197,7 @@ class HeatmapView(QPlainTextEdit):
             self.follower.content_changed(rebuilt=True)
         if deferred:
             self.markdown_layer.format_on_screen()
+        self.search.refresh()
         self.canvas.schedule()
 
     def append_streamed(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QPainter, QPaintEvent
+from PySide6.QtGui import QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import QPlainTextEdit
 
 from . import colors
@@ -114,7 +114,22 @@ class FramePainter:
             paint_over_tint(view, overlay, painter, QRectF(bounds))
         paint_links(view, view.plan, painter)
         paint_flash(view, painter, frame, view.finder.flashed_chunk)
+        paint_matches(painter, view.search.pieces())
         painter.end()
+
+
+def paint_matches(painter: QPainter, pieces: list[tuple[bool, QRectF]]) -> None:
+    """Find in the chat: a translucent box around each match, the one gone to filled
+    stronger and outlined thicker (over the chunk colours: a match reads in any chunk)."""
+    if not pieces:
+        return
+    for current, rect in pieces:
+        fill = colors.qcolor(colors.FIND_RGB)
+        fill.setAlphaF(colors.FIND_ALPHA[1] if current else colors.FIND_ALPHA[0])
+        painter.setBrush(fill)
+        painter.setPen(QPen(colors.qcolor(colors.FIND_RGB), 2.0 if current else 1.0))
+        painter.drawRoundedRect(rect.adjusted(-1, 0, 1, 0), 2, 2)
+    painter.setPen(Qt.PenStyle.NoPen)
 
 
 def batches(frame: Frame, boxes: np.ndarray, keys: np.ndarray) -> list[tuple[int, list[QRectF]]]:

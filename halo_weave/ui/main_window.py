@@ -97,6 +97,11 @@ class MainWindow(QMainWindow, InputActions):
         left = QWidget()
         column = QVBoxLayout(left)
         column.setContentsMargins(6, 6, 6, 6)
+        from .find_bar import FindBar
+
+        #: Find in the chat (Ctrl+F), over the heatmap; hidden until asked for.
+        self.find_bar = FindBar(self.heatmap)
+        column.addWidget(self.find_bar)
         column.addWidget(self.heatmap, 1)
         column.addWidget(self.pending_turn)
         column.addWidget(self.answer_bar)
@@ -179,6 +184,8 @@ class MainWindow(QMainWindow, InputActions):
         self.heatmap.regenerate_requested.connect(self.regenerate_answer)
         self.heatmap.branch_requested.connect(self.switch_branch)
         self.graveyard.resurrect_requested.connect(c.levers.resurrect_chunk)
+        self.find_bar.resurrect_requested.connect(c.levers.resurrect_chunk)
+        self.find_bar.graveyard_requested.connect(self.show_graveyard_filtered)
         self.stats_bar.graveyard_toggled.connect(self.set_graveyard_visible)
         self.stats_bar.scoring_changed.connect(self._on_scoring_changed)
         self._on_scoring_changed()
@@ -234,6 +241,7 @@ class MainWindow(QMainWindow, InputActions):
         else:
             self.heatmap.rebuild()
         self.guide.sync_hint(conv)  # after the rebuild: it sits below the text shown
+        self.find_bar.refresh()
         self.refresh_stats()
 
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt API
@@ -299,6 +307,11 @@ class MainWindow(QMainWindow, InputActions):
         self.set_graveyard_visible(True)
         if not self.graveyard.show_chunk(chunk_id):
             self.messages.info("That chunk is no longer in the graveyard.")
+
+    def show_graveyard_filtered(self, words: str) -> None:
+        """Open the graveyard listing the pruned chunks that hold ``words`` (find in the chat)."""
+        self.set_graveyard_visible(True)
+        self.graveyard.set_filter(words)
 
     def set_graveyard_visible(self, visible: bool) -> None:
         self.graveyard.setVisible(visible)

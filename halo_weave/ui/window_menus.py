@@ -67,6 +67,10 @@ class WindowMenus:
                                   "Pick a system prompt with its sampling (Assistant, Coder, Writer, yours); "
                                   "save the ones in use as a preset")
         chat.addSeparator()
+        self.find_action = add(chat, "&Find in the chat…", window.find_bar.open, QKeySequence.StandardKey.Find,
+                               "Find words in the chat, pruned paragraphs included")
+        self.find_next_action = add(chat, "Find ne&xt", lambda: window.find_bar.step(1), "F3")
+        self.find_previous_action = add(chat, "Find pre&vious", lambda: window.find_bar.step(-1), "Shift+F3")
         self.graveyard_action = add(chat, "Show &graveyard",
                                     lambda: window.set_graveyard_visible(not window.graveyard.isVisible()), "Ctrl+G")
         self.graveyard_action.setCheckable(True)
