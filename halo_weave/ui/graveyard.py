@@ -98,7 +98,7 @@ class GraveyardDelegate(QStyledItemDelegate):
         pad = line // 4
         rect = option.rect.adjusted(pad * 2, pad, -pad * 2, -pad)
         meta, preview = self._elided(row, index, metrics, rect.width())
-        rgb = colors.TOOL_CYAN if row.tool_result else colors.ROLE_COLORS.get(row.role, colors.UNSCORED_GREY)
+        rgb = colors.scheme().tool if row.tool_result else colors.scheme().roles.get(row.role, colors.scheme().unscored)
         painter.setPen(QColor(*rgb))
         painter.drawStaticText(QPointF(rect.left(), rect.top()), meta)
         text = palette.color(QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.PlaceholderText)

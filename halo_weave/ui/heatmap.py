@@ -52,7 +52,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QMenu, QPlainTextEdit, QToolTip, QWidget
 
 from ..conversation import Conversation
-from . import heatmap_menu
+from . import colors, heatmap_menu
 from .follow import Follower
 from .heatmap_branches import BranchMarks
 from .heatmap_find import Finder, TextSearch
@@ -117,11 +117,7 @@ class HeatmapView(QPlainTextEdit):
         )
         self.setMouseTracking(True)
         self.setCursorWidth(0)  # selectable by keyboard, but no caret in a read-only view
-        palette = self.palette()
-        # White text is what the darken layer tints; see the module docstring.
-        palette.setColor(QPalette.ColorRole.Text, QColor(255, 255, 255))
-        palette.setColor(QPalette.ColorRole.Base, QColor(22, 22, 26))
-        self.setPalette(palette)
+        self._set_palette()
         self._conv: Conversation | None = None
         self._plan = DocumentPlan()
         #: The visible boxes, their colours, what was painted and when the next frame is
@@ -151,7 +147,30 @@ class HeatmapView(QPlainTextEdit):
         #: Find in the chat: the matches of the find bar's words, outlined (:mod:`.heatmap_find`).
         self.search = TextSearch(self)
 
+    def _set_palette(self) -> None:
+        # The text is what the tint layer colours (white under darken, black under
+        # lighten); see the module docstring and colors.Scheme.
+        scheme = self._scheme = colors.scheme()
+        palette = self.palette()
+        palette.setColor(QPalette.ColorRole.Text, QColor(*scheme.text))
+        palette.setColor(QPalette.ColorRole.Base, QColor(*scheme.base))
+        self.setPalette(palette)
+        # A stylesheet's polish gives the viewport a palette of its own: set it there too.
+        self.viewport().setPalette(palette)
+
     # ------------------------------------------------------------------ public API
+    def restyle(self) -> None:
+        """The theme changed (:func:`.theme.apply_theme`): paint with its colours."""
+        self._set_palette()
+        self.canvas.restyle()
+        self.markdown_layer.switch(self.markdown_layer.rendered)  # formats of the new colours
+        self.rebuild()
+
+    def follow_theme(self) -> None:
+        """Restyle when the theme in use is not the one this view paints with."""
+        if colors.scheme() is not self._scheme:
+            self.restyle()
+
     def set_conversation(self, conv: Conversation | None) -> None:
         """Show ``conv`` (None clears the view)."""
         self._conv = conv

@@ -244,6 +244,17 @@ class MainWindow(QMainWindow, InputActions):
         self.find_bar.refresh()
         self.refresh_stats()
 
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt API
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            # The theme changed (View → Theme, or the desktop's): restyle once Qt has
+            # finished handing the new palette down (a palette set during that is lost).
+            QTimer.singleShot(0, self._follow_theme)
+
+    def _follow_theme(self) -> None:
+        self.heatmap.follow_theme()
+        self.stats_bar.restyle()
+
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt API
         if watched is self.heatmap.viewport() and event.type() == QEvent.Type.Paint and not self._painted:
             self._painted = True

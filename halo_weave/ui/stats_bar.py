@@ -213,7 +213,7 @@ class StatsBar(QWidget):
         #: What recalls brought back, beside the budget (hidden when nothing is recalled).
         self.recalled_label = ElidedLabel()
         self.recalled_label.setObjectName("recalledTokens")
-        self.recalled_label.setStyleSheet("color: #%02x%02x%02x;" % colors.RECALL_VIOLET)
+        self.recalled_label.setStyleSheet("color: #%02x%02x%02x;" % colors.scheme().recall)
         self.recalled_label.setToolTip(RECALLED_DETAIL)
         self.totals_label = ElidedLabel()
         self.totals_label.setToolTip("Tokens of every message in this conversation (the branch shown), live or "
@@ -266,6 +266,10 @@ class StatsBar(QWidget):
     def is_two_lines(self) -> bool:
         """Whether the bar is too narrow for one line and shows two."""
         return self.lines.is_two_lines()
+
+    def restyle(self) -> None:
+        """The theme changed: the recalled figure in its violet."""
+        self.recalled_label.setStyleSheet("color: #%02x%02x%02x;" % colors.scheme().recall)
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt API
         super().resizeEvent(event)

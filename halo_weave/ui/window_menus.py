@@ -94,6 +94,7 @@ class WindowMenus:
         self.markdown_action.setCheckable(True)
         self.markdown_action.setChecked(c.settings.chat.render_markdown)
         window.heatmap.set_markdown(c.settings.chat.render_markdown)
+        self.theme_actions = self._theme_menu(view.addMenu("&Theme"))
         view.addSeparator()
         self.record_action = add(view, "&Record attention", self.toggle_recording, None,
                                  "Write every token's attention to the captures folder "
@@ -109,6 +110,37 @@ class WindowMenus:
                               "The app's and the built-in model server's log files, to read or to send")
         self.restart_action = add(help_menu, "&Restart the built-in model server", self.restart_server, None,
                                   "Stop and start the model server that came with the app")
+
+    def _theme_menu(self, menu) -> dict[str, QAction]:
+        """View → Theme: follow the system, dark or light (kept in the settings file)."""
+        from PySide6.QtGui import QActionGroup
+
+        from .theme import THEME_KEY
+
+        qsettings = self.window.qsettings
+        chosen = str(qsettings.value(THEME_KEY, "system")) if qsettings is not None else "system"
+        group = QActionGroup(self.window)
+        actions = {}
+        for key, text, tip in (("system", "Follow the &system", "Light or dark as the desktop is set"),
+                               ("dark", "&Dark", "The dark theme, whatever the desktop's"),
+                               ("light", "&Light", "The light theme, whatever the desktop's")):
+            action = self._action(menu, text, lambda _=False, k=key: self.choose_theme(k), None, tip)
+            action.setCheckable(True)
+            action.setChecked(key == chosen)
+            group.addAction(action)
+            actions[key] = action
+        return actions
+
+    def choose_theme(self, key: str) -> None:
+        """Use a theme now and at the next start."""
+        from PySide6.QtWidgets import QApplication
+
+        from .theme import THEME_KEY, apply_theme
+
+        if self.window.qsettings is not None:
+            self.window.qsettings.setValue(THEME_KEY, key)
+        self.theme_actions[key].setChecked(True)
+        apply_theme(QApplication.instance(), key)
 
     def _action(self, menu, text: str, slot, shortcut=None, tip: str = "") -> QAction:
         action = QAction(text, self.window)
