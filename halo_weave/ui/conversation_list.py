@@ -186,7 +186,7 @@ class ConversationList(QWidget):
         item = QListWidgetItem(f"{entry.title}\n{detail}")
         item.setData(PATH_ROLE, str(entry.path))
         item.setData(Qt.ItemDataRole.UserRole + 1, entry.title)
-        item.setToolTip(f"{entry.title}\n{entry.path}")
+        item.setToolTip(f"{entry.title}\n{detail}\n{entry.path}")
         if self._is_current(entry.path):
             font = QFont(item.font())
             font.setBold(True)

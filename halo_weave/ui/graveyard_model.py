@@ -52,13 +52,16 @@ class GraveRow:
         return chunk_title(self.number, self.role, self.chunk_index, self.tool_result)
 
     def meta(self) -> str:
-        """"Message 12 · Assistant · paragraph 3 · 45 tokens"."""
-        return f"{self.title()} · {self.token_count:,} token{'s' if self.token_count != 1 else ''}"
+        """The row's first line: "Message 12 · Assistant · paragraph 3" (the pane is narrow:
+        the figures are in :meth:`details`)."""
+        return self.title()
 
     def details(self) -> str:
-        """The row's tooltip lines above the preview: what it was when it was pruned."""
+        """The row's tooltip lines above the preview: its size, and its brightness when
+        it was pruned."""
         bright = "not measured" if self.brightness_at_prune is None else f"{self.brightness_at_prune:,}"
-        return f"{self.meta()}\nBrightness when pruned: {bright} (of 10,000)"
+        tokens = f"{self.token_count:,} token{'s' if self.token_count != 1 else ''}"
+        return f"{self.title()}\n{tokens} · brightness when pruned: {bright} (of 10,000)"
 
 
 #: Characters of a chunk shown in the graveyard.

@@ -109,12 +109,13 @@ def apply_theme(app: QApplication, choice: str = "system") -> colors.Scheme:
     Widgets hear of it as a palette change (the window restyles the heatmap then)."""
     scheme = resolve(choice)
     colors.use(scheme)
-    app.setStyle("Fusion")
     light = scheme is colors.LIGHT
-    # The palette last: its change is what widgets restyle on, after the stylesheet's
-    # repolish (which would put back a palette set before it).
-    app.setStyleSheet(LIGHT_STYLESHEET if light else STYLESHEET)
+    # A stylesheet's polish keeps the palette each widget had: drop it, change the
+    # palette, then style again, so that a switch while the window is open takes whole.
+    app.setStyleSheet("")
+    app.setStyle("Fusion")
     app.setPalette(light_palette() if light else dark_palette())
+    app.setStyleSheet(LIGHT_STYLESHEET if light else STYLESHEET)
     return scheme
 
 

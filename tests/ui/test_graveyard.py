@@ -52,9 +52,9 @@ def test_rows_newest_first_with_details(panel, conv):
     assert starts == sorted(starts, reverse=True)
     first = pruned[0]
     meta = model.index(0).data(Qt.ItemDataRole.DisplayRole)
-    assert meta == f"Message ? · {first.role.title()} · paragraph {first.chunk_index + 1} · {first.token_count} tokens"
+    assert meta == f"Message ? · {first.role.title()} · paragraph {first.chunk_index + 1}"
     tip = model.index(0).data(Qt.ItemDataRole.ToolTipRole)
-    assert f"Brightness when pruned: {first.brightness_at_prune:,}" in tip
+    assert f"{first.token_count} tokens · brightness when pruned: {first.brightness_at_prune:,}" in tip
     assert model.index(0).data(GraveyardModel.PreviewRole) == " ".join(conv.chunk_text(first.id).split())
     assert f"{len(pruned)} chunks" in panel.count_label.text()
 
@@ -190,7 +190,7 @@ def test_a_row_shows_what_its_tooltip_says_after_the_rows_change(qtbot):
     later = GraveRow(5, 3, "user", 0, 12, 7_692)
     panel.set_rows([later], lambda _id: "Tuna stays with Ada")
     tip = panel.model().index(0).data(Qt.ItemDataRole.ToolTipRole)
-    assert "Brightness when pruned: 7,692" in tip and "Tuna stays with Ada" in tip
+    assert "brightness when pruned: 7,692" in tip and "Tuna stays with Ada" in tip
     fresh = shown(later, "Tuna stays with Ada")
     assert _painted_list(panel) == _painted_list(fresh), "the row still shows the old brightness or text"
 
