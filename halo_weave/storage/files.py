@@ -110,6 +110,11 @@ def new_conversation_path(data_dir: Path) -> Path:
             return path
 
 
+def conversation_summary(path: Path) -> ConversationSummary:
+    """What the conversation list shows about one file (read-only, no checks)."""
+    return _summary(Path(path))
+
+
 def list_conversations(data_dir: Path) -> list[ConversationSummary]:
     """Every conversation file, most recently updated first (read-only, no checks)."""
     summaries = [_summary(p) for p in conversations_dir(data_dir).glob(f"*{SUFFIX}")]

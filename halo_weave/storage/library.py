@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import integrity
-from .files import ConversationSummary, _readonly, conversations_dir, list_conversations
+from .files import ConversationSummary, _readonly, conversation_summary, conversations_dir, list_conversations
 
 log = logging.getLogger("halo_weave.library")
 
@@ -83,8 +83,10 @@ class Library:
         """The title the list shows for ``path`` (its own, else its first message; "" when
         it is not in the library)."""
         path = Path(path)
-        summary = next((s for s in list_conversations(self.data_dir) if s.path == path), None)
-        if summary is None or summary.error is not None:
+        if not path.is_file():
+            return ""
+        summary = conversation_summary(path)
+        if summary.error is not None:
             return ""
         return self._custom_title(path) or summary.title
 

@@ -169,7 +169,7 @@ HIGHLIGHT_LABEL = "Highlighted share of words"
 
 
 def highlight_colors() -> list[QColor]:
-    """One translucent yellow per highlight step (alpha 0.2 .. 0.5)."""
+    """One translucent colour per highlight step (the scheme's alpha range)."""
     lo, hi = scheme().highlight_alpha
     colors = []
     for alpha in np.linspace(lo, hi, HIGHLIGHT_LEVELS):

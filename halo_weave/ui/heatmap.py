@@ -5,7 +5,7 @@ never stored in the document: :meth:`HeatmapView.paintEvent` paints it for the v
 blocks only, straight from the numpy brightness column, one batch of rectangles per
 colour, at most once per frame.  Three layers:
 
-1. under the text, a yellow background (alpha 0.2–0.5 by rank) behind the brightest
+1. under the text, a yellow background (alpha by rank, up to 0.45 on the dark theme) behind the brightest
    ``highlight_fraction`` of the tokens;
 2. the text itself, drawn white by ``QPlainTextEdit``;
 3. over the text, in *darken* mode (per channel minimum), the colour of each token's
@@ -13,7 +13,9 @@ colour, at most once per frame.  Three layers:
    results, grey for the system prompt).  White text becomes exactly that colour while
    the dark background, darker than every scale colour, is left as it is; the
    highlighted tokens (the brightest share), left out of this layer, stay white so
-   they stand out.
+   they stand out.  On the light theme the text is black and the layer is painted in
+   *lighten* mode (per channel maximum) instead: the same effect on a light background
+   (:class:`.colors.Scheme`).
 
 Token geometry (x range and line of each token) is cached per block, keyed by the
 block's revision and the viewport width, so a brightness change costs only numpy work
@@ -29,7 +31,8 @@ recalled, its links and the marks of recalled chunks, :mod:`.heatmap_recall`.
 The view is the widget and its public interface; its parts own their state: the frame
 and what was painted (:class:`.heatmap_canvas.Canvas`), the Markdown rendering
 (:class:`.heatmap_markdown.MarkdownLayer`), hit-testing and jumps
-(:class:`.heatmap_find.Finder`), find in the chat (:class:`.heatmap_find.TextSearch`), the streamed text (:class:`.heatmap_stream.StreamedText`)
+(:class:`.heatmap_find.Finder`), find in the chat (:class:`.heatmap_find.TextSearch`),
+the streamed text (:class:`.heatmap_stream.StreamedText`),
 the gutter (:class:`.heatmap_gutter.Gutter`), the branch marks
 (:class:`.heatmap_branches.BranchMarks`) and the tooltips' scoring note
 (:class:`.heatmap_menu.ChunkTips`).

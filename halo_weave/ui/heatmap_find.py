@@ -19,7 +19,7 @@ from PySide6.QtGui import QTextCursor
 
 from ..core import pruning
 from .heatmap_frame import token_index_at
-from .heatmap_recall import FLASH_MS, _pieces, link_at, link_rects
+from .heatmap_recall import FLASH_MS, link_at, link_rects, range_pieces
 from .recall_line import MORE
 
 #: The most places one search lists in the text shown (the count says "1,000+").
@@ -283,7 +283,7 @@ class TextSearch:
                 while i < len(self._matches) and self._matches[i][0] < end:
                     a, b = self._matches[i]
                     found += [(i == self._current, rect)
-                              for rect in _pieces(layout, a - first, min(b, end) - first, geo)]
+                              for rect in range_pieces(layout, a - first, min(b, end) - first, geo)]
                     i += 1
             block = block.next()
         return found

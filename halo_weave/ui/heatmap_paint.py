@@ -66,8 +66,9 @@ class FramePainter:
         self.level_brushes = colors.level_colors()
         self.highlight_brushes = colors.highlight_colors()
         self.tool_color = colors.qcolor(colors.scheme().tool)
-        self.kind_colors = {"system": colors.qcolor(colors.scheme().unscored), "gap": colors.qcolor(colors.scheme().unscored),
-                            "recall": colors.qcolor(colors.scheme().recall)}
+        scheme = colors.scheme()
+        self.kind_colors = {"system": colors.qcolor(scheme.unscored), "gap": colors.qcolor(scheme.unscored),
+                            "recall": colors.qcolor(scheme.recall)}
         self.role_colors = {r: colors.qcolor(c) for r, c in colors.scheme().roles.items()}
         # White text darkened to the chunk's colour (dark theme), black text lightened to it (light).
         self.tint_mode = (QPainter.CompositionMode.CompositionMode_Lighten if colors.scheme().tint_mode == "lighten"

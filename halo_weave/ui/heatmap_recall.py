@@ -51,12 +51,15 @@ def link_rects(view, plan: DocumentPlan) -> list[tuple[int, int, QRectF]]:
             first, end = block.position(), block.position() + block.length() - 1
             for a, b, turn_id, chunk_id in plan.links:
                 if first <= a < end:
-                    found += [(turn_id, chunk_id, rect) for rect in _pieces(layout, a - first, min(b, end) - first, geo)]
+                    found += [(turn_id, chunk_id, rect)
+                              for rect in range_pieces(layout, a - first, min(b, end) - first, geo)]
         block = block.next()
     return found
 
 
-def _pieces(layout, start: int, end: int, geo: QRectF) -> list[QRectF]:
+def range_pieces(layout, start: int, end: int, geo: QRectF) -> list[QRectF]:
+    """Viewport rectangles of the text ``[start, end)`` of a block (positions in the block,
+    one rectangle per line it wraps onto); ``geo``: the block's viewport geometry."""
     pieces = []
     while start < end:
         line = layout.lineForTextPosition(start)

@@ -217,7 +217,7 @@ class StatsBar(QWidget):
         self.recalled_label.setToolTip(RECALLED_DETAIL)
         self.totals_label = ElidedLabel()
         self.totals_label.setToolTip("Tokens of every message in this conversation (the branch shown), live or "
-                                       "pruned: pruning, recalls and reopening never change it · chunks in the graveyard")
+                                     "pruned: pruning, recalls and reopening never change it · chunks in the graveyard")
         self.brightness = BrightnessFigure(self)
         self.brightness.scoring_changed.connect(self.scoring_changed)
         #: The brightness figure's widgets, reached from the bar as well (the window puts

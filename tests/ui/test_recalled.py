@@ -211,6 +211,7 @@ def test_a_long_recall_lists_six_then_the_rest_on_a_click_and_a_pruned_one_opens
             window.controller.levers.prune_chunk(chunk_id)
     view.flush()
     line = _line_under(view, conv, question)
-    assert line.startswith(f"Recalled for this message: 10 chunks{ALL_BACK}: “") and "(back in the graveyard)" not in line
+    assert line.startswith(f"Recalled for this message: 10 chunks{ALL_BACK}: “")
+    assert "(back in the graveyard)" not in line
     window.refresh_stats()
     assert bar.recalled_label.isHidden() and recall.recalled_tokens(conv) == 0

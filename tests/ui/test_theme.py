@@ -30,7 +30,8 @@ def test_every_colour_drawn_as_text_reads_on_the_heatmap(scheme):
               "link": scheme.link, "dim": scheme.dim, "label": scheme.label, "find": scheme.find}
     texts |= {f"{role} label": rgb for role, rgb in scheme.roles.items()}
     backgrounds = {"base": scheme.base, "code": scheme.code_background}
-    worst = {(name, where): colors.contrast(rgb, bg) for name, rgb in texts.items() for where, bg in backgrounds.items()}
+    worst = {(name, where): colors.contrast(rgb, bg)
+             for name, rgb in texts.items() for where, bg in backgrounds.items()}
     assert min(worst.values()) >= AA, sorted(worst.items(), key=lambda kv: kv[1])[:3]
     # Code's own colours on the code background, and the brightest tokens (never tinted:
     # the theme's text colour) on the highest highlight.
