@@ -249,9 +249,11 @@ class MainWindow(QMainWindow, InputActions):
         if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
             # The theme changed (View → Theme, or the desktop's): restyle once Qt has
             # finished handing the new palette down (a palette set during that is lost).
-            QTimer.singleShot(0, self._follow_theme)
+            QTimer.singleShot(0, self, self._follow_theme)  # dropped with the window
 
     def _follow_theme(self) -> None:
+        if self._closed:  # a closed window waits to be deleted: nothing to restyle
+            return
         self.heatmap.follow_theme()
         self.stats_bar.restyle()
 
