@@ -195,9 +195,12 @@ class Conversation:
         return len(self.system.ids) + len(self.table)
 
     def total_token_count(self) -> int:
-        """Tokens of the whole conversation: the live ones and those of every pruned
-        chunk (other versions of an answer are not part of it)."""
-        return self.live_token_count() + self.chunks.pruned_content_tokens()
+        """Tokens of every message of the conversation (the branch shown), live or
+        pruned: the words written, without the system prompt or the chat template around
+        each message, so pruning, recalling and reopening never change it (other versions
+        of an answer are not part of it)."""
+        live = len(self.table) - self.chunks.live_framing_tokens()
+        return live + self.chunks.pruned_content_tokens()
 
     def chunk_by_key(self, turn_id: int, chunk_index: int, role: str) -> Chunk | None:
         turn = self.turns.get(turn_id)

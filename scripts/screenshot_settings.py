@@ -1,5 +1,5 @@
 """Screenshots of the window at the size a first start opens at (1180×780, the stats bar
-on two lines) and of the settings dialog (every field with its explanation).
+on one line) and of the settings dialog (every field with its explanation).
 
 Starts the bundled attention server (as a fresh install does), imports the Kyoto chat of
 ``screenshot_chat.py`` and sends one message, so the stats bar holds a real answer's

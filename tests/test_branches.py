@@ -302,3 +302,29 @@ def test_the_first_message_can_be_edited_too(tmp_path):
     assert session.branches.state_of(edited.turn_id).number == 2
     session.branches.switch(edited.turn_id, -1)
     assert _shown(session) == before
+
+
+def test_the_conversation_list_shows_one_title_and_count_whichever_branch_is_shown(tmp_path):
+    """A newcomer took a branched conversation for another one: its list entry changed
+    title and turn count with the branch shown."""
+    from halo_weave.storage.library import Library
+
+    path = new_conversation_path(tmp_path)
+    session, backend = _session(path)
+    for question, answer in EXCHANGES[:2]:
+        _ask(session, backend, question, answer)
+    library = Library(tmp_path)
+    before = library.entries()[0]
+    assert before.title.startswith("Tell me about the lighthouse keeper") and before.turn_count == 4
+
+    first = next(iter(session.conv.turns))
+    pieces = session.server.tokenize("Tell me about the baker instead.")
+    edited = session.branches.edit_message(first, [i for i, _ in pieces], [t for _, t in pieces])
+    _answer(session, backend, "She bakes rye bread at four in the morning.")
+    after = library.entries()[0]
+    assert after.title == before.title, "the first wording stays the title"
+    assert after.turn_count == 6 and after.stashed_branches == 1, "every branch's turns count"
+    session.branches.switch(edited.turn_id, -1)
+    back = library.entries()[0]
+    assert (back.title, back.turn_count, back.stashed_branches) == (after.title, 6, 1)
+    session.store.close()

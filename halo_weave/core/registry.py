@@ -298,6 +298,10 @@ class ChunkRegistry(_Registry):
         hot = sum(c.token_count for c in self._hot.values() if not c.live and not c.framing)
         return int(self._cols.token_count[rows].sum()) + hot
 
+    def live_framing_tokens(self) -> int:
+        """Tokens of the live framing chunks (the chat template around messages)."""
+        return sum(c.token_count for c in self._hot.values() if c.live and c.framing)
+
     def pruned_content(self) -> tuple[np.ndarray, np.ndarray]:
         """(ids, starts) of the pruned content chunks, in position order."""
         rows = np.flatnonzero(self._cold & (self._cols.chunk_index >= 0))

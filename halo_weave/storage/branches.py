@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sqlite3
 import time
 import zlib
 from dataclasses import dataclass
@@ -171,6 +172,52 @@ def tail_turn_signatures(store: ConversationStore) -> dict[int, tuple[str, int, 
     for (blob,) in store.conn.execute("SELECT tail FROM branches"):
         walk(unpack_tail(blob))
     return out
+
+
+@dataclass(frozen=True)
+class StashedSummary:
+    """What the conversation list counts of the stashed tails (read from a connection)."""
+
+    #: Turns in every stashed tail, nested ones included.
+    turns: int
+    #: Stashed tails, nested ones included (the conversation has this many branches more
+    #: than the one shown).
+    tails: int
+    #: (turn id, text) of the first user message of each tail stashed at :data:`START`
+    #: (the first message, edited: its earlier wordings).
+    first_messages: tuple[tuple[int, str], ...]
+
+
+def stashed_summary(conn) -> StashedSummary:
+    """Count the stashed tails' turns and find their opening user messages, so the list
+    can show a conversation the same whichever branch is shown.  ``conn`` may be
+    read-only; a file from before branches were kept has none."""
+    turns = tails = 0
+    firsts: list[tuple[int, str]] = []
+
+    def walk(tail: dict, parent: int) -> None:
+        nonlocal turns, tails
+        tables = tail["tables"]
+        tails += 1
+        turns += len(_rows(tables, "turns", ("turn_id",)))
+        if parent == START:
+            user = sorted((start, cid, tid) for cid, tid, index, role, start in
+                          _rows(tables, "chunks", ("id", "turn_id", "chunk_index", "role", "start"))
+                          if index >= 0 and role == "user")
+            if user:
+                texts = dict(_rows(tables, "chunk_tokens", ("chunk_id", "text")))
+                first_turn = user[0][2]
+                firsts.append((first_turn, "".join(texts.get(cid, "") for _, cid, tid in user if tid == first_turn)))
+        for nested_parent, blob in _rows(tables, "branches", ("parent_turn_id", "tail")):
+            walk(unpack_tail(blob), nested_parent)
+
+    try:
+        rows = conn.execute("SELECT parent_turn_id, tail FROM branches").fetchall()
+    except sqlite3.OperationalError:  # no branches table: written before they were kept
+        return StashedSummary(0, 0, ())
+    for parent, blob in rows:
+        walk(unpack_tail(blob), parent)
+    return StashedSummary(turns, tails, tuple(firsts))
 
 
 def _rows(tables: dict, name: str, columns: tuple[str, ...]) -> list[tuple]:

@@ -11,6 +11,7 @@ import re
 import secrets
 import sqlite3
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,8 @@ class ConversationSummary:
     turn_count: int
     token_count: int
     error: str | None = None
+    #: Branches besides the one shown (stashed tails); ``turn_count`` counts their turns too.
+    stashed_branches: int = 0
 
 
 def _readonly(path: Path) -> sqlite3.Connection:
@@ -107,6 +110,11 @@ def new_conversation_path(data_dir: Path) -> Path:
             return path
 
 
+def conversation_summary(path: Path) -> ConversationSummary:
+    """What the conversation list shows about one file (read-only, no checks)."""
+    return _summary(Path(path))
+
+
 def list_conversations(data_dir: Path) -> list[ConversationSummary]:
     """Every conversation file, most recently updated first (read-only, no checks)."""
     summaries = [_summary(p) for p in conversations_dir(data_dir).glob(f"*{SUFFIX}")]
@@ -118,6 +126,11 @@ TITLE_WORDS = 8
 
 
 def _summary(path: Path) -> ConversationSummary:
+    """Title, time and size of a conversation, the same whichever branch is shown: the
+    title is its first message as first written (an edit of the first message makes a
+    branch, and the first wording stays the title) and the turns of every branch count."""
+    from .branches import stashed_summary
+
     try:
         conn = _readonly(path)
         try:
@@ -125,18 +138,22 @@ def _summary(path: Path) -> ConversationSummary:
             turns = conn.execute("SELECT COUNT(*) FROM turns").fetchone()[0]
             tokens = conn.execute("SELECT COALESCE(SUM(token_count), 0) FROM chunks").fetchone()[0]
             first = conn.execute(
-                "SELECT t.text FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id "
+                "SELECT c.turn_id, t.text FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id "
                 "WHERE c.role = 'user' AND c.chunk_index >= 0 ORDER BY c.start LIMIT 1"
             ).fetchone()
+            stashed = stashed_summary(conn)
         finally:
             conn.close()
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, ValueError, zlib.error) as exc:  # a damaged stashed tail too
         return ConversationSummary(path, path.stem, path.stat().st_mtime, 0, 0, f"cannot be read: {exc}")
-    words = re.findall(r"\S+", first[0]) if first else []
+    candidates = ([tuple(first)] if first else []) + list(stashed.first_messages)
+    text = min(candidates)[1] if candidates else ""
+    words = re.findall(r"\S+", text)
     title = " ".join(words[:TITLE_WORDS]) + (" …" if len(words) > TITLE_WORDS else "")
     return ConversationSummary(
         path, title or "New conversation",
-        json.loads(updated[0]) if updated else path.stat().st_mtime, turns, tokens,
+        json.loads(updated[0]) if updated else path.stat().st_mtime, turns + stashed.turns, tokens,
+        stashed_branches=stashed.tails,
     )
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import integrity
-from .files import ConversationSummary, _readonly, conversations_dir, list_conversations
+from .files import ConversationSummary, _readonly, conversation_summary, conversations_dir, list_conversations
 
 log = logging.getLogger("halo_weave.library")
 
@@ -49,6 +49,8 @@ class Entry:
     error: str | None = None
     #: When the conversation last changed (the time the list shows; opening it is no change).
     updated_at: float = 0.0
+    #: Branches besides the one shown (``turn_count`` counts the turns of all of them).
+    stashed_branches: int = 0
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,17 @@ class Library:
             entries = [e for e in entries if self.matches(e, query)]
         return entries
 
+    def title_of(self, path: Path) -> str:
+        """The title the list shows for ``path`` (its own, else its first message; "" when
+        it is not in the library)."""
+        path = Path(path)
+        if not path.is_file():
+            return ""
+        summary = conversation_summary(path)
+        if summary.error is not None:
+            return ""
+        return self._custom_title(path) or summary.title
+
     def matches(self, entry: Entry, query: str) -> bool:
         """Whether the title or any text of the conversation contains ``query``."""
         needle = query.casefold()
@@ -99,7 +112,8 @@ class Library:
         custom = self._custom_title(summary.path) if summary.error is None else None
         last_used = max(summary.updated_at, opened.get(str(summary.path), 0.0))
         return Entry(summary.path, custom or summary.title, last_used, summary.turn_count,
-                     summary.token_count, custom is not None, summary.error, summary.updated_at)
+                     summary.token_count, custom is not None, summary.error, summary.updated_at,
+                     summary.stashed_branches)
 
     @staticmethod
     def _custom_title(path: Path) -> str | None:

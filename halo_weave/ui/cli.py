@@ -185,14 +185,12 @@ def run(argv: list[str] | None, controller_class) -> int:
     app.setApplicationVersion(__version__)
     app.setDesktopFileName(APP_ID)  # Wayland matches the window to the installed desktop entry
     app.setWindowIcon(app_icon())
-    try:
-        from .theme import apply_dark_theme
-
-        apply_dark_theme(app)
-    except ImportError:
-        pass
     data_dir = settings_mod.data_dir()
     qsettings = app_qsettings()
+    from .theme import THEME_KEY, apply_theme, follow_system
+
+    apply_theme(app, str(qsettings.value(THEME_KEY, "system")))
+    follow_system(app, lambda: str(qsettings.value(THEME_KEY, "system")))
     settings = _load_settings(qsettings)
     if args.server_url:
         settings = settings.replace(server_url=args.server_url)

@@ -14,6 +14,8 @@ from PySide6.QtCore import QRectF
 from PySide6.QtGui import QColor, QFontDatabase, QPainter, QSyntaxHighlighter, QTextCharFormat, QTextDocument
 from PySide6.QtWidgets import QPlainTextEdit
 
+from . import colors
+
 #: Block user state inside a fenced code block (-1 is Qt's "no state") and on its closing fence.
 CODE_STATE = 1
 CLOSE_STATE = 2
@@ -21,7 +23,8 @@ CLOSE_STATE = 2
 CODE_BASE = 16
 FENCE = "```"
 #: Background of code lines: a little lighter than the view's base (22, 22, 26).
-CODE_BACKGROUND = QColor(36, 38, 46)
+#: The dark theme's code background (the one in use: ``colors.scheme().code_background``).
+CODE_BACKGROUND = QColor(*colors.DARK.code_background)
 
 
 class CodeBlockHighlighter(QSyntaxHighlighter):
@@ -88,6 +91,6 @@ def paint_code_backgrounds(view: QPlainTextEdit, painter: QPainter, bounds: QRec
     while block.isValid() and top <= bounds.bottom():
         height = view.blockBoundingRect(block).height()
         if CodeBlockHighlighter.is_code(block.userState()) and top + height >= bounds.top():
-            painter.fillRect(QRectF(0, top, width, height), CODE_BACKGROUND)
+            painter.fillRect(QRectF(0, top, width, height), QColor(*colors.scheme().code_background))
         top += height
         block = block.next()

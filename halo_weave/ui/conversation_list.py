@@ -177,13 +177,16 @@ class ConversationList(QWidget):
         return self._current is not None and path == self._current
 
     def _item(self, entry: Entry) -> QListWidgetItem:
+        # Every branch's turns: the entry reads the same whichever branch is shown.
         detail = f"{when(entry.updated_at)} · {entry.turn_count} turns"
+        if entry.stashed_branches:
+            detail += f" · {entry.stashed_branches + 1} branches"
         if entry.error:
             detail = f"⚠ {entry.error}"
         item = QListWidgetItem(f"{entry.title}\n{detail}")
         item.setData(PATH_ROLE, str(entry.path))
         item.setData(Qt.ItemDataRole.UserRole + 1, entry.title)
-        item.setToolTip(f"{entry.title}\n{entry.path}")
+        item.setToolTip(f"{entry.title}\n{detail}\n{entry.path}")
         if self._is_current(entry.path):
             font = QFont(item.font())
             font.setBold(True)

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from . import colors
+from .chunk_words import message_numbers
 from .elided import ElidedLabel
 from .graveyard_model import GraveRow, GraveyardModel, Preview, Previews, chunk_preview, clean_preview  # noqa: F401 - importable from here too
 
@@ -57,8 +58,10 @@ class GraveyardDelegate(QStyledItemDelegate):
         return QFontMetrics(option.font).height()
 
     def sizeHint(self, option: QStyleOptionViewItem, index: QModelIndex) -> QSize:
+        # Two whole lines and the padding paint() leaves above and below them.  The width
+        # is the least a row needs: the view never scrolls sideways (lines are elided).
         line = self._line_height(option)
-        return QSize(option.rect.width() or 200, 2 * line + line // 2)
+        return QSize(1, 2 * line + 2 * (line // 4) + 2)
 
     def _elided(self, row: GraveRow, index: QModelIndex, metrics: QFontMetrics,
                 width: int) -> tuple[QStaticText, QStaticText]:
@@ -95,7 +98,7 @@ class GraveyardDelegate(QStyledItemDelegate):
         pad = line // 4
         rect = option.rect.adjusted(pad * 2, pad, -pad * 2, -pad)
         meta, preview = self._elided(row, index, metrics, rect.width())
-        rgb = colors.TOOL_CYAN if row.tool_result else colors.ROLE_COLORS.get(row.role, colors.UNSCORED_GREY)
+        rgb = colors.scheme().tool if row.tool_result else colors.scheme().roles.get(row.role, colors.scheme().unscored)
         painter.setPen(QColor(*rgb))
         painter.drawStaticText(QPointF(rect.left(), rect.top()), meta)
         text = palette.color(QPalette.ColorRole.HighlightedText if selected else QPalette.ColorRole.PlaceholderText)
@@ -152,7 +155,7 @@ class GraveyardPanel(QWidget):
         self.close_button.setAutoRaise(True)
         self.close_button.clicked.connect(self.close_requested)
         self.filter_edit = QLineEdit()
-        self.filter_edit.setPlaceholderText("Filter: words, role, T12, S0…")
+        self.filter_edit.setPlaceholderText("Filter: words, “answer”, “message 12”…")
         self.filter_edit.setClearButtonEnabled(True)
         self._view = _GraveList()
         self._view.setModel(self._model)
@@ -160,6 +163,9 @@ class GraveyardPanel(QWidget):
         self._view.setItemDelegate(delegate)
         self._model.modelReset.connect(delegate.forget)
         self._view.setUniformItemSizes(True)
+        # Rows are elided to the pane's width: never a sideways scroll bar.
+        self._view.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self._view.setResizeMode(QListView.ResizeMode.Adjust)
         self._view.setMouseTracking(True)
         self._view.setVerticalScrollMode(QListView.ScrollMode.ScrollPerPixel)
         self._view.setSelectionMode(QListView.SelectionMode.SingleSelection)
@@ -190,10 +196,11 @@ class GraveyardPanel(QWidget):
     def list_view(self) -> QListView:
         return self._view
 
-    def set_rows(self, chunks: Iterable, preview: Preview | None = None, previews: Previews | None = None) -> None:
+    def set_rows(self, chunks: Iterable, preview: Preview | None = None, previews: Previews | None = None,
+                 numbers: dict[int, int] | None = None) -> None:
         """Show these pruned chunks (newest first); ``previews(ids) -> {id: text}``, when
-        given, loads the filter index in one query."""
-        self._model.set_rows(chunks, preview, previews)
+        given, loads the filter index in one query; ``numbers``: turn id -> message number."""
+        self._model.set_rows(chunks, preview, previews, numbers)
         self._update_count()
 
     def set_filter(self, text: str) -> None:
@@ -209,7 +216,7 @@ class GraveyardPanel(QWidget):
     def show_graveyard_of(self, conv) -> None:
         """Show the pruned chunks of ``conv`` (a :class:`~halo_weave.conversation.Conversation`),
         their previews read from it as they are needed."""
-        self.set_rows(conv.graveyard(), lambda chunk: chunk_preview(conv, chunk))
+        self.set_rows(conv.graveyard(), lambda chunk: chunk_preview(conv, chunk), numbers=message_numbers(conv))
 
     def show_chunk(self, chunk_id: int) -> bool:
         """Scroll to a pruned chunk's row and select it (clearing a filter that hides it);

@@ -7,11 +7,14 @@ delegate that draws the rows are in :mod:`.graveyard`.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 from PySide6.QtCore import QAbstractListModel, QModelIndex, QObject, QPersistentModelIndex, Qt, QTimer
+
+from .chunk_words import chunk_title
 
 #: Characters of text kept for a preview.
 PREVIEW_CHARS = 160
@@ -34,19 +37,31 @@ class GraveRow:
     token_count: int
     brightness_at_prune: int | None
     tool_result: bool = False
+    #: The message's number in the chat shown (None: not known).
+    number: int | None = None
 
     @classmethod
-    def from_chunk(cls, chunk) -> "GraveRow":
+    def from_chunk(cls, chunk, number: int | None = None) -> "GraveRow":
         return cls(
             chunk.id, chunk.turn_id, chunk.role, chunk.chunk_index, chunk.token_count,
-            chunk.brightness_at_prune, bool(getattr(chunk, "tool_result", False)),
+            chunk.brightness_at_prune, bool(getattr(chunk, "tool_result", False)), number,
         )
 
+    def title(self) -> str:
+        """"Message 12 · Assistant · paragraph 3", as the heatmap's context menu says it."""
+        return chunk_title(self.number, self.role, self.chunk_index, self.tool_result)
+
     def meta(self) -> str:
-        """"T12 · assistant · S3 · 45 tok · ☀ 812"."""
-        role = "tool result" if self.tool_result else self.role
-        bright = "?" if self.brightness_at_prune is None else f"{self.brightness_at_prune:,}"
-        return f"T{self.turn_id} · {role} · S{self.chunk_index} · {self.token_count:,} tok · ☀ {bright}"
+        """The row's first line: "Message 12 · Assistant · paragraph 3" (the pane is narrow:
+        the figures are in :meth:`details`)."""
+        return self.title()
+
+    def details(self) -> str:
+        """The row's tooltip lines above the preview: its size, and its brightness when
+        it was pruned."""
+        bright = "not measured" if self.brightness_at_prune is None else f"{self.brightness_at_prune:,}"
+        tokens = f"{self.token_count:,} token{'s' if self.token_count != 1 else ''}"
+        return f"{self.title()}\n{tokens} · brightness when pruned: {bright} (of 10,000)"
 
 
 #: Characters of a chunk shown in the graveyard.
@@ -54,20 +69,49 @@ PREVIEW_CHARS = 160
 
 
 def chunk_preview(conv, chunk) -> str:
-    """The first :data:`PREVIEW_CHARS` characters of a chunk (or chunk id) of ``conv``,
-    on one line; "(text unavailable)" where its text cannot be read."""
+    """The opening of a chunk (or chunk id) of ``conv`` as :func:`clean_preview` shows it;
+    "(text unavailable)" where its text cannot be read."""
     chunk_id = chunk if isinstance(chunk, int) else chunk.id
     try:
         text = conv.chunk_text(chunk_id)
     except Exception:  # noqa: BLE001 - a preview is never worth an error dialog
         return "(text unavailable)"
-    text = " ".join(text.split())
-    return text[:PREVIEW_CHARS] + ("…" if len(text) > PREVIEW_CHARS else "")
+    return clean_preview(text[: 4 * PREVIEW_CHARS])  # Markdown marks take room before they go
+
+
+_FENCE = re.compile(r"^[ \t]*(```+|~~~+)[ \t]*([\w+#.-]*)[^\n]*$", re.M)
+_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+", re.M)
+_QUOTE = re.compile(r"^[ \t]{0,3}>[ \t]?", re.M)
+_BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+", re.M)
+_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
+_EMPHASIS = re.compile(r"(?<![\w*_~`])(\*\*|__|~~|\*|`+)(?=\S)(.+?)(?<=\S)\1(?![\w*_~`])")
+
+
+def plain_text(text: str) -> str:
+    """Markdown read as a person reads it, for a one-line preview: fences become "code
+    (python):", headings, quotes, emphasis and backticks lose their marks, a link keeps
+    its words, a bullet becomes "•"."""
+    fences = iter(range(1 << 30))
+
+    def fence(match: re.Match) -> str:  # opening fences say "code", closing ones nothing
+        if next(fences) % 2:
+            return ""
+        return f"code ({match.group(2)}):" if match.group(2) else "code:"
+
+    text = _FENCE.sub(fence, text)
+    text = _HEADING.sub("", text)
+    text = _QUOTE.sub("", text)
+    text = _BULLET.sub(r"\1• ", text)
+    text = _LINK.sub(r"\1", text)
+    for _ in range(2):  # **`nested`**
+        text = _EMPHASIS.sub(r"\2", text)
+    return text
 
 
 def clean_preview(text: str) -> str:
-    """Whitespace collapsed, cut to :data:`PREVIEW_CHARS`."""
-    text = " ".join(text.split())
+    """Markdown marks gone (:func:`plain_text`), whitespace collapsed, cut to
+    :data:`PREVIEW_CHARS`."""
+    text = " ".join(plain_text(text).split())
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
 
 
@@ -95,14 +139,18 @@ class GraveyardModel(QAbstractListModel):
         self._index_timer.setInterval(0)
         self._index_timer.timeout.connect(self._index_slice)
         self._filter = ""
+        self._numbers: dict[int, int] = {}
 
     # -- content
-    def set_rows(self, rows: Iterable, preview: Preview | None = None, previews: Previews | None = None) -> None:
+    def set_rows(self, rows: Iterable, preview: Preview | None = None, previews: Previews | None = None,
+                 numbers: dict[int, int] | None = None) -> None:
         """Replace the rows (``Chunk`` objects or :class:`GraveRow`, newest first).
 
         ``preview(chunk_id)`` is called for rows as they are drawn; ``previews(ids)``,
-        when given, loads the filter index in one call instead."""
+        when given, loads the filter index in one call instead; ``numbers``: turn id ->
+        the message's number in the chat shown (the rows say "Message 12")."""
         self.beginResetModel()
+        self._numbers = dict(numbers or {})
         # A sequence (conv.graveyard()'s) is kept as is: its rows are made as they are read.
         self._source = rows if isinstance(rows, Sequence) else list(rows)
         self._rows = [None] * len(self._source)
@@ -160,7 +208,8 @@ class GraveyardModel(QAbstractListModel):
         row = self._rows[i]
         if row is None:
             source = self._source[i]
-            row = source if isinstance(source, GraveRow) else GraveRow.from_chunk(source)
+            row = (source if isinstance(source, GraveRow)
+                   else GraveRow.from_chunk(source, self._numbers.get(source.turn_id)))
             self._rows[i] = row
         return row
 
@@ -211,5 +260,5 @@ class GraveyardModel(QAbstractListModel):
         if role == self.RowRole:
             return row
         if role == Qt.ItemDataRole.ToolTipRole:
-            return f"{row.meta()}\n{self.preview(row.chunk_id)}\n\nClick or press Enter to resurrect it (pinned)."
+            return f"{row.details()}\n{self.preview(row.chunk_id)}\n\nClick or press Enter to bring it back (pinned)."
         return None

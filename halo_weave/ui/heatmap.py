@@ -5,7 +5,7 @@ never stored in the document: :meth:`HeatmapView.paintEvent` paints it for the v
 blocks only, straight from the numpy brightness column, one batch of rectangles per
 colour, at most once per frame.  Three layers:
 
-1. under the text, a yellow background (alpha 0.2–0.5 by rank) behind the brightest
+1. under the text, a yellow background (alpha by rank, up to 0.45 on the dark theme) behind the brightest
    ``highlight_fraction`` of the tokens;
 2. the text itself, drawn white by ``QPlainTextEdit``;
 3. over the text, in *darken* mode (per channel minimum), the colour of each token's
@@ -13,7 +13,9 @@ colour, at most once per frame.  Three layers:
    results, grey for the system prompt).  White text becomes exactly that colour while
    the dark background, darker than every scale colour, is left as it is; the
    highlighted tokens (the brightest share), left out of this layer, stay white so
-   they stand out.
+   they stand out.  On the light theme the text is black and the layer is painted in
+   *lighten* mode (per channel maximum) instead: the same effect on a light background
+   (:class:`.colors.Scheme`).
 
 Token geometry (x range and line of each token) is cached per block, keyed by the
 block's revision and the viewport width, so a brightness change costs only numpy work
@@ -29,7 +31,8 @@ recalled, its links and the marks of recalled chunks, :mod:`.heatmap_recall`.
 The view is the widget and its public interface; its parts own their state: the frame
 and what was painted (:class:`.heatmap_canvas.Canvas`), the Markdown rendering
 (:class:`.heatmap_markdown.MarkdownLayer`), hit-testing and jumps
-(:class:`.heatmap_find.Finder`), the streamed text (:class:`.heatmap_stream.StreamedText`)
+(:class:`.heatmap_find.Finder`), find in the chat (:class:`.heatmap_find.TextSearch`),
+the streamed text (:class:`.heatmap_stream.StreamedText`),
 the gutter (:class:`.heatmap_gutter.Gutter`), the branch marks
 (:class:`.heatmap_branches.BranchMarks`) and the tooltips' scoring note
 (:class:`.heatmap_menu.ChunkTips`).
@@ -52,10 +55,10 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QMenu, QPlainTextEdit, QToolTip, QWidget
 
 from ..conversation import Conversation
-from . import heatmap_menu
+from . import colors, heatmap_menu
 from .follow import Follower
 from .heatmap_branches import BranchMarks
-from .heatmap_find import Finder
+from .heatmap_find import Finder, TextSearch
 from .heatmap_gutter import Gutter
 from .heatmap_layout import DocumentPlan, build_plan
 from .heatmap_markdown import MarkdownLayer
@@ -117,11 +120,7 @@ class HeatmapView(QPlainTextEdit):
         )
         self.setMouseTracking(True)
         self.setCursorWidth(0)  # selectable by keyboard, but no caret in a read-only view
-        palette = self.palette()
-        # White text is what the darken layer tints; see the module docstring.
-        palette.setColor(QPalette.ColorRole.Text, QColor(255, 255, 255))
-        palette.setColor(QPalette.ColorRole.Base, QColor(22, 22, 26))
-        self.setPalette(palette)
+        self._set_palette()
         self._conv: Conversation | None = None
         self._plan = DocumentPlan()
         #: The visible boxes, their colours, what was painted and when the next frame is
@@ -148,8 +147,33 @@ class HeatmapView(QPlainTextEdit):
         self.stream = StreamedText(self)
         #: The "‹ n / m ›" marks of messages where branches part (:mod:`.heatmap_branches`).
         self.branches = BranchMarks(self)
+        #: Find in the chat: the matches of the find bar's words, outlined (:mod:`.heatmap_find`).
+        self.search = TextSearch(self)
+
+    def _set_palette(self) -> None:
+        # The text is what the tint layer colours (white under darken, black under
+        # lighten); see the module docstring and colors.Scheme.
+        scheme = self._scheme = colors.scheme()
+        palette = self.palette()
+        palette.setColor(QPalette.ColorRole.Text, QColor(*scheme.text))
+        palette.setColor(QPalette.ColorRole.Base, QColor(*scheme.base))
+        self.setPalette(palette)
+        # A stylesheet's polish gives the viewport a palette of its own: set it there too.
+        self.viewport().setPalette(palette)
 
     # ------------------------------------------------------------------ public API
+    def restyle(self) -> None:
+        """The theme changed (:func:`.theme.apply_theme`): paint with its colours."""
+        self._set_palette()
+        self.canvas.restyle()
+        self.markdown_layer.switch(self.markdown_layer.rendered)  # formats of the new colours
+        self.rebuild()
+
+    def follow_theme(self) -> None:
+        """Restyle when the theme in use is not the one this view paints with."""
+        if colors.scheme() is not self._scheme:
+            self.restyle()
+
     def set_conversation(self, conv: Conversation | None) -> None:
         """Show ``conv`` (None clears the view)."""
         self._conv = conv
@@ -195,6 +219,7 @@ class HeatmapView(QPlainTextEdit):
             self.follower.content_changed(rebuilt=True)
         if deferred:
             self.markdown_layer.format_on_screen()
+        self.search.refresh()
         self.canvas.schedule()
 
     def append_streamed(self) -> None:

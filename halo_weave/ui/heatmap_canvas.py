@@ -47,6 +47,11 @@ class Canvas:
         #: The layers' brushes and the painting of an update (:mod:`.heatmap_paint`).
         self.painter = FramePainter()
 
+    def restyle(self) -> None:
+        """The theme changed: the layers' brushes of the colours in use, all repainted."""
+        self.painter = FramePainter()
+        self.invalidate(full=True)
+
     def schedule(self) -> None:
         """Do the view's next frame within :data:`FRAME_MS` (once, however often asked)."""
         if not self._timer.isActive():

@@ -2,17 +2,30 @@
 
 The chunk under a point, a chunk's first token in the document, scrolling to a chunk and
 outlining it for a moment, and the links of the line under a message that says what it
-recalled: a press on one opens it on release over the same link.
+recalled: a press on one opens it on release over the same link (:class:`Finder`).
+
+Find in the chat (:class:`TextSearch`, Ctrl+F): every place the words occur in the text
+shown, case-insensitive, the one gone to outlined, and the pruned paragraphs that hold
+them (the heatmap does not show those; the find bar offers to bring them back).
 """
 
 from __future__ import annotations
 
-import numpy as np
-from PySide6.QtCore import QPoint, QPointF, QRect, QTimer
+import bisect
 
+import numpy as np
+from PySide6.QtCore import QPoint, QPointF, QRect, QRectF, QTimer
+from PySide6.QtGui import QTextCursor
+
+from ..core import pruning
 from .heatmap_frame import token_index_at
-from .heatmap_recall import FLASH_MS, link_at, link_rects
+from .heatmap_recall import FLASH_MS, link_at, link_rects, range_pieces
 from .recall_line import MORE
+
+#: The most places one search lists in the text shown (the count says "1,000+").
+MAX_MATCHES = 1000
+#: Pruned paragraphs whose text is read from the file in one query.
+PRUNED_BATCH = 256
 
 #: Lines left above a chunk a recall link shows (its message's label, the line before).
 SHOW_LINES_BEFORE = 2
@@ -154,3 +167,160 @@ class Finder:
     def _end_flash(self) -> None:
         self._flashed = None
         self._view.viewport().update()
+
+
+class TextSearch:
+    """Find in the chat: the places the words occur in the heatmap's text, and the pruned
+    paragraphs that hold them.
+
+    Owns the words looked for, the matches (document ranges, in order, at most
+    :data:`MAX_MATCHES`), which one is current, the pruned chunks that match, and the
+    pruned paragraphs' text read so far (a paragraph's text never changes while it is
+    pruned).  The view calls :meth:`refresh` after each rebuild (positions move).
+    """
+
+    def __init__(self, view) -> None:
+        self._view = view
+        self._query = ""
+        self._matches: list[tuple[int, int]] = []
+        self._current = -1
+        self._pruned: list[int] = []
+        self._pruned_text: dict[int, str] = {}
+        self._conv = None
+
+    @property
+    def query(self) -> str:
+        return self._query
+
+    @property
+    def matches(self) -> list[tuple[int, int]]:
+        """(start, end) document positions of every match in the text shown."""
+        return list(self._matches)
+
+    @property
+    def current(self) -> int:
+        """Index of the match gone to (-1: none)."""
+        return self._current
+
+    @property
+    def pruned(self) -> list[int]:
+        """Pruned chunks whose text holds the words, newest first."""
+        return list(self._pruned)
+
+    def set_query(self, text: str) -> None:
+        """Look for ``text`` (case-insensitive; empty: nothing); the current match is the
+        first at or after the top of the view."""
+        self._query = text
+        self._find()
+        self._current = self._first_on_screen() if self._matches else -1
+        self._view.viewport().update()
+
+    def refresh(self) -> None:
+        """The text changed (a rebuild): find again, keeping the current match's place."""
+        if not self._query:
+            return
+        before = self._matches[self._current][0] if 0 <= self._current < len(self._matches) else None
+        self._find()
+        if not self._matches:
+            self._current = -1
+        elif before is not None:
+            self._current = min(bisect.bisect_left(self._matches, (before, -1)), len(self._matches) - 1)
+        else:
+            self._current = 0
+
+    def step(self, direction: int) -> bool:
+        """Go to the next (``direction`` > 0) or previous match, round the end; False when
+        there is none."""
+        if not self._matches:
+            return False
+        if self._current < 0:
+            self._current = 0 if direction > 0 else len(self._matches) - 1
+        else:
+            self._current = (self._current + (1 if direction > 0 else -1)) % len(self._matches)
+        self.show_current()
+        return True
+
+    def go_to_chunk(self, chunk_id: int) -> bool:
+        """Make the first match inside a live chunk the current one and show it."""
+        view = self._view
+        index = view.finder.first_token_of(chunk_id)
+        if index is None or not self._matches:
+            return False
+        start = int(view.plan.starts[index])
+        self._current = min(bisect.bisect_left(self._matches, (start, -1)), len(self._matches) - 1)
+        self.show_current()
+        return True
+
+    def show_current(self) -> None:
+        """Scroll the current match to the middle of the view (the view stops following)."""
+        if not 0 <= self._current < len(self._matches):
+            return
+        view = self._view
+        view.follower.stop_following()
+        cursor = QTextCursor(view.document())
+        cursor.setPosition(self._matches[self._current][0])
+        view.setTextCursor(cursor)
+        view.centerCursor()
+        view.canvas.schedule()
+        view.viewport().update()
+
+    def pieces(self) -> list[tuple[bool, QRectF]]:
+        """(is current, viewport rectangle) of each visible piece of a match."""
+        if not self._matches:
+            return []
+        view = self._view
+        found: list[tuple[bool, QRectF]] = []
+        offset, height = view.contentOffset(), view.viewport().height()
+        block = view.firstVisibleBlock()
+        while block.isValid():
+            geo = view.blockBoundingGeometry(block).translated(offset)
+            if geo.top() > height:
+                break
+            layout = block.layout()
+            first, end = block.position(), block.position() + block.length() - 1
+            if geo.bottom() >= 0 and layout is not None and layout.lineCount():
+                i = bisect.bisect_left(self._matches, (first, -1))
+                while i < len(self._matches) and self._matches[i][0] < end:
+                    a, b = self._matches[i]
+                    found += [(i == self._current, rect)
+                              for rect in range_pieces(layout, a - first, min(b, end) - first, geo)]
+                    i += 1
+            block = block.next()
+        return found
+
+    def _find(self) -> None:
+        self._matches = []
+        self._pruned = []
+        words = self._query.strip()
+        if not words:
+            return
+        document = self._view.document()
+        cursor = document.find(words, 0)
+        while not cursor.isNull() and len(self._matches) < MAX_MATCHES:
+            self._matches.append((cursor.selectionStart(), cursor.selectionEnd()))
+            cursor = document.find(words, cursor)
+        self._pruned = self._pruned_matches(words.casefold())
+
+    def _pruned_matches(self, needle: str) -> list[int]:
+        conv = self._view.conversation()
+        if conv is not self._conv:
+            self._conv, self._pruned_text = conv, {}
+        if conv is None:
+            return []
+        ids = list(getattr(conv.graveyard(), "ids", ()))
+        missing = [c for c in ids if c not in self._pruned_text]
+        for i in range(0, len(missing), PRUNED_BATCH):
+            batch = missing[i:i + PRUNED_BATCH]
+            try:
+                loaded = pruning.load_pruned(conv, batch)
+            except Exception:  # noqa: BLE001 - an unreadable paragraph is left out of the search
+                loaded = {}
+            for chunk_id in batch:
+                tokens = loaded.get(chunk_id)
+                self._pruned_text[chunk_id] = "".join(tokens.texts).casefold() if tokens is not None else ""
+        return [c for c in ids if needle in self._pruned_text.get(c, "")]
+
+    def _first_on_screen(self) -> int:
+        view = self._view
+        top = view.cursorForPosition(QPoint(0, 0)).position()
+        return min(bisect.bisect_left(self._matches, (top, -1)), len(self._matches) - 1)

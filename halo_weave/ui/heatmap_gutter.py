@@ -52,7 +52,7 @@ class Gutter(QWidget):
             for _, y, line_height in pin_markers(view, frame):
                 rect = QRectF(0, y, gutter.width() - bar - 2, line_height)
                 if self._pin_text:
-                    painter.setPen(QColor(255, 255, 255))
+                    painter.setPen(QColor(*colors.scheme().text))
                     painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, self._pin_text)
                 else:
                     draw_pin(painter, rect)

@@ -17,6 +17,7 @@ from ..core.pruning import recent_chunks
 from ..rules import prune_order
 from ..settings import choice_words
 from . import colors
+from .chunk_words import title_of
 from .heatmap_frame import character_at, region_of
 from .recall_line import MORE
 
@@ -44,18 +45,17 @@ class ChunkTips:
 
 
 def tooltip(conv: Conversation | None, chunk_id: int, scoring: str = "") -> str:
-    """Turn, role, chunk id, token count and the score pruning ranks the chunk by (named
+    """Message number, role, paragraph, token count and the score pruning ranks the chunk by (named
     after the settings' ``chunk_rank``), whether the recent window shelters it, and
     ``scoring`` (what colours it and decides pruning) as the last line."""
     chunk = conv.chunks.get(chunk_id) if conv else None
     if chunk is None:
         return ""
-    kind = "tool result" if chunk.tool_result else chunk.role
-    anchor = ", anchor" if chunk.anchor else ""
+    anchor = " (the message's opening: it leaves and comes back with its exchange)" if chunk.anchor else ""
     s = conv.settings
     order = prune_order(s.pruning.prune_order)
     lines = [
-        f"Turn {chunk.turn_id} · {kind} · chunk {chunk.id} (S{chunk.chunk_index} of its turn{anchor})",
+        title_of(conv, chunk) + anchor,
         f"{chunk.token_count:,} tokens · {choice_words(s, 'chunk_rank')} brightness {conv.chunk_peak(chunk_id):,}",
     ]
     if chunk.recalled_for is not None:
@@ -79,7 +79,7 @@ def link_tooltip(conv: Conversation | None, turn_id: int, chunk_id: int) -> str:
         return "Show every chunk this message recalled"
     if chunk is None:
         return ""
-    where = f"chunk {chunk.id} · turn {chunk.turn_id} · {chunk.role}"
+    where = title_of(conv, chunk)
     if chunk.live:
         return f"Show it in the context ({where})"
     return f"Pruned since: show it in the graveyard ({where})"
@@ -152,7 +152,7 @@ def context_menu(view, point: QPoint | QPointF) -> QMenu:
     chunk = conv.chunks.get(chunk_id) if (conv and chunk_id is not None) else None
     clipboard = QGuiApplication.clipboard()
     if chunk is not None:
-        title = menu.addAction(f"Chunk {chunk.id} · turn {chunk.turn_id} · {chunk.role}")
+        title = menu.addAction(title_of(conv, chunk))
         title.setEnabled(False)
         pin = menu.addAction("Unpin" if chunk.pinned else colors.emoji_or(menu.font(), "📌 ", "") + "Pin (never prune)")
         pin.triggered.connect(lambda: view.pin_requested.emit(chunk.id, not chunk.pinned))

@@ -1,12 +1,13 @@
 """Painting one update of the heatmap: the three layers of :mod:`.heatmap` (highlight
-under the text, the text, the chunk colours over it in *darken* mode), one batch of
+under the text, the text, the chunk colours over it in *darken* mode, *lighten* on the
+light theme), one batch of
 rectangles per colour, for the visible token boxes only."""
 
 from __future__ import annotations
 
 import numpy as np
 from PySide6.QtCore import QRectF, Qt
-from PySide6.QtGui import QPainter, QPaintEvent
+from PySide6.QtGui import QPainter, QPaintEvent, QPen
 from PySide6.QtWidgets import QPlainTextEdit
 
 from . import colors
@@ -64,10 +65,14 @@ class FramePainter:
     def __init__(self) -> None:
         self.level_brushes = colors.level_colors()
         self.highlight_brushes = colors.highlight_colors()
-        self.tool_color = colors.qcolor(colors.TOOL_CYAN)
-        self.kind_colors = {"system": colors.qcolor(colors.UNSCORED_GREY), "gap": colors.qcolor(colors.UNSCORED_GREY),
-                            "recall": colors.qcolor(colors.RECALL_VIOLET)}
-        self.role_colors = {r: colors.qcolor(c) for r, c in colors.ROLE_COLORS.items()}
+        self.tool_color = colors.qcolor(colors.scheme().tool)
+        scheme = colors.scheme()
+        self.kind_colors = {"system": colors.qcolor(scheme.unscored), "gap": colors.qcolor(scheme.unscored),
+                            "recall": colors.qcolor(scheme.recall)}
+        self.role_colors = {r: colors.qcolor(c) for r, c in colors.scheme().roles.items()}
+        # White text darkened to the chunk's colour (dark theme), black text lightened to it (light).
+        self.tint_mode = (QPainter.CompositionMode.CompositionMode_Lighten if colors.scheme().tint_mode == "lighten"
+                          else QPainter.CompositionMode.CompositionMode_Darken)
 
     def paint(self, view: QPlainTextEdit, event: QPaintEvent, rects: list, frame: Frame,
               inside: np.ndarray, keys_in: np.ndarray) -> None:
@@ -99,7 +104,7 @@ class FramePainter:
         if overlay is not None:
             paint_under_tint(overlay, painter, QRectF(bounds))
         painter.setPen(Qt.PenStyle.NoPen)
-        painter.setCompositionMode(QPainter.CompositionMode.CompositionMode_Darken)
+        painter.setCompositionMode(self.tint_mode)
         for tint, batch in batches(frame, inside[~lit], keys_in[~lit]):
             painter.setBrush(self.tool_color if tint == TOOL_TINT else self.level_brushes[tint])
             painter.drawRects(batch)
@@ -114,7 +119,22 @@ class FramePainter:
             paint_over_tint(view, overlay, painter, QRectF(bounds))
         paint_links(view, view.plan, painter)
         paint_flash(view, painter, frame, view.finder.flashed_chunk)
+        paint_matches(painter, view.search.pieces())
         painter.end()
+
+
+def paint_matches(painter: QPainter, pieces: list[tuple[bool, QRectF]]) -> None:
+    """Find in the chat: a translucent box around each match, the one gone to filled
+    stronger and outlined thicker (over the chunk colours: a match reads in any chunk)."""
+    if not pieces:
+        return
+    for current, rect in pieces:
+        fill = colors.qcolor(colors.scheme().find)
+        fill.setAlphaF(colors.scheme().find_alpha[1] if current else colors.scheme().find_alpha[0])
+        painter.setBrush(fill)
+        painter.setPen(QPen(colors.qcolor(colors.scheme().find), 2.0 if current else 1.0))
+        painter.drawRoundedRect(rect.adjusted(-1, 0, 1, 0), 2, 2)
+    painter.setPen(Qt.PenStyle.NoPen)
 
 
 def batches(frame: Frame, boxes: np.ndarray, keys: np.ndarray) -> list[tuple[int, list[QRectF]]]:

@@ -51,12 +51,15 @@ def link_rects(view, plan: DocumentPlan) -> list[tuple[int, int, QRectF]]:
             first, end = block.position(), block.position() + block.length() - 1
             for a, b, turn_id, chunk_id in plan.links:
                 if first <= a < end:
-                    found += [(turn_id, chunk_id, rect) for rect in _pieces(layout, a - first, min(b, end) - first, geo)]
+                    found += [(turn_id, chunk_id, rect)
+                              for rect in range_pieces(layout, a - first, min(b, end) - first, geo)]
         block = block.next()
     return found
 
 
-def _pieces(layout, start: int, end: int, geo: QRectF) -> list[QRectF]:
+def range_pieces(layout, start: int, end: int, geo: QRectF) -> list[QRectF]:
+    """Viewport rectangles of the text ``[start, end)`` of a block (positions in the block,
+    one rectangle per line it wraps onto); ``geo``: the block's viewport geometry."""
     pieces = []
     while start < end:
         line = layout.lineForTextPosition(start)
@@ -72,7 +75,7 @@ def _pieces(layout, start: int, end: int, geo: QRectF) -> list[QRectF]:
 
 def paint_links(view, plan: DocumentPlan, painter: QPainter) -> None:
     """Underline the visible recall links."""
-    painter.setPen(QPen(colors.qcolor(colors.RECALL_VIOLET), 1))
+    painter.setPen(QPen(colors.qcolor(colors.scheme().recall), 1))
     for _, _, rect in link_rects(view, plan):
         y = rect.bottom() - 2
         painter.drawLine(QPointF(rect.left(), y), QPointF(rect.right(), y))
@@ -101,7 +104,7 @@ def paint_marks(gutter, marks: list[tuple[int, float, float]]) -> None:
         return
     painter = QPainter(gutter)
     width = max(3, gutter.width() // 8)
-    color = colors.qcolor(colors.RECALL_VIOLET)
+    color = colors.qcolor(colors.scheme().recall)
     for _, top, bottom in marks:
         painter.fillRect(QRectF(1, top + 1, width, bottom - top - 2), color)
     painter.end()
@@ -120,7 +123,7 @@ def paint_flash(view, painter: QPainter, frame: Frame, chunk_id: int | None) -> 
         on = y == line
         path.addRect(QRectF(float(x0[on].min()) - 3, line, float(x1[on].max() - x0[on].min()) + 6, float(h[on].max())))
     painter.setRenderHint(QPainter.RenderHint.Antialiasing, True)
-    painter.setPen(QPen(colors.qcolor(colors.RECALL_VIOLET), 2))
+    painter.setPen(QPen(colors.qcolor(colors.scheme().recall), 2))
     painter.setBrush(Qt.BrushStyle.NoBrush)  # a fill over the text would dim its colour
     painter.drawPath(path.simplified())
     painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)

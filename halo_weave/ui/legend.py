@@ -92,8 +92,8 @@ def _scale(painter: QPainter, rect: QRectF) -> None:
 
 def _recall(painter: QPainter, rect: QRectF) -> None:
     """The mark beside a recalled chunk and the start of the line under its message."""
-    painter.fillRect(QRectF(rect.left(), rect.top(), 4, rect.height()), QColor(*colors.RECALL_VIOLET))
-    painter.setPen(QColor(*colors.RECALL_VIOLET))
+    painter.fillRect(QRectF(rect.left(), rect.top(), 4, rect.height()), QColor(*colors.scheme().recall))
+    painter.setPen(QColor(*colors.scheme().recall))
     painter.drawText(rect.adjusted(10, 0, 0, 0), Qt.AlignmentFlag.AlignVCenter | Qt.AlignmentFlag.AlignLeft,
                      "Recalled for…")
 
@@ -126,11 +126,11 @@ class LegendDialog(QDialog):
              f"The brightest share of all tokens (Settings → Context & memory → {colors.HIGHLIGHT_LABEL}) "
              "stays white on a yellow "
              "background, stronger for the very brightest."),
-            (_text(colors.TOOL_CYAN, " tool result"), "What the model's notebook tool returned."),
-            (_text(colors.UNSCORED_GREY, " System prompt"), "The system prompt and “⋯ pruned here” "
+            (_text(colors.scheme().tool, " tool result"), "What the model's notebook tool returned."),
+            (_text(colors.scheme().unscored, " System prompt"), "The system prompt and “⋯ pruned here” "
              "markers: never scored, never pruned."),
-            (_fill(colors.ROLE_COLORS["user"]), "Bar in the left margin and label of your messages."),
-            (_fill(colors.ROLE_COLORS["assistant"]), "Bar and label of the model's answers."),
+            (_fill(colors.scheme().roles["user"]), "Bar in the left margin and label of your messages."),
+            (_fill(colors.scheme().roles["assistant"]), "Bar and label of the model's answers."),
             (_recall, "Recalled: brought back from the graveyard by the search for one of your messages. "
              "A violet bar in the left margin marks it until it is pruned; the violet line under the "
              "message lists what it recalled (click one to jump to it)."),

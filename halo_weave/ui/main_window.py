@@ -97,7 +97,11 @@ class MainWindow(QMainWindow, InputActions):
         left = QWidget()
         column = QVBoxLayout(left)
         column.setContentsMargins(6, 6, 6, 6)
-        column.addWidget(self.stats_bar)
+        from .find_bar import FindBar
+
+        #: Find in the chat (Ctrl+F), over the heatmap; hidden until asked for.
+        self.find_bar = FindBar(self.heatmap)
+        column.addWidget(self.find_bar)
         column.addWidget(self.heatmap, 1)
         column.addWidget(self.pending_turn)
         column.addWidget(self.answer_bar)
@@ -113,7 +117,15 @@ class MainWindow(QMainWindow, InputActions):
         splitter.setStretchFactor(1, 3)
         splitter.setStretchFactor(2, 1)
         splitter.setSizes([230, 800, 300])
-        self.setCentralWidget(splitter)
+        # The stats bar spans the window, over the list and the graveyard too: at the
+        # default size its figures and the model's name fit on one line.
+        central = QWidget()
+        page = QVBoxLayout(central)
+        page.setContentsMargins(4, 4, 4, 0)
+        page.setSpacing(0)
+        page.addWidget(self.stats_bar)
+        page.addWidget(splitter, 1)
+        self.setCentralWidget(central)
         self.notes_panel = NotesPanel(self)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.notes_panel)
         self.notes_panel.hide()
@@ -172,6 +184,8 @@ class MainWindow(QMainWindow, InputActions):
         self.heatmap.regenerate_requested.connect(self.regenerate_answer)
         self.heatmap.branch_requested.connect(self.switch_branch)
         self.graveyard.resurrect_requested.connect(c.levers.resurrect_chunk)
+        self.find_bar.resurrect_requested.connect(c.levers.resurrect_chunk)
+        self.find_bar.graveyard_requested.connect(self.show_graveyard_filtered)
         self.stats_bar.graveyard_toggled.connect(self.set_graveyard_visible)
         self.stats_bar.scoring_changed.connect(self._on_scoring_changed)
         self._on_scoring_changed()
@@ -227,7 +241,21 @@ class MainWindow(QMainWindow, InputActions):
         else:
             self.heatmap.rebuild()
         self.guide.sync_hint(conv)  # after the rebuild: it sits below the text shown
+        self.find_bar.refresh()
         self.refresh_stats()
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt API
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            # The theme changed (View → Theme, or the desktop's): restyle once Qt has
+            # finished handing the new palette down (a palette set during that is lost).
+            QTimer.singleShot(0, self, self._follow_theme)  # dropped with the window
+
+    def _follow_theme(self) -> None:
+        if self._closed:  # a closed window waits to be deleted: nothing to restyle
+            return
+        self.heatmap.follow_theme()
+        self.stats_bar.restyle()
 
     def eventFilter(self, watched, event) -> bool:  # noqa: N802 - Qt API
         if watched is self.heatmap.viewport() and event.type() == QEvent.Type.Paint and not self._painted:
@@ -292,6 +320,11 @@ class MainWindow(QMainWindow, InputActions):
         self.set_graveyard_visible(True)
         if not self.graveyard.show_chunk(chunk_id):
             self.messages.info("That chunk is no longer in the graveyard.")
+
+    def show_graveyard_filtered(self, words: str) -> None:
+        """Open the graveyard listing the pruned chunks that hold ``words`` (find in the chat)."""
+        self.set_graveyard_visible(True)
+        self.graveyard.set_filter(words)
 
     def set_graveyard_visible(self, visible: bool) -> None:
         self.graveyard.setVisible(visible)

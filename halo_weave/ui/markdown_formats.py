@@ -9,17 +9,15 @@ from __future__ import annotations
 
 from PySide6.QtGui import QColor, QFont, QFontDatabase, QFontMetricsF, QTextCharFormat, QTextDocument
 
+from . import colors
+
 #: Heading sizes relative to the body text (h1 … h6).
 HEADING_SCALE = (1.5, 1.3, 1.15, 1.05, 1.0, 1.0)
-LINK_COLOR = QColor(140, 190, 255)
-DIM_COLOR = QColor(140, 140, 150)
-LABEL_COLOR = QColor(150, 150, 160)
-#: Syntax colours, light enough that the chunk tint (a per-channel minimum) still reads.
-CODE_COLORS = {
-    "c-keyword": QColor(200, 160, 255), "c-string": QColor(170, 230, 140), "c-number": QColor(250, 190, 120),
-    "c-comment": QColor(150, 160, 150), "c-builtin": QColor(120, 210, 240), "c-function": QColor(130, 200, 255),
-    "c-class": QColor(130, 220, 200), "c-decorator": QColor(240, 210, 120),
-}
+#: The dark theme's colours (the ones in use come from ``colors.scheme()``).
+LINK_COLOR = QColor(*colors.DARK.link)
+DIM_COLOR = QColor(*colors.DARK.dim)
+LABEL_COLOR = QColor(*colors.DARK.label)
+CODE_COLORS = {style: QColor(*rgb) for style, rgb in colors.DARK.code.items()}
 
 
 class MarkdownFormats:
@@ -64,17 +62,17 @@ class MarkdownFormats:
                 fmt.setFontFamilies(fixed.families())
                 fmt.setFontFixedPitch(True)
                 if style == "label":
-                    fmt.setForeground(LABEL_COLOR)
+                    fmt.setForeground(QColor(*colors.scheme().label))
                     fmt.setFontPointSize(size * 0.85)
             elif style == "link":
                 fmt.setFontUnderline(True)
-                fmt.setForeground(LINK_COLOR)
+                fmt.setForeground(QColor(*colors.scheme().link))
             elif style == "dim":
-                fmt.setForeground(DIM_COLOR)
+                fmt.setForeground(QColor(*colors.scheme().dim))
             elif style == "bullet":
                 fmt.setForeground(QColor(0, 0, 0, 0))  # the view paints a bullet there
-            elif style in CODE_COLORS:
-                fmt.setForeground(CODE_COLORS[style])
+            elif style in colors.scheme().code:
+                fmt.setForeground(QColor(*colors.scheme().code[style]))
         self._formats[styles] = fmt
         return fmt
 

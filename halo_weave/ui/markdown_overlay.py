@@ -20,13 +20,9 @@ from PySide6.QtGui import QColor, QFontMetricsF, QPainter, QTextBlock, QTextCurs
 from . import markdown_scan as md
 from .heatmap_layout import DocumentPlan
 from .markdown_blocks import markup_of
-from .markdown_formats import DIM_COLOR
+from . import colors
 
-BUTTON_TEXT = QColor(170, 170, 180)
-BUTTON_FILL = QColor(52, 54, 64)
-RULE_COLOR = QColor(90, 90, 100)
-#: Inline code's background: the code blocks' (CODE_BACKGROUND in .code_blocks).
-INLINE_CODE_BACKGROUND = QColor(36, 38, 46)
+# Buttons, rules and inline code's background (the code blocks') come from colors.scheme().
 COPY_LABEL = "Copy"
 #: How far past the visible blocks a code block is followed to its closing fence.
 FOLLOW_CODE_BLOCKS = 400
@@ -204,12 +200,12 @@ def paint_code_spans(overlay: Overlay, painter: QPainter, bounds: QRectF) -> Non
     """The backgrounds of inline code (under the highlight layer, as code blocks')."""
     for rect in overlay.code_spans:
         if rect.bottom() >= bounds.top() and rect.top() <= bounds.bottom():
-            painter.fillRect(rect, INLINE_CODE_BACKGROUND)
+            painter.fillRect(rect, QColor(*colors.scheme().code_background))
 
 
 def paint_under_tint(overlay: Overlay, painter: QPainter, bounds: QRectF) -> None:
     """Bullets (tinted like the text, so drawn before the chunk colours)."""
-    painter.setPen(QColor(255, 255, 255))
+    painter.setPen(QColor(*colors.scheme().text))
     for cell in overlay.bullets:
         if cell.bottom() >= bounds.top() and cell.top() <= bounds.bottom():
             painter.drawText(cell, Qt.AlignmentFlag.AlignCenter, "•")
@@ -219,15 +215,15 @@ def paint_over_tint(view, overlay: Overlay, painter: QPainter, bounds: QRectF) -
     """Thematic breaks and the "Copy" buttons, in fixed greys."""
     for line in overlay.rules:
         if line.bottom() >= bounds.top() and line.top() <= bounds.bottom():
-            painter.fillRect(line, RULE_COLOR)
+            painter.fillRect(line, QColor(*colors.scheme().rule))
     painter.setFont(view.font())
     for rect, kind, _ in overlay.buttons:
         if rect.bottom() < bounds.top() or rect.top() > bounds.bottom():
             continue
         if kind == "code":
             painter.setPen(Qt.PenStyle.NoPen)
-            painter.setBrush(BUTTON_FILL)
+            painter.setBrush(QColor(*colors.scheme().button_fill))
             painter.drawRoundedRect(rect, 3, 3)
-        painter.setPen(BUTTON_TEXT if kind == "code" else DIM_COLOR)
+        painter.setPen(QColor(*(colors.scheme().button_text if kind == "code" else colors.scheme().dim)))
         painter.drawText(rect, Qt.AlignmentFlag.AlignCenter, COPY_LABEL)
     painter.setPen(Qt.PenStyle.NoPen)

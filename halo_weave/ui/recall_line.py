@@ -3,7 +3,8 @@
 "Recalled for this message: 3 chunks: “My cat is called Mochi…” · “I fly to Lisbon on…” ·
 “My sister Ana is…”": each quoted piece is the first words of a chunk the message's
 search brought back, a link the heatmap jumps to it by (one pruned since says so, and
-its link shows it in the graveyard; when all are, the line says it once); past
+its link shows it in the graveyard: "(back in the graveyard)"; when all are, the line says
+it once); past
 :data:`SHOWN` chunks a last link, "+ 22 more", lists the rest.  Qt-free: the heatmap's
 document plan lays it out (:mod:`.heatmap_layout`).
 """
@@ -23,6 +24,10 @@ FIRST_CHARS = 36
 MORE = -1
 #: Joins the words of one link, so that a line wraps between links, not inside one.
 NBSP = "\u00a0"
+#: After a link whose chunk was pruned again since the message recalled it.
+BACK = f"{NBSP}(back{NBSP}in{NBSP}the{NBSP}graveyard)"
+#: After the count when every chunk the message recalled was pruned again since.
+ALL_BACK = " — since pruned again, all back in the graveyard (a click shows one there)"
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ def recall_line(conv: Conversation, turn_id: int, expanded: bool = False) -> tup
     if not ids:
         return "", []
     all_pruned = not any(conv.chunks[c].live for c in ids)
-    text = f"Recalled for this message: {count_words(len(ids))}{', all pruned since' if all_pruned else ''}: "
+    text = f"Recalled for this message: {count_words(len(ids))}{ALL_BACK if all_pruned else ''}: "
     links: list[Link] = []
     shown = ids if expanded or len(ids) <= SHOWN + 1 else ids[:SHOWN]
     for i, chunk_id in enumerate(shown):
@@ -71,7 +76,7 @@ def recall_line(conv: Conversation, turn_id: int, expanded: bool = False) -> tup
         links.append(Link(_units(text), _units(text) + _units(piece), chunk_id))
         text += piece
         if not (all_pruned or conv.chunks[chunk_id].live):
-            text += f"{NBSP}(pruned{NBSP}since)"
+            text += BACK
     if len(shown) < len(ids):
         piece = f"+{NBSP}{len(ids) - len(shown):,}{NBSP}more"
         text += " · "

@@ -75,7 +75,7 @@ class BarLines:
         #: When a line is too narrow for every text, the first of these keep theirs longest.
         self._by_importance = by_importance
         self._rows = QVBoxLayout(bar)
-        self._rows.setContentsMargins(6, 2, 6, 2)
+        self._rows.setContentsMargins(4, 2, 4, 2)
         self._rows.setSpacing(2)
         self._two_lines: bool | None = None  # None until the first arrangement
         self._arrange(False)
@@ -213,10 +213,11 @@ class StatsBar(QWidget):
         #: What recalls brought back, beside the budget (hidden when nothing is recalled).
         self.recalled_label = ElidedLabel()
         self.recalled_label.setObjectName("recalledTokens")
-        self.recalled_label.setStyleSheet("color: #%02x%02x%02x;" % colors.RECALL_VIOLET)
+        self.recalled_label.setStyleSheet("color: #%02x%02x%02x;" % colors.scheme().recall)
         self.recalled_label.setToolTip(RECALLED_DETAIL)
         self.totals_label = ElidedLabel()
-        self.totals_label.setToolTip("Tokens ever written in this conversation · chunks in the graveyard")
+        self.totals_label.setToolTip("Tokens of every message in this conversation (the branch shown), live or "
+                                     "pruned: pruning, recalls and reopening never change it · chunks in the graveyard")
         self.brightness = BrightnessFigure(self)
         self.brightness.scoring_changed.connect(self.scoring_changed)
         #: The brightness figure's widgets, reached from the bar as well (the window puts
@@ -265,6 +266,10 @@ class StatsBar(QWidget):
     def is_two_lines(self) -> bool:
         """Whether the bar is too narrow for one line and shows two."""
         return self.lines.is_two_lines()
+
+    def restyle(self) -> None:
+        """The theme changed: the recalled figure in its violet."""
+        self.recalled_label.setStyleSheet("color: #%02x%02x%02x;" % colors.scheme().recall)
 
     def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt API
         super().resizeEvent(event)

@@ -11,8 +11,10 @@ from ..settings import Scoring, Settings, scoring_words
 from .elided import ElidedLabel
 from .status_widgets import ConnectionLight
 
-#: Widest the connection detail (model name, loading progress) may get, in pixels.
-CONNECTION_DETAIL_PX = 400
+#: Widest the connection detail (model name first, then the server's words, or loading
+#: progress) may get, in pixels: room for a long GGUF file name, and the bar still fits one
+#: line at the window's default size.
+CONNECTION_DETAIL_PX = 330
 
 #: Widest the model picker may get, in pixels (model ids can be long paths), and the
 #: characters it shows at least (the line is crowded; its list shows names whole).

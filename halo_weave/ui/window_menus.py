@@ -29,6 +29,9 @@ class WindowMenus:
         file_menu.addSeparator()
         self.export_action = add(file_menu, "&Export JSON…", self.export_json, "Ctrl+E",
                                  "Save the whole conversation as a JSON file")
+        self.markdown_export_action = add(file_menu, "Export &Markdown…", self.export_markdown, "Ctrl+Shift+E",
+                                          "Save the conversation shown as Markdown to read or share "
+                                          "(pruned paragraphs included, marked)")
         self.import_action = add(file_menu, "&Import…", self.import_json, "Ctrl+I",
                                  "Open a JSON export, a SillyTavern chat (.jsonl) or a KoboldAI "
                                  "Lite save (.json) or a character card as a new conversation")
@@ -64,6 +67,10 @@ class WindowMenus:
                                   "Pick a system prompt with its sampling (Assistant, Coder, Writer, yours); "
                                   "save the ones in use as a preset")
         chat.addSeparator()
+        self.find_action = add(chat, "&Find in the chat…", window.find_bar.open, QKeySequence.StandardKey.Find,
+                               "Find words in the chat, pruned paragraphs included")
+        self.find_next_action = add(chat, "Find ne&xt", lambda: window.find_bar.step(1), "F3")
+        self.find_previous_action = add(chat, "Find pre&vious", lambda: window.find_bar.step(-1), "Shift+F3")
         self.graveyard_action = add(chat, "Show &graveyard",
                                     lambda: window.set_graveyard_visible(not window.graveyard.isVisible()), "Ctrl+G")
         self.graveyard_action.setCheckable(True)
@@ -87,6 +94,7 @@ class WindowMenus:
         self.markdown_action.setCheckable(True)
         self.markdown_action.setChecked(c.settings.chat.render_markdown)
         window.heatmap.set_markdown(c.settings.chat.render_markdown)
+        self.theme_actions = self._theme_menu(view.addMenu("&Theme"))
         view.addSeparator()
         self.record_action = add(view, "&Record attention", self.toggle_recording, None,
                                  "Write every token's attention to the captures folder "
@@ -102,6 +110,37 @@ class WindowMenus:
                               "The app's and the built-in model server's log files, to read or to send")
         self.restart_action = add(help_menu, "&Restart the built-in model server", self.restart_server, None,
                                   "Stop and start the model server that came with the app")
+
+    def _theme_menu(self, menu) -> dict[str, QAction]:
+        """View → Theme: follow the system, dark or light (kept in the settings file)."""
+        from PySide6.QtGui import QActionGroup
+
+        from .theme import THEME_KEY
+
+        qsettings = self.window.qsettings
+        chosen = str(qsettings.value(THEME_KEY, "system")) if qsettings is not None else "system"
+        group = QActionGroup(self.window)
+        actions = {}
+        for key, text, tip in (("system", "Follow the &system", "Light or dark as the desktop is set"),
+                               ("dark", "&Dark", "The dark theme, whatever the desktop's"),
+                               ("light", "&Light", "The light theme, whatever the desktop's")):
+            action = self._action(menu, text, lambda _=False, k=key: self.choose_theme(k), None, tip)
+            action.setCheckable(True)
+            action.setChecked(key == chosen)
+            group.addAction(action)
+            actions[key] = action
+        return actions
+
+    def choose_theme(self, key: str) -> None:
+        """Use a theme now and at the next start."""
+        from PySide6.QtWidgets import QApplication
+
+        from .theme import THEME_KEY, apply_theme
+
+        if self.window.qsettings is not None:
+            self.window.qsettings.setValue(THEME_KEY, key)
+        self.theme_actions[key].setChecked(True)
+        apply_theme(QApplication.instance(), key)
 
     def _action(self, menu, text: str, slot, shortcut=None, tip: str = "") -> QAction:
         action = QAction(text, self.window)
@@ -122,12 +161,28 @@ class WindowMenus:
         if picker.exec() and picker.selected_path() is not None:
             self.controller.files.open_conversation(picker.selected_path())
 
-    def export_json(self) -> None:
+    def export_title(self) -> str:
+        """The open conversation's title, as the list shows it ("" when none is open)."""
         open_path = self.controller.files.path
-        start = str(Path.home() / f"{open_path.stem if open_path else 'conversation'}.json")
-        path, _ = QFileDialog.getSaveFileName(self.window, "Export conversation", start, "JSON (*.json)")
+        return self.window.library.title_of(open_path) if open_path else ""
+
+    def export_start(self, suffix: str) -> str:
+        """Where an export dialog starts: the home folder, a file named after the title."""
+        from ..storage.transfer_markdown import file_name_for
+
+        return str(Path.home() / file_name_for(self.export_title(), suffix))
+
+    def export_json(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.window, "Export conversation", self.export_start(".json"),
+                                              "JSON (*.json)")
         if path:
             self.controller.files.export_json(Path(path))
+
+    def export_markdown(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self.window, "Export conversation as Markdown",
+                                              self.export_start(".md"), "Markdown (*.md)")
+        if path:
+            self.controller.files.export_markdown(Path(path), self.export_title())
 
     def import_json(self) -> None:
         path, _ = QFileDialog.getOpenFileName(

@@ -52,8 +52,9 @@ def test_rows_newest_first_with_details(panel, conv):
     assert starts == sorted(starts, reverse=True)
     first = pruned[0]
     meta = model.index(0).data(Qt.ItemDataRole.DisplayRole)
-    assert f"T{first.turn_id}" in meta and first.role in meta and f"S{first.chunk_index}" in meta
-    assert f"{first.token_count} tok" in meta and f"{first.brightness_at_prune:,}" in meta
+    assert meta == f"Message ? · {first.role.title()} · paragraph {first.chunk_index + 1}"
+    tip = model.index(0).data(Qt.ItemDataRole.ToolTipRole)
+    assert f"{first.token_count} tokens · brightness when pruned: {first.brightness_at_prune:,}" in tip
     assert model.index(0).data(GraveyardModel.PreviewRole) == " ".join(conv.chunk_text(first.id).split())
     assert f"{len(pruned)} chunks" in panel.count_label.text()
 
@@ -101,7 +102,9 @@ def test_filter_by_role_and_turn(panel, conv):
     panel.set_filter("user")
     assert panel.model().rowCount() == sum(1 for c in conv.graveyard() if c.role == "user")
     first = conv.graveyard()[0]
-    panel.set_filter(f"T{first.turn_id} S{first.chunk_index}")
+    panel.set_rows(conv.graveyard(), conv.chunk_text, numbers={t: n for n, t in enumerate(conv.turns, 1)})
+    number = list(conv.turns).index(first.turn_id) + 1
+    panel.set_filter(f"message {number} paragraph {first.chunk_index + 1}")
     ids = [panel.model().index(i).data(GraveyardModel.ChunkIdRole) for i in range(panel.model().rowCount())]
     assert first.id in ids
 
@@ -187,6 +190,51 @@ def test_a_row_shows_what_its_tooltip_says_after_the_rows_change(qtbot):
     later = GraveRow(5, 3, "user", 0, 12, 7_692)
     panel.set_rows([later], lambda _id: "Tuna stays with Ada")
     tip = panel.model().index(0).data(Qt.ItemDataRole.ToolTipRole)
-    assert "☀ 7,692" in tip and "Tuna stays with Ada" in tip
+    assert "brightness when pruned: 7,692" in tip and "Tuna stays with Ada" in tip
     fresh = shown(later, "Tuna stays with Ada")
     assert _painted_list(panel) == _painted_list(fresh), "the row still shows the old brightness or text"
+
+
+def test_rows_read_like_the_chat_never_scroll_sideways_and_show_no_markdown_marks(qtbot):
+    """A newcomer saw "T12 · S0 · ☀ 9,607", "```python # Define…", a sideways scroll bar
+    and rows cut at the bottom; the context menu numbered the same chunk "Chunk 1 · turn 0"."""
+    from halo_weave.ui import heatmap_menu
+    from halo_weave.ui.heatmap import HeatmapView
+
+    conv = Conversation(Settings.of(min_chunk_tokens=4))
+    texts = {"user": "How do I define a function in Python? " * 3,
+             "assistant": "```python\n# Define a function\ndef greet(name):\n    return f'hi {name}'\n```"}
+    for turn in range(4):
+        role = "user" if turn % 2 == 0 else "assistant"
+        pieces = [p for p in texts[role].replace("\n", " \n").split(" ") if p]
+        conv.add_turn(role, list(range(len(pieces))), [(" " if i else "") + p for i, p in enumerate(pieces)])
+    view = HeatmapView()
+    qtbot.addWidget(view)
+    view.resize(600, 400)
+    view.set_conversation(conv)
+    view.show()
+    qtbot.waitExposed(view)
+    answer = list(conv.turns)[1]
+    chunk = conv.content_chunks(answer)[0]
+    view.scroll_to_chunk(chunk.id)
+    menu = view.context_menu_for(view.chunk_rect(chunk.id).center())
+    menu_title = menu.actions()[0].text()
+    assert menu_title == "Message 2 · Assistant · paragraph 1"
+
+    conv.prune_chunk(chunk.id)
+    panel = GraveyardPanel()
+    qtbot.addWidget(panel)
+    panel.resize(260, 300)  # narrower than a row's text
+    panel.show_graveyard_of(conv)
+    panel.show()
+    qtbot.waitExposed(panel)
+    model, view_list = panel.model(), panel.list_view()
+    row = model.index(model.row_of(chunk.id))
+    assert row.data(Qt.ItemDataRole.DisplayRole).startswith(menu_title), "the same words as the context menu"
+    assert row.data(GraveyardModel.PreviewRole).startswith("code (python): Define a function def greet(name):")
+    assert "```" not in row.data(GraveyardModel.PreviewRole) and "#" not in row.data(GraveyardModel.PreviewRole)
+    assert "☀" not in row.data(Qt.ItemDataRole.DisplayRole)
+    assert not view_list.horizontalScrollBar().isVisible() and view_list.horizontalScrollBar().maximum() == 0
+    metrics = view_list.fontMetrics()
+    assert view_list.visualRect(row).height() >= 2 * metrics.height() + metrics.height() // 2, "two whole lines"
+    assert heatmap_menu.link_tooltip(conv, list(conv.turns)[2], chunk.id).endswith(menu_title + ")")

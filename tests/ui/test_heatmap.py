@@ -102,7 +102,8 @@ def test_chunk_colour_follows_peak_brightness(view):
     gold = brightest_pixel(image, view.chunk_rect(bright))
     olive = brightest_pixel(image, view.chunk_rect(dim))
     assert gold.red() > 220 and gold.green() > 190 and gold.blue() < 140, gold.getRgb()
-    assert 70 < olive.red() < 130 and olive.blue() < 70, olive.getRgb()
+    # The dimmest step still reads on the background (WCAG 4.5, tests/ui/test_theme.py).
+    assert 130 < olive.red() < 175 and olive.blue() < 100, olive.getRgb()
     assert gold.red() > olive.red() + 80
 
 
@@ -288,7 +289,8 @@ def test_tooltip_describes_chunk(view):
     show(view, conv)
     tip = view.tips.for_chunk(gamma)
     chunk = conv.chunks[gamma]
-    assert f"Turn {chunk.turn_id}" in tip and "assistant" in tip and f"chunk {gamma}" in tip
+    number = list(conv.turns).index(chunk.turn_id) + 1
+    assert tip.startswith(f"Message {number} · Assistant · paragraph {chunk.chunk_index + 1}")
     assert f"{chunk.token_count:,} tokens" in tip and "peak brightness" in tip
 
 

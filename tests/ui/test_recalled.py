@@ -10,7 +10,7 @@ from PySide6.QtCore import Qt
 
 from halo_weave.core import recall
 from halo_weave.ui.heatmap_recall import recall_marks
-from halo_weave.ui.recall_line import MORE, NBSP, count_words, first_words
+from halo_weave.ui.recall_line import ALL_BACK, MORE, NBSP, count_words, first_words
 
 from server_steps import CAT, prune_the_cat
 from test_app import make_app  # noqa: F401 - the fixture
@@ -81,8 +81,8 @@ def test_a_message_says_what_it_recalled_and_a_click_shows_each(make_app, qtbot)
     view.flush()
     line = _line_under(view, c.conv, first)
     cat_words = f"“{first_words(c.conv.chunk_text(cat.id))}”"
-    assert f"{cat_words} (pruned since)" in line or (
-        line == f"Recalled for this message: 1 chunk, all pruned since: {cat_words}"), line
+    assert f"{cat_words} (back in the graveyard)" in line or (
+        line == f"Recalled for this message: 1 chunk{ALL_BACK}: {cat_words}"), line
 
     # A roomy limit: what the next question recalls stays live after its answer.
     window.apply_settings(c.settings.replace(max_context_tokens=4000))
@@ -97,7 +97,7 @@ def test_a_message_says_what_it_recalled_and_a_click_shows_each(make_app, qtbot)
     # The earlier question's line is still there, the cat live again.
     earlier = _line_under(view, conv, first)
     assert earlier.startswith(f"Recalled for this message: {count_words(len(first_recalled))}")
-    assert f"“{first_words(conv.chunk_text(cat.id))}” (pruned since)" not in earlier
+    assert f"“{first_words(conv.chunk_text(cat.id))}” (back in the graveyard)" not in earlier
     # The counter: the recall beside the limit, the rest within it.
     app.window.refresh_stats()
     recalled_tokens = recall.recalled_tokens(conv)
@@ -131,7 +131,7 @@ def test_a_message_says_what_it_recalled_and_a_click_shows_each(make_app, qtbot)
         again.controller.levers.prune_chunk(cat.id)
     assert conv2.chunks[cat.id].recalled_for is None
     view2.flush()
-    assert "pruned since" in _line_under(view2, conv2, question)
+    assert "back in the graveyard" in _line_under(view2, conv2, question)
     again.window.set_graveyard_visible(False)
     _click_link(again, question, cat.id)
     graveyard = again.window.graveyard
@@ -180,7 +180,7 @@ def test_a_long_recall_lists_six_then_the_rest_on_a_click_and_a_pruned_one_opens
     assert conv.recalls.of(question) == tuple(ids)
     line = _line_under(view, conv, question)
     assert line.startswith(f"Recalled for this message: 10 chunks: “{first_words(conv.chunk_text(ids[0]))}” "
-                           "(pruned since) · “Fact number 1: the 1th box…” · ")
+                           "(back in the graveyard) · “Fact number 1: the 1th box…” · ")
     assert line.endswith(" · + 4 more") and line.count("“") == 6
     # "+ 4 more": the whole list.
     qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton,
@@ -211,6 +211,7 @@ def test_a_long_recall_lists_six_then_the_rest_on_a_click_and_a_pruned_one_opens
             window.controller.levers.prune_chunk(chunk_id)
     view.flush()
     line = _line_under(view, conv, question)
-    assert line.startswith("Recalled for this message: 10 chunks, all pruned since: “") and "(pruned since)" not in line
+    assert line.startswith(f"Recalled for this message: 10 chunks{ALL_BACK}: “")
+    assert "(back in the graveyard)" not in line
     window.refresh_stats()
     assert bar.recalled_label.isHidden() and recall.recalled_tokens(conv) == 0

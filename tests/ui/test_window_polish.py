@@ -105,10 +105,15 @@ def test_the_window_fits_a_1280_px_screen_with_the_graveyard_open(window, qtbot)
 
 
 def test_at_the_default_size_every_figure_of_the_stats_bar_is_whole(window, qtbot):
+    """A newcomer saw the bar wrap onto two lines at the size a first start opens at, and
+    the model's name cut: the bar spans the window and fits one line, the name first."""
+    from halo_weave.ui.control.link import model_first
+
     window.controller.files.open_conversation(None)
     assert (window.width(), window.height()) == (1180, 780), "the size a first start opens at"
     bar = window.stats_bar
-    bar.show_connection("connected", "Halo Weave server · 8192 ctx · qwen2.5-coder-0.5b-instruct-q8_0.gguf")
+    name = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    bar.show_connection("connected", model_first(f"Halo Weave server · 32768 ctx · {name}", f"/models/{name}"))
     bar.update_stats(2_346, 2_048, 9_646, 12, 4_567.0, 23.4, 310, first_token_s=0.8, exchange_open=True)
     qtbot.wait(50)
     inside = window.rect()
@@ -117,7 +122,9 @@ def test_at_the_default_size_every_figure_of_the_stats_bar_is_whole(window, qtbo
         rect = QRect(label.mapTo(window, QPoint(0, 0)), label.size())
         assert label.isVisible() and inside.contains(rect), f"{label.text()!r} is outside the window"
         assert not label.is_elided(), f"{label.text()!r} reads {label.displayed_text()!r}"
-    assert bar.connection_label.text().startswith("Halo Weave server · 8192 ctx")
+    assert bar.connection_label.text().startswith(f"{name} · "), "the model's name whole"
+    assert not bar.is_two_lines(), "one line at the default size"
+    assert bar.width() > window.width() * 0.95, "the bar spans the window"
     # A wide window has room for one line.
     window.set_graveyard_visible(False)
     window.resize(1600, 900)

@@ -162,6 +162,22 @@ class ConversationFiles(QObject):
         self._signals.info.emit(f"Exported to {path}")
         return True
 
+    def export_markdown(self, path: Path, title: str) -> bool:
+        """Write the open conversation to a Markdown file: the branch shown, pruned
+        paragraphs marked (:mod:`halo_weave.storage.transfer_markdown`)."""
+        from ...storage import transfer_markdown
+
+        session = self._session
+        if session.conv is None:
+            return False
+        try:
+            transfer_markdown.export_markdown(session.conv, title, Path(path), session.prompt.own())
+        except Exception as exc:  # noqa: BLE001
+            self._signals.error.emit(exc, "Export")
+            return False
+        self._signals.info.emit(f"Exported to {path}")
+        return True
+
     def import_json(self, path: Path) -> None:
         """Import a conversation (on a thread), open it, re-index.
 

@@ -19,6 +19,17 @@ from .ahead import ReadAhead
 from .signals import ControlSignals
 
 
+def model_first(line: str, model: object) -> str:
+    """The status line with the model's name first ("qwen2.5-coder-0.5b….gguf · Halo Weave
+    server · 32768 ctx"): where the bar is short, what is cut is the server's words, never
+    the model's name."""
+    name = str(model or "").replace("\\", "/").rsplit("/", 1)[-1]
+    tail = f" · {name}"
+    if name and line.endswith(tail):
+        return f"{name} · {line[: -len(tail)]}"
+    return line
+
+
 class ServerLink(QObject):
     """Connection intents and their outcome.
 
@@ -63,7 +74,7 @@ class ServerLink(QObject):
             self.announce_attention(session.attention_available != before)
         self.state = "connected"
         self._prompt.sync()  # before input opens: the prefix is part of every turn
-        self._set_state("connected", status_line(client, info))
+        self._set_state("connected", model_first(status_line(client, info), info.name))
         self._announce_model_and_template(client, info)
         note = (getattr(info, "raw", None) or {}).get("engine_note")
         if isinstance(note, str) and note:
