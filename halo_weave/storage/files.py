@@ -36,7 +36,7 @@ class ConversationSummary:
     error: str | None = None
 
 
-def _readonly(path: Path) -> sqlite3.Connection:
+def read_only_connection(path: Path) -> sqlite3.Connection:
     """A connection that cannot change the file (nor leave -wal/-shm files behind).
 
     ``immutable`` skips locking and the WAL, so it is used only when there is no WAL
@@ -55,7 +55,7 @@ def inspect(path: Path) -> None:
     if header != _SQLITE_HEADER:
         raise StoreCorrupt(f"{path.name} is not a Halo Weave conversation (not an SQLite database).")
     try:
-        conn = _readonly(path)
+        conn = read_only_connection(path)
     except sqlite3.Error as exc:
         raise StoreCorrupt(f"{path.name} cannot be read: {exc}.") from exc
     try:
@@ -119,7 +119,7 @@ TITLE_WORDS = 8
 
 def _summary(path: Path) -> ConversationSummary:
     try:
-        conn = _readonly(path)
+        conn = read_only_connection(path)
         try:
             updated = conn.execute("SELECT value FROM meta WHERE key = 'updated_at'").fetchone()
             turns = conn.execute("SELECT COUNT(*) FROM turns").fetchone()[0]
@@ -154,7 +154,7 @@ def check_file(path: Path) -> tuple[bool, list[str]]:
         inspect(path)
     except StoreError as exc:
         return False, [str(exc)]
-    conn = _readonly(path)
+    conn = read_only_connection(path)
     try:
         integrity.register(conn)
         conn.text_factory = integrity.lenient_text

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import integrity
-from .files import ConversationSummary, _readonly, conversations_dir, list_conversations
+from .files import ConversationSummary, read_only_connection, conversations_dir, list_conversations
 
 log = logging.getLogger("halo_weave.library")
 
@@ -83,7 +83,7 @@ class Library:
         if needle in entry.title.casefold():
             return True
         try:
-            conn = _readonly(entry.path)
+            conn = read_only_connection(entry.path)
         except sqlite3.Error:
             return False
         try:
@@ -104,7 +104,7 @@ class Library:
     @staticmethod
     def _custom_title(path: Path) -> str | None:
         try:
-            conn = _readonly(path)
+            conn = read_only_connection(path)
             try:
                 row = conn.execute("SELECT value FROM meta WHERE key = 'title'").fetchone()
             finally:
