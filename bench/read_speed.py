@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import sys
 import time
 
@@ -57,6 +58,16 @@ def read(path, n_tokens: int, threads: int, attention: bool, decode: int) -> dic
             "read_tok_s": round(len(ids) / read_s, 1), "decode_tok_s": round(decode / decode_s, 1) if decode else None}
 
 
+def cpu() -> str:
+    """The processor's name, as the answer benchmark writes it."""
+    try:
+        from halo_weave.server.llamacpp.safety import cpu_name
+
+        return cpu_name()
+    except Exception:  # noqa: BLE001 - a name only
+        return platform.processor() or platform.machine()
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tokens", default="2048,8192", help="comma-separated prompt lengths")
@@ -74,6 +85,6 @@ def main(argv=None) -> int:
             print(f"{row['tokens']:>6} tokens, {row['setting']:>9}: read in {row['read_s']} s "
                   f"({row['read_tok_s']} tok/s), decode {row['decode_tok_s']} tok/s", file=sys.stderr, flush=True)
     if args.json:
-        print(json.dumps({"model": path.name, "threads": args.threads, "cpu": answers._cpu(),
+        print(json.dumps({"model": path.name, "threads": args.threads, "cpu": cpu(),
                           "load_average": list(os.getloadavg()), "reads": rows}))
     return 0
