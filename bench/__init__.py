@@ -12,5 +12,13 @@ server), as a user's script would; the app never imports them (an import-linter 
 - :mod:`bench.chat`: a scripted chat through the real server, timed as a user feels it.
 - :mod:`bench.chat_facts`: facts said early, pruned, then asked about.
 - :mod:`bench.kv_surgery`: what KV surgery costs in accuracy and saves in time.
+- :mod:`bench.recall`, :mod:`bench.recall_order`, :mod:`bench.recall_fit`,
+  :mod:`bench.recall_embedder`, :mod:`bench.recall_judge`: what the recall settings add,
+  and how well the recalled paragraphs are ranked and kept.
+- :mod:`bench.models`, :mod:`bench.proxy`, :mod:`bench.readout`, :mod:`bench.kv_cells`,
+  :mod:`bench.wait_policy`, :mod:`bench.llamacpp_settings`, :mod:`bench.capture`: what the
+  server and the models cost (speed, attention read-out, the K-shift, OpenMP, recording).
+- :mod:`bench.ui`, :mod:`bench.startup`, :mod:`bench.quit`, :mod:`bench.paste`,
+  :mod:`bench.branches`: what the window and the files cost as a user meets them.
 - :mod:`bench.locomo`: the LoCoMo data set, loaded for all of them.
 """

@@ -23,7 +23,9 @@ import numpy as np
 from .errors import AttentionError, ConversationError
 # The rules' kernels, importable from here too.
 from .rules.brightness_rules import MASS_CEILING, attention_mass, magnitude_vote  # noqa: F401
+from .rules.attention_formats import AGGREGATED, attention_format
 from .rules.chunk_ranks import chunk_rank
+from .rules.resurrection_brightness import resurrection_brightness
 
 #: Largest payload we accept (float32 values): 64 layers x 64 heads x 128k context.
 MAX_PAYLOAD_VALUES = 64 * 64 * 131072
@@ -51,7 +53,7 @@ def decode_attention(payload: dict, context_length: int | None = None) -> np.nda
     """
     if not isinstance(payload, dict):
         raise AttentionError(f"attention payload is {type(payload).__name__}, not an object")
-    fmt = payload.get("format", "aggregated")
+    fmt = payload.get("format", AGGREGATED)
     encoding = payload.get("encoding", "base64")
     dtype = payload.get("dtype", "float32")
     if encoding != "base64" or dtype != "float32":
@@ -68,22 +70,7 @@ def decode_attention(payload: dict, context_length: int | None = None) -> np.nda
         )
     values = np.frombuffer(raw, dtype="<f4")
 
-    if fmt == "per_layer":
-        if len(shape) != 3:
-            raise AttentionError(f"per_layer attention needs 3 dimensions, got {list(shape)}")
-        layers, heads, ctx = shape
-        # Sum over (layer, head) with a float32 matmul: far faster than .mean(axis=0)
-        # on a strided view, and exact enough for voting.
-        ones = np.full(layers * heads, 1.0 / (layers * heads), dtype=np.float32)
-        vector = ones @ values.reshape(layers * heads, ctx)
-    elif fmt == "aggregated":
-        if len(shape) != 1:
-            raise AttentionError(f"aggregated attention needs 1 dimension, got {list(shape)}")
-        vector = values
-    else:
-        raise AttentionError(f"unknown attention format {fmt!r}")
-
-    vector = np.asarray(vector, dtype=np.float32)
+    vector = np.asarray(attention_format(fmt).vector(values, shape), dtype=np.float32)
     if not np.isfinite(vector).all():
         raise AttentionError("attention contains NaN or infinity")
     if vector.size and vector.min() < 0.0:
@@ -160,14 +147,14 @@ def chunk_scores(brightness: np.ndarray, starts: np.ndarray, rank: str = "peak",
 
 
 def resurrected(rule: str | int, at_prune: np.ndarray, mean: int) -> np.ndarray:
-    """A resurrected content chunk's brightness: ``"at_prune"`` (no gifts: token-level
-    values as they were when pruned, so the earned shape survives), ``"mean"`` (the mean
-    live brightness) or a number (manual resurrection uses 10000)."""
-    count = len(at_prune)
+    """A resurrected content chunk's brightness: by the rule called ``rule``
+    (:data:`halo_weave.rules.RESURRECTION_BRIGHTNESS`: ``"at_prune"``, no gifts, the
+    token-level values as they were when pruned, so the earned shape survives; ``"mean"``,
+    the mean live brightness) or a number (manual resurrection uses 10000)."""
     if isinstance(rule, (int, np.integer)):
-        return np.full(count, int(rule), np.int32)
-    if rule == "mean":
-        return np.full(count, mean, np.int32)
-    if rule == "at_prune":
-        return at_prune.astype(np.int32)
-    raise ConversationError(f"unknown resurrection brightness rule {rule!r}")
+        return np.full(len(at_prune), int(rule), np.int32)
+    try:
+        chosen = resurrection_brightness(rule)
+    except ValueError as exc:
+        raise ConversationError(str(exc)) from None
+    return chosen.values(at_prune, mean)

@@ -53,7 +53,7 @@ from .errors import (  # noqa: F401 - the client's errors, importable from here 
     ProtocolError,
     StreamInterrupted,
 )
-from .kobold_stream import GenerationStream, _error_message
+from .kobold_stream import GenerationStream, error_message
 
 #: Seconds allowed to open a connection, and for short calls (tokenize, model info): 5 s.
 CONNECT_TIMEOUT_S = 5.0
@@ -136,6 +136,12 @@ class KoboldClient:
     def close(self) -> None:
         self._http.close()
 
+    def post_stream(self, path: str, body: dict, timeout: httpx.Timeout):
+        """A streamed POST of ``body`` to ``path`` on this connection (a context manager
+        giving the open :class:`httpx.Response`; :class:`GenerationStream` reads it)."""
+        return self._http.stream("POST", path, json=body, timeout=timeout,
+                                 headers={"Accept": "text/event-stream"})
+
     @property
     def label(self) -> str:
         """The server in the window's words, with its version when it says."""
@@ -181,7 +187,7 @@ class KoboldClient:
         except httpx.HTTPError as exc:
             raise BackendUnavailable(f"request to {self.base_url}{path} failed: {exc}") from exc
         if response.status_code >= 400:
-            raise BackendHTTPError(response.status_code, _error_message(response))
+            raise BackendHTTPError(response.status_code, error_message(response))
         try:
             data = response.json()
         except ValueError as exc:

@@ -37,7 +37,8 @@ class StreamClient(Protocol):
 
     base_url: str
     connect_timeout: float
-    _http: httpx.Client
+
+    def post_stream(self, path: str, body: dict, timeout: httpx.Timeout): ...
 
     def abort(self, request_id: str | None = None) -> bool: ...
 
@@ -88,12 +89,11 @@ class GenerationStream:
         self._t0 = time.perf_counter()
         got_response = False
         try:
-            with client._http.stream("POST", "/api/extra/generate/stream", json=self.body,
-                                     timeout=timeout, headers={"Accept": "text/event-stream"}) as response:
+            with client.post_stream("/api/extra/generate/stream", self.body, timeout) as response:
                 got_response = True
                 if response.status_code >= 400:
                     response.read()
-                    raise BackendHTTPError(response.status_code, _error_message(response))
+                    raise BackendHTTPError(response.status_code, error_message(response))
                 for sse in httpx_sse.EventSource(response).iter_sse():
                     yield from self._handle(sse)
                     if self.done is not None:
@@ -230,7 +230,7 @@ class GenerationStream:
         )
 
 
-def _error_message(response: httpx.Response) -> str:
+def error_message(response: httpx.Response) -> str:
     """The server's own explanation from either KoboldCPP error shape, or its text."""
     try:
         data = response.json()

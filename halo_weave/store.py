@@ -166,8 +166,9 @@ class ConversationStore:
             )
             raise type(self.refusal)(str(self.refusal)) from exc
 
-    def _found_damage(self, damage: list) -> None:
-        """Record damage and stop saving: the file is kept as it is (read-only)."""
+    def record_damage(self, damage: list) -> None:
+        """Record damage (:class:`~halo_weave.storage.integrity.Damage` found in this file)
+        and stop saving: the file is kept as it is (read-only)."""
         self.damage += [d for d in damage if d not in self.damage]
         self.refusal = StoreDamaged(integrity.damage_message(self.path.name, self.damage))
         self.conn.execute("PRAGMA query_only = 1")
@@ -199,7 +200,7 @@ class ConversationStore:
         row = self.conn.execute("SELECT json FROM tool_data WHERE name = ?", (name,)).fetchone()
         damage = integrity.verify_row(self.conn, "tool_data", name) if row else []
         if damage:
-            self._found_damage(damage)
+            self.record_damage(damage)
             raise StoreDamaged(str(self.refusal))
         return json.loads(row[0]) if row else None
 
@@ -256,7 +257,7 @@ class ConversationStore:
         """Raise :class:`StoreDamaged` naming the chunks whose stored tokens fail their checksum."""
         damage = integrity.verify_chunks(self.conn, chunk_ids)
         if damage:
-            self._found_damage(damage)
+            self.record_damage(damage)
             raise StoreDamaged(self.refusal and str(self.refusal))
 
     # ------------------------------------------------------------------ saving
@@ -338,6 +339,14 @@ class ConversationStore:
             self._write_chunks(conv, [kept])
             recall_rows.rewrite_chunk(self.conn, conv, kept, absorbed)
             self._touch()
+
+    def save_closed_turns(self, conv: Conversation, turns: Iterable[Turn]) -> None:
+        """Persist ``turns`` whole (their rows, chunks and tokens) and the id counters in
+        one transaction: the turns a crash left open, once opening closed them."""
+        with self.transaction():
+            for turn in turns:
+                self._write_turn(conv, turn)
+            self._write_counters(conv)
 
     # ------------------------------------------------------------------ row writers
     def _write_turn(self, conv: Conversation, turn: Turn) -> None:

@@ -1,9 +1,12 @@
-"""An object owns its state: no module reaches into the conversation's private names.
+"""An object owns its state: no module reaches into another's private names.
 
-The names are read from ``conversation.py`` itself (every ``self._x`` it assigns and every
-``_x`` method it defines), and an access is any ``something._x`` outside that file,
-whatever the variable is called (``conv._x``, ``base._x``, ``self.conv._x``); a class's
-own ``self._x`` is its own business and is not counted.
+Two checks.  The conversation's private names are read from ``conversation.py`` itself
+(every ``self._x`` it assigns and every ``_x`` method it defines), and an access is any
+``something._x`` outside that file, whatever the variable is called (``conv._x``,
+``base._x``, ``self.conv._x``); a class's own ``self._x`` is its own business and is not
+counted.  Then every module of the package, the benchmarks and the scripts
+(:func:`module_private_uses`): a private name is its module's, so ``x._y`` counts unless
+the module defines ``_y`` itself, and importing a private name from another module counts.
 
 Run as a script (``python tests/test_private_names.py [ROOT]``) it prints the accesses
 and their count.
@@ -51,33 +54,95 @@ def accesses(root: Path = ROOT) -> list[str]:
     return found
 
 
-#: Private names of other libraries the benchmarks read, each for a reason: transformers
-#: keeps the attention implementation a loaded model runs in its config, nowhere public.
-FOREIGN_PRIVATE = {"_attn_implementation"}
+#: Private names of other libraries the app and the benchmarks read, each for a reason:
+#: transformers keeps the attention implementation a loaded model runs in its config,
+#: nowhere public; llama-cpp-python's model without a context (a tokenizer that loads no
+#: weights) lives only in ``llama_cpp._internals``; torch asks the CPU for AMX and
+#: AVX512-BF16 only through ``torch.cpu._is_*_supported``.
+FOREIGN_PRIVATE = {"_attn_implementation", "_internals", "_is_amx_tile_supported", "_is_avx512_bf16_supported"}
+
+#: The folders whose modules :func:`module_private_uses` checks.
+CHECKED = ("halo_weave", "bench", "scripts")
+
+#: Private names these scripts still reach, each by the code that reaches it: their
+#: rewrite over ``bench/`` removes them (then remove them here).  Nothing else may.
+ALLOWED = {
+    "scripts/bench_index.py": {  # writes the index's vectors to compare exact and quantised search
+        "index._vectors", "exact._vectors", "hybrid._vectors", "forced._vectors"},
+    "scripts/bench_server.py": {  # times the stream's event parsing without a server
+        "stream_._prompt_tokens", "stream_._handle"},
+    "scripts/bench_engine.py": set(),
+    "scripts/bench_resume.py": set(),
+}
 
 
 def private_uses(source: str) -> list[tuple[int, str]]:
     """(line, code) of every private name a module uses on something not its own:
     ``x._y`` for any ``x`` but ``self`` and ``cls`` (``self.conv._y`` counts),
-    ``getattr``/``setattr``/``hasattr`` with a ``"_y"`` literal, and an import of a
-    private name or module (``from m import _y``, ``import halo_weave.core._x``)."""
-    found = []
+    ``getattr``/``setattr``/``hasattr`` with a ``"_y"`` literal on anything but ``self``
+    or ``cls``, and an import of a private name or module (``from m import _y``,
+    ``import halo_weave.core._x``)."""
+    return sorted((line, code) for line, code, _, _ in _private_names_used(source))
+
+
+def _private_names_used(source: str):
+    """(line, code, name, imported) of every use :func:`private_uses` counts."""
     for node in ast.walk(ast.parse(source)):
-        name = None
+        name, imported = None, False
         if isinstance(node, ast.Attribute):
             if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
                 name = node.attr
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
               and node.func.id in ("getattr", "setattr", "hasattr") and len(node.args) >= 2
-              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+              and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)
+              and not (isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls"))):
             name = node.args[1].value
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             parts = [p for alias in node.names for p in alias.name.split(".")]
             parts += (getattr(node, "module", None) or "").split(".")
             name = next((p for p in parts if p.startswith("_") and not p.endswith("__")), None)
+            imported = True
         if name and name.startswith("_") and not name.endswith("__") and name not in FOREIGN_PRIVATE:
-            found.append((node.lineno, ast.unparse(node)))
-    return sorted(found)
+            yield node.lineno, ast.unparse(node), name, imported
+
+
+def own_private_names(source: str) -> set[str]:
+    """The private names a module defines: its functions, classes and methods, the names
+    it assigns at any level and the attributes it assigns on ``self`` or ``cls``."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store)
+              and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            names.add(node.attr)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return {n for n in names if n.startswith("_")}
+
+
+def module_private_uses(source: str) -> list[tuple[int, str]]:
+    """(line, code) of every private name a module uses that is not its own: ``x._y`` or
+    ``getattr(x, "_y")`` where the module does not define ``_y``
+    (:func:`own_private_names`), and every import of a private name or module."""
+    own = own_private_names(source)
+    return sorted((line, code) for line, code, name, imported in _private_names_used(source)
+                  if imported or name not in own)
+
+
+def other_modules_private_uses(root: Path = ROOT) -> list[str]:
+    """``path:line: code`` of every private name a module of :data:`CHECKED` uses that is
+    not its own, less the :data:`ALLOWED` ones."""
+    found = []
+    for folder in CHECKED:
+        for path in sorted((root / folder).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            allowed = ALLOWED.get(rel, set())
+            found += [f"{rel}:{line}: {code}" for line, code in module_private_uses(path.read_text())
+                      if code not in allowed]
+    return found
 
 
 def bench_private_uses(root: Path = ROOT) -> list[str]:
@@ -99,6 +164,21 @@ def test_the_benchmarks_use_only_the_apps_public_names():
     assert bench_private_uses() == []
 
 
+def test_a_module_may_use_its_own_private_names_only():
+    source = ("class Store:\n    def __init__(self):\n        self._wal = 1\n"
+              "    @classmethod\n    def open(cls):\n        store = cls()\n        store._wal.check()\n"
+              "        getattr(self, '_kv', None)\n        return store._put_meta\n"
+              "def _helper():\n    pass\n"
+              "from .files import _readonly\n"
+              "client._http.stream()\ncache._helper()\n")
+    assert module_private_uses(source) == [(9, "store._put_meta"), (12, "from .files import _readonly"),
+                                           (13, "client._http")]
+
+
+def test_no_module_of_the_app_the_benchmarks_or_the_scripts_uses_anothers_private_names():
+    assert other_modules_private_uses() == []
+
+
 def test_the_conversation_has_private_names_to_guard():
     names = private_names((ROOT / OWNER).read_text())
     assert {"_prune_chunks"} <= names
@@ -116,3 +196,6 @@ if __name__ == "__main__":
     uses = bench_private_uses(root)
     print("\n".join(uses))
     print(f"{len(uses)} uses of private names in bench/")
+    others = other_modules_private_uses(root)
+    print("\n".join(others))
+    print(f"{len(others)} uses of another module's private names in {', '.join(CHECKED)}/ (less the allowed)")

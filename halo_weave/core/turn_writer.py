@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ConversationError
+from ..rules import new_token_brightness
 from .chunking import BoundaryDetector
 from .records import PREFIX_INDEX, SUFFIX_INDEX, Chunk, Turn
 
@@ -52,12 +53,9 @@ class TurnWriter:
     def _start_brightness(self) -> int:
         """Where a new turn's tokens start: the cap ("fail bright") or the live median of
         the scored tokens (``new_token_brightness``)."""
-        s, table = self.conv.settings, self.conv.table
-        if s.brightness.new_token_brightness == "median":
-            scored = table.brightness[~table.framing]
-            if scored.size:
-                return int(np.median(scored))
-        return s.brightness.initial_brightness
+        s, table = self.conv.settings.brightness, self.conv.table
+        return new_token_brightness(s.new_token_brightness).start(table.brightness[~table.framing],
+                                                                  s.initial_brightness)
 
     def _open(self, turn: Turn) -> Turn:
         self.turn = turn

@@ -29,6 +29,7 @@ from typing import Sequence
 
 from ..core.anchors import anchors_of
 from ..conversation import Chunk, Conversation
+from ..rules import resurrection_anchors
 from ..storage import index_tables
 from ..storage.sql import transaction
 
@@ -117,14 +118,12 @@ def make_plan(conv: Conversation, matches: Sequence[Match], budget: int,
               anchors: str = "always", max_chunks: int = 0) -> ResurrectionPlan:
     """Take matches in order while their cost fits (see the module docstring).
 
-    ``anchors``: ``"always"`` (each match with its anchors) or ``"if_room"`` (anchors
-    from what the matches leave).  ``max_chunks`` > 0: at most that many pruned chunks
-    come back (matches and anchors counted; a match already live costs nothing and is
-    not counted).
+    ``anchors``: a name in :data:`halo_weave.rules.RESURRECTION_ANCHORS` (``"always"``:
+    each match with its anchors; ``"if_room"``: anchors from what the matches leave).
+    ``max_chunks`` > 0: at most that many pruned chunks come back (matches and anchors
+    counted; a match already live costs nothing and is not counted).
     """
-    if anchors not in ("always", "if_room"):
-        raise ValueError(f"resurrection anchors must be 'always' or 'if_room', not {anchors!r}")
-    plan = ResurrectionPlan(budget, with_anchors=anchors == "always")
+    plan = ResurrectionPlan(budget, with_anchors=resurrection_anchors(anchors).with_match)
     cost_of = _Costs(conv)
     for match in matches:
         chunk = conv.chunks.get(match.chunk_id)

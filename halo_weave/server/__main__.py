@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from .. import __version__
+from ..rules.attention_formats import AGGREGATED, ATTENTION_FORMATS
 from .kv_files import DEFAULT_DISK_BYTES
 from .kv_surgery import TAIL_FIRST_DEFAULT
 
@@ -84,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
                              "copied). Fewer cells make every prune cheaper (llama.cpp re-rotates every "
                              "cell's key)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--attention-format", choices=("aggregated", "per_layer"), default="aggregated",
+    parser.add_argument("--attention-format", choices=tuple(ATTENTION_FORMATS), default=AGGREGATED,
                         help="attention format for requests that name none")
     parser.add_argument("--no-attention", action="store_true",
                         help="behave like stock KoboldCPP: never send attention, stream text chunks "

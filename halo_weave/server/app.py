@@ -65,7 +65,7 @@ from starlette.routing import Route
 
 from .. import __version__
 from . import limits, schema
-from .engine_base import EngineBase
+from .engine_base import ATTENTION_FORMATS, EngineBase
 from .engine_choice import engine_note
 from .errors import EngineBusy, RequestError
 from .guard import RequestGuard
@@ -152,7 +152,7 @@ def model_info(engine: EngineBase, attention: bool = True) -> dict:
             "supports_restore": True,
             "supports_weighing": engine.weighs,
             "restores_from_disk": engine.keeps_states,
-            "attention_formats": ["aggregated", "per_layer"],
+            "attention_formats": list(ATTENTION_FORMATS),
             "default_attention_format": engine.default_attention_format,
             "attention_aggregation": "mean over all layers and heads, live context length",
         })

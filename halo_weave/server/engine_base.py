@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 import time
 
+from ..rules.attention_formats import ATTENTION_FORMATS as FORMATS
 from .errors import EngineBusy, RequestError
 from .generation import Generation, GenerationRequest, pack
 from .kv_files import common_prefix
@@ -32,7 +33,8 @@ from .sampling import sampler_settings
 
 AGGREGATED = "aggregated"
 PER_LAYER = "per_layer"
-ATTENTION_FORMATS = (AGGREGATED, PER_LAYER)
+#: The attention formats a request may name (:data:`halo_weave.rules.ATTENTION_FORMATS`).
+ATTENTION_FORMATS = tuple(FORMATS)
 
 #: Stop-token names looked up in the vocabulary besides the configured EOS ids.
 STOP_TOKEN_NAMES = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "</s>")
@@ -204,7 +206,7 @@ class EngineBase(SavedCaches):
             stop_sequences=self._stop_strings(stop_sequence),
             stop_ids=self.stop_ids | self._single_token_stops(stop_sequence),
             attention=bool(output_attentions),
-            per_layer=fmt == PER_LAYER,
+            per_layer=FORMATS[fmt].per_layer,
             request_id=request_id,
         )
         running = self._running

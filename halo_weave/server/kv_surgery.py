@@ -259,7 +259,7 @@ def merge_reports(first: SyncReport, second: SyncReport) -> SyncReport:
 
 
 def sync(cache, ids: list[int], should_stop=lambda: False) -> SyncReport | None:
-    """Make ``cache`` hold ``ids``: ``cache._sync(ids, edits, should_stop)`` once, or
+    """Make ``cache`` hold ``ids``: ``cache.sync_pass(ids, edits, should_stop)`` once, or
     twice with the tail first (see the module docstring) when ``cache.tail_first`` is set,
     ``cache.mode`` is surgery and :func:`tail_first_ids` says so (the inserted tokens to
     run are those ``cache.store`` does not hold).  ``None``: stopped."""
@@ -270,11 +270,11 @@ def sync(cache, ids: list[int], should_stop=lambda: False) -> SyncReport | None:
         running = sum(to_run(cache.store.cover(ids[e.start:e.end])) for e in middle if e.inserted)
         between = tail_first_ids(cache.ids, ids, edits, running)
     if between is None:
-        return cache._sync(ids, edits, should_stop)
-    first = cache._sync(between, plan_edits(cache.ids, between), should_stop)
+        return cache.sync_pass(ids, edits, should_stop)
+    first = cache.sync_pass(between, plan_edits(cache.ids, between), should_stop)
     if first is None:
         return None
-    second = cache._sync(ids, plan_edits(cache.ids, ids), should_stop)
+    second = cache.sync_pass(ids, plan_edits(cache.ids, ids), should_stop)
     return None if second is None else merge_reports(first, second)
 
 

@@ -119,7 +119,7 @@ class ContextCache:
         """Make the cache hold exactly ``ids``, by surgery where it pays (``None``: stopped)."""
         return kv_surgery.sync(self, ids, should_stop)
 
-    def _sync(self, ids: list[int], edits, should_stop) -> SyncReport | None:
+    def sync_pass(self, ids: list[int], edits, should_stop) -> SyncReport | None:
         """One pass of :meth:`sync`: apply ``edits`` (planned from ``self.ids`` to ``ids``)."""
         middle, tail = kv_surgery.split_tail(edits, len(self.ids), len(ids))
         report = SyncReport()

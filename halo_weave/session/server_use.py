@@ -17,6 +17,7 @@ from ..core.chat_template import TemplateStrings, detect_template
 from ..core.token_resurrection import returning
 from ..memory.recall_note import best_first, note_tokens
 from ..memory.room import room_choice
+from ..rules import prune_when
 from ..storage.transfer_document import CACHE_KEY_META
 from .read_ahead import input_ids_with
 
@@ -85,9 +86,10 @@ class ServerUse:
 
     @property
     def prunes_for_room(self) -> bool:
-        """Whether pruning waits until the model's window is full: ``prune_when =
-        "for_room"`` with a known window (:mod:`halo_weave.memory.room`)."""
-        return self._session.settings.pruning.prune_when == "for_room" and self.window_limit() > 0
+        """Whether pruning waits until the model's window is full: ``prune_when``'s
+        ``for_room`` (:mod:`halo_weave.rules.prune_when`) with a known window
+        (:mod:`halo_weave.memory.room`)."""
+        return prune_when(self._session.settings.pruning.prune_when).for_room and self.window_limit() > 0
 
     # -- the server's cache of the conversation
 

@@ -5,58 +5,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..rules import BRIGHTNESS_RULES, CHUNK_RANKS, PRUNE_ORDERS, WITHOUT_BRIGHTNESS, Choice, prune_order
+from ..rules import REGISTRIES, WITHOUT_BRIGHTNESS, Choice, prune_order, prune_when
 from .sections import Settings
 
 
 #: The multiple-choice settings and their allowed values, in the order the dialog lists
-#: them.  The single source: loading, validation and the dialog's combo boxes all read
-#: these, so a new rule added here appears everywhere without a UI edit.
+#: them, read from the rules' registries (:data:`halo_weave.rules.REGISTRIES`).  The single
+#: source: loading, validation and the dialog's combo boxes all read these, so a new rule
+#: added to its registry appears everywhere without a UI edit.
 CHOICES: dict[str, tuple[Choice, ...]] = {
-    "brightness_rule": tuple(rule.choice for rule in BRIGHTNESS_RULES.values()),
-    "new_token_brightness": (
-        Choice("cap", "At the starting brightness (fail bright)",
-               "New text starts as bright as possible, so it is never pruned before the model "
-               "had a chance to read it.",
-               "new text starts bright"),
-        Choice("median", "At the live median",
-               "New text starts at the median brightness of what is live: a fair chance, "
-               "no head start.",
-               "new text starts at the median"),
-    ),
-    "chunk_rank": tuple(rank.choice for rank in CHUNK_RANKS.values()),
-    "prune_order": tuple(order.choice for order in PRUNE_ORDERS.values()),
-    "prune_when": (
-        Choice("after_exchange", "After every exchange (down to the context budget)",
-               "After every answer the context is pruned back under the context target, which "
-               "leaves the rest of the model's window free for what your next message brings back.",
-               ""),
-        Choice("for_room", "Only when room is needed",
-               "The context keeps as much recent conversation as the model's window holds; it is "
-               "pruned only when the window is full, or just enough to make room for what your "
-               "message brings back (never more room than pruning after every exchange gives).",
-               "only for room"),
-    ),
-    "resurrection_brightness": (
-        Choice("at_prune", "Brightness when pruned (no gifts)",
-               "A paragraph that comes back keeps the brightness it had when it was pruned."),
-        Choice("mean", "Mean live brightness",
-               "A paragraph that comes back starts at the mean brightness of what is live."),
-    ),
-    "resurrection_anchors": (
-        Choice("if_room", "Only with room left (matches first)",
-               "Paragraphs found for your message come back first; the openings of their "
-               "question and answer come back too only while the budget has room for them."),
-        Choice("always", "Always with the match (the seed's rule)",
-               "Every paragraph found comes back together with the opening of its question "
-               "and of its answer, even when that leaves no room for the next one found."),
-    ),
-    "attention_format": (
-        Choice("aggregated", "Aggregated (one value per token; less traffic)",
-               "The server averages its layers and heads and sends one value per token."),
-        Choice("per_layer", "Per layer (layers × heads × tokens)",
-               "The server sends every layer's and head's attention; the app averages them."),
-    ),
+    field: tuple(rule.choice for rule in registry.values()) for field, registry in REGISTRIES.items()
 }
 
 #: The settings that decide what is pruned, in the order the dialog's "What decides
@@ -143,11 +101,11 @@ def scoring_words(settings: Settings, source: str = "server") -> Scoring:
         rule = choice_words(settings, "brightness_rule")
     order = prune_order(name)
     words = order.words(settings)
-    if settings.pruning.prune_when == "for_room":
+    when = prune_when(settings.pruning.prune_when)
+    if when.choice.short:
         words += ", " + choice_words(settings, "prune_when")
     sentence = f"Brightness: {rule}; a paragraph's colour is its {rank} brightness. " + order.sentence(words, rank)
-    if settings.pruning.prune_when == "for_room":
-        sentence += " The context keeps the model's window full; pruning makes only the room needed."
+    sentence += when.sentence
     share, budget = settings.recall.resurrection_keep_share, settings.pruning.max_context_tokens
     if share < 1 and budget > 0:
         sentence += (f" When the model's window is too small for what your message brings back, older context "

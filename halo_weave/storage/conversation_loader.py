@@ -46,7 +46,7 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
         ) from exc
     records = held or None
     if damage:
-        store._found_damage(damage)
+        store.record_damage(damage)
         records = None  # read again, leaving the damaged records out
     elif _drop_empty_open_turn(store) | branches.show_orphaned(store):
         records = None
@@ -79,7 +79,6 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
     conv.writer.next_chunk_id = max(meta.get("next_chunk_id", 0), chunk_end)
     conv.chunk_loader = store.load_chunk_tokens
     recall_rows.load(store.conn, conv, [d.key for d in store.damage if d.table == "recalls"])
-    store._streamed.clear()
     _close_crashed_turn(store, conv)
     return conv
 
@@ -129,12 +128,8 @@ def _close_crashed_turn(store, conv: Conversation) -> None:
             conv.writer.end()
         else:  # cannot happen through this API; closing it keeps positions ordered
             turn.complete = True
-    if store.read_only:
-        return
-    with store.transaction():
-        for turn in incomplete:
-            store._write_turn(conv, turn)
-        store._write_counters(conv)
+    if not store.read_only:
+        store.save_closed_turns(conv, incomplete)
 
 
 def _json_or_none(text: str) -> Any:

@@ -39,7 +39,7 @@ class ConversationSummary:
     stashed_branches: int = 0
 
 
-def _readonly(path: Path) -> sqlite3.Connection:
+def read_only_connection(path: Path) -> sqlite3.Connection:
     """A connection that cannot change the file (nor leave -wal/-shm files behind).
 
     ``immutable`` skips locking and the WAL, so it is used only when there is no WAL
@@ -58,7 +58,7 @@ def inspect(path: Path) -> None:
     if header != _SQLITE_HEADER:
         raise StoreCorrupt(f"{path.name} is not a Halo Weave conversation (not an SQLite database).")
     try:
-        conn = _readonly(path)
+        conn = read_only_connection(path)
     except sqlite3.Error as exc:
         raise StoreCorrupt(f"{path.name} cannot be read: {exc}.") from exc
     try:
@@ -132,7 +132,7 @@ def _summary(path: Path) -> ConversationSummary:
     from .branches import stashed_summary
 
     try:
-        conn = _readonly(path)
+        conn = read_only_connection(path)
         try:
             updated = conn.execute("SELECT value FROM meta WHERE key = 'updated_at'").fetchone()
             turns = conn.execute("SELECT COUNT(*) FROM turns").fetchone()[0]
@@ -171,7 +171,7 @@ def check_file(path: Path) -> tuple[bool, list[str]]:
         inspect(path)
     except StoreError as exc:
         return False, [str(exc)]
-    conn = _readonly(path)
+    conn = read_only_connection(path)
     try:
         integrity.register(conn)
         conn.text_factory = integrity.lenient_text

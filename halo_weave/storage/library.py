@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import integrity
-from .files import ConversationSummary, _readonly, conversation_summary, conversations_dir, list_conversations
+from .files import ConversationSummary, conversation_summary, conversations_dir, list_conversations, read_only_connection
 
 log = logging.getLogger("halo_weave.library")
 
@@ -96,7 +96,7 @@ class Library:
         if needle in entry.title.casefold():
             return True
         try:
-            conn = _readonly(entry.path)
+            conn = read_only_connection(entry.path)
         except sqlite3.Error:
             return False
         try:
@@ -118,7 +118,7 @@ class Library:
     @staticmethod
     def _custom_title(path: Path) -> str | None:
         try:
-            conn = _readonly(path)
+            conn = read_only_connection(path)
             try:
                 row = conn.execute("SELECT value FROM meta WHERE key = 'title'").fetchone()
             finally:

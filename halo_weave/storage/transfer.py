@@ -25,8 +25,8 @@ from .schema import pack_tokens, unpack_tokens
 from .transfer_branches import export_branches, packed_branches
 from .transfer_checks import bad_text_path
 from .transfer_document import (  # noqa: F401  (MAX_FILE_BYTES, MAX_ID: importers' API here too)
-    _CHUNK_FIELDS, _COUNTERS, _ENTRY_FIELDS, _SYSTEM_KEYS, _TOKEN_COLUMNS, CACHE_KEY_META, FORMAT, MAX_FILE_BYTES,
-    MAX_ID, VERSION, read_document, validate_document,
+    CACHE_KEY_META, CHUNK_FIELDS, COUNTERS, ENTRY_FIELDS, FORMAT, MAX_FILE_BYTES, MAX_ID, SYSTEM_KEYS,
+    TOKEN_COLUMNS, VERSION, read_document, validate_document,
 )
 
 
@@ -35,14 +35,14 @@ def export_document(store: ConversationStore) -> dict:
     """The conversation in ``store`` as a document of the current :data:`VERSION` (plain JSON values)."""
     conn = store.conn
     meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM meta ORDER BY key")}
-    chunks, columns = [], {name: [] for name in _TOKEN_COLUMNS}
+    chunks, columns = [], {name: [] for name in TOKEN_COLUMNS}
     rows = conn.execute(
         "SELECT c.id, c.turn_id, c.chunk_index, c.role, c.start, c.token_count, c.live, c.pinned, "
         "c.brightness_at_prune, c.tool_result, t.token_ids, t.brightness, t.text, t.text_lengths "
         "FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id ORDER BY c.start"
     )
     for row in rows:
-        chunk = dict(zip(_CHUNK_FIELDS, row[:10]))
+        chunk = dict(zip(CHUNK_FIELDS, row[:10]))
         for flag in ("live", "pinned", "tool_result"):
             chunk[flag] = bool(chunk[flag])
         chunks.append(chunk)
@@ -59,8 +59,8 @@ def export_document(store: ConversationStore) -> dict:
         "format": FORMAT,
         "version": VERSION,
         "metadata": {
-            **{name: meta.get(name, 0) for name in _COUNTERS},
-            "extra": {k: v for k, v in meta.items() if k not in _COUNTERS + _SYSTEM_KEYS + (CACHE_KEY_META,)},
+            **{name: meta.get(name, 0) for name in COUNTERS},
+            "extra": {k: v for k, v in meta.items() if k not in COUNTERS + SYSTEM_KEYS + (CACHE_KEY_META,)},
         },
         "system_prompt": {
             "text": meta.get("system_prompt", ""),
@@ -75,8 +75,8 @@ def export_document(store: ConversationStore) -> dict:
         "chunks": chunks,
         "tokens": columns,
         "semantic_entries": [
-            dict(zip(_ENTRY_FIELDS, row)) for row in conn.execute(
-                f"SELECT {', '.join(_ENTRY_FIELDS)} FROM semantic_entries ORDER BY chunk_id")
+            dict(zip(ENTRY_FIELDS, row)) for row in conn.execute(
+                f"SELECT {', '.join(ENTRY_FIELDS)} FROM semantic_entries ORDER BY chunk_id")
         ],
         "tool_notes": {
             name: json.loads(text)
@@ -183,8 +183,8 @@ def _insert(conn, plan: dict) -> None:
         [(t["turn_id"], t["role"], t["created_at"], int(t["complete"])) for t in doc["turns"]],
     )
     conn.executemany(
-        f"INSERT INTO chunks ({', '.join(_CHUNK_FIELDS)}) VALUES ({', '.join('?' * len(_CHUNK_FIELDS))})",
-        [tuple(int(v) if type(v) is bool else v for v in (c[f] for f in _CHUNK_FIELDS))
+        f"INSERT INTO chunks ({', '.join(CHUNK_FIELDS)}) VALUES ({', '.join('?' * len(CHUNK_FIELDS))})",
+        [tuple(int(v) if type(v) is bool else v for v in (c[f] for f in CHUNK_FIELDS))
          for c in doc["chunks"]],
     )
     rows = []
@@ -197,8 +197,8 @@ def _insert(conn, plan: dict) -> None:
         "VALUES (?, ?, ?, ?, ?)", rows,
     )
     conn.executemany(
-        f"INSERT INTO semantic_entries ({', '.join(_ENTRY_FIELDS)}) VALUES ({', '.join('?' * len(_ENTRY_FIELDS))})",
-        [tuple(e[f] for f in _ENTRY_FIELDS) for e in doc["semantic_entries"]],
+        f"INSERT INTO semantic_entries ({', '.join(ENTRY_FIELDS)}) VALUES ({', '.join('?' * len(ENTRY_FIELDS))})",
+        [tuple(e[f] for f in ENTRY_FIELDS) for e in doc["semantic_entries"]],
     )
     conn.executemany("INSERT INTO tool_data (name, json) VALUES (?, ?)",
                      [(name, json.dumps(note)) for name, note in doc["tool_notes"].items()])

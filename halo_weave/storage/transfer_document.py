@@ -62,17 +62,19 @@ MAX_ID = (1 << 30) - 1
 MAX_POSITION = 1 << 48
 MAX_TIME = 1e11  # seconds since 1970: year 5138
 
-_COUNTERS = ("next_position", "next_turn_id", "next_chunk_id")
-_SYSTEM_KEYS = ("system_prompt", "system_ids", "system_texts")
+#: The id counters and the system prompt's meta keys, each a field of the document's metadata.
+COUNTERS = ("next_position", "next_turn_id", "next_chunk_id")
+SYSTEM_KEYS = ("system_prompt", "system_ids", "system_texts")
 #: The meta key of the name a model server saves this conversation's KV cache under: it
 #: names this file, so an export leaves it out and an import makes its own.
 CACHE_KEY_META = "kv_cache_key"
 _TURN_FIELDS = ("turn_id", "role", "created_at", "complete")
-_CHUNK_FIELDS = ("id", "turn_id", "chunk_index", "role", "start", "token_count", "live",
-                 "pinned", "brightness_at_prune", "tool_result")
-_TOKEN_COLUMNS = ("position", "chunk_id", "token_id", "text", "brightness", "pruned", "pinned")
-_ENTRY_FIELDS = ("chunk_id", "turn_id", "chunk_index", "role", "text", "token_count",
-                 "context_hash", "reference_count", "updated_at")
+#: The columns of a chunk, a token and a semantic entry, as the document holds them.
+CHUNK_FIELDS = ("id", "turn_id", "chunk_index", "role", "start", "token_count", "live",
+                "pinned", "brightness_at_prune", "tool_result")
+TOKEN_COLUMNS = ("position", "chunk_id", "token_id", "text", "brightness", "pruned", "pinned")
+ENTRY_FIELDS = ("chunk_id", "turn_id", "chunk_index", "role", "text", "token_count",
+                "context_hash", "reference_count", "updated_at")
 _ROLES = ("user", "assistant")
 
 # ---------------------------------------------------------------------- reading
@@ -241,17 +243,17 @@ def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
                                   "tokens", "semantic_entries", "tool_notes", "answer_versions",
                                   "branches"))
 
-    metadata = _record(doc["metadata"], "metadata", _COUNTERS + ("extra",))
+    metadata = _record(doc["metadata"], "metadata", COUNTERS + ("extra",))
     counters = {
         name: _int(metadata[name], f"metadata.{name}", 0, MAX_POSITION if name == "next_position" else MAX_ID + 1)
-        for name in _COUNTERS
+        for name in COUNTERS
     }
     extra = metadata["extra"]
     if type(extra) is not dict or len(extra) > 1000:
         _fail("metadata.extra", "must be an object of at most 1000 values")
     for key, value in extra.items():
         _str(key, "a metadata key", MAX_NAME)
-        if key in _COUNTERS + _SYSTEM_KEYS + (CACHE_KEY_META,):
+        if key in COUNTERS + SYSTEM_KEYS + (CACHE_KEY_META,):
             _fail(f"metadata.extra.{key}", "is reserved")
         _json_value(value, f"metadata.extra.{key}")
 
@@ -284,7 +286,7 @@ def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
     keys: set[tuple] = set()
     for i, chunk in enumerate(_list(doc["chunks"], "chunks", MAX_ROWS)):
         where = f"chunks[{i}]"
-        _record(chunk, where, _CHUNK_FIELDS)
+        _record(chunk, where, CHUNK_FIELDS)
         chunk_id = _int(chunk["id"], f"{where}.id", 0, MAX_ID)
         turn = turns.get(_int(chunk["turn_id"], f"{where}.turn_id", 0, MAX_ID))
         if turn is None:
@@ -310,7 +312,7 @@ def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
     entries = []
     for i, entry in enumerate(_list(doc["semantic_entries"], "semantic_entries", MAX_ROWS)):
         where = f"semantic_entries[{i}]"
-        _record(entry, where, _ENTRY_FIELDS)
+        _record(entry, where, ENTRY_FIELDS)
         chunk = chunks.get(_int(entry["chunk_id"], f"{where}.chunk_id", 0, MAX_ID))
         if chunk is None or any(entry[f] != chunk[f] for f in ("turn_id", "chunk_index", "role")):
             _fail(where, "refers to a chunk that is not in the file")
@@ -375,9 +377,9 @@ def _validate_versions(versions: Any, turns: dict[int, dict], vocab_size: int | 
 
 
 def _validate_tokens(columns: Any, chunks: dict[int, dict]) -> dict[str, Any]:
-    if type(columns) is not dict or set(columns) != set(_TOKEN_COLUMNS):
-        _fail("tokens", f"must be an object with the columns {list(_TOKEN_COLUMNS)}")
-    lists = {name: _list(columns[name], f"tokens.{name}", MAX_TOKENS) for name in _TOKEN_COLUMNS}
+    if type(columns) is not dict or set(columns) != set(TOKEN_COLUMNS):
+        _fail("tokens", f"must be an object with the columns {list(TOKEN_COLUMNS)}")
+    lists = {name: _list(columns[name], f"tokens.{name}", MAX_TOKENS) for name in TOKEN_COLUMNS}
     count = len(lists["position"])
     if any(len(v) != count for v in lists.values()):
         _fail("tokens", "columns have different lengths")

@@ -46,8 +46,7 @@ class PruningPage(QWidget):
         form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
         for name, label, tip in PRUNING_FIELDS:
             words = self.explanations[name] = explanation_label()
-            editor = dialog._combo(name, settings.value(name)) if name in CHOICES else dialog._int(
-                name, settings.value(name))
+            editor = dialog.editor(name, settings.value(name))
             field = QWidget()  # the editor with its explanation right below it
             column = QVBoxLayout(field)
             column.setContentsMargins(0, 0, 0, 6)

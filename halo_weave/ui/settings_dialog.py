@@ -109,6 +109,11 @@ class SettingsDialog(QDialog):
         self.editors[name] = box
         return box
 
+    def editor(self, name: str, value) -> QWidget:
+        """The editor of field ``name`` showing ``value``, kept in :attr:`editors`: a combo
+        box of a multiple-choice field's values, else a spin box in the field's range."""
+        return self._combo(name, value) if name in CHOICES else self._int(name, value)
+
     def _explained(self, form: QFormLayout, name: str, editor: QWidget, **values: str) -> QLabel:
         """A row: the field's label, its editor and, right under it, its explanation
         (:mod:`.settings_help`; a multiple-choice field's explains the chosen value)."""

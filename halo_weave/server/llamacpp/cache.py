@@ -234,7 +234,7 @@ class LlamaCache:
             self.reset()
             raise
 
-    def _sync(self, ids: list[int], edits, should_stop) -> SyncReport | None:
+    def sync_pass(self, ids: list[int], edits, should_stop) -> SyncReport | None:
         """One pass of :meth:`sync`: apply ``edits`` (planned from ``self.ids`` to ``ids``)."""
         middle, tail = kv_surgery.split_tail(edits, len(self.ids), len(ids))
         report = SyncReport()
