@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from halo_weave.core import token_resurrection
+from halo_weave.core import ties, token_resurrection
 from halo_weave.semantic_index import EntryDraft, SemanticIndex
 from halo_weave.settings import Settings
 from halo_weave.store import ConversationStore
@@ -105,3 +105,23 @@ def test_the_resurrection_plan_is_the_same_when_the_vectors_move_in_their_last_b
             plan = index.plan(conv, matches, 4 * cost)
             plans.add(tuple(plan.chunk_ids))
     assert len(plans) == 1, f"the plan depends on the CPU: {plans}"
+
+
+@pytest.mark.parametrize("kind", ["cosines", "brightness", "with NaN"])
+def test_the_best_of_many_scores_rank_by_level_then_chunk_id(kind):
+    """A long index's top k (the coarse stage keeps 1,562 of 100k) is the top k by
+    (level, chunk id): ties at the cut go to the older chunk, as in a short list."""
+    rng = np.random.default_rng(7)
+    n, k = 50_000, 1_562
+    if kind == "brightness":
+        scores = rng.integers(-800, 10_001, n).astype(np.float64) * 1_000  # wide levels
+    else:
+        scores = np.round(rng.random(n), 3).astype(np.float32)  # many exact ties
+    if kind == "with NaN":
+        scores[rng.integers(0, n, 40)] = np.nan
+    keys = rng.permutation(n)
+    with np.errstate(invalid="ignore"):
+        got = ties.best(scores, keys, k)
+        on_grid = ties.levels(scores)
+    want = sorted(range(n), key=lambda i: (-int(on_grid[i]), keys[i]))[:k]  # NaN: the lowest level
+    assert got.tolist() == want

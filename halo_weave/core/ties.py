@@ -83,11 +83,35 @@ def best(scores: np.ndarray, keys: np.ndarray, k: int) -> np.ndarray:
     k = min(k, n)
     if k <= 0:
         return np.zeros(0, np.int64)
-    on_grid = levels(scores)
     keys = np.asarray(keys)
     if k < n:  # only the k-th best level and above can be among the best
-        pool = np.flatnonzero(on_grid >= np.partition(on_grid, n - k)[n - k])
+        pool = _pool(np.asarray(scores), k)
+        on_grid = levels(np.asarray(scores)[pool])
     else:
         pool = np.arange(n)
-    order = np.lexsort((keys[pool], -on_grid[pool]))
+        on_grid = levels(scores)
+    order = np.lexsort((keys[pool], -on_grid))
     return pool[order[:k]]
+
+
+def _pool(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices (ascending) of the scores whose level is at least the ``k``-th best level.
+
+    The k-th best level is the level of the k-th best score (:func:`level` is monotone),
+    so the raw scores are partitioned, not their levels, and only the scores near or
+    above it are put on the grid: at 100k scores and k = 1,562 that halves the time.
+    """
+    n = len(scores)
+    kth = float(np.partition(scores, n - k)[n - k])
+    if np.isfinite(kth):
+        least = level(kth)
+        # Every score whose level is >= least lies above this bound: a level is the score
+        # in steps of GRID, rounded to the nearest step (and from _WIDE steps on, to
+        # DIGITS digits, which moves it by at most 1e-4 of itself); the margin covers both.
+        bound = (least - 2 - abs(least) * 1e-3) * GRID
+        near = np.flatnonzero(scores >= bound)
+        pool = near[levels(scores[near]) >= least]
+        if len(pool) >= k:  # fewer only where NaN (partitioned as the largest) pushed kth up
+            return pool
+    on_grid = levels(scores)
+    return np.flatnonzero(on_grid >= np.partition(on_grid, n - k)[n - k])

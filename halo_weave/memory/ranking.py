@@ -45,15 +45,22 @@ def distinctive_terms(text: str, documents: Callable[[str], int | None], entries
     e.g. accents: FTS decides).
     """
     terms = [t for t in dict.fromkeys(re.findall(r"\w+", text.lower())) if t not in STOPWORDS]
-    cap = max(RARE_TERM_MIN, RARE_TERM_SHARE * entries)
-    if common_share < 1.0:
-        cap = min(cap, max(COMMON_TERM_MIN, common_share * entries))
+    cap = term_cap(entries, common_share)
     kept = []
     for term in terms:
         docs = documents(term)
         if docs is None or docs <= cap:
             kept.append(term)
     return kept
+
+
+def term_cap(entries: int, common_share: float = 1.0) -> float:
+    """The most entries a term may be found in and still be distinctive
+    (:func:`distinctive_terms`): a counter may stop counting past it."""
+    cap = max(RARE_TERM_MIN, RARE_TERM_SHARE * entries)
+    if common_share < 1.0:
+        cap = min(cap, max(COMMON_TERM_MIN, common_share * entries))
+    return cap
 
 
 def rank(vm: VectorMatrix, query: np.ndarray, s: Search, limit: int,

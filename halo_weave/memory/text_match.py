@@ -22,7 +22,8 @@ def bm25_scores(conn: sqlite3.Connection, text: str, entries: int, search: Searc
     over ``entries`` entries in all; empty when hybrid search is off or no term qualifies."""
     if not search.hybrid_search or not text:
         return {}
-    terms = ranking.distinctive_terms(text, lambda t: tables.term_documents(conn, t),
+    enough = int(ranking.term_cap(entries, search.hybrid_common_share)) + 1  # "more than the cap"
+    terms = ranking.distinctive_terms(text, lambda t: tables.term_documents(conn, t, enough),
                                       entries, search.hybrid_common_share)
     if not terms:
         return {}

@@ -181,7 +181,7 @@ class VectorMatrix:
         """Exact cosine of ``rows`` (every row when None) with a unit ``query``."""
         if rows is None:
             return self.matrix[: self.n] @ query
-        return self.matrix[rows] @ query
+        return np.take(self.matrix, rows, axis=0) @ query  # the same rows, gathered faster than [rows]
 
     # ------------------------------------------------------------------ coarse axes
     def fit(self) -> None:

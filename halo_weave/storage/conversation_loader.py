@@ -32,13 +32,14 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
     (:func:`.branches.show_orphaned`).
     """
     held: list = []  # the records, read (and their checksums totalled) once the turns are sound
+    live_rows: list = []  # the live chunks' token rows, read by the checks
 
     def chunks_agree() -> bool:
         held.extend(records_and_check(store) or ())
         return bool(held)
 
     try:
-        damage = integrity.verify_on_open(store.conn, chunks_agree=chunks_agree)
+        damage = integrity.verify_on_open(store.conn, chunks_agree=chunks_agree, live_rows=live_rows)
     except sqlite3.DatabaseError as exc:  # e.g. a column renamed by a flipped schema byte
         raise StoreCorrupt(
             f"{store.path.name} is damaged ({exc}). It was left untouched; restore it from a backup "
@@ -64,12 +65,14 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
                            if role in ("user", "assistant") and isinstance(name, str) and name.strip()}
     skip = integrity.skipped(store.damage)  # damaged records are left out (read-only)
     if records is not None and not skip:
-        turns, chunks = records
+        turns, chunks = records  # the file is as the checks read it: their rows are current
+        rows = live_token_rows(store.conn, chunks, live_rows if live_rows else None)
     else:
         turns = turn_columns(store.conn, store.path.name, skip)
         chunks = chunk_columns(store.conn, store.path.name, turns, skip)
+        rows = live_token_rows(store.conn, chunks)
     # (Rows of chunks left out are dropped there: only the live chunks' order is kept.)
-    table_from_records.take_records(conv, turns, chunks, *unpack_token_rows(live_token_rows(store.conn, chunks)))
+    table_from_records.take_records(conv, turns, chunks, *unpack_token_rows(rows))
     last = len(chunks) - 1
     end = int(chunks.start[last] + chunks.token_count[last]) if len(chunks) else 0
     chunk_end = int(chunks.id.max()) + 1 if len(chunks) else 0

@@ -100,8 +100,19 @@ def said_between(conn: sqlite3.Connection, spans: Sequence[tuple[float, float]])
     return frozenset(r[0] for r in rows)
 
 
-def term_documents(conn: sqlite3.Connection, term: str) -> int | None:
-    """How many entries hold ``term`` (None: not in the vocabulary as written)."""
+def term_documents(conn: sqlite3.Connection, term: str, at_most: int | None = None) -> int | None:
+    """How many entries hold ``term`` (None: not in the vocabulary as written).
+
+    With ``at_most``, counting stops there (the answer is ``min(count, at_most)``): the
+    vocabulary's count walks the term's whole document list (~1.5 ms for a word in 30k
+    of 100k entries), while a caller that only asks "more than N?" needs N + 1 of them.
+    That shortcut is taken for words of ASCII letters and digits, which the full-text
+    tokenizer keeps as they are written, so the two ways agree on every such word.
+    """
+    if at_most is not None and term.isascii() and term.isalnum():
+        return conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM semantic_fts WHERE semantic_fts MATCH ? LIMIT ?)",
+            (f'"{term}"', at_most)).fetchone()[0] or None
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.semantic_vocab "
                  "USING fts5vocab(main, semantic_fts, row)")
     # One seek per term: "term IN (...)" scans the whole vocabulary.

@@ -249,37 +249,77 @@ def _mismatches(conn: sqlite3.Connection, table: str, where: str = "", args: Seq
     return [Damage(table, k, "no checksum" if missing else "checksum mismatch") for k, missing in rows]
 
 
-def shape_problems(conn: sqlite3.Connection, where: str = "", args: Sequence = ()) -> list[Damage]:
-    """Chunks whose stored BLOBs disagree with their token count or their text."""
-    found = []
-    for chunk_id, count, ids, brightness, text, lengths in conn.execute(
-        "SELECT c.id, c.token_count, t.token_ids, t.brightness, t.text, t.text_lengths "
+def shape_problems(conn: sqlite3.Connection, where: str = "", args: Sequence = (),
+                   keep: list | None = None) -> list[Damage]:
+    """Chunks whose stored BLOBs disagree with their token count or their text.
+
+    ``keep`` (a list): the rows read are appended to it, as ``(chunk_id, live, token_ids,
+    brightness, text, text_lengths)``, for a caller that reads them next (opening).
+    """
+    rows = conn.execute(
+        "SELECT c.id, c.token_count, t.token_ids, t.brightness, t.text, t.text_lengths, c.live "
         f"FROM chunks c JOIN chunk_tokens t ON t.chunk_id = c.id WHERE 1 {where}", args,
-    ):
-        problem = shape_problem(count, ids, brightness, text, lengths)
+    ).fetchall()
+    if keep is not None:
+        keep.extend((r[0], r[6], *r[2:6]) for r in rows)
+    return [Damage("chunk_tokens", rows[i][0], problem) for i, problem in _shape_problems(rows)]
+
+
+def _shape_problems(rows: Sequence[tuple]) -> list[tuple[int, str]]:
+    """``(index, problem)`` of each of ``rows`` (``chunk_id, count, ids, brightness, text,
+    lengths, ...``) that :func:`shape_problem` finds wrong, in order; the lengths of every
+    row are summed at once (per row in Python it took ~7 us a chunk)."""
+    found: dict[int, str] = {}
+    whole: list[int] = []  # rows whose types and sizes are right: their lengths are summed
+    for i, (_, count, ids, brightness, text, lengths, *_) in enumerate(rows):
+        problem = _size_problem(count, ids, brightness, text, lengths)
         if problem:
-            found.append(Damage("chunk_tokens", chunk_id, problem))
-    return found
+            found[i] = problem
+        elif count:
+            whole.append(i)
+    if whole:
+        counts = np.fromiter((rows[i][1] for i in whole), np.int64, len(whole))
+        values = np.frombuffer(b"".join(rows[i][5] for i in whole), "<i4").astype(np.int64)
+        starts = np.cumsum(counts) - counts
+        total = np.add.reduceat(values, starts)
+        least = np.minimum.reduceat(values, starts)
+        texts = np.fromiter((len(rows[i][4]) for i in whole), np.int64, len(whole))
+        for j in np.flatnonzero((total != texts) | (least < 0)).tolist():
+            found[whole[j]] = "token lengths disagree with the text"
+    for i, (_, count, *_rest) in enumerate(rows):  # a row of no tokens must have no text
+        if i not in found and not count and rows[i][4]:
+            found[i] = "token lengths disagree with the text"
+    return sorted(found.items())
 
 
-def shape_problem(count, ids, brightness, text, lengths) -> str | None:
-    """Why a chunk's stored values cannot be its tokens (None when they can)."""
+def _size_problem(count, ids, brightness, text, lengths) -> str | None:
     if not all(isinstance(b, bytes) for b in (ids, brightness, lengths)) or not isinstance(text, str):
         return "a value has the wrong type"
     if not isinstance(count, int) or not len(ids) == len(brightness) == len(lengths) == 4 * count:
         return "token count disagrees with the stored tokens"
+    return None
+
+
+def shape_problem(count, ids, brightness, text, lengths) -> str | None:
+    """Why a chunk's stored values cannot be its tokens (None when they can)."""
+    problem = _size_problem(count, ids, brightness, text, lengths)
+    if problem:
+        return problem
     total = sum(struct.unpack(f"<{count}i", lengths)) if count else 0
     if total != len(text) or (count and min(struct.unpack(f"<{count}i", lengths)) < 0):
         return "token lengths disagree with the text"
     return None
 
 
-def verify_on_open(conn: sqlite3.Connection, chunks_agree: Callable[[], bool] | None = None) -> list[Damage]:
+def verify_on_open(conn: sqlite3.Connection, chunks_agree: Callable[[], bool] | None = None,
+                   live_rows: list | None = None) -> list[Damage]:
     """Damage among the rows opening reads: small tables and the live chunks' tokens.
 
     ``chunks_agree``, called once the turns are found sound: True when the caller found
     the chunk records' total sound as it read them (:func:`chunk_records_agree`), so they
-    are not summed again in SQL.
+    are not summed again in SQL.  ``live_rows`` (a list) gets the live chunks' token rows
+    as checked (see :func:`shape_problems`), so opening need not read them twice; it
+    stays empty for a file without checksums.
     """
     if not has_checksums(conn):
         return []
@@ -289,7 +329,7 @@ def verify_on_open(conn: sqlite3.Connection, chunks_agree: Callable[[], bool] | 
     if damage or chunks_agree is None or not chunks_agree():
         damage += _mismatches(conn, "chunks")
     damage += _mismatches(conn, "chunk_tokens", live)
-    damage += shape_problems(conn, "AND c.live")
+    damage += shape_problems(conn, "AND c.live", keep=live_rows)
     return _unique(damage)
 
 
