@@ -73,7 +73,7 @@ _CHUNK_FIELDS = ("id", "turn_id", "chunk_index", "role", "start", "token_count",
 _TOKEN_COLUMNS = ("position", "chunk_id", "token_id", "text", "brightness", "pruned", "pinned")
 _ENTRY_FIELDS = ("chunk_id", "turn_id", "chunk_index", "role", "text", "token_count",
                  "context_hash", "reference_count", "updated_at")
-_ROLES = ("user", "assistant")
+_ROLES = ("user", "assistant", "document")
 
 # ---------------------------------------------------------------------- reading
 def read_document(path: Path) -> dict:

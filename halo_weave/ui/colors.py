@@ -25,6 +25,7 @@ ROLE_COLORS = {
     "user": (125, 180, 255),
     "assistant": (235, 205, 130),
     "system": (150, 150, 155),
+    "document": (120, 200, 170),
 }
 #: Highlight of the brightest tokens: a yellow background, alpha 0.2 .. 0.5.
 HIGHLIGHT_RGB = (255, 220, 100)
