@@ -104,6 +104,27 @@ def test_an_encrypted_or_oversized_attachment_is_refused(tmp_path):
         read_document(scanned)
 
 
+def test_a_document_turn_is_framed_as_a_user_turn_and_its_paragraphs_leave_and_return_alone():
+    from halo_weave.conversation import Conversation, Framing
+
+    framing = Framing(prefix={"user": ([1], ["<u>"]), "assistant": ([2], ["<a>"]), "system": ([], [])},
+                      suffix={"user": ([3], ["</u>"]), "assistant": ([4], ["</a>"]), "system": ([], [])})
+    conv = Conversation(framing=framing)
+    conv.add_turn("user", [10, 11], ["Hi", "!"])
+    conv.add_turn("assistant", [12], ["Hello"])
+    paragraphs = [([20 + i, 30 + i], [f"[a.pdf, page {i + 1}]\n", f"text {i}"]) for i in range(3)]
+    turn = conv.add_document(paragraphs)
+    assert "".join(conv.held.texts(conv.turns[turn.turn_id].chunk_ids[0])) == "<u>", "framed as a user turn"
+    assert [conv.chunk_text(c.id) for c in conv.content_chunks(turn.turn_id)] == \
+        [f"[a.pdf, page {i + 1}]\ntext {i}" for i in range(3)], "one chunk per paragraph, however short"
+    pruned = conv.prune_turn(turn.turn_id)
+    assert len(pruned) == 5 and conv.live_token_count() == 7, "paragraphs and framing leave; the chat stays"
+    middle = conv.content_chunks(turn.turn_id)[1]
+    back = conv.resurrect([middle.id])
+    assert {c.id for c in back if not c.framing} == {middle.id}, "no anchor comes with a document paragraph"
+    assert conv.live_input_ids().tolist()[-4:] == [1, 21, 31, 3]
+
+
 # ---------------------------------------------------------------- in a conversation
 
 
