@@ -9,7 +9,13 @@ whether a question about one page brings that page back.
 2. *Recall*: the question about page ``page`` ("What does Ingrid from Bergen grow?") is
    searched and resurrected as the app does for a message; is page ``page`` back, live,
    and first?  The same for ``probes`` other pages (top-1 page of the search).
-3. *Search at 100k*: the document's real entries plus entries spread like them (each a
+3. *Repaint while it indexes*: the heatmap (offscreen) streams a synthetic answer over a
+   10k-token chat, one token per frame as the app does (append, attention, one frame
+   painted), first alone, then while another 300-page PDF is read, tokenized, attached
+   and embedded on a thread, its embedded batches stored on the painting thread between
+   tokens (where the app's indexing queue stores them): each token's wall time, p50 and
+   p95, both ways.
+4. *Search at 100k*: the document's real entries plus entries spread like them (each a
    real vector plus noise from their covariance, as ``scripts/bench_index.py`` makes
    them) up to ``chunks`` document chunks, written through the index's upsert path; the
    median and p95 wall time of a search (query embedded beforehand: the search, not the
@@ -18,7 +24,9 @@ whether a question about one page brings that page back.
 
 from __future__ import annotations
 
+import queue
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -151,6 +159,105 @@ def attach_and_recall(url: str, folder: Path, embedder: Embedder, pages: int, pa
     return out, entries
 
 
+def _chat(words: int = 10_000):
+    """A chat of about ``words`` live tokens (one word each) for the heatmap to draw."""
+    from halo_weave.conversation import Conversation
+
+    rng = np.random.default_rng(3)
+    conv = Conversation(Settings.of(max_context_tokens=0))
+    vocab = FILLER.lower().replace(".", "").split()
+    turn = 0
+    while len(conv.table) < words:
+        texts = [" " + w for w in rng.choice(vocab, int(rng.integers(60, 200)))]
+        conv.add_turn("user" if turn % 2 == 0 else "assistant", list(range(len(texts))), texts)
+        turn += 1
+    return conv
+
+
+def _stream(app, view, conv, rng, count: int, between=None) -> list[float]:
+    """Stream ``count`` tokens into ``view``; each token's wall ms (``between()`` runs
+    before each token, inside its time: the painting thread's other work)."""
+    times = []
+    conv.writer.begin("assistant")
+    for i in range(count):
+        t = time.perf_counter()
+        if between is not None:
+            between()
+        conv.writer.append(int(i), " " + FILLER.split()[i % 30])
+        n = conv.live_token_count()
+        attention = rng.random(n).astype(np.float32) ** 8
+        conv.apply_attention(attention / attention.sum())
+        view.append_streamed()
+        view.flush()
+        app.processEvents()
+        times.append((time.perf_counter() - t) * 1000)
+    conv.writer.end()
+    view.rebuild()
+    view.flush()
+    app.processEvents()
+    return times
+
+
+def repaint_while_indexing(url: str, folder: Path, embedder: Embedder, pages: int, tokens: int = 200) -> dict:
+    """Step 3 (see the module docstring)."""
+    from PySide6.QtWidgets import QApplication
+
+    from halo_weave.ui.heatmap import HeatmapView
+
+    app = QApplication.instance() or QApplication([])
+    conv = _chat()
+    view = HeatmapView()
+    view.resize(1100, 800)
+    view.show()
+    view.set_conversation(conv)
+    view.flush()
+    app.processEvents()
+    rng = np.random.default_rng(5)
+    alone = _stream(app, view, conv, rng, tokens)
+
+    sub = folder / "second"
+    sub.mkdir()
+    pdf = write_pdf(sub / "second.pdf", almanac(pages))
+    session = _session(url, sub, embedder)
+    index = session.recall.index
+    ready: queue.Queue = queue.Queue()
+    finished = threading.Event()
+
+    def work() -> None:
+        try:
+            attached = session.documents.attach(session.documents.prepare(pdf))
+            ids = attached.chunk_ids
+            for start in range(0, len(ids), 8):  # the app's batch size
+                ready.put(index.embed(index.prepare(session.conv, ids[start:start + 8])))
+        finally:
+            finished.set()
+
+    def store_ready() -> None:
+        while not ready.empty():
+            index.store(ready.get())
+
+    worker = threading.Thread(target=work)
+    t0 = time.perf_counter()
+    worker.start()
+    busy: list[float] = []
+    while not finished.is_set():
+        busy += _stream(app, view, conv, rng, 50, store_ready)
+    worker.join()
+    store_ready()
+    work_s = time.perf_counter() - t0
+    session.close()
+    view.close()
+    return {
+        "repaint_ms_p50_alone": round(float(np.percentile(alone, 50)), 2),
+        "repaint_ms_p95_alone": round(float(np.percentile(alone, 95)), 2),
+        "repaint_ms_p50_while_indexing": round(float(np.percentile(busy, 50)), 2),
+        "repaint_ms_p95_while_indexing": round(float(np.percentile(busy, 95)), 2),
+        "repaint_ms_max_while_indexing": round(float(np.max(busy)), 2),
+        "tokens_while_indexing": len(busy),
+        "attach_and_index_in_background_s": round(work_s, 1),
+    }
+
+
 def _spread(base: np.ndarray, n: int, rng, sigma: float = 0.4) -> np.ndarray:
     """``n`` unit vectors spread like ``base`` (see the module docstring)."""
     chol = np.linalg.cholesky(np.cov(base.T) + 1e-6 * np.eye(base.shape[1])).astype(np.float32)
@@ -212,6 +319,7 @@ def run(url: str | None = None, pages: int = 300, chunks: int = 100_000, page: i
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             figures, entries = attach_and_recall(url, folder, embedder, pages, page, probes)
+            figures.update(repaint_while_indexing(url, folder, embedder, pages))
             figures.update(search_at(chunks, entries, embedder, page, folder))
     finally:
         if process is not None:

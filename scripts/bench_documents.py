@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from bench.documents import run  # noqa: E402
 
