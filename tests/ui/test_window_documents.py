@@ -39,9 +39,11 @@ def test_attach_a_pdf_shows_progress_and_its_pages_in_the_graveyard(make_app, qt
     assert attached.pages == 40 and not attached.live
     reading = [p for p in progress if p[0] == "Reading ship log.pdf" and p[2] > 0]
     assert reading and reading[-1][1] == reading[-1][2], "the bar counted up to the end"
-    assert any(p[0].startswith("Indexing ship log.pdf") for p in progress), "indexing shows its own progress"
     assert "Attached ship log.pdf" in app.window.statusBar().currentMessage()
     app.settle()
+    indexing = [p for p in progress if p[0] == "Indexing ship log.pdf"]
+    assert indexing and indexing[-1][1] == indexing[-1][2] == len(attached.chunk_ids), \
+        "indexing shows its own progress, to the end (after the memory loaded, if it was loading)"
     texts = graveyard_texts(app)
     assert any(t.startswith("[ship log.pdf, page 12]") for t in texts)
     assert not app.controller.gate.busy
