@@ -19,7 +19,10 @@ whether a question about one page brings that page back.
    real vector plus noise from their covariance, as ``scripts/bench_index.py`` makes
    them) up to ``chunks`` document chunks, written through the index's upsert path; the
    median and p95 wall time of a search (query embedded beforehand: the search, not the
-   model), and whether page ``page``'s paragraph is still the first match among them.
+   model), with and without the BM25 half of the hybrid search, and whether page
+   ``page``'s paragraph is still the first match among them.  The added entries' texts
+   are made of common and made-up rare words (other documents: the question's names
+   are in the almanac only).
 """
 
 from __future__ import annotations
@@ -270,12 +273,26 @@ def _spread(base: np.ndarray, n: int, rng, sigma: float = 0.4) -> np.ndarray:
     return out
 
 
+def _other_text(rng, vocabulary: list[str]) -> str:
+    """A paragraph of another document: 40-90 words, most of them rare."""
+    return " ".join(rng.choice(vocabulary, int(rng.integers(40, 90)))).capitalize() + "."
+
+
+def _vocabulary(rng, size: int = 30_000) -> list[str]:
+    """Common words and ``size`` made-up rare ones (100k paragraphs of many documents
+    share few names: a question's distinctive words match few of them)."""
+    syllables = "ka ri mo te lu sa ve no dri pa fen gor tul wes bri xan del um or ith".split()
+    rare = {"".join(rng.choice(syllables, int(rng.integers(2, 5)))) for _ in range(size)}
+    return sorted(rare) + FILLER.lower().replace(".", "").replace(",", "").split() * 40
+
+
 def search_at(n: int, entries: dict, embedder: Embedder, page: int, folder: Path, repeat: int = 40) -> dict:
-    """Step 3: search latency among ``n`` document chunks, and page ``page`` still first."""
+    """Step 4: search latency among ``n`` document chunks, and page ``page`` still first."""
     rng = np.random.default_rng(11)
     ids, texts, vectors = entries["ids"], entries["texts"], entries["vectors"]
     question = fact(page)[1]
     known = _Known(embedder, [question])
+    vocabulary = _vocabulary(rng)
     with ConversationStore.open(folder / "search.halo.db") as store:
         index = SemanticIndex(store.conn, Settings(), known, lock=store.lock)
         index.store([EntryDraft(c, 1, i, "document", t, 150, [], "0:0", v)
@@ -285,23 +302,25 @@ def search_at(n: int, entries: dict, embedder: Embedder, page: int, folder: Path
         for start in range(0, len(extra), 5000):
             block = extra[start:start + 5000]
             index.store([EntryDraft(first + start + i, 2 + (start + i) // 1000, (start + i) % 1000, "document",
-                                    texts[(start + i) % len(texts)], 150, [], "0:0", v)
+                                    _other_text(rng, vocabulary), 150, [], "0:0", v)
                          for i, v in enumerate(block)])
-    with ConversationStore.open(folder / "search.halo.db") as store:
-        index = SemanticIndex(store.conn, Settings(), known, lock=store.lock)
-        index.load()
-        index.search(question)
-        wall = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            found = index.search(question)
-            wall.append(time.perf_counter() - t)
-        return {
-            f"search_ms_median_{n}": round(float(np.median(wall)) * 1000, 2),
-            f"search_ms_p95_{n}": round(float(np.percentile(wall, 95)) * 1000, 2),
-            f"entries_{n}": index.entry_count,
-            f"page_{page}_first_among_{n}": bool(found) and found[0].chunk_id == entries["target"],
-        }
+    out: dict = {}
+    for hybrid in (True, False):
+        with ConversationStore.open(folder / "search.halo.db") as store:
+            index = SemanticIndex(store.conn, Settings.of(hybrid_search=hybrid), known, lock=store.lock)
+            index.load()
+            index.search(question)
+            wall = []
+            for _ in range(repeat):
+                t = time.perf_counter()
+                found = index.search(question)
+                wall.append(time.perf_counter() - t)
+        name = "" if hybrid else "_vectors_only"
+        out[f"search_ms_median_{n}{name}"] = round(float(np.median(wall)) * 1000, 2)
+        out[f"search_ms_p95_{n}{name}"] = round(float(np.percentile(wall, 95)) * 1000, 2)
+        out[f"page_{page}_first_among_{n}{name}"] = bool(found) and found[0].chunk_id == entries["target"]
+        out[f"entries_{n}"] = index.entry_count
+    return out
 
 
 def run(url: str | None = None, pages: int = 300, chunks: int = 100_000, page: int = 200, probes: int = 20) -> dict:

@@ -68,6 +68,7 @@ def test_attach_reads_text_markdown_code_and_pdf_as_labelled_paragraphs(tmp_path
     page7 = [p for p in almanac.paragraphs if p.source.number == 7]
     assert page7 and PAGES[7][0].split(";")[0][:40] in page7[0].text.replace("\n", " ")
     assert source_of(page7[0].labelled).short() == "almanac.pdf · p. 7"
+    assert page7[0].labelled.endswith("\n\n"), "a blank line parts it from the next paragraph"
 
 
 @pytest.mark.parametrize("name, content, reason", [

@@ -8,6 +8,7 @@ the embedder's 256 word pieces with its label.  The label opens the chunk's own 
 
     [report.pdf, page 200]
     The harbour master's logbook for March lists …
+    (a blank line)
 
 so the model reads a recalled paragraph as an excerpt of a named file and page, the
 index finds it by its file's name too, and the label travels wherever the text does (the
@@ -57,8 +58,9 @@ class Paragraph:
 
     @property
     def labelled(self) -> str:
-        """The chunk's whole text, label first."""
-        return self.source.label() + self.text
+        """The chunk's whole text: the label, the paragraph and the blank line that parts
+        it from the next (as a message's paragraphs are parted)."""
+        return self.source.label() + self.text + "\n\n"
 
 
 def source_of(text: str) -> Source | None:
