@@ -273,17 +273,19 @@ def _spread(base: np.ndarray, n: int, rng, sigma: float = 0.4) -> np.ndarray:
     return out
 
 
-def _other_text(rng, vocabulary: list[str]) -> str:
+def _other_text(rng, vocabulary: np.ndarray) -> str:
     """A paragraph of another document: 40-90 words, most of them rare."""
     return " ".join(rng.choice(vocabulary, int(rng.integers(40, 90)))).capitalize() + "."
 
 
-def _vocabulary(rng, size: int = 30_000) -> list[str]:
+def _vocabulary(rng, size: int = 30_000) -> np.ndarray:
     """Common words and ``size`` made-up rare ones (100k paragraphs of many documents
     share few names: a question's distinctive words match few of them)."""
     syllables = "ka ri mo te lu sa ve no dri pa fen gor tul wes bri xan del um or ith".split()
-    rare = {"".join(rng.choice(syllables, int(rng.integers(2, 5)))) for _ in range(size)}
-    return sorted(rare) + FILLER.lower().replace(".", "").replace(",", "").split() * 40
+    picks = rng.integers(0, len(syllables), (size, 4))
+    lengths = rng.integers(2, 5, size)
+    rare = {"".join(syllables[j] for j in row[:n]) for row, n in zip(picks.tolist(), lengths.tolist())}
+    return np.array(sorted(rare) + FILLER.lower().replace(".", "").replace(",", "").split() * 40)
 
 
 def search_at(n: int, entries: dict, embedder: Embedder, page: int, folder: Path, repeat: int = 40) -> dict:
