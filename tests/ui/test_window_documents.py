@@ -15,6 +15,15 @@ from test_app import TURN_TIMEOUT_MS, make_app  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
 
+#: Loading the embedder and embedding a document on a busy 2-core machine takes minutes.
+INDEX_TIMEOUT_MS = 900_000
+
+
+def settle(app, qtbot) -> None:
+    """Wait for the memory to load and every paragraph to be indexed."""
+    qtbot.waitUntil(lambda: app.controller.memory.pending == 0, timeout=INDEX_TIMEOUT_MS)
+    qtbot.wait(50)
+
 
 def pages(count: int) -> list[list[str]]:
     return [[f"Ship log, page {n}.", f"On day {n} the ferry carried {n * 7} crates of pears to the island."]
@@ -40,7 +49,7 @@ def test_attach_a_pdf_shows_progress_and_its_pages_in_the_graveyard(make_app, qt
     reading = [p for p in progress if p[0] == "Reading ship log.pdf" and p[2] > 0]
     assert reading and reading[-1][1] == reading[-1][2], "the bar counted up to the end"
     assert "Attached ship log.pdf" in app.window.statusBar().currentMessage()
-    app.settle()
+    settle(app, qtbot)
     indexing = [p for p in progress if p[0] == "Indexing ship log.pdf"]
     assert indexing and indexing[-1][1] == indexing[-1][2] == len(attached.chunk_ids), \
         "indexing shows its own progress, to the end (after the memory loaded, if it was loading)"
@@ -75,5 +84,5 @@ def test_a_dropped_file_is_attached_and_an_unreadable_one_refused(make_app, qtbo
                       Qt.KeyboardModifier.NoModifier)
     with qtbot.wait_signal(app.controller.documents.attached, timeout=TURN_TIMEOUT_MS):
         app.window.dropEvent(drop)
-    app.settle()
+    settle(app, qtbot)
     assert any(t.startswith("[notes.md, line 1]") for t in graveyard_texts(app))
