@@ -23,6 +23,7 @@ The collaborators, each owning its own state (see its docstring)::
     message  MessageSend        the user's message, from Enter until it is saved
     turn     TurnFlow           the streamed answer, tool rounds, Stop
     actions  TurnActions        Continue, Regenerate, Edit, answer versions
+    documents DocumentAttach    a file attached to the conversation (read, saved, indexed)
 
 A turn, as :class:`~halo_weave.ui.control.message.MessageSend` and
 :class:`~halo_weave.ui.control.turn.TurnFlow` run it (the thread of each step on the
@@ -56,6 +57,7 @@ from .settings import PRUNING_FIELDS, Settings, choice_words
 from .ui.cli import build_parser, run  # noqa: F401 - build_parser: the options, for tests
 from .ui.control.actions import TurnActions
 from .ui.control.calls import Calls
+from .ui.control.documents import DocumentAttach
 from .ui.control.files import ConversationFiles
 from .ui.control.gate import Gate
 from .ui.control.chunk_levers import ChunkLevers
@@ -112,6 +114,7 @@ class TurnController(QObject):
         self.turn = turn = TurnFlow(self.data_dir, session, signals, gate, calls, prompt, ahead, proxy, link, files,
                                     message, self)
         self.actions = TurnActions(session, signals, gate, calls, turn, message, files)
+        self.documents = DocumentAttach(session, signals, gate, calls, memory, self)
         gate.consult(lambda: _input_closed_because(session, link, prompt))
 
     @property

@@ -113,6 +113,31 @@ class Conversation:
         self.writer.end()
         return turn
 
+    def add_document(
+        self,
+        paragraphs: Iterable[tuple[Sequence[int], Sequence[str]]],
+        created_at: float | None = None,
+    ) -> Turn:
+        """Add an attached document as one ``document`` turn, live: each of ``paragraphs``
+        (its tokens, label first: :mod:`.core.documents`) one chunk, cut where it is."""
+        turn = self.writer.begin("document", created_at)
+        for token_ids, texts in paragraphs:
+            self.writer.break_chunk()
+            for token_id, text in zip(token_ids, texts, strict=True):
+                self.writer.append(int(token_id), text)
+        self.writer.end()
+        return turn
+
+    def prune_turn(self, turn_id: int) -> list[Chunk]:
+        """Prune every live content chunk of a closed turn at once (an attached document
+        put straight into the memory); anchors do not hold them.  Returns what was pruned."""
+        if self.writer.turn is not None and self.writer.turn.turn_id == turn_id:
+            raise ConversationError("cannot prune the turn being written")
+        live = [c for c in self.content_chunks(turn_id) if c.live]
+        for chunk in live:
+            chunk.pinned = False
+        return self._prune_chunks(live) if live else []
+
     def remove_turns_from(self, turn_id: int | None = None) -> list[Chunk]:
         """Take every (closed) turn from ``turn_id`` on out of the conversation entirely:
         the last turn when ``turn_id`` is None (regenerate, edit), a whole tail when a

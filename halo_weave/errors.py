@@ -30,6 +30,7 @@ Callers match these by type (``except StoreError``), never by class name: a name
     │       └── StoreTooNew       written by a newer Halo Weave (unknown migration)
     ├── TransferError             an export or import that cannot be done
     ├── PresetError               a preset that cannot be saved, or the presets file it would overwrite
+    ├── DocumentError             a file that cannot be attached (unreadable, empty, too big)
     ├── CaptureError              a recorder used out of order, an unreadable capture folder
     ├── EmbedderUnavailable       the embedding model could not be loaded (semantic search off)
     ├── SnapshotInvalid           a vector snapshot that is missing, truncated or foreign
@@ -175,6 +176,10 @@ class TransferError(HaloError, ValueError):
 
 class PresetError(HaloError, ValueError):
     """A preset that cannot be saved or deleted; ``str(error)`` is meant for the user."""
+
+
+class DocumentError(HaloError, ValueError):
+    """A file that cannot be attached as a document; the text names the file and why."""
 
 
 class CaptureError(HaloError, RuntimeError):

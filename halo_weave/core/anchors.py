@@ -3,6 +3,7 @@
 * The opening chunk (S0) of a user turn and of the answer to it form an anchor pair: it
   is pruned only together, and only when each is the last live chunk of its turn.
 * A chunk comes back with its anchors: the question's S0 and the answer's S0.
+* An attached document's paragraphs have no anchors: each leaves and comes back alone.
 * A turn's framing is live exactly while some content chunk of the turn is: it leaves
   with the last one and comes back with the first.
 
@@ -18,7 +19,7 @@ from .records import Chunk
 
 def anchor_partner(conv, chunk: Chunk) -> Chunk | None:
     """The S0 paired with an S0 anchor: the question's or the answer's opening."""
-    if not chunk.anchor:
+    if not chunk.anchor or chunk.role == "document":
         return None
     other_turn = chunk.turn_id + 1 if chunk.role == "user" else chunk.turn_id - 1
     other_role = "assistant" if chunk.role == "user" else "user"
@@ -27,7 +28,7 @@ def anchor_partner(conv, chunk: Chunk) -> Chunk | None:
 
 def anchors_of(conv, chunk: Chunk) -> list[Chunk]:
     """The anchors a chunk comes back with: question S0 and answer S0 (not itself)."""
-    if chunk.framing or chunk.role == "system":
+    if chunk.framing or chunk.role in ("system", "document"):
         return []
     own_s0 = conv.chunk_by_key(chunk.turn_id, 0, chunk.role)
     if chunk.role == "assistant":
@@ -56,7 +57,7 @@ def prunable_group(conv, chunk: Chunk) -> list[Chunk] | None:
     """
     if not chunk.live or chunk.pinned or chunk.framing:
         return None
-    if not chunk.anchor:
+    if not chunk.anchor or chunk.role == "document":
         return [chunk]
     if live_content_count(conv, chunk.turn_id) != 1:
         return None

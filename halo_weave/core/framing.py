@@ -7,7 +7,11 @@ from typing import Sequence
 
 import numpy as np
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "document")
+
+#: Roles the chat template has no turn for, and the role whose framing they take: an
+#: attached document's paragraphs reach the model inside a user turn.
+FRAMED_AS = {"document": "user"}
 
 #: The words of a recall note (:mod:`halo_weave.memory.recall_note`), tokenized with the
 #: framing: a header, then one line per recalled paragraph.
@@ -32,8 +36,14 @@ class Framing:
 
     def wrap(self, role: str, pieces: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:
         """``(id, piece)`` pairs of a whole turn: the role's framing around ``pieces``."""
+        role = FRAMED_AS.get(role, role)
         before, after = self.prefix.get(role, ([], [])), self.suffix.get(role, ([], []))
         return [*zip(*before), *pieces, *zip(*after)]
+
+    def around(self, role: str) -> tuple[tuple[list[int], list[str]], tuple[list[int], list[str]]]:
+        """The (ids, texts) before and after a turn of ``role`` (:data:`FRAMED_AS`)."""
+        role = FRAMED_AS.get(role, role)
+        return self.prefix.get(role, ([], [])), self.suffix.get(role, ([], []))
 
     @classmethod
     def none(cls) -> "Framing":

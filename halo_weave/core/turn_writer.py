@@ -66,7 +66,7 @@ class TurnWriter:
     def begin(self, role: str, created_at: float | None = None) -> Turn:
         """Open a turn (its prefix framing is added); tokens then stream in."""
         conv = self.conv
-        if role not in ("user", "assistant"):
+        if role not in ("user", "assistant", "document"):
             raise ConversationError(f"cannot add a {role!r} turn")
         if self.turn is not None:
             raise ConversationError("the previous turn is still open")
@@ -75,7 +75,7 @@ class TurnWriter:
         conv.turns[turn.turn_id] = turn
         self._open(turn)
         self.start = self._start_brightness()
-        ids, texts = conv.framing.prefix.get(role, ([], []))
+        (ids, texts), _ = conv.framing.around(role)
         self._add_framing(turn, PREFIX_INDEX, ids, texts)
         return turn
 
@@ -93,12 +93,17 @@ class TurnWriter:
             self._boundary_pending = True
         return chunk
 
+    def break_chunk(self) -> None:
+        """The next content token starts a new chunk, whatever its size (an attached
+        document's paragraphs are cut where the document's pages and paragraphs are)."""
+        self._boundary_pending = True
+
     def end(self) -> Turn:
         """Close the open turn (its suffix framing is added)."""
         turn = self.turn
         if turn is None:
             raise ConversationError("no open turn to end")
-        ids, texts = self.conv.framing.suffix.get(turn.role, ([], []))
+        _, (ids, texts) = self.conv.framing.around(turn.role)
         self._add_framing(turn, SUFFIX_INDEX, ids, texts)
         turn.complete = True
         self.turn = None

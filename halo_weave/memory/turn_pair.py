@@ -5,7 +5,8 @@ We resurrect with conversational context, so we embed with it:
 * assistant chunk of turn N: ``[user S0 of turn N-1] [assistant S0 of turn N] [target]``
 * user chunk of turn N: ``[user S0 of turn N] [target] [assistant S0 of turn N+1]``
   (the answer's S0 only once that turn is complete)
-* system chunk: ``[target]`` alone
+* system chunk, and a paragraph of an attached document: ``[target]`` alone (its text
+  starts with its file's name and page)
 * a target that *is* S0 is not added twice.
 
 The parts are chosen by priority within the model's word-piece limit (256 for MiniLM,
@@ -55,7 +56,7 @@ class ContextParts:
 
 def context_parts(conv: Conversation, chunk: Chunk) -> ContextParts:
     """Which chunks ``chunk`` is embedded with (see the module docstring)."""
-    if chunk.role == "system":
+    if chunk.role in ("system", "document"):
         return ContextParts(chunk, None, None)
     same = None if chunk.anchor else conv.chunk_by_key(chunk.turn_id, 0, chunk.role)
     if chunk.role == "assistant":
@@ -79,7 +80,7 @@ def signatures(ids, turn_ids, chunk_index, roles, counts, incomplete: Sequence[i
     (:meth:`ChunkRegistry.current_columns`), one row each: the same parts
     :func:`context_parts` picks, without a chunk object.  ``incomplete``: turn ids not
     complete (an answer still streaming is no user chunk's part yet)."""
-    system, user, assistant = (ROLE_CODE[r] for r in ("system", "user", "assistant"))
+    system, user, assistant, document = (ROLE_CODE[r] for r in ("system", "user", "assistant", "document"))
     key = turn_ids * 4 + roles  # (turn, role) of a turn's S0
     s0 = np.flatnonzero(chunk_index == 0)
     order = np.argsort(key[s0], kind="stable")
@@ -96,7 +97,8 @@ def signatures(ids, turn_ids, chunk_index, roles, counts, incomplete: Sequence[i
         cross[(roles == user) & np.isin(turn_ids + 1, np.asarray(incomplete, np.int64))] = -1
     same = s0_row(key)
     same[chunk_index == 0] = -1
-    cross[roles == system] = same[roles == system] = -1
+    alone = (roles == system) | (roles == document)
+    cross[alone] = same[alone] = -1
     out = np.empty((len(ids), 6), np.int64)
     out[:, 0], out[:, 1] = ids, counts
     for column, part in ((2, cross), (4, same)):

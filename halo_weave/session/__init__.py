@@ -40,7 +40,9 @@ reached as ``session.<part>``:
   resend, answer versions;
 * ``branches`` (:class:`.branches.Branches`): any earlier message edited or regenerated
   with branches, and switching between them;
-* ``levers`` (:class:`.levers.Levers`): resurrect, pin, merge and prune by hand.
+* ``levers`` (:class:`.levers.Levers`): resurrect, pin, merge and prune by hand;
+* ``documents`` (:class:`.documents.Documents`): a file attached as a ``document`` turn,
+  its paragraphs in the memory (or live).
 """
 
 from ..events import token_events

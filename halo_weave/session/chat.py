@@ -16,6 +16,7 @@ from ..settings import Settings
 from ..tools import notebook
 from .answer import OpenAnswer
 from .branches import Branches
+from .documents import Documents
 from .last_exchange import LastExchange
 from .levers import Levers
 from .resurrect import Recall
@@ -66,7 +67,7 @@ class ChatSession:
     rank chunks (``proxy_ranks``); the turn itself (open, stream, finish, prune) and the
     one saver, :meth:`save`.  Its parts own the rest: ``answer``, ``rounds``, ``recall``
     (with the semantic index), ``prompt``, ``server``, ``exchange``, ``branches``,
-    ``levers`` (see :mod:`halo_weave.session`).
+    ``levers``, ``documents`` (see :mod:`halo_weave.session`).
     """
 
     def __init__(self, settings: Settings | None = None, *, report: Callable[[BaseException, str], None] = _raise,
@@ -93,6 +94,7 @@ class ChatSession:
         self.exchange = LastExchange(self)
         self.branches = Branches(self)
         self.levers = Levers(self)
+        self.documents = Documents(self)
 
     # ------------------------------------------------------------------ set-up
     def open(self, store) -> Conversation:

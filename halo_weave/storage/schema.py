@@ -302,6 +302,16 @@ def m009_branches(db: Database) -> None:
     )
 
 
+
+@_migration
+def m010_document_turns(db: Database) -> None:
+    """Turns and chunks may have the role ``document``: an attached file's paragraphs.
+
+    No table changes (roles are text); recorded so that a Halo Weave from before documents
+    refuses such a file as too new instead of failing on a role it does not know.
+    """
+
+
 # ---------------------------------------------------------------------- token codec
 _I4 = np.dtype("<i4")
 

@@ -75,7 +75,7 @@ CHUNK_FIELDS = ("id", "turn_id", "chunk_index", "role", "start", "token_count", 
 TOKEN_COLUMNS = ("position", "chunk_id", "token_id", "text", "brightness", "pruned", "pinned")
 ENTRY_FIELDS = ("chunk_id", "turn_id", "chunk_index", "role", "text", "token_count",
                 "context_hash", "reference_count", "updated_at")
-_ROLES = ("user", "assistant")
+_ROLES = ("user", "assistant", "document")
 
 # ---------------------------------------------------------------------- reading
 def read_document(path: Path) -> dict:

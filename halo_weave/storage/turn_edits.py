@@ -62,11 +62,14 @@ class TurnEditError(ConversationError):
 
 # ---------------------------------------------------------------------- reading
 def last_exchange(conv: Conversation) -> tuple[Turn | None, Turn | None]:
-    """(the last user turn, the answer after it or None)."""
+    """(the last user turn, the answer after it or None); (None, None) when the last turn
+    is an attached document (the exchange before it is no longer the last)."""
     last_id = conv.turns.last()
     if last_id is None:
         return None, None
     last = conv.turns[last_id]
+    if last.role == "document":
+        return None, None
     if last.role == "user":
         return last, None
     question_id = conv.turns.last("user")

@@ -30,7 +30,7 @@ from ..conversation import Conversation
 from .recall_line import recall_line
 
 SYSTEM_LABEL = "System prompt"
-ROLE_LABELS = {"user": "User", "assistant": "Assistant", "system": "System"}
+ROLE_LABELS = {"user": "User", "assistant": "Assistant", "system": "System", "document": "Document"}
 
 
 def utf16_len(text: str) -> int:

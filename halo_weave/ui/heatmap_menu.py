@@ -168,10 +168,12 @@ def context_menu(view, point: QPoint | QPointF) -> QMenu:
     turn_id = turn_at(view, view.plan, point)
     if turn_id is not None:
         role = conv.turns[turn_id].role
-        copy_message = menu.addAction("Copy your message" if role == "user" else "Copy the answer")
+        words = {"user": "Copy your message", "document": "Copy the document's paragraphs shown"}
+        copy_message = menu.addAction(words.get(role, "Copy the answer"))
         copy_message.setToolTip("The whole message as shown (its pruned paragraphs left out)")
         copy_message.triggered.connect(lambda: clipboard.setText(message_text(conv, turn_id)))
-        _change_actions(view, menu, conv, turn_id, role)
+        if role != "document":  # an attached file is neither edited nor answered again
+            _change_actions(view, menu, conv, turn_id, role)
         menu.addSeparator()
     copy = menu.addAction("Copy selection")
     copy.setShortcut("Ctrl+C")

@@ -126,6 +126,7 @@ class MainWindow(QMainWindow, InputActions):
         page.addWidget(self.stats_bar)
         page.addWidget(splitter, 1)
         self.setCentralWidget(central)
+        self.setAcceptDrops(True)  # a file dropped on the window is attached as a document
         self.notes_panel = NotesPanel(self)
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, self.notes_panel)
         self.notes_panel.hide()
@@ -362,6 +363,19 @@ class MainWindow(QMainWindow, InputActions):
         state = self.qsettings.value("window/state")
         if state is not None:
             self.restoreState(state)  # the Notes panel's place and visibility
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 - Qt API
+        if any(url.isLocalFile() for url in event.mimeData().urls()):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event) -> None:  # noqa: N802 - Qt API
+        """A dropped file is attached to the memory (the first, when several are dropped)."""
+        files = [Path(url.toLocalFile()) for url in event.mimeData().urls() if url.isLocalFile()]
+        if files:
+            event.acceptProposedAction()
+            self.controller.documents.attach(files[0])
+            if len(files) > 1:
+                self.messages.info(f"Attaching {files[0].name}; drop the other files one at a time.")
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt API
         if self.qsettings is not None:

@@ -23,6 +23,7 @@ from ..errors import (
     BackendUnavailable,
     BackendUnusable,
     ConversationError,
+    DocumentError,
     EmbedderUnavailable,
     GenerationAborted,
     ProtocolError,
@@ -130,6 +131,9 @@ def describe(exc: BaseException, context: str = "") -> UserMessage:
         return UserMessage("Conversation file problem", f"{prefix}{detail}", serious=True)
     if isinstance(exc, TransferError):
         return UserMessage("Import/export failed", f"{prefix}{detail}", serious=True)
+    if isinstance(exc, DocumentError):
+        return UserMessage("Document not attached",
+                           f"{prefix}{detail} The conversation is unchanged.", serious=True)
     if isinstance(exc, ServerStartError):
         return UserMessage(
             "Built-in model server did not start",

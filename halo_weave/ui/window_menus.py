@@ -71,6 +71,15 @@ class WindowMenus:
                                "Find words in the chat, pruned paragraphs included")
         self.find_next_action = add(chat, "Find ne&xt", lambda: window.find_bar.step(1), "F3")
         self.find_previous_action = add(chat, "Find pre&vious", lambda: window.find_bar.step(-1), "Shift+F3")
+        chat.addSeparator()
+        self.attach_action = add(chat, "&Attach a document…", self.attach_document, "Ctrl+Shift+A",
+                                 "Add a text, Markdown, code or PDF file to the memory: its paragraphs "
+                                 "wait in the graveyard and come back when a message needs them "
+                                 "(or drop the file on the window)")
+        self.attach_live_action = add(chat, "Attach a document to the &context…",
+                                      lambda: self.attach_document(live=True), None,
+                                      "The same, but kept in the context when it fits (else in the memory)")
+        chat.addSeparator()
         self.graveyard_action = add(chat, "Show &graveyard",
                                     lambda: window.set_graveyard_visible(not window.graveyard.isVisible()), "Ctrl+G")
         self.graveyard_action.setCheckable(True)
@@ -211,6 +220,15 @@ class WindowMenus:
         if dialog.exec() and dialog.chosen() is not None:
             apply_preset(self.window, dialog.chosen(), dialog.for_conversation.isChecked(),
                          dialog.for_new.isChecked())
+
+    def attach_document(self, live: bool = False) -> None:
+        """Chat → Attach a document: pick a file; it is read, saved and indexed on threads."""
+        path, _ = QFileDialog.getOpenFileName(
+            self.window, "Attach a document", str(Path.home()),
+            "Documents (*.pdf *.txt *.md *.markdown *.rst *.py *.js *.ts *.c *.h *.cpp *.rs *.go *.java "
+            "*.json *.yaml *.yml *.toml *.csv *.html *.css *.sh *.tex);;All files (*)")
+        if path:
+            self.controller.documents.attach(Path(path), live=live)
 
     def open_settings(self, page: str = "") -> None:
         """File → Settings; ``page="prompt"`` opens it at the system prompts."""

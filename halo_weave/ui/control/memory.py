@@ -31,7 +31,8 @@ class Memory(QObject):
     Owns: the embedder (made by ``embedder_factory``, else the MiniLM
     :class:`~halo_weave.memory.embedder.Embedder`), the :class:`~.indexing.IndexQueue`
     (its thread), whether this conversation's index was tried, is loading, or must be
-    re-indexed once loaded, and whether the window has painted once.  The index itself
+    re-indexed once loaded, labelled work asked for while it loads, and whether the
+    window has painted once.  The index itself
     is the session's (``session.recall.use_index``).
 
     It is also the session's indexer: :meth:`queue_pending` and :meth:`queue`.
@@ -46,6 +47,7 @@ class Memory(QObject):
         self._tried = False
         self._loading = False
         self._reindex_when_loaded = False
+        self._labelled_when_loaded: list[tuple[list[int], str]] = []  # queue() while loading
         self._painted = False
         self._queue = IndexQueue(self)
         self._queue.failed.connect(signals.error)
@@ -82,6 +84,7 @@ class Memory(QObject):
     def opened(self) -> None:
         """Another conversation opened: its index loads after the first paint (or on first use)."""
         self._tried = False
+        self._labelled_when_loaded = []
 
     def closed(self) -> None:
         """The conversation's file closed: jobs still queued for its index are dropped."""
@@ -118,6 +121,9 @@ class Memory(QObject):
             self._loading = False
             if session.store is store and session.recall.index is None:
                 session.recall.use_index(index)
+                waiting, self._labelled_when_loaded = self._labelled_when_loaded, []
+                for chunk_ids, label in waiting:  # with the progress they were asked with
+                    self.queue(session.conv, chunk_ids, label)
                 if self._reindex_when_loaded:
                     self.reindex_all()
                 else:
@@ -152,6 +158,9 @@ class Memory(QObject):
     def queue(self, conv, chunk_ids: list[int], label: str = "") -> None:
         """Embed ``chunk_ids`` of the open conversation (with a ``label``: with progress)."""
         if self._gate.closing:
+            return
+        if label and self._loading:  # queued once the index has loaded, progress and all
+            self._labelled_when_loaded.append((list(chunk_ids), label))
             return
         self._queue.aim(self.index)
         self._queue.queue(self._session.conv, chunk_ids, label)

@@ -1,0 +1,348 @@
+"""The document benchmark: attaching a 300-page PDF, search at 100k document chunks, and
+whether a question about one page brings that page back.
+
+1. *Attach*: a generated PDF (:mod:`bench.pdf_writer`) of ``pages`` pages, each with a
+   fact no other page has ("Ingrid from Bergen grows saffron crocus in a copper
+   greenhouse"), is attached to a conversation on a real SQLite file through the session's
+   own steps (``session.documents.prepare``, ``attach``), tokenized by the real model
+   server, and indexed with the real MiniLM: each step's wall time.
+2. *Recall*: the question about page ``page`` ("What does Ingrid from Bergen grow?") is
+   searched and resurrected as the app does for a message; is page ``page`` back, live,
+   and first?  The same for ``probes`` other pages (top-1 page of the search).
+3. *Repaint while it indexes*: the heatmap (offscreen) streams a synthetic answer over a
+   10k-token chat, one token per frame as the app does (append, attention, one frame
+   painted), first alone, then while another 300-page PDF is read, tokenized, attached
+   and embedded on a thread, its embedded batches stored on the painting thread between
+   tokens (where the app's indexing queue stores them): each token's wall time, p50 and
+   p95, both ways.
+4. *Search at 100k*: the document's real entries plus entries spread like them (each a
+   real vector plus noise from their covariance, as ``scripts/bench_index.py`` makes
+   them) up to ``chunks`` document chunks, written through the index's upsert path; the
+   median and p95 wall time of a search (query embedded beforehand: the search, not the
+   model), with and without the BM25 half of the hybrid search, and whether page
+   ``page``'s paragraph is still the first match among them.  The added entries' texts
+   are made of common and made-up rare words (other documents: the question's names
+   are in the almanac only).
+"""
+
+from __future__ import annotations
+
+import queue
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from halo_weave.core.chat_template import build_framing, detect_template
+from halo_weave.core.documents import source_of
+from halo_weave.kobold_client import KoboldClient
+from halo_weave.memory.embedder import Embedder
+from halo_weave.semantic_index import EntryDraft, SemanticIndex
+from halo_weave.session import ChatSession
+from halo_weave.settings import Settings
+from halo_weave.store import ConversationStore, new_conversation_path
+
+from .pdf_writer import write_pdf
+
+NAMES = ("Ingrid Anselm Beatrix Cosimo Dagny Emeric Fenna Gideon Halvard Imke Jorunn Kasimir "
+         "Leocadia Matthias Nerys Oswin Philippa Quirin Rosalind Severin").split()
+CITIES = ("Bergen Lisbon Tallinn Porto Kraków Ghent Aarhus Trieste Lyon Galway Uppsala Bruges "
+          "Valletta Zadar Tromsø").split()
+PLANTS = ("saffron crocus, black tomatoes, white asparagus, wasabi, vanilla orchids, quinces, "
+          "blue potatoes, sea kale, chili peppers, hops, lavender, rhubarb").split(", ")
+MATERIALS = "copper glass cedar bamboo stone brick".split()
+FILLER = ("The almanac lists the tides of the week, the berths that are free and the ferries that "
+          "run late. Readers are asked to report broken lamps on the quay to the harbour office.")
+
+
+def fact(page: int) -> tuple[str, str]:
+    """(the fact on ``page``, the question only it answers)."""
+    name, city = NAMES[(page - 1) % len(NAMES)], CITIES[(page - 1) // len(NAMES) % len(CITIES)]
+    plant = PLANTS[(page * 7) % len(PLANTS)]
+    material = MATERIALS[page % len(MATERIALS)]
+    return (f"{name} from {city} grows {plant} in a {material} greenhouse behind the harbour.",
+            f"What does {name} from {city} grow?")
+
+
+def almanac(pages: int) -> list[list[str]]:
+    """The PDF's pages: a heading, filler and the page's fact, as lines."""
+    out = []
+    for page in range(1, pages + 1):
+        words = FILLER.split()
+        lines = [f"Harbour almanac, page {page}"] + [" ".join(words[i:i + 12]) for i in range(0, len(words), 12)]
+        out.append(lines + [fact(page)[0]])
+    return out
+
+
+class _Known:
+    """An embedder that answers from vectors computed beforehand (the search is timed,
+    not the model)."""
+
+    def __init__(self, embedder: Embedder, texts: list[str]) -> None:
+        self.name, self.dim, self.available = embedder.name, embedder.dim, True
+        self.max_tokens = embedder.max_tokens
+        self._vectors = dict(zip(texts, embedder.encode(texts)))
+
+    def load(self) -> None:
+        pass
+
+    def encode(self, texts, batch_size: int = 32):
+        return np.stack([self._vectors[t] for t in texts])
+
+
+def _session(url: str, folder: Path, embedder: Embedder) -> ChatSession:
+    client = KoboldClient(url)
+    info = client.model_info()
+    framing = build_framing(lambda t: client.tokenize(t, parse_special=True), detect_template(info.chat_template))
+    settings = Settings.of(system_prompt="You are a helpful assistant.")
+    session = ChatSession(settings)
+    session.connect(client, info, framing)
+    session.open(ConversationStore.open(new_conversation_path(folder)))
+    session.prompt.apply(settings.chat.system_prompt, session.prompt.pieces(settings.chat.system_prompt))
+    session.recall.use_index(SemanticIndex(session.store.conn, settings, embedder, lock=session.store.lock))
+    return session
+
+
+def _ask(session: ChatSession, question: str) -> list:
+    """What a message asking ``question`` brings back and keeps (the app's steps)."""
+    index = session.recall.index
+    pieces = session.server.tokenize(question)
+    recalled = session.recall.resurrect_for(index, index.search(question), len(pieces))
+    kept = session.recall.keep_relevant(recalled, question)
+    session.store.save_chunks(session.conv, recalled)
+    return kept
+
+
+def _page(conv, chunk_id: int) -> int | None:
+    source = source_of(conv.chunk_text(chunk_id))
+    return source.number if source else None
+
+
+def attach_and_recall(url: str, folder: Path, embedder: Embedder, pages: int, page: int, probes: int) -> tuple[dict, dict]:
+    """Steps 1 and 2; returns (figures, what step 3 needs)."""
+    out: dict = {"pages": pages}
+    pdf = write_pdf(folder / "almanac.pdf", almanac(pages))
+    out["pdf_bytes"] = pdf.stat().st_size
+    session = _session(url, folder, embedder)
+    conv = session.conv
+    reads: list[float] = []
+    t0 = time.perf_counter()
+    prepared = session.documents.prepare(pdf, lambda what, done, total: reads.append(time.perf_counter()))
+    out["read_and_tokenize_s"] = round(time.perf_counter() - t0, 2)
+    t = time.perf_counter()
+    attached = session.documents.attach(prepared)
+    out["attach_s"] = round(time.perf_counter() - t, 2)
+    out["chunks"], out["tokens"] = len(attached.chunk_ids), attached.tokens
+    index = session.recall.index
+    t = time.perf_counter()
+    drafts = []  # the app's three steps (prepare, embed, store), their vectors kept for step 3
+    for start in range(0, len(attached.chunk_ids), 32):
+        batch = index.embed(index.prepare(conv, attached.chunk_ids[start:start + 32]))
+        index.store(batch)
+        drafts += batch
+    out["index_s"] = round(time.perf_counter() - t, 2)
+    out["index_chunks_per_s"] = round(len(attached.chunk_ids) / max(out["index_s"], 1e-9), 1)
+
+    kept = _ask(session, fact(page)[1])
+    out[f"page_{page}_back"] = any(_page(conv, c.id) == page and c.live for c in kept)
+    out[f"page_{page}_first"] = bool(kept) and _page(conv, kept[0].id) == page
+    rng = np.random.default_rng(7)
+    others = [int(p) for p in rng.choice(np.arange(1, pages + 1), probes, replace=False)]
+    top = [session.recall.index.search(fact(p)[1]) for p in others]
+    out[f"top1_page_of_{probes}_questions"] = round(
+        float(np.mean([bool(m) and _page(conv, m[0].chunk_id) == p for m, p in zip(top, others)])), 3)
+
+    ids = [d.chunk_id for d in drafts]
+    target = next(c for c in ids if _page(conv, c) == page and fact(page)[0][:20] in conv.chunk_text(c))
+    entries = {"ids": ids, "texts": [d.text for d in drafts], "target": target,
+               "vectors": np.stack([d.vector for d in drafts])}
+    session.close()
+    return out, entries
+
+
+def _chat(words: int = 10_000):
+    """A chat of about ``words`` live tokens (one word each) for the heatmap to draw."""
+    from halo_weave.conversation import Conversation
+
+    rng = np.random.default_rng(3)
+    conv = Conversation(Settings.of(max_context_tokens=0))
+    vocab = FILLER.lower().replace(".", "").split()
+    turn = 0
+    while len(conv.table) < words:
+        texts = [" " + w for w in rng.choice(vocab, int(rng.integers(60, 200)))]
+        conv.add_turn("user" if turn % 2 == 0 else "assistant", list(range(len(texts))), texts)
+        turn += 1
+    return conv
+
+
+def _stream(app, view, conv, rng, count: int, between=None) -> list[float]:
+    """Stream ``count`` tokens into ``view``; each token's wall ms (``between()`` runs
+    before each token, inside its time: the painting thread's other work)."""
+    times = []
+    conv.writer.begin("assistant")
+    for i in range(count):
+        t = time.perf_counter()
+        if between is not None:
+            between()
+        conv.writer.append(int(i), " " + FILLER.split()[i % 30])
+        n = conv.live_token_count()
+        attention = rng.random(n).astype(np.float32) ** 8
+        conv.apply_attention(attention / attention.sum())
+        view.append_streamed()
+        view.flush()
+        app.processEvents()
+        times.append((time.perf_counter() - t) * 1000)
+    conv.writer.end()
+    view.rebuild()
+    view.flush()
+    app.processEvents()
+    return times
+
+
+def repaint_while_indexing(url: str, folder: Path, embedder: Embedder, pages: int, tokens: int = 200) -> dict:
+    """Step 3 (see the module docstring)."""
+    from PySide6.QtWidgets import QApplication
+
+    from halo_weave.ui.heatmap import HeatmapView
+
+    app = QApplication.instance() or QApplication([])
+    conv = _chat()
+    view = HeatmapView()
+    view.resize(1100, 800)
+    view.show()
+    view.set_conversation(conv)
+    view.flush()
+    app.processEvents()
+    rng = np.random.default_rng(5)
+    alone = _stream(app, view, conv, rng, tokens)
+
+    sub = folder / "second"
+    sub.mkdir()
+    pdf = write_pdf(sub / "second.pdf", almanac(pages))
+    session = _session(url, sub, embedder)
+    index = session.recall.index
+    ready: queue.Queue = queue.Queue()
+    finished = threading.Event()
+
+    def work() -> None:
+        try:
+            attached = session.documents.attach(session.documents.prepare(pdf))
+            ids = attached.chunk_ids
+            for start in range(0, len(ids), 8):  # the app's batch size
+                ready.put(index.embed(index.prepare(session.conv, ids[start:start + 8])))
+        finally:
+            finished.set()
+
+    def store_ready() -> None:
+        while not ready.empty():
+            index.store(ready.get())
+
+    worker = threading.Thread(target=work)
+    t0 = time.perf_counter()
+    worker.start()
+    busy: list[float] = []
+    while not finished.is_set():
+        busy += _stream(app, view, conv, rng, 50, store_ready)
+    worker.join()
+    store_ready()
+    work_s = time.perf_counter() - t0
+    session.close()
+    view.close()
+    return {
+        "repaint_ms_p50_alone": round(float(np.percentile(alone, 50)), 2),
+        "repaint_ms_p95_alone": round(float(np.percentile(alone, 95)), 2),
+        "repaint_ms_p50_while_indexing": round(float(np.percentile(busy, 50)), 2),
+        "repaint_ms_p95_while_indexing": round(float(np.percentile(busy, 95)), 2),
+        "repaint_ms_max_while_indexing": round(float(np.max(busy)), 2),
+        "tokens_while_indexing": len(busy),
+        "attach_and_index_in_background_s": round(work_s, 1),
+    }
+
+
+def _spread(base: np.ndarray, n: int, rng, sigma: float = 0.4) -> np.ndarray:
+    """``n`` unit vectors spread like ``base`` (see the module docstring)."""
+    chol = np.linalg.cholesky(np.cov(base.T) + 1e-6 * np.eye(base.shape[1])).astype(np.float32)
+    out = np.empty((n, base.shape[1]), np.float32)
+    for start in range(0, n, 10_000):
+        m = min(10_000, n - start)
+        block = base[rng.integers(0, len(base), m)] + sigma * (
+            rng.standard_normal((m, base.shape[1])).astype(np.float32) @ chol.T)
+        out[start:start + m] = block / np.linalg.norm(block, axis=1, keepdims=True)
+    return out
+
+
+def _other_text(rng, vocabulary: np.ndarray) -> str:
+    """A paragraph of another document: 40-90 words, most of them rare."""
+    return " ".join(rng.choice(vocabulary, int(rng.integers(40, 90)))).capitalize() + "."
+
+
+def _vocabulary(rng, size: int = 30_000) -> np.ndarray:
+    """Common words and ``size`` made-up rare ones (100k paragraphs of many documents
+    share few names: a question's distinctive words match few of them)."""
+    syllables = "ka ri mo te lu sa ve no dri pa fen gor tul wes bri xan del um or ith".split()
+    picks = rng.integers(0, len(syllables), (size, 4))
+    lengths = rng.integers(2, 5, size)
+    rare = {"".join(syllables[j] for j in row[:n]) for row, n in zip(picks.tolist(), lengths.tolist())}
+    return np.array(sorted(rare) + FILLER.lower().replace(".", "").replace(",", "").split() * 40)
+
+
+def search_at(n: int, entries: dict, embedder: Embedder, page: int, folder: Path, repeat: int = 40) -> dict:
+    """Step 4: search latency among ``n`` document chunks, and page ``page`` still first."""
+    rng = np.random.default_rng(11)
+    ids, texts, vectors = entries["ids"], entries["texts"], entries["vectors"]
+    question = fact(page)[1]
+    known = _Known(embedder, [question])
+    vocabulary = _vocabulary(rng)
+    with ConversationStore.open(folder / "search.halo.db") as store:
+        index = SemanticIndex(store.conn, Settings(), known, lock=store.lock)
+        index.store([EntryDraft(c, 1, i, "document", t, 150, [], "0:0", v)
+                     for i, (c, t, v) in enumerate(zip(ids, texts, vectors))])
+        extra = _spread(vectors, n - len(ids), rng)
+        first = max(ids) + 1
+        for start in range(0, len(extra), 5000):
+            block = extra[start:start + 5000]
+            index.store([EntryDraft(first + start + i, 2 + (start + i) // 1000, (start + i) % 1000, "document",
+                                    _other_text(rng, vocabulary), 150, [], "0:0", v)
+                         for i, v in enumerate(block)])
+    out: dict = {}
+    for hybrid in (True, False):
+        with ConversationStore.open(folder / "search.halo.db") as store:
+            index = SemanticIndex(store.conn, Settings.of(hybrid_search=hybrid), known, lock=store.lock)
+            index.load()
+            index.search(question)
+            wall = []
+            for _ in range(repeat):
+                t = time.perf_counter()
+                found = index.search(question)
+                wall.append(time.perf_counter() - t)
+        name = "" if hybrid else "_vectors_only"
+        out[f"search_ms_median_{n}{name}"] = round(float(np.median(wall)) * 1000, 2)
+        out[f"search_ms_p95_{n}{name}"] = round(float(np.percentile(wall, 95)) * 1000, 2)
+        out[f"page_{page}_first_among_{n}{name}"] = bool(found) and found[0].chunk_id == entries["target"]
+        out[f"entries_{n}"] = index.entry_count
+    return out
+
+
+def run(url: str | None = None, pages: int = 300, chunks: int = 100_000, page: int = 200, probes: int = 20) -> dict:
+    """Every step; starts the bundled server when no ``url`` is given."""
+    embedder = Embedder()
+    embedder.load()
+    process = None
+    if url is None:
+        from halo_weave.server.launcher import start_server
+
+        process = start_server(port=0)
+        process.wait_ready(timeout=600)
+        url = process.url
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp)
+            figures, entries = attach_and_recall(url, folder, embedder, pages, page, probes)
+            figures.update(repaint_while_indexing(url, folder, embedder, pages))
+            figures.update(search_at(chunks, entries, embedder, page, folder))
+    finally:
+        if process is not None:
+            process.stop()
+    return figures
