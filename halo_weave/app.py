@@ -113,7 +113,7 @@ class TurnController(QObject):
         self.message = message = MessageSend(session, signals, gate, calls, memory, link, self)
         self.turn = turn = TurnFlow(self.data_dir, session, signals, gate, calls, prompt, ahead, proxy, link, files,
                                     message, self)
-        self.actions = TurnActions(session, signals, gate, calls, turn, message, files)
+        self.actions = TurnActions(session, signals, gate, calls, turn, message, files, ahead)
         self.documents = DocumentAttach(session, signals, gate, calls, memory, self)
         gate.consult(lambda: _input_closed_because(session, link, prompt))
 
