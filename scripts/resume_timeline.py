@@ -18,6 +18,8 @@ import time
 BAR_WIDTH = 48
 #: What the window's phase line (``turn_phase``) is called here; "" after Enter: tokenizing.
 AT_ENTER = "tokenizing the message"
+#: From the message saved (and shown) until the answer's request starts.
+SAVED = "message saved, the request being built"
 
 
 class Timeline:
@@ -32,6 +34,7 @@ class Timeline:
         self._open: dict[str, tuple[float, str]] = {}
         self._read_aheads = 0
         self._entered = False
+        self._answered = False  # the first token came: the window's later phase lines are the answer's
         self._at_enter: str | None = None  # the window's phase running since Enter
         controller.signals.warm_up_changed.connect(self._warm_up)
         controller.signals.turn_phase.connect(self._turn_phase)
@@ -88,9 +91,13 @@ class Timeline:
         self.mark("Enter")
 
     def _turn_phase(self, _message: str, line: str) -> None:
-        if not self._entered:
+        if not self._entered or self._answered:
             return
-        line = line or ("" if self._at_enter is not None else AT_ENTER)
+        if not line:  # an empty line: the send itself, the message saved, or the answer showing
+            line = (AT_ENTER if self._at_enter is None else "" if self._at_enter.startswith("reading")
+                    else SAVED)
+        elif line.startswith("reading") and self.controller.ahead.warming_up:
+            line += " (the warm-up, which the message waits for)"
         if line == self._at_enter:
             return
         if self._at_enter is not None:
@@ -103,6 +110,7 @@ class Timeline:
         if self._at_enter is not None:
             self.end(self._at_enter)
             self._at_enter = None
+        self._answered = True
         self.mark("first token")
 
     def annotate(self, prefix: str, note: str) -> None:

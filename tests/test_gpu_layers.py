@@ -24,6 +24,7 @@ needs_llama = pytest.mark.skipif(
 CHAT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
 STORY = ("The lighthouse keeper of Port Quillan kept a logbook of every ship that passed, "
          "the weather at dawn and dusk, and the colour of the sea. ")
+OTHER = "My sister Ana moved to Lisbon last spring and opened a small bakery near the river. "
 
 
 def _gpu_build() -> bool:
@@ -153,20 +154,21 @@ def test_resurrection_through_the_backend_api_restores_as_through_host_memory(mo
         monkeypatch.setenv(HOST_VIEW_ENV, "1" if host_view else "0")
         engine = LlamaEngine(source.path / source.gguf_file, threads=2)
         try:
-            head = engine.encode(CHAT.format(STORY * 2), parse_special=True)
-            span = engine.encode(" ".join(f"Ship {k} passed at dawn." for k in range(10)))
-            tail = engine.encode(CHAT.format("Which ship passed first?"), parse_special=True)
+            head = engine.encode(CHAT.format(STORY * 3), parse_special=True)
+            span = engine.encode(" ".join(f"Ship {k} ({(k * 7919) % 65536:04x}) passed at dawn." for k in range(12)))
+            tail = engine.encode(CHAT.format(OTHER * 2), parse_special=True)
+            turn = engine.encode(CHAT.format("Which ship passed first?"), parse_special=True)
             engine.prepare(head + span + tail)
-            pruned = engine.prepare(head + tail)
-            back = engine.prepare(head + span + tail)
-            logits, row = engine.kv.step([tail[-1]], attention=True)
+            pruned = engine.prepare(head + tail + turn)  # the span pruned: its states stored
+            back = engine.prepare(head + span + tail + turn)  # and brought back
+            logits, row = engine.kv.step([turn[-1]], attention=True)
             return pruned["kv"], back["kv"], logits, row
         finally:
             engine.close()
 
     pruned, back, logits, row = run(host_view=False)
     assert pruned["stored"] > 0, pruned
-    assert back["restored"] == pruned["stored"] and back["restored"] > 0, back  # put back, not run
+    assert back["restored"] == pruned["stored"] and back["inserted"] == 0, back  # put back, not run
     _, _, want_logits, want_row = run(host_view=True)
     assert int(np.argmax(logits)) == int(np.argmax(want_logits))
     assert float(np.abs(logits - want_logits).max()) == 0.0  # the same cells, the same states
