@@ -203,6 +203,7 @@ class TurnController(QObject):
         self.signals.blockSignals(True)
         self.session.close_open_turn()  # quitting mid-answer keeps the partial answer
         self.memory.shutdown()
+        self.ahead.stop_for_quit()  # the server, free sooner, saves the cache as it stops
         self.calls.wait_all(3000)
         self.proxy.close()
         try:

@@ -25,6 +25,7 @@ from pathlib import Path
 from .. import __version__
 from ..rules.attention_formats import AGGREGATED, ATTENTION_FORMATS
 from .kv_files import DEFAULT_DISK_BYTES
+from .saved_caches import EXIT_WAIT_S
 from .kv_surgery import TAIL_FIRST_DEFAULT
 
 #: Format of the ready line; :mod:`halo_weave.server.launcher` parses it.
@@ -74,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kv-disk-mb", type=int, default=DEFAULT_DISK_BYTES >> 20,
                         help="bound on the saved KV caches on disk, least recently saved dropped first; "
                              "0 saves none (default %(default)s)")
+    parser.add_argument("--exit-wait", type=float, default=EXIT_WAIT_S, metavar="SECONDS",
+                        help="when stopped while a request holds the model (a read-ahead, a prefill), wait "
+                             "this long for its current batch to end, then save the KV cache (default "
+                             "%(default)s; the app stops its server within 5 s)")
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default %(default)s)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help="port (default %(default)s; 0 picks a free one)")
@@ -222,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
             # after its batch).  Here, not after run(): uvicorn re-raises the signal when
             # run() ends.  A memory copy and one file write.
             try:
-                engine.save_at_exit()
+                engine.save_at_exit(max(0.0, args.exit_wait))
             except Exception:  # noqa: BLE001 - a failed save costs a prefill on reopening, nothing now
                 log.exception("saving the KV cache at shutdown failed")
 
