@@ -18,6 +18,8 @@ import time
 BAR_WIDTH = 48
 #: What the window's phase line (``turn_phase``) is called here; "" after Enter: tokenizing.
 AT_ENTER = "tokenizing the message"
+#: The memory loading on the embedder thread (a message sent meanwhile waits: "loading memory…").
+MEMORY = "memory: the index loaded"
 #: From the message saved (and shown) until the answer's request starts.
 SAVED = "message saved, the request being built"
 
@@ -38,7 +40,7 @@ class Timeline:
         self._at_enter: str | None = None  # the window's phase running since Enter
         controller.signals.warm_up_changed.connect(self._warm_up)
         controller.signals.turn_phase.connect(self._turn_phase)
-        self.begin("memory: embedder and index loaded")
+        self.begin(MEMORY)
 
     def now_ms(self) -> float:
         return round(1000 * (time.perf_counter() - self.opened), 1)
@@ -59,9 +61,9 @@ class Timeline:
 
     def poll(self) -> None:
         c = self.controller
-        index = c.session.recall.index
-        if index is not None and getattr(index.embedder, "loaded", True):
-            self.end("memory: embedder and index loaded")
+        if c.session.recall.index is not None and not c.memory.loading:
+            # The index (its vectors from the file); MiniLM itself loads at the first search.
+            self.end(MEMORY)
         reading = c.ahead.reading_ahead and not c.ahead.warming_up
         name = f"read-ahead {self._read_aheads + 1}"
         if reading and not self._entered:
