@@ -113,7 +113,7 @@ class TurnController(QObject):
         self.message = message = MessageSend(session, signals, gate, calls, memory, link, self)
         self.turn = turn = TurnFlow(self.data_dir, session, signals, gate, calls, prompt, ahead, proxy, link, files,
                                     message, self)
-        self.actions = TurnActions(session, signals, gate, calls, turn, message, files)
+        self.actions = TurnActions(session, signals, gate, calls, turn, message, files, ahead)
         self.documents = DocumentAttach(session, signals, gate, calls, memory, self)
         gate.consult(lambda: _input_closed_because(session, link, prompt))
 
@@ -203,6 +203,7 @@ class TurnController(QObject):
         self.signals.blockSignals(True)
         self.session.close_open_turn()  # quitting mid-answer keeps the partial answer
         self.memory.shutdown()
+        self.ahead.stop_for_quit()  # the server, free sooner, saves the cache as it stops
         self.calls.wait_all(3000)
         self.proxy.close()
         try:

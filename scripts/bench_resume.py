@@ -15,7 +15,12 @@ pruned context), the time to its first token measured from Enter:
 (the same with no saved cache: the prefill path), ``restore_s`` (the server's restore when
 opening), ``resume_prefill_warm_up_s``, ``enter_to_visible_ms`` (Enter until the message is
 shown), ``resume_recalled_tokens`` (what the message brought back), ``state_bytes_per_token``
-(the saved cache's size over the context's tokens); medians.
+(the saved cache's size over the context's tokens); medians.  And what the first message
+waited for, as a timeline (``resume_timeline``: per mode, the reopening of median time to
+first token, each phase's ``start_ms`` and ``end_ms`` from the opening; drawn as text lines
+before the figures): the warm-up (the saved cache read back, or the prefill), the memory
+loading, each read-ahead, then from Enter the tokenizing, the search, the choice of what came
+back, and the request until the first token (with the server's own time and what it ran).
 
 *The server* (the real one, on loopback, its saved caches in a temporary
 folder): a conversation of ``--tokens`` tokens is reopened ``--reopens`` times after
@@ -246,9 +251,14 @@ def main() -> None:
                 figures.update(build_conversation(args, conversation, built / "kv"))
             figures.update(bench_app(args, conversation, conversation.parent / "kv", Path(folder) / "app"))
     figures["load_average_after"] = round(os.getloadavg()[0], 2)
+    if "resume_timeline" in figures:
+        from resume_app import timeline_lines
+
+        print("\n".join(timeline_lines(figures)))
     if not args.json:
         for name, value in figures.items():
-            print(f"{name:>30}: {value}")
+            if name not in ("resume_runs", "resume_timeline"):
+                print(f"{name:>30}: {value}")
     print(json.dumps(figures))
 
 

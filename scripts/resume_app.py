@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from resume_timeline import Timeline, draw
+
 #: The 61st line: asks after something said early in the LoCoMo dialogue, so it brings back
 #: pruned context (the figure ``resume_recalled_tokens`` says how much).
 NEXT_MESSAGE = "By the way, what did you say about the support group you went to?"
@@ -44,6 +46,7 @@ class App:
         self.window.show()
         self.first_token: float | None = None
         self.request_sent: float | None = None  # "reading N tokens…": the answer's request starts
+        self.timeline: Timeline | None = None  # what the first message waits for, when watched
         self.controller.signals.tokens_streamed.connect(self._streamed)
         self.controller.signals.turn_phase.connect(self._phase)
 
@@ -56,6 +59,8 @@ class App:
         # token is the first emission with an answer token in the session.
         if self.first_token is None and self.controller.session.answer.streamed >= 1:
             self.first_token = time.perf_counter()
+            if self.timeline is not None:
+                self.timeline.first_token()
 
     def events(self, seconds: float = 0.0) -> None:
         from PySide6.QtWidgets import QApplication
@@ -63,6 +68,8 @@ class App:
         deadline = time.perf_counter() + seconds
         while True:
             QApplication.processEvents()
+            if self.timeline is not None:
+                self.timeline.poll()
             if time.perf_counter() >= deadline:
                 return
             time.sleep(0.005)
@@ -118,6 +125,7 @@ def reopen(url_of, conversation: Path, home: Path, *, typed: bool, send_after_s:
     c = app.controller
     try:
         opened = time.perf_counter()
+        app.timeline = timeline = Timeline(c, opened)
         c.start(path)
         if typed:
             box = app.window.input
@@ -131,6 +139,7 @@ def reopen(url_of, conversation: Path, home: Path, *, typed: bool, send_after_s:
         live_before = {ch.id for ch in c.conv.live_chunks()}
         turns_before = set(c.conv.turns)
         warming_at_enter = c.ahead.warming_up
+        timeline.enter()
         enter = time.perf_counter()
         app.window.send()  # Enter
         shown = None
@@ -147,7 +156,13 @@ def reopen(url_of, conversation: Path, home: Path, *, typed: bool, send_after_s:
         warm = c.ahead.last_warm_up or {}
         done = getattr(c.turn.last_done, "raw", None) or {}
         timings, kv = done.get("timings") or {}, done.get("kv") or {}
-        return {"ttft_s": first - enter, "enter_to_visible_ms": 1000 * (shown - enter),
+        if timings.get("time_to_first_token_s") is not None:
+            timeline.annotate("reading", f"the server's own time to first token "
+                                         f"{1000 * timings['time_to_first_token_s']:.0f} ms: "
+                                         f"{kv.get('appended', 0)} appended, {kv.get('inserted', 0)} inserted "
+                                         f"({kv.get('restored', 0)} of them from stored states)")
+        timeline.close()
+        return {"ttft_s": first - enter, "timeline": timeline.phases, "enter_to_visible_ms": 1000 * (shown - enter),
                 "enter_to_request_s": (app.request_sent or first) - enter,
                 "server_ttft_s": timings.get("time_to_first_token_s"),
                 **{f"kv_{name}": value for name, value in kv.items()},
@@ -196,10 +211,15 @@ def bench_app(args, conversation: Path, built_kv: Path, work: Path) -> dict:
             runs[mode].append(reopen(server_on(folder), conversation, work / f"home-{mode}-{n}",
                                      typed=mode == "typed"))
             shutil.rmtree(folder, ignore_errors=True)
-            print(f"reopening {n + 1} {mode}: {runs[mode][-1]}", file=sys.stderr, flush=True)
+            shown = {k: v for k, v in runs[mode][-1].items() if k != "timeline"}
+            print(f"reopening {n + 1} {mode}: {shown}", file=sys.stderr, flush=True)
 
     def median(mode: str, key: str) -> float:
         return round(statistics.median(r[key] for r in runs[mode]), 3)
+
+    def median_run(mode: str) -> dict:
+        ordered = sorted(runs[mode], key=lambda r: r["ttft_s"])
+        return ordered[(len(ordered) - 1) // 2]
 
     tokens = runs["pasted"][0]["context_tokens"]
     state_bytes = sum(p.stat().st_size for p in saved)
@@ -216,5 +236,21 @@ def bench_app(args, conversation: Path, built_kv: Path, work: Path) -> dict:
         "resume_context_tokens": tokens,
         "resume_reopens": args.app_reopens,
         "resume_from": "the building server's saved caches" if built else "a first opening's saved cache",
+        # What the first message waited for in the reopening of median time to first token
+        # (ms from the opening; every run's is in resume_runs).
+        "resume_timeline": {mode: median_run(mode)["timeline"] for mode in runs},
         "resume_runs": runs,
     }
+
+
+def timeline_lines(figures: dict) -> list[str]:
+    """The timelines of :func:`bench_app`'s figures as text lines (one block per mode)."""
+    words = {"typed": "typed at 60 words a minute", "pasted": "pasted, sent 2 s after opening",
+             "no_state": "no saved cache (prefilled)"}
+    lines = []
+    for mode, phases in figures.get("resume_timeline", {}).items():
+        first = next((p["start_ms"] for p in phases if p["phase"] == "first token"), None)
+        enter = next((p["start_ms"] for p in phases if p["phase"] == "Enter"), None)
+        ttft = f", first token {first - enter:.0f} ms after Enter" if first is not None and enter is not None else ""
+        lines += draw(phases, f"timeline, {words.get(mode, mode)} (the median reopening{ttft}), ms from opening:")
+    return lines

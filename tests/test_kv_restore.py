@@ -321,3 +321,83 @@ def test_a_restore_stops_its_prefill_when_aborted_by_its_request_id(client):
     assert client.abort("warm-1")
     thread.join()
     assert result["stopped"] is True and result["ran"] < len(ids), result
+
+
+def test_a_cache_is_saved_when_the_server_stops_during_a_read_ahead(tmp_path):
+    """Quitting while a read-ahead holds the model (before the idle save came): the
+    read-ahead is stopped after its batch and the cache saved, and the next start reads it
+    back."""
+    from halo_weave.server.launcher import start_server
+
+    # However long the batch takes on this machine (not what is tested): the app's server
+    # waits 3 s, within the 5 s the app gives it.
+    args = ["--kv-dir", str(tmp_path), "--threads", "2", "--model", "smollm2", "--exit-wait", "300"]
+    process = start_server(port=0, extra_args=args)
+    try:
+        process.wait_ready(timeout=300)
+        with KoboldClient(process.url) as c:
+            ids = [i for i, _ in c.tokenize(CHAT.format(STORY * 2), parse_special=True)]
+            # A pasted page found nowhere in the cache: one batch, longer than uvicorn's own
+            # second of shutdown on any machine.
+            text = " ".join(f"Ship {k} ({uuid.uuid4().hex[:6]}) passed at dawn." for k in range(32))
+            draft = ids + [i for i, _ in c.tokenize(text)]
+            c.conversation = "quit-reading-ahead"
+            c.prepare(ids)
+            thread = threading.Thread(target=lambda: _ignore_errors(c.prepare, draft), daemon=True)
+            thread.start()
+            time.sleep(0.3)  # the read-ahead holds the model
+    finally:
+        process.stop(grace_s=300)
+    saved, reason = StateFiles(tmp_path).load("quit-reading-ahead", _fingerprint_of(tmp_path))
+    assert saved is not None, reason
+    assert len(saved.ids) >= len(ids) and saved.ids == draft[:len(saved.ids)]
+
+    process = start_server(port=0, extra_args=args)
+    try:
+        process.wait_ready(timeout=300)
+        with KoboldClient(process.url) as c:
+            c.model_info()
+            c.conversation = "quit-reading-ahead"
+            reopened = c.restore(ids)
+    finally:
+        process.stop()
+    assert reopened["restored"] == len(ids) and reopened["ran"] == 0, reopened
+
+
+def _ignore_errors(call, *args):
+    try:
+        call(*args)
+    except Exception:  # noqa: BLE001 - the server stops under it: no answer is expected
+        pass
+
+
+def test_a_conversations_branches_keep_their_own_caches_and_share_its_spans(engine):
+    """``KEY#BRANCH`` names a branch: its cache has a file of its own, and spans pruned in
+    one branch come back from the conversation's span file in another after a restart."""
+    from halo_weave.server.llamacpp.engine import LlamaEngine
+
+    key = f"branches-{uuid.uuid4().hex}"
+    head = engine.encode(CHAT.format(STORY * 3), parse_special=True)
+    span = engine.encode(" ".join(f"Ship {k} ({(k * 7919) % 65536:04x}) passed at dawn." for k in range(12)))
+    tail = engine.encode(CHAT.format(OTHER * 2), parse_special=True)
+    first = engine.encode(CHAT.format("Which ship passed first?"), parse_special=True)
+    other = engine.encode(CHAT.format("Where is the bakery?"), parse_special=True)
+    engine.prepare(head + span + tail, conversation=key)
+    pruned = engine.prepare(head + tail + first, conversation=key)
+    assert pruned["kv"]["stored"] == len(span), pruned
+    assert engine.save_state_if_changed()
+    engine.prepare(head + tail + other, conversation=key + "#b")  # another branch: the first is saved
+    assert engine.save_state_if_changed()
+
+    restarted = LlamaEngine(engine.path, threads=2)
+    restarted.keep_states(type(engine.state_files)(engine.state_files.folder), idle_s=3600)
+    try:
+        shown = restarted.restore(head + tail + other, key + "#b")
+        assert shown["restored"] == len(head + tail + other) and shown["ran"] == 0, shown
+        message = restarted.prepare(head + span + tail + other, conversation=key + "#b")
+        assert message["kv"]["restored"] == len(span) and message["kv"]["inserted"] == 0, message
+        back = restarted.restore(head + tail + first, key)
+        assert back["restored"] >= len(head + tail + first) - 1 and back["ran"] <= 1, back
+    finally:
+        restarted.close_states()
+        restarted.close()

@@ -64,3 +64,29 @@ def test_edit_an_earlier_message_answer_it_and_switch_back(client, tmp_path):
     with ConversationStore.open(path, create=False) as store:
         conv = store.load(session.settings, session.framing)
     assert [conv.turns[t].role for t in conv.turns] == [r for r, _ in original]
+
+
+def test_each_branch_keeps_its_own_cache_at_the_server_and_switching_back_reads_it(client, tmp_path):
+    """The server saves a cache per branch shown (the conversation's key, and the branch
+    where it is not the first made): switching back to a branch reads its cache back
+    instead of running its tail again."""
+    session, _path = _session(client, tmp_path, max_new_tokens=12)
+    for question in ("Name a fruit.", "Name a river.", "Name a colour.", "Name a tree."):
+        _ask(session, question)
+    key = session.server.cache_key()
+    assert "#" not in key and client.conversation == key
+    first = _chat(session)
+    second = list(session.conv.turns)[2]
+
+    pieces = session.server.tokenize("Name a mountain.")
+    edited = session.branches.edit_message(second, [i for i, _ in pieces], [t for _, t in pieces])
+    assert client.conversation == session.server.cache_key() != key
+    assert client.conversation.startswith(key + "#")
+    _answer(session)
+
+    session.branches.switch(edited.turn_id, -1)
+    assert _chat(session) == first and client.conversation == key
+    ids = session.server.warm_up_ids()
+    warm = session.server.warm_up(ids, session.server.cache_key())
+    # All but the last answer's closing framing (the server held it unread).
+    assert warm["restored"] >= len(ids) - 4 and warm["ran"] <= 4, warm

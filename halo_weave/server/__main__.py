@@ -25,6 +25,7 @@ from pathlib import Path
 from .. import __version__
 from ..rules.attention_formats import AGGREGATED, ATTENTION_FORMATS
 from .kv_files import DEFAULT_DISK_BYTES
+from .saved_caches import EXIT_WAIT_S
 from .kv_surgery import TAIL_FIRST_DEFAULT
 
 #: Format of the ready line; :mod:`halo_weave.server.launcher` parses it.
@@ -74,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kv-disk-mb", type=int, default=DEFAULT_DISK_BYTES >> 20,
                         help="bound on the saved KV caches on disk, least recently saved dropped first; "
                              "0 saves none (default %(default)s)")
+    parser.add_argument("--exit-wait", type=float, default=EXIT_WAIT_S, metavar="SECONDS",
+                        help="when stopped while a request holds the model (a read-ahead, a prefill), wait "
+                             "this long for its current batch to end, then save the KV cache (default "
+                             "%(default)s; the app stops its server within 5 s)")
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default %(default)s)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT,
                         help="port (default %(default)s; 0 picks a free one)")
@@ -84,7 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "larger request grows the cache up to the context size (its states are "
                              "copied). Fewer cells make every prune cheaper (llama.cpp re-rotates every "
                              "cell's key)")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="transformers engine: where the model runs (auto: CUDA when torch sees a GPU)")
+    parser.add_argument("--gpu-layers", type=gpu_layers, default=0, metavar="N",
+                        help="llama.cpp engine: the model's last N layers (-1: all) run on a GPU, with "
+                             "their KV cache; needs a llama-cpp-python built with CUDA, Metal or Vulkan "
+                             "(a CPU-only build runs them on the CPU and says so). Default 0: the CPU only")
     parser.add_argument("--attention-format", choices=tuple(ATTENTION_FORMATS), default=AGGREGATED,
                         help="attention format for requests that name none")
     parser.add_argument("--no-attention", action="store_true",
@@ -100,6 +110,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
+
+
+def gpu_layers(text: str) -> int:
+    """``--gpu-layers``: a whole number, 0 or more, or -1 for every layer."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"0 or more layers (or -1 for all), not {value}")
+    return value
 
 
 def default_threads() -> int:
@@ -167,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                              cache_model=not args.no_model_cache, kv_mode=args.kv_mode,
                              kv_tail_first=args.kv_tail_first,
                              store_bytes=max(0, args.kv_store_mb) << 20,
-                             initial_context=args.initial_context)
+                             initial_context=args.initial_context, gpu_layers=args.gpu_layers)
     except Exception as exc:  # noqa: BLE001 - any load failure is reported, not traced
         log.debug("model load failed", exc_info=True)
         print(f"halo-weave-server: cannot load the model: {exc}", file=sys.stderr)
@@ -197,12 +218,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(ready, flush=True)
 
         async def shutdown(self, sockets=None) -> None:
+            # The request holding the model stops after its current batch while uvicorn
+            # closes the connections, not after (a prefill batch takes seconds on a slow CPU).
+            engine.abort()
             await super().shutdown(sockets=sockets)
             # Stopped (SIGTERM from the app quitting, Ctrl+C): the last answer's cache may be
-            # younger than the idle save.  Here, not after run(): uvicorn re-raises the signal
-            # when run() ends.  A memory copy and one file write, when the model is free.
+            # younger than the idle save, and a read-ahead may hold the model (it is stopped
+            # after its batch).  Here, not after run(): uvicorn re-raises the signal when
+            # run() ends.  A memory copy and one file write.
             try:
-                engine.save_state_if_changed()
+                engine.save_at_exit(max(0.0, args.exit_wait))
             except Exception:  # noqa: BLE001 - a failed save costs a prefill on reopening, nothing now
                 log.exception("saving the KV cache at shutdown failed")
 

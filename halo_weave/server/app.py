@@ -138,6 +138,7 @@ def model_info(engine: EngineBase, attention: bool = True) -> dict:
         "stop_token_ids": sorted(engine.stop_ids),
         "server": "halo-weave",
         "engine": engine.kind,
+        "device": engine.device,
         "kv_mode": engine.kv.mode,
         "kv_tail_first": engine.kv.tail_first,
         "version": __version__,

@@ -65,12 +65,15 @@ def load_engine(
     kv_tail_first: bool = TAIL_FIRST_DEFAULT,
     store_bytes: int = DEFAULT_STORE_BYTES,
     initial_context: int | None = None,
+    gpu_layers: int = 0,
 ) -> EngineBase:
     """Load ``model`` (``None``: the bundled default, see :mod:`.bundled`) on the engine ``kind`` names;
     ``kv_tail_first``: run a request's new tokens before its insertions (see
     :func:`.kv_surgery.sync`); ``store_bytes`` bounds the host memory keeping pruned spans' states;
     ``initial_context``: KV cells the llama.cpp engine starts with (it grows on demand up
-    to ``context_size``; the transformers engine's cache has no fixed size)."""
+    to ``context_size``; the transformers engine's cache has no fixed size); ``gpu_layers``:
+    the llama.cpp engine's layers on a GPU (see :mod:`.llamacpp.offload`; the transformers
+    engine takes ``device`` instead)."""
     if kv_mode not in KV_MODES:
         raise ValueError(f"kv mode must be one of {KV_MODES}")
     source = loader.resolve(model)
@@ -79,19 +82,21 @@ def load_engine(
         if not source.gguf_file:
             raise loader.ModelNotFound("the llama.cpp engine needs a .gguf file")
         if device == "cuda":
-            raise ValueError("this llama.cpp engine runs on the CPU; use --engine transformers for CUDA")
+            raise ValueError("the llama.cpp engine is put on a GPU with --gpu-layers N (-1: every layer), "
+                             "not --device cuda (which is the transformers engine's)")
         from .llamacpp.engine import LlamaEngine
 
         engine = LlamaEngine(source.path / source.gguf_file, context_size=context_size,
                              threads=threads, attention_format=attention_format,
-                             initial_cells=initial_context)
+                             initial_cells=initial_context, gpu_layers=gpu_layers)
     else:
         from .transformers_engine import TransformersEngine
 
         engine = TransformersEngine.load(source, device=device, context_size=context_size,
                              attention_format=attention_format, cache_model=cache_model,
                              threads=threads if device != "cuda" else None)
-    engine.model_note = source.note
+    offload = getattr(engine, "offload", None)
+    engine.model_note = " ".join(n for n in (source.note, offload.note if offload else None) if n) or None
     engine.kv.mode = kv_mode
     engine.kv.tail_first = kv_tail_first
     engine.kv.store.max_bytes = store_bytes

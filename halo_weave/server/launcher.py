@@ -124,13 +124,13 @@ class ServerProcess:
         """The exit status once the process has ended (negative: the signal that ended it)."""
         return self.process.poll()
 
-    def stop(self) -> None:
-        """Terminate the server (SIGTERM, then SIGKILL after a grace period)."""
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after ``grace_s`` seconds)."""
         self._stopping = True
         if self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(timeout=STOP_GRACE_S)
+                self.process.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()

@@ -15,6 +15,11 @@ The spans a conversation's prunes put in the span store go to its span file
 when a request first names the conversation, so that a resurrection after a restart puts
 them back instead of running them (llama.cpp's engine; the transformers engine's stored
 spans stay in memory).
+
+A key may name a branch of a conversation: ``KEY#BRANCH`` (:data:`BRANCH_MARK`).  Each
+branch's cache has a file of its own, so that switching back to a branch (or reopening the
+app on it) reads its cache back instead of running its tail again; the branches of one
+conversation share its span file (the text they prune is the conversation's).
 """
 
 from __future__ import annotations
@@ -26,6 +31,18 @@ from .kv_files import IdleSaver, common_prefix
 from .span_files import SpanFiles
 
 log = logging.getLogger("halo_weave.server")
+
+#: Seconds a stopping server waits for the request holding the model (told to stop after
+#: its current batch) before it saves the cache: within the launcher's grace before SIGKILL
+#: (:data:`~halo_weave.server.launcher.STOP_GRACE_S`, 5 s), less uvicorn's own second.
+EXIT_WAIT_S = 3.0
+#: Separates a conversation's key from the branch it shows: ``KEY#BRANCH``.
+BRANCH_MARK = "#"
+
+
+def span_owner(key: str | None) -> str | None:
+    """The conversation whose span file keeps the spans of ``key`` (its branches share one)."""
+    return key.split(BRANCH_MARK, 1)[0] if key else key
 
 
 class SavedCaches:
@@ -74,8 +91,8 @@ class SavedCaches:
         self.conversation = conversation
         store = self._span_store()
         if store is not None:
-            store.owner = conversation
-            self._read_spans(store, conversation)
+            store.owner = span_owner(conversation)
+            self._read_spans(store, store.owner)
         self._changes += 1
 
     def _span_store(self):
@@ -128,10 +145,10 @@ class SavedCaches:
             blob = self.kv.export_state() if key is not None else None
             ids = list(self.kv.ids)
             store = self._span_store()
-            spans = store.unsaved(key) if store is not None and key is not None else []
+            spans = store.unsaved(span_owner(key)) if store is not None and key is not None else []
         finally:
             self._lock.release()
-        self._write_spans(key, spans)
+        self._write_spans(span_owner(key), spans)
         if blob is None:
             return False
         saved = self.state_files.save(key, self.fingerprint(), ids, blob) is not None
@@ -139,6 +156,23 @@ class SavedCaches:
             self._saved_changes = changes
             log.info("KV cache of %d tokens saved for its conversation (%.1f MB)", len(ids), len(blob) / 1e6)
         return saved
+
+    def save_at_exit(self, wait_s: float = EXIT_WAIT_S) -> bool:
+        """The server stops: the request holding the model (a read-ahead, a restore's
+        prefill, an answer) is told to stop after its current batch, given ``wait_s``
+        seconds to let go, and the cache is saved if it changed (what a stopped read-ahead
+        or prefill ran stays in it, so the next start reads that back too).  Whether it
+        was written."""
+        if not self.keeps_states or self.conversation is None:
+            return False
+        self.abort()
+        deadline = time.monotonic() + wait_s
+        while self.busy and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if self.busy:
+            log.warning("the model was still busy %.1f s after the server was stopped: its KV cache is not saved "
+                        "(reopening reads the last one saved)", wait_s)
+        return self.save_state_if_changed()
 
     def close_states(self) -> None:
         """Stop the idle saver (the engine is being closed)."""
@@ -167,7 +201,8 @@ class SavedCaches:
         try:
             store = self._span_store()
             if store is not None:
-                self._write_spans(self.conversation, store.unsaved(self.conversation))
+                owner = span_owner(self.conversation)
+                self._write_spans(owner, store.unsaved(owner))
             blob = self.kv.export_state()
             if blob is not None and self.state_files.save(
                     self.conversation, self.fingerprint(), list(self.kv.ids), blob) is not None:

@@ -73,13 +73,16 @@ class Branches:
         self._forget(removed)
         if session.indexer is not None:
             session.indexer.queue(session.conv, [c.id for c in session.conv.content_chunks(turn.turn_id)])
+        session.server.name_conversation()  # the new branch's cache is saved apart
         return turn
 
     def regenerate_answer(self, turn_id: int) -> list[Chunk]:
         """A new branch from an earlier answer: it and what follows are stashed; the
         conversation ends with its question, to be answered again."""
         session = self._session
-        return self._forget(_storage().retire_answer(session.conv, session.store, turn_id))
+        removed = self._forget(_storage().retire_answer(session.conv, session.store, turn_id))
+        session.server.name_conversation()  # the new branch's cache is saved apart
+        return removed
 
     def switch(self, turn_id: int, step: int) -> int:
         """Show the previous (``step`` < 0) or next branch at the branch point whose shown
@@ -100,6 +103,7 @@ class Branches:
             session.save(lambda: index.reread(gone + back), "Updating the memory index")
         if session.indexer is not None:
             session.indexer.queue_pending(session.conv)
+        session.server.name_conversation()  # the branch shown has its own saved cache
         return target.first_turn_id
 
     def _forget(self, removed: list[Chunk]) -> list[Chunk]:

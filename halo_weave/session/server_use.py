@@ -95,7 +95,8 @@ class ServerUse:
 
     def cache_key(self) -> str | None:
         """The name the server saves the open conversation's KV cache under: a random key
-        kept in the file (a read-only file: one made from its path); None without a file."""
+        kept in the file (a read-only file: one made from its path), and the branch shown
+        (:meth:`branch_part`); None without a file."""
         store = self._session.store
         if store is None:
             return None
@@ -104,9 +105,23 @@ class ServerUse:
             if not key:
                 key = uuid.uuid4().hex
                 store.set_meta(CACHE_KEY_META, key)
-            return str(key)
+            key = str(key)
         except Exception:  # noqa: BLE001 - a read-only or damaged file still gets a name
-            return hashlib.sha256(str(store.path).encode()).hexdigest()[:32]
+            key = hashlib.sha256(str(store.path).encode()).hexdigest()[:32]
+        return key + self.branch_part()
+
+    def branch_part(self) -> str:
+        """``#`` and a name of the branch shown, where it is not the first one made at every
+        branch point ("" there, so a conversation keeps its key until a later branch is
+        shown): each branch's context has its own saved cache at the server, and switching
+        back to one, or reopening on it, reads its cache back instead of its tail again."""
+        try:
+            later = sorted(s.first_turn_id for s in self._session.branches.states().values() if s.number > 1)
+        except Exception:  # noqa: BLE001 - unreadable branch rows: the conversation's own key
+            return ""
+        if not later:
+            return ""
+        return "#" + hashlib.sha256(",".join(map(str, later)).encode()).hexdigest()[:16]
 
     def name_conversation(self) -> None:
         """Tell a server that saves caches per conversation which one its requests are for."""

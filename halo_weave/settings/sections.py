@@ -211,6 +211,10 @@ class Server:
     #: The built-in server's model (its ``--model``): "" for the bundled default
     #: (Qwen2.5-Coder-0.5B-Instruct), "smollm2", or a GGUF file.
     server_model: str = ""
+    #: The built-in server's llama.cpp layers on a GPU (its ``--gpu-layers``): 0 the CPU
+    #: only, -1 every layer; needs a llama-cpp-python built with CUDA, Metal or Vulkan (a
+    #: CPU-only build runs on the CPU and the window says so).
+    server_gpu_layers: int = 0
     attention_format: str = "aggregated"  # or "per_layer"
     # "auto": the model's own template where the server publishes it (rendered in a sandbox,
     # halo_weave.backends.model_template), else a built-in one; or a name in chat_template.TEMPLATES.
@@ -321,7 +325,8 @@ class Settings:
         cells = self.server_context_cells()
         server = self.server
         return [*(["--model", server.server_model] if server.server_model.strip() else []),
-                *(["--initial-context", str(cells)] if cells else []), "--kv-disk-mb", str(server.saved_caches_mb)]
+                *(["--initial-context", str(cells)] if cells else []), "--kv-disk-mb", str(server.saved_caches_mb),
+                *(["--gpu-layers", str(server.server_gpu_layers)] if server.server_gpu_layers else [])]
 
 
 def _section_of() -> dict[str, str]:

@@ -196,6 +196,9 @@ class SettingsDialog(QDialog):
         self.model_choice = ModelChoice(s.server.server_model)
         self.editors["server_model"] = self.model_choice.combo
         self._explained(form, "server_model", self.model_choice)
+        gpu = self._int("server_gpu_layers", s.server.server_gpu_layers, "All layers")
+        gpu.setSuffix(" layers")
+        self._explained(form, "server_gpu_layers", gpu)
         window = self._int("server_context_tokens", s.server.server_context_tokens, "As the server says")
         window.setSuffix(" tokens")
         self._explained(form, "server_context_tokens", window)

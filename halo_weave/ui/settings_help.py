@@ -35,6 +35,8 @@ FIELDS: dict[str, tuple[str, str]] = {
     # Server
     "server_url": ("Server URL", "The built-in server, KoboldCPP, llama-server, Ollama or an OpenAI-compatible one."),
     "server_model": ("Built-in model", "What the built-in server runs; it restarts with the one chosen here."),
+    "server_gpu_layers": ("GPU layers", "Layers on a GPU (0: the CPU only); needs llama-cpp-python built for "
+                          "CUDA, Metal or Vulkan (README)."),
     "server_context_tokens": ("Model window", "The model's context, for a server that does not say (As the server says: 2,048)."),
     "attention_format": ("Attention format", ""),  # the chosen value explains itself
     "autostart_server": ("", "When nothing answers at the default URL, the app starts its own server and model."),

@@ -58,6 +58,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "max_context_tokens": (0, 10_000_000),
     "server_context_tokens": (0, 10_000_000),
     "saved_caches_mb": (0, 1_000_000),
+    "server_gpu_layers": (-1, 10_000),
     "min_chunk_tokens": (1, 100_000),
     "initial_brightness": (0, 1_000_000),
     "brightness_cap": (1, 1_000_000),

@@ -238,6 +238,7 @@ class WindowMenus:
         window, controller = self.window, self.controller
         url = controller.settings.server.server_url
         model = controller.settings.server.server_model
+        gpu_layers = controller.settings.server.server_gpu_layers
         old_key = get_key(url) or ""
         own = controller.session.prompt.own() if controller.conv is not None else None
         dialog = SettingsDialog(controller.settings, window, api_key=old_key, keyring=keyring_available(),
@@ -257,8 +258,8 @@ class WindowMenus:
                 if new.server.server_url == url:
                     controller.link.connect_server()  # the new key takes effect now
             window.apply_settings(new)
-            if new.server.server_model != model:
-                self._server_model_changed(new.server.server_model)
+            if new.server.server_model != model or new.server.server_gpu_layers != gpu_layers:
+                self._server_model_changed(new.server.server_model, new.server.server_gpu_layers)
             prompt = dialog.conversation_prompt()
             if prompt is not None:
                 controller.prompt.set_conversation_prompt(prompt)
@@ -309,12 +310,14 @@ class WindowMenus:
             self.window.messages.info("The built-in model server is off (File → Settings → Server); "
                                       f"the app uses the server at {connection.url}")
 
-    def _server_model_changed(self, model: str) -> None:
-        """The built-in server this app runs starts again with ``model``; one it does not
-        run takes it when it next starts."""
+    def _server_model_changed(self, model: str, gpu_layers: int = 0) -> None:
+        """The built-in server this app runs starts again with ``model`` on ``gpu_layers``
+        GPU layers; one it does not run takes them when it next starts."""
         connection = self.controller.link.connection
         if connection.server is not None:
             connection.restart_bundled_server()
         else:
-            self.window.messages.info(f"The built-in model server will run {model or 'the default model'} "
-                                      "when it next starts.")
+            where = "" if not gpu_layers else (" with every layer on the GPU" if gpu_layers < 0
+                                               else f" with {gpu_layers} layers on the GPU")
+            self.window.messages.info(f"The built-in model server will run {model or 'the default model'}"
+                                      f"{where} when it next starts.")

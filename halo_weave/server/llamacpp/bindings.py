@@ -90,14 +90,16 @@ class Bindings:
         return ctypes.c_void_p.from_address(tensor + VIEW_SRC_OFFSET).value
 
     def tensor_host_rows(self, tensor: int) -> tuple[int | None, int, int]:
-        """``(data address, bytes per row, rows)`` of a tensor in host memory (address
-        None when its buffer is not host memory)."""
+        """``(data address, bytes per row, rows)`` of a tensor; the address is None when
+        its buffer is not host memory (a GPU's: read it with :meth:`read`, write it with
+        :meth:`write_part`), and ``(None, 0, 0)`` when it has no buffer."""
         buffer = ctypes.c_void_p.from_address(tensor + BUFFER_OFFSET).value
-        if not buffer or not self.ggml.ggml_backend_buffer_is_host(buffer):
+        if not buffer:
             return None, 0, 0
         ne = self.tensor_shape(tensor)
         row_bytes = ctypes.c_size_t.from_address(tensor + NB_OFFSET + ctypes.sizeof(ctypes.c_size_t)).value
-        data = ctypes.c_void_p.from_address(tensor + DATA_OFFSET).value
+        on_host = self.ggml.ggml_backend_buffer_is_host(buffer)
+        data = ctypes.c_void_p.from_address(tensor + DATA_OFFSET).value if on_host else None
         return data, row_bytes, ne[1] * ne[2] * ne[3]
 
     def read(self, tensor: int, into) -> None:
@@ -114,6 +116,14 @@ class Bindings:
         if offset < 0 or offset + n > self.ggml.ggml_nbytes(tensor) or not into.flags.c_contiguous:
             raise ValueError(f"bytes {offset}..{offset + n} are not in the tensor")
         self.ggml.ggml_backend_tensor_get(tensor, into.ctypes.data, offset, n)
+
+    def write_part(self, tensor: int, data, offset: int) -> None:
+        """Copy the contiguous NumPy array ``data`` into the tensor from byte ``offset``
+        (through its backend: host or device memory alike)."""
+        n = data.nbytes
+        if offset < 0 or offset + n > self.ggml.ggml_nbytes(tensor) or not data.flags.c_contiguous:
+            raise ValueError(f"bytes {offset}..{offset + n} are not in the tensor")
+        self.ggml.ggml_backend_tensor_set(tensor, data.ctypes.data, offset, n)
 
     def check_layout(self, tensor: int) -> None:
         """Refuse to read tensors if our struct mirror disagrees with ggml."""
@@ -144,6 +154,8 @@ def load() -> Bindings:
     ggml.ggml_nbytes.argtypes = [ctypes.c_void_p]
     ggml.ggml_backend_tensor_get.restype = None
     ggml.ggml_backend_tensor_get.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
+    ggml.ggml_backend_tensor_set.restype = None
+    ggml.ggml_backend_tensor_set.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t]
     ggml.ggml_backend_buffer_is_host.restype = ctypes.c_bool
     ggml.ggml_backend_buffer_is_host.argtypes = [ctypes.c_void_p]
     llama.llama_backend_init()

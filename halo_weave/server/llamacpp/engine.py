@@ -20,6 +20,7 @@ from ..engine_base import AGGREGATED, ATTENTION_FORMATS, CHATML_TEMPLATE, STOP_T
 from ..tokens import TokenText
 from . import bindings
 from . import filter as filter_
+from . import offload as offload_
 from . import safety
 from ..span_store import DEFAULT_STORE_BYTES
 from .cache import N_SEQ, LlamaCache
@@ -44,7 +45,7 @@ class LlamaEngine(EngineBase):
     def __init__(self, path: Path, *, context_size: int | None = None, threads: int | None = None,
                  attention_format: str = AGGREGATED, capture_threads: int | None = None,
                  store_bytes: int = DEFAULT_STORE_BYTES, initial_cells: int | None = None,
-                 c_filter: bool = True, read_attention: bool = True) -> None:
+                 c_filter: bool = True, read_attention: bool = True, gpu_layers: int = 0) -> None:
         """``threads`` run prefill and plain decoding; ``capture_threads`` a decode whose
         attention is read (default: ``threads``);
         ``store_bytes`` bounds the host memory keeping pruned spans' states (0: none);
@@ -56,7 +57,9 @@ class LlamaEngine(EngineBase):
         ``read_attention=False``: a context for answers only, with flash attention on
         (several times faster at long contexts, where the plain kernel writes every
         head's whole score matrix), but no attention can be read: a decode that asks for
-        it fails with :class:`~.readout.DecodeError`."""
+        it fails with :class:`~.readout.DecodeError`;
+        ``gpu_layers``: layers on a GPU, -1 all (a CPU-only build runs them on the CPU and
+        says so in :attr:`offload`'s note, see :mod:`.offload`)."""
         if attention_format not in ATTENTION_FORMATS:
             raise ValueError(f"attention format must be one of {ATTENTION_FORMATS}")
         if initial_cells is not None and initial_cells < 1:
@@ -65,8 +68,11 @@ class LlamaEngine(EngineBase):
         lib = bindings.load()
         L = self.L = lib.llama
         self._silence_logs()
+        #: The layers on a GPU, and what the window says when none could be.
+        self.offload = offload_.resolve(L, gpu_layers)
         # Settings this CPU survives: see .safety (AMX, and the canary's verdict).
-        model = L.llama_model_load_from_file(str(path).encode(), safety.model_params(L, path))
+        model = L.llama_model_load_from_file(str(path).encode(),
+                                             safety.model_params(L, path, self.offload.layers))
         if not model:
             raise loader.ModelNotFound(f"llama.cpp cannot load {path}")
         self.model = model
@@ -80,6 +86,7 @@ class LlamaEngine(EngineBase):
             log.warning("context size %d exceeds the model's trained %d", self.context_size, trained)
         self._n_layer = int(L.llama_model_n_layer(model))
         self._n_head = int(L.llama_model_n_head(model))
+        self.device = self.offload.device(self._n_layer)
         n_vocab = int(L.llama_vocab_n_tokens(self.vocab))
         # No spare cells: a restore that finds no room for a whole stored entry in the
         # scratch sequence (a prompt near the full context) runs the span instead.

@@ -142,11 +142,12 @@ def build_key(llama, gguf: Path | None = None) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
-def apply(params, mode: str):
-    """``params`` (``llama_model_params``) set up for ``mode``: CPU only, and no extra
-    buffer types (so no weight repacking) in every mode but the default (a caller that
-    loads llama.cpp although the verdict says it crashes gets the least risky settings)."""
-    params.n_gpu_layers = 0
+def apply(params, mode: str, gpu_layers: int = 0):
+    """``params`` (``llama_model_params``) set up for ``mode``: ``gpu_layers`` on a GPU
+    (0: CPU only; see :mod:`.offload`), and no extra buffer types (so no weight repacking)
+    in every mode but the default (a caller that loads llama.cpp although the verdict says
+    it crashes gets the least risky settings)."""
+    params.n_gpu_layers = gpu_layers
     if mode != DEFAULT:
         params.use_extra_bufts = False
     return params
@@ -159,10 +160,11 @@ def _size(path: Path) -> int:
         return -1
 
 
-def model_params(llama, gguf: Path | None = None):
+def model_params(llama, gguf: Path | None = None, gpu_layers: int = 0):
     """Default ``llama_model_params`` with the settings this machine's verdict for ``gguf``
-    chose (None: the bundled SmolLM2's)."""
-    return apply(llama.llama_model_default_params(), verdict(gguf).mode)
+    chose (None: the bundled SmolLM2's), ``gpu_layers`` offloaded (a build with a GPU
+    backend only: :func:`.offload.resolve` decides)."""
+    return apply(llama.llama_model_default_params(), verdict(gguf).mode, gpu_layers)
 
 
 def candidates(amx: bool) -> tuple[str, ...]:

@@ -15,8 +15,11 @@ sequence 0 and drop the helpers.  Pieces of one entry share one ``set_data``.
 
 llama.cpp does not say *which* cells ``set_data`` used, and the attention readout needs
 each position's cell.  They are found by content: the blob holds every cell's layer-0
-key row, and the layer-0 key tensor of the cache is host memory (read through a NumPy
-view, no copy).  Before the restore, free cells whose stale row equals one of the blob's
+key row, and the layer-0 key tensor of the cache is read where it lies: through a NumPy
+view of host memory (no copy), or, where the layer runs on a GPU (``--gpu-layers`` beyond
+the model's layers), copied out through ggml's backend API before and after the
+``set_data`` (a few MB; ``$HALO_WEAVE_KV_HOST_VIEW=0`` takes that path on the CPU too, to
+test it).  Before the restore, free cells whose stale row equals one of the blob's
 are zeroed (a free cell's content is never read: the mask hides it); after it, each blob
 row is found in exactly one cell that sequence 0 does not hold.  Rows are looked up by a
 key of two of their 8-byte words (reading 16 bytes of each free cell, not its whole row:
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 
 import numpy as np
 
@@ -43,6 +47,9 @@ STATE_MAGIC = 0xAF143CD8
 META_BYTES = 12
 #: Odd multipliers of the row hash (any fixed values do).
 _HASH_SEED = 0x9E3779B97F4A7C15
+#: Set to 0 to copy layer 0's keys through ggml's backend API even where they lie in host
+#: memory (the path a GPU's key cache takes).
+HOST_VIEW_ENV = "HALO_WEAVE_KV_HOST_VIEW"
 
 
 class StateSpill:
@@ -58,6 +65,9 @@ class StateSpill:
         self.helpers = tuple(helpers) or (scratch + 1,)
         self.k_tensor: int | None = None  # layer 0's key cache, seen by the evaluation callback
         self._k_rows: np.ndarray | None = None
+        #: Whether host keys are read through a view (else copied, as a GPU's are).
+        self._host_view = os.environ.get(HOST_VIEW_ENV, "1").strip() != "0"
+        self._k_copied = False  # the keys are copies: read again after a change, written back
         self.saved_tokens = 0
 
     # ------------------------------------------------------------ layer-0 keys
@@ -68,14 +78,29 @@ class StateSpill:
             self.k_tensor, self._k_rows = tensor, None
 
     def key_rows(self) -> np.ndarray | None:
-        """Layer 0's key cache as ``[cells, row_bytes]`` uint8 (a view), or None."""
-        if self._k_rows is None and self.k_tensor:
+        """Layer 0's key cache as ``[cells, row_bytes]`` uint8, or None: a view of host
+        memory, or (a GPU's) a copy made now, which :meth:`zero_rows` writes back."""
+        if self.k_tensor and (self._k_rows is None or self._k_copied):
             lib = self.lib
             data, row_bytes, n_cells = lib.tensor_host_rows(self.k_tensor)
-            if data and row_bytes % 8 == 0:
+            if row_bytes <= 0 or row_bytes % 8 != 0:
+                return None
+            if data and self._host_view:
                 buf = (ctypes.c_uint8 * (row_bytes * n_cells)).from_address(data)
-                self._k_rows = np.frombuffer(buf, dtype=np.uint8).reshape(n_cells, row_bytes)
+                self._k_rows, self._k_copied = np.frombuffer(buf, dtype=np.uint8).reshape(n_cells, row_bytes), False
+            else:
+                rows = np.empty((n_cells, row_bytes), dtype=np.uint8)
+                lib.read(self.k_tensor, rows)
+                self._k_rows, self._k_copied = rows, True
         return self._k_rows
+
+    def zero_rows(self, rows: np.ndarray, cells: np.ndarray) -> None:
+        """Zero the key rows of ``cells`` (``rows``: :meth:`key_rows`), in the cache itself."""
+        rows[cells] = 0
+        if self._k_copied and len(cells):
+            zero = np.zeros(rows.shape[1], dtype=np.uint8)
+            for cell in cells:
+                self.lib.write_part(self.k_tensor, zero, int(cell) * rows.shape[1])
 
     # ------------------------------------------------------------ save
 
@@ -134,7 +159,7 @@ class StateSpill:
             return failed
         free_idx = np.flatnonzero(~in_use[:len(rows)])
         stale = free_idx[np.isin(_row_keys(rows, free_idx), want)]
-        rows[stale] = 0  # a free cell's content is masked out: make it unmistakable
+        self.zero_rows(rows, stale)  # a free cell's content is masked out: make it unmistakable
         L, mem, s = self.L, self.mem, self.scratch
         helpers = self.helpers[:len(group)]
         blob = entry.payload  # bytes, alive through the call: read where it lies, not copied
@@ -142,6 +167,7 @@ class StateSpill:
         try:
             if L.llama_state_seq_set_data(self.ctx, src, len(blob), s) == 0:
                 return failed
+            rows = self.key_rows()  # a copy (a GPU's keys) is read again; a view already shows them
             found = _row_keys(rows, free_idx)
             order = np.argsort(found)
             where = np.searchsorted(found[order], want)

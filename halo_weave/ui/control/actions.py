@@ -12,6 +12,7 @@ tokens with the same rounds as any answer.
 from __future__ import annotations
 
 from ...errors import ConversationError
+from .ahead import ReadAhead
 from .calls import Calls
 from .files import ConversationFiles
 from .gate import Gate
@@ -25,13 +26,16 @@ class TurnActions:
     None) with a message when refused.
 
     Owns nothing: it changes the session, then the turn streams the new answer; after
-    an unexpected failure the conversation is reopened from its file.
+    an unexpected failure the conversation is reopened from its file.  A change that
+    shows other text without an answer (a branch switched, a version flipped) has the
+    server's cache warmed for it (``ahead.warm_up``), so that the cache the server saves,
+    and the next start reads back, is the one of what is shown.
     """
 
     def __init__(self, session, signals: ControlSignals, gate: Gate, calls: Calls, turn: TurnFlow,
-                 message: MessageSend, files: ConversationFiles) -> None:
+                 message: MessageSend, files: ConversationFiles, ahead: ReadAhead) -> None:
         self._session, self._signals, self._gate, self._calls = session, signals, gate, calls
-        self._turn, self._message, self._files = turn, message, files
+        self._turn, self._message, self._files, self._ahead = turn, message, files, ahead
 
     def can_change_last_exchange(self) -> str:
         """Why the last exchange cannot be changed now ('' when it can)."""
@@ -71,7 +75,10 @@ class TurnActions:
 
     def show_answer_version(self, step: int) -> bool:
         """Flip to the previous (``step`` < 0) or next version of the last answer."""
-        return self._change(lambda: self._session.exchange.show_version(step), "Showing another version")
+        if self._change(lambda: self._session.exchange.show_version(step), "Showing another version"):
+            self._ahead.warm_up()
+            return True
+        return False
 
     def edit_last(self, text: str) -> bool:
         """Replace the last question by ``text`` and answer it (its answer becomes a version)."""
@@ -118,6 +125,7 @@ class TurnActions:
         refused)."""
         shown: list[int] = []
         if self._change(lambda: shown.append(self._session.branches.switch(turn_id, step)), "Switching branches"):
+            self._ahead.warm_up()
             return shown[0]
         return None
 

@@ -67,6 +67,7 @@ class ReadAhead(QObject):
         self._warming = 0  # tokens of the warm-up at the server (0: none running)
         self._after_warm_up = None  # the answer waiting for the warm-up
         self._warm_request: tuple[str, str | None] | None = None  # the running one's request id and key
+        self._ahead_request: str | None = None  # the request id of the read-ahead at the server
         self.last_warm_up: dict | None = None  # the server's answer to the last warm-up
         #: The prompt the server was last given (warm-up, read-ahead, answer), to tell the
         #: user how much of the next one it still has to read.
@@ -131,6 +132,15 @@ class ReadAhead(QObject):
 
         self._calls.run(session.server.warm_up, ids, key, request_id, on_ok=ended, on_fail=lambda exc: ended(error=exc))
 
+    def stop_for_quit(self) -> None:
+        """Quitting: the read-ahead or warm-up the server runs for this app stops after its
+        current batch, so that the server is free to save its cache (what ran stays in it)
+        when it is stopped, instead of the save being left out."""
+        backend = self._session.backend
+        running = self._ahead_request or (self._warm_request[0] if self._warm_request else None)
+        if backend is not None and running and self._ahead_running:
+            self._calls.run(backend.abort, running, on_fail=lambda exc: log.debug("stopping at quit failed: %s", exc))
+
     @property
     def waiting_for_warm_up(self) -> bool:
         """An answer waits for the warm-up to end (Stop applies)."""
@@ -192,7 +202,8 @@ class ReadAhead(QObject):
                 log.debug("read-ahead: no draft prompt", exc_info=True)
                 return self._read_ahead_ended()
             backend, room = session.backend, self._session.settings.sampling.max_new_tokens
-            self._calls.run(lambda: backend.prepare(ids, max_length=room),
+            request_id = self._ahead_request = f"hw-ahead-{uuid.uuid4().hex[:12]}"
+            self._calls.run(lambda: backend.prepare(ids, max_length=room, request_id=request_id),
                        on_ok=lambda answer: self._read_ahead_ended(answer, ids=ids),
                        on_fail=lambda exc: self._read_ahead_ended(error=exc))
 
@@ -210,7 +221,7 @@ class ReadAhead(QObject):
 
     def _read_ahead_ended(self, answer: dict | None = None, error: BaseException | None = None,
                           ids: list[int] | None = None) -> None:
-        self._ahead_running = False
+        self._ahead_running, self._ahead_request = False, None
         if error is not None:
             log.debug("read-ahead failed: %s", error)
         elif answer and answer.get("prepared"):
