@@ -346,3 +346,29 @@ def run(url: str | None = None, pages: int = 300, chunks: int = 100_000, page: i
         if process is not None:
             process.stop()
     return figures
+
+
+def main(argv=None) -> int:
+    """The command line (``scripts/bench_documents.py``): figures as a table, or with
+    ``--json`` one JSON object last."""
+    import argparse
+    import json
+    import os
+
+    parser = argparse.ArgumentParser(description="Documents in the memory: a 300-page PDF attached, "
+                                                 "search at 100k document chunks, a page asked about")
+    parser.add_argument("--json", action="store_true", help="print one JSON object last")
+    parser.add_argument("--server-url", default=None, help="a running model server (default: start the bundled one)")
+    parser.add_argument("--pages", type=int, default=300)
+    parser.add_argument("--chunks", type=int, default=100_000, help="document chunks in the search index")
+    parser.add_argument("--page", type=int, default=200, help="the page asked about")
+    parser.add_argument("--probes", type=int, default=20, help="other pages asked about (top-1 rate)")
+    args = parser.parse_args(argv)
+    figures = run(args.server_url, args.pages, args.chunks, args.page, args.probes)
+    figures["machine"] = f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}"
+    if args.json:
+        print(json.dumps(figures))
+    else:
+        for key, value in figures.items():
+            print(f"{key:>36}: {value}")
+    return 0
