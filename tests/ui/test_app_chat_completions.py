@@ -48,7 +48,9 @@ def test_chat_completions_in_the_window_answer_streams_and_stop_keeps_it(qtbot, 
     # Stop: Esc mid-answer keeps what arrived; the next message is answered again.
     partial = stop_mid_answer(app, qtbot, after=4)
     assert partial.strip()
+    c.apply_settings(c.settings.replace(max_new_tokens=8))
     assert app.say("Thanks!") in ("stop", "length")
+    assert text_of(app.conv, max(app.conv.turns)).strip(), "answered after the Stop"
 
     # Back to completions in Settings: the same server, spoken to the other way.
     c.apply_settings(c.settings.replace(server_api="completions"))
