@@ -32,7 +32,7 @@ MESSAGES = ["My cat is called Mochi and she sleeps in a cardboard box by the win
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("out/screenshots"))
-    parser.add_argument("--max-new-tokens", type=int, default=40)
+    parser.add_argument("--max-new-tokens", type=int, default=24)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     home = Path(tempfile.mkdtemp(prefix="halo-weave-chat-shots-"))
@@ -58,9 +58,11 @@ def run(args, home: Path, url: str) -> dict:
     driver = ShotDriver(settings, home, args.out, (1360, 860))
     controller, window = driver.controller, driver.window
     driver.connect()
+    print("connected:", window.stats_bar.connection_label.toolTip(), file=sys.stderr, flush=True)
     for message in MESSAGES:
         driver.send(message)
         assert controller.proxy.wait_for_reading(900_000)
+        print("answered:", message[:30], file=sys.stderr, flush=True)
     window.heatmap.follower.jump_to_latest()
     window.heatmap.flush()
     driver.settle()

@@ -20,10 +20,12 @@ counts include it, but it is never sent.  Qt-free.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterator
 
 from ..errors import ProtocolError
 from .base import Capabilities
+from .model_template import TemplateInUse
 from .openai_compat import OpenAICompat
 from .text_mode import TextStream
 
@@ -48,6 +50,11 @@ class ChatCompletions(OpenAICompat):
             prefix_cache="server-side only, if the server caches prompts",
             abort="yes (closing the stream; the server stops when it notices)",
             template="the server's own (it frames the messages); the app's framing is not sent")
+
+    def use_template(self, used: TemplateInUse, choice: str | None) -> None:
+        """Frame the token table with ``used``; its words say the server frames what it is sent."""
+        own = replace(used.template, source="the heatmap's only: the server frames the messages with its model's own")
+        super().use_template(TemplateInUse(own, used.problem), choice)
 
     def stream(self, *, messages: list[dict] | None = None, **request) -> TextStream:
         """A text stream of the answer to ``messages`` (the prompt text beside them is what
