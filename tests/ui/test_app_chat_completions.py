@@ -16,6 +16,20 @@ from test_app import App
 pytestmark = pytest.mark.slow
 
 API_KEY = "sk-halo-weave-chat"
+#: How long an answer may take here: the first one waits for the embedder to load, and
+#: the tests share two cores with other work.
+ANSWER_TIMEOUT_MS = 400_000
+
+
+def say(app: App, text: str) -> str:
+    """Type ``text``, press Enter, wait for the answer; the finish reason."""
+    from PySide6.QtCore import Qt
+
+    app.window.input.setPlainText(text)
+    with app.qtbot.wait_signal(app.controller.signals.turn_finished, timeout=ANSWER_TIMEOUT_MS) as blocker:
+        app.qtbot.keyClick(app.window.input, Qt.Key.Key_Return)
+    app.qtbot.waitUntil(lambda: not app.controller.gate.busy, timeout=10_000)
+    return blocker.args[0]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +53,7 @@ def test_chat_completions_in_the_window_answer_streams_and_stop_keeps_it(qtbot, 
     # The answer streams into the heatmap, token by token.
     streamed = []
     c.signals.tokens_streamed.connect(lambda: streamed.append(c.session.answer.streamed))
-    assert app.say(CAT) in ("stop", "length")
+    assert say(app, CAT) in ("stop", "length")
     conv = app.conv
     user, answer = sorted(conv.turns)[-2:]
     assert "Mochi" in text_of(conv, user) and text_of(conv, answer).strip(), "the model answered"
@@ -50,7 +64,7 @@ def test_chat_completions_in_the_window_answer_streams_and_stop_keeps_it(qtbot, 
     partial = stop_mid_answer(app, qtbot, after=4)
     assert partial.strip()
     c.apply_settings(c.settings.replace(max_new_tokens=8))
-    assert app.say("Thanks!") in ("stop", "length")
+    assert say(app, "Thanks!") in ("stop", "length")
     assert text_of(app.conv, max(app.conv.turns)).strip(), "answered after the Stop"
 
     # Back to completions in Settings: the same server, spoken to the other way.
@@ -68,10 +82,10 @@ def test_a_chat_only_server_that_fails_says_so_and_the_message_stays(qtbot, tmp_
         c, window = app.controller, app.window
         assert c.session.backend.kind == "openai-chat", "found by itself: the server has no /v1/completions"
         assert "token counts estimated" in window.stats_bar.connection_label.toolTip()
-        assert app.say(CAT) == "stop" and "Hello there." in window.heatmap.toPlainText()
+        assert say(app, CAT) == "stop" and "Hello there." in window.heatmap.toPlainText()
 
         server.respond(b'{"error": {"message": "model overloaded"}}', status=500, content_type="application/json")
-        assert app.say("And what does she eat?") == "error"
+        assert say(app, "And what does she eat?") == "error"
         assert any("model overloaded" in m.text for m in window.messages.history if m.serious)
         conv = app.conv
         asked = [t for t in sorted(conv.turns) if "what does she eat" in text_of(conv, t)]
@@ -79,7 +93,7 @@ def test_a_chat_only_server_that_fails_says_so_and_the_message_stays(qtbot, tmp_
         assert "Mochi" in text_of(conv, sorted(conv.turns)[0]) and "Hello there." in window.heatmap.toPlainText()
 
         server.respond(b"data: {\"choices\": [{\"delta\": {\"content\": \"Fine\"}}]}\n\ndata: nonsense\n\n")
-        assert app.say("Hello?") == "error"
+        assert say(app, "Hello?") == "error"
         assert any("not JSON" in m.text for m in window.messages.history if m.serious)
         app.close()
     finally:
