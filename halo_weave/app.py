@@ -147,7 +147,8 @@ class TurnController(QObject):
             # The default is for new conversations: an empty one still on it takes the new one.
             session.prompt.set_own(new.chat.system_prompt)
         if new.server.server_url != old.server.server_url or new.server.chat_template != old.server.chat_template or (
-                new.server.server_context_tokens != old.server.server_context_tokens):
+                new.server.server_context_tokens != old.server.server_context_tokens
+                or new.server.server_api != old.server.server_api):
             self.link.connect_server(new.server.server_url)
         elif new.effective_system_prompt != old.effective_system_prompt:
             self.prompt.sync()  # the notebook's instructions, or the default just taken

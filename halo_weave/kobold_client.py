@@ -116,6 +116,8 @@ class KoboldClient:
         self.restores = False
         #: The server saves each conversation's cache itself (:meth:`save_cache` saves nothing).
         self.saves_cache = False
+        #: Takes token ids the app framed, never chat messages.
+        self.takes_messages = False
         #: The conversation generate, prepare and restore requests name (the server saves
         #: that conversation's cache when idle); None names none.
         self.conversation: str | None = None

@@ -91,7 +91,7 @@ class ScriptedBackend:
     base_url = "scripted://"
     capabilities = Capabilities(attention=True, token_ids=True, exact_tokens=True,
                                 prefix_cache="no", abort="yes", template="the test's")
-    read_ahead = restores = saves_cache = False
+    read_ahead = restores = saves_cache = takes_messages = False
     missing_model = None
 
     def __init__(self, rng: random.Random | None = None, answer: str = "") -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from halo_weave.backends import PROBES, Backend, connect, probe
 from halo_weave.backends.base import Http
+from halo_weave.backends.chat_completions import ChatCompletions
 from halo_weave.backends.interface import MEMBERS
 from halo_weave.backends.koboldcpp import StockKobold
 from halo_weave.backends.llama_server import LlamaServer
@@ -38,7 +39,8 @@ def unconnected(tok) -> list:
     """One backend of each class, built without asking a server (and the crash test's
     scripted one, which the session drives the same way)."""
     return [KoboldClient(NOWHERE), KoboldClient(NOWHERE, kind="koboldcpp-fork", version="1.76"),
-            StockKobold(NOWHERE, tokenizer=tok), OpenAICompat(NOWHERE, tokenizer=tok), LlamaServer(NOWHERE),
+            StockKobold(NOWHERE, tokenizer=tok), OpenAICompat(NOWHERE, tokenizer=tok),
+            ChatCompletions(NOWHERE, tokenizer=tok), LlamaServer(NOWHERE),
             ScriptedBackend()]
 
 

@@ -7,7 +7,9 @@ One class per server kind, all behind :class:`Backend`:
 * :class:`halo_weave.backends.koboldcpp.StockKobold` and
   :class:`halo_weave.backends.openai_compat.OpenAICompat`: text mode over the bundled
   tokenizer (:class:`halo_weave.backends.text_mode.TextModeBackend`);
-* :class:`halo_weave.backends.llama_server.LlamaServer`: llama.cpp's own API, token ids.
+* :class:`halo_weave.backends.llama_server.LlamaServer`: llama.cpp's own API, token ids;
+* :class:`halo_weave.backends.chat_completions.ChatCompletions`: ``/v1/chat/completions``,
+  text mode with the context sent as messages (the server applies its own template).
 
 Every member is present on every backend: a capability a server lacks reads as such
 (``read_ahead = False``, ``save_cache()`` saving nothing, ``models == []``), so callers
@@ -26,7 +28,7 @@ class Backend(Protocol):
     """A connected model server.
 
     What it is: ``kind`` (``"halo"``, ``"koboldcpp-fork"``, ``"koboldcpp"``,
-    ``"llama-server"``, ``"openai"``), ``version`` (``None`` when the server does not say),
+    ``"llama-server"``, ``"openai"``, ``"openai-chat"``), ``version`` (``None`` when the server does not say),
     ``label`` (what the window calls it), ``capabilities``, ``base_url``.
 
     Its models: ``models`` (every model it lists, ``[]`` where it serves one),
@@ -39,6 +41,9 @@ class Backend(Protocol):
     conversation), ``saves_cache`` (keeps no cache per conversation itself: the app has
     it save the conversation's after each answer, :meth:`save_cache`).
 
+    ``takes_messages``: the server frames the context itself, from chat messages
+    (:meth:`stream` is given ``messages`` beside ``input_ids``).
+
     The chat template the connection frames with: ``template``, ``template_in_use`` and
     ``template_choice``, set together by :meth:`use_template`.
     """
@@ -49,6 +54,7 @@ class Backend(Protocol):
     read_ahead: bool
     restores: bool
     saves_cache: bool
+    takes_messages: bool
     conversation: str | None
     models: list[str]
     model_id: str | None
@@ -93,7 +99,8 @@ class Backend(Protocol):
                rep_pen: float = 1.1, sampler_seed: int = -1, stop_sequence: Sequence[str] = (),
                request_id: str | None = None, raise_on_abort: bool = False,
                **options: Any) -> Iterable[TokenEvent]:
-        """A generation stream of typed token events (``.done`` once it ends)."""
+        """A generation stream of typed token events (``.done`` once it ends); a backend
+        that ``takes_messages`` reads ``messages=[{"role", "content"}, …]`` from ``options``."""
 
     def abort(self, request_id: str | None = None) -> bool:
         """Ask the server to stop the generation ``request_id`` names; whether it said so."""

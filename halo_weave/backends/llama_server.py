@@ -64,6 +64,7 @@ class LlamaServer:
     #: Warms its cache for a reopened conversation (:meth:`restore`); takes no draft prompt.
     restores = True
     read_ahead = False
+    takes_messages = False
     #: Keeps no cache per conversation itself: slot 0 is saved after each answer (:meth:`save_cache`).
     saves_cache = True
 

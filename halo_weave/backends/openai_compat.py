@@ -86,10 +86,14 @@ class OpenAICompat(TextModeBackend):
         return "OpenAI-compatible"
 
     @property
+    def counts_exactly(self) -> bool:
+        """Whether budgets count the server's own tokens (it has a counter)."""
+        return self._counter is not None
+
+    @property
     def capabilities(self) -> Capabilities:
-        exact = self._counter is not None
         return Capabilities(
-            attention=False, token_ids=False, exact_tokens=exact,
+            attention=False, token_ids=False, exact_tokens=self.counts_exactly,
             prefix_cache="server-side only, if the server caches text prompts",
             abort="yes (closing the stream; the server stops when it notices)",
             template="Ollama's is a Go template: matched by its markers; else chosen in Settings"
@@ -162,24 +166,31 @@ class OpenAICompat(TextModeBackend):
             stream.server_prompt_tokens = self.server_count(stream.prompt)
         except BackendError:
             stream.server_prompt_tokens = None
-        body = {"model": self.model_id or "", "prompt": stream.prompt, "max_tokens": p["max_length"],
-                "temperature": p["temperature"], "top_p": p["top_p"], "stream": True}
-        if p["stop_sequence"]:
-            body["stop"] = list(p["stop_sequence"])[:MAX_STOPS]
-        if p["sampler_seed"] is not None and p["sampler_seed"] >= 0:
-            body["seed"] = p["sampler_seed"]
+        body = self.request_body(stream)
         extras = sampler_extras(p["top_k"], p["rep_pen"]) if self.sends_sampler_extras else {}
         try:
-            yield from self._completions(stream, {**body, **extras})
+            yield from self.answer_chunks(stream, {**body, **extras})
         except BackendHTTPError as exc:
             if not extras or exc.status not in REFUSED_FIELDS or stream.stats.events:
                 raise
             log.info("%s refused top_k / repeat_penalty (%s): standard fields only from now on",
                      self.base_url, exc)
             self.sends_sampler_extras = False
-            yield from self._completions(stream, body)
+            yield from self.answer_chunks(stream, body)
 
-    def _completions(self, stream: TextStream, body: dict) -> Iterator[tuple[str, str | None]]:
+    def request_body(self, stream: TextStream) -> dict:
+        """The standard fields of ``stream``'s request (top-k and the penalty are added apart)."""
+        p = stream.params
+        body = {"model": self.model_id or "", "prompt": stream.prompt, "max_tokens": p["max_length"],
+                "temperature": p["temperature"], "top_p": p["top_p"], "stream": True}
+        if p["stop_sequence"]:
+            body["stop"] = list(p["stop_sequence"])[:MAX_STOPS]
+        if p["sampler_seed"] is not None and p["sampler_seed"] >= 0:
+            body["seed"] = p["sampler_seed"]
+        return body
+
+    def answer_chunks(self, stream: TextStream, body: dict) -> Iterator[tuple[str, str | None]]:
+        """``(text, finish_reason or None)`` of each streamed chunk of the answer to ``body``."""
         for data in stream.sse("/v1/completions", body):
             if "error" in data:
                 error = data["error"]

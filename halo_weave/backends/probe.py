@@ -12,7 +12,15 @@ server decides:
    mode), which needs ``/api/extra/tokencount``.
 2. ``GET /props`` with generation settings → llama.cpp's ``llama-server`` (exact token
    ids), which needs ``POST /tokenize``.
-3. ``GET /v1/models`` with a model list → an OpenAI-compatible server (text mode).
+3. ``GET /v1/models`` with a model list → an OpenAI-compatible server (text mode), spoken
+   to through ``/v1/completions`` (a prompt the app frames) or ``/v1/chat/completions``
+   (messages the server frames), as ``api`` says: ``"completions"``, ``"chat"``, or
+   ``"auto"`` (the default), which takes chat completions only where the server shows it
+   has that route and lacks the other: ``GET /v1/completions`` answers 404 Not Found and
+   ``GET /v1/chat/completions`` anything else (a route that exists but is POST-only
+   answers 405).  Where both exist or neither can be told (servers that answer 404 to
+   every GET there), completions: the app frames the prompt exactly as the heatmap shows
+   it.  Hosted chat-only APIs that answer 404 to both need ``"chat"`` (Settings → Server → API).
 
 Nothing answering raises :class:`BackendUnavailable` (only then may the app start its
 bundled server); a server that answers but cannot be used raises
@@ -31,30 +39,38 @@ from .interface import Backend
 KIND_NAMES = {
     "halo": "Halo Weave server", "koboldcpp-fork": "KoboldCPP (attention fork)", "koboldcpp": "KoboldCPP",
     "llama-server": "llama-server", "openai": "OpenAI-compatible server",
+    "openai-chat": "OpenAI-compatible server (chat completions)",
 }
+
+#: How an OpenAI-compatible server is spoken to (see the module docstring).
+APIS = ("auto", "completions", "chat")
 
 
 #: Kinds whose own API, found at the root of a ".../v1" URL, beats their OpenAI-compatible one.
 NATIVE_KINDS = ("halo", "koboldcpp-fork", "koboldcpp", "llama-server")
 
 
-def connect(url: str, *, api_key: str | None = None, tokenizer=None, model: str | None = None) -> Backend:
+def connect(url: str, *, api_key: str | None = None, tokenizer=None, model: str | None = None,
+            api: str = "auto") -> Backend:
     """The backend for the server at ``url`` (its model info is read once here).
-    ``model``: which of the server's models to use where it serves several."""
+    ``model``: which of the server's models to use where it serves several; ``api``: one
+    of :data:`APIS`, for an OpenAI-compatible server."""
+    if api not in APIS:
+        raise ValueError(f"api must be one of {', '.join(APIS)}, not {api!r}")
     url = url.strip().rstrip("/")
     if url.endswith("/v1"):
         # Many tools ask for an OpenAI base URL, so people paste ".../v1"; llama-server's own
         # API sits at the root and gives exact token ids (at /v1 a real llama-server runs
         # as a plain OpenAI-compatible server: counts estimated, no prefix cache by ids).
         try:
-            native = connect(url[:-3], api_key=api_key, tokenizer=tokenizer, model=model)
+            native = connect(url[:-3], api_key=api_key, tokenizer=tokenizer, model=model, api=api)
         except BackendError:
             native = None
         if native is not None and native.kind in NATIVE_KINDS:
             return native
         if native is not None:
             native.close()
-    asking = Asking(Http(url, api_key=api_key), url, api_key, tokenizer, model)
+    asking = Asking(Http(url, api_key=api_key), url, api_key, tokenizer, model, api)
     try:
         backend = detect(asking)
     finally:
@@ -77,6 +93,7 @@ class Asking:
     api_key: str | None
     tokenizer: object = None
     wanted_model: str | None = None
+    api: str = "auto"
     auth_error: BackendAuthError | None = field(default=None, init=False)
     answered: bool = field(default=False, init=False)
 
@@ -90,6 +107,13 @@ class Asking:
             return None
         self.answered = True
         return data
+
+    def status(self, path: str) -> int | None:
+        """The HTTP status ``GET path`` answers (None: no answer)."""
+        try:
+            return self.http.request("GET", path, raw=True).status_code
+        except BackendError:
+            return None
 
     def post(self, path: str, body: dict) -> dict | None:
         """``path``'s JSON object for a POST, or None (an auth refusal too)."""
@@ -159,10 +183,19 @@ def _llama_server(asking: Asking, props: dict) -> Backend:
 def _openai(asking: Asking, models: dict) -> Backend:
     if not models["data"]:
         raise BackendUnusable(f"The OpenAI-compatible server at {asking.url} serves no model: load one there first.")
+    from .chat_completions import ChatCompletions
     from .openai_compat import OpenAICompat
 
-    return OpenAICompat(asking.url, api_key=asking.api_key, models=models, model=asking.wanted_model,
-                        tokenizer=asking.tokenizer)
+    kind = ChatCompletions if asking.api == "chat" or (asking.api == "auto" and _chat_only(asking)) else OpenAICompat
+    return kind(asking.url, api_key=asking.api_key, models=models, model=asking.wanted_model,
+                tokenizer=asking.tokenizer)
+
+
+def _chat_only(asking: Asking) -> bool:
+    """Whether the server has ``/v1/chat/completions`` and not ``/v1/completions`` (as far
+    as a GET of each can tell: see the module docstring)."""
+    v1 = "" if asking.url.endswith("/v1") else "/v1"
+    return asking.status(f"{v1}/completions") == 404 and asking.status(f"{v1}/chat/completions") not in (None, 404)
 
 
 #: The probes, walked in order (the backends' modules are imported only when chosen).
@@ -218,10 +251,10 @@ class ProbeResult:
         }
 
 
-def probe(url: str, *, api_key: str | None = None, tokenizer=None) -> ProbeResult:
+def probe(url: str, *, api_key: str | None = None, tokenizer=None, api: str = "auto") -> ProbeResult:
     """Probe ``url`` without raising: the result says what answers and whether it is usable."""
     try:
-        backend = connect(url, api_key=api_key, tokenizer=tokenizer)
+        backend = connect(url, api_key=api_key, tokenizer=tokenizer, api=api)
     except BackendError as exc:
         return ProbeResult(url=url, usable=False, problem=str(exc))
     try:

@@ -57,6 +57,8 @@ class TextModeBackend:
     read_ahead = False
     restores = False
     saves_cache = False
+    #: The prompt is text the app frames (a chat-completions server takes messages instead).
+    takes_messages = False
     #: Every model the server lists, and the one in use: none here; kinds that serve
     #: several set their own.
     models: Sequence[str] = ()

@@ -13,7 +13,8 @@
 * :mod:`.resurrection_anchors`: whether a match brings its anchors whatever the room
   (``Settings.resurrection_anchors``);
 * :mod:`.attention_formats`: the shape one token's attention travels in
-  (``Settings.attention_format``).
+  (``Settings.attention_format``);
+* :mod:`.server_apis`: how an OpenAI-compatible server is spoken to (``Settings.server_api``).
 
 Each rule carries its own words for the user (a :class:`~.choice.Choice`); the settings'
 choices are built from the registries, so a new rule is one class in one file, and the
@@ -26,6 +27,7 @@ from __future__ import annotations
 from .attention_formats import ATTENTION_FORMATS, AttentionFormat, attention_format
 from .brightness_rules import BRIGHTNESS_RULES, BrightnessRule, brightness_rule
 from .choice import Choice
+from .server_apis import SERVER_APIS, ServerApi
 from .chunk_ranks import CHUNK_RANKS, ChunkRank, chunk_rank
 from .new_token_brightness import NEW_TOKEN_BRIGHTNESS, NewTokenBrightness, new_token_brightness
 from .prune_orders import PRUNE_ORDERS, WITHOUT_BRIGHTNESS, PruneOrder, prune_order
@@ -44,11 +46,12 @@ REGISTRIES: dict[str, dict] = {
     "resurrection_brightness": RESURRECTION_BRIGHTNESS,
     "resurrection_anchors": RESURRECTION_ANCHORS,
     "attention_format": ATTENTION_FORMATS,
+    "server_api": SERVER_APIS,
 }
 
 __all__ = ["ATTENTION_FORMATS", "BRIGHTNESS_RULES", "CHUNK_RANKS", "NEW_TOKEN_BRIGHTNESS", "PRUNE_ORDERS",
-           "PRUNE_WHEN", "REGISTRIES", "RESURRECTION_ANCHORS", "RESURRECTION_BRIGHTNESS", "WITHOUT_BRIGHTNESS",
+           "PRUNE_WHEN", "REGISTRIES", "RESURRECTION_ANCHORS", "RESURRECTION_BRIGHTNESS", "SERVER_APIS", "WITHOUT_BRIGHTNESS",
            "AttentionFormat", "BrightnessRule", "Choice", "ChunkRank", "NewTokenBrightness", "PruneOrder",
-           "PruneWhen", "ResurrectionAnchors", "ResurrectionBrightness", "attention_format", "brightness_rule",
+           "PruneWhen", "ResurrectionAnchors", "ResurrectionBrightness", "ServerApi", "attention_format", "brightness_rule",
            "chunk_rank", "new_token_brightness", "prune_order", "prune_when", "resurrection_anchors",
            "resurrection_brightness"]

@@ -19,6 +19,7 @@ from .branches import Branches
 from .documents import Documents
 from .last_exchange import LastExchange
 from .levers import Levers
+from .messages import live_messages
 from .resurrect import Recall
 from .rounds import Rounds
 from .server_use import ServerUse
@@ -252,7 +253,11 @@ class ChatSession:
         self.rounds.next()
         s = self.settings
         ids = self.recall.with_note([int(i) for i in self.conv.live_input_ids()])
+        # A chat-completions server frames the context itself: it is sent as messages too.
+        chat = dict(messages=live_messages(self.conv, self.recall.open_note)) if (
+            self.backend is not None and self.backend.takes_messages) else {}
         return dict(
+            **chat,
             input_ids=ids,
             max_length=s.sampling.max_new_tokens,
             temperature=s.sampling.temperature,

@@ -196,6 +196,11 @@ class Recall:
         self._note = self.note()
         return self._note.insert(ids) if self._note is not None else ids
 
+    @property
+    def open_note(self) -> recall_note.RecallNote | None:
+        """The note the last request of the open answer carried (None: none)."""
+        return self._note
+
     def without_note(self, attention: np.ndarray | None, live_tokens: int) -> np.ndarray | None:
         """A token's ``attention`` over the prompt as sent, the note's part taken out."""
         note = self._note

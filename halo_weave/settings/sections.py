@@ -224,6 +224,9 @@ class Server:
     # first it lists). Picked
     # in the window, it is saved with the conversation and is the default for new ones.
     served_model: str = ""
+    # How an OpenAI-compatible server is spoken to: "auto" (chat completions only where the
+    # server has no /v1/completions), "completions" or "chat" (halo_weave.backends.probe).
+    server_api: str = "auto"
     # The model's context on a server that does not say (OpenAI-compatible ones); 0 = assume 2048.
     server_context_tokens: int = 0
     #: Disk the built-in server may fill with conversations' saved KV caches (MiB; the least

@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
              "an API key comes from $HALO_WEAVE_API_KEY or the one stored for URL",
     )
     parser.add_argument(
+        "--api", choices=("auto", "completions", "chat"), default="auto",
+        help="with --probe: how to speak to an OpenAI-compatible server: /v1/completions, "
+             "/v1/chat/completions, or auto (chat completions only where the server has no "
+             "/v1/completions; default)",
+    )
+    parser.add_argument(
         "--check", metavar="FILE", type=Path,
         help="verify a conversation file (SQLite integrity and every checksum), say what is "
              "wrong, and exit: 0 when sound, 1 when damaged or not a conversation",
@@ -133,14 +139,14 @@ def _log_folder() -> str:
         return f"(none: {exc})"
 
 
-def probe_main(url: str) -> int:
+def probe_main(url: str, api: str = "auto") -> int:
     """``halo-weave --probe URL``: one JSON line, exit 0 when something usable answers."""
     import json
 
     from ..backends.api_keys import get_key
     from ..backends import probe
 
-    result = probe(url, api_key=os.environ.get("HALO_WEAVE_API_KEY") or get_key(url))
+    result = probe(url, api_key=os.environ.get("HALO_WEAVE_API_KEY") or get_key(url), api=api)
     print(json.dumps(result.as_json()), flush=True)
     return 0 if result.usable else 1
 
@@ -151,7 +157,7 @@ def run(argv: list[str] | None, controller_class) -> int:
     if args.data_dir:
         os.environ["HALO_WEAVE_HOME"] = str(args.data_dir.expanduser())
     if args.probe:
-        return probe_main(args.probe)
+        return probe_main(args.probe, args.api)
     if args.install_desktop_entry or args.remove_desktop_entry:
         return desktop_entry_main(args.install_desktop_entry)
     if args.check:

@@ -92,6 +92,7 @@ class ServerFields:
     def test_connection(self) -> None:
         """Probe the URL in the field (on a thread) and show what answers there."""
         url, key = self.url_edit.text().strip(), self.key_edit.text().strip() or None
+        api = self.dialog.editors["server_api"].currentData() or "auto"
         self.test_button.setEnabled(False)
         self.result_label.setText(f"Probing {url}…")
 
@@ -99,7 +100,7 @@ class ServerFields:
             from ..backends.api_keys import get_key
             from ..backends import connect, status_line
 
-            backend = connect(url, api_key=key or get_key(url))
+            backend = connect(url, api_key=key or get_key(url), api=api)
             try:
                 return status_line(backend, backend.model_info())
             finally:

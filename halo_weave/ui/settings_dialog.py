@@ -187,6 +187,7 @@ class SettingsDialog(QDialog):
         url.setPlaceholderText("http://127.0.0.1:5001")
         self.editors["server_url"] = url
         self._explained(form, "server_url", url)
+        self._explained(form, "server_api", self._combo("server_api", s.server.server_api))
         from .server_settings import ServerFields
 
         self.server_fields = ServerFields(self, form, url, s, self._api_key, self._keyring)

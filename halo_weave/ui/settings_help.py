@@ -34,6 +34,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "proxy_pruning": ("", "Off: the oldest chunks go first (its attention kept no more in our benchmark)."),
     # Server
     "server_url": ("Server URL", "The built-in server, KoboldCPP, llama-server, Ollama or an OpenAI-compatible one."),
+    "server_api": ("API", ""),  # the chosen value explains itself
     "server_model": ("Built-in model", "What the built-in server runs; it restarts with the one chosen here."),
     "server_gpu_layers": ("GPU layers", "Layers on a GPU (0: the CPU only); needs llama-cpp-python built for "
                           "CUDA, Metal or Vulkan (README)."),

@@ -118,7 +118,7 @@ class ServerConnection(QObject):
             key = options.get("api_key")
             key = key() if callable(key) else key
             client = connect(url, api_key=key or os.environ.get("HALO_WEAVE_API_KEY") or None,
-                             model=options.get("model") or None)
+                             model=options.get("model") or None, api=options.get("api") or "auto")
             choice = options.get("template") or AUTO
             try:
                 info = client.model_info()

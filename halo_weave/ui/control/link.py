@@ -98,7 +98,8 @@ class ServerLink(QObject):
             return get_key(url)
 
         return {"api_key": api_key, "template": self.template_choice(),
-                "model": self._session.server.model_choice(), "context_tokens": settings.server.server_context_tokens}
+                "model": self._session.server.model_choice(), "context_tokens": settings.server.server_context_tokens,
+                "api": settings.server.server_api}
 
     def choose_model(self, name: str) -> None:
         """Use the server's model ``name`` in the open conversation (saved with it) and
