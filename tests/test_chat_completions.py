@@ -224,3 +224,21 @@ def test_a_chat_only_server_that_lists_no_model_says_so(chat_only, monkeypatch):
     monkeypatch.setitem(chat_only_server.MODELS, "data", [])
     with pytest.raises(BackendUnusable, match="serves no model"):
         connect(chat_only.url)
+
+
+def test_chat_completions_sends_an_attached_document_as_a_user_message(llama, tmp_path):
+    session, _ = _session(llama.url, tmp_path)
+    _say(session, GREETING)
+    _answer(session)
+    notes = tmp_path / "notes.md"
+    notes.write_text("The spare key is under the blue flowerpot.\n\nThe wifi password is pelican42.\n")
+    session.documents.attach(session.documents.prepare(notes), live=True)
+    messages = live_messages(session.conv)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"], \
+        "the document is a user message: servers know no 'document' role"
+    assert "pelican42" in messages[-1]["content"] and "notes.md" in messages[-1]["content"]
+    _say(session, "What is the wifi password?")
+    request, _ = _answer(session)
+    roles = [m["role"] for m in request["messages"]]
+    assert roles == ["system", "user", "assistant", "user"], "the question joins the document's message"
+    assert "pelican42" in request["messages"][-1]["content"]

@@ -14,13 +14,17 @@ the text prompt:
   paragraph came back without its question) are joined, a blank line between: many
   models' templates (Mistral's, Gemma's) refuse two in a row;
 * the recall note (:mod:`halo_weave.memory.recall_note`) opens the content of the
-  paragraph it stands before in the text prompt: the start of the question.
+  paragraph it stands before in the text prompt: the start of the question;
+* an attached document's paragraphs are a user message (chat templates have no role for
+  them; the text prompt frames them as a user turn too).
 """
 
 from __future__ import annotations
 
 #: Put between two messages of one role that are joined.
 JOIN = "\n\n"
+#: The message role of a turn role that chat-completions servers do not know.
+MESSAGE_ROLES = {"document": "user"}
 
 
 def live_messages(conv, note=None) -> list[dict[str, str]]:
@@ -36,14 +40,15 @@ def live_messages(conv, note=None) -> list[dict[str, str]]:
         if chunk.framing:
             continue
         text = "".join(conv.chunk_tokens(chunk.id).texts)
+        role = MESSAGE_ROLES.get(chunk.role, chunk.role)
         if note_at is not None and chunk.start == note_at:
             text = "".join(note.texts) + text
         if chunk.turn_id == turn:
             messages[-1]["content"] += text
-        elif messages and messages[-1]["role"] == chunk.role and chunk.role != "system":
+        elif messages and messages[-1]["role"] == role and role != "system":
             messages[-1]["content"] += ("" if messages[-1]["content"].endswith(JOIN) else JOIN) + text
         else:
-            messages.append({"role": chunk.role, "content": text})
+            messages.append({"role": role, "content": text})
         turn = chunk.turn_id
     return [m for m in messages if m["content"].strip()]
 
