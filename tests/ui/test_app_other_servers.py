@@ -45,7 +45,9 @@ def test_text_mode_through_llama_cpp_python_chat_stop_prune_resurrect_export(qtb
     app = App(qtbot, tmp_path, settings).start()
     c, window = app.controller, app.window
     detail = window.stats_bar.connection_label.toolTip()
-    assert detail.startswith("OpenAI-compatible · no attention · 2048 ctx (assumed) · text mode"), detail
+    # The model's name first, then what the server is.
+    assert detail.startswith("SmolLM2-135M-Instruct")
+    assert "· OpenAI-compatible · no attention · 2048 ctx (assumed) · text mode" in detail.splitlines()[0], detail
     assert window.stats_bar.attention_label.isVisible()
     assert window.stats_bar.attention_label.text() == NO_ATTENTION_TEXT
     assert window.stats_bar.brightness_label.text() == NO_BRIGHTNESS_TEXT, "no 'Mean ☀ 10,000' claim"
@@ -89,7 +91,7 @@ def test_text_mode_through_llama_cpp_python_chat_stop_prune_resurrect_export(qtb
     app.window.apply_settings(c.settings.replace(server_context_tokens=1536))
     qtbot.waitUntil(lambda: c.link.state == "connected" and c.session.model_info.server_max_context == 1536
                     and not c.gate.input_block_reason(), timeout=30_000)
-    assert window.stats_bar.connection_label.toolTip().startswith("OpenAI-compatible · no attention · 1536 ctx · ")
+    assert "· OpenAI-compatible · no attention · 1536 ctx · " in window.stats_bar.connection_label.toolTip()
     app.close()
 
 
