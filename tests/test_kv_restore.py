@@ -371,11 +371,17 @@ def _ignore_errors(call, *args):
         pass
 
 
-def test_a_conversations_branches_keep_their_own_caches_and_share_its_spans(engine):
+def test_a_conversations_branches_keep_their_own_caches_and_share_its_spans(tmp_path):
     """``KEY#BRANCH`` names a branch: its cache has a file of its own, and spans pruned in
     one branch come back from the conversation's span file in another after a restart."""
+    from halo_weave.server import loader
     from halo_weave.server.llamacpp.engine import LlamaEngine
 
+    # An engine of its own: the module's has saved other conversations' caches and spans.
+    source = loader.resolve(None)
+    engine = LlamaEngine(source.path / source.gguf_file, threads=2)
+    (tmp_path / "kv-states").mkdir()
+    engine.keep_states(StateFiles(tmp_path / "kv-states"), idle_s=3600)
     key = f"branches-{uuid.uuid4().hex}"
     head = engine.encode(CHAT.format(STORY * 3), parse_special=True)
     span = engine.encode(" ".join(f"Ship {k} ({(k * 7919) % 65536:04x}) passed at dawn." for k in range(12)))
@@ -401,3 +407,5 @@ def test_a_conversations_branches_keep_their_own_caches_and_share_its_spans(engi
     finally:
         restarted.close_states()
         restarted.close()
+        engine.close_states()
+        engine.close()
