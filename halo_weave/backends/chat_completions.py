@@ -26,7 +26,7 @@ from typing import Iterator
 from ..errors import ProtocolError
 from .base import Capabilities
 from .model_template import TemplateInUse
-from .openai_compat import OpenAICompat
+from .openai_compat import OpenAICompat, finish_reason, first_choices
 from .text_mode import TextStream
 
 #: Where the chat completions are asked for, below the server's root.
@@ -71,15 +71,7 @@ class ChatCompletions(OpenAICompat):
         return {**body, "messages": stream.params["messages"]}
 
     def answer_chunks(self, stream: TextStream, body: dict) -> Iterator[tuple[str, str | None]]:
-        for data in stream.sse(CHAT_PATH, body):
-            if "error" in data:
-                error = data["error"]
-                message = error.get("message") if isinstance(error, dict) else error
-                raise ProtocolError(f"the server reported an error mid-answer: {message}")
-            choices = data.get("choices")
-            if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-                continue  # e.g. a usage-only chunk
-            choice = choices[0]
+        for data, choice in first_choices(stream, CHAT_PATH, body):
             delta = choice.get("delta")
             if delta is None:
                 delta = {}
@@ -88,5 +80,4 @@ class ChatCompletions(OpenAICompat):
             text = delta.get("content") or ""  # the first chunk may carry only the role
             if not isinstance(text, str):
                 raise ProtocolError(f"a chat chunk whose content is not text: {data!r:.120}")
-            reason = choice.get("finish_reason")
-            yield text, reason if isinstance(reason, str) and reason not in ("", "null") else None
+            yield text, finish_reason(choice)

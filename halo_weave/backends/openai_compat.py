@@ -191,20 +191,31 @@ class OpenAICompat(TextModeBackend):
 
     def answer_chunks(self, stream: TextStream, body: dict) -> Iterator[tuple[str, str | None]]:
         """``(text, finish_reason or None)`` of each streamed chunk of the answer to ``body``."""
-        for data in stream.sse("/v1/completions", body):
-            if "error" in data:
-                error = data["error"]
-                message = error.get("message") if isinstance(error, dict) else error
-                raise ProtocolError(f"the server reported an error mid-answer: {message}")
-            choices = data.get("choices")
-            if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
-                continue  # e.g. a usage-only chunk
-            choice = choices[0]
+        for data, choice in first_choices(stream, "/v1/completions", body):
             text = choice.get("text") or ""
             if not isinstance(text, str):
                 raise ProtocolError(f"a completion chunk without text: {data!r:.120}")
-            reason = choice.get("finish_reason")
-            yield text, reason if isinstance(reason, str) and reason not in ("", "null") else None
+            yield text, finish_reason(choice)
 
     def abort(self, request_id: str | None = None) -> bool:
         return False  # a stream is aborted through itself (closing its connection)
+
+
+def first_choices(stream, path: str, body: dict) -> Iterator[tuple[dict, dict]]:
+    """``(chunk, its first choice)`` of each chunk streamed from ``path`` for ``body``;
+    an error the server reports mid-answer raises :class:`ProtocolError`, a chunk without
+    a choice (a usage-only one) is skipped."""
+    for data in stream.sse(path, body):
+        if "error" in data:
+            error = data["error"]
+            message = error.get("message") if isinstance(error, dict) else error
+            raise ProtocolError(f"the server reported an error mid-answer: {message}")
+        choices = data.get("choices")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            yield data, choices[0]
+
+
+def finish_reason(choice: dict) -> str | None:
+    """A choice's finish reason, None while the answer goes on."""
+    reason = choice.get("finish_reason")
+    return reason if isinstance(reason, str) and reason not in ("", "null") else None
