@@ -16,6 +16,9 @@ from test_semantic_index import embedder  # noqa: F401
 #: Two stages at any size, an eighth of the rows reranked (at 100k it is one in 64).
 TWO_STAGE = SearchTuning(two_stage_min=0, candidates=0, candidate_factor=4, candidate_share=8)
 EXACT = SearchTuning(two_stage_min=10**12)
+#: Two stages, the coarse one itself in two passes: 32 head axes keep a third of the rows.
+SHORTLISTED = SearchTuning(two_stage_min=0, candidates=0, candidate_factor=2, candidate_share=8,
+                           head_dim=32, head_share=3, head_factor=1)
 
 SUBJECTS = ["my sister", "the new neighbour", "our football coach", "a retired pilot",
             "the bakery owner", "my grandfather", "a marine biologist", "the landlord"]
@@ -64,9 +67,10 @@ def store(tmp_path):
     store.close()
 
 
-def test_two_stage_search_equals_exact_search(vectors, store):
+@pytest.mark.parametrize("tuning", [TWO_STAGE, SHORTLISTED], ids=["coarse", "shortlisted"])
+def test_two_stage_search_equals_exact_search(vectors, store, tuning):
     texts, entries, queries = vectors
-    fast = SemanticIndex(store.conn, Settings(), Named(), tuning=TWO_STAGE)
+    fast = SemanticIndex(store.conn, Settings(), Named(), tuning=tuning)
     fast.store(drafts(texts, entries))
     exact = SemanticIndex(store.conn, Settings(), Named(), tuning=EXACT)
     exact.load()
@@ -75,6 +79,22 @@ def test_two_stage_search_equals_exact_search(vectors, store):
         want = [(m.chunk_id, round(m.score, 5)) for m in exact.search_vector(query, 20)]
         got = [(m.chunk_id, round(m.score, 5)) for m in fast.search_vector(query, 20)]
         assert got == want
+    if tuning is SHORTLISTED:
+        assert fast._vectors.shortlist(queries[0], 1.0, 20) is not None
+
+
+def test_a_changed_user_boost_reaches_the_shortlist(vectors, store):
+    texts, entries, queries = vectors
+    fast = SemanticIndex(store.conn, Settings(), Named(), tuning=SHORTLISTED)
+    fast.store(drafts(texts, entries))
+    boosted = Settings.of(user_similarity_boost=3.0)
+    exact = SemanticIndex(store.conn, boosted, Named(), tuning=EXACT)
+    exact.load()
+    fast.use_settings(boosted)
+    for query in queries[:4]:
+        want = [m.chunk_id for m in exact.search_vector(query, 10)]
+        assert [m.chunk_id for m in fast.search_vector(query, 10)] == want
+        assert all(m.role == "user" for m in fast.search_vector(query, 3))
 
 
 def test_two_stage_hybrid_search_finds_a_rare_identifier(vectors, store, embedder):  # noqa: F811

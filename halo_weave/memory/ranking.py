@@ -63,17 +63,29 @@ def term_cap(entries: int, common_share: float = 1.0) -> float:
     return cap
 
 
-def rank(vm: VectorMatrix, query: np.ndarray, s: Search, limit: int,
-         bm25_ids: dict[int, float], dated: frozenset[int] = frozenset()
+def shortlist(vm: VectorMatrix, query: np.ndarray, s: Search, limit: int) -> np.ndarray | None:
+    """The rows a first, cheap pass keeps for ``query`` (:meth:`VectorMatrix.shortlist`)."""
+    return vm.shortlist(query, s.user_similarity_boost, limit)
+
+
+def candidate_rows(vm: VectorMatrix, query: np.ndarray, s: Search, limit: int,
+                   within: np.ndarray | None = None) -> np.ndarray | None:
+    """The rows :func:`rank` scores exactly for ``query`` (None: every row), chosen
+    among ``within`` (a :func:`shortlist`) when given."""
+    return vm.candidates(query, s.user_similarity_boost, limit, within)
+
+
+def rank(vm: VectorMatrix, query: np.ndarray, s: Search, limit: int, rows: np.ndarray | None,
+         bm25_ids: dict[int, float], dated: frozenset[int] = frozenset(),
          ) -> dict[int, tuple[float, float, float | None]]:
     """The ``limit`` best entries, best first: chunk id -> (cosine, score, normalised BM25
     or None).  Ranked by :func:`.ties.rank_key`: scores closer than the grid rank by chunk
     id, so a plan does not depend on the CPU's last bits.
 
     ``dated``: entries said on a day the query names; each gets ``s.date_weight`` more.
+    ``rows``: the rows to score, from :func:`candidate_rows` (None: every row).
     """
     boost = s.user_similarity_boost
-    rows = vm.candidates(query, boost, limit)  # None: every row
     if rows is not None and (bm25_ids or dated):  # blend only candidates: the vector's and BM25's
         extra = np.fromiter((vm.row[c] for c in (*bm25_ids, *dated) if c in vm.row), np.int64)
         rows = np.union1d(rows, extra)
