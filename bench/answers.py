@@ -113,6 +113,9 @@ METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     "note4x64": ("halo", {}, recall_note.NoteShape(lines=4, line_tokens=64, tokens=256)),
     # The note copying the sentences that hold the question's words, not the first ones.
     "note-focus": ("halo", {}, recall_note.NoteShape(focused=True)),
+    # The note ending with the kind of answer asked for: a date, a number, a place.
+    "cue": ("halo", {}, recall_note.NoteShape(cue=True)),
+    "focus-cue": ("halo", {}, recall_note.NoteShape(focused=True, cue=True)),
     # Whole paragraphs (up to 128 tokens each) copied before the question.
     "note-whole": ("halo", {}, recall_note.NoteShape(lines=4, line_tokens=128, tokens=400)),
 }

@@ -206,3 +206,27 @@ def test_a_focused_note_copies_the_sentences_that_hold_the_question_words():
     unrelated = frozenset(recall_note.relevance.words("Do you like opera?"))
     plain = "".join(recall_note.note_tokens(words, tokens, shape=shape, asked=unrelated)[1])
     assert plain == first, "no sentence holds a word of the question: its first words, as before"
+
+
+@pytest.mark.parametrize("message, kind", [
+    ("When did Caroline go to the support group?", "when"),
+    ("What year did she move? Answer in a few words.", "when"),
+    ("I loved it. So when is the party?", "when"),
+    ("How many times has Jon been to Paris?", "count"),
+    ("Thanks! Where was that?", "where"),
+    ("What is Jon's dance studio like?", None),
+    ("Tell me when you are free", None),
+    ("Whereas I think so", None),
+])
+def test_the_kind_of_answer_a_question_asks_for(message, kind):
+    assert recall_note.answer_kind(message) == kind
+
+
+def test_a_cued_note_ends_with_the_kind_of_answer_asked_for():
+    words = FRAMING.note
+    line = _words("[8 May 2023] Caroline: We adopted a puppy on Sunday.")
+    tokens = [([i for i, _ in line], [t for _, t in line])]
+    cued = "".join(recall_note.note_tokens(words, tokens, shape=recall_note.NoteShape(cue=True), kind="when")[1])
+    assert cued.endswith("puppy on Sunday.\n(The lines above are dated: answer with the date.)\n\n")
+    plain = "".join(recall_note.note_tokens(words, tokens)[1])
+    assert "(" not in plain and plain.endswith("Sunday.\n\n"), "no cue without a kind"

@@ -22,6 +22,11 @@ NOTE_WORDS = {
     "more": "…",
     "line": "\n",
     "end": "\n\n",
+    # The answer's kind, after the lines, when the message asks for one (see
+    # halo_weave.memory.recall_note.answer_kind).
+    "when": "(The lines above are dated: answer with the date.)\n\n",
+    "count": "(Answer with the number.)\n\n",
+    "where": "(Answer with the place.)\n\n",
 }
 
 

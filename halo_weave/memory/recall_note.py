@@ -24,6 +24,7 @@ tokens between the tokenized words of :data:`~halo_weave.core.framing.NOTE_WORDS
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -49,6 +50,9 @@ class NoteShape:
     #: message's words (after its opening words up to a ":", a transcript's "[date]
     #: Name:"), not its first words.
     focused: bool = False
+    #: After the lines, a cue for the kind of answer the message asks for
+    #: (:func:`answer_kind`: a date, a number, a place).
+    cue: bool = False
 
 
 SHAPE = NoteShape()
@@ -56,6 +60,15 @@ SHAPE = NoteShape()
 HEAD_TOKENS = 16
 #: What ends a sentence a focused note may copy.
 SENTENCE_ENDS = (".", "!", "?")
+
+#: The kinds of answer a cue names, by how a question opens (lower case, after a
+#: greeting or a clause such as "and", checked word by word: see :func:`answer_kind`).
+ANSWER_KINDS = (
+    ("when", ("when", "what date", "which date", "what day", "what year", "which year",
+              "what month", "which month", "what time", "how long ago", "since when")),
+    ("count", ("how many", "how much", "how often", "how old", "how long")),
+    ("where", ("where",)),
+)
 
 #: (token ids, token texts) of a chunk.
 Tokens = tuple[Sequence[int], Sequence[str]]
@@ -85,11 +98,13 @@ class RecallNote:
 
 
 def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS,
-                shape: NoteShape = SHAPE, asked: frozenset[str] = frozenset()) -> tuple[list[int], list[str]]:
+                shape: NoteShape = SHAPE, asked: frozenset[str] = frozenset(),
+                kind: str | None = None) -> tuple[list[int], list[str]]:
     """The note's tokens for the paragraphs ``chunks`` (best first), within ``limit``
     (at most ``shape.tokens``); empty when ``words`` (the framing's tokenized note
     words) are missing or no paragraph has text.  ``asked``: the message's word stems
-    (:func:`~.relevance.words`), which a focused shape copies sentences by."""
+    (:func:`~.relevance.words`), which a focused shape copies sentences by; ``kind``
+    (:func:`answer_kind`): the cue ending the note (its words must be in ``words``)."""
     limit = min(limit, shape.tokens)
     if not words:
         return [], []
@@ -105,10 +120,30 @@ def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS,
             lines.append(line)
     while lines:
         ids, texts = _written(words, lines)
+        if kind in words:  # the cue in place of the blank line that ends the note
+            end = len(words["end"][0])
+            ids, texts = ids[: len(ids) - end] + list(words["line"][0]), texts[: len(texts) - end] + list(words["line"][1])
+            ids, texts = ids + [int(i) for i in words[kind][0]], texts + list(words[kind][1])
         if len(ids) <= limit:
             return ids, texts
         lines.pop()
     return [], []
+
+
+def answer_kind(message: str) -> str | None:
+    """The kind of answer the question in ``message`` asks for: "when", "count", "where"
+    or None.  The last sentence ending in "?" is the question (the whole message when
+    none does); a kind is named by the words it opens with or that open a clause of it."""
+    parts = [p for p in message.replace("\n", " ").split("?") if p.strip()]
+    if not parts:
+        return None
+    asked = parts[-1] if message.rstrip().endswith("?") or len(parts) == 1 else parts[-2]
+    asked = re.sub(r"[.!;:]\s|\b(and|so|but|then)\b", ",", asked.lower())
+    clauses = [" ".join(w.strip("\"'()") for w in c.split()) for c in asked.split(",")]
+    for kind, openers in ANSWER_KINDS:
+        if any(c == o or c.startswith(o + " ") for c in clauses for o in openers):
+            return kind
+    return None
 
 
 def for_message(conv, turn_id: int, limit: int = NOTE_TOKENS, shape: NoteShape = SHAPE) -> RecallNote | None:
@@ -123,7 +158,10 @@ def for_message(conv, turn_id: int, limit: int = NOTE_TOKENS, shape: NoteShape =
     if shape.focused and content:
         message = "".join("".join(conv.chunk_tokens(c.id).texts) for c in content)
         asked = frozenset(relevance.words(relevance.focus(message)))
-    ids, texts = note_tokens(words, ((t.token_ids, t.texts) for t in tokens), limit, shape, asked)
+    kind = None
+    if shape.cue and content:
+        kind = answer_kind("".join("".join(conv.chunk_tokens(c.id).texts) for c in content))
+    ids, texts = note_tokens(words, ((t.token_ids, t.texts) for t in tokens), limit, shape, asked, kind)
     if not ids or not content:
         return None
     offset = len(conv.system.ids) + int(np.searchsorted(conv.table.position, content[0].start))
