@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Iterator, Protocol
+from typing import Iterable, Iterator, Protocol
 
 import httpx
 import httpx_sse
@@ -112,6 +112,17 @@ class GenerationStream:
             raise self._partial(StreamInterrupted, "the stream ended without a done event")
         if self.raise_on_abort and self.done.finish_reason == "abort":
             raise self._partial(GenerationAborted, "the generation was aborted")
+
+    def replay(self, events: Iterable[httpx_sse.ServerSentEvent]) -> Iterator[TokenEvent]:
+        """The token events of server-sent events already received (a recorded stream),
+        read as iterating reads the server's; sends no request.  Ends at the done event."""
+        if self._started:
+            raise RuntimeError("a GenerationStream can be iterated only once")
+        self._started = True
+        for sse in events:
+            yield from self._handle(sse)
+            if self.done is not None:
+                return
 
     def _partial(self, kind, message: str):
         return kind(f"{message} (after {len(self.tokens)} tokens)", self.text, self.tokens)

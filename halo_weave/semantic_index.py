@@ -123,6 +123,24 @@ class SemanticIndex:
         return self._vectors.n
 
     @property
+    def two_stage(self) -> bool:
+        """True when searches go through the coarse stage (enough entries, axes fitted)."""
+        return self._vectors.two_stage
+
+    def sharing(self, *, settings: Settings | None = None, embedder: Embedder | None = None,
+                exact: bool = False) -> SemanticIndex:
+        """Another index over this one's connection and vectors (shared, not copied) that
+        searches by its own ``settings`` and ``embedder`` (each this one's unless given);
+        ``exact``: every entry scored exactly, no coarse stage.  For comparing searches on
+        one set of entries: search it while this index does not change."""
+        vectors = self._vectors.brute_force() if exact else self._vectors
+        twin = SemanticIndex(self.conn, settings or self.settings, embedder or self.embedder,
+                             lock=self._lock, tuning=vectors.tuning, snapshot_path=self._snapshot_path)
+        twin._vectors = vectors
+        twin._stale, twin._seq, twin.loaded_from = set(self._stale), self._seq, self.loaded_from
+        return twin
+
+    @property
     def snapshot_path(self) -> Path | None:
         """Where the vector snapshot lives (None when this database keeps none)."""
         return self._snapshot_path if self._change_log() is not None else None

@@ -12,17 +12,6 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The most lines a command line over ``bench/`` needs.
 MAX_LINES = 60
 
-#: Scripts not yet moved into ``bench/``, each being rewritten over it at the time of
-#: writing; remove a name once its script is thin.
-NOT_YET_THIN = {
-    "bench_index.py",
-    "bench_engine.py",
-    "bench_server.py",
-    "bench_resume.py",
-    "bench_answers.py",  # thin already; its module is being reworked
-    "bench_chat.py",  # thin already; its module is being reworked
-}
-
 
 def scripts() -> list[Path]:
     return sorted((ROOT / "scripts").glob("bench_*.py"))
@@ -30,12 +19,12 @@ def scripts() -> list[Path]:
 
 def test_every_benchmark_script_is_a_thin_command_line():
     fat = [f"{path.name}: {len(path.read_text().splitlines())} lines" for path in scripts()
-           if path.name not in NOT_YET_THIN and len(path.read_text().splitlines()) > MAX_LINES]
+           if len(path.read_text().splitlines()) > MAX_LINES]
     assert fat == []
 
 
 def test_each_thin_script_runs_the_main_of_a_bench_module():
-    thin = [path for path in scripts() if path.name not in NOT_YET_THIN]
+    thin = scripts()
     for path in thin:
         imports = [(node.module, [alias.name for alias in node.names])
                    for node in ast.walk(ast.parse(path.read_text()))
@@ -44,4 +33,4 @@ def test_each_thin_script_runs_the_main_of_a_bench_module():
         module = ROOT / (imports[0][0].replace(".", "/") + ".py")
         functions = {node.name for node in ast.parse(module.read_text()).body if isinstance(node, ast.FunctionDef)}
         assert "main" in functions, (path.name, module)
-    assert len(thin) >= 19
+    assert len(thin) >= 28

@@ -64,17 +64,6 @@ FOREIGN_PRIVATE = {"_attn_implementation", "_internals", "_is_amx_tile_supported
 #: The folders whose modules :func:`module_private_uses` checks.
 CHECKED = ("halo_weave", "bench", "scripts")
 
-#: Private names these scripts still reach, each by the code that reaches it: their
-#: rewrite over ``bench/`` removes them (then remove them here).  Nothing else may.
-ALLOWED = {
-    "scripts/bench_index.py": {  # writes the index's vectors to compare exact and quantised search
-        "index._vectors", "exact._vectors", "hybrid._vectors", "forced._vectors"},
-    "scripts/bench_server.py": {  # times the stream's event parsing without a server
-        "stream_._prompt_tokens", "stream_._handle"},
-    "scripts/bench_engine.py": set(),
-    "scripts/bench_resume.py": set(),
-}
-
 
 def private_uses(source: str) -> list[tuple[int, str]]:
     """(line, code) of every private name a module uses on something not its own:
@@ -134,14 +123,12 @@ def module_private_uses(source: str) -> list[tuple[int, str]]:
 
 def other_modules_private_uses(root: Path = ROOT) -> list[str]:
     """``path:line: code`` of every private name a module of :data:`CHECKED` uses that is
-    not its own, less the :data:`ALLOWED` ones."""
+    not its own."""
     found = []
     for folder in CHECKED:
         for path in sorted((root / folder).rglob("*.py")):
             rel = path.relative_to(root).as_posix()
-            allowed = ALLOWED.get(rel, set())
-            found += [f"{rel}:{line}: {code}" for line, code in module_private_uses(path.read_text())
-                      if code not in allowed]
+            found += [f"{rel}:{line}: {code}" for line, code in module_private_uses(path.read_text())]
     return found
 
 
@@ -198,4 +185,4 @@ if __name__ == "__main__":
     print(f"{len(uses)} uses of private names in bench/")
     others = other_modules_private_uses(root)
     print("\n".join(others))
-    print(f"{len(others)} uses of another module's private names in {', '.join(CHECKED)}/ (less the allowed)")
+    print(f"{len(others)} uses of another module's private names in {', '.join(CHECKED)}/")

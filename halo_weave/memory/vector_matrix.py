@@ -35,8 +35,11 @@ Whether a snapshot is still the database's truth is the caller's business (see
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -113,6 +116,14 @@ class VectorMatrix:
         """Bytes held by the arrays (capacity included)."""
         return (self.matrix.nbytes + self.ids.nbytes + self.user.nbytes + self.structure.nbytes
                 + self.coarse.nbytes)
+
+    def brute_force(self) -> VectorMatrix:
+        """The same rows with every one scored exactly (no coarse stage): a view that
+        shares this matrix's arrays, the reference a two-stage search is measured
+        against.  Read it while this matrix does not change (it keeps today's row count)."""
+        view = copy.copy(self)
+        view.tuning = dataclasses.replace(self.tuning, two_stage_min=sys.maxsize)
+        return view
 
     # ------------------------------------------------------------------ changes
     def put_many(self, ids: Sequence[int], user: Sequence[bool], vectors: np.ndarray,

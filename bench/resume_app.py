@@ -1,5 +1,5 @@
 """The reopening figures as a user meets them: the window, the real server restarted with its
-saved caches, a 60-message conversation (see ``bench_resume.py``, which runs this).
+saved caches, a 60-message conversation (see :mod:`bench.resume`, which runs this).
 
 Each reopening starts from the same state: a fresh copy of the conversation file in a fresh
 data folder, the server started anew on a copy of the cache folder the server that built
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from resume_timeline import Timeline, draw
+from bench.resume_timeline import Timeline, draw
 
 #: The 61st line: asks after something said early in the LoCoMo dialogue, so it brings back
 #: pruned context (the figure ``resume_recalled_tokens`` says how much).

@@ -1,4 +1,4 @@
-"""What the first message after reopening waits for, as a timeline (``bench_resume.py``'s app part).
+"""What the first message after reopening waits for, as a timeline (the app part of :mod:`bench.resume`).
 
 A :class:`Timeline` watches one reopening in the real window from the moment the
 conversation opens: the server reading its context back (the warm-up: the saved cache
