@@ -34,7 +34,9 @@ matches x ``user_similarity_boost``, at least ``min_similarity``; with ``hybrid_
 the score is blended with FTS5 BM25 (``hybrid_weight``) over the candidates and the best
 FTS matches of the query's distinctive terms (:mod:`.memory.text_match`).  Liveness is not
 filtered here: a live chunk simply costs nothing in the resurrection plan
-(:mod:`.memory.resurrection_plan`).
+(:mod:`.memory.resurrection_plan`).  :meth:`SemanticIndex.sharing` gives a second index
+over the same vectors with other settings (``exact=True``: every entry scored exactly),
+to compare searches on one set of entries.
 
 Loading: with the store's change log (migration ``m002_semantic_changes``) the vectors
 come from a snapshot file next to the conversation (``<file>.vectors``), tied to the

@@ -7,6 +7,8 @@ import json
 import random
 import socket
 
+import httpx
+import httpx_sse
 import numpy as np
 import pytest
 
@@ -15,6 +17,7 @@ from halo_weave.kobold_client import (
     BackendHTTPError,
     BackendUnavailable,
     GenerationAborted,
+    GenerationStream,
     KoboldClient,
     ProtocolError,
     StreamInterrupted,
@@ -268,6 +271,20 @@ def test_fork_quirks_are_accepted(faulty):
     # The stream keeps ids and text, not the vectors its consumer applied (memory stays flat).
     assert [e.text for e in stream.tokens] == ["Hi", " there", "😀"]
     assert all(e.attention is None for e in stream.tokens)
+
+
+def test_a_recorded_stream_replays_as_it_streamed(faulty):
+    body = sse(token(10, "Hi", aggregated([0.6, 0.4])), token(11, " there", aggregated([0.5, 0.3, 0.2])),
+               {"type": "done", "finish_reason": "length", "total_tokens": 2})
+    live, events = stream_from(faulty, body, input_ids=(1, 2))
+    recorded = httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
+    replayed = GenerationStream(faulty.client, {"request_id": "replayed", "input_ids": [1, 2]})
+    again = list(replayed.replay(httpx_sse.EventSource(recorded).iter_sse()))
+    assert [e.text for e in again] == [e.text for e in events] == ["Hi", " there"]
+    assert all(np.array_equal(a.attention, b.attention) for a, b in zip(again, events))
+    assert replayed.text == live.text and replayed.done.finish_reason == "length"
+    with pytest.raises(RuntimeError):
+        list(replayed)
 
 
 def test_stock_koboldcpp_events_have_no_attention(faulty):

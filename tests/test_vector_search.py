@@ -83,6 +83,23 @@ def test_two_stage_search_equals_exact_search(vectors, store, tuning):
         assert fast._vectors.shortlist(queries[0], 1.0, 20) is not None
 
 
+def test_an_index_sharing_the_vectors_searches_them_its_own_way(vectors, store):
+    texts, entries, queries = vectors
+    fast = SemanticIndex(store.conn, Settings(), Named(), tuning=TWO_STAGE)
+    fast.store(drafts(texts, entries))
+    before = [[m.chunk_id for m in fast.search_vector(q, 20)] for q in queries]
+    exact = SemanticIndex(store.conn, Settings(), Named(), tuning=EXACT)
+    exact.load()
+    twin = fast.sharing(exact=True)
+    assert fast.two_stage and not twin.two_stage and twin.entry_count == fast.entry_count == len(texts)
+    for query in queries:
+        want = [(m.chunk_id, round(m.score, 5)) for m in exact.search_vector(query, 20)]
+        assert [(m.chunk_id, round(m.score, 5)) for m in twin.search_vector(query, 20)] == want
+    boosted = fast.sharing(settings=Settings.of(user_similarity_boost=3.0))
+    assert all(m.role == "user" for m in boosted.search_vector(queries[0], 3))
+    assert [[m.chunk_id for m in fast.search_vector(q, 20)] for q in queries] == before
+
+
 def test_a_changed_user_boost_reaches_the_shortlist(vectors, store):
     texts, entries, queries = vectors
     fast = SemanticIndex(store.conn, Settings(), Named(), tuning=SHORTLISTED)
