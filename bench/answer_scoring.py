@@ -99,8 +99,9 @@ class Answerer:
         """``attention``: the engine can read attention (:meth:`weigh`); without it the
         context reads with flash attention, the engine's fastest settings.  ``kv``: ``"exact"`` (everything after the first change re-run: the prompt's own
         states), ``"surgery"`` (the server's default: spans moved, pruned spans' kept states
-        put back, inserted ones run in place) or ``"in-order"`` (surgery, never the new
-        tail before the insertions)."""
+        put back, inserted ones run in place), ``"in-order"`` (surgery, never the new
+        tail before the insertions) or ``"surgery-run"`` (surgery keeping no pruned span's
+        states: an inserted span is always run in place, seeing the context before it)."""
         from halo_weave.server import kv_surgery
         from halo_weave.server.llamacpp.engine import LlamaEngine
 
@@ -112,6 +113,8 @@ class Answerer:
             self.engine.kv.tail_first = False
         elif kv == "surgery":
             self.engine.kv.tail_first = kv_surgery.TAIL_FIRST_DEFAULT
+        elif kv == "surgery-run":
+            self.engine.kv.store.max_bytes = 0
         else:
             raise ValueError(f"unknown kv mode {kv!r}")
 
