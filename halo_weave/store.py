@@ -53,7 +53,7 @@ from .storage.files import (  # noqa: F401 - the conversation list, importable f
     new_conversation_path,
 )
 from .storage.sql import batches, transaction
-from .storage import conversation_loader, integrity, recall_rows
+from .storage import conversation_loader, integrity, recall_rows, record_snapshot
 from .storage.wal_guard import DatabaseVanished, WalGuard, WalVanished
 from .storage.schema import (
     migrations,
@@ -84,6 +84,8 @@ class ConversationStore:
         #: Why saving is refused (damage found, or the -wal file vanished); None = writable.
         self.refusal: StoreError | None = None
         self._wal = WalGuard(path)
+        #: The records' change counter when opened: closing keeps a snapshot of them if it moved.
+        self._opened_at: int | None = None
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -106,6 +108,7 @@ class ConversationStore:
             conn.execute("PRAGMA synchronous = NORMAL")
             store = cls(path, conn)
             migrations.apply(store.db)
+            store._opened_at = record_snapshot.change_count(conn)
             if not exists:
                 with store.transaction():
                     store._put_meta({"created_at": time.time(), "updated_at": time.time()})
@@ -120,7 +123,10 @@ class ConversationStore:
         reading it under :attr:`lock` (the semantic index loading) is done: closing the
         connection under a running statement crashes SQLite."""
         with self.lock:
-            self.conn.close()
+            try:
+                record_snapshot.refresh(self, self._opened_at)
+            finally:
+                self.conn.close()
 
     def __enter__(self) -> "ConversationStore":
         return self

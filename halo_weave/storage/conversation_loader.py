@@ -18,7 +18,7 @@ from ..conversation import Conversation, Framing
 from ..core.registry import ChunkColumns, TurnColumns
 from ..errors import StoreCorrupt, StoreError
 from ..settings import Settings
-from . import branches, integrity, recall_rows
+from . import branches, integrity, recall_rows, record_snapshot
 from .record_columns import chunk_columns, live_token_rows, turn_columns
 from .schema import unpack_token_rows
 
@@ -33,13 +33,20 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
     """
     held: list = []  # the records, read (and their checksums totalled) once the turns are sound
     live_rows: list = []  # the live chunks' token rows, read by the checks
+    checked: list = []  # the change counter when the records were read from their tables
+
+    def records_current() -> bool:
+        held.extend(record_snapshot.read(store.conn) or ())
+        return bool(held)
 
     def chunks_agree() -> bool:
+        checked.append(record_snapshot.change_count(store.conn))
         held.extend(records_and_check(store) or ())
         return bool(held)
 
     try:
-        damage = integrity.verify_on_open(store.conn, chunks_agree=chunks_agree, live_rows=live_rows)
+        damage = integrity.verify_on_open(store.conn, chunks_agree=chunks_agree, live_rows=live_rows,
+                                          records_current=records_current)
     except sqlite3.DatabaseError as exc:  # e.g. a column renamed by a flipped schema byte
         raise StoreCorrupt(
             f"{store.path.name} is damaged ({exc}). It was left untouched; restore it from a backup "
@@ -66,6 +73,8 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
     skip = integrity.skipped(store.damage)  # damaged records are left out (read-only)
     if records is not None and not skip:
         turns, chunks = records  # the file is as the checks read it: their rows are current
+        if checked and held:  # read from the tables and sound: the next opening reads them at once
+            record_snapshot.save(store, checked[0], turns, chunks)
         rows = live_token_rows(store.conn, chunks, live_rows if live_rows else None)
     else:
         turns = turn_columns(store.conn, store.path.name, skip)

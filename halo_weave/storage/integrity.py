@@ -312,25 +312,39 @@ def shape_problem(count, ids, brightness, text, lengths) -> str | None:
 
 
 def verify_on_open(conn: sqlite3.Connection, chunks_agree: Callable[[], bool] | None = None,
-                   live_rows: list | None = None) -> list[Damage]:
+                   live_rows: list | None = None,
+                   records_current: Callable[[], bool] | None = None) -> list[Damage]:
     """Damage among the rows opening reads: small tables and the live chunks' tokens.
 
-    ``chunks_agree``, called once the turns are found sound: True when the caller found
-    the chunk records' total sound as it read them (:func:`chunk_records_agree`), so they
-    are not summed again in SQL.  ``live_rows`` (a list) gets the live chunks' token rows
-    as checked (see :func:`shape_problems`), so opening need not read them twice; it
-    stays empty for a file without checksums.
+    ``records_current``, called first: True when the caller has the turn and chunk
+    records from a current snapshot (:mod:`.record_snapshot`), so neither table is read
+    or summed (unless another table is damaged).  ``chunks_agree``, called once the
+    turns are found sound: True when the caller found the chunk records' total sound as
+    it read them (:func:`chunk_records_agree`), so they are not summed again in SQL.
+    ``live_rows`` (a list) gets the live chunks' token rows as checked (see
+    :func:`shape_problems`), so opening need not read them twice; it stays empty for a
+    file without checksums.
     """
     if not has_checksums(conn):
         return []
     live = "AND t.chunk_id IN (SELECT id FROM chunks WHERE live)"
-    damage = [d for table in ("meta", "tool_data", "turns", "recalls") if has_table(conn, table)
+    current = records_current is not None and records_current()
+    damage = [d for table in ("meta", "tool_data", "turns", "recalls")
+              if has_table(conn, table) and not (current and table == "turns")
               for d in _mismatches(conn, table)]
-    if damage or chunks_agree is None or not chunks_agree():
+    if damage and current:  # the records are read from their tables again: check them
+        damage += _mismatches(conn, "turns")
+        current = False
+    if not current and (damage or chunks_agree is None or not chunks_agree()):
         damage += _mismatches(conn, "chunks")
     damage += _mismatches(conn, "chunk_tokens", live)
     damage += shape_problems(conn, "AND c.live", keep=live_rows)
     return _unique(damage)
+
+
+def records_sound(conn: sqlite3.Connection, table: str) -> bool:
+    """Whether every row of ``table`` agrees with its checksum (True without checksums)."""
+    return not has_checksums(conn) or not _mismatches(conn, table)
 
 
 def verify_chunks(conn: sqlite3.Connection, chunk_ids: Iterable[int]) -> list[Damage]:

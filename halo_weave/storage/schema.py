@@ -312,6 +312,17 @@ def m010_document_turns(db: Database) -> None:
     """
 
 
+@_migration
+def m011_record_snapshot(db: Database) -> None:
+    """The turn and chunk records kept as one binary row, read by opening instead of the
+    tables while no record has changed since (:mod:`.record_snapshot`): a change counter
+    kept by triggers on ``turns`` and ``chunks``, and the snapshot's table (empty until
+    the file is next opened or closed after a change)."""
+    from .record_snapshot import schema_sql
+
+    db.executescript(schema_sql())
+
+
 # ---------------------------------------------------------------------- token codec
 _I4 = np.dtype("<i4")
 
