@@ -86,6 +86,9 @@ class ConversationStore:
         self._wal = WalGuard(path)
         #: The records' change counter when opened: closing keeps a snapshot of them if it moved.
         self._opened_at: int | None = None
+        #: Opening read the turn and chunk records from their snapshot: their tables are
+        #: checked before the first write (:meth:`check_records_before_writing`).
+        self._records_unchecked = False
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -146,6 +149,11 @@ class ConversationStore:
                 db.executemany(...)
         """
         with self.lock:
+            if self._records_unchecked and not self.conn.in_transaction:
+                self._records_unchecked = False
+                damage = integrity.verify_records(self.conn)
+                if damage:
+                    self.record_damage(damage)
             if self.refusal is not None and not self.conn.in_transaction:
                 raise type(self.refusal)(str(self.refusal))
             with transaction(self.conn, before_commit=self._check_wal) as conn:
@@ -171,6 +179,13 @@ class ConversationStore:
                 "conversations folder, then reopen the conversation."
             )
             raise type(self.refusal)(str(self.refusal)) from exc
+
+    def check_records_before_writing(self) -> None:
+        """Opening read the turn and chunk records from their snapshot, not their tables
+        (:mod:`.storage.record_snapshot`): check the tables before anything is written on
+        top of them, so that a record damaged there is named (and the file kept read-only)
+        instead of being copied into a branch or a saved cache as if sound."""
+        self._records_unchecked = True
 
     def record_damage(self, damage: list) -> None:
         """Record damage (:class:`~halo_weave.storage.integrity.Damage` found in this file)

@@ -14,7 +14,7 @@ import pytest
 
 from conversation_writer import FRAMING, settings
 from halo_weave.storage import record_snapshot
-from halo_weave.store import ConversationStore
+from halo_weave.store import ConversationStore, StoreDamaged
 
 from hostile.helpers import build_conversation, what_the_user_sees
 
@@ -208,10 +208,10 @@ def test_closing_after_a_session_keeps_the_records_as_saved(saved, tmp_path):
         assert everything(store) == first
 
 
-def test_closing_a_damaged_file_keeps_no_snapshot_of_it(saved, tmp_path):
-    """Damage behind a current snapshot's back (the tables' values changed without any
-    trigger): closing after a change checks the tables, finds it, and keeps no snapshot,
-    so the next opening reads the tables and names the record."""
+def test_damage_behind_a_current_snapshot_is_named_before_the_first_write(saved, tmp_path):
+    """A record changed without any trigger firing (the triggers dropped and put back, as
+    a bit flip would): opening shows the conversation as saved, from the snapshot; the
+    first save checks the tables, names the record and keeps the file read-only."""
     path = copy_of(saved, tmp_path)
     victim = sorted(saved[2]["chunks"])[3]
     conn = sqlite3.connect(path)
@@ -231,9 +231,9 @@ def test_closing_a_damaged_file_keeps_no_snapshot_of_it(saved, tmp_path):
     with ConversationStore.open(path, create=False) as store:
         conv = store.load(settings(), FRAMING)  # as saved: the snapshot's records
         assert not store.damage
-        store.save_tool_data("notes", {})
-        store.save_chunks(conv, [conv.pin(next(c for c in conv.live_chunks() if not c.framing).id)])
-    assert snapshot_of(path) is None
+        with pytest.raises(StoreDamaged, match=f"chunk {victim}"):
+            store.save_chunks(conv, [conv.pin(next(c for c in conv.live_chunks() if not c.framing).id)])
+        assert store.read_only
     with ConversationStore.open(path, create=False) as store:
         store.load(settings(), FRAMING)
-        assert victim in [d.key for d in store.damage]
+        assert snapshot_of(path) is not None  # nothing was written

@@ -53,6 +53,8 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
             "or an export."
         ) from exc
     records = held or None
+    if held and not checked:  # from the snapshot: the tables are checked before a write
+        store.check_records_before_writing()
     if damage:
         store.record_damage(damage)
         records = None  # read again, leaving the damaged records out

@@ -342,6 +342,14 @@ def verify_on_open(conn: sqlite3.Connection, chunks_agree: Callable[[], bool] | 
     return _unique(damage)
 
 
+def verify_records(conn: sqlite3.Connection) -> list[Damage]:
+    """Damage among the turn and chunk records (checked before the first write of a
+    session that read them from their snapshot)."""
+    if not has_checksums(conn):
+        return []
+    return _unique(_mismatches(conn, "turns") + _mismatches(conn, "chunks"))
+
+
 def records_sound(conn: sqlite3.Connection, table: str) -> bool:
     """Whether every row of ``table`` agrees with its checksum (True without checksums)."""
     return not has_checksums(conn) or not _mismatches(conn, table)

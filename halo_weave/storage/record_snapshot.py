@@ -159,13 +159,13 @@ def refresh(store, since: int | None) -> None:
     """At closing: when the records changed since the counter read ``since``, read them
     from the tables, check them (the turns' and the chunks' checksums) and keep them,
     in one transaction.  Damage found here is left for the next opening to report."""
-    if since is None or store.read_only:
+    if since is None or store.read_only or change_count(store.conn) in (None, since):
         return
     try:
         with store.transaction() as conn:
             seq = change_count(conn)
             kept = conn.execute("SELECT seq FROM record_snapshot WHERE id = 0").fetchone()
-            if seq is None or seq == since or (kept and kept[0] == seq):
+            if seq is None or (kept and kept[0] == seq):
                 return
             if not integrity.records_sound(conn, "turns"):
                 return

@@ -20,7 +20,7 @@ from .helpers import build_conversation, what_the_user_sees
 #: Flips per table: a fixed, seeded budget (the figure goes into the closing note).
 FLIPS_PER_TABLE = 40
 TABLES = ("chunk_tokens", "chunks", "turns", "meta", "tool_data", "row_checksums",
-          "semantic_entries", "sqlite_schema")
+          "semantic_entries", "sqlite_schema", "record_snapshot")
 
 
 @pytest.fixture(scope="module")
