@@ -3,8 +3,9 @@
 Everything that decides what the model sees lives here, Qt-free and without I/O:
 
 * Turns are added whole (a user message, tokenized once) or streamed token by token (an
-  answer) through :attr:`Conversation.writer` (:mod:`.core.turn_writer`), which also hands
-  out positions and ids.  Each turn is wrapped in chat-template framing tokens that belong
+  answer) through :meth:`Conversation.begin_turn`, :meth:`~Conversation.append_token` and
+  :meth:`~Conversation.end_turn` (its writer, :mod:`.core.turn_writer`, also hands out
+  positions and ids).  Each turn is wrapped in chat-template framing tokens that belong
   to the turn: they are never scored and never pruned on their own; they are live exactly
   while some content chunk of their turn is live.  The system prompt
   (:attr:`Conversation.system`) is a fixed prefix of the input, never scored and never
@@ -42,11 +43,11 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 
 from . import brightness as bright
-from .core import merging, pruning, token_resurrection
+from .core import merging, pruning, recall, table_from_records, token_resurrection
 from .core.framing import Framing, SystemPrompt
 from .core.recall import Recalls
 from .core.records import Chunk, ChunkLoader, ChunkTokens, Turn  # noqa: F401 - importable from here too
-from .core.registry import ChunkList, ChunkRegistry, TurnRegistry
+from .core.registry import ChunkColumns, ChunkList, ChunkRegistry, TurnColumns, TurnRegistry
 from .core.token_table import TokenTable
 from .core.held_tokens import HeldTokens
 from .core.turn_writer import TurnWriter
@@ -90,14 +91,142 @@ class Conversation:
         #: What each user message recalled (:mod:`.core.recall`).
         self.recalls = Recalls()
         #: The turn being written (begin / append / end, resume, reopen_answer) and the
-        #: counters it allocates positions and ids from.
-        self.writer = TurnWriter(self)
+        #: counters it allocates positions and ids from; written through this class only.
+        self._writer = TurnWriter(self)
+
+    @classmethod
+    def from_records(
+        cls,
+        turns: TurnColumns,
+        chunks: ChunkColumns,
+        live_tokens: tuple[np.ndarray, np.ndarray, ChunkTokens],
+        *,
+        settings: Settings | None = None,
+        framing: Framing | None = None,
+        system: tuple[str, Sequence[int], Sequence[str]] = ("", (), ()),
+        role_names: dict[str, str] | None = None,
+        counters: tuple[int, int, int] = (0, 0, 0),
+        recalls: dict[int, list[tuple[int, bool]]] | None = None,
+        chunk_loader: ChunkLoader | None = None,
+    ) -> Conversation:
+        """A conversation read back from storage (rehydration).
+
+        ``turns`` and ``chunks``: every turn and chunk record, chunks in position order
+        (they stay columns until used, :mod:`.core.registry`); ``live_tokens``: the live
+        chunks' ids, their token counts and their tokens concatenated in position order
+        (:func:`.core.table_from_records.take_records`).  ``system``: the system prompt's
+        text, ids and token texts; ``role_names``: names shown for the roles;
+        ``counters``: the stored next position, turn id and chunk id (the records' own
+        ends win when larger); ``recalls``: what each message recalled,
+        ``turn_id -> [(chunk_id, marked), ...]`` (:func:`.core.recall.take_stored`);
+        ``chunk_loader``: fetches the tokens of chunks pruned before opening.  A turn left
+        open by a crash stays open: :meth:`close_crashed_turns`.
+        """
+        conv = cls(settings, framing)
+        conv.system.set(*system)
+        conv.role_names = dict(role_names or {})
+        table_from_records.take_records(conv, turns, chunks, *live_tokens)
+        last = len(chunks) - 1
+        end = int(chunks.start[last] + chunks.token_count[last]) if len(chunks) else 0
+        chunk_end = int(chunks.id.max()) + 1 if len(chunks) else 0
+        turn_end = int(turns.turn_id[-1]) + 1 if len(turns) else 0
+        position, turn_id, chunk_id = counters
+        conv._writer.take_counters(max(position, end), max(turn_id, turn_end), max(chunk_id, chunk_end))
+        conv.chunk_loader = chunk_loader
+        if recalls:
+            recall.take_stored(conv, recalls)
+        return conv
+
+    def close_crashed_turns(self) -> list[Turn]:
+        """Close the turns read back incomplete (an answer a crash interrupted): the last
+        one gets its suffix framing as if it had ended; returns them (to be saved)."""
+        incomplete = [self.turns[t] for t in self.turns.incomplete()]
+        last = self.turns.last()
+        for turn in incomplete:
+            if turn.turn_id == last:
+                self._writer.resume(last)
+                self._writer.end()
+            else:  # cannot happen through this API; closing it keeps positions ordered
+                turn.complete = True
+        return incomplete
+
+    def add_stored_chunk(self, turn: Turn, chunk: Chunk, tokens: ChunkTokens | None) -> None:
+        """Re-register one chunk read from storage, its turn the first time it is seen;
+        ``tokens`` for a live chunk.  Chunks come in position order (a forecast rebuilt
+        from stored rows, :mod:`.storage.prune_forecast`)."""
+        if turn.turn_id not in self.turns:
+            self.turns[turn.turn_id] = turn
+        table_from_records.add_chunk(self, chunk, tokens)
 
     # ------------------------------------------------------------------ building
 
     def use_settings(self, settings: Settings) -> None:
         """Score and prune by ``settings`` from the next token on."""
         self.settings = settings
+
+    def use_framing(self, framing: Framing) -> None:
+        """Frame the turns written from now on with ``framing`` (a connected model's chat
+        template); turns already written keep theirs."""
+        self.framing = framing
+
+    def set_system_prompt(self, text: str, token_ids: Sequence[int], texts: Sequence[str]) -> None:
+        """The system prompt: its text and its tokens, the fixed prefix of every input."""
+        self.system.set(text, token_ids, texts)
+
+    def record_recall(self, turn_id: int, chunk_ids: Iterable[int]) -> None:
+        """The message ``turn_id`` recalled ``chunk_ids`` (in that order); the live ones
+        are marked as recalled for it (:func:`.core.recall.record`)."""
+        recall.record(self, turn_id, chunk_ids)
+
+    def move_recall(self, old_turn: int, new_turn: int, chunk_ids: Iterable[int]) -> None:
+        """The message ``old_turn`` was replaced by ``new_turn`` (edited and sent again):
+        what it recalled, ``chunk_ids``, and its marks go to the new one."""
+        recall.move(self, old_turn, new_turn, chunk_ids)
+
+    # ------------------------------------------------------------------ the open turn
+    @property
+    def open_turn(self) -> Turn | None:
+        """The turn being written (an answer streaming in), None between turns."""
+        return self._writer.turn
+
+    @property
+    def next_position(self) -> int:
+        """The position the next token takes (positions are never reused)."""
+        return self._writer.next_position
+
+    @property
+    def next_turn_id(self) -> int:
+        """The id the next turn takes."""
+        return self._writer.next_turn_id
+
+    @property
+    def next_chunk_id(self) -> int:
+        """The id the next chunk takes."""
+        return self._writer.next_chunk_id
+
+    def begin_turn(self, role: str, created_at: float | None = None) -> Turn:
+        """Open a turn (``user``, ``assistant`` or ``document``; its prefix framing is
+        added); its tokens then come through :meth:`append_token`."""
+        return self._writer.begin(role, created_at)
+
+    def append_token(self, token_id: int, text: str, *, tool_result: bool = False) -> Chunk:
+        """Append one content token to the open turn; returns the chunk it joined (a new
+        one at a paragraph boundary, or where a tool result starts or ends)."""
+        return self._writer.append(token_id, text, tool_result=tool_result)
+
+    def end_turn(self) -> Turn:
+        """Close the open turn (its suffix framing is added)."""
+        return self._writer.end()
+
+    def resume_turn(self, turn_id: int) -> Turn:
+        """Reopen the last turn (read back incomplete after a crash) to extend or close it."""
+        return self._writer.resume(turn_id)
+
+    def reopen_answer(self) -> tuple[Turn, list[Chunk]]:
+        """Reopen the last turn, an answer, to extend it (Continue): its closing framing
+        is taken away until :meth:`end_turn`.  Returns the turn and the removed framing
+        chunks (see :meth:`.core.turn_writer.TurnWriter.reopen_answer`)."""
+        return self._writer.reopen_answer()
 
     def add_turn(
         self,
@@ -107,10 +236,10 @@ class Conversation:
         created_at: float | None = None,
     ) -> Turn:
         """Add a complete message (already tokenized once) with its framing."""
-        turn = self.writer.begin(role, created_at)
+        turn = self._writer.begin(role, created_at)
         for token_id, text in zip(token_ids, texts, strict=True):
-            self.writer.append(token_id, text)
-        self.writer.end()
+            self._writer.append(token_id, text)
+        self._writer.end()
         return turn
 
     def add_document(
@@ -120,18 +249,18 @@ class Conversation:
     ) -> Turn:
         """Add an attached document as one ``document`` turn, live: each of ``paragraphs``
         (its tokens, label first: :mod:`.core.documents`) one chunk, cut where it is."""
-        turn = self.writer.begin("document", created_at)
+        turn = self._writer.begin("document", created_at)
         for token_ids, texts in paragraphs:
-            self.writer.break_chunk()
+            self._writer.break_chunk()
             for token_id, text in zip(token_ids, texts, strict=True):
-                self.writer.append(int(token_id), text)
-        self.writer.end()
+                self._writer.append(int(token_id), text)
+        self._writer.end()
         return turn
 
     def prune_turn(self, turn_id: int) -> list[Chunk]:
         """Prune every live content chunk of a closed turn at once (an attached document
         put straight into the memory); anchors do not hold them.  Returns what was pruned."""
-        if self.writer.turn is not None and self.writer.turn.turn_id == turn_id:
+        if self._writer.turn is not None and self._writer.turn.turn_id == turn_id:
             raise ConversationError("cannot prune the turn being written")
         live = [c for c in self.content_chunks(turn_id) if c.live]
         for chunk in live:
@@ -146,7 +275,7 @@ class Conversation:
         Returns their chunks; positions and ids are not reused.  The caller deletes them
         from the store and the semantic index.
         """
-        if self.writer.turn is not None:
+        if self._writer.turn is not None:
             raise ConversationError("a turn is still open")
         if turn_id is None:
             if not self.turns:
@@ -173,7 +302,7 @@ class Conversation:
         are not the conversation's state and are left out."""
         return Snapshot(
             table=self.table.snapshot(), chunks=self.chunks.snapshot(), turns=self.turns.snapshot(),
-            held=self.held.snapshot(), recalls=dict(self.recalls.items()), writer=self.writer.snapshot(),
+            held=self.held.snapshot(), recalls=dict(self.recalls.items()), writer=self._writer.snapshot(),
             system=self.system.snapshot(),
             role_names=dict(self.role_names),
         )
@@ -190,7 +319,7 @@ class Conversation:
         self.recalls.clear()
         for turn_id, chunk_ids in snapshot.recalls.items():
             self.recalls.put(turn_id, chunk_ids)
-        self.writer.restore(snapshot.writer)
+        self._writer.restore(snapshot.writer)
         self.system.restore(snapshot.system)
         self.role_names = dict(snapshot.role_names)
 
@@ -322,11 +451,18 @@ class Conversation:
             )
         # Attention votes on content tokens (and not on the open turn's, if so set).
         mask = ~self.table.framing
-        if not self.settings.brightness.score_current_turn and self.writer.turn is not None:
-            mask &= self.table.turn_id != self.writer.turn.turn_id
+        if not self.settings.brightness.score_current_turn and self._writer.turn is not None:
+            mask &= self.table.turn_id != self._writer.turn.turn_id
         rule = brightness_rule(self.settings.brightness.brightness_rule)
         rule.step(self.table.brightness, attention[n_system:], bright.vote_threshold(attention),
                   self.settings.brightness, mask=mask)
+
+    def set_brightness(self, values: Sequence[int] | np.ndarray) -> None:
+        """Give the live tokens these brightness values, one per token in position order
+        (a benchmark staging a long-used conversation); the system prompt has none."""
+        if len(values) != len(self.table):
+            raise ConversationError(f"{len(values)} brightness values for {len(self.table)} live tokens")
+        self.table.brightness[:] = values
 
     # ------------------------------------------------------------------ pruning
     def prune_to_fit(
@@ -369,7 +505,7 @@ class Conversation:
         chunk = self.chunks[chunk_id]
         if chunk.framing or not chunk.live:
             raise ConversationError(f"chunk {chunk.key} cannot be pruned")
-        if self.writer.turn is not None and chunk.turn_id == self.writer.turn.turn_id:
+        if self._writer.turn is not None and chunk.turn_id == self._writer.turn.turn_id:
             raise ConversationError("cannot prune from the turn being generated")
         chunk.pinned = False
         return self._prune_chunks([chunk])

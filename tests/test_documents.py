@@ -180,7 +180,7 @@ def say(session, question: str, answer: str) -> None:
     session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
     session.begin_answer()
     for token_id, piece in session.server.tokenize(answer):
-        session.conv.writer.append(token_id, piece)
+        session.conv.append_token(token_id, piece)
     session.finish_turn("stop", prune=False)
 
 

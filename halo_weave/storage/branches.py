@@ -140,7 +140,7 @@ def states(conv: Conversation, store: ConversationStore) -> dict[int, BranchStat
             # The new tail is still to come (an earlier answer being regenerated): its
             # first turn will take the next id.  (A crash here: opening shows the newest
             # stashed tail again, see show_orphaned.)
-            first = conv.writer.next_turn_id
+            first = conv.next_turn_id
         earlier = [b for b in siblings if b.first_turn_id < first]
         later = [b for b in siblings if b.first_turn_id > first]
         out[first] = BranchState(parent, first, len(earlier) + 1, len(siblings) + 1,
@@ -372,7 +372,7 @@ def show_orphaned(store: ConversationStore) -> bool:
 
 # ---------------------------------------------------------------------- changing
 def _check_closed(conv: Conversation) -> None:
-    if conv.writer.turn is not None:
+    if conv.open_turn is not None:
         raise BranchError("Wait for the answer to finish before changing an earlier message.")
 
 

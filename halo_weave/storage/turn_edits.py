@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..conversation import Chunk, Conversation, Turn
-from ..core import recall
 from ..errors import ConversationError
 from ..store import ConversationStore
 from . import recall_rows
@@ -145,7 +144,7 @@ def retire_answer(conv: Conversation, store: ConversationStore) -> list[Chunk]:
     conversation then ends with the question, ready for a new answer.
     """
     question, answer = last_exchange(conv)
-    if question is None or answer is None or conv.writer.turn is not None:
+    if question is None or answer is None or conv.open_turn is not None:
         raise TurnEditError("There is no finished answer to regenerate.")
     ids, texts = _content_tokens(conv, store, answer)
     with store.transaction():
@@ -161,7 +160,7 @@ def show_version(conv: Conversation, store: ConversationStore, version: AnswerVe
     One transaction.  Returns the new answer turn and the removed chunks.
     """
     question, answer = last_exchange(conv)
-    if question is None or answer is None or conv.writer.turn is not None or version.user_turn_id != question.turn_id:
+    if question is None or answer is None or conv.open_turn is not None or version.user_turn_id != question.turn_id:
         raise TurnEditError("Only the last answer has versions to flip through.")
     ids, texts = _content_tokens(conv, store, answer)
     with store.transaction():
@@ -169,10 +168,10 @@ def show_version(conv: Conversation, store: ConversationStore, version: AnswerVe
         _delete_turn_rows(store, answer)
         store.conn.execute("DELETE FROM answer_versions WHERE id = ?", (version.id,))
         removed = conv.remove_turns_from()
-        turn = conv.writer.begin("assistant", created_at=version.created_at)
+        turn = conv.begin_turn("assistant", created_at=version.created_at)
         for token_id, text in zip(version.token_ids.tolist(), version.texts):
-            conv.writer.append(int(token_id), text)
-        conv.writer.end()
+            conv.append_token(int(token_id), text)
+        conv.end_turn()
         store.save_turn(conv, turn)
     return turn, removed
 
@@ -184,7 +183,7 @@ def begin_continue(conv: Conversation, store: ConversationStore) -> Turn:
     not stopped; :meth:`TurnWriter.end` and ``store.save_turn`` close it again.
     """
     question, answer = last_exchange(conv)
-    if answer is None or conv.writer.turn is not None:
+    if answer is None or conv.open_turn is not None:
         raise TurnEditError("There is no answer to continue.")
     content = conv.content_chunks(answer.turn_id)
     if not content or not content[-1].live:
@@ -198,7 +197,7 @@ def begin_continue(conv: Conversation, store: ConversationStore) -> Turn:
         conn.execute("UPDATE turns SET complete = 0 WHERE turn_id = ?", (answer.turn_id,))
         if closing:  # the new tokens take the framing's positions (see TurnWriter.reopen_answer)
             store.set_meta("next_position", min(c.start for c in closing))
-    turn, _ = conv.writer.reopen_answer()
+    turn, _ = conv.reopen_answer()
     return turn
 
 
@@ -211,7 +210,7 @@ def replace_question(conv: Conversation, store: ConversationStore, token_ids, te
     the new user turn and the removed chunks.
     """
     question, answer = last_exchange(conv)
-    if question is None or conv.writer.turn is not None:
+    if question is None or conv.open_turn is not None:
         raise TurnEditError("There is no message of yours to edit.")
     old_ids, old_texts = _content_tokens(conv, store, question)
     old_wording = "".join(old_texts)
@@ -228,7 +227,7 @@ def replace_question(conv: Conversation, store: ConversationStore, token_ids, te
         _delete_turn_rows(store, question)
         removed += conv.remove_turns_from()
         turn = conv.add_turn("user", token_ids, texts)
-        recall.move(conv, question.turn_id, turn.turn_id, recalled)
+        conv.move_recall(question.turn_id, turn.turn_id, recalled)
         store.save_turn(conv, turn)
         store.conn.execute("UPDATE answer_versions SET user_turn_id = ? WHERE user_turn_id = ?",
                            (turn.turn_id, question.turn_id))

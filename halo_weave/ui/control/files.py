@@ -127,7 +127,7 @@ class ConversationFiles(QObject):
         conv, store = self._session.conv, self._session.store
         if conv is None or store is None or self.path is None or store.read_only:
             return None
-        if conv.turns or conv.writer.next_position or self._prompt.edited:
+        if conv.turns or conv.next_position or self._prompt.edited:
             return None
         if conv.system.text not in ("", self._session.settings.effective_system_prompt):
             return None
