@@ -328,7 +328,7 @@ def test_pruned_chunks_from_storage_load_through_the_loader():
     saved = {c.id: conv.chunk_tokens(c.id) for c in pruned}
     conv.held.drop_pruned()  # as if the conversation had just been reopened
     calls = []
-    conv.chunk_loader = lambda ids: calls.append(list(ids)) or {i: saved[i] for i in ids}
+    conv.use_chunk_loader(lambda ids: calls.append(list(ids)) or {i: saved[i] for i in ids})
     conv.resurrect([pruned[0].id])
     assert calls == [[pruned[0].id]] and pruned[0].live
 
@@ -336,7 +336,7 @@ def test_pruned_chunks_from_storage_load_through_the_loader():
 def test_app_pruning_goes_below_the_limit_by_the_hysteresis():
     conv = seed_turns_3_and_4()
     size = conv.live_token_count()
-    conv.settings = conv.settings.replace(max_context_tokens=size - 1, prune_hysteresis=0.75)
+    conv.use_settings(conv.settings.replace(max_context_tokens=size - 1, prune_hysteresis=0.75))
     pruned = conv.prune_to_fit()
     assert conv.live_token_count() <= int((size - 1) * 0.75)
     assert len([c for c in pruned if not c.framing]) > 1  # one larger step, not the minimum

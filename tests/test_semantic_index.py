@@ -250,7 +250,8 @@ def test_open_turn_waits_until_complete(embedder, tmp_path):
 # ---------------------------------------------------------------------- search
 def test_user_matches_get_the_similarity_boost(garden):
     conv, _, index = garden
-    index.settings = conv.settings = conv.settings.replace(hybrid_search=False)
+    index.settings = conv.settings.replace(hybrid_search=False)
+    conv.use_settings(index.settings)
     for match in index.search("tomatoes on a balcony"):
         boost = conv.settings.search.user_similarity_boost if match.role == "user" else 1.0
         assert match.score == pytest.approx(match.similarity * boost, abs=1e-5)

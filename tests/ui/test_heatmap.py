@@ -296,8 +296,8 @@ def test_tooltip_describes_chunk(view):
 
 def test_tooltip_names_the_score_and_the_window_that_decide_pruning(view):
     conv = make_conv()
-    conv.settings = conv.settings.replace(brightness_rule="decay", brightness_half_life=16,
-                                          chunk_rank="mean", prune_keep_recent=10, prune_order="brightness")
+    conv.use_settings(conv.settings.replace(brightness_rule="decay", brightness_half_life=16,
+                                            chunk_rank="mean", prune_keep_recent=10, prune_order="brightness"))
     alpha, delta = chunk_with(conv, "alpha"), chunk_with(conv, "delta")
     focus_attention(conv, alpha)
     show(view, conv)
@@ -305,7 +305,7 @@ def test_tooltip_names_the_score_and_the_window_that_decide_pruning(view):
     assert f"mean brightness {conv.chunk_peak(alpha):,}" in tip and "peak" not in tip
     assert "pruned last" not in tip  # the oldest chunk: attention alone keeps it
     assert "in the newest 10 tokens: pruned last" in view.tips.for_chunk(delta)
-    conv.settings = conv.settings.replace(prune_order="age")
+    conv.use_settings(conv.settings.replace(prune_order="age"))
     assert "pruned oldest first" in view.tips.for_chunk(delta)
 
 
