@@ -75,7 +75,7 @@ def test_a_file_from_before_prompts_per_conversation_keeps_its_prompt(tmp_path):
 
 
 def test_an_export_carries_the_conversations_own_prompt(tmp_path):
-    from halo_weave.storage import transfer
+    from halo_weave.exchange import transfer
 
     path = new_conversation_path(tmp_path)
     session = _open(path)

@@ -23,7 +23,7 @@ from halo_weave.semantic_index import SemanticIndex
 from halo_weave.session import ChatSession
 from halo_weave.settings import Settings
 from halo_weave.storage.document_files import MAX_DOCUMENT_BYTES, read_document
-from halo_weave.storage.transfer import export_conversation, import_conversation
+from halo_weave.exchange.transfer import export_conversation, import_conversation
 from halo_weave.store import ConversationStore, new_conversation_path
 
 #: One fact per page of the test PDF, and a question only that page answers.

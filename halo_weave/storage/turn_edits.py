@@ -24,8 +24,8 @@ import numpy as np
 
 from ..conversation import Chunk, Conversation, Turn
 from ..errors import ConversationError
-from ..store import ConversationStore
 from . import recall_rows
+from .handle import StoreHandle
 from .schema import pack_tokens, unpack_tokens
 
 
@@ -79,7 +79,7 @@ def last_exchange(conv: Conversation) -> tuple[Turn | None, Turn | None]:
     return before, last
 
 
-def versions(store: ConversationStore, user_turn_id: int) -> list[AnswerVersion]:
+def versions(store: StoreHandle, user_turn_id: int) -> list[AnswerVersion]:
     """The stored versions of the answer to a question, oldest first."""
     rows = store.conn.execute(
         "SELECT id, user_turn_id, created_at, question, token_ids, brightness, text, text_lengths "
@@ -91,7 +91,7 @@ def versions(store: ConversationStore, user_turn_id: int) -> list[AnswerVersion]
     return out
 
 
-def version_state(conv: Conversation, store: ConversationStore) -> VersionState | None:
+def version_state(conv: Conversation, store: StoreHandle) -> VersionState | None:
     """The shown answer's place among its versions; None without a last answer."""
     question, answer = last_exchange(conv)
     if question is None or answer is None:
@@ -104,7 +104,7 @@ def version_state(conv: Conversation, store: ConversationStore) -> VersionState 
 
 
 # ---------------------------------------------------------------------- changing
-def _content_tokens(conv: Conversation, store: ConversationStore, turn: Turn) -> tuple[np.ndarray, list[str]]:
+def _content_tokens(conv: Conversation, store: StoreHandle, turn: Turn) -> tuple[np.ndarray, list[str]]:
     """Token ids and texts of a turn's content, live or pruned."""
     ids: list[np.ndarray] = []
     texts: list[str] = []
@@ -118,7 +118,7 @@ def _content_tokens(conv: Conversation, store: ConversationStore, turn: Turn) ->
     return (np.concatenate(ids) if ids else np.zeros(0, np.int32)), texts
 
 
-def _delete_turn_rows(store: ConversationStore, turn: Turn) -> None:
+def _delete_turn_rows(store: StoreHandle, turn: Turn) -> None:
     """Delete a turn, its chunks, their tokens and index entries (inside a transaction)."""
     conn = store.conn
     chunk_ids = [(c,) for c in turn.chunk_ids]
@@ -129,7 +129,7 @@ def _delete_turn_rows(store: ConversationStore, turn: Turn) -> None:
     recall_rows.delete_turn(conn, turn.turn_id)
 
 
-def _insert_version(store: ConversationStore, user_turn_id: int, created_at: float,
+def _insert_version(store: StoreHandle, user_turn_id: int, created_at: float,
                     question: str | None, ids: np.ndarray, texts: list[str]) -> None:
     blobs = pack_tokens(ids, texts, np.zeros(len(ids), np.int32))
     store.conn.execute(
@@ -137,7 +137,7 @@ def _insert_version(store: ConversationStore, user_turn_id: int, created_at: flo
         "text_lengths) VALUES (?, ?, ?, ?, ?, ?, ?)", (user_turn_id, created_at, question, *blobs))
 
 
-def retire_answer(conv: Conversation, store: ConversationStore) -> list[Chunk]:
+def retire_answer(conv: Conversation, store: StoreHandle) -> list[Chunk]:
     """Regenerate, first half: move the last answer among the versions of its question.
 
     One transaction; returns the removed chunks (drop their index vectors).  The
@@ -154,7 +154,7 @@ def retire_answer(conv: Conversation, store: ConversationStore) -> list[Chunk]:
     return conv.remove_turns_from()
 
 
-def show_version(conv: Conversation, store: ConversationStore, version: AnswerVersion) -> tuple[Turn, list[Chunk]]:
+def show_version(conv: Conversation, store: StoreHandle, version: AnswerVersion) -> tuple[Turn, list[Chunk]]:
     """Flip: put ``version`` in the conversation as the answer, the shown one among the versions.
 
     One transaction.  Returns the new answer turn and the removed chunks.
@@ -176,7 +176,7 @@ def show_version(conv: Conversation, store: ConversationStore, version: AnswerVe
     return turn, removed
 
 
-def begin_continue(conv: Conversation, store: ConversationStore) -> Turn:
+def begin_continue(conv: Conversation, store: StoreHandle) -> Turn:
     """Continue, first half: reopen the last answer (its closing framing goes), one transaction.
 
     Tokens then stream into the same turn and its last chunk, exactly as if the answer had
@@ -201,7 +201,7 @@ def begin_continue(conv: Conversation, store: ConversationStore) -> Turn:
     return turn
 
 
-def replace_question(conv: Conversation, store: ConversationStore, token_ids, texts) -> tuple[Turn, list[Chunk]]:
+def replace_question(conv: Conversation, store: StoreHandle, token_ids, texts) -> tuple[Turn, list[Chunk]]:
     """Edit and resend: the last question gets new words; its answer becomes a version.
 
     One transaction: the old answer joins the versions (with the old wording, so it is
@@ -234,7 +234,7 @@ def replace_question(conv: Conversation, store: ConversationStore, token_ids, te
     return turn, removed
 
 
-def question_text(conv: Conversation, store: ConversationStore) -> str:
+def question_text(conv: Conversation, store: StoreHandle) -> str:
     """The words of the last question (to edit them)."""
     question, _ = last_exchange(conv)
     if question is None:

@@ -14,7 +14,7 @@ import pytest
 from conversation_writer import FRAMING, add_user, settings
 from halo_weave.store import ConversationStore, conversations_dir
 from halo_weave.errors import TransferError
-from halo_weave.storage.transfer import MAX_ID, export_conversation, import_conversation
+from halo_weave.exchange.transfer import MAX_ID, export_conversation, import_conversation
 from halo_weave.server.vocab import bundled_vocab_size
 
 from .helpers import build_conversation, what_the_user_sees
