@@ -30,8 +30,14 @@ failed, a question the memory benchmark asks without keeping its answer.
 Only live tokens are held in the columnar :class:`TokenTable`; a pruned chunk's tokens
 move to a per-chunk record (:class:`~.core.held_tokens.HeldTokens`), and chunks that were
 already pruned when the conversation was opened are fetched through ``chunk_loader`` (the
-store) when they come back.  Turns and
-chunks read from storage stay numpy columns until they are used (:mod:`.core.registry`).
+store) when they come back.  A conversation read from storage is built by
+:meth:`Conversation.from_records`; its turns and chunks stay numpy columns until they are
+used (:mod:`.core.registry`).
+
+The conversation owns all of this: its parts are private and read through read-only
+properties (:attr:`~Conversation.table`, :attr:`~Conversation.chunks`, ...), and only its
+methods change them (with the :mod:`.core` modules they hand themselves to);
+``tests/test_conversation_parts.py`` checks that no other module writes through a part.
 """
 
 from __future__ import annotations
