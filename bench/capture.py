@@ -102,11 +102,11 @@ def real(tokens: int, fmt: str, keep: Path | None) -> dict:
     conv = Conversation(settings, framing)
     prompt = "You are a helpful assistant.\n\n" + TOOL_PROMPT
     pieces = framing.wrap("system", tokenize(prompt))
-    conv.system.set(prompt, [i for i, _ in pieces], [p for _, p in pieces])
+    conv.set_system_prompt(prompt, [i for i, _ in pieces], [p for _, p in pieces])
     for role, text in STORY + [("user", QUESTION)]:
         pieces = tokenize(text)
         conv.add_turn(role, [i for i, _ in pieces], [p for _, p in pieces])
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     recorder = AttentionRecorder(keep or default_capture_dir())
     recorder.start(generation_meta(conv, model=engine.name, attention_format=fmt, question=QUESTION))
     times = []
@@ -127,8 +127,8 @@ def real(tokens: int, fmt: str, keep: Path | None) -> dict:
         recorder.record(record.token_id, record.text, conv.table.position, record.attention,
                         conv.table.brightness, chunk_ids=conv.table.chunk_id)
         times.append((time.perf_counter() - t) * 1000)
-        conv.writer.append(record.token_id, record.text)
-    conv.writer.end()
+        conv.append_token(record.token_id, record.text)
+    conv.end_turn()
     from halo_weave.storage.capture import chunk_snapshot
 
     path = recorder.finish({"chunks": chunk_snapshot(conv), "finish_reason": getattr(done, "finish_reason", None),

@@ -181,12 +181,12 @@ def _stream(app, view, conv, rng, count: int, between=None) -> list[float]:
     """Stream ``count`` tokens into ``view``; each token's wall ms (``between()`` runs
     before each token, inside its time: the painting thread's other work)."""
     times = []
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     for i in range(count):
         t = time.perf_counter()
         if between is not None:
             between()
-        conv.writer.append(int(i), " " + FILLER.split()[i % 30])
+        conv.append_token(int(i), " " + FILLER.split()[i % 30])
         n = conv.live_token_count()
         attention = rng.random(n).astype(np.float32) ** 8
         conv.apply_attention(attention / attention.sum())
@@ -194,7 +194,7 @@ def _stream(app, view, conv, rng, count: int, between=None) -> list[float]:
         view.flush()
         app.processEvents()
         times.append((time.perf_counter() - t) * 1000)
-    conv.writer.end()
+    conv.end_turn()
     view.rebuild()
     view.flush()
     app.processEvents()

@@ -52,7 +52,7 @@ def build(tok, turns, context_tokens: int, answer_tokens: int):
     framing = build_framing(lambda t: tok.tokenize(t, parse_special=True), CHATML)
     conv = Conversation(settings, framing)
     pieces = framing.wrap("system", tok.tokenize(settings.chat.system_prompt))
-    conv.system.set(settings.chat.system_prompt, [i for i, _ in pieces], [t for _, t in pieces])
+    conv.set_system_prompt(settings.chat.system_prompt, [i for i, _ in pieces], [t for _, t in pieces])
     role = "user"
     for _, text in turns:
         if conv.live_token_count() >= context_tokens - answer_tokens:

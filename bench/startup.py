@@ -121,7 +121,7 @@ def build_conversation(data_dir: Path, live_tokens: int, seed: int = 7) -> Path:
         turn = conv.add_turn(role, ids, texts)
         store.save_turn(conv, turn)
         role = "assistant" if role == "user" else "user"
-    conv.table.brightness[:] = [rng.randint(-200, 10000) for _ in range(len(conv.table))]
+    conv.set_brightness([rng.randint(-200, 10000) for _ in range(len(conv.table))])
     store.save_brightness(conv)
     pruned = conv.prune_to_fit(live_tokens)
     store.save_chunks(conv, pruned)

@@ -1,7 +1,7 @@
 """Widget timings: heatmap first paint and per-token cost at 30k live tokens, graveyard scroll.
 
 Offscreen (QT_QPA_PLATFORM=offscreen), synthetic conversation built with the core
-functions (add_turn / writer.begin / writer.append / apply_attention), no server.
+functions (add_turn / begin_turn / append_token / apply_attention), no server.
 
     python scripts/bench_ui.py [--live-tokens 30000] [--tokens 300] [--graveyard 10000]
                                [--markdown | --raw] [--png heatmap.png] [--json]
@@ -20,7 +20,7 @@ Figures (ms; *_cpu_* are process CPU time, robust to a busy machine, the rest wa
   token_random_attention_*  the same with pessimistic attention (a quarter of the tokens
                           gain every step, the top-20 % ranking reshuffles)
   token_full_repaint_p50/_p95_ms  one step with a forced repaint of the whole viewport
-  token_core_p50/_p95_ms  the core's share of the same step (writer.append + apply_attention)
+  token_core_p50/_p95_ms  the core's share of the same step (append_token + apply_attention)
   rebuild_ms              rebuild() of the whole view + its paint
   graveyard_open_ms       set_rows(10k chunks) + first paint
   graveyard_frame_*       one wheel notch (three rows) as Qt does it: blit + paint the
@@ -95,7 +95,7 @@ def synthetic_conversation(live_tokens: int = 30_000, seed: int = 0, settings: S
     rng = np.random.default_rng(seed)
     conv = Conversation(settings or Settings.of(max_context_tokens=0), framing=CHATML)
     prompt = "You are a helpful assistant."
-    conv.system.set(prompt, list(range(8)), ["<|im_start|>", "system", "\n", prompt, "<|im_end|>", "\n", "", ""])
+    conv.set_system_prompt(prompt, list(range(8)), ["<|im_start|>", "system", "\n", prompt, "<|im_end|>", "\n", "", ""])
     now = time.time() - 3600
     turn = 0
     while len(conv.table) < live_tokens:
@@ -185,10 +185,10 @@ def _time_tokens(app, view, conv: Conversation, rng: np.random.Generator, tokens
     """Stream ``tokens`` tokens; per token (wall ms of the widget's share, its CPU ms,
     the core's wall ms)."""
     widget_times, widget_cpu, core_times = [], [], []
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     for i, text in enumerate(_stream_texts(markdown, tokens, rng)):
         t0 = time.perf_counter()
-        conv.writer.append(int(rng.integers(10, 50_000)), text)
+        conv.append_token(int(rng.integers(10, 50_000)), text)
         conv.apply_attention(attention(i, conv.live_token_count()))
         t1 = time.perf_counter()
         c1 = time.process_time()
@@ -199,7 +199,7 @@ def _time_tokens(app, view, conv: Conversation, rng: np.random.Generator, tokens
         widget_cpu.append((time.process_time() - c1) * 1000)
         core_times.append((t1 - t0) * 1000)
         widget_times.append((t2 - t1) * 1000)
-    conv.writer.end()
+    conv.end_turn()
     view.rebuild()  # what the app does when a turn ends
     view.flush()
     app.processEvents()
@@ -238,16 +238,16 @@ def bench_heatmap(live_tokens: int, tokens: int, png: str | None, markdown: bool
     rand_wall, rand_cpu, _ = _time_tokens(app, view, conv, rng, tokens,
                                           lambda i, n: random_attention(rng, n), markdown)
     full_times = []
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     for i in range(min(tokens, 100)):
-        conv.writer.append(int(rng.integers(10, 50_000)), " " + WORDS[i % len(WORDS)])
+        conv.append_token(int(rng.integers(10, 50_000)), " " + WORDS[i % len(WORDS)])
         conv.apply_attention(random_attention(rng, conv.live_token_count()))
         t1 = time.perf_counter()
         view.append_streamed()
         view.flush()
         view.viewport().repaint()
         full_times.append((time.perf_counter() - t1) * 1000)
-    conv.writer.end()
+    conv.end_turn()
 
     start, cpu = time.perf_counter(), time.process_time()
     view.rebuild()

@@ -317,7 +317,7 @@ class ConversationStore:
         Call every ~16 streamed tokens; the turn is stored as incomplete until
         :meth:`save_turn` closes it.
         """
-        turn = conv.writer.turn
+        turn = conv.open_turn
         if turn is None:
             return
         changed = [
@@ -398,9 +398,9 @@ class ConversationStore:
 
     def _write_counters(self, conv: Conversation) -> None:
         self._put_meta({
-            "next_position": conv.writer.next_position,
-            "next_turn_id": conv.writer.next_turn_id,
-            "next_chunk_id": conv.writer.next_chunk_id,
+            "next_position": conv.next_position,
+            "next_turn_id": conv.next_turn_id,
+            "next_chunk_id": conv.next_chunk_id,
             "updated_at": time.time(),
         })
 

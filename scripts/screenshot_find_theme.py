@@ -68,7 +68,6 @@ def _pieces(text: str) -> list[str]:
 def write_conversation(data_dir: Path) -> Path:
     """The chat, in a real file: every third answer's second paragraph pruned, the last
     question recalling the Lisbon and Mochi paragraphs, and a branch at its first message."""
-    from halo_weave.core import recall
     from halo_weave.settings import Settings
     from halo_weave.storage import branches, recall_rows
     from halo_weave.store import ConversationStore, new_conversation_path
@@ -91,7 +90,7 @@ def write_conversation(data_dir: Path) -> Path:
         pruned += conv.prune_chunk(code[0].id)
         store.save_chunks(conv, pruned)
         mochi = [c.id for c in conv.content_chunks(turns[2])] + [c.id for c in conv.content_chunks(turns[3])]
-        recall.record(conv, turns[2 * RECALLED_FOR + 2], mochi)
+        conv.record_recall(turns[2 * RECALLED_FOR + 2], mochi)
         with store.transaction():
             recall_rows.write(store.conn, conv, turns[2 * RECALLED_FOR + 2])
         # A branch at the first message: the user asked about Porto instead, first.

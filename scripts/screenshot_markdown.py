@@ -74,7 +74,7 @@ def main() -> None:
 
     apply_dark_theme(app)
     conv = Conversation(Settings.of(min_chunk_tokens=12, highlight_fraction=0.1))
-    conv.system.set("You are a helpful assistant.", [1], ["You are a helpful assistant."])
+    conv.set_system_prompt("You are a helpful assistant.", [1], ["You are a helpful assistant."])
     question = tokens("Which liquids boil when?" if args.table else
                       "Write a **Python** function that converts Celsius to Fahrenheit.")
     conv.add_turn("user", list(range(len(question))), question)

@@ -66,7 +66,7 @@ def new_conversation(**changes) -> Conversation:
     conv = Conversation(settings(**changes), FRAMING)
     text = system_text("You are a careful assistant.")
     pieces = tokenize(text)
-    conv.system.set(text, [i for i, _ in pieces], [t for _, t in pieces])
+    conv.set_system_prompt(text, [i for i, _ in pieces], [t for _, t in pieces])
     return conv
 
 
@@ -159,10 +159,10 @@ def stream_answer(conv: Conversation, text: str, store: ConversationStore | None
     session.adopt(conv, store)
     backend = ScriptedBackend(rng, text)
     session.begin_answer()
-    turn = conv.writer.turn
+    turn = conv.open_turn
     for event in backend.stream(**session.generation_request()):
         session.receive(event)
-    conv.writer.end()
+    conv.end_turn()
     return turn
 
 

@@ -13,7 +13,7 @@ from conversation_writer import FRAMING, ScriptedBackend, settings
 from halo_weave.errors import TransferError
 from halo_weave.session import ChatSession, token_events
 from halo_weave.storage import branches as stash
-from halo_weave.storage.transfer import export_conversation, import_conversation
+from halo_weave.exchange.transfer import export_conversation, import_conversation
 from halo_weave.store import ConversationStore, new_conversation_path
 
 EXCHANGES = [

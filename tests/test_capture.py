@@ -38,12 +38,12 @@ def _framing() -> Framing:
 
 def _conversation() -> Conversation:
     conv = Conversation(Settings.of(min_chunk_tokens=4), _framing())
-    conv.system.set("sys", [5, 6, 7], ["You", " are", " kind"])
+    conv.set_system_prompt("sys", [5, 6, 7], ["You", " are", " kind"])
     words = "alpha beta gamma delta\n\n epsilon zeta eta theta\n\n iota kappa lambda mu".split(" ")
     for turn in range(4):
         role = "user" if turn % 2 == 0 else "assistant"
         conv.add_turn(role, list(range(100, 100 + len(words))), [w + " " for w in words])
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     return conv
 
 
@@ -63,7 +63,7 @@ def _generate(conv: Conversation, recorder: AttentionRecorder, tokens: int, per_
                         conv.table.brightness, chunk_ids=conv.table.chunk_id)
         sent.append((conv.table.position.copy(), attention.copy(), conv.table.brightness.copy(),
                      conv.table.chunk_id.copy()))
-        conv.writer.append(200 + i, f"t{i}" + ("\n\n" if i % 7 == 6 else " "))
+        conv.append_token(200 + i, f"t{i}" + ("\n\n" if i % 7 == 6 else " "))
     return sent
 
 
@@ -174,7 +174,7 @@ def test_prune_forecast_follows_the_conversations_own_rule(tmp_path):
     forecast = prune_forecast(load_capture(path), groups=4)
     assert forecast, "something must be prunable"
     twin = copy.deepcopy(conv)
-    twin.writer.end()
+    twin.end_turn()
     # Drop the token appended after the last record so both see the same rows.
     live_ids = set(np.unique(last.chunk_ids).tolist())
     for chunk in list(twin.chunks.values()):

@@ -13,7 +13,7 @@ from card_files import SERAPHINA, V1_CARD, card_png, chunk, png, text_chunk, wri
 from halo_weave.conversation import Framing
 from halo_weave.errors import TransferError
 from halo_weave.settings import Settings
-from halo_weave.storage.character_card import (
+from halo_weave.exchange.character_card import (
     MAX_FIELD_CHARS, card_prompt, greeting, import_card, looks_like_card, read_card,
 )
 from halo_weave.store import ConversationStore, list_conversations

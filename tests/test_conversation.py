@@ -32,7 +32,7 @@ def make(min_chunk=8, max_context=0, **kw) -> Conversation:
     # not the app's default order (oldest first).
     kw.setdefault("prune_order", "brightness")
     conv = Conversation(Settings.of(min_chunk_tokens=min_chunk, max_context_tokens=max_context, **kw), FRAMING)
-    conv.system.set("Be brief.", [90, 91, 500, 501, 94, 95], ["<|im_start|>", "system\n", "Be", " brief.", "<|im_end|>", "\n"])
+    conv.set_system_prompt("Be brief.", [90, 91, 500, 501, 94, 95], ["<|im_start|>", "system\n", "Be", " brief.", "<|im_end|>", "\n"])
     return conv
 
 
@@ -89,10 +89,10 @@ def test_streamed_and_whole_turns_chunk_identically():
     text = "Intro line here with words.\n\nSecond paragraph with more words in it.\n\nThird one closes."
     whole, streamed = make(min_chunk=5), make(min_chunk=5)
     say(whole, "assistant", text)
-    turn = streamed.writer.begin("assistant")
+    turn = streamed.begin_turn("assistant")
     for token_id, piece in zip(*words(text)):
-        streamed.writer.append(token_id, piece)
-    streamed.writer.end()
+        streamed.append_token(token_id, piece)
+    streamed.end_turn()
     assert texts_of(whole, whole.turns[0]) == texts_of(streamed, turn)
     assert len(texts_of(streamed, turn)) == 3
 
@@ -113,7 +113,7 @@ def test_positions_are_never_reused_after_pruning():
     conv = make(min_chunk=3)
     say(conv, "user", "alpha beta gamma.\n\ndelta epsilon zeta.\n\neta theta iota.")
     say(conv, "assistant", "one two three.\n\nfour five six.")
-    before = conv.writer.next_position
+    before = conv.next_position
     conv.prune_chunk(conv.chunk_by_key(0, 1, "user").id)
     say(conv, "user", "kappa lambda mu.")
     assert conv.chunks[max(conv.chunks)].start >= before
@@ -160,8 +160,8 @@ def test_current_turn_scoring_is_a_setting():
     for score_current in (True, False):
         conv = make(min_chunk=100, score_current_turn=score_current)
         say(conv, "user", "a b c")
-        turn = conv.writer.begin("assistant")
-        conv.writer.append(7, " x")
+        turn = conv.begin_turn("assistant")
+        conv.append_token(7, " x")
         n = conv.live_token_count()
         conv.apply_attention(np.full(n, 1.0 / n, np.float32))  # all at the fair share: decay
         row = conv.chunk_rows(conv.content_chunks(turn.turn_id)[0]).start
@@ -184,11 +184,9 @@ def seed_turns_3_and_4() -> Conversation:
     """The design's worked example: user turn 3 (S0..S2) and assistant turn 4 (S0..S4)."""
     conv = make(min_chunk=3)
     for _ in range(3):  # turns 0..2 so that the example's ids match the seed
-        say(conv, "user" if conv.writer.next_turn_id % 2 == 0 else "assistant", "filler words here.")
-    conv.turns.clear()
-    conv.chunks.clear()
-    conv.table.keep(np.zeros(len(conv.table), bool))
-    conv.writer.next_turn_id = 3
+        say(conv, "user" if conv.next_turn_id % 2 == 0 else "assistant", "filler words here.")
+    conv.remove_turns_from(0)  # ids are not reused: the next turn is 3
+    assert conv.next_turn_id == 3
     say(conv, "user", "u zero here.\n\nu one here.\n\nu two here.")
     say(conv, "assistant", "a zero here.\n\na one here.\n\na two here.\n\na three here.\n\na four here.")
     peaks = {(3, 0, "user"): 9000, (3, 1, "user"): 50, (3, 2, "user"): 500,
@@ -330,7 +328,7 @@ def test_pruned_chunks_from_storage_load_through_the_loader():
     saved = {c.id: conv.chunk_tokens(c.id) for c in pruned}
     conv.held.drop_pruned()  # as if the conversation had just been reopened
     calls = []
-    conv.chunk_loader = lambda ids: calls.append(list(ids)) or {i: saved[i] for i in ids}
+    conv.use_chunk_loader(lambda ids: calls.append(list(ids)) or {i: saved[i] for i in ids})
     conv.resurrect([pruned[0].id])
     assert calls == [[pruned[0].id]] and pruned[0].live
 
@@ -338,7 +336,7 @@ def test_pruned_chunks_from_storage_load_through_the_loader():
 def test_app_pruning_goes_below_the_limit_by_the_hysteresis():
     conv = seed_turns_3_and_4()
     size = conv.live_token_count()
-    conv.settings = conv.settings.replace(max_context_tokens=size - 1, prune_hysteresis=0.75)
+    conv.use_settings(conv.settings.replace(max_context_tokens=size - 1, prune_hysteresis=0.75))
     pruned = conv.prune_to_fit()
     assert conv.live_token_count() <= int((size - 1) * 0.75)
     assert len([c for c in pruned if not c.framing]) > 1  # one larger step, not the minimum

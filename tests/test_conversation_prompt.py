@@ -64,7 +64,7 @@ def test_a_file_from_before_prompts_per_conversation_keeps_its_prompt(tmp_path):
     with ConversationStore.open(path) as store:  # as an older version left it: no prompt of its own
         conv = store.load(Settings())
         old = "Be brief.\n\n" + TOOL_PROMPT
-        conv.system.set(old, [1, 2], ["Be", " brief."])
+        conv.set_system_prompt(old, [1, 2], ["Be", " brief."])
         store.save_system_prompt(conv)
         store.save_turn(conv, conv.add_turn("user", [5, 6], ["Hello", " there"]))
         assert store.get_meta("prompt") is None
@@ -75,7 +75,7 @@ def test_a_file_from_before_prompts_per_conversation_keeps_its_prompt(tmp_path):
 
 
 def test_an_export_carries_the_conversations_own_prompt(tmp_path):
-    from halo_weave.storage import transfer
+    from halo_weave.exchange import transfer
 
     path = new_conversation_path(tmp_path)
     session = _open(path)

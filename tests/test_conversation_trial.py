@@ -40,14 +40,14 @@ def state(conv: Conversation) -> dict:
         held[chunk_id] = (conv.held.texts(chunk_id) and list(conv.held.texts(chunk_id)),
                           None if tokens is None else
                           (tokens.token_ids.tolist(), list(tokens.texts), tokens.brightness.tolist()))
-    open_turn = conv.writer.turn
+    open_turn = conv.open_turn
     return {
         "columns": {name: getattr(table, name).tolist() for name in COLUMNS},
         "chunks": chunks,
         "turns": {i: dataclasses.asdict(t) for i, t in conv.turns.items()},
         "held": held,
         "recalls": dict(conv.recalls.items()),
-        "counters": (conv.writer.next_position, conv.writer.next_turn_id, conv.writer.next_chunk_id),
+        "counters": (conv.next_position, conv.next_turn_id, conv.next_chunk_id),
         "open": None if open_turn is None else open_turn.turn_id,
         "peaks": [a.tolist() for a in conv.chunk_peaks()],
         "graveyard": [c.id for c in conv.graveyard()],
@@ -74,7 +74,7 @@ def pick(rng: random.Random, chunks) -> int | None:
 def op_prune(rng, conv):
     # The app never prunes the answer being written (it spares the latest exchange).
     conv.prune_to_fit(rng.randint(len(conv.system.ids), conv.live_token_count()),
-                      keep_latest_exchange=conv.writer.turn is not None or rng.random() < 0.5)
+                      keep_latest_exchange=conv.open_turn is not None or rng.random() < 0.5)
 
 
 def op_prune_chunk(rng, conv):
@@ -117,19 +117,19 @@ def op_recall(rng, conv):
 
 
 def op_turn(rng, conv):
-    if conv.writer.turn is None:
+    if conv.open_turn is None:
         last = conv.turns.last()
         role = "assistant" if last is not None and conv.turns[last].role == "user" else "user"
-        conv.add_turn(role, *words(paragraphs(rng)), created_at=1000.0 + conv.writer.next_turn_id)
+        conv.add_turn(role, *words(paragraphs(rng)), created_at=1000.0 + conv.next_turn_id)
 
 
 def op_stream(rng, conv):
-    if conv.writer.turn is None:
-        conv.writer.begin("assistant", created_at=1000.0 + conv.writer.next_turn_id)
+    if conv.open_turn is None:
+        conv.begin_turn("assistant", created_at=1000.0 + conv.next_turn_id)
     for token_id, text in zip(*words(paragraphs(rng)[: rng.randint(5, 60)])):
-        conv.writer.append(token_id, text)
+        conv.append_token(token_id, text)
     if rng.random() < 0.5:
-        conv.writer.end()
+        conv.end_turn()
 
 
 def op_remove_last(rng, conv):
@@ -137,9 +137,9 @@ def op_remove_last(rng, conv):
 
 
 def op_reopen(rng, conv):
-    conv.writer.reopen_answer()
-    conv.writer.append(4242, " more")
-    conv.writer.end()
+    conv.reopen_answer()
+    conv.append_token(4242, " more")
+    conv.end_turn()
 
 
 OPERATIONS = [op_prune, op_prune_chunk, op_resurrect, op_pin, op_attention, op_merge, op_recall,
@@ -157,7 +157,7 @@ def attempt(operation, rng, conv) -> None:
 def test_every_operation_tried_and_taken_back_leaves_the_conversation_as_it_was(seed):
     rng = random.Random(seed)
     conv = Conversation(random_settings(rng), FRAMING)
-    conv.system.set("Be brief.", [90, 91, 500, 94, 95], ["<|im_start|>", "system\n", "Be", "<|im_end|>", "\n"])
+    conv.set_system_prompt("Be brief.", [90, 91, 500, 94, 95], ["<|im_start|>", "system\n", "Be", "<|im_end|>", "\n"])
     for _ in range(4):
         op_turn(rng, conv)
     for step in range(25):

@@ -23,7 +23,7 @@ from halo_weave.semantic_index import SemanticIndex
 from halo_weave.session import ChatSession
 from halo_weave.settings import Settings
 from halo_weave.storage.document_files import MAX_DOCUMENT_BYTES, read_document
-from halo_weave.storage.transfer import export_conversation, import_conversation
+from halo_weave.exchange.transfer import export_conversation, import_conversation
 from halo_weave.store import ConversationStore, new_conversation_path
 
 #: One fact per page of the test PDF, and a question only that page answers.
@@ -180,7 +180,7 @@ def say(session, question: str, answer: str) -> None:
     session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
     session.begin_answer()
     for token_id, piece in session.server.tokenize(answer):
-        session.conv.writer.append(token_id, piece)
+        session.conv.append_token(token_id, piece)
     session.finish_turn("stop", prune=False)
 
 

@@ -1,6 +1,6 @@
 """Chats from other apps (SillyTavern ``.jsonl``, KoboldAI Lite ``.json``) import as new
 conversations, all or nothing.  The files in ``tests/data/foreign`` are written by hand
-after how each app writes its files (see :mod:`halo_weave.storage.foreign_import`)."""
+after how each app writes its files (see :mod:`halo_weave.exchange.foreign_import`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from halo_weave.core.chat_template import build_framing
 from halo_weave.conversation import Framing
-from halo_weave.storage.foreign_import import (
+from halo_weave.exchange.foreign_import import (
     import_foreign, is_halo_weave_export, parse_st_date, read_foreign,
 )
 from halo_weave.settings import Settings

@@ -1,10 +1,10 @@
 """An object owns its state: no module reaches into another's private names.
 
-Two checks.  The conversation's private names are read from ``conversation.py`` itself
-(every ``self._x`` it assigns and every ``_x`` method it defines), and an access is any
-``something._x`` outside that file, whatever the variable is called (``conv._x``,
-``base._x``, ``self.conv._x``); a class's own ``self._x`` is its own business and is not
-counted.  Then every module of the package, the benchmarks and the scripts
+Two checks.  The private names of the conversation and of the store are read from
+``conversation.py`` and ``store.py`` themselves (every ``self._x`` the class assigns and
+every ``_x`` method it defines), and an access is any ``something._x`` outside that file,
+whatever the variable is called (``conv._x``, ``store._write_turn``, ``self.conv._x``),
+the tests included; a class's own ``self._x`` is its own business and is not counted.  Then every module of the package, the benchmarks and the scripts
 (:func:`module_private_uses`): a private name is its module's, so ``x._y`` counts unless
 the module defines ``_y`` itself, and importing a private name from another module counts.
 
@@ -21,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OWNER = Path("halo_weave/conversation.py")
+#: The classes whose private names no other file touches, tests included: file -> class.
+GUARDED = {OWNER: "Conversation", Path("halo_weave/store.py"): "ConversationStore"}
 
 
 def private_names(source: str, class_name: str = "Conversation") -> set[str]:
@@ -37,16 +39,17 @@ def private_names(source: str, class_name: str = "Conversation") -> set[str]:
     return {n for n in names if n.startswith("_") and not n.endswith("__")}
 
 
-def accesses(root: Path = ROOT) -> list[str]:
-    """``path:line: text`` of every access to the conversation's private names from
-    another module (the package, the benchmarks, the scripts and the tests)."""
-    names = private_names((root / OWNER).read_text())
+def accesses(root: Path = ROOT, owner: Path = OWNER) -> list[str]:
+    """``path:line: text`` of every access to the private names of ``owner``'s class
+    (:data:`GUARDED`) from another module (the package, the benchmarks, the scripts and
+    the tests)."""
+    names = private_names((root / owner).read_text(), GUARDED[owner])
     pattern = re.compile(r"(\w+)\s*\.\s*(" + "|".join(map(re.escape, sorted(names))) + r")\b")
     found = []
     for folder in ("halo_weave", "bench", "scripts", "tests"):
         for path in sorted((root / folder).rglob("*.py")):
             rel = path.relative_to(root)
-            if rel == OWNER or rel == Path(__file__).resolve().relative_to(ROOT):
+            if rel == owner or rel == Path(__file__).resolve().relative_to(ROOT):
                 continue
             for number, line in enumerate(path.read_text().splitlines(), 1):
                 if any(m.group(1) != "self" for m in pattern.finditer(line)):
@@ -175,11 +178,26 @@ def test_no_module_reaches_into_the_conversation():
     assert accesses() == []
 
 
+def test_the_conversations_parts_are_private():
+    """Its parts are private attributes (read through properties), the writer included."""
+    names = private_names((ROOT / OWNER).read_text())
+    assert {"_writer", "_table", "_chunks", "_turns", "_held", "_recalls", "_system"} <= names
+
+
+def test_no_module_reaches_into_the_store():
+    """Storage's modules call the store's public methods, never ``_write_turn`` & co."""
+    owner = Path("halo_weave/store.py")
+    assert {"_write_turn", "_write_counters", "_streamed"} <= private_names((ROOT / owner).read_text(),
+                                                                             GUARDED[owner])
+    assert accesses(owner=owner) == []
+
+
 if __name__ == "__main__":
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT
-    hits = accesses(root)
-    print("\n".join(hits))
-    print(f"{len(hits)} accesses to Conversation's private names from other modules")
+    for owner, cls in GUARDED.items():
+        hits = accesses(root, owner)
+        print("\n".join(hits))
+        print(f"{len(hits)} accesses to {cls}'s private names from other modules")
     uses = bench_private_uses(root)
     print("\n".join(uses))
     print(f"{len(uses)} uses of private names in bench/")

@@ -41,7 +41,7 @@ def _conversation(tok, exchanges) -> Conversation:
     framing = build_framing(lambda t: tok.tokenize(t, parse_special=True), CHATML)
     conv = Conversation(Settings.of(min_chunk_tokens=8), framing)
     pieces = framing.wrap("system", tok.tokenize("You are brief."))
-    conv.system.set("You are brief.", [i for i, _ in pieces], [t for _, t in pieces])
+    conv.set_system_prompt("You are brief.", [i for i, _ in pieces], [t for _, t in pieces])
     for role, text in exchanges:
         pieces = tok.tokenize(text)
         conv.add_turn(role, [i for i, _ in pieces], [t for _, t in pieces])

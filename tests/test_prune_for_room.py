@@ -89,7 +89,7 @@ def test_pruning_for_room_keeps_the_window_full_and_still_brings_the_boat_back(e
     # keeps what the window holds, so the recent exchanges the model goes on from stay.
     assert max(after_live[5:]) <= KEEP < min(lazy_live[14:])
     assert max(lazy_live) <= limit and min(lazy_live[14:]) > 0.8 * limit
-    recent = {t for t in after.conv.turns if t >= after.conv.writer.next_turn_id - 12}  # the last 6 exchanges
+    recent = {t for t in after.conv.turns if t >= after.conv.next_turn_id - 12}  # the last 6 exchanges
 
     def recent_live(session) -> int:
         return sum(c.token_count for c in session.conv.live_chunks() if not c.framing and c.turn_id in recent)
@@ -99,7 +99,7 @@ def test_pruning_for_room_keeps_the_window_full_and_still_brings_the_boat_back(e
         assert not chunk_with(session.conv, "Marigold Drifter").live, "the boat talk was pruned long ago"
 
     before = lazy.conv.live_token_count()
-    latest = {lazy.conv.writer.next_turn_id - 2, lazy.conv.writer.next_turn_id - 1}
+    latest = {lazy.conv.next_turn_id - 2, lazy.conv.next_turn_id - 1}
     back, _ = _send(lazy, embedder, BOAT_ASKED, "She is the Marigold Drifter, moored at Port Quillan.")
     assert any("Marigold Drifter" in lazy.conv.chunk_text(c.id) for c in back)
     boat_back, _ = _send(after, embedder, BOAT_ASKED, "She is the Marigold Drifter, moored at Port Quillan.")
@@ -136,7 +136,7 @@ def test_a_message_prunes_older_context_to_make_room_for_what_it_brings_back(emb
                            window=TIGHT, prune_order="age", resurrection_keep_share=share,
                            query_max_results=5)  # few matches: most of the context is not one
         conv = session.conv
-        latest = {conv.writer.next_turn_id - 2, conv.writer.next_turn_id - 1}
+        latest = {conv.next_turn_id - 2, conv.next_turn_id - 1}
         live_before = {c.id: c for c in conv.live_chunks() if not c.framing}
         matches = session.recall.index.search(BOAT_ASKED)
         spared = {m.chunk_id for m in matches} | {a.id for m in matches if m.chunk_id in conv.chunks

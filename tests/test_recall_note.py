@@ -39,7 +39,7 @@ def _say(session: ChatSession, text: str, recalled=()) -> int:
 
 def _answer(session: ChatSession, text: str = "Noted.") -> None:
     for token_id, piece in _chars(text):
-        session.conv.writer.append(token_id, piece)
+        session.conv.append_token(token_id, piece)
     session.finish_turn("stop", prune=False)
 
 

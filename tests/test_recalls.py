@@ -30,7 +30,7 @@ def _exchange(session: ChatSession, text: str, recalled=()) -> int:
     turn = session.add_user_message(*_pieces(text), recalled=recalled)
     session.begin_answer()
     for i, word in enumerate("Noted, thank you for telling me.".split()):
-        session.conv.writer.append(300 + i, (" " if i else "") + word)
+        session.conv.append_token(300 + i, (" " if i else "") + word)
     session.finish_turn("stop", prune=False)
     return turn.turn_id
 

@@ -99,7 +99,7 @@ def told(client, embedder, tmp_path):
         session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
         session.begin_answer()
         for token_id, piece in client.tokenize("Noted."):
-            conv.writer.append(token_id, piece)
+            conv.append_token(token_id, piece)
         session.finish_turn("stop", prune=False)
     session.prune(limit=30)
     index = SemanticIndex(session.store.conn, settings, embedder, lock=session.store.lock)

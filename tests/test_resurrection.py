@@ -100,7 +100,7 @@ def long_chat(embedder, tmp_path_factory):  # noqa: F811
     for i in range(39):
         question, *answer = TOPICS[i % len(TOPICS)]
         exchange(conv, store, index, embedder, question, *answer)
-        if conv.writer.next_turn_id == 40:
+        if conv.next_turn_id == 40:
             pruned_by_turn_40 = not chunk_with(conv, "Marigold Drifter").live
     store.close()
     return path, conv.settings, pruned_by_turn_40
@@ -130,7 +130,7 @@ def ask(conv, store, index, embedder, text):  # noqa: F811
 def test_chekhovs_gun_comes_back_in_place(long_chat, chat, embedder):  # noqa: F811
     conv, store, index = chat
     assert long_chat[2] is True  # pruned by turn 40
-    assert conv.writer.next_turn_id == 80
+    assert conv.next_turn_id == 80
     fact = chunk_with(conv, "Marigold Drifter")
     question = conv.chunk_by_key(0, 0, "user")
     opening = conv.chunk_by_key(1, 0, "assistant")

@@ -237,20 +237,21 @@ def test_user_chunk_is_reembedded_once_its_answer_arrives(embedder, tmp_path):
 def test_open_turn_waits_until_complete(embedder, tmp_path):
     conv = new_conversation(embedder)
     say(conv, embedder, "user", "Tell me about volcanoes and how they erupt, in simple words.")
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     for token_id, text in zip(*tokenize(embedder, "Volcanoes erupt when magma rises")):
-        conv.writer.append(token_id, text)
+        conv.append_token(token_id, text)
     index = SemanticIndex(open_db(tmp_path / "conv.db"), conv.settings, embedder)
     index.index_pending(conv)
     assert index.entry_count == 1  # the streaming answer is not embedded half-written
-    conv.writer.end()
+    conv.end_turn()
     assert len(index.pending(conv)) == 2  # the answer, and the question with its answer
 
 
 # ---------------------------------------------------------------------- search
 def test_user_matches_get_the_similarity_boost(garden):
     conv, _, index = garden
-    index.settings = conv.settings = conv.settings.replace(hybrid_search=False)
+    index.settings = conv.settings.replace(hybrid_search=False)
+    conv.use_settings(index.settings)
     for match in index.search("tomatoes on a balcony"):
         boost = conv.settings.search.user_similarity_boost if match.role == "user" else 1.0
         assert match.score == pytest.approx(match.similarity * boost, abs=1e-5)

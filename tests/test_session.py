@@ -124,14 +124,14 @@ def test_a_message_whose_save_fails_leaves_the_conversation_as_it_was(client, tm
     _turn(session, rng)
     conv = session.conv
     before = ({name: getattr(conv.table, name).tolist() for name in ("position", "token_id", "brightness")},
-              {c.id: (c.live, c.token_count) for c in conv.chunks.values()}, conv.writer.next_turn_id)
+              {c.id: (c.live, c.token_count) for c in conv.chunks.values()}, conv.next_turn_id)
     pieces = session.server.tokenize("Remember the violet harbor.")
     session.store.conn.execute("PRAGMA query_only = 1")
     with pytest.raises(sqlite3.OperationalError, match="readonly"):
         session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
     assert session.conv is conv
     assert ({name: getattr(conv.table, name).tolist() for name in ("position", "token_id", "brightness")},
-            {c.id: (c.live, c.token_count) for c in conv.chunks.values()}, conv.writer.next_turn_id) == before
+            {c.id: (c.live, c.token_count) for c in conv.chunks.values()}, conv.next_turn_id) == before
     session.store.conn.execute("PRAGMA query_only = 0")
     turn = session.add_user_message([i for i, _ in pieces], [t for _, t in pieces])
     peek = sqlite3.connect(path)

@@ -25,7 +25,7 @@ def snapshot(conv) -> dict:
              ("position", "token_id", "brightness", "chunk_id", "turn_id", "framing")}
     return {
         "system": (conv.system.text, conv.system.ids.tolist(), conv.system.texts),
-        "counters": (conv.writer.next_position, conv.writer.next_turn_id, conv.writer.next_chunk_id),
+        "counters": (conv.next_position, conv.next_turn_id, conv.next_chunk_id),
         "turns": {t: dataclasses.asdict(turn) for t, turn in conv.turns.items()},
         # resurrected_at is this session's ranking hint, not saved (see core/records.py).
         "chunks": {c: {k: v for k, v in dataclasses.asdict(chunk).items() if k != "resurrected_at"}
@@ -139,10 +139,10 @@ def test_user_turn_is_in_the_file_before_it_is_shown(store, path, reopen):
 def test_streamed_batches_survive_a_crash_mid_answer(store, path, reopen):
     conv = new_conversation()
     store.save_turn(conv, add_user(conv, message(random.Random(2), 1)))
-    turn = conv.writer.begin("assistant")
+    turn = conv.begin_turn("assistant")
     words = [f" w{i}" for i in range(40)]
     for n, word in enumerate(words, 1):
-        conv.writer.append(1000 + n, word)
+        conv.append_token(1000 + n, word)
         if n % 16 == 0:
             store.save_stream_progress(conv)
     # The app dies here: 32 tokens were written in two batches, 8 were not.
@@ -153,7 +153,7 @@ def test_streamed_batches_survive_a_crash_mid_answer(store, path, reopen):
     assert text == "<|im_start|>assistant\n" + "".join(words[:32]) + "<|im_end|>\n"
     suffix = recovered.chunks[answer.chunk_ids[-1]]
     assert suffix.framing and suffix.start == recovered.chunks[answer.chunk_ids[-2]].end
-    assert recovered.writer.next_position == suffix.end
+    assert recovered.next_position == suffix.end
     # The repair was written: a later open sees the same closed turn.
     assert snapshot(reopen(path)) == snapshot(recovered)
 
@@ -161,11 +161,11 @@ def test_streamed_batches_survive_a_crash_mid_answer(store, path, reopen):
 def test_crash_before_any_answer_token_drops_the_empty_turn(store, path, reopen):
     conv = new_conversation()
     store.save_turn(conv, add_user(conv, "hello"))
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     store.save_stream_progress(conv)  # only the prefix framing was written
     recovered = reopen(path)
     assert list(recovered.turns) == [0]
-    assert recovered.writer.next_position >= conv.writer.next_position  # positions are never reused
+    assert recovered.next_position >= conv.next_position  # positions are never reused
 
 
 def test_prune_resurrect_pin_and_prune_by_hand_are_persisted(store, path, reopen):

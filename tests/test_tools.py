@@ -355,7 +355,7 @@ def test_result_marker_detection():
 # ---------------------------------------------------------------- persistence
 def test_notes_survive_reopening_the_store_and_export_import(runner, tmp_path):
     from halo_weave.store import ConversationStore
-    from halo_weave.storage.transfer import export_conversation, import_conversation
+    from halo_weave.exchange.transfer import export_conversation, import_conversation
 
     path = tmp_path / "notes-test.sqlite"
     with ConversationStore.open(path) as store:

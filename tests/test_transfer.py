@@ -13,7 +13,7 @@ import pytest
 
 from conversation_writer import FRAMING, add_user, message, new_conversation, settings, stream_answer
 from halo_weave.store import ConversationStore, conversations_dir, new_conversation_path
-from halo_weave.storage.transfer import (
+from halo_weave.exchange.transfer import (
     FORMAT, TransferError, export_conversation, export_document, import_conversation,
 )
 

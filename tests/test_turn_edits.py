@@ -41,11 +41,11 @@ def test_continue_extends_the_same_answer_and_chunk(chat):
     _, answer = turn_edits.last_exchange(conv)
     chunks_before = [c.id for c in conv.content_chunks(answer.turn_id)]
     turn = turn_edits.begin_continue(conv, store)
-    assert turn is answer and conv.writer.turn is answer
+    assert turn is answer and conv.open_turn is answer
     assert conv.live_input_ids()[-1] != FRAMING.suffix["assistant"][0][-1], "the model goes on from the text"
     for token_id, piece in tokenize(" China and India."):
-        conv.writer.append(token_id, piece)
-    conv.writer.end()
+        conv.append_token(token_id, piece)
+    conv.end_turn()
     store.save_turn(conv, answer)
     assert answer_text(conv, answer.turn_id) == "Tea is a drink.\n\nIt grows on bushes in China and India."
     assert [c.id for c in conv.content_chunks(answer.turn_id)] == chunks_before, "same turn, same chunking"
@@ -55,7 +55,7 @@ def test_continue_extends_the_same_answer_and_chunk(chat):
     assert conv.live_input_ids()[-len(FRAMING.suffix["assistant"][0]):].tolist() == FRAMING.suffix["assistant"][0]
     again, store = reopened(store)
     assert answer_text(again, answer.turn_id) == answer_text(conv, answer.turn_id)
-    assert again.writer.next_position == conv.writer.next_position
+    assert again.next_position == conv.next_position
     assert len(again.turns) == len(conv.turns) and again.turns[answer.turn_id].complete
     store.close()
 

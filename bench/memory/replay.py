@@ -138,7 +138,7 @@ class MeanRankConversation(Conversation):
 def new_conversation(tok: TokenizedDialogue, settings: Settings, rank: str = "peak") -> Conversation:
     """An empty conversation with the dialogue's framing and system prompt."""
     conv = (MeanRankConversation if rank == "mean" else Conversation)(settings, tok.framing)
-    conv.system.set(settings.chat.system_prompt, [i for i, _ in tok.system],
+    conv.set_system_prompt(settings.chat.system_prompt, [i for i, _ in tok.system],
                            [t for _, t in tok.system])
     return conv
 
@@ -269,7 +269,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
             before = conv.live_token_count()
             room = resurrection_budget(conv, len(ids), model_context, max_new_tokens,
                                        session.settings.recall.resurrection_budget_cap)
-            matches = search(turn.text, conv.writer.next_turn_id)
+            matches = search(turn.text, conv.next_turn_id)
             if policy.resurrect == "plain":  # rag: by similarity, no anchors
                 back = conv.resurrect(plain_plan(conv, matches, room), with_anchors=False)
             else:
@@ -288,7 +288,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
         if policy.attention and (turn.role == "assistant" or policy.score_user):
             session.begin_answer(role=turn.role, created_at=turn.created_at)
             request = session.generation_request()
-            keys = live_keys(conv) + list(range(conv.writer.next_position, conv.writer.next_position + len(ids)))
+            keys = live_keys(conv) + list(range(conv.next_position, conv.next_position + len(ids)))
             live = conv.table.position[~conv.table.framing].copy()
             for event in backend.stream(forced=(ids, texts), keys=keys, **request):
                 session.receive(event)

@@ -21,7 +21,7 @@ def merge_with_next(conv, chunk_id: int) -> tuple[Chunk, Chunk]:
     index = next(i for i, c in enumerate(content) if c.id == chunk_id)
     if chunk.framing or index + 1 >= len(content):
         raise ConversationError("there is no next chunk in this turn to merge with")
-    if turn is conv.writer.turn:
+    if turn is conv.open_turn:
         raise ConversationError("cannot merge while the turn is being generated")
     nxt = content[index + 1]
     if not (chunk.live and nxt.live) or nxt.start != chunk.end:

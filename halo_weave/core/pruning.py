@@ -115,7 +115,7 @@ def take_out(conv, chunks: list[Chunk]) -> list[Chunk]:
     table, keeping their tokens for a cheap resurrection and their peak as
     ``brightness_at_prune``.  Returns every chunk pruned, in position order."""
     gone = {c.id for c in chunks}
-    open_turn = conv.writer.turn
+    open_turn = conv.open_turn
     for turn_id in {c.turn_id for c in chunks}:
         if open_turn is not None and turn_id == open_turn.turn_id:
             continue

@@ -71,6 +71,22 @@ def record(conv, turn_id: int, chunk_ids: Iterable[int]) -> None:
             chunk.recalled_for = turn_id
 
 
+def take_stored(conv, rows_by_turn: dict[int, list[tuple[int, bool]]]) -> None:
+    """What the file says each message recalled: ``turn_id -> [(chunk_id, marked), ...]``
+    in the recall's order.  A list is taken only for a user turn, of the chunks that
+    exist, and a mark only on a live chunk; pruned chunks stay columns (no object is
+    made for them)."""
+    for turn_id, rows in rows_by_turn.items():
+        turn = conv.turns.get(turn_id)
+        if turn is None or turn.role != "user":
+            continue
+        kept = [(c, marked) for c, marked in rows if c in conv.chunks]
+        conv.recalls.put(turn_id, [c for c, _ in kept])
+        for chunk_id, marked in kept:
+            if marked and conv.chunks[chunk_id].live:
+                conv.chunks[chunk_id].recalled_for = turn_id
+
+
 def move(conv, old_turn: int, new_turn: int, chunk_ids: Iterable[int]) -> None:
     """The message ``old_turn``, which recalled ``chunk_ids``, was replaced by ``new_turn``
     (edited and sent again): what it recalled, and the marks it left, go to the new one."""

@@ -44,4 +44,4 @@ def put_back(conv, chunk: Chunk, data: ChunkTokens, brightness: np.ndarray) -> N
     )
     conv.held.revive(chunk.id, data.texts)
     chunk.live = True
-    chunk.resurrected_at = conv.writer.next_position
+    chunk.resurrected_at = conv.next_position

@@ -50,6 +50,10 @@ class TurnWriter:
          self.next_position, self.next_turn_id, self.next_chunk_id) = snapshot
         self._detector = copy.copy(detector)
 
+    def take_counters(self, position: int, turn_id: int, chunk_id: int) -> None:
+        """Go on from counters read back from storage (a conversation reopened)."""
+        self.next_position, self.next_turn_id, self.next_chunk_id = position, turn_id, chunk_id
+
     def _start_brightness(self) -> int:
         """Where a new turn's tokens start: the cap ("fail bright") or the live median of
         the scored tokens (``new_token_brightness``)."""

@@ -57,8 +57,8 @@ def due_chunks(conv, vectors, agreed: AgreedSignatures, limit: int) -> list[int]
     ascending.  ``limit``: the embedding word-piece limit (part of every digest)."""
     ids, turn_ids, chunk_index, roles, counts = conv.chunks.current_columns()
     wanted = chunk_index >= 0
-    if conv.writer.turn is not None:
-        wanted &= turn_ids != conv.writer.turn.turn_id
+    if conv.open_turn is not None:
+        wanted &= turn_ids != conv.open_turn.turn_id
     sigs = signatures(ids, turn_ids, chunk_index, roles, counts, conv.turns.incomplete())[wanted]
     ids = ids[wanted]
     n = vectors.n

@@ -48,7 +48,7 @@ class ReadPlan:
 def plan_read(conv: Conversation, window: int, answer_turn: int | None = None) -> ReadPlan | None:
     """The read for ``answer_turn`` (default: the last assistant turn), or None when there
     is nothing to read (no live answer, or an answer while a turn is still open)."""
-    if conv.writer.turn is not None:
+    if conv.open_turn is not None:
         return None
     turn_id = conv.turns.last("assistant") if answer_turn is None else answer_turn
     if turn_id is None:

@@ -90,7 +90,7 @@ class Branches:
         the first turn of the branch now shown."""
         storage = _storage()
         session = self._session
-        if session.conv is None or session.conv.writer.turn is not None:
+        if session.conv is None or session.conv.open_turn is not None:
             raise storage.BranchError("Wait for the answer to finish before switching branches.")
         state = self.state_of(turn_id)
         target = state and (state.previous if step < 0 else state.next)

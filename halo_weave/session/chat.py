@@ -7,7 +7,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Protocol
 
-from ..core import recall
 from ..conversation import Chunk, Conversation, Framing, Turn
 from ..errors import AttentionError
 from ..events import TokenEvent
@@ -107,14 +106,14 @@ class ChatSession:
         file under it); the semantic index and the server stay as they are."""
         conv = self.store.load(self.settings, self.framing or Framing.none())
         if self.framing is not None:
-            conv.framing = self.framing
+            conv.use_framing(self.framing)
         self.conv = conv
         return conv
 
     def adopt(self, conv: Conversation, store=None) -> Conversation:
         """Run turns on ``conv``, saved to ``store`` (None: in memory only, e.g. a benchmark)."""
         if self.framing is not None:
-            conv.framing = self.framing
+            conv.use_framing(self.framing)
         self.store, self.conv = store, conv
         self.recall.use_index(None)
         self.recall.skip()
@@ -137,7 +136,7 @@ class ChatSession:
         self.answer.stop_ids = {ids[0] for ids, texts in [framing.suffix.get("assistant", ([], []))]
                                 if ids and (texts[0] == "" or texts[0] in stops)}
         if self.conv is not None:
-            self.conv.framing = framing
+            self.conv.use_framing(framing)
         self.server.name_conversation()
         declared = backend.capabilities.attention
         if declared is None and info.supports_attention:
@@ -170,7 +169,7 @@ class ChatSession:
         if store is None:
             return
         try:
-            if conv is not None and conv.writer.turn is None and not store.read_only:
+            if conv is not None and conv.open_turn is None and not store.read_only:
                 store.save_brightness(conv)
         finally:
             store.close()
@@ -198,7 +197,7 @@ class ChatSession:
         conv, store = self.conv, self.store
         saved = conv.snapshot() if store is not None else None
         turn = conv.add_turn("user", ids, texts, created_at)
-        recall.record(conv, turn.turn_id, [c.id for c in recalled])
+        conv.record_recall(turn.turn_id, [c.id for c in recalled])
         if store is not None:
             try:
                 store.save_turn(conv, turn)
@@ -234,11 +233,11 @@ class ChatSession:
         ``role="user"``: a turn whose tokens stream in like an answer (the memory
         benchmark scores user turns by their prefill attention that way).
         """
-        self.conv.writer.begin(role, created_at)
+        self.conv.begin_turn(role, created_at)
         self.answer.start()
         self.rounds.reset()
         for token_id, piece in prefix:
-            self.conv.writer.append(int(token_id), piece)
+            self.conv.append_token(int(token_id), piece)
             self.answer.added()
 
     def resume_answer(self) -> Turn:
@@ -278,7 +277,7 @@ class ChatSession:
         is applied before the token is appended, and not kept afterwards.
         """
         conv, answer = self.conv, self.answer
-        if conv is None or conv.writer.turn is None or event.token_id in answer.stop_ids:
+        if conv is None or conv.open_turn is None or event.token_id in answer.stop_ids:
             return False
         answer.clock.token()
         attention = self.recall.without_note(event.attention, conv.live_token_count())
@@ -291,7 +290,7 @@ class ChatSession:
                 if answer.attention_errors == 1:
                     self.report(exc, "Brightness update")
         self.rounds.record(event.token_id, event.text, attention)
-        conv.writer.append(event.token_id, event.text)
+        conv.append_token(event.token_id, event.text)
         answer.added()
         if answer.streamed % STREAM_SAVE_EVERY == 0:
             self.save(lambda: self.store.save_stream_progress(conv), "Saving the answer")
@@ -304,9 +303,9 @@ class ChatSession:
         """
         conv, answer = self.conv, self.answer
         answer.finish(reason, rate)
-        if conv is None or conv.writer.turn is None:
+        if conv is None or conv.open_turn is None:
             return TurnEnd(reason, None)
-        turn = conv.writer.end()
+        turn = conv.end_turn()
         self.recall.end_note()
         before = self.attention_available
         if answer.streamed and not answer.attention_seen and self.attention_available:
@@ -335,8 +334,8 @@ class ChatSession:
     def close_open_turn(self) -> None:
         """Quitting mid-answer keeps the partial answer."""
         conv, store = self.conv, self.store
-        if conv is not None and store is not None and conv.writer.turn is not None:
-            turn = conv.writer.end()
+        if conv is not None and store is not None and conv.open_turn is not None:
+            turn = conv.end_turn()
             self.save(lambda: store.save_turn(conv, turn), "Saving the answer")
 
     # ------------------------------------------------------------------ plumbing

@@ -33,7 +33,7 @@ class LastExchange:
     def last_exchange(self) -> tuple[Turn | None, Turn | None]:
         """(the last question, its answer or None); (None, None) while a turn is open."""
         conv = self._session.conv
-        if conv is None or conv.writer.turn is not None or not len(conv.turns):
+        if conv is None or conv.open_turn is not None or not len(conv.turns):
             return None, None
         return _turn_edits().last_exchange(conv)
 

@@ -183,7 +183,7 @@ class Recall:
         """The note the open answer's request carries: a copy of what its question
         recalled, before the question (:mod:`halo_weave.memory.recall_note`)."""
         conv = self._session.conv
-        turn = conv.writer.turn if conv is not None else None
+        turn = conv.open_turn if conv is not None else None
         if turn is None or turn.role != "assistant" or not self.writes_notes:
             return None
         question = conv.turns.last("user")

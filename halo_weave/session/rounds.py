@@ -34,13 +34,13 @@ class Rounds:
     def answer_text(self) -> str:
         """The open answer's text so far (all rounds)."""
         conv = self._session.conv
-        return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(conv.writer.turn.turn_id))
+        return "".join(conv.chunk_text(c.id) for c in conv.content_chunks(conv.open_turn.turn_id))
 
     def has_tool_call(self) -> bool:
         """Whether the open answer holds a tool call (with the notebook tool on)."""
         session = self._session
         conv = session.conv
-        return (session.settings.chat.notes_tool and conv is not None and conv.writer.turn is not None
+        return (session.settings.chat.notes_tool and conv is not None and conv.open_turn is not None
                 and notebook.OPEN_TAG in self.answer_text())
 
     def apply_tool_step(self, step, prefix, result) -> bool:
@@ -48,9 +48,9 @@ class Rounds:
         session = self._session
         conv, store = session.conv, session.store
         for token_id, text in prefix:
-            conv.writer.append(int(token_id), text)
+            conv.append_token(int(token_id), text)
         for token_id, text in result:
-            conv.writer.append(int(token_id), text, tool_result=True)
+            conv.append_token(int(token_id), text, tool_result=True)
         session.answer.added(len(prefix) + len(result))
         notes_saved = step.new_notes is not None and session.save(
             lambda: store.save_tool_data(notebook.NOTES_NAME, step.new_notes), "Saving notes")

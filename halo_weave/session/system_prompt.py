@@ -75,7 +75,7 @@ class SystemPrompt:
         """Adopt ``prompt`` tokenized (:meth:`pieces`) as the system turn and save it."""
         session = self._session
         conv = session.conv
-        conv.system.set(prompt, [i for i, _ in pieces], [t for _, t in pieces])
+        conv.set_system_prompt(prompt, [i for i, _ in pieces], [t for _, t in pieces])
         self._framed_with = (conv, session.server.template.name)
         own = without_notes_tool(prompt)
         session.save(lambda: session.store.save_system_prompt(conv, own), "Saving the system prompt")

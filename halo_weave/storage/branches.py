@@ -39,17 +39,15 @@ import sqlite3
 import time
 import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core import token_resurrection
 from ..conversation import Chunk, Conversation, Turn
 from ..errors import ConversationError, StoreDamaged
 from . import integrity
+from .handle import StoreHandle
 from .schema import unpack_ints
 from .sql import batches
-
-if TYPE_CHECKING:
-    from ..store import ConversationStore
 
 #: Parent of a tail that starts at the first message.
 START = -1
@@ -108,7 +106,7 @@ def unpack_tail(blob: bytes) -> dict:
 
 
 # ---------------------------------------------------------------------- reading
-def stashed(store: ConversationStore, parent_turn_id: int | None = None) -> list[StashedBranch]:
+def stashed(store: StoreHandle, parent_turn_id: int | None = None) -> list[StashedBranch]:
     """Stashed tails (of one parent, or all), in the order they were made."""
     where, args = ("WHERE parent_turn_id = ?", (parent_turn_id,)) if parent_turn_id is not None else ("", ())
     return [StashedBranch(*row) for row in store.conn.execute(
@@ -126,7 +124,7 @@ def parent_of(conv: Conversation, turn_id: int) -> int:
     return before
 
 
-def states(conv: Conversation, store: ConversationStore) -> dict[int, BranchState]:
+def states(conv: Conversation, store: StoreHandle) -> dict[int, BranchState]:
     """Every branch point of the conversation shown, by the first turn shown after it (or
     the id the next turn will take, when the conversation ends at the branch point)."""
     ids = list(conv.turns)
@@ -140,7 +138,7 @@ def states(conv: Conversation, store: ConversationStore) -> dict[int, BranchStat
             # The new tail is still to come (an earlier answer being regenerated): its
             # first turn will take the next id.  (A crash here: opening shows the newest
             # stashed tail again, see show_orphaned.)
-            first = conv.writer.next_turn_id
+            first = conv.next_turn_id
         earlier = [b for b in siblings if b.first_turn_id < first]
         later = [b for b in siblings if b.first_turn_id > first]
         out[first] = BranchState(parent, first, len(earlier) + 1, len(siblings) + 1,
@@ -148,7 +146,7 @@ def states(conv: Conversation, store: ConversationStore) -> dict[int, BranchStat
     return out
 
 
-def tail_turn_signatures(store: ConversationStore) -> dict[int, tuple[str, int, int]]:
+def tail_turn_signatures(store: StoreHandle) -> dict[int, tuple[str, int, int]]:
     """Every stashed turn, nested ones included: turn id -> (role, token count, sum of
     token ids of its content).  For checks (the crash test) and diagnostics."""
     out: dict[int, tuple[str, int, int]] = {}
@@ -281,7 +279,7 @@ def _delete_tail(conn, parent: int, answer_first: bool) -> None:
     conn.execute("DELETE FROM turns WHERE turn_id > ?", (parent,))
 
 
-def _stash(store: ConversationStore, parent: int) -> list[int]:
+def _stash(store: StoreHandle, parent: int) -> list[int]:
     """Move the tail after ``parent`` into a new ``branches`` row (inside a transaction).
 
     Returns the ids of the chunks that left the tables; nothing when there is no tail.
@@ -301,7 +299,7 @@ def _stash(store: ConversationStore, parent: int) -> list[int]:
     return gone
 
 
-def _restore(store: ConversationStore, branch_id: int) -> list[int]:
+def _restore(store: StoreHandle, branch_id: int) -> list[int]:
     """Put a stashed tail back into the tables and its row away (inside a transaction).
 
     Returns the restored chunk ids.  Raises :class:`StoreDamaged` when the row fails its
@@ -350,7 +348,7 @@ def _apply_prefix(conn, prefix: dict) -> None:
                      [(live, tid, cid, live) for tid, cid, live in prefix.get("recalls", [])])
 
 
-def show_orphaned(store: ConversationStore) -> bool:
+def show_orphaned(store: StoreHandle) -> bool:
     """When the conversation ends with a branch point and no tail (a regenerate of an
     earlier answer killed before its first token was saved), show the newest stashed
     tail there again, so no branch is left out of reach.  True when one was shown."""
@@ -372,11 +370,11 @@ def show_orphaned(store: ConversationStore) -> bool:
 
 # ---------------------------------------------------------------------- changing
 def _check_closed(conv: Conversation) -> None:
-    if conv.writer.turn is not None:
+    if conv.open_turn is not None:
         raise BranchError("Wait for the answer to finish before changing an earlier message.")
 
 
-def branch_at(conv: Conversation, store: ConversationStore, turn_id: int) -> list[Chunk]:
+def branch_at(conv: Conversation, store: StoreHandle, turn_id: int) -> list[Chunk]:
     """Stash the tail from ``turn_id`` on (file, then memory); a new tail may begin.
 
     Joins the caller's transaction when there is one (the new message is then saved in
@@ -418,7 +416,7 @@ def reopen_before(conv: Conversation, turn_id: int, room_for: int = 0) -> list[C
     return back
 
 
-def edit_message(conv: Conversation, store: ConversationStore, turn_id: int, token_ids, texts) -> tuple[Turn, list[Chunk]]:
+def edit_message(conv: Conversation, store: StoreHandle, turn_id: int, token_ids, texts) -> tuple[Turn, list[Chunk]]:
     """A new branch from an earlier message of the user: the message and everything after
     it are stashed, the paragraphs that led up to it come back where they fit
     (:func:`reopen_before`), and the new wording is saved (one transaction, DB-first).
@@ -440,7 +438,7 @@ def edit_message(conv: Conversation, store: ConversationStore, turn_id: int, tok
     return turn, removed
 
 
-def retire_answer(conv: Conversation, store: ConversationStore, turn_id: int) -> list[Chunk]:
+def retire_answer(conv: Conversation, store: StoreHandle, turn_id: int) -> list[Chunk]:
     """Regenerate an earlier answer: the answer and everything after it are stashed and
     what led up to it comes back where it fits (one transaction); the conversation then
     ends with its question, ready for a new answer."""
@@ -457,10 +455,10 @@ def retire_answer(conv: Conversation, store: ConversationStore, turn_id: int) ->
         raise
 
 
-def switch(store: ConversationStore, branch: StashedBranch) -> tuple[list[int], list[int]]:
+def switch(store: StoreHandle, branch: StashedBranch) -> tuple[list[int], list[int]]:
     """Show ``branch``: the tail shown after its parent is stashed and ``branch``'s tail
     restored, in one transaction.  Returns (chunk ids that left, chunk ids that came back);
-    the caller reads the conversation again (:meth:`ConversationStore.load`).
+    the caller reads the conversation again (:meth:`~halo_weave.store.ConversationStore.load`).
     """
     with store.transaction():
         gone = _stash(store, branch.parent_turn_id)

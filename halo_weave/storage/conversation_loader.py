@@ -13,7 +13,6 @@ import json
 import sqlite3
 from typing import Any
 
-from ..core import table_from_records
 from ..conversation import Conversation, Framing
 from ..core.registry import ChunkColumns, TurnColumns
 from ..errors import StoreCorrupt, StoreError
@@ -60,18 +59,14 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
         records = None  # read again, leaving the damaged records out
     elif _drop_empty_open_turn(store) | branches.show_orphaned(store):
         records = None
-    conv = Conversation(settings, framing)
     meta = {k: _json_or_none(v) for k, v in store.conn.execute("SELECT key, value FROM meta")}
     for damaged in store.damage:  # a damaged value is not used (defaults instead)
         if damaged.table == "meta":
             meta.pop(damaged.key, None)
-    conv.system.set(
-        meta.get("system_prompt", ""), meta.get("system_ids", []), meta.get("system_texts", [])
-    )
     names = meta.get("role_names")
     if isinstance(names, dict):
-        conv.role_names = {role: name.strip()[:80] for role, name in names.items()
-                           if role in ("user", "assistant") and isinstance(name, str) and name.strip()}
+        names = {role: name.strip()[:80] for role, name in names.items()
+                 if role in ("user", "assistant") and isinstance(name, str) and name.strip()}
     skip = integrity.skipped(store.damage)  # damaged records are left out (read-only)
     if records is not None and not skip:
         turns, chunks = records  # the file is as the checks read it: their rows are current
@@ -83,17 +78,17 @@ def load(store, settings: Settings | None = None, framing: Framing | None = None
         chunks = chunk_columns(store.conn, store.path.name, turns, skip)
         rows = live_token_rows(store.conn, chunks)
     # (Rows of chunks left out are dropped there: only the live chunks' order is kept.)
-    table_from_records.take_records(conv, turns, chunks, *unpack_token_rows(rows))
-    last = len(chunks) - 1
-    end = int(chunks.start[last] + chunks.token_count[last]) if len(chunks) else 0
-    chunk_end = int(chunks.id.max()) + 1 if len(chunks) else 0
-    turn_end = int(turns.turn_id[-1]) + 1 if len(turns) else 0
-    conv.writer.next_position = max(meta.get("next_position", 0), end)
-    conv.writer.next_turn_id = max(meta.get("next_turn_id", 0), turn_end)
-    conv.writer.next_chunk_id = max(meta.get("next_chunk_id", 0), chunk_end)
-    conv.chunk_loader = store.load_chunk_tokens
-    recall_rows.load(store.conn, conv, [d.key for d in store.damage if d.table == "recalls"])
-    _close_crashed_turn(store, conv)
+    conv = Conversation.from_records(
+        turns, chunks, unpack_token_rows(rows), settings=settings, framing=framing,
+        system=(meta.get("system_prompt", ""), meta.get("system_ids", []), meta.get("system_texts", [])),
+        role_names=names if isinstance(names, dict) else None,
+        counters=(meta.get("next_position", 0), meta.get("next_turn_id", 0), meta.get("next_chunk_id", 0)),
+        recalls=recall_rows.read(store.conn, [d.key for d in store.damage if d.table == "recalls"]),
+        chunk_loader=store.load_chunk_tokens,
+    )
+    closed = conv.close_crashed_turns()
+    if closed and not store.read_only:
+        store.save_closed_turns(conv, closed)
     return conv
 
 # Opening reads every turn and chunk record as a few comma-joined columns and keeps
@@ -130,21 +125,6 @@ def _drop_empty_open_turn(store) -> bool:
         store.conn.execute("DELETE FROM chunks WHERE turn_id = ?", (row[0],))
         store.conn.execute("DELETE FROM turns WHERE turn_id = ?", (row[0],))
     return True
-
-def _close_crashed_turn(store, conv: Conversation) -> None:
-    incomplete = [conv.turns[t] for t in conv.turns.incomplete()]
-    if not incomplete:
-        return
-    last = conv.turns.last()
-    for turn in incomplete:
-        if turn.turn_id == last:
-            conv.writer.resume(last)
-            conv.writer.end()
-        else:  # cannot happen through this API; closing it keeps positions ordered
-            turn.complete = True
-    if not store.read_only:
-        store.save_closed_turns(conv, incomplete)
-
 
 def _json_or_none(text: str) -> Any:
     try:

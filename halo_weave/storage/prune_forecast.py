@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..core import table_from_records
 from ..errors import CaptureError
 
 if TYPE_CHECKING:
@@ -48,13 +47,12 @@ def prune_forecast(capture: Capture, record: int = -1, groups: int = 10) -> list
         live_rows[chunk_id] = dict(row, start=int(positions[a]), token_count=int(b - a),
                                    peak=int(brightness[a:b].max()))
     for row in sorted(live_rows.values(), key=lambda r: r["start"]):
-        if row["turn_id"] not in conv.turns:
-            conv.turns[row["turn_id"]] = Turn(row["turn_id"], row["role"], 0.0, complete=True)
+        turn = Turn(row["turn_id"], row["role"], 0.0, complete=True)
         chunk = Chunk(row["id"], row["turn_id"], row["chunk_index"], row["role"], row["start"],
                       row["token_count"], live=True, pinned=row["pinned"], tool_result=row["tool_result"])
         a = int(np.searchsorted(positions, row["start"]))
         n = row["token_count"]
-        table_from_records.add_chunk(conv, chunk, ChunkTokens(np.zeros(n, np.int32), [""] * n, brightness[a:a + n].copy()))
+        conv.add_stored_chunk(turn, chunk, ChunkTokens(np.zeros(n, np.int32), [""] * n, brightness[a:a + n].copy()))
     forecast = []
     while len(forecast) < groups and conv.live_token_count() > 0:
         pruned = [c for c in conv.prune_to_fit(conv.live_token_count() - 1) if not c.framing]

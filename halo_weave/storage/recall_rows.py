@@ -1,6 +1,6 @@
 """The ``recalls`` table (m008): what each user message recalled, and which of those
 chunks are still marked (not pruned since).  Every statement on it is here; the store
-calls them inside its transactions, and opening reads them back with :func:`load`.
+calls them inside its transactions, and opening reads them back with :func:`read`.
 """
 
 from __future__ import annotations
@@ -38,24 +38,15 @@ def delete_turn(conn: sqlite3.Connection, turn_id: int) -> None:
     conn.execute("DELETE FROM recalls WHERE turn_id = ?", (turn_id,))
 
 
-def load(conn: sqlite3.Connection, conv: Conversation, skip: Sequence[int] = ()) -> None:
-    """Put what the file says each message recalled into ``conv`` (rows in ``skip``,
-    damaged, are left out).  A row is taken only for a user turn and a chunk that both
-    exist, and a mark only on a live chunk.  Rows are written in the recall's order and
-    read back in it; pruned chunks stay columns (opening a long conversation makes no
-    object for them)."""
+def read(conn: sqlite3.Connection, skip: Sequence[int] = ()) -> dict[int, list[tuple[int, bool]]]:
+    """What the file says each message recalled: ``turn_id -> [(chunk_id, marked), ...]``
+    in the recall's order (rows in ``skip``, damaged, are left out).  The conversation
+    takes them (:meth:`~halo_weave.conversation.Conversation.from_records`), a list only
+    for a user turn and a chunk that both exist, a mark only on a live chunk."""
     left_out = set(skip)
     by_turn: dict[int, list[tuple[int, bool]]] = {}
     for row_id, turn_id, chunk_id, live in conn.execute(
             "SELECT id, turn_id, chunk_id, live FROM recalls ORDER BY turn_id, id"):
         if row_id not in left_out:
             by_turn.setdefault(turn_id, []).append((chunk_id, bool(live)))
-    for turn_id, rows in by_turn.items():
-        turn = conv.turns.get(turn_id)
-        if turn is None or turn.role != "user":
-            continue
-        kept = [(c, live) for c, live in rows if c in conv.chunks]
-        conv.recalls.put(turn_id, [c for c, _ in kept])
-        for chunk_id, live in kept:
-            if live and conv.chunks[chunk_id].live:
-                conv.chunks[chunk_id].recalled_for = turn_id
+    return by_turn

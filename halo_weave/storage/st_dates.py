@@ -3,7 +3,7 @@
 SillyTavern has written a message's date in several forms over its versions: JavaScript
 milliseconds, a humanized local time ("June 19, 2023 2:20pm"), its own
 "2023-06-19 @14h 20m 05s" and ISO 8601 with or without a zone.  Used by
-:mod:`.foreign_import`.
+:mod:`halo_weave.exchange.foreign_import`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The stashed branches in an export document: writing them out, checking them, reading
-them back (:mod:`.transfer` calls these; the format is in :mod:`.transfer_document`).
+them back (:mod:`halo_weave.exchange.transfer` calls these; the format is in :mod:`.transfer_document`).
 
 In the document each branch is ``{parent_turn_id, first_turn_id, created_at, tail}``
 where ``tail`` is the stashed tail of :mod:`.branches` as a JSON object (BLOBs as

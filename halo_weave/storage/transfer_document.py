@@ -26,7 +26,7 @@ The document (``{"format": "halo-weave", "version": 4, ...}``)::
 Older versions are still read: version 4 had no ``branches`` (read as none); version 3 had no ``answer_versions`` (read as none); version 2 named
 ``brightness_at_prune`` ``brightness_at_deletion`` and the ``pruned`` column ``deleted``;
 version 1 also named ``chunk_index`` ``sentence_id`` (in chunks and semantic entries).  Validation checks the entire document (types, ranges, sizes,
-references, positions) before :mod:`.transfer` writes anything.
+references, positions) before :mod:`halo_weave.exchange.transfer` writes anything.
 """
 
 from __future__ import annotations

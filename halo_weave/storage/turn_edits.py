@@ -23,10 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..conversation import Chunk, Conversation, Turn
-from ..core import recall
 from ..errors import ConversationError
-from ..store import ConversationStore
 from . import recall_rows
+from .handle import StoreHandle
 from .schema import pack_tokens, unpack_tokens
 
 
@@ -80,7 +79,7 @@ def last_exchange(conv: Conversation) -> tuple[Turn | None, Turn | None]:
     return before, last
 
 
-def versions(store: ConversationStore, user_turn_id: int) -> list[AnswerVersion]:
+def versions(store: StoreHandle, user_turn_id: int) -> list[AnswerVersion]:
     """The stored versions of the answer to a question, oldest first."""
     rows = store.conn.execute(
         "SELECT id, user_turn_id, created_at, question, token_ids, brightness, text, text_lengths "
@@ -92,7 +91,7 @@ def versions(store: ConversationStore, user_turn_id: int) -> list[AnswerVersion]
     return out
 
 
-def version_state(conv: Conversation, store: ConversationStore) -> VersionState | None:
+def version_state(conv: Conversation, store: StoreHandle) -> VersionState | None:
     """The shown answer's place among its versions; None without a last answer."""
     question, answer = last_exchange(conv)
     if question is None or answer is None:
@@ -105,7 +104,7 @@ def version_state(conv: Conversation, store: ConversationStore) -> VersionState 
 
 
 # ---------------------------------------------------------------------- changing
-def _content_tokens(conv: Conversation, store: ConversationStore, turn: Turn) -> tuple[np.ndarray, list[str]]:
+def _content_tokens(conv: Conversation, store: StoreHandle, turn: Turn) -> tuple[np.ndarray, list[str]]:
     """Token ids and texts of a turn's content, live or pruned."""
     ids: list[np.ndarray] = []
     texts: list[str] = []
@@ -119,7 +118,7 @@ def _content_tokens(conv: Conversation, store: ConversationStore, turn: Turn) ->
     return (np.concatenate(ids) if ids else np.zeros(0, np.int32)), texts
 
 
-def _delete_turn_rows(store: ConversationStore, turn: Turn) -> None:
+def _delete_turn_rows(store: StoreHandle, turn: Turn) -> None:
     """Delete a turn, its chunks, their tokens and index entries (inside a transaction)."""
     conn = store.conn
     chunk_ids = [(c,) for c in turn.chunk_ids]
@@ -130,7 +129,7 @@ def _delete_turn_rows(store: ConversationStore, turn: Turn) -> None:
     recall_rows.delete_turn(conn, turn.turn_id)
 
 
-def _insert_version(store: ConversationStore, user_turn_id: int, created_at: float,
+def _insert_version(store: StoreHandle, user_turn_id: int, created_at: float,
                     question: str | None, ids: np.ndarray, texts: list[str]) -> None:
     blobs = pack_tokens(ids, texts, np.zeros(len(ids), np.int32))
     store.conn.execute(
@@ -138,14 +137,14 @@ def _insert_version(store: ConversationStore, user_turn_id: int, created_at: flo
         "text_lengths) VALUES (?, ?, ?, ?, ?, ?, ?)", (user_turn_id, created_at, question, *blobs))
 
 
-def retire_answer(conv: Conversation, store: ConversationStore) -> list[Chunk]:
+def retire_answer(conv: Conversation, store: StoreHandle) -> list[Chunk]:
     """Regenerate, first half: move the last answer among the versions of its question.
 
     One transaction; returns the removed chunks (drop their index vectors).  The
     conversation then ends with the question, ready for a new answer.
     """
     question, answer = last_exchange(conv)
-    if question is None or answer is None or conv.writer.turn is not None:
+    if question is None or answer is None or conv.open_turn is not None:
         raise TurnEditError("There is no finished answer to regenerate.")
     ids, texts = _content_tokens(conv, store, answer)
     with store.transaction():
@@ -155,13 +154,13 @@ def retire_answer(conv: Conversation, store: ConversationStore) -> list[Chunk]:
     return conv.remove_turns_from()
 
 
-def show_version(conv: Conversation, store: ConversationStore, version: AnswerVersion) -> tuple[Turn, list[Chunk]]:
+def show_version(conv: Conversation, store: StoreHandle, version: AnswerVersion) -> tuple[Turn, list[Chunk]]:
     """Flip: put ``version`` in the conversation as the answer, the shown one among the versions.
 
     One transaction.  Returns the new answer turn and the removed chunks.
     """
     question, answer = last_exchange(conv)
-    if question is None or answer is None or conv.writer.turn is not None or version.user_turn_id != question.turn_id:
+    if question is None or answer is None or conv.open_turn is not None or version.user_turn_id != question.turn_id:
         raise TurnEditError("Only the last answer has versions to flip through.")
     ids, texts = _content_tokens(conv, store, answer)
     with store.transaction():
@@ -169,22 +168,22 @@ def show_version(conv: Conversation, store: ConversationStore, version: AnswerVe
         _delete_turn_rows(store, answer)
         store.conn.execute("DELETE FROM answer_versions WHERE id = ?", (version.id,))
         removed = conv.remove_turns_from()
-        turn = conv.writer.begin("assistant", created_at=version.created_at)
+        turn = conv.begin_turn("assistant", created_at=version.created_at)
         for token_id, text in zip(version.token_ids.tolist(), version.texts):
-            conv.writer.append(int(token_id), text)
-        conv.writer.end()
+            conv.append_token(int(token_id), text)
+        conv.end_turn()
         store.save_turn(conv, turn)
     return turn, removed
 
 
-def begin_continue(conv: Conversation, store: ConversationStore) -> Turn:
+def begin_continue(conv: Conversation, store: StoreHandle) -> Turn:
     """Continue, first half: reopen the last answer (its closing framing goes), one transaction.
 
     Tokens then stream into the same turn and its last chunk, exactly as if the answer had
     not stopped; :meth:`TurnWriter.end` and ``store.save_turn`` close it again.
     """
     question, answer = last_exchange(conv)
-    if answer is None or conv.writer.turn is not None:
+    if answer is None or conv.open_turn is not None:
         raise TurnEditError("There is no answer to continue.")
     content = conv.content_chunks(answer.turn_id)
     if not content or not content[-1].live:
@@ -198,11 +197,11 @@ def begin_continue(conv: Conversation, store: ConversationStore) -> Turn:
         conn.execute("UPDATE turns SET complete = 0 WHERE turn_id = ?", (answer.turn_id,))
         if closing:  # the new tokens take the framing's positions (see TurnWriter.reopen_answer)
             store.set_meta("next_position", min(c.start for c in closing))
-    turn, _ = conv.writer.reopen_answer()
+    turn, _ = conv.reopen_answer()
     return turn
 
 
-def replace_question(conv: Conversation, store: ConversationStore, token_ids, texts) -> tuple[Turn, list[Chunk]]:
+def replace_question(conv: Conversation, store: StoreHandle, token_ids, texts) -> tuple[Turn, list[Chunk]]:
     """Edit and resend: the last question gets new words; its answer becomes a version.
 
     One transaction: the old answer joins the versions (with the old wording, so it is
@@ -211,7 +210,7 @@ def replace_question(conv: Conversation, store: ConversationStore, token_ids, te
     the new user turn and the removed chunks.
     """
     question, answer = last_exchange(conv)
-    if question is None or conv.writer.turn is not None:
+    if question is None or conv.open_turn is not None:
         raise TurnEditError("There is no message of yours to edit.")
     old_ids, old_texts = _content_tokens(conv, store, question)
     old_wording = "".join(old_texts)
@@ -228,14 +227,14 @@ def replace_question(conv: Conversation, store: ConversationStore, token_ids, te
         _delete_turn_rows(store, question)
         removed += conv.remove_turns_from()
         turn = conv.add_turn("user", token_ids, texts)
-        recall.move(conv, question.turn_id, turn.turn_id, recalled)
+        conv.move_recall(question.turn_id, turn.turn_id, recalled)
         store.save_turn(conv, turn)
         store.conn.execute("UPDATE answer_versions SET user_turn_id = ? WHERE user_turn_id = ?",
                            (turn.turn_id, question.turn_id))
     return turn, removed
 
 
-def question_text(conv: Conversation, store: ConversationStore) -> str:
+def question_text(conv: Conversation, store: StoreHandle) -> str:
     """The words of the last question (to edit them)."""
     question, _ = last_exchange(conv)
     if question is None:

@@ -4,7 +4,7 @@ The model writes ``<tool>jq '<program>' notes.json</tool>`` to read its notes, o
 ``<tool>jq '<program>' notes.json > output</tool>`` to replace them with the program's
 output.  Generation stops at :data:`STOP_SEQUENCE`; the controller hands the answer so
 far to :meth:`ToolRunner.process_answer`, appends the returned ``result_text`` to the
-assistant turn as tool-result tokens (``Conversation.writer.append(..., tool_result=True)``),
+assistant turn as tool-result tokens (``Conversation.append_token(..., tool_result=True)``),
 saves ``new_notes`` when there are any, and generates again while
 ``continue_generation`` is true (at most :data:`MAX_ROUNDS` tool calls per answer).
 

@@ -127,7 +127,7 @@ def message_text(conv: Conversation, turn_id: int) -> str:
 
 
 def in_open_turn(conv: Conversation | None, chunk: Chunk) -> bool:
-    turn = conv.writer.turn if conv else None
+    turn = conv.open_turn if conv else None
     return turn is not None and turn.turn_id == chunk.turn_id
 
 
@@ -186,7 +186,7 @@ def context_menu(view, point: QPoint | QPointF) -> QMenu:
 
 def _change_actions(view, menu: QMenu, conv: Conversation, turn_id: int, role: str) -> None:
     """Edit this message / Regenerate this answer, and the branches that part here."""
-    idle = conv.writer.turn is None
+    idle = conv.open_turn is None
     if role == "user":
         edit = menu.addAction("✎ Edit this message…")
         edit.setToolTip("Change it and send it again: a new branch starts here; "

@@ -14,7 +14,7 @@ import pytest
 from conversation_writer import FRAMING, add_user, settings
 from halo_weave.store import ConversationStore, conversations_dir
 from halo_weave.errors import TransferError
-from halo_weave.storage.transfer import MAX_ID, export_conversation, import_conversation
+from halo_weave.exchange.transfer import MAX_ID, export_conversation, import_conversation
 from halo_weave.server.vocab import bundled_vocab_size
 
 from .helpers import build_conversation, what_the_user_sees
@@ -137,7 +137,7 @@ def test_huge_ids_are_refused_and_ids_at_the_limit_keep_working(document, tmp_pa
         conv = store.load(settings(), FRAMING)
         turn = add_user(conv, "still here?")
         store.save_turn(conv, turn)
-        assert turn.turn_id == MAX_ID + 1 and conv.writer.turn is None
+        assert turn.turn_id == MAX_ID + 1 and conv.open_turn is None
     with ConversationStore.open(path, create=False) as store:
         assert MAX_ID + 1 in store.load(settings(), FRAMING).turns
 

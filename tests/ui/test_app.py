@@ -126,7 +126,7 @@ def test_input_disabled_with_reason_while_generating_and_stop_keeps_partial(make
     c = app.controller
     app.window.input.setPlainText("Write a long story about a dragon who loves tea.")
     qtbot.keyClick(app.window.input, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: c.turn.generating and c.conv.writer.turn is not None
+    qtbot.waitUntil(lambda: c.turn.generating and c.conv.open_turn is not None
                     and c.session.answer.streamed >= 4, timeout=TURN_TIMEOUT_MS)
     assert app.window.input.isReadOnly()
     assert "Esc" in app.window.reason.text()
@@ -268,7 +268,7 @@ def _snapshot(conv):
         sorted((c.id, c.turn_id, c.chunk_index, c.role, c.live, c.pinned, c.token_count)
                for c in conv.chunks.values()),
         [conv.chunk_text(c.id) for c in conv.live_chunks()],
-        conv.system.text, conv.writer.next_position,
+        conv.system.text, conv.next_position,
     )
 
 

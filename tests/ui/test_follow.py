@@ -18,7 +18,7 @@ WORDS = "the model keeps an endless conversation inside a fixed window by lettin
 
 def long_conversation(turns: int = 20) -> Conversation:
     conv = Conversation(Settings.of(min_chunk_tokens=8))
-    conv.system.set("sys", [1], ["You are helpful."])
+    conv.set_system_prompt("sys", [1], ["You are helpful."])
     rng = np.random.default_rng(3)
     for t in range(turns):
         texts: list[str] = []
@@ -29,10 +29,10 @@ def long_conversation(turns: int = 20) -> Conversation:
 
 
 def stream(view: HeatmapView, conv: Conversation, count: int, start: int = 0) -> None:
-    if conv.writer.turn is None:
-        conv.writer.begin("assistant")
+    if conv.open_turn is None:
+        conv.begin_turn("assistant")
     for i in range(start, start + count):
-        conv.writer.append(5, f" w{i}" + ("\n\n" if i % 60 == 59 else ""))
+        conv.append_token(5, f" w{i}" + ("\n\n" if i % 60 == 59 else ""))
         view.append_streamed()
         if i % 4 == 0:
             view.flush()
@@ -85,7 +85,7 @@ def test_streamed_answer_is_followed_to_its_last_line(view):
     assert bar.value() == bar.maximum()
     assert last_line_visible(view), "the newest streamed line is on screen"
     assert "w399" in view.toPlainText()
-    conv.writer.end()
+    conv.end_turn()
     view.rebuild()  # end of the turn: the view is rebuilt, and still at the end
     view.flush()
     QApplication.processEvents()

@@ -29,7 +29,7 @@ def add(conv: Conversation, role: str, *paragraphs: list[str]) -> None:
 
 def make_conv(highlight_fraction: float = 0.2) -> Conversation:
     conv = Conversation(Settings.of(min_chunk_tokens=4, highlight_fraction=highlight_fraction))
-    conv.system.set("You are a test assistant.", [1, 2], ["You are", " a test assistant."])
+    conv.set_system_prompt("You are a test assistant.", [1, 2], ["You are", " a test assistant."])
     add(conv, "user", paragraph("alpha"), paragraph("beta"))
     add(conv, "assistant", paragraph("gamma"), paragraph("delta"))
     return conv
@@ -151,10 +151,10 @@ def test_pinned_chunk_shows_marker(view):
 
 def test_tool_result_chunk_is_cyan(view):
     conv = make_conv(highlight_fraction=0.0)
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     for text in paragraph("toolout"):
-        conv.writer.append(7, text, tool_result=True)
-    conv.writer.end()
+        conv.append_token(7, text, tool_result=True)
+    conv.end_turn()
     tool = chunk_with(conv, "toolout")
     image = show(view, conv)
     cyan = brightest_pixel(image, view.chunk_rect(tool))
@@ -164,9 +164,9 @@ def test_tool_result_chunk_is_cyan(view):
 def test_streamed_tokens_appear(view, qtbot):
     conv = make_conv()
     show(view, conv)
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     for text in ["Streaming", " words", " arrive", " één", " 🙂", " here"]:
-        conv.writer.append(5, text)
+        conv.append_token(5, text)
         view.append_streamed()
     qtbot.waitUntil(lambda: "Streaming words arrive één 🙂 here" in view.toPlainText(), timeout=2000)
     streamed = chunk_with(conv, "Streaming")
@@ -178,9 +178,9 @@ def test_streamed_tokens_appear(view, qtbot):
 def test_token_offsets_match_document_text(view):
     conv = make_conv()
     show(view, conv)
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     for text in ["naïve", " 🙂🙂", "\n\n", "日本", " end"]:
-        conv.writer.append(5, text)
+        conv.append_token(5, text)
         view.append_streamed()
     view.flush()
     plan = view.plan
@@ -296,8 +296,8 @@ def test_tooltip_describes_chunk(view):
 
 def test_tooltip_names_the_score_and_the_window_that_decide_pruning(view):
     conv = make_conv()
-    conv.settings = conv.settings.replace(brightness_rule="decay", brightness_half_life=16,
-                                          chunk_rank="mean", prune_keep_recent=10, prune_order="brightness")
+    conv.use_settings(conv.settings.replace(brightness_rule="decay", brightness_half_life=16,
+                                            chunk_rank="mean", prune_keep_recent=10, prune_order="brightness"))
     alpha, delta = chunk_with(conv, "alpha"), chunk_with(conv, "delta")
     focus_attention(conv, alpha)
     show(view, conv)
@@ -305,7 +305,7 @@ def test_tooltip_names_the_score_and_the_window_that_decide_pruning(view):
     assert f"mean brightness {conv.chunk_peak(alpha):,}" in tip and "peak" not in tip
     assert "pruned last" not in tip  # the oldest chunk: attention alone keeps it
     assert "in the newest 10 tokens: pruned last" in view.tips.for_chunk(delta)
-    conv.settings = conv.settings.replace(prune_order="age")
+    conv.use_settings(conv.settings.replace(prune_order="age"))
     assert "pruned oldest first" in view.tips.for_chunk(delta)
 
 
@@ -314,10 +314,10 @@ def test_long_streamed_paragraph_stays_whole_for_the_user(view, qtbot):
     those of one paragraph, however the view lays it out while it streams."""
     conv = make_conv()
     show(view, conv)
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     words = [(" " if i else "") + f"w{i}" for i in range(400)]
     for text in words:
-        conv.writer.append(5, text)
+        conv.append_token(5, text)
         view.append_streamed()
         view.flush()
     answer = "".join(words)
@@ -332,6 +332,6 @@ def test_long_streamed_paragraph_stays_whole_for_the_user(view, qtbot):
     assert answer in view.createMimeDataFromSelection().text()
     streamed = chunk_with(conv, "w399")
     assert view.chunk_rect(streamed) is not None
-    conv.writer.end()
+    conv.end_turn()
     view.rebuild()
     assert answer in view.toPlainText()

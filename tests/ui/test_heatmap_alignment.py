@@ -54,7 +54,7 @@ def pieces(rng: np.random.Generator, n: int) -> list[str]:
 
 def long_conversation(highlight_fraction: float, turns: int = 16) -> Conversation:
     conv = Conversation(Settings.of(min_chunk_tokens=16, highlight_fraction=highlight_fraction))
-    conv.system.set("Be brief.\r\nBe kind.", [1], ["Be brief.\r\nBe kind."])
+    conv.set_system_prompt("Be brief.\r\nBe kind.", [1], ["Be brief.\r\nBe kind."])
     rng = np.random.default_rng(5)
     for t in range(turns):
         texts = pieces(rng, 120)
@@ -179,9 +179,9 @@ def test_overlay_follows_a_streamed_answer_with_wrapped_lines(view, highlight):
     conv = long_conversation(0.2 if highlight else 0.0)
     view.set_conversation(conv)
     rng = np.random.default_rng(2)
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     for i, text in enumerate(pieces(rng, 700)):
-        conv.writer.append(5, text)
+        conv.append_token(5, text)
         vary_brightness(conv, rng)
         view.append_streamed()
         if i % 3 == 0:
@@ -196,7 +196,7 @@ def test_overlay_follows_a_streamed_answer_with_wrapped_lines(view, highlight):
             view.resize(540, 460)
         if i % 70 == 69:
             check(view, highlight, f"after streamed token {i}")
-    conv.writer.end()
+    conv.end_turn()
     view.rebuild()
     check(view, highlight, "after the answer ended")
     bar = view.verticalScrollBar()
@@ -263,14 +263,14 @@ def test_overlay_stays_on_aligned_table_columns(view, highlight):
     bar = view.verticalScrollBar()
     bar.setValue(bar.maximum())
     check(view, highlight, "over a table")
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     for i, text in enumerate(table_pieces(rng, 8)):
-        conv.writer.append(5, text)
+        conv.append_token(5, text)
         vary_brightness(conv, rng)
         view.append_streamed()
         if i % 3 == 0:
             view.refresh_brightness()
             view.flush()
             QApplication.processEvents()
-    conv.writer.end()
+    conv.end_turn()
     check(view, highlight, "over a streamed table")

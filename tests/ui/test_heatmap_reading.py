@@ -22,7 +22,7 @@ ANSWER = ["Here", " is", " the", " function", ":", "\n\n", "```", "python", "\n"
 
 def conversation(highlight_fraction: float = 0.0) -> Conversation:
     conv = Conversation(Settings.of(min_chunk_tokens=4, highlight_fraction=highlight_fraction))
-    conv.system.set("Be brief.", [1], ["Be brief."])
+    conv.set_system_prompt("Be brief.", [1], ["Be brief."])
     question = ["Write", " a", " converter", " from", " Celsius", "."]
     conv.add_turn("user", list(range(len(question))), question)
     conv.add_turn("assistant", list(range(len(ANSWER))), ANSWER)
@@ -81,9 +81,9 @@ def test_overlay_stays_on_the_tokens_of_code(view, highlight):
     view.set_conversation(conv)
     check(view, highlight, "over a code block")
     # And while a code block streams in.
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     for text in ["Again", ":", "\n\n", "``", "`", "\n", "x", " =", " 1", "\n", "``", "`", "\n\n", "Done", "."]:
-        conv.writer.append(5, text)
+        conv.append_token(5, text)
         view.append_streamed()
         view.flush()
         QApplication.processEvents()
@@ -114,14 +114,14 @@ def test_a_continued_answer_streams_on_in_place(view):
     conv = conversation()
     view.set_conversation(conv)
     view.flush()
-    conv.writer.reopen_answer()
+    conv.reopen_answer()
     for text in [" It", " also", " handles", " negatives", "."]:
-        conv.writer.append(5, text)
+        conv.append_token(5, text)
         view.append_streamed()
         view.flush()
     shown = view.toPlainText().replace("\u2029", "\n")
     assert shown.endswith("It converts Celsius. It also handles negatives.")
-    conv.writer.end()
+    conv.end_turn()
     view.rebuild()
     assert view.toPlainText().replace("\u2029", "\n").endswith("It converts Celsius. It also handles negatives.")
     check(view, False, "after a continued answer")

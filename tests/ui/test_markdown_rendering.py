@@ -32,7 +32,7 @@ CODE = "def f(x):\n    return x * 9 / 5\niiii\nmmmm"
 
 def conversation(highlight_fraction: float = 0.0, answer: list[str] = ANSWER) -> Conversation:
     conv = Conversation(Settings.of(min_chunk_tokens=4, highlight_fraction=highlight_fraction))
-    conv.system.set("Be brief.", [1], ["Be brief."])
+    conv.set_system_prompt("Be brief.", [1], ["Be brief."])
     question = ["Show", " me", " **", "markdown", "**", "."]
     conv.add_turn("user", list(range(len(question))), question)
     conv.add_turn("assistant", list(range(len(answer))), answer)
@@ -207,10 +207,10 @@ def test_overlay_stays_on_rendered_markdown_while_it_streams_and_scrolls(view, h
         bar.setValue(value)
         check(view, highlight, f"rendered, at scroll {value}/{bar.maximum()}")
     rng = np.random.default_rng(6)
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     long_words = [" streamed", " **words**", " of", " a", " long", " paragraph", " with", " `code`"] * 40
     for i, text in enumerate(ANSWER + ["\n\n"] + long_words + ["\n\n"] + ANSWER):
-        conv.writer.append(5, text)
+        conv.append_token(5, text)
         vary_brightness(conv, rng)
         view.append_streamed()
         if i % 4 == 0:
@@ -222,7 +222,7 @@ def test_overlay_stays_on_rendered_markdown_while_it_streams_and_scrolls(view, h
             wheel(view, -4)
         if i % 90 == 89:
             check(view, highlight, f"after streamed token {i}")
-    conv.writer.end()
+    conv.end_turn()
     view.rebuild()
     check(view, highlight, "after the answer ended")
 
@@ -230,30 +230,30 @@ def test_overlay_stays_on_rendered_markdown_while_it_streams_and_scrolls(view, h
 def test_markdown_renders_as_it_streams(view):
     conv = conversation(answer=["Hi", "."])
     view.set_conversation(conv)
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     for text in ["Now", " **", "bold"]:
-        conv.writer.append(5, text)
+        conv.append_token(5, text)
     view.append_streamed()
     view.flush()
     block = view.document().lastBlock()
     star = block.text().index("**")
     assert x_at(block, star + 2) > x_at(block, star), "an unclosed ** is shown as typed"
-    conv.writer.append(5, "**")
+    conv.append_token(5, "**")
     view.append_streamed()
     view.flush()
     block = view.document().lastBlock()
     assert x_at(block, star + 2) == x_at(block, star), "closed, it is rendered at once"
     assert format_at(block, star + 2).fontWeight() == QFont.Weight.Bold
-    conv.writer.end()
+    conv.end_turn()
 
 
 def test_emphasis_across_the_cuts_of_a_long_streamed_paragraph(view):
     conv = conversation(answer=["Hi", "."])
     view.set_conversation(conv)
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     words = ["Start", " **", "bold"] + [" bold"] * 120 + ["**", " plain", " end"]
     for i, text in enumerate(words):
-        conv.writer.append(5, text)
+        conv.append_token(5, text)
         view.append_streamed()
         if i % 5 == 0:
             view.flush()
@@ -265,7 +265,7 @@ def test_emphasis_across_the_cuts_of_a_long_streamed_paragraph(view):
     star = start.text().index("**")
     assert x_at(start, star) == x_at(start, star + 2), "the opening ** is hidden once the closing one came"
     assert format_at(start, star + 3).fontWeight() == QFont.Weight.Bold, "the first part is bold too"
-    conv.writer.end()
+    conv.end_turn()
 
 
 def test_the_view_menu_switches_to_raw_text_and_remembers_it(qtbot, tmp_path, monkeypatch):
@@ -347,16 +347,16 @@ def test_scrolling_up_while_an_answer_streams_shows_rendered_text(view, monkeypa
         conv.add_turn("user", list(range(len(ANSWER))), ANSWER)
         conv.add_turn("assistant", list(range(len(ANSWER))), ANSWER)
     view.set_conversation(conv)
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     for text in ["Streaming", " on", " and", " on"]:
-        conv.writer.append(5, text)
+        conv.append_token(5, text)
         view.append_streamed()  # the rest of the Markdown waits while tokens come
         view.flush()
     view.verticalScrollBar().setValue(0)
     check(view, False, "scrolled to the top while streaming")
     heading = block_starting(view, "# Converting")
     assert x_at(heading, 0) == x_at(heading, 2), "rendered as soon as it came into view"
-    conv.writer.end()
+    conv.end_turn()
 
 
 TABLE = [
@@ -402,9 +402,9 @@ def test_table_columns_line_up_whatever_the_cells_lengths(view):
 def test_a_streamed_row_that_widens_a_column_realigns_the_rows_above(view):
     conv = conversation(answer=["Hi", "."])
     view.set_conversation(conv)
-    conv.writer.begin("assistant")
+    conv.begin_turn("assistant")
     for i, text in enumerate(TABLE):
-        conv.writer.append(5, text)
+        conv.append_token(5, text)
         view.append_streamed()
         if i % 3 == 0:
             view.flush()
@@ -413,7 +413,7 @@ def test_a_streamed_row_that_widens_a_column_realigns_the_rows_above(view):
         view.flush()
         QApplication.processEvents()
     assert_columns_line_up(pipe_xs(view))
-    conv.writer.end()
+    conv.end_turn()
 
 
 def test_highlight_of_a_token_in_a_table_cell_covers_its_letters(view):

@@ -158,7 +158,7 @@ def _file_with_a_long_recall(data_dir) -> tuple[object, int, list[int]]:
     for i in range(12):
         session.add_user_message(*pieces(f"Fact number {i}: the {i}th box holds {i} red marbles today."))
         session.begin_answer()
-        conv.writer.append(300, "Noted.")
+        conv.append_token(300, "Noted.")
         session.finish_turn("stop", prune=False)
     session.prune(limit=10)
     facts = [c for c in conv.graveyard() if c.role == "user"][::-1][:10]

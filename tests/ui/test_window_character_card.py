@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from card_files import SERAPHINA, card_png, write_card
-from halo_weave.storage.character_card import card_prompt, read_card
+from halo_weave.exchange.character_card import card_prompt, read_card
 from halo_weave.store import list_conversations
 from test_app import TURN_TIMEOUT_MS, make_app  # noqa: F401 - the fixture
 

@@ -12,7 +12,7 @@ from PySide6.QtCore import QPoint, QRect, Qt
 from PySide6.QtGui import QImage
 
 from halo_weave.settings import Settings
-from halo_weave.storage import transfer
+from halo_weave.exchange import transfer
 from halo_weave.store import list_conversations
 
 from test_app import TURN_TIMEOUT_MS, make_app  # noqa: F401 - the fixture

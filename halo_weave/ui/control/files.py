@@ -127,7 +127,7 @@ class ConversationFiles(QObject):
         conv, store = self._session.conv, self._session.store
         if conv is None or store is None or self.path is None or store.read_only:
             return None
-        if conv.turns or conv.writer.next_position or self._prompt.edited:
+        if conv.turns or conv.next_position or self._prompt.edited:
             return None
         if conv.system.text not in ("", self._session.settings.effective_system_prompt):
             return None
@@ -149,7 +149,7 @@ class ConversationFiles(QObject):
 
     def export_json(self, path: Path) -> bool:
         """Write the open conversation to a JSON file."""
-        from ...storage import transfer
+        from ...exchange import transfer
 
         store = self._session.store
         if store is None:
@@ -182,11 +182,11 @@ class ConversationFiles(QObject):
         """Import a conversation (on a thread), open it, re-index.
 
         A Halo Weave JSON export; a chat from another app (a SillyTavern ``.jsonl``, a
-        KoboldAI Lite ``.json``: :mod:`halo_weave.storage.foreign_import`); or a character
-        card (a PNG or JSON one: :mod:`halo_weave.storage.character_card`).  The last two
+        KoboldAI Lite ``.json``: :mod:`halo_weave.exchange.foreign_import`); or a character
+        card (a PNG or JSON one: :mod:`halo_weave.exchange.character_card`).  The last two
         are tokenized with the connected server's tokenizer.
         """
-        from ...storage import character_card, foreign_import, transfer
+        from ...exchange import character_card, foreign_import, transfer
 
         if foreign_import.is_halo_weave_export(Path(path)):
             from ...server.vocab import vocab_size_for
@@ -202,13 +202,13 @@ class ConversationFiles(QObject):
     def import_card(self, path: Path) -> None:
         """Import a character card (PNG or JSON) as a new conversation (on a thread) and
         open it: the card's text is its system prompt, its greeting the first answer."""
-        from ...storage import character_card
+        from ...exchange import character_card
 
         self._import_tokenized(path, character_card.import_card)
 
     def _import_tokenized(self, path: Path, importer) -> None:
         """Run ``importer(path, data_dir, tokenize, framing, settings)`` with the server's tokenizer."""
-        from ...storage import transfer
+        from ...exchange import transfer
 
         session = self._session
         client, framing, settings = session.backend, session.framing, session.settings

@@ -148,7 +148,7 @@ class ProxyReading(QObject):
                 self.reads_done += 1
                 self.last_read = dict(ms=round(result.seconds * 1000, 1), context=result.context_tokens,
                                       answer=result.answer_tokens, run=result.run_tokens, rows_changed=changed)
-                if conv.writer.turn is None and self._session.store is not None:
+                if conv.open_turn is None and self._session.store is not None:
                     self._session.save(lambda: self._session.store.save_brightness(conv), "Saving brightness")
                 self._after_read_prune(conv)
                 self._signals.conversation_changed.emit()
@@ -174,7 +174,7 @@ class ProxyReading(QObject):
 
     def _after_read_prune(self, conv) -> None:
         """The prune the end of the turn left to the reader (reader-ranked pruning only)."""
-        if self._session.proxy_ranks and self._session.conv is conv and conv.writer.turn is None and not self._gate.busy:
+        if self._session.proxy_ranks and self._session.conv is conv and conv.open_turn is None and not self._gate.busy:
             if self._prune():
                 self._signals.conversation_changed.emit()
 

@@ -24,7 +24,7 @@ lines, ``chatname`` against ``chatopponent``, several opponents as ``A||$||B``) 
 adventure (``"\\n\\n> action\\n\\n"``).  A story-mode save has no turns and is refused.
 Memory, author's note and world info are not part of the chat and are not imported.
 
-Like the JSON import (:mod:`halo_weave.storage.transfer`) this is all or nothing: the whole
+Like the JSON import (:mod:`halo_weave.exchange.transfer`) this is all or nothing: the whole
 file is read and checked, then every message is tokenized with the connected server,
 then the new conversation file is written under a temporary name in one transaction
 and renamed into place.  A problem at any step leaves no file behind.
@@ -44,7 +44,7 @@ from ..errors import TransferError
 from ..rules import WITHOUT_BRIGHTNESS
 from ..settings import Settings
 from ..store import ConversationStore
-from .st_dates import parse_st_date
+from ..storage.st_dates import parse_st_date
 from .transfer import MAX_FILE_BYTES, write_new_conversation
 
 #: The longest single message accepted (characters).

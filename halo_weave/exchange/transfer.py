@@ -1,6 +1,6 @@
 """Export a conversation to one JSON document, and import such a document safely.
 
-The document's format, reading and validation are in :mod:`.transfer_document`.  Import
+The document's format, reading and validation are in :mod:`halo_weave.storage.transfer_document`.  Import
 checks the entire document before anything is written, then builds the new file under a
 temporary name in one transaction and renames it into place: a failed import leaves no
 file and touches no existing conversation.  Exporting an imported conversation gives the
@@ -19,12 +19,12 @@ import numpy as np
 
 from ..errors import TransferError
 from ..store import ConversationStore
-from .file_safety import UnsafePath, check_export_target
-from .files import conversations_dir, new_conversation_path
-from .schema import pack_tokens, unpack_tokens
-from .transfer_branches import export_branches, packed_branches
-from .transfer_checks import bad_text_path
-from .transfer_document import (  # noqa: F401  (MAX_FILE_BYTES, MAX_ID: importers' API here too)
+from ..storage.file_safety import UnsafePath, check_export_target
+from ..storage.files import conversations_dir, new_conversation_path
+from ..storage.schema import pack_tokens, unpack_tokens
+from ..storage.transfer_branches import export_branches, packed_branches
+from ..storage.transfer_checks import bad_text_path
+from ..storage.transfer_document import (  # noqa: F401  (MAX_FILE_BYTES, MAX_ID: importers' API here too)
     CACHE_KEY_META, CHUNK_FIELDS, COUNTERS, ENTRY_FIELDS, FORMAT, MAX_FILE_BYTES, MAX_ID, SYSTEM_KEYS,
     TOKEN_COLUMNS, VERSION, read_document, validate_document,
 )
