@@ -25,7 +25,7 @@ def everything(store: ConversationStore) -> tuple:
     table = {name: col.tolist() for name, col in conv.table.snapshot().items()}
     return ([repr(conv.chunks[i]) for i in sorted(conv.chunks)],
             [repr(conv.turns[t]) for t in sorted(conv.turns)], table,
-            (conv.writer.next_position, conv.writer.next_turn_id, conv.writer.next_chunk_id))
+            (conv.next_position, conv.next_turn_id, conv.next_chunk_id))
 
 
 def stored(chunk) -> tuple:
