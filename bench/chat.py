@@ -2,10 +2,11 @@
 
 60 user messages (speaker A's lines of a LoCoMo dev dialogue), each answered by the
 model, at the app's default settings (budget, resurrection, sampling), through the
-app's :class:`~halo_weave.session.ChatSession`: tokenize the message, search the
-semantic index and resurrect within the resurrection budget, add the turn (saved first), fit
-the model window, stream the answer (each token's attention applied as it arrives),
-then finish the turn (save, index, prune to the budget).  Indexing runs in place
+app's turn pipeline (:class:`~halo_weave.session.TurnPipeline`, the steps the window
+runs): tokenize the message, search the semantic index and resurrect within the
+resurrection budget, add the turn (saved first), fit the model window, stream the answer
+(each token's attention applied as it arrives), then finish the turn (save, index, prune
+to the budget).  Indexing runs in place
 between turns (the app runs it on a thread), outside the timed part.
 
 The user *types* each message (``--typing-cps``, default 5 characters a second, 60 words
@@ -158,7 +159,7 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
     from halo_weave.kobold_client import KoboldClient
     from halo_weave.memory.embedder import Embedder
     from halo_weave.semantic_index import SemanticIndex
-    from halo_weave.session import ChatSession, token_events
+    from halo_weave.session import ChatSession
     from halo_weave.settings import Settings
     from halo_weave.store import ConversationStore
 
@@ -187,27 +188,12 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
     for n, text in enumerate(messages):
         typed = type_ahead(session, client, index, text, typing_cps) if read_ahead else {}
         t0 = time.perf_counter()
-        pieces = session.server.tokenize(text)
-        resurrected = []
-        ids, texts = [i for i, _ in pieces], [t for _, t in pieces]
-        if session.recall.can_resurrect():
-            resurrected = session.recall.resurrect_for(index, index.search(text), len(pieces))
-            resurrected = session.recall.keep_relevant(resurrected, text)
-        session.add_user_message(ids, texts, recalled=resurrected)
-        session.fit_model_window()
-        session.begin_answer()
-        request = session.generation_request()
-        prepared_s = time.perf_counter() - t0
-        stream = client.stream(**request)
-        sent = time.perf_counter()
-        first = None
-        for event in token_events(stream, client):
-            if first is None:
-                first = time.perf_counter()
-            session.receive(event)
-        ended = time.perf_counter()
-        t_finish = time.perf_counter()
-        end = session.finish_turn(stream.done.finish_reason, stream.done.tokens_per_s)
+        message = session.pipeline.send(text, index.search)
+        resurrected = message.recalled
+        answered = session.pipeline.answer()
+        request, stream, end = answered.request, answered.stream, answered.end
+        prepared_s = answered.requested_at - t0
+        sent, first, ended = answered.sent_at, answered.first_token_at, answered.ended_at
         done = stream.done.raw
         kv = done.get("kv") or {}
         timings = done.get("timings", {})
@@ -228,14 +214,14 @@ def chat(url: str, messages: list[str], home: Path, say, max_new_tokens: int | N
             "http_and_client_s": round(sent_to_first - server_ttft, 4),
             "prepare_s": round(prepared_s, 4),
             "answer_s": round(ended - sent, 4),
-            "finish_s": round(time.perf_counter() - t_finish, 4),
+            "finish_s": round(answered.finished_at - ended, 4),
             "prompt_tokens": len(request["input_ids"]),
             "generated": len(stream.tokens),
             "tokens_per_s": done.get("timings", {}).get("tokens_per_s"),
             "resurrected_chunks": len(resurrected),
             "resurrected_tokens": sum(c.token_count for c in resurrected),
             "pruned_chunks": sum(1 for c in end.pruned if not c.framing),
-            "user_tokens": len(pieces),
+            "user_tokens": len(message.ids),
             **{f"kv_{k}": v for k, v in kv.items()},
             **typed,
         }

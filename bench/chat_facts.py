@@ -3,8 +3,8 @@
 Four facts said in the first four messages (a cat called Mochi, a flight to Lisbon on
 3 March, a sister Ana who is a nurse, a Python function called ``add_vat``), eleven
 unrelated questions, then four questions about the facts: 19 user messages, each
-answered.  The chat runs through the app's :class:`~halo_weave.session.ChatSession`
-(search, resurrect, save, fit the window, stream, finish and prune, as in the window;
+answered.  The chat runs through the app's turn pipeline (:class:`~halo_weave.session.TurnPipeline`:
+search, resurrect, save, fit the window, stream, finish and prune, the window's steps;
 messages pasted, indexing in place between turns) against a real server started here on
 127.0.0.1, at the app's default settings except the target (``max_context_tokens``,
 700 by default: the facts are pruned long before they are asked about).  In text mode the
@@ -228,42 +228,26 @@ def fact_chunks(conv, turn_id: int, fact: Fact) -> list[int]:
 
 def chat(session, index, say) -> tuple[list[dict], list[dict]]:
     """Send the chat's messages; returns (one row per message, one row per fact question)."""
-    from halo_weave.session import token_events
-
-    client, conv = session.backend, session.conv
+    conv = session.conv
     stated: dict[str, int] = {}  # fact name -> the turn that stated it
     rows, facts = [], []
     previous: list[int] = []  # the last request's prompt and its answer
     previous_prompt = 0  # the length of the last request's prompt
     for n, (text, fact, kind) in enumerate(messages()):
-        pieces = session.server.tokenize(text)
-        ids, texts = [i for i, _ in pieces], [t for _, t in pieces]
-        recalled, weigh_s = [], 0.0
-        if session.recall.can_resurrect():
-            recalled = session.recall.resurrect_for(index, index.search(text), len(pieces))
-            weighing = time.perf_counter()  # ranking what came back, after Enter
-            recalled = session.recall.keep_relevant(recalled, text)
-            weigh_s = time.perf_counter() - weighing
-        turn = session.add_user_message(ids, texts, recalled=recalled)
-        session.fit_model_window()
+        message = session.pipeline.send(text, index.search)
+        recalled = message.recalled
+        weigh_s = message.seconds.get("weigh", 0.0)  # ranking what came back, after Enter
         if kind == "fact":
-            stated[fact.name] = turn.turn_id
-        session.begin_answer()
-        request = session.generation_request()
+            stated[fact.name] = message.turn.turn_id
+        live_ids = {c.id for c in conv.live_chunks()}
+        answered = session.pipeline.answer()
+        request, stream, end = answered.request, answered.stream, answered.end
         prompt = request["input_ids"]
         shared = common_prefix(previous, prompt)
-        live_ids = {c.id for c in conv.live_chunks()}
-        sent = time.perf_counter()
-        stream = client.stream(**request)
-        first = None
-        for event in token_events(stream, client):
-            first = first or time.perf_counter()
-            session.receive(event)
-        ended = time.perf_counter()
+        sent, first, ended = answered.requested_at, answered.first_token_at, answered.ended_at
         answer = "".join(e.text for e in stream.tokens)
         changed_early = shared < previous_prompt
         previous, previous_prompt = prompt + [e.token_id for e in stream.tokens], len(prompt)
-        end = session.finish_turn(stream.done.finish_reason, stream.done.tokens_per_s)
         row = {
             "message": n + 1, "kind": kind, "text": text,
             "ttft_s": round((first or ended) - sent + weigh_s, 3), "weigh_s": round(weigh_s, 3),

@@ -26,19 +26,21 @@ The collaborators, each owning its own state (see its docstring)::
     documents DocumentAttach    a file attached to the conversation (read, saved, indexed)
 
 A turn, as :class:`~halo_weave.ui.control.message.MessageSend` and
-:class:`~halo_weave.ui.control.turn.TurnFlow` run it (the thread of each step on the
-right)::
+:class:`~halo_weave.ui.control.turn.TurnFlow` run the steps of ``session.pipeline``
+(:class:`~halo_weave.session.TurnPipeline`, which the benchmarks run too; the thread of
+each step on the right)::
 
     send(text)
-      ├─ tokenize once ................................ CallWorker
+      ├─ pipeline.read: tokenize once ................. CallWorker
       ├─ wait ≤ embed_wait_seconds for pending indexing, then
       │  search ....................................... EmbedderWorker (urgent job)
-      │  session.recall.resurrect_for: within the budget
-      ├─ session.add_user_message: saved, queued for indexing, then shown
-      ├─ session.begin_answer, stream ................ GenerationWorker
-      │    per event: session.receive (attention, record, append, save every 16)
+      │  pipeline.recall: within the budget; pipeline.keep: the most relevant part
+      │    (its ranking ............................... EmbedderWorker)
+      ├─ pipeline.save, pipeline.saved: saved, queued for indexing, fitted, then shown
+      ├─ pipeline.open_answer, pipeline.request, stream  GenerationWorker
+      │    per event: pipeline.receive (attention, record, append, save every 16)
       ├─ a round ending on </tool>: run the call, session.rounds.apply_tool_step, next round
-      └─ session.finish_turn: save, queue indexing, prune, save; then announce
+      └─ pipeline.finish: save, queue indexing, prune, save; then announce
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """Turn-by-turn replay of a LoCoMo dialogue through the app's own turn.
 
-Per turn, the app's :class:`~halo_weave.session.ChatSession` runs it, in memory (no
-file): a user turn is added with :meth:`~ChatSession.add_user_message`; an assistant turn
-is streamed from :class:`TeacherForced`, a backend whose "answer" is the dialogue's own
-turn with its teacher-forced attention, through :meth:`~ChatSession.receive` (one
-magnitude-voting step per token, applied *before* the token is appended), and
-:meth:`~ChatSession.finish_turn` prunes as the app does after each exchange (the
+Per turn, the app's turn pipeline (:class:`~halo_weave.session.TurnPipeline`, the steps
+the window runs) runs it on a :class:`~halo_weave.session.ChatSession` in memory (no
+file) whose model's window is the bench's ``C``: a user turn is saved and fitted to the
+window (:meth:`~halo_weave.session.TurnPipeline.save`, ``saved``); an assistant turn is
+streamed (:meth:`~halo_weave.session.TurnPipeline.answer`) from :class:`TeacherForced`, a
+backend whose "answer" is the dialogue's own turn with its teacher-forced attention (one
+magnitude-voting step per token, applied *before* the token is appended), and the
+finish prunes as the app does after each exchange (the
 policy's ``prune_to`` and ``hysteresis`` are the settings' ``max_context_tokens`` and
 ``prune_hysteresis``; the exchange just read is kept).  A policy with ``resurrect`` set
 runs the app's semantic resurrection on every user message, before the message joins
@@ -37,12 +39,10 @@ from halo_weave.core import ties
 from halo_weave.core.chat_template import build_framing, system_text
 from halo_weave.conversation import Conversation, Framing
 from halo_weave.events import TokenEvent
-from halo_weave.memory.resurrection_plan import budget as resurrection_budget
 from halo_weave.memory.resurrection_plan import make_plan
-from halo_weave.memory.room import floor as room_floor
-from halo_weave.memory.room import plan_with_room, shares_room
+from halo_weave.memory.room import plan_with_room
 from halo_weave.rules import prune_order
-from halo_weave.session import ChatSession
+from halo_weave.session import ChatSession, Message
 from halo_weave.settings import Settings
 
 from ..locomo import Dialogue
@@ -210,21 +210,26 @@ def force(source, input_ids, forced_ids, keys, rows: bool = True):
 
 
 class TeacherForced:
-    """The backend interface over an :class:`AttentionSource`: it "answers" with the
-    dialogue's own turn, each token carrying its teacher-forced attention."""
+    """The backend interface over an :class:`AttentionSource`: it "answers" ``conv``'s
+    open turn with the dialogue's own turn (``forced``), each token carrying its
+    teacher-forced attention."""
 
     capabilities = type("Capabilities", (), {"attention": True, "token_ids": True})()
 
-    def __init__(self, source: AttentionSource, rows: bool = True) -> None:
+    def __init__(self, source: AttentionSource, conv: Conversation, rows: bool = True) -> None:
         self.source = source
+        self.conv = conv
         self.rows = rows  # False: nothing reads the brightness, skip the attention readout
         self.logprobs = np.zeros(0)
 
     def tokenize(self, text: str, add_special_tokens: bool = False) -> list[tuple[int, str]]:
         return self.source.tokenize(text)
 
-    def stream(self, *, input_ids, forced: tuple[list[int], list[str]], keys, **params):
+    def stream(self, *, input_ids, forced: tuple[list[int], list[str]], **params):
         ids, texts = forced
+        # One identity per cell: the live context's, then the forced tokens' positions to come.
+        start = self.conv.next_position
+        keys = live_keys(self.conv) + list(range(start, start + len(ids)))
         rows, self.logprobs = force(self.source, input_ids, ids, keys, self.rows)
         n0 = len(input_ids)
         for j, (token_id, text) in enumerate(zip(ids, texts)):
@@ -247,14 +252,11 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
     started, cpu = time.perf_counter(), time.process_time()
     session = ChatSession(settings.replace(max_context_tokens=policy.prune_to, prune_hysteresis=policy.hysteresis,
                                            max_new_tokens=max_new_tokens, **dict(policy.settings)))
-    for_room = session.settings.pruning.prune_when == "for_room"
-    if for_room:  # the session prunes to the model's window, so it needs to know it
+    if policy.attention:  # the replayed model's window: C (the "full" reference has none)
         session.model_info = SimpleNamespace(max_context=model_context)
     conv = session.adopt(new_conversation(tok, session.settings, policy.rank))
-    # The room of a message's resurrection, as the app's session.recall.makes_room has it.
-    makes_room = for_room or shares_room(session.settings)
-    floor = room_floor(session.settings)
-    backend = TeacherForced(source, policy.reads_attention) if policy.attention else None
+    pipeline = session.pipeline
+    backend = TeacherForced(source, conv, policy.reads_attention) if policy.attention else None
     trace = Trace()
     fidelity: list[FidelityRecord] = []
     votes = pruned = events = resurrected = resurrected_tokens = 0
@@ -267,17 +269,14 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
         gone: list = []
         if policy.resurrect and turn.role == "user" and search is not None and conv.graveyard():
             before = conv.live_token_count()
-            room = resurrection_budget(conv, len(ids), model_context, max_new_tokens,
-                                       session.settings.recall.resurrection_budget_cap)
+            room = session.recall.budget(len(ids))  # the universal equation, for the model's window C
             matches = search(turn.text, conv.next_turn_id)
             if policy.resurrect == "plain":  # rag: by similarity, no anchors
                 back = conv.resurrect(plain_plan(conv, matches, room), with_anchors=False)
             else:
                 planner = getattr(search, "plan", None) or make_plan  # the app's (past_search), else the default plan
-                if makes_room:  # prune just enough for the plan, as the app's session does
-                    made = plan_with_room(conv, matches, planner, user_tokens=len(ids), max_context=model_context,
-                                          max_new_tokens=max_new_tokens, floor=floor,
-                                          cap=session.settings.recall.resurrection_budget_cap)
+                if session.recall.makes_room:  # prune just enough for the plan, as the app's session does
+                    made = plan_with_room(conv, matches, planner, **session.recall.room_terms(len(ids)))
                     plan, gone = made.plan, made.pruned
                     before -= sum(c.token_count for c in gone)
                 else:
@@ -286,20 +285,17 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
             resurrected += sum(1 for c in back if not c.framing)
             resurrected_tokens += conv.live_token_count() - before
         if policy.attention and (turn.role == "assistant" or policy.score_user):
-            session.begin_answer(role=turn.role, created_at=turn.created_at)
-            request = session.generation_request()
-            keys = live_keys(conv) + list(range(conv.next_position, conv.next_position + len(ids)))
             live = conv.table.position[~conv.table.framing].copy()
-            for event in backend.stream(forced=(ids, texts), keys=keys, **request):
-                session.receive(event)
+            answered = pipeline.answer(backend, role=turn.role, created_at=turn.created_at, prune=exchange_end,
+                                       forced=(ids, texts))
             if turn.role == "assistant":
                 fidelity.append(FidelityRecord(i, float(-backend.logprobs.mean()), live))
             votes += len(ids)
-            gone = session.finish_turn("stop", prune=exchange_end).pruned
+            gone = answered.end.pruned
         elif turn.role == "user":
-            session.add_user_message(ids, texts, turn.created_at)
-            if for_room:  # the app's prompt + answer within the model's window
-                gone = gone + session.fit_model_window()
+            message = Message(turn.text, ids, texts, created_at=turn.created_at)
+            pipeline.save(message)
+            gone = gone + pipeline.saved(message)  # the app's prompt + answer within the model's window
             if exchange_end:
                 gone = session.prune()
         else:

@@ -4,18 +4,20 @@ The app's :class:`~halo_weave.app.TurnController` decides only *when* (threads, 
 signals) and calls these; the crash-safety test's writer (``tests/conversation_writer.py``)
 drives the same methods with a scripted backend, so SIGKILL lands in these saves.
 
-A turn, in order (docs/architecture.md, "The path of one message")::
+A turn, in order (docs/architecture.md, "The path of one message"), is
+:class:`~.pipeline.TurnPipeline` (``session.pipeline``): the window calls its steps from
+its threads and signals, scripts and benchmarks run them with ``send`` and ``answer``::
 
     ids = session.server.draft_ids(index, matches, pieces)  while the user types
     backend.prepare(ids)                                    (read-ahead; ours only)
-    pieces = session.server.tokenize(text)           blocking: a thread in the app
-    session.recall.resurrect_for(index, matches, len(pieces))  within the budget
-    turn = session.add_user_message(ids, texts)      DB-first: saved before it is shown
-    session.fit_model_window()                       prompt + answer within the model
-    session.begin_answer(prefix)                     the assistant turn opens
-    for event in token_events(backend.stream(**session.generation_request()), backend):
-        session.receive(event)                       attention, append, save every 16
-    session.finish_turn(reason, rate)                save, queue indexing, prune
+    message = session.pipeline.read(text)            tokenize, blocking: a thread in the app
+    session.pipeline.recall(message, index, matches) within the budget (then ``keep``)
+    session.pipeline.save(message)                   DB-first: saved before it is shown
+    session.pipeline.saved(message)                  indexing queued, prompt + answer fit the model
+    session.pipeline.open_answer(message.prefix)     the assistant turn opens
+    for event in token_events(backend.stream(**session.pipeline.request()), backend):
+        session.pipeline.receive(event)              attention, append, save every 16
+    session.pipeline.finish(reason, rate)            save, queue indexing, prune
 
 The *backend* is a :class:`~halo_weave.backends.interface.Backend` (the scripted test
 backends implement what a turn uses: ``tokenize``, ``stream``, ``abort``, ``model_info``,
@@ -42,10 +44,14 @@ reached as ``session.<part>``:
   with branches, and switching between them;
 * ``levers`` (:class:`.levers.Levers`): resurrect, pin, merge and prune by hand;
 * ``documents`` (:class:`.documents.Documents`): a file attached as a ``document`` turn,
-  its paragraphs in the memory (or live).
+  its paragraphs in the memory (or live);
+* ``pipeline`` (:class:`.pipeline.TurnPipeline`): a turn's steps in order, owning none
+  of their state (a message's travels in its :class:`.pipeline.Message`).
 """
 
 from ..events import token_events
 from .chat import STOP_SEQUENCES, STREAM_SAVE_EVERY, ChatSession, Indexer, TurnEnd
+from .pipeline import Answered, Message, TurnPipeline
 
-__all__ = ["STOP_SEQUENCES", "STREAM_SAVE_EVERY", "ChatSession", "Indexer", "TurnEnd", "token_events"]
+__all__ = ["STOP_SEQUENCES", "STREAM_SAVE_EVERY", "Answered", "ChatSession", "Indexer", "Message", "TurnEnd",
+           "TurnPipeline", "token_events"]

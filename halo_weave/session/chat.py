@@ -19,6 +19,7 @@ from .documents import Documents
 from .last_exchange import LastExchange
 from .levers import Levers
 from .messages import live_messages
+from .pipeline import TurnPipeline
 from .resurrect import Recall
 from .rounds import Rounds
 from .server_use import ServerUse
@@ -67,7 +68,8 @@ class ChatSession:
     rank chunks (``proxy_ranks``); the turn itself (open, stream, finish, prune) and the
     one saver, :meth:`save`.  Its parts own the rest: ``answer``, ``rounds``, ``recall``
     (with the semantic index), ``prompt``, ``server``, ``exchange``, ``branches``,
-    ``levers``, ``documents`` (see :mod:`halo_weave.session`).
+    ``levers``, ``documents``; ``pipeline`` runs a turn's steps in order (see
+    :mod:`halo_weave.session`).
     """
 
     def __init__(self, settings: Settings | None = None, *, report: Callable[[BaseException, str], None] = _raise,
@@ -95,6 +97,7 @@ class ChatSession:
         self.branches = Branches(self)
         self.levers = Levers(self)
         self.documents = Documents(self)
+        self.pipeline = TurnPipeline(self)
 
     # ------------------------------------------------------------------ set-up
     def open(self, store) -> Conversation:

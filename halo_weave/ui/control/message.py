@@ -1,7 +1,8 @@
 """The user's message, from Enter until it is saved: tokenize, search, resurrect, save.
 
-Every rule is a method of :class:`~halo_weave.session.ChatSession`; :class:`MessageSend`
-decides only *when*, on which thread (see :mod:`halo_weave.app` for the whole turn).
+The steps are :class:`~halo_weave.session.TurnPipeline`'s (``session.pipeline``), the
+same the benchmarks run; :class:`MessageSend` decides only *when*, on which thread (see
+:mod:`halo_weave.app` for the whole turn).
 Stop gives a message back to the input box until it is saved; a long message (more than
 :data:`SAVE_ON_THREAD_TOKENS`) is saved on a thread and can no longer be given back.
 QtCore only.
@@ -98,15 +99,10 @@ class MessageSend(QObject):
         self._gate.set_busy(True, "Reading your message…")
         self._session.answer.asked()
         self._signals.turn_phase.emit(text, "")
-        session = self._session
-
-        def tokenize():
-            return session.server.tokenize(text), session.server.tokenize(answer_prefix)
-
         finish = self._progress_after_a_second(f"Reading your message ({len(text):,} characters)")
         self._calls.run(
-            tokenize,
-            on_ok=lambda pieces: (finish(), self._after_tokenize(text, *pieces, seq=seq)),
+            self._session.pipeline.read, text, answer_prefix,
+            on_ok=lambda message: (finish(), self._after_tokenize(message, seq=seq)),
             on_fail=lambda exc: (finish(), None if self._stale(seq) else
                                  self.failed_early(exc, "Tokenizing your message")),
         )
@@ -130,13 +126,11 @@ class MessageSend(QObject):
         QTimer.singleShot(PROGRESS_AFTER_MS, show)
         return finish
 
-    def _after_tokenize(self, text: str, pieces, prefix=(), seq: int | None = None) -> None:
+    def _after_tokenize(self, message, seq: int | None = None) -> None:
         if self._stale(seq):
             return
-        ids = [int(i) for i, _ in pieces]
-        texts = [t for _, t in pieces]
-        prefix = list(prefix)
-        self._pending_send = lambda: self._resurrect_then_add(text, ids, texts, prefix, seq)
+        text = message.text
+        self._pending_send = lambda: self._resurrect_then_add(message, seq)
         if (self._memory.loading or self._memory.index is not None) and self._memory.pending > 0:
             # Let the previous exchange's embeddings land, but not for long.
             what = "loading memory" if self._memory.loading else "finishing memory indexing"
@@ -156,72 +150,72 @@ class MessageSend(QObject):
         if action is not None:
             action()
 
-    def _resurrect_then_add(self, text: str, ids: list[int], texts: list[str], prefix: list,
-                            seq: int | None = None) -> None:
+    def _resurrect_then_add(self, message, seq: int | None = None) -> None:
         if self._stale(seq):
             return
         index = self._memory.index  # loaded on first use
-        if not self._session.recall.can_resurrect():
-            self._session.recall.resurrect_for(index, [], len(ids))  # nothing to search: nothing recalled
-            self._add_user_turn(ids, texts, prefix)
+        pipeline = self._session.pipeline
+        if not pipeline.searches():
+            pipeline.recall(message, index, [])  # nothing to search: nothing recalled
+            self._add_user_turn(message)
             return
         self._gate.set_busy(True, "Searching memory…")
-        self._signals.turn_phase.emit(text, "searching memory…")
+        self._signals.turn_phase.emit(message.text, "searching memory…")
         # The query embedding is the slow part: it runs on the embedder thread, ahead of
         # queued indexing; planning and resurrecting touch the conversation, so they run here.
-        self._memory.search(text, lambda matches, exc: self._resurrect(index, matches, text, ids, texts, prefix, seq))
+        self._memory.search(message.text, lambda matches, exc: self._resurrect(index, matches, message, seq))
 
-    def _resurrect(self, index, matches, text, ids, texts, prefix, seq: int | None = None) -> None:
+    def _resurrect(self, index, matches, message, seq: int | None = None) -> None:
         if self._stale(seq):
             return
-        recall = self._session.recall
-        recalled = recall.resurrect_for(index, matches, len(ids))
+        pipeline = self._session.pipeline
+        recalled = pipeline.recall(message, index, matches)
         if recalled:
             self._signals.graveyard_changed.emit()
-        if not recall.keeps_part(recalled):
-            self._add_user_turn(ids, texts, prefix, recalled)
+        if not pipeline.weighs(message):
+            self._add_user_turn(message)
             return
         # What came back is ranked by its relevance to the message, and the least relevant
         # goes back (halo_weave.memory.relevance); the embedding runs on the embedder's thread.
         self._gate.set_busy(True, "Choosing what came back…")
-        self._signals.turn_phase.emit(text, "choosing what came back…")
+        self._signals.turn_phase.emit(message.text, "choosing what came back…")
 
         def ranked(order) -> None:
             if self._stale(seq):
                 return
-            kept = recall.keep_ranked(order)
-            if len(kept) < len(recalled):
+            if len(pipeline.keep(message, order)) < len(recalled):
                 self._signals.graveyard_changed.emit()
-            self._add_user_turn(ids, texts, prefix, kept)
+            self._add_user_turn(message)
 
         def not_ranked(exc) -> None:
             if self._stale(seq):
                 return
             # Not worth an error: the message keeps all it recalled.
             log.warning("what came back was not ranked: %s", exc)
-            self._add_user_turn(ids, texts, prefix, recalled)
+            self._add_user_turn(message)
 
-        self._memory.run(recall.ranking(recalled, text), on_ok=ranked, on_fail=not_ranked)
+        self._memory.run(pipeline.ranking(message), on_ok=ranked, on_fail=not_ranked)
 
-    def _add_user_turn(self, ids: list[int], texts: list[str], prefix: list, recalled=()) -> None:
-        """Save the message (and what its search ``recalled``), then answer it."""
-        session = self._session
-        if len(ids) > SAVE_ON_THREAD_TOKENS:
+    def _add_user_turn(self, message) -> None:
+        """Save the message (and what its search recalled), then answer it."""
+        pipeline = self._session.pipeline
+        tokens = len(message.ids)
+        if tokens > SAVE_ON_THREAD_TOKENS:
             self._saving_turn = True  # past the point where Stop can give it back
-            self._gate.set_busy(True, f"Saving your message ({len(ids):,} tokens)…")
-            finish = self._progress_after_a_second(f"Saving your message ({len(ids):,} tokens)")
+            self._gate.set_busy(True, f"Saving your message ({tokens:,} tokens)…")
+            finish = self._progress_after_a_second(f"Saving your message ({tokens:,} tokens)")
             self._calls.run(
-                session.save_user_message, ids, texts, None, recalled,
-                on_ok=lambda turn: (finish(), self._user_turn_saved(turn, prefix)),
+                pipeline.save, message,
+                on_ok=lambda turn: (finish(), self._user_turn_saved(message)),
                 on_fail=lambda exc: (finish(), self._user_turn_not_saved(exc)),
             )
             return
         try:
-            turn = session.save_user_message(ids, texts, recalled=recalled)  # DB-first: persisted before it is shown
+            pipeline.save(message)  # DB-first: persisted before it is shown
         except BaseException as exc:  # noqa: BLE001 - MemoryError too: the message goes back
             self._user_turn_not_saved(exc)
             return
-        self._user_turn_saved(turn, prefix)
+        self._user_turn_saved(message)
 
     def _user_turn_not_saved(self, exc) -> None:
         self._saving_turn = False
@@ -232,15 +226,14 @@ class MessageSend(QObject):
             changed.emit()
         self.failed_early(exc, "Saving your message")
 
-    def _user_turn_saved(self, turn, prefix: list) -> None:
+    def _user_turn_saved(self, message) -> None:
         self._unsent, self._saving_turn = "", False
-        self._session.index_user_message(turn)
-        if self._session.fit_model_window():
+        if self._session.pipeline.saved(message):
             self._signals.graveyard_changed.emit()
         # Saved: the message (and any resurrection) shows now, before the server reads it.
         self._signals.tokens_streamed.emit()
         self._signals.turn_phase.emit("", "")
-        self.saved.emit(prefix)
+        self.saved.emit(message.prefix)
 
     def _stale(self, seq: int | None) -> bool:
         """Whether a step of the message ``seq`` comes after Stop gave that message back."""

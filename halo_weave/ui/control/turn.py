@@ -1,7 +1,7 @@
 """A turn's answer as the controller runs it: the streamed answer, tool rounds, Stop.
 
-Every rule is a method of :class:`~halo_weave.session.ChatSession`; :class:`TurnFlow`
-decides only *when*, on which thread:
+The steps are :class:`~halo_weave.session.TurnPipeline`'s (``session.pipeline``), the
+same the benchmarks run; :class:`TurnFlow` decides only *when*, on which thread:
 
 * the message (:class:`~.message.MessageSend`): tokenize once on a thread → let pending
   embeddings land (≤ ``embed_wait_seconds``) → search on the embedder thread → the
@@ -9,14 +9,14 @@ decides only *when*, on which thread:
   shown, makes room in the model's window; then this answers it;
 * the answer, one *round* per streamed request (the answer, and each continuation after
   a tool call): a :class:`~.workers.GenerationWorker` reads the stream and
-  each typed token event reaches :meth:`ChatSession.receive
-  <halo_weave.session.ChatSession.receive>` on the UI thread (attention, recording,
+  each typed token event reaches :meth:`TurnPipeline.receive
+  <halo_weave.session.TurnPipeline.receive>` on the UI thread (attention, recording,
   append, a save every 16); the view hears ``tokens_streamed``; Stop aborts;
 * a round ending on a ``<tool>…</tool>`` call: the notebook runs it on a thread
   (:meth:`halo_weave.tools.notebook.ToolRunner.process_answer`), the session appends the
   result and saves changed notes (``notes_changed``), the next round starts while the
   runner says so (at most ``notebook.MAX_ROUNDS`` calls);
-* the end: :meth:`ChatSession.finish_turn <halo_weave.session.ChatSession.finish_turn>`
+* the end: :meth:`TurnPipeline.finish <halo_weave.session.TurnPipeline.finish>`
   (save, queue indexing, prune), then the signals.
 
 Each round with "Record attention" on becomes one capture folder (``docs/capture-format.md``).
@@ -103,13 +103,13 @@ class TurnFlow(QObject):
         """Open the answer (or continue it after a tool call) and stream from the server."""
         session = self._session
         if not continuation:
-            session.begin_answer(prefix)
+            session.pipeline.open_answer(prefix)
             if prefix:
                 self._signals.tokens_streamed.emit()
                 if session.rounds.has_tool_call():
                     self._run_tools("stop", None)  # the given start of the answer holds a tool call
                     return
-        request = session.generation_request()
+        request = session.pipeline.request()
         ids = request["input_ids"]
         self._signals.turn_phase.emit("", f"reading {self._ahead.unread(ids):,} tokens…")
         self._ahead.server_given(ids)
@@ -127,7 +127,7 @@ class TurnFlow(QObject):
             self.stop()
 
     def _on_token(self, event) -> None:
-        if self._session.receive(event):
+        if self._session.pipeline.receive(event):
             if self._session.answer.streamed == 1:
                 self._signals.turn_phase.emit("", "")  # the answer itself shows now
             self._signals.tokens_streamed.emit()
@@ -186,7 +186,7 @@ class TurnFlow(QObject):
             worker.wait(5000)
             worker.deleteLater()
         self._ahead.server_given(self._session.server.warm_up_ids())  # the prompt and the answer (before a prune)
-        end = self._session.finish_turn(reason, rate, prune=not self._proxy.prunes_after_read())
+        end = self._session.pipeline.finish(reason, rate, prune=not self._proxy.prunes_after_read())
         if end.turn is None:
             self._gate.set_busy(False)
             return
