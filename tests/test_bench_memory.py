@@ -227,7 +227,7 @@ def test_the_no_copy_question_path_gives_the_same_figures(dialogue, settings):
     before = sorted(c.id for c in recent.live_chunks())
     stamps = _stamps(recent)
     roomy = copy.deepcopy(recent)
-    roomy.settings = roomy.settings.replace(prune_when="for_room")  # answer_halo's pruning copy
+    roomy.use_settings(roomy.settings.replace(prune_when="for_room"))  # answer_halo's pruning copy
     differs = 0
     for i in range(len(dialogue.questions)):
         ctx = _question(tok, i, context - max_new, context, max_new)
@@ -249,7 +249,7 @@ def test_the_no_copy_question_path_gives_the_same_figures(dialogue, settings):
         assert answer_halo_dry(small, matches, ctx, make_plan, floor=60).tokens <= context - max_new
     # A for_room conversation's plan prunes as well: only the copy can tell.
     lazy = keep_recent(full, 120)
-    lazy.settings = lazy.settings.replace(prune_when="for_room")
+    lazy.use_settings(lazy.settings.replace(prune_when="for_room"))
     with pytest.raises(ValueError):
         answer_halo_dry(lazy, matches, _question(tok, 0, context - max_new, context, max_new))
 
