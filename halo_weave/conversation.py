@@ -80,7 +80,8 @@ class Snapshot:
 class Conversation:
     """One endless conversation: see the module docstring."""
 
-    def __init__(self, settings: Settings | None = None, framing: Framing | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, framing: Framing | None = None, *,
+                 role_names: dict[str, str] | None = None) -> None:
         self._settings = settings or Settings()
         self._framing = framing or Framing.none()
         #: Every chunk / turn by id; those read from storage stay columns until used.
@@ -90,7 +91,7 @@ class Conversation:
         #: The system prompt: its text and the prefix the model reads before every turn.
         self._system = SystemPrompt()
         #: Names shown for a role instead of "User" / "Assistant" (an imported character's).
-        self._role_names: dict[str, str] = {}
+        self._role_names: dict[str, str] = dict(role_names or {})
         #: Token texts of the live chunks (and of those pruned in this session), and the
         #: tokens of the chunks pruned in this session, kept for a cheap resurrection.
         self._held = HeldTokens()
@@ -182,17 +183,16 @@ class Conversation:
         ``chunk_loader``: fetches the tokens of chunks pruned before opening.  A turn left
         open by a crash stays open: :meth:`close_crashed_turns`.
         """
-        conv = cls(settings, framing)
-        conv._system.set(*system)
-        conv._role_names = dict(role_names or {})
+        conv = cls(settings, framing, role_names=role_names)
+        conv.set_system_prompt(*system)
         table_from_records.take_records(conv, turns, chunks, *live_tokens)
         last = len(chunks) - 1
         end = int(chunks.start[last] + chunks.token_count[last]) if len(chunks) else 0
         chunk_end = int(chunks.id.max()) + 1 if len(chunks) else 0
         turn_end = int(turns.turn_id[-1]) + 1 if len(turns) else 0
         position, turn_id, chunk_id = counters
-        conv._writer.take_counters(max(position, end), max(turn_id, turn_end), max(chunk_id, chunk_end))
-        conv._chunk_loader = chunk_loader
+        conv.continue_counters(max(position, end), max(turn_id, turn_end), max(chunk_id, chunk_end))
+        conv.use_chunk_loader(chunk_loader)
         if recalls:
             recall.take_stored(conv, recalls)
         return conv
@@ -223,6 +223,11 @@ class Conversation:
     def use_settings(self, settings: Settings) -> None:
         """Score and prune by ``settings`` from the next token on."""
         self._settings = settings
+
+    def continue_counters(self, position: int, turn_id: int, chunk_id: int) -> None:
+        """The next token position, turn id and chunk id to hand out (a file's stored
+        counters, read back)."""
+        self._writer.take_counters(position, turn_id, chunk_id)
 
     def use_chunk_loader(self, loader: ChunkLoader | None) -> None:
         """Fetch the tokens of chunks pruned before this session through ``loader``."""
