@@ -44,6 +44,7 @@ from halo_weave.session import ChatSession
 from halo_weave.settings import Settings
 from halo_weave.store import ConversationStore, new_conversation_path
 
+from .index import realistic_vectors
 from .pdf_writer import write_pdf
 
 NAMES = ("Ingrid Anselm Beatrix Cosimo Dagny Emeric Fenna Gideon Halvard Imke Jorunn Kasimir "
@@ -261,18 +262,6 @@ def repaint_while_indexing(url: str, folder: Path, embedder: Embedder, pages: in
     }
 
 
-def _spread(base: np.ndarray, n: int, rng, sigma: float = 0.4) -> np.ndarray:
-    """``n`` unit vectors spread like ``base`` (see the module docstring)."""
-    chol = np.linalg.cholesky(np.cov(base.T) + 1e-6 * np.eye(base.shape[1])).astype(np.float32)
-    out = np.empty((n, base.shape[1]), np.float32)
-    for start in range(0, n, 10_000):
-        m = min(10_000, n - start)
-        block = base[rng.integers(0, len(base), m)] + sigma * (
-            rng.standard_normal((m, base.shape[1])).astype(np.float32) @ chol.T)
-        out[start:start + m] = block / np.linalg.norm(block, axis=1, keepdims=True)
-    return out
-
-
 def _other_text(rng, vocabulary: np.ndarray) -> str:
     """A paragraph of another document: 40-90 words, most of them rare."""
     return " ".join(rng.choice(vocabulary, int(rng.integers(40, 90)))).capitalize() + "."
@@ -299,7 +288,7 @@ def search_at(n: int, entries: dict, embedder: Embedder, page: int, folder: Path
         index = SemanticIndex(store.conn, Settings(), known, lock=store.lock)
         index.store([EntryDraft(c, 1, i, "document", t, 150, [], "0:0", v)
                      for i, (c, t, v) in enumerate(zip(ids, texts, vectors))])
-        extra = _spread(vectors, n - len(ids), rng)
+        extra = realistic_vectors(vectors, n - len(ids), rng)
         first = max(ids) + 1
         for start in range(0, len(extra), 5000):
             block = extra[start:start + 5000]
