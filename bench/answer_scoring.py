@@ -99,10 +99,12 @@ class Answerer:
         """``attention``: the engine can read attention (:meth:`weigh`); without it the
         context reads with flash attention, the engine's fastest settings.  ``kv``: ``"exact"`` (everything after the first change re-run: the prompt's own
         states), ``"surgery"`` (the server's default: spans moved, pruned spans' kept states
-        put back, inserted ones run in place), ``"in-order"`` (surgery, never the new
-        tail before the insertions) or ``"surgery-run"`` (surgery keeping no pruned span's
-        states: an inserted span is always run in place, seeing the context before it)."""
-        from halo_weave.server import kv_surgery
+        put back where the tokens before them are those they were kept with, other
+        inserted spans run in place), ``"surgery-any"`` (kept states put back wherever
+        their tokens match), ``"in-order"`` (the default, never the new tail before the
+        insertions) or ``"surgery-run"`` (surgery keeping no pruned span's states: an
+        inserted span is always run in place, seeing the context before it)."""
+        from halo_weave.server import kv_surgery, span_store
         from halo_weave.server.llamacpp.engine import LlamaEngine
 
         self.engine = LlamaEngine(path, context_size=context_size, threads=threads, read_attention=attention)
@@ -113,6 +115,8 @@ class Answerer:
             self.engine.kv.tail_first = False
         elif kv == "surgery":
             self.engine.kv.tail_first = kv_surgery.TAIL_FIRST_DEFAULT
+        elif kv == "surgery-any":
+            self.engine.kv.store.restore = span_store.ANY_CONTEXT
         elif kv == "surgery-run":
             self.engine.kv.store.max_bytes = 0
         else:

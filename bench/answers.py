@@ -158,12 +158,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="questions per category in the subset (0: every question)")
     p.add_argument("--seed", type=int, default=1, help="the subset's seed")
     p.add_argument("--threads", type=int, default=2, help="model threads")
-    p.add_argument("--kv", choices=["exact", "surgery", "in-order", "surgery-run"], default="exact",
+    p.add_argument("--kv", choices=["exact", "surgery", "surgery-any", "in-order", "surgery-run"], default="exact",
                    help="how the engine's cache follows the prompts: exact (default: everything "
                         "after the first change re-run, so an answer depends on its prompt only), "
-                        "the server's KV surgery, surgery with the message run after what "
-                        "came back, or surgery running every span that comes back instead of "
-                        "putting back its kept states (all three depend on the prompts before)")
+                        "the server's KV surgery (kept states put back only in the context "
+                        "they were kept in), surgery putting them back wherever their tokens "
+                        "match, surgery with the message run after what came back, or surgery "
+                        "running every span that comes back (all four depend on the prompts before)")
     p.add_argument("--notes-tool", action="store_true",
                    help="the system prompt with the notes tool's instructions (the app adds them "
                         "when the tool is on)")

@@ -227,6 +227,8 @@ def test_a_paragraph_pruned_again_with_its_neighbour_is_kept_once_and_comes_back
 
 
 def test_the_store_forgets_the_oldest_span_when_full(llama):
+    from halo_weave.server.span_store import ANY_CONTEXT, SAME_CONTEXT
+
     ids, spans = conversation(llama)
     (a1, b1), (a2, b2) = spans[1], spans[3]
     q = question(llama)
@@ -234,6 +236,7 @@ def test_the_store_forgets_the_oldest_span_when_full(llama):
     store = llama.kv.store
     saved_bound, store.max_bytes = store.max_bytes, 0
     store.clear()
+    store.restore = ANY_CONTEXT  # span 3 goes back after span 1, which it was kept without
     try:
         first_token(llama, ids + q)
         store.max_bytes = 1 << 30
@@ -244,6 +247,7 @@ def test_the_store_forgets_the_oldest_span_when_full(llama):
         _, done = first_token(llama, ids + q)
     finally:
         store.max_bytes = saved_bound
+        store.restore = SAME_CONTEXT
     assert done.kv["restored"] == b2 - a2 and done.kv["inserted"] == b1 - a1
 
 
@@ -266,6 +270,8 @@ def test_spans_run_and_restored_at_several_places_in_one_request_stay_close_to_e
     """Two answers with no kept state and one stored answer between them, brought back in
     one request: the stored one costs no run, the others only their own tokens, and the
     next token is the exact re-prefill's."""
+    from halo_weave.server.span_store import ANY_CONTEXT, SAME_CONTEXT
+
     ids, spans = conversation(llama, turns=7)
     (a0, b0), (a2, b2), (a4, b4) = spans[1], spans[3], spans[5]
     q = question(llama)
@@ -273,6 +279,7 @@ def test_spans_run_and_restored_at_several_places_in_one_request_stay_close_to_e
     store = llama.kv.store
     saved_bound, store.max_bytes = store.max_bytes, 0
     store.clear()
+    store.restore = ANY_CONTEXT  # span 2 goes back after span 0, which it was kept without
     try:
         first_token(llama, ids[:a0] + ids[b0:a4] + ids[b4:] + q)  # spans 0 and 4 never kept
         store.max_bytes = saved_bound
@@ -280,12 +287,34 @@ def test_spans_run_and_restored_at_several_places_in_one_request_stay_close_to_e
         record, done = first_token(llama, ids + q)
     finally:
         store.max_bytes = saved_bound
+        store.restore = SAME_CONTEXT
     assert done.kv["mode"] == "surgery" and done.kv["spans_inserted"] == 3
     assert done.kv["restored"] == b2 - a2
     assert done.kv["inserted"] == (b0 - a0) + (b4 - a4) and done.kv["rerun"] == 0
     assert done.processed_prompt_tokens == (b0 - a0) + (b4 - a4) + 1
     assert record.attention.shape == (len(ids + q),)
     assert record.attention[a0:b0].sum() > 0 and record.attention[a4:b4].sum() > 0
+    surgery = next_token_distribution(llama, ids + q)
+    llama.kv.reset()
+    exact = next_token_distribution(llama, ids + q)
+    assert exact.argmax() == surgery.argmax() and kl(exact, surgery) < 0.05
+
+
+def test_a_span_kept_before_an_earlier_paragraph_came_back_is_run_not_put_back(llama):
+    """Span 3's states were kept while span 1 was pruned; brought back beside span 1, it
+    would be read as the context of then: it is run where it goes, and the next token is
+    the exact re-read's."""
+    ids, spans = conversation(llama)
+    (a1, b1), (a3, b3) = spans[1], spans[3]
+    q = question(llama)
+    llama.kv.reset()
+    llama.kv.store.clear()
+    first_token(llama, ids[:a1] + ids[b1:] + q)  # span 1 pruned (prefilled without it)
+    _, kept = first_token(llama, ids[:a1] + ids[b1:a3] + ids[b3:] + q)  # span 3 pruned: kept
+    assert kept.kv["stored"] == b3 - a3
+    _, done = first_token(llama, ids[:a3] + ids[b3:] + q)  # span 1 back, then span 3 too
+    _, done = first_token(llama, ids + q)
+    assert done.kv["restored"] == 0 and done.kv["inserted"] == b3 - a3, done.kv
     surgery = next_token_distribution(llama, ids + q)
     llama.kv.reset()
     exact = next_token_distribution(llama, ids + q)

@@ -16,8 +16,8 @@ IDS = tuple(range(100, 140))
 
 def test_spans_appended_over_time_are_all_read_back_in_order(tmp_path):
     files = SpanFiles(StateFiles(tmp_path))
-    assert files.append("chat", "model-a", [(IDS, 5, b"first" * 10)])
-    assert files.append("chat", "model-a", [(IDS[:20], 60, b"second"), (IDS[20:], 80, b"third")])
+    assert files.append("chat", "model-a", [(IDS, 5, b"first" * 10, None)])
+    assert files.append("chat", "model-a", [(IDS[:20], 60, b"second", None), (IDS[20:], 80, b"third", None)])
 
     spans = files.load("chat", "model-a")
     assert [(s.ids, s.pos, s.blob) for s in spans] == [
@@ -27,30 +27,30 @@ def test_spans_appended_over_time_are_all_read_back_in_order(tmp_path):
 
 def test_spans_of_another_model_are_not_read_and_are_replaced(tmp_path):
     files = SpanFiles(StateFiles(tmp_path))
-    files.append("chat", "model-a", [(IDS, 0, b"a-states")])
+    files.append("chat", "model-a", [(IDS, 0, b"a-states", None)])
     assert files.load("chat", "model-b") == []
 
-    files.append("chat", "model-b", [(IDS, 0, b"b-states")])
+    files.append("chat", "model-b", [(IDS, 0, b"b-states", None)])
     assert [s.blob for s in files.load("chat", "model-b")] == [b"b-states"]
 
 
 def test_a_record_cut_short_by_a_crash_ends_the_file_and_the_next_append_still_counts(tmp_path):
     files = SpanFiles(StateFiles(tmp_path))
-    files.append("chat", "m", [(IDS, 0, b"whole")])
+    files.append("chat", "m", [(IDS, 0, b"whole", None)])
     path = files.path("chat")
     with open(path, "ab") as out:
         out.write(b"\x28\x00\x00\x00\x00")  # the start of a record, then the crash
     assert [s.blob for s in files.load("chat", "m")] == [b"whole"]
 
-    files.append("chat", "m", [(IDS[:10], 3, b"after")])
+    files.append("chat", "m", [(IDS[:10], 3, b"after", None)])
     assert [s.blob for s in files.load("chat", "m")] == [b"whole", b"after"]
 
 
 def test_span_files_count_towards_the_bound_on_saved_caches(tmp_path):
     states = StateFiles(tmp_path, max_bytes=4000)
     files = SpanFiles(states)
-    files.append("old chat", "m", [(IDS, 0, b"x" * 2500)])
-    files.append("new chat", "m", [(IDS, 0, b"y" * 2500)])
+    files.append("old chat", "m", [(IDS, 0, b"x" * 2500, None)])
+    files.append("new chat", "m", [(IDS, 0, b"y" * 2500, None)])
     assert files.load("old chat", "m") == []  # the least recently written went first
     assert [s.blob for s in files.load("new chat", "m")] == [b"y" * 2500]
 
@@ -64,3 +64,31 @@ def test_spans_read_back_fill_only_free_room_and_are_not_written_again():
     assert not store.add_saved(IDS, 0, b"same ids", 10, "chat")
     assert store.unsaved("chat") == [kept]
     assert store.unsaved("another chat") == []
+
+
+def test_a_span_keeps_the_context_it_was_kept_in_across_a_restart(tmp_path):
+    """Read back, a span is put back only where the tokens before it are those it was
+    kept with: elsewhere its states would be a context the model no longer reads."""
+    from halo_weave.server.span_store import Context, context_digest
+
+    before = list(range(10, 30))
+    files = SpanFiles(StateFiles(tmp_path))
+    files.append("chat", "m", [(IDS, len(before), b"states", context_digest(before, len(before)))])
+    (span,) = files.load("chat", "m")
+    store = SpanStore()
+    assert store.add_saved(span.ids, span.pos, span.blob, len(span.blob), "chat", span.context)
+
+    same = before + list(IDS)
+    assert [p.entry is not None for p in store.cover(list(IDS), Context(same, len(before)))] == [True]
+    other = before[:-1] + [7] + list(IDS)
+    assert [p.entry for p in store.cover(list(IDS), Context(other, len(before)))] == [None]
+
+
+def test_a_span_file_of_the_first_layout_is_started_anew(tmp_path):
+    files = SpanFiles(StateFiles(tmp_path))
+    files.append("chat", "m", [(IDS, 0, b"new", None)])
+    path = files.path("chat")
+    path.write_bytes(path.read_bytes().replace(b"HWSP2", b"HWSP1", 1))
+    assert files.load("chat", "m") == []
+    assert files.append("chat", "m", [(IDS, 0, b"again", None)])
+    assert [s.blob for s in files.load("chat", "m")] == [b"again"]

@@ -104,3 +104,43 @@ def test_pieces_of_one_entry_are_restored_together_unless_they_take_the_same_tok
     # a's 25..35 and 30..40 overlap; b is another entry; the piece to run stands alone.
     assert runs == [[(0, 10), (10, 20)], [(20, 25)], [(25, 35)], [(35, 45)], [(45, 50), (50, 55)]]
     assert [len(run) for run in _by_entry([Piece(i, i + 1, a, i) for i in range(8)], width=3)] == [3, 3, 2]
+
+
+def test_kept_states_go_back_only_where_the_text_before_them_is_what_they_were_kept_with():
+    """States kept at a prune hold what the span saw before it then; put back after the
+    chat before it changed, the model would read a context that is gone (it cost LoCoMo
+    answers), so there the span is run instead."""
+    from halo_weave.server.span_store import ANY_CONTEXT, Context
+
+    head, other = list(range(3000, 3030)), list(range(4000, 4012))
+    store = SpanStore(max_bytes=10_000)
+    assert store.save(A, 100, lambda a, b: (f"{a}-{b}", b - a), before=head) == len(A)
+
+    undone = store.cover(A, Context(head + A, len(head)))  # the prune undone: same text before
+    assert [p.entry is not None for p in undone] == [True]
+    moved = store.cover(A, Context(other + head + A, len(other + head)))  # text added before it
+    assert to_run(moved) == len(A)
+    changed = head[:10] + head[11:]  # a paragraph before it pruned since
+    assert to_run(store.cover(A, Context(changed + A, len(changed)))) == len(A)
+    part = store.cover(A[10:], Context(head + A, len(head) + 10))  # a later part, same text before
+    assert to_run(part) == 0 and part[0].offset == 10
+
+    store.restore = ANY_CONTEXT
+    assert to_run(store.cover(A, Context(changed + A, len(changed)))) == 0
+
+
+def test_a_paragraph_pruned_in_another_context_is_kept_again_for_that_one():
+    from halo_weave.server.span_store import Context
+
+    store = SpanStore(max_bytes=10_000)
+    copied = []
+
+    def copy_out(a, b):
+        copied.append((a, b))
+        return f"{a}-{b}", b - a
+
+    first, second = list(range(3000, 3020)), list(range(3500, 3520))
+    store.save(A, 100, copy_out, before=first)
+    store.save(A, 60, copy_out, before=second)
+    assert copied == [(100, 140), (60, 100)]
+    assert to_run(store.cover(A, Context(second + A, len(second)))) == 0

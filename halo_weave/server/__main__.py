@@ -27,6 +27,7 @@ from ..rules.attention_formats import AGGREGATED, ATTENTION_FORMATS
 from .kv_files import DEFAULT_DISK_BYTES
 from .saved_caches import EXIT_WAIT_S
 from .kv_surgery import TAIL_FIRST_DEFAULT
+from .span_store import RESTORE_POLICIES, SAME_CONTEXT
 
 #: Format of the ready line; :mod:`halo_weave.server.launcher` parses it.
 READY_LINE = "Halo Weave server ready on {url} (model {model})"
@@ -68,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kv-store-mb", type=int, default=DEFAULT_STORE_MB,
                         help="host memory (MiB) keeping the states of pruned spans, so that resurrecting "
                              "them runs nothing (default %(default)s; 0 turns it off)")
+    parser.add_argument("--kv-restore", choices=RESTORE_POLICIES, default=SAME_CONTEXT,
+                        help="where kept states of a pruned span are put back: same-context (default: only "
+                             "where the tokens before it are those it was kept with, as after an undone "
+                             "prune or a reopening; elsewhere the span is run, seeing the context it "
+                             "joins) or any (wherever its tokens match: faster, and it costs answers)")
     parser.add_argument("--kv-dir", default=None, metavar="FOLDER",
                         help="where the llama.cpp engine saves each conversation's KV cache when idle, "
                              "to read it back when the conversation is reopened (default: kv-states in "
@@ -187,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
                              attention_format=args.attention_format, threads=args.threads or default_threads(),
                              cache_model=not args.no_model_cache, kv_mode=args.kv_mode,
                              kv_tail_first=args.kv_tail_first,
-                             store_bytes=max(0, args.kv_store_mb) << 20,
+                             store_bytes=max(0, args.kv_store_mb) << 20, kv_restore=args.kv_restore,
                              initial_context=args.initial_context, gpu_layers=args.gpu_layers)
     except Exception as exc:  # noqa: BLE001 - any load failure is reported, not traced
         log.debug("model load failed", exc_info=True)

@@ -141,6 +141,7 @@ def model_info(engine: EngineBase, attention: bool = True) -> dict:
         "device": engine.device,
         "kv_mode": engine.kv.mode,
         "kv_tail_first": engine.kv.tail_first,
+        "kv_restore": engine.kv.store.restore,
         "version": __version__,
     }
     note = engine_note(engine.kind, engine.model_note)

@@ -13,7 +13,7 @@ import logging
 from . import loader
 from .engine_base import AGGREGATED, EngineBase
 from .kv_surgery import KV_MODES, SURGERY, TAIL_FIRST_DEFAULT
-from .span_store import DEFAULT_STORE_BYTES
+from .span_store import DEFAULT_STORE_BYTES, RESTORE_POLICIES, SAME_CONTEXT
 
 log = logging.getLogger("halo_weave.server")
 
@@ -64,18 +64,22 @@ def load_engine(
     kv_mode: str = SURGERY,
     kv_tail_first: bool = TAIL_FIRST_DEFAULT,
     store_bytes: int = DEFAULT_STORE_BYTES,
+    kv_restore: str = SAME_CONTEXT,
     initial_context: int | None = None,
     gpu_layers: int = 0,
 ) -> EngineBase:
     """Load ``model`` (``None``: the bundled default, see :mod:`.bundled`) on the engine ``kind`` names;
     ``kv_tail_first``: run a request's new tokens before its insertions (see
     :func:`.kv_surgery.sync`); ``store_bytes`` bounds the host memory keeping pruned spans' states;
+    ``kv_restore``: where those states may be put back (see :mod:`.span_store`);
     ``initial_context``: KV cells the llama.cpp engine starts with (it grows on demand up
     to ``context_size``; the transformers engine's cache has no fixed size); ``gpu_layers``:
     the llama.cpp engine's layers on a GPU (see :mod:`.llamacpp.offload`; the transformers
     engine takes ``device`` instead)."""
     if kv_mode not in KV_MODES:
         raise ValueError(f"kv mode must be one of {KV_MODES}")
+    if kv_restore not in RESTORE_POLICIES:
+        raise ValueError(f"kv restore must be one of {RESTORE_POLICIES}")
     source = loader.resolve(model)
     chosen = choose(kind, source, device)
     if chosen == LLAMACPP:
@@ -100,6 +104,7 @@ def load_engine(
     engine.kv.mode = kv_mode
     engine.kv.tail_first = kv_tail_first
     engine.kv.store.max_bytes = store_bytes
+    engine.kv.store.restore = kv_restore
     return engine
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import asdict, dataclass
 
-from .span_store import to_run
+from .span_store import Context, to_run
 
 #: Tokens that must agree to line two spans up (shorter runs match by accident:
 #: chat framing repeats every turn).
@@ -267,7 +267,9 @@ def sync(cache, ids: list[int], should_stop=lambda: False) -> SyncReport | None:
     between = None
     if cache.tail_first and cache.mode == SURGERY:
         middle, _ = split_tail(edits, len(cache.ids), len(ids))
-        running = sum(to_run(cache.store.cover(ids[e.start:e.end])) for e in middle if e.inserted)
+        where = Context(ids, 0)
+        running = sum(to_run(cache.store.cover(ids[e.start:e.end], where.at(e.start)))
+                      for e in middle if e.inserted)
         between = tail_first_ids(cache.ids, ids, edits, running)
     if between is None:
         return cache.sync_pass(ids, edits, should_stop)

@@ -106,7 +106,7 @@ class SavedCaches:
         self._spans_read.add(conversation)
         started = time.perf_counter()
         spans = self.span_files.load(conversation, self.fingerprint())
-        taken = sum(store.add_saved(s.ids, s.pos, s.blob, len(s.blob), conversation) for s in spans)
+        taken = sum(store.add_saved(s.ids, s.pos, s.blob, len(s.blob), conversation, s.context) for s in spans)
         if spans:
             log.info("%d of %d saved spans of the conversation read back (%d tokens) in %.3f s", taken,
                      len(spans), sum(len(s.ids) for s in spans), time.perf_counter() - started)
@@ -114,7 +114,7 @@ class SavedCaches:
     def _write_spans(self, key: str, entries) -> None:
         """Append ``entries`` (the store's, not on disk yet) to ``key``'s span file."""
         if entries and self.span_files.append(key, self.fingerprint(),
-                                              [(e.ids, e.pos, e.payload) for e in entries]):
+                                              [(e.ids, e.pos, e.payload, e.context) for e in entries]):
             for entry in entries:
                 entry.on_disk = True
 

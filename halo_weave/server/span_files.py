@@ -11,7 +11,11 @@ A file is::
 
     MAGIC | header length (uint32) | header JSON (key, fingerprint) | record | record | ...
 
-    record: ids count, position, blob bytes (3 x uint32) | token ids (int32) | blob
+    record: ids count, position, blob bytes (3 x uint32) | context (16 bytes) | token ids (int32) | blob
+
+The context is the span's :func:`~.span_store.context_digest` (all zero: unknown), so
+that a span read back is put back only where it was kept (:data:`~.span_store.SAME_CONTEXT`).
+A file of the first layout (no context) is started anew.
 
 Records are only appended (a span's states never change once stored).  A file whose
 fingerprint differs is started anew; a record cut short by a crash ends the file (it is
@@ -32,20 +36,24 @@ from pathlib import Path
 import numpy as np
 
 from .kv_files import SPANS_SUFFIX as SUFFIX
+from .span_store import DIGEST_BYTES
 
 log = logging.getLogger("halo_weave.server")
 
-MAGIC = b"HWSP1\n"
+MAGIC = b"HWSP2\n"
 _RECORD = struct.Struct("<III")
+_NO_CONTEXT = bytes(DIGEST_BYTES)
 
 
 @dataclass
 class SavedSpan:
-    """A span read back: ``ids`` whose keys were rotated for positions ``pos..``."""
+    """A span read back: ``ids`` whose keys were rotated for positions ``pos..``, kept
+    in ``context`` (None: unknown)."""
 
     ids: list[int]
     pos: int
     blob: bytes
+    context: bytes | None = None
 
 
 def file_name(key: str) -> str:
@@ -62,12 +70,14 @@ class SpanFiles:
     def path(self, key: str) -> Path:
         return self.files.folder / file_name(key)
 
-    def append(self, key: str, fingerprint: str, spans: list[tuple[tuple[int, ...], int, bytes]]) -> bool:
-        """Add ``(ids, pos, blob)`` spans to ``key``'s file; False when the disk or the
-        bound refuses (the spans then live in memory only)."""
+    def append(self, key: str, fingerprint: str,
+               spans: list[tuple[tuple[int, ...], int, bytes, bytes | None]]) -> bool:
+        """Add ``(ids, pos, blob, context)`` spans to ``key``'s file; False when the disk
+        or the bound refuses (the spans then live in memory only)."""
         records = []
-        for ids, pos, blob in spans:
-            records += [_RECORD.pack(len(ids), pos, len(blob)), np.asarray(ids, dtype="<i4").tobytes(), blob]
+        for ids, pos, blob, context in spans:
+            records += [_RECORD.pack(len(ids), pos, len(blob)), context or _NO_CONTEXT,
+                        np.asarray(ids, dtype="<i4").tobytes(), blob]
         size = sum(len(r) for r in records)
         if not records or size > self.files.max_bytes:
             return False
@@ -141,9 +151,11 @@ def _record_at(data: bytes, at: int) -> tuple[SavedSpan, int] | None:
     if len(data) < at + _RECORD.size:
         return None
     n_ids, pos, n_bytes = _RECORD.unpack_from(data, at)
-    start = at + _RECORD.size
+    context_at = at + _RECORD.size
+    start = context_at + DIGEST_BYTES
     end = start + 4 * n_ids + n_bytes
     if n_ids == 0 or len(data) < end:
         return None
     ids = np.frombuffer(data, dtype="<i4", count=n_ids, offset=start).tolist()
-    return SavedSpan(ids, pos, data[start + 4 * n_ids:end]), end
+    context = data[context_at:start]
+    return SavedSpan(ids, pos, data[start + 4 * n_ids:end], None if context == _NO_CONTEXT else context), end

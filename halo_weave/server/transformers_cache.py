@@ -22,7 +22,7 @@ import torch
 
 from . import kv_surgery
 from .kv_surgery import EXACT, SURGERY, SyncReport
-from .span_store import SpanStore, to_run
+from .span_store import Context, SpanStore, to_run
 
 #: Longest slice of prompt run in one forward pass: bounds memory on 8k prompts.
 PREFILL_CHUNK = 2048
@@ -128,9 +128,10 @@ class ContextCache:
             started = time.perf_counter()
             for e in middle:
                 if e.removed:
-                    report.stored += self._save(e.cached_start, e.cached_end)
+                    report.stored += self._save(e.cached_start, e.cached_end, self.ids[:e.cached_start])
             report.store_s = time.perf_counter() - started
-            covers = [self.store.cover(ids[e.start:e.end]) for e in middle]
+            where = Context(ids, 0)
+            covers = [self.store.cover(ids[e.start:e.end], where.at(e.start)) for e in middle]
         running = sum(to_run(c) for c in covers)
         if middle and (self.mode == EXACT or middle[0].start == 0
                        or kv_surgery.prefer_exact(middle, len(ids), running)):
@@ -156,16 +157,17 @@ class ContextCache:
                 return None
         return report
 
-    def _save(self, start: int, end: int) -> int:
+    def _save(self, start: int, end: int, before: list[int]) -> int:
         """Store the keys and values of cached positions ``[start, end)`` that the store
-        does not hold yet (:meth:`.SpanStore.save`); returns the tokens it holds."""
+        does not hold yet (:meth:`.SpanStore.save`; ``before``: the cached tokens before the
+        span); returns the tokens it holds."""
 
         def copy_out(a: int, b: int):
             layers = [(layer.keys[..., a:b, :].clone(), layer.values[..., a:b, :].clone())
                       for layer in self._cache.layers]
             return layers, sum(k.nbytes + v.nbytes for k, v in layers)
 
-        return self.store.save(self.ids[start:end], start, copy_out)
+        return self.store.save(self.ids[start:end], start, copy_out, before)
 
     def _restore(self, piece, at: int) -> None:
         """Append a stored piece's keys (rotated to ``at..``) and values to the cache."""

@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import kv_surgery
 from ..kv_surgery import EXACT, SURGERY, SyncReport
-from ..span_store import SpanStore, to_run
+from ..span_store import Context, SpanStore, to_run
 from . import growth as growth_
 from .growth import COMPACT_MIN_CELLS  # noqa: F401 - also imported from here
 from . import live_state
@@ -248,9 +248,12 @@ class LlamaCache:
                 for e in middle:
                     if e.removed:
                         report.stored += self.spill.save(self.ids[e.cached_start:e.cached_end],
-                                                         e.cached_start, e.cached_end)
+                                                         e.cached_start, e.cached_end,
+                                                         self.ids[:e.cached_start])
                 report.store_s = time.perf_counter() - started
-            covers = [self.store.cover(ids[e.start:e.end]) if surgery else [] for e in middle]
+            where = Context(ids, 0)
+            covers = [self.store.cover(ids[e.start:e.end], where.at(e.start)) if surgery else []
+                      for e in middle]
             running = sum(to_run(c) for c in covers)
             if not surgery or kv_surgery.prefer_exact(middle, len(ids), running):
                 keep = middle[0].start

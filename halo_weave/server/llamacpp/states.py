@@ -104,10 +104,10 @@ class StateSpill:
 
     # ------------------------------------------------------------ save
 
-    def save(self, ids: list[int], start: int, end: int) -> int:
+    def save(self, ids: list[int], start: int, end: int, before: list[int] | None = None) -> int:
         """Store positions ``[start, end)`` of the live sequence (``ids`` their tokens),
-        what the store does not hold yet (:meth:`.SpanStore.save`); returns the tokens of
-        the span it holds."""
+        what the store does not hold yet (:meth:`.SpanStore.save`; ``before``: the cached
+        tokens before the span); returns the tokens of the span it holds."""
         if self.store.max_bytes <= 0 or self.key_rows() is None:
             return 0
 
@@ -115,7 +115,7 @@ class StateSpill:
             blob = self._copy_out(a, b)
             return None if blob is None else (blob, len(blob))
 
-        saved = self.store.save(ids, start, copy_out)
+        saved = self.store.save(ids, start, copy_out, before)
         self.saved_tokens += saved
         return saved
 
