@@ -62,8 +62,8 @@ from .errors import EmbedderUnavailable, SnapshotInvalid
 from .memory import query, ranking, text_match
 from .memory.drafts import EntryDraft, embed as embed_drafts, prepare as prepare_drafts
 from .memory.embedder import Embedder
-from .memory.resurrection_plan import Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan
-from .memory.resurrection_plan import budget as resurrection_budget
+from .memory.recall_plan import Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan
+from .memory.recall_plan import budget as resurrection_budget
 from .memory.pending import AgreedSignatures, due_chunks
 from .memory.vector_matrix import SearchTuning, VectorMatrix, one_blas_thread
 from .settings import Settings

@@ -15,7 +15,7 @@ import pytest
 from halo_weave.core.anchors import anchors_of
 from halo_weave.core import token_resurrection
 from halo_weave.memory.query import date_spans, sub_queries
-from halo_weave.memory.resurrection_plan import make_plan
+from halo_weave.memory.recall_plan import make_plan
 from halo_weave.settings import Settings
 from halo_weave.store import ConversationStore
 from test_semantic_index import (chunk_with, embedder, index_all_pruned, new_conversation,  # noqa: F401

@@ -1,7 +1,7 @@
 """Putting pruned chunks back into the live table: the mechanics of resurrection.
 
 Which chunks deserve to come back is decided elsewhere (the user's levers, the semantic
-index's :mod:`halo_weave.memory.resurrection_plan`).  Here: what comes back with a chunk (its
+index's :mod:`halo_weave.memory.recall_plan`).  Here: what comes back with a chunk (its
 anchors and its turn's framing, :mod:`.anchors`), what that costs in live tokens, and the
 re-insertion of a chunk's tokens at their original positions.  Like :mod:`.pruning`,
 these are functions of a :class:`~halo_weave.conversation.Conversation` (``conv``).

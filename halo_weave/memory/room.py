@@ -29,8 +29,8 @@ from ..conversation import Chunk, Conversation
 from ..core import pruning
 from ..rules import prune_order
 from ..settings import Settings
-from .resurrection_plan import Match, ResurrectionPlan
-from .resurrection_plan import budget as equation_budget
+from .recall_plan import Match, ResurrectionPlan
+from .recall_plan import budget as equation_budget
 
 #: ``planner(conv, matches, budget)``: the index's plan (neighbours, anchors) or make_plan.
 Planner = Callable[[Conversation, Sequence[Match], int], ResurrectionPlan]

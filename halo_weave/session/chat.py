@@ -20,7 +20,7 @@ from .last_exchange import LastExchange
 from .levers import Levers
 from .messages import live_messages
 from .pipeline import TurnPipeline
-from .resurrect import Recall
+from .recall import Recall
 from .rounds import Rounds
 from .server_use import ServerUse
 from .system_prompt import SystemPrompt

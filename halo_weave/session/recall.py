@@ -19,8 +19,8 @@ import numpy as np
 from ..conversation import Chunk
 from ..memory import recall_note, relevance, room
 from ..memory.recall_note import best_first
-from ..memory.resurrection_plan import apply_plan
-from ..memory.resurrection_plan import budget as resurrection_budget
+from ..memory.recall_plan import apply_plan
+from ..memory.recall_plan import budget as resurrection_budget
 from ..memory.room import plan_with_room
 
 log = logging.getLogger("halo_weave.session")
