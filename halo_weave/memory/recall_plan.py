@@ -1,5 +1,8 @@
-"""Semantic resurrection within a budget (the universal equation: the model's window less
-the live tokens, the message and the answer's room).
+"""Recall, the memory layer's part: the plan of what a message brings back, within a
+budget (the universal equation: the model's window less the live tokens, the message and
+the answer's room), and its application.  The session's step that runs it is
+:mod:`halo_weave.session.recall`; the other pieces are listed in docs/architecture.md,
+"Recall".
 
 For each search match, best first, the cost is the tokens that would become live: the
 target and the anchors it comes back with (the question's user S0 and the answer's
