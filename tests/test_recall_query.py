@@ -79,7 +79,7 @@ def test_a_question_about_a_date_finds_what_was_said_that_day(diary):
     assert {parents.id, friends.id} <= set(plain)
     ids, _ = tokenize(index.embedder, question)
     room = token_resurrection.cost(conv, parents) + 5  # one dinner's room, with its answer's opening
-    dated.resurrect_for(conv, question, len(ids), conv.live_token_count() + len(ids) + 200 + room,
+    dated.recall_for(conv, question, len(ids), conv.live_token_count() + len(ids) + 200 + room,
                         max_new_tokens=200, store=store)
     assert conv.chunks[parents.id].live and not conv.chunks[friends.id].live
 
