@@ -375,7 +375,7 @@ def recall_for(conv, index, message: str, user_tokens: int, args):
 def keep_attended(conv, base_live: set[int], q_pieces, answerer, share: float) -> list[int] | None:
     """What the app keeps of the recall (the live content chunks of ``conv`` not in
     ``base_live``) by the attention the question (``q_pieces``) pays it, as
-    :meth:`halo_weave.session.resurrect.Recall.weigh` does with our server: the kept ids,
+    :func:`halo_weave.memory.attended.ranked` orders it with our server: the kept ids,
     the most attended first; the rest are pruned.  None when there is nothing to choose
     from (fewer than two chunks came back)."""
     back = [c.id for c in conv.live_chunks() if c.id not in base_live and not c.framing]

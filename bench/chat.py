@@ -126,7 +126,7 @@ def type_ahead(session, client, index, text: str, cps: float) -> dict:
             continue
         started = time.perf_counter()
         pieces = session.server.tokenize(draft)
-        matches = index.search(draft) if session.recall.can_resurrect() else []
+        matches = index.search(draft) if session.recall.can_recall() else []
         ids = session.server.draft_ids(index, matches, [i for i, _ in pieces])
         planned = time.perf_counter()
         try:

@@ -110,7 +110,7 @@ def _ask(session: ChatSession, question: str) -> list:
     """What a message asking ``question`` brings back and keeps (the app's steps)."""
     index = session.recall.index
     pieces = session.server.tokenize(question)
-    recalled = session.recall.resurrect_for(index, index.search(question), len(pieces))
+    recalled = session.recall.recall_for(index, index.search(question), len(pieces))
     kept = session.recall.keep_relevant(recalled, question)
     session.store.save_chunks(session.conv, recalled)
     return kept

@@ -52,7 +52,7 @@ import numpy as np
 from . import brightness as bright
 from .core import merging, pruning, recall, table_from_records, token_resurrection
 from .core.framing import Framing, SystemPrompt
-from .core.recall import Recalls
+from .core.recall import RecallLog
 from .core.records import Chunk, ChunkLoader, ChunkTokens, Turn  # noqa: F401 - importable from here too
 from .core.registry import ChunkColumns, ChunkList, ChunkRegistry, TurnColumns, TurnRegistry
 from .core.token_table import TokenTable
@@ -97,7 +97,7 @@ class Conversation:
         self._held = HeldTokens()
         self._chunk_loader: ChunkLoader | None = None
         #: What each user message recalled (:mod:`.core.recall`).
-        self._recalls = Recalls()
+        self._recalls = RecallLog()
         #: The turn being written (begin / append / end, resume, reopen_answer) and the
         #: counters it allocates positions and ids from; written through this class only.
         self._writer = TurnWriter(self)
@@ -151,7 +151,7 @@ class Conversation:
         return self._chunk_loader
 
     @property
-    def recalls(self) -> Recalls:
+    def recalls(self) -> RecallLog:
         """What each user message recalled (:meth:`record_recall`)."""
         return self._recalls
 

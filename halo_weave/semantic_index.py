@@ -8,8 +8,8 @@ Public API (Qt-free, blocking; the UI runs the slow calls on its embedder QThrea
     index.load()                              # vectors: snapshot file + change log (fast)
     index.index_pending(conv)                 # embed new / changed chunks, commit per batch
     matches = index.search(user_text)         # list[Match], best first
-    result = index.resurrect_for(conv, user_text, user_tokens,
-                                 model_max_context, max_new_tokens, store=store)
+    result = index.recall_for(conv, user_text, user_tokens,
+                              model_max_context, max_new_tokens, store=store)
     result.resurrected, result.tokens_used, result.budget   # what to show
 
 Finer steps for a worker thread that must not touch the conversation or the database:
@@ -33,8 +33,8 @@ picks candidates that are then scored exactly.  Top ``query_max_results``, user-
 matches x ``user_similarity_boost``, at least ``min_similarity``; with ``hybrid_search``
 the score is blended with FTS5 BM25 (``hybrid_weight``) over the candidates and the best
 FTS matches of the query's distinctive terms (:mod:`.memory.text_match`).  Liveness is not
-filtered here: a live chunk simply costs nothing in the resurrection plan
-(:mod:`.memory.resurrection_plan`).  :meth:`SemanticIndex.sharing` gives a second index
+filtered here: a live chunk simply costs nothing in the recall plan
+(:mod:`.memory.recall_plan`).  :meth:`SemanticIndex.sharing` gives a second index
 over the same vectors with other settings (``exact=True``: every entry scored exactly),
 to compare searches on one set of entries.
 
@@ -62,16 +62,16 @@ from .errors import EmbedderUnavailable, SnapshotInvalid
 from .memory import query, ranking, text_match
 from .memory.drafts import EntryDraft, embed as embed_drafts, prepare as prepare_drafts
 from .memory.embedder import Embedder
-from .memory.resurrection_plan import Match, ResurrectionPlan, ResurrectionResult, apply_plan, make_plan
-from .memory.resurrection_plan import budget as resurrection_budget
+from .memory.recall_plan import Match, RecallPlan, RecallResult, apply_plan, make_plan
+from .memory.recall_plan import budget as equation_budget
 from .memory.pending import AgreedSignatures, due_chunks
 from .memory.vector_matrix import SearchTuning, VectorMatrix, one_blas_thread
 from .settings import Settings
 from .storage import index_tables as tables
 from .storage.sql import transaction
 
-__all__ = ["Embedder", "EmbedderUnavailable", "EntryDraft", "Match", "ResurrectionPlan",
-           "ResurrectionResult", "SearchTuning", "SemanticIndex"]
+__all__ = ["Embedder", "EmbedderUnavailable", "EntryDraft", "Match", "RecallPlan",
+           "RecallResult", "SearchTuning", "SemanticIndex"]
 
 #: The vector snapshot sits next to the conversation file: ``<file>.vectors``.
 SNAPSHOT_SUFFIX = ".vectors"
@@ -390,9 +390,9 @@ class SemanticIndex:
             meta = tables.meta(self.conn, list(found))
         return [Match(cid, *meta[cid], *found[cid]) for cid in found if cid in meta]
 
-    # ------------------------------------------------------------------ resurrection
-    def plan(self, conv: Conversation, matches: Sequence[Match], budget: int) -> ResurrectionPlan:
-        """Which matches come back within ``budget`` tokens (see :mod:`.memory.resurrection_plan`):
+    # ------------------------------------------------------------------ recall
+    def plan(self, conv: Conversation, matches: Sequence[Match], budget: int) -> RecallPlan:
+        """Which matches come back within ``budget`` tokens (see :mod:`.memory.recall_plan`):
         those scoring at least ``recall_relative_floor`` of the best, each followed by its
         neighbours of the same sitting (``resurrect_neighbours``), at most
         ``recall_max_chunks`` paragraphs."""
@@ -402,9 +402,9 @@ class SemanticIndex:
                                         s.recall.neighbour_matches)
         return make_plan(conv, matches, budget, s.recall.resurrection_anchors, s.recall.recall_max_chunks)
 
-    def resurrect_for(self, conv: Conversation, user_text: str, user_tokens: int,
-                      model_max_context: int, max_new_tokens: int,
-                      store=None) -> ResurrectionResult:
+    def recall_for(self, conv: Conversation, user_text: str, user_tokens: int,
+                   model_max_context: int, max_new_tokens: int,
+                   store=None) -> RecallResult:
         """Search with the user's message and bring the best pruned chunks back in place.
 
         Budget (the universal equation): ``model_max_context - live tokens - user_tokens -
@@ -412,10 +412,10 @@ class SemanticIndex:
         conversation change and its persistence (``store.save_chunks`` and the
         ``reference_count`` increments) are one transaction.
         """
-        budget = resurrection_budget(conv, user_tokens, model_max_context, max_new_tokens,
-                                     self.settings.recall.resurrection_budget_cap)
+        budget = equation_budget(conv, user_tokens, model_max_context, max_new_tokens,
+                                 self.settings.recall.resurrection_budget_cap)
         if not self.available:
-            return ResurrectionResult(budget, reason="semantic index unavailable")
+            return RecallResult(budget, reason="semantic index unavailable")
         plan = self.plan(conv, self.search(user_text), budget)
         with self._lock:
             return apply_plan(conv, plan, self.conn, self.settings.recall.resurrection_brightness, store)

@@ -25,7 +25,7 @@ from bench.memory.policies import BASE_RULE
 from bench.memory.replay import Policy, replay, tokenize_dialogue
 
 from halo_weave.core.token_table import COLUMNS
-from halo_weave.memory.resurrection_plan import Match, make_plan
+from halo_weave.memory.recall_plan import Match, make_plan
 from halo_weave.memory.room import plan_with_room
 from halo_weave.settings import Settings
 

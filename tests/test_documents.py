@@ -194,7 +194,7 @@ def ask(session, question: str) -> list:
     """What the search for ``question`` brings back, as the app does before saving it."""
     pieces = session.server.tokenize(question)
     matches = session.recall.index.search(question)
-    recalled = session.recall.resurrect_for(session.recall.index, matches, len(pieces))
+    recalled = session.recall.recall_for(session.recall.index, matches, len(pieces))
     kept = session.recall.keep_relevant(recalled, question)
     session.add_user_message([i for i, _ in pieces], [t for _, t in pieces], recalled=kept)
     return kept

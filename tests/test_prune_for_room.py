@@ -50,8 +50,8 @@ def _send(session, embedder, question, *answer):  # noqa: F811
     """One exchange in the app's order; returns what was resurrected and what the finish pruned."""
     ids, texts = tokenize(embedder, question + "\n\n")
     back = []
-    if session.recall.can_resurrect():
-        back = session.recall.resurrect_for(session.recall.index, session.recall.index.search(question), len(ids))
+    if session.recall.can_recall():
+        back = session.recall.recall_for(session.recall.index, session.recall.index.search(question), len(ids))
     session.add_user_message(ids, texts, recalled=back)
     session.fit_model_window()
     session.begin_answer()
@@ -141,7 +141,7 @@ def test_a_message_prunes_older_context_to_make_room_for_what_it_brings_back(emb
         matches = session.recall.index.search(BOAT_ASKED)
         spared = {m.chunk_id for m in matches} | {a.id for m in matches if m.chunk_id in conv.chunks
                                                   for a in anchors_of(conv, conv.chunks[m.chunk_id])}
-        back = session.recall.resurrect_for(session.recall.index, matches, len(ids))
+        back = session.recall.recall_for(session.recall.index, matches, len(ids))
         live_after = {c.id for c in conv.live_chunks() if not c.framing}
         pruned = [live_before[i] for i in live_before if i not in live_after]
         found[share] = (session, back, pruned, live_before, latest, spared)

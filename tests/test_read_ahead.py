@@ -54,7 +54,7 @@ def test_the_draft_prompt_is_what_enter_sends_and_changes_nothing(embedder, tmp_
 
     # ... and Enter sends the same prompt, the draft being its start.
     full, texts = tokenize(embedder, BOAT_ASKED)
-    back = session.recall.resurrect_for(session.recall.index, session.recall.index.search(BOAT_ASKED), len(full))
+    back = session.recall.recall_for(session.recall.index, session.recall.index.search(BOAT_ASKED), len(full))
     session.add_user_message(full, texts, recalled=back)
     session.fit_model_window()
     session.begin_answer()
@@ -113,7 +113,7 @@ def _draft_plans_what_enter_prunes(session, embedder) -> None:  # noqa: F811
     assert any(early[i:i + len(boat_ids)] == boat_ids for i in range(len(early)))
 
     full, texts = tokenize(embedder, BOAT_ASKED)
-    back = session.recall.resurrect_for(session.recall.index, session.recall.index.search(BOAT_ASKED), len(full))
+    back = session.recall.recall_for(session.recall.index, session.recall.index.search(BOAT_ASKED), len(full))
     pruned = live_chunks - {c.id for c in conv.live_chunks()}
     assert pruned, "Enter pruned older context to make room"
     session.add_user_message(full, texts, recalled=back)

@@ -15,7 +15,7 @@ import pytest
 from halo_weave.core.anchors import anchors_of
 from halo_weave.core import token_resurrection
 from halo_weave.memory.query import date_spans, sub_queries
-from halo_weave.memory.resurrection_plan import make_plan
+from halo_weave.memory.recall_plan import make_plan
 from halo_weave.settings import Settings
 from halo_weave.store import ConversationStore
 from test_semantic_index import (chunk_with, embedder, index_all_pruned, new_conversation,  # noqa: F401
@@ -79,7 +79,7 @@ def test_a_question_about_a_date_finds_what_was_said_that_day(diary):
     assert {parents.id, friends.id} <= set(plain)
     ids, _ = tokenize(index.embedder, question)
     room = token_resurrection.cost(conv, parents) + 5  # one dinner's room, with its answer's opening
-    dated.resurrect_for(conv, question, len(ids), conv.live_token_count() + len(ids) + 200 + room,
+    dated.recall_for(conv, question, len(ids), conv.live_token_count() + len(ids) + 200 + room,
                         max_new_tokens=200, store=store)
     assert conv.chunks[parents.id].live and not conv.chunks[friends.id].live
 

@@ -78,7 +78,7 @@ def test_the_line_that_answers_comes_back_not_the_one_naming_the_speaker(chat):
     assert index.search(question, limit=1)[0].chunk_id == door.id
     ids, _ = tokenize(index.embedder, question)
     room = token_resurrection.cost(conv, door, with_anchors=False) + 2
-    index.resurrect_for(conv, question, len(ids), conv.live_token_count() + len(ids) + 200 + room,
+    index.recall_for(conv, question, len(ids), conv.live_token_count() + len(ids) + 200 + room,
                         max_new_tokens=200, store=store)
     assert conv.chunks[door.id].live
     assert "forest green" in "".join(conv.chunk_text(c.id) for c in conv.live_chunks())

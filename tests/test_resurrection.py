@@ -124,7 +124,7 @@ def chat(long_chat, embedder, tmp_path):  # noqa: F811
 def ask(conv, store, index, embedder, text):  # noqa: F811
     """The send path: resurrect for the message, then add it."""
     ids, _ = tokenize(embedder, text)
-    return index.resurrect_for(conv, text, len(ids), MAX_CONTEXT, NEW_TOKENS, store=store)
+    return index.recall_for(conv, text, len(ids), MAX_CONTEXT, NEW_TOKENS, store=store)
 
 
 def test_chekhovs_gun_comes_back_in_place(long_chat, chat, embedder):  # noqa: F811

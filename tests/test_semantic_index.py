@@ -309,7 +309,7 @@ def test_unavailable_embedder_degrades_to_no_search(tmp_path):
     assert not index.available
     assert index.search("hello") == []
     assert index.index_pending(conv) == 0
-    result = index.resurrect_for(conv, "hello", 3, 2048, 200)
+    result = index.recall_for(conv, "hello", 3, 2048, 200)
     assert result.resurrected == [] and result.reason
     assert conv.live_token_count() == 3  # chat goes on untouched
 

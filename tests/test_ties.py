@@ -82,7 +82,7 @@ def test_min_similarity_keeps_every_match_tied_at_the_floor(index_of, seed):
     assert found == best_first(20, floor=0.5)
 
 
-def test_the_resurrection_plan_is_the_same_when_the_vectors_move_in_their_last_bits(embedder, tmp_path):  # noqa: F811
+def test_the_recall_plan_is_the_same_when_the_vectors_move_in_their_last_bits(embedder, tmp_path):  # noqa: F811
     """Tied matches compete for a budget that holds only some of them: the same ones come
     back whichever CPU embedded them."""
     conv = new_conversation(embedder)

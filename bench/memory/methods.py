@@ -14,7 +14,7 @@ the prompt); every method but ``full`` stays within it.
 * ``brightness``: the replay pruned to the budget; at question time pruned again to make
   room for the question; no resurrection.
 * ``halo``: the replay pruned to ``P``; the question runs the app's resurrection (search,
-  :func:`halo_weave.memory.resurrection_plan.make_plan` under the universal equation,
+  :func:`halo_weave.memory.recall_plan.make_plan` under the universal equation,
   :meth:`Conversation.resurrect`), then joins the context.
 * ``lazy-*`` (``prune_when = "for_room"``): the replay keeps the window (``C -
   max_new_tokens``) live; the question's plan gets the room ``halo``'s would
@@ -33,7 +33,7 @@ from halo_weave.conversation import Conversation
 from halo_weave.core import ties
 from halo_weave.memory import relevance
 from halo_weave.memory.recall_note import best_first
-from halo_weave.memory.resurrection_plan import budget, make_plan
+from halo_weave.memory.recall_plan import budget, make_plan
 from halo_weave.memory.room import plan_with_room
 
 from ..locomo import Question
@@ -231,7 +231,7 @@ def answer_halo_dry(base: Conversation, matches, q: QuestionContext, planner=mak
 def keep_relevant(conv, base_live: set[int], plan, message: str, embedder, share: float) -> list[int] | None:
     """What the app keeps of the recall (the live content chunks of ``conv`` not in
     ``base_live``): the most relevant to ``message`` first (:mod:`halo_weave.memory.relevance`,
-    from ``plan``'s order), as :meth:`halo_weave.session.resurrect.Recall.keep_relevant`
+    from ``plan``'s order), as :meth:`halo_weave.session.recall.Recall.keep_relevant`
     does; the rest are pruned.  None when there is nothing to choose from (fewer than two
     chunks came back)."""
     back = [c for c in conv.live_chunks() if c.id not in base_live and not c.framing]

@@ -257,6 +257,6 @@ def past_search(index, limit: int) -> Callable[[str, int], list]:
         return [m for m in found if m.turn_id < before_turn][:limit]
 
     # The app plans with its index's settings (neighbours, anchors if room): the replay's
-    # resurrection uses the same plan as SemanticIndex.resurrect_for.
+    # resurrection uses the same plan as SemanticIndex.recall_for.
     search.plan = index.plan
     return search

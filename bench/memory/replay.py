@@ -39,7 +39,7 @@ from halo_weave.core import ties
 from halo_weave.core.chat_template import build_framing, system_text
 from halo_weave.conversation import Conversation, Framing
 from halo_weave.events import TokenEvent
-from halo_weave.memory.resurrection_plan import make_plan
+from halo_weave.memory.recall_plan import make_plan
 from halo_weave.memory.room import plan_with_room
 from halo_weave.rules import prune_order
 from halo_weave.session import ChatSession, Message

@@ -1,8 +1,11 @@
-"""What each user message recalled: the pruned chunks its search brought back.
+"""Recall, the conversation's part: what each user message recalled, the pruned chunks
+its search brought back (the session's step is :mod:`halo_weave.session.recall`; the
+other pieces are listed in docs/architecture.md, "Recall").
 
-A *recall* is the semantic resurrection done for one user message (the search of its
-text, within the budget); resurrecting a chunk by hand from the graveyard is not one.
-:class:`Recalls` keeps, per user turn, the content chunks that left the graveyard for it
+A *recall* is what one user message brings back by the search of its text, within the
+budget; each chunk comes back by :meth:`~halo_weave.conversation.Conversation.resurrect`
+(:mod:`.token_resurrection`), the same operation as the user's lever that resurrects a
+chunk by hand from the graveyard, which is not a recall.  :class:`RecallLog` keeps, per user turn, the content chunks that left the graveyard for it
 (anchors that came along included), best match first (the order the session gives:
 :func:`~halo_weave.memory.recall_note.best_first`), for as long as the conversation
 exists: the window says under each message what it recalled, even once those chunks are
@@ -22,7 +25,7 @@ from typing import Iterable, Iterator
 from .anchors import framing_of
 
 
-class Recalls:
+class RecallLog:
     """User turn id -> the chunk ids recalled for that message, best match first."""
 
     def __init__(self) -> None:

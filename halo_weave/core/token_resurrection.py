@@ -1,7 +1,9 @@
-"""Putting pruned chunks back into the live table: the mechanics of resurrection.
+"""Putting pruned chunks back into the live table: the mechanics of resurrection, the
+counterpart of :mod:`.pruning`, behind :meth:`~halo_weave.conversation.Conversation.resurrect`.
 
-Which chunks deserve to come back is decided elsewhere (the user's levers, the semantic
-index's :mod:`halo_weave.memory.resurrection_plan`).  Here: what comes back with a chunk (its
+Which chunks deserve to come back is decided elsewhere: the user's lever that resurrects
+a chunk by hand, or a message's recall (:mod:`halo_weave.memory.recall_plan`, run by
+:mod:`halo_weave.session.recall`).  Here: what comes back with a chunk (its
 anchors and its turn's framing, :mod:`.anchors`), what that costs in live tokens, and the
 re-insertion of a chunk's tokens at their original positions.  Like :mod:`.pruning`,
 these are functions of a :class:`~halo_weave.conversation.Conversation` (``conv``).

@@ -22,7 +22,7 @@ from ..store import ConversationStore
 from ..storage.file_safety import UnsafePath, check_export_target
 from ..storage.files import conversations_dir, new_conversation_path
 from ..storage.schema import pack_tokens, unpack_tokens
-from ..storage.transfer_branches import export_branches, packed_branches
+from ..storage.branches_transfer import export_branches, packed_branches
 from ..storage.transfer_checks import bad_text_path
 from ..storage.transfer_document import (  # noqa: F401  (MAX_FILE_BYTES, MAX_ID: importers' API here too)
     CACHE_KEY_META, CHUNK_FIELDS, COUNTERS, ENTRY_FIELDS, FORMAT, MAX_FILE_BYTES, MAX_ID, SYSTEM_KEYS,

@@ -24,7 +24,7 @@ from typing import Sequence
 
 from ..conversation import Conversation
 from ..core import ties
-from .resurrection_plan import Match
+from .recall_plan import Match
 
 _MONTHS = {m: i + 1 for i, m in enumerate(
     "january february march april may june july august september october november december".split())}

@@ -170,7 +170,7 @@ def for_message(conv, turn_id: int, limit: int = NOTE_TOKENS, shape: NoteShape =
 
 def best_first(plan, chunks: Iterable) -> list[int]:
     """The order a message's recall is kept in: the order of ``plan`` (a
-    :class:`~halo_weave.memory.resurrection_plan.ResurrectionPlan`: matches in score order, each
+    :class:`~halo_weave.memory.recall_plan.RecallPlan`: matches in score order, each
     followed by the neighbouring turns it brings), then the rest (anchors) in position
     order.  (Listing the matches before every neighbour answered no better: docs/answers.md.)"""
     rank = {cid: k for k, cid in enumerate(dict.fromkeys(plan.chunk_ids))}

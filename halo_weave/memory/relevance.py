@@ -1,7 +1,7 @@
 """Which part of a message's recall it keeps: three views of relevance, fused.
 
 A message's search brings back its matches and the neighbouring turns each brings
-(:mod:`.resurrection_plan`).  Each paragraph that came back is then ranked three ways:
+(:mod:`.recall_plan`).  Each paragraph that came back is then ranked three ways:
 
 - the plan's order: the search's score (the cosine of the paragraph's turn pair, blended
   with BM25), each neighbour right after the match that brought it;

@@ -29,11 +29,11 @@ from ..conversation import Chunk, Conversation
 from ..core import pruning
 from ..rules import prune_order
 from ..settings import Settings
-from .resurrection_plan import Match, ResurrectionPlan
-from .resurrection_plan import budget as equation_budget
+from .recall_plan import Match, RecallPlan
+from .recall_plan import budget as equation_budget
 
 #: ``planner(conv, matches, budget)``: the index's plan (neighbours, anchors) or make_plan.
-Planner = Callable[[Conversation, Sequence[Match], int], ResurrectionPlan]
+Planner = Callable[[Conversation, Sequence[Match], int], RecallPlan]
 
 
 def floor(settings: Settings) -> int:
@@ -65,13 +65,13 @@ def room(conv: Conversation, user_tokens: int, max_context: int, max_new_tokens:
 class RoomPlan:
     """The plan to apply and the chunks pruned to make room for it (already out)."""
 
-    plan: ResurrectionPlan
+    plan: RecallPlan
     pruned: list[Chunk] = field(default_factory=list)
 
 
 def room_choice(conv: Conversation, matches: Sequence[Match], planner: Planner, *,
                 user_tokens: int, max_context: int, max_new_tokens: int, floor: int,
-                cap: int = 0, order: str | None = None) -> tuple[ResurrectionPlan, list[Chunk], set[int]]:
+                cap: int = 0, order: str | None = None) -> tuple[RecallPlan, list[Chunk], set[int]]:
     """The plan within :func:`room`, the live chunks that pruning would take to make it
     fit ``max_context`` with the message and the answer, and the chunk ids that pruning
     spares (the plan's live matches and anchors).  Pruning goes in ``order`` (a prune

@@ -1,6 +1,6 @@
 """Whether a match comes back with its anchors (``Settings.resurrection_anchors``): the
 opening chunks of its exchange's question and answer
-(:mod:`halo_weave.memory.resurrection_plan`).
+(:mod:`halo_weave.memory.recall_plan`).
 
 Each rule is a small object with its words and ``with_match``: True when a match's
 anchors are paid for with it, False when they come back only from what the matches leave.

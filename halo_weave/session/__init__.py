@@ -32,8 +32,8 @@ reached as ``session.<part>``:
 
 * ``answer`` (:class:`.answer.OpenAnswer`): the open answer's progress, speed and end;
 * ``rounds`` (:class:`.rounds.Rounds`): tool steps and the attention recording;
-* ``recall`` (:class:`.resurrect.Recall`): the semantic index, resurrection for a
-  message, its recall note;
+* ``recall`` (:class:`.recall.Recall`): the semantic index, what a
+  message recalls, its recall note;
 * ``prompt`` (:class:`.system_prompt.SystemPrompt`): the conversation's system prompt;
 * ``server`` (:class:`.server_use.ServerUse`): the template and model the conversation
   asks for, the model's window and tokenizer, and the server's cache of it (warm-up,

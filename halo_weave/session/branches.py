@@ -1,6 +1,10 @@
-"""Edit any earlier message, regenerate any earlier answer, and switch between branches.
+"""Branches, the session's part: edit any earlier message, regenerate any earlier answer,
+and switch between branches.
 
-:class:`Branches` is the session's part for them (``session.branches``).  Each change
+:class:`Branches` is the session's part for them (``session.branches``); the file's part
+is :mod:`halo_weave.storage.branches` (its export part
+:mod:`halo_weave.storage.branches_transfer`), the window's :mod:`halo_weave.ui.branch_marks`
+(docs/architecture.md, "Branches").  Each change
 is one transaction of :mod:`halo_weave.storage.branches` (file first, then memory);
 after an edit or a regenerate the answer streams as any other (``begin_answer`` /
 ``generation_request`` / ``receive`` / ``finish_turn``).  The last exchange keeps its own

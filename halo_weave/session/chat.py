@@ -20,7 +20,7 @@ from .last_exchange import LastExchange
 from .levers import Levers
 from .messages import live_messages
 from .pipeline import TurnPipeline
-from .resurrect import Recall
+from .recall import Recall
 from .rounds import Rounds
 from .server_use import ServerUse
 from .system_prompt import SystemPrompt
@@ -181,7 +181,7 @@ class ChatSession:
     def add_user_message(self, ids: list[int], texts: list[str], created_at: float | None = None,
                          recalled: Iterable[Chunk] = ()) -> Turn:
         """Add the user's turn and save it before anything shows it (DB-first);
-        ``recalled``: what ``recall.resurrect_for`` brought back for it.
+        ``recalled``: what ``recall.recall_for`` brought back for it.
 
         Raises when the save fails: not on disk, so not shown and not answered.
         """

@@ -99,12 +99,12 @@ class TurnPipeline:
     def searches(self) -> bool:
         """Whether a search for the message could bring anything back (else :meth:`recall`
         with no matches)."""
-        return self._session.recall.can_resurrect()
+        return self._session.recall.can_recall()
 
     def recall(self, message: Message, index, matches) -> list[Chunk]:
         """Bring back what the search on ``index`` found for ``message`` (its ``matches``;
         none: nothing comes back), within the budget; the chunks, best match first."""
-        message.recalled = self._session.recall.resurrect_for(index, matches, len(message.ids))
+        message.recalled = self._session.recall.recall_for(index, matches, len(message.ids))
         return message.recalled
 
     def weighs(self, message: Message) -> bool:

@@ -11,7 +11,7 @@ every token the two share (a resurrection the final text plans differently is re
 from its span store or run in place), so only the last word, the closing framing and the
 answer's opening remain to run.
 
-Nothing here changes the conversation: the plan is the one ``session.recall.resurrect_for``
+Nothing here changes the conversation: the plan is the one ``session.recall.recall_for``
 would make for the draft, read and not applied (:meth:`.server_use.ServerUse.draft_ids`).
 Here the helpers that need no session; Qt-free.
 """

@@ -174,7 +174,7 @@ class ServerUse:
 
     def draft_ids(self, index, matches, ids: list[int]) -> list[int]:
         """The prompt a message of token ``ids`` would start with once sent, nothing changed:
-        the live context with what ``session.recall.resurrect_for`` would bring back for
+        the live context with what ``session.recall.recall_for`` would bring back for
         ``matches`` (the search for the draft, on ``index``), the user turn's opening
         framing, the recall note of what came back (:mod:`halo_weave.memory.recall_note`),
         then ``ids``.
@@ -188,7 +188,7 @@ class ServerUse:
         chunks, gone = [], []
         user_tokens = len(ids) + recall.note_reserve
         note: list[int] = []
-        if matches and index is not None and index is session.recall.index and recall.can_resurrect():
+        if matches and index is not None and index is session.recall.index and recall.can_recall():
             if recall.makes_room:
                 plan, gone, _ = room_choice(conv, matches, index.plan, **recall.room_terms(user_tokens))
             else:

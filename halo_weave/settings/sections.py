@@ -177,7 +177,7 @@ class Recall:
     # (0 = every match).  It raises multi-hop recall (docs/history.md, "pseudo-relevance
     # feedback and neighbours for the best matches").
     neighbour_matches: int = 4
-    # What a message brings back, beyond what fits (halo_weave.memory.resurrection_plan):
+    # What a message brings back, beyond what fits (halo_weave.memory.recall_plan):
     # recall_relative_floor: only matches scoring at least this share of the best match's
     # score come back (0 = every match that fits); recall_max_chunks: at most this many
     # paragraphs come back for one message, neighbours and anchors counted (0 = no cap).

@@ -1,4 +1,7 @@
-"""Branches: edit or regenerate any earlier message and keep what it replaced.
+"""Branches, the file's part: edit or regenerate any earlier message and keep what it
+replaced.  The session's part is :mod:`halo_weave.session.branches`, the export's
+:mod:`.branches_transfer`, the window's :mod:`halo_weave.ui.branch_marks`
+(docs/architecture.md, "Branches").
 
 A **branch point** is a turn, the *parent*, after which two or more tails exist: the
 tail shown (the turns after the parent in ``turns``) and the **stashed** ones, each one

@@ -1,5 +1,6 @@
-"""The ``recalls`` table (m008): what each user message recalled, and which of those
-chunks are still marked (not pruned since).  Every statement on it is here; the store
+"""Recall, the file's part: the ``recalls`` table (m008), what each user message
+recalled (:mod:`halo_weave.core.recall`), and which of those chunks are still marked (not
+pruned since).  Every statement on it is here; the store
 calls them inside its transactions, and opening reads them back with :func:`read`.
 """
 

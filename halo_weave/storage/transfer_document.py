@@ -21,7 +21,7 @@ The document (``{"format": "halo-weave", "version": 4, ...}``)::
     branches          [{parent_turn_id, first_turn_id, created_at, tail}]: the stashed
                       branches (an earlier message edited or regenerated), each the turn
                       it follows (-1: the first message) and its rows
-                      (:mod:`.transfer_branches`)
+                      (:mod:`.branches_transfer`)
 
 Older versions are still read: version 4 had no ``branches`` (read as none); version 3 had no ``answer_versions`` (read as none); version 2 named
 ``brightness_at_prune`` ``brightness_at_deletion`` and the ``pruned`` column ``deleted``;
@@ -334,7 +334,7 @@ def validate_document(doc: dict, vocab_size: int | None = None) -> dict:
 
     _validate_versions(doc["answer_versions"], turns, vocab_size)
 
-    from .transfer_branches import check_branches
+    from .branches_transfer import check_branches
 
     check_branches(doc["branches"], set(turns), set(chunks), counters, vocab_size)
     if turns and counters["next_turn_id"] <= max(turns):

@@ -34,7 +34,7 @@ and what was painted (:class:`.heatmap_canvas.Canvas`), the Markdown rendering
 (:class:`.heatmap_find.Finder`), find in the chat (:class:`.heatmap_find.TextSearch`),
 the streamed text (:class:`.heatmap_stream.StreamedText`),
 the gutter (:class:`.heatmap_gutter.Gutter`), the branch marks
-(:class:`.heatmap_branches.BranchMarks`) and the tooltips' scoring note
+(:class:`.branch_marks.BranchMarks`) and the tooltips' scoring note
 (:class:`.heatmap_menu.ChunkTips`).
 """
 
@@ -57,7 +57,7 @@ from PySide6.QtWidgets import QMenu, QPlainTextEdit, QToolTip, QWidget
 from ..conversation import Conversation
 from . import colors, heatmap_menu
 from .follow import Follower
-from .heatmap_branches import BranchMarks
+from .branch_marks import BranchMarks
 from .heatmap_find import Finder, TextSearch
 from .heatmap_gutter import Gutter
 from .heatmap_layout import DocumentPlan, build_plan
@@ -145,7 +145,7 @@ class HeatmapView(QPlainTextEdit):
         self.finder = Finder(self)
         #: Streamed tokens on their way into the document (:mod:`.heatmap_stream`).
         self.stream = StreamedText(self)
-        #: The "‹ n / m ›" marks of messages where branches part (:mod:`.heatmap_branches`).
+        #: The "‹ n / m ›" marks of messages where branches part (:mod:`.branch_marks`).
         self.branches = BranchMarks(self)
         #: Find in the chat: the matches of the find bar's words, outlined (:mod:`.heatmap_find`).
         self.search = TextSearch(self)

@@ -1,4 +1,5 @@
-"""What the heatmap draws and does for recalls (:mod:`halo_weave.core.recall`).
+"""Recall, the window's part: what the heatmap draws and does for recalls
+(:mod:`halo_weave.core.recall`; the session's step is :mod:`halo_weave.session.recall`).
 
 * The line under a user message lists what it recalled (:mod:`.recall_line`); its links
   are underlined, and :func:`link_at` finds the one under the mouse.

@@ -1,4 +1,5 @@
-"""The line under a user message that says what it recalled.
+"""Recall, the window's part (with :mod:`.heatmap_recall`): the line under a user message
+that says what it recalled.
 
 "Recalled for this message: 3 chunks: “My cat is called Mochi…” · “I fly to Lisbon on…” ·
 “My sister Ana is…”": each quoted piece is the first words of a chunk the message's

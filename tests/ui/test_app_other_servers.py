@@ -76,7 +76,7 @@ def test_text_mode_through_llama_cpp_python_chat_stop_prune_resurrect_export(qtb
     seen_live = []
     c.signals.tokens_streamed.connect(lambda: seen_live.append(mochi[0].live) if not seen_live else None)
     assert app.say("What is the name of my cat? Mochi?") in ("stop", "length")
-    assert c.session.recall.resurrected > 0 and seen_live == [True], "the pruned chunk was back while the model answered"
+    assert c.session.recall.kept > 0 and seen_live == [True], "the pruned chunk was back while the model answered"
     # It survives the prune after the answer it was brought back for (its age counts from then).
     assert mochi[0].live, "the resurrected chunk was pruned again right after the answer"
 

@@ -38,7 +38,7 @@ def _chat_prune_resurrect_stop_export(qtbot, tmp_path, url: str, status_start: s
     prune_the_cat(app)  # long messages push the oldest chunks out
     app.settle()
     assert app.say("What is the name of my cat? Mochi?") in ("stop", "length")
-    assert c.session.recall.resurrected > 0, "the chunk about the cat came back for the question"
+    assert c.session.recall.kept > 0, "the chunk about the cat came back for the question"
 
     partial = stop_mid_answer(app, qtbot, after=3, timeout_ms=60_000)
 

@@ -211,7 +211,7 @@ class ReadAhead(QObject):
             if self._session.conv is not conv or self._gate.busy:
                 return self._read_ahead_ended()
             index = session.recall.index
-            if index is None or not session.recall.can_resurrect():
+            if index is None or not session.recall.can_recall():
                 searched(pieces, [])
                 return
             self._memory.search(draft, lambda matches, exc: searched(pieces, matches if exc is None else []))

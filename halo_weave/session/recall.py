@@ -1,4 +1,11 @@
-"""What a message brings back from memory, and the recall note its answer carries.
+"""Recall, the session's part: what a message brings back from memory, and the recall
+note its answer carries.
+
+Recall's other pieces (docs/architecture.md, "Recall"): the plan within the budget
+(:mod:`halo_weave.memory.recall_plan`), the conversation's log of what each message
+recalled (:mod:`halo_weave.core.recall`), its rows in the file
+(:mod:`halo_weave.storage.recall_rows`) and the window's marks
+(:mod:`halo_weave.ui.heatmap_recall`, :mod:`halo_weave.ui.recall_line`).
 
 The user's message brings back what its search found, with each match's anchors, within
 the budget: the universal equation, with the live context counted as at most
@@ -19,18 +26,18 @@ import numpy as np
 from ..conversation import Chunk
 from ..memory import recall_note, relevance, room
 from ..memory.recall_note import best_first
-from ..memory.resurrection_plan import apply_plan
-from ..memory.resurrection_plan import budget as resurrection_budget
+from ..memory.recall_plan import apply_plan
+from ..memory.recall_plan import budget as equation_budget
 from ..memory.room import plan_with_room
 
 log = logging.getLogger("halo_weave.session")
 
 
 class Recall:
-    """Resurrection for a message and the recall note of its answer (``session.recall``).
+    """Recall for a message and the recall note of its answer (``session.recall``).
 
     Owns: ``index`` (the open conversation's semantic index, searched for what a message
-    brings back; None until one is loaded for it: :meth:`use_index`), ``resurrected``
+    brings back; None until one is loaded for it: :meth:`use_index`), ``kept``
     (how many chunks the last message brought back and kept), ``given_back`` (how many of
     those went back as less relevant: :meth:`keep_ranked`) and the note
     the open answer's requests carry (set by :meth:`with_note`, taken out of each
@@ -40,7 +47,7 @@ class Recall:
     def __init__(self, session) -> None:
         self._session = session
         self.index = None
-        self.resurrected = 0
+        self.kept = 0
         self.given_back = 0
         self._note: recall_note.RecallNote | None = None
 
@@ -55,7 +62,7 @@ class Recall:
         server = self._session.server
         return server.prunes_for_room or (room.shares_room(self._session.settings) and server.window_limit() > 0)
 
-    def can_resurrect(self) -> bool:
+    def can_recall(self) -> bool:
         """Whether a search for the next message could bring anything back."""
         session = self._session
         index = self.index
@@ -63,14 +70,14 @@ class Recall:
 
     def skip(self) -> None:
         """The message searches nothing: it brings nothing back."""
-        self.resurrected = self.given_back = 0
+        self.kept = self.given_back = 0
 
     def budget(self, user_tokens: int) -> int:
         """The universal equation: room left after the message and the answer."""
         session = self._session
         s = session.settings
-        return resurrection_budget(session.conv, user_tokens, session.server.max_context, s.sampling.max_new_tokens,
-                                   s.recall.resurrection_budget_cap)
+        return equation_budget(session.conv, user_tokens, session.server.max_context, s.sampling.max_new_tokens,
+                               s.recall.resurrection_budget_cap)
 
     def room_terms(self, user_tokens: int) -> dict:
         """The terms of the room a message makes (:func:`~halo_weave.memory.room.plan_with_room`):
@@ -82,7 +89,7 @@ class Recall:
                     max_new_tokens=s.sampling.max_new_tokens, floor=room.floor(s), cap=s.recall.resurrection_budget_cap,
                     order=session.prune_order)
 
-    def resurrect_for(self, index, matches, user_tokens: int) -> list[Chunk]:
+    def recall_for(self, index, matches, user_tokens: int) -> list[Chunk]:
         """Bring back what the search for the message found; the content chunks resurrected,
         best match first (:func:`~halo_weave.memory.recall_note.best_first`).
 
@@ -90,7 +97,7 @@ class Recall:
         ``user_tokens``: the message's; the plan keeps room for its recall note too.
         """
         session = self._session
-        self.resurrected = self.given_back = 0
+        self.kept = self.given_back = 0
         if index is not self.index or session.store is None or not matches:
             return []
         conv, s = session.conv, session.settings
@@ -109,14 +116,14 @@ class Recall:
         except Exception as err:  # noqa: BLE001
             session.report(err, "Resurrecting from memory")
             return []
-        self.resurrected = len(result.resurrected)
+        self.kept = len(result.resurrected)
         order = best_first(plan, result.resurrected)
         return [conv.chunks[c] for c in order]
 
     # -- keeping the part of it most relevant to the message (halo_weave.memory.relevance)
 
     def keeps_part(self, recalled: list[Chunk]) -> bool:
-        """Whether the message keeps only part of ``recalled`` (what :meth:`resurrect_for`
+        """Whether the message keeps only part of ``recalled`` (what :meth:`recall_for`
         brought back): the setting keeps less than all, and there are two to choose from."""
         return self._session.settings.recall.recall_keep_share < 1 and len(recalled) >= 2
 
@@ -142,7 +149,7 @@ class Recall:
             pruned += conv.prune_chunk(chunk_id)
         if pruned:
             session.save(lambda: session.store.save_chunks(conv, pruned), "Saving pruned chunks")
-        self.resurrected, self.given_back = len(keep), len(back)
+        self.kept, self.given_back = len(keep), len(back)
         return [conv.chunks[c] for c in keep]
 
     def keep_relevant(self, recalled: list[Chunk], message: str) -> list[Chunk]:

@@ -1,5 +1,7 @@
-"""The branch marks of the heatmap: "‹ number / count ›" in the header of a message
-where branches part, and its two arrows (a click shows the previous or next branch)."""
+"""Branches, the window's part: the branch marks of the heatmap, "‹ number / count ›" in
+the header of a message where branches part, and its two arrows (a click shows the
+previous or next branch through :mod:`halo_weave.session.branches`; docs/architecture.md,
+"Branches")."""
 
 from __future__ import annotations
 

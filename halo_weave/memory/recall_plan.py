@@ -1,5 +1,8 @@
-"""Semantic resurrection within a budget (the universal equation: the model's window less
-the live tokens, the message and the answer's room).
+"""Recall, the memory layer's part: the plan of what a message brings back, within a
+budget (the universal equation: the model's window less the live tokens, the message and
+the answer's room), and its application.  The session's step that runs it is
+:mod:`halo_weave.session.recall`; the other pieces are listed in docs/architecture.md,
+"Recall".
 
 For each search match, best first, the cost is the tokens that would become live: the
 target and the anchors it comes back with (the question's user S0 and the answer's
@@ -63,7 +66,7 @@ class PlannedMatch:
 
 
 @dataclass
-class ResurrectionPlan:
+class RecallPlan:
     """What fits: ``taken`` in score order, ``skipped`` (too expensive), and the budget."""
 
     budget: int
@@ -91,13 +94,13 @@ class ResurrectionPlan:
 
 
 @dataclass
-class ResurrectionResult:
+class RecallResult:
     """What the user's message brought back, for the UI to show."""
 
     budget: int
     tokens_used: int = 0
     chunks: list[Chunk] = field(default_factory=list)  # every chunk made live (with framing)
-    plan: ResurrectionPlan | None = None
+    plan: RecallPlan | None = None
     reason: str | None = None  # why nothing was tried (index unavailable)
 
     @property
@@ -115,7 +118,7 @@ def budget(conv: Conversation, user_tokens: int, max_context: int, max_new_token
 
 
 def make_plan(conv: Conversation, matches: Sequence[Match], budget: int,
-              anchors: str = "always", max_chunks: int = 0) -> ResurrectionPlan:
+              anchors: str = "always", max_chunks: int = 0) -> RecallPlan:
     """Take matches in order while their cost fits (see the module docstring).
 
     ``anchors``: a name in :data:`halo_weave.rules.RESURRECTION_ANCHORS` (``"always"``:
@@ -123,7 +126,7 @@ def make_plan(conv: Conversation, matches: Sequence[Match], budget: int,
     ``max_chunks`` > 0: at most that many pruned chunks come back (matches and anchors
     counted; a match already live costs nothing and is not counted).
     """
-    plan = ResurrectionPlan(budget, with_anchors=resurrection_anchors(anchors).with_match)
+    plan = RecallPlan(budget, with_anchors=resurrection_anchors(anchors).with_match)
     cost_of = _Costs(conv)
     for match in matches:
         chunk = conv.chunks.get(match.chunk_id)
@@ -176,8 +179,8 @@ class _Costs:
         self.framed_turns.update(turns)
 
 
-def apply_plan(conv: Conversation, plan: ResurrectionPlan, conn: sqlite3.Connection,
-               brightness: str | int, store=None) -> ResurrectionResult:
+def apply_plan(conv: Conversation, plan: RecallPlan, conn: sqlite3.Connection,
+               brightness: str | int, store=None) -> RecallResult:
     """Resurrect the plan's chunks and persist it all in one transaction.
 
     With a ``store`` the chunks and the ``reference_count`` increments are written in one
@@ -201,4 +204,4 @@ def apply_plan(conv: Conversation, plan: ResurrectionPlan, conn: sqlite3.Connect
     except BaseException:
         conv.restore(saved)
         raise
-    return ResurrectionResult(plan.budget, conv.live_token_count() - before, resurrected, plan)
+    return RecallResult(plan.budget, conv.live_token_count() - before, resurrected, plan)

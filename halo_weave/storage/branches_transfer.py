@@ -1,5 +1,6 @@
-"""The stashed branches in an export document: writing them out, checking them, reading
-them back (:mod:`halo_weave.exchange.transfer` calls these; the format is in :mod:`.transfer_document`).
+"""Branches, the export's part: the stashed branches in an export document, writing them
+out, checking them, reading them back (:mod:`halo_weave.exchange.transfer` calls these;
+the format is in :mod:`.transfer_document`; the file's part is :mod:`.branches`).
 
 In the document each branch is ``{parent_turn_id, first_turn_id, created_at, tail}``
 where ``tail`` is the stashed tail of :mod:`.branches` as a JSON object (BLOBs as
