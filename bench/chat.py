@@ -103,7 +103,8 @@ def progress(row: dict, total: int, started: float) -> str:
 def type_ahead(session, client, index, text: str, cps: float) -> dict:
     """Type ``text`` at ``cps`` characters a second and read ahead as the app does: once a
     word is finished (a space or line typed) and no read-ahead is in flight, the prompt of
-    the message so far (``session.server.draft_ids``) goes to the server; one that ends
+    the message so far (``session.server.draft_plan``, what it keeps of that ranked as
+    Enter ranks it, ``session.server.draft_prompt``) goes to the server; one that ends
     while the user has typed on is followed at once by the next.  The clock is simulated:
     typing costs no wall time here, each read-ahead costs what it took (tokenize, search,
     plan, the server's sync).  Enter comes right after the last character, with no pause
@@ -127,7 +128,10 @@ def type_ahead(session, client, index, text: str, cps: float) -> dict:
         started = time.perf_counter()
         pieces = session.server.tokenize(draft)
         matches = index.search(draft) if session.recall.can_recall() else []
-        ids = session.server.draft_ids(index, matches, [i for i, _ in pieces])
+        ids = [i for i, _ in pieces]
+        plan = session.server.draft_plan(index, matches, ids)
+        order = session.recall.ranking(plan.recalled, draft)() if session.recall.keeps_part(plan.recalled) else None
+        ids = session.server.draft_prompt(plan, ids, order)
         planned = time.perf_counter()
         try:
             answer = client.prepare(ids, max_length=session.settings.sampling.max_new_tokens)

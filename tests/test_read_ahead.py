@@ -132,3 +132,35 @@ def _draft_plans_what_enter_prunes(session, embedder) -> None:  # noqa: F811
     assert all(token in it for token in context), "the sent context is the draft's, less what was pruned"
     framing = 8 * len(pruned)  # a turn left empty takes its framing too; the draft keeps it
     assert len(draft_context) - len(context) <= sum(conv.chunks[i].token_count for i in pruned) + framing
+
+
+def test_the_draft_keeps_the_part_of_its_recall_enter_keeps_and_its_note(embedder, tmp_path):  # noqa: F811
+    """Enter keeps only the part of what came back most relevant to the message
+    (``recall_keep_share``, the default 0.5) and the recall note copies that part, most
+    relevant first.  The draft ranks what it would bring back the same way, so what the
+    server read ahead, note and all, is still the start of what Enter sends: only the
+    last word and the framing are left to read at Enter (else the note and the message
+    were read again, ~65 tokens, a second on a slow CPU)."""
+    session, _ = _chat(embedder, tmp_path / "keep.db", "after_exchange", exchanges=12,
+                       resurrection_keep_share=1.0, query_max_results=12, recall_note=True)
+    assert session.settings.recall.recall_keep_share < 1
+    draft = settled_text(BOAT_ASKED[:-6])
+    ids, _ = tokenize(embedder, draft)
+    index = session.recall.index
+    plan = session.server.draft_plan(index, index.search(draft), ids)
+    assert session.recall.keeps_part(plan.recalled)
+    order = session.recall.ranking(plan.recalled, draft)()
+    early = session.server.draft_prompt(plan, ids, order)
+    everything = session.server.draft_prompt(plan, ids)
+
+    full, texts = tokenize(embedder, BOAT_ASKED)
+    back = session.recall.recall_for(index, index.search(BOAT_ASKED), len(full))
+    kept = session.recall.keep_relevant(back, BOAT_ASKED)
+    assert session.recall.given_back > 0, "part of what came back went back"
+    session.add_user_message(full, texts, recalled=kept)
+    session.fit_model_window()
+    session.begin_answer()
+    sent = session.generation_request()["input_ids"]
+    assert session.recall.note() is not None
+    assert sent[:len(early)] == early, "the draft is the start of what Enter sends"
+    assert sent[:len(everything)] != everything, "without the ranking, the note would differ"

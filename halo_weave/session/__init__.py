@@ -8,7 +8,10 @@ A turn, in order (docs/architecture.md, "The path of one message"), is
 :class:`~.pipeline.TurnPipeline` (``session.pipeline``): the window calls its steps from
 its threads and signals, scripts and benchmarks run them with ``send`` and ``answer``::
 
-    ids = session.server.draft_ids(index, matches, pieces)  while the user types
+    plan = session.server.draft_plan(index, matches, pieces)  while the user types
+    order = session.recall.ranking(plan.recalled, draft)()    (embedder thread; when
+                                                              session.recall.keeps_part)
+    ids = session.server.draft_prompt(plan, pieces, order)
     backend.prepare(ids)                                    (read-ahead; ours only)
     message = session.pipeline.read(text)            tokenize, blocking: a thread in the app
     session.pipeline.recall(message, index, matches) within the budget (then ``keep``)

@@ -12,14 +12,34 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from dataclasses import dataclass
 
 from ..core.chat_template import TemplateStrings, detect_template
 from ..core.token_resurrection import returning
+from ..memory import relevance
 from ..memory.recall_note import best_first, note_tokens
 from ..memory.room import room_choice
 from ..rules import prune_when
 from ..storage.transfer_document import CACHE_KEY_META
 from .read_ahead import input_ids_with
+
+
+@dataclass(frozen=True)
+class DraftPlan:
+    """What a draft would bring back (:meth:`ServerUse.draft_plan`): the pruned content
+    chunks in the order the message's recall keeps them (the plan's, best first), the
+    framing chunks that come back with them, and the live chunks its room would prune."""
+
+    recalled: list
+    framing: list
+    gone: list
+
+
+def _framing_left(conv, kept: list, framing: list) -> list:
+    """The chunks of ``framing`` whose turn still has content: live, or in ``kept``.  The
+    framing of a turn whose recalled content all goes back goes with it, as a prune takes it."""
+    turns = {c.turn_id for c in kept} | {c.turn_id for c in conv.live_chunks() if not c.framing}
+    return [c for c in framing if c.turn_id in turns]
 
 
 class ServerUse:
@@ -172,12 +192,10 @@ class ServerUse:
         return bool(session.conv is not None and session.framing is not None
                     and backend is not None and backend.read_ahead)
 
-    def draft_ids(self, index, matches, ids: list[int]) -> list[int]:
-        """The prompt a message of token ``ids`` would start with once sent, nothing changed:
-        the live context with what ``session.recall.recall_for`` would bring back for
-        ``matches`` (the search for the draft, on ``index``), the user turn's opening
-        framing, the recall note of what came back (:mod:`halo_weave.memory.recall_note`),
-        then ``ids``.
+    def draft_plan(self, index, matches, ids: list[int]) -> DraftPlan:
+        """What a message of token ``ids`` would bring back once sent, nothing changed:
+        ``session.recall.recall_for``'s plan for ``matches`` (the search for the draft, on
+        ``index``), read and not applied.
 
         When the message makes room (``session.recall.makes_room``) the chunks its plan would
         prune are left out too (:func:`~halo_weave.memory.room.room_choice`; a turn's framing
@@ -185,25 +203,53 @@ class ServerUse:
         session = self._session
         recall = session.recall
         conv = session.conv
-        chunks, gone = [], []
         user_tokens = len(ids) + recall.note_reserve
-        note: list[int] = []
         if matches and index is not None and index is session.recall.index and recall.can_recall():
             if recall.makes_room:
                 plan, gone, _ = room_choice(conv, matches, index.plan, **recall.room_terms(user_tokens))
             else:
-                plan = index.plan(conv, matches, recall.budget(user_tokens))
+                plan, gone = index.plan(conv, matches, recall.budget(user_tokens)), []
             if plan.taken:
                 chunks = returning(conv, plan.chunk_ids, plan.with_anchors)
+                content = best_first(plan, [c for c in chunks if not c.framing])
+                return DraftPlan([conv.chunks[c] for c in content], [c for c in chunks if c.framing], list(gone))
+            return DraftPlan([], [], list(gone))
+        return DraftPlan([], [], [])
+
+    def draft_ids(self, index, matches, ids: list[int], order: list[int] | None = None) -> list[int]:
+        """:meth:`draft_prompt` of :meth:`draft_plan` (``order``: the relevance order of
+        what it brings back, :meth:`.recall.Recall.ranking`'s answer for the draft)."""
+        return self.draft_prompt(self.draft_plan(index, matches, ids), ids, order)
+
+    def draft_prompt(self, plan: DraftPlan, ids: list[int], order: list[int] | None = None) -> list[int]:
+        """The prompt a message of token ``ids`` would start with once sent: the live
+        context with what ``plan`` brings back, the user turn's opening framing, the
+        recall note of what came back (:mod:`halo_weave.memory.recall_note`), then ``ids``.
+
+        ``order`` (what came back, the most relevant first: the relevance step the message
+        takes once sent, :meth:`.recall.Recall.ranking`): only the part the message
+        would keep comes back (:func:`~halo_weave.memory.relevance.kept`, with the framing
+        of turns it leaves empty), and the note copies it in that order, as Enter's does.
+        None: all of it, the note in the plan's order."""
+        session = self._session
+        recall, conv = session.recall, session.conv
+        content, framing, note = plan.recalled, plan.framing, []
+        if order is not None and recall.keeps_part(content):
+            by_id = {c.id: c for c in content}
+            ranked = [c for c in order if c in by_id]
+            keep, _ = relevance.kept(ranked, {c: by_id[c].token_count for c in ranked},
+                                     session.settings.recall.recall_keep_share)
+            content = [by_id[c] for c in keep]
+            framing = _framing_left(conv, content, framing)
+        chunks = content + framing
         prefix = conv.framing.prefix.get("user", ([], []))[0]
-        context = input_ids_with(conv, chunks, gone)
-        if chunks and recall.writes_notes:
+        context = input_ids_with(conv, sorted(chunks, key=lambda c: c.start), plan.gone)
+        if content and recall.writes_notes:
             # The note the answer's request will carry (Recall.note), in the room the whole
             # prompt leaves.
             framing = conv.framing
             prompt = len(context) + len(prefix) + len(ids) + len(framing.suffix.get("user", ([], []))[0]) \
                 + len(framing.prefix.get("assistant", ([], []))[0])
-            order = best_first(plan, [c for c in chunks if not c.framing])
-            tokens = (conv.chunk_tokens(c) for c in order)
+            tokens = (conv.chunk_tokens(c.id) for c in content)
             note = note_tokens(framing.note, ((t.token_ids, t.texts) for t in tokens), recall.note_room(prompt))[0]
         return [*map(int, context), *map(int, prefix), *note, *map(int, ids)]

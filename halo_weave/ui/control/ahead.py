@@ -5,8 +5,9 @@ The rules (what is settled, the prompt a draft would get) are
 thread.  The window hands over every change of the message box
 (:meth:`ReadAhead.draft_changed`); once a word is finished — or the user has paused for
 :data:`IDLE_MS` — and no read-ahead is in flight, one starts: tokenize the settled text on
-a thread, search on the embedder thread (what the message would resurrect), build the
-prompt here, send it on a thread (:meth:`halo_weave.kobold_client.KoboldClient.prepare`).
+a thread, search on the embedder thread (what the message would resurrect), plan here,
+rank what would come back on the embedder thread (the part Enter keeps, and the order of
+its note), build the prompt here, send it on a thread (:meth:`halo_weave.kobold_client.KoboldClient.prepare`).
 One that ends while the user typed on is followed at once by the next.  Only for a
 server that declares it (ours); a failed read-ahead changes nothing the user sees (Enter
 then runs the whole message, as without it), so it is only logged.
@@ -193,11 +194,31 @@ class ReadAhead(QObject):
         session, conv = self._session, self._session.conv
         self._ahead_running, self._draft_sent = True, draft
 
+        def stale() -> bool:  # a send or another conversation came first
+            return self._session.conv is not conv or self._gate.busy or self._gate.closing
+
         def searched(pieces, matches) -> None:
-            if self._session.conv is not conv or self._gate.busy or self._gate.closing:
-                return self._read_ahead_ended()  # a send or another conversation came first
+            if stale():
+                return self._read_ahead_ended()
+            ids = [int(i) for i, _ in pieces]
             try:
-                ids = session.server.draft_ids(session.recall.index, matches, [int(i) for i, _ in pieces])
+                plan = session.server.draft_plan(session.recall.index, matches, ids)
+                if not session.recall.keeps_part(plan.recalled):
+                    return send(plan, ids, None)
+                ranking = session.recall.ranking(plan.recalled, draft)
+            except Exception:  # noqa: BLE001 - the send path reports a real failure itself
+                log.debug("read-ahead: no draft prompt", exc_info=True)
+                return self._read_ahead_ended()
+            # What Enter keeps of the recall is ranked on the embedder's thread, as Enter
+            # ranks it: the draft's note is then the note Enter sends.
+            self._memory.run(ranking, on_ok=lambda order: send(plan, ids, order),
+                             on_fail=lambda exc: send(plan, ids, None))
+
+        def send(plan, pieces: list[int], order) -> None:
+            if stale():
+                return self._read_ahead_ended()
+            try:
+                ids = session.server.draft_prompt(plan, pieces, order)
             except Exception:  # noqa: BLE001 - the send path reports a real failure itself
                 log.debug("read-ahead: no draft prompt", exc_info=True)
                 return self._read_ahead_ended()
