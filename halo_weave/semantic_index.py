@@ -377,16 +377,15 @@ class SemanticIndex:
             bm25_ids = text_match.bm25_scores(self.conn, text, self._vectors.n, s.search, max(3 * limit, 50))
             dated = text_match.dated_chunks(self.conn, text, s.search)
             vector = np.asarray(vector, np.float32)
-            within = ranking.shortlist(self._vectors, vector, s.search, limit)
-            rows = ranking.candidate_rows(self._vectors, vector, s.search, limit, within)
-            found = ranking.rank(self._vectors, vector, s.search, limit, rows, bm25_ids, dated)
+            within = ranking.search_pass(self._vectors, s.search, limit)
+            found = ranking.rank(within, vector, s.search, limit, bm25_ids, dated)
             if s.search.query_feedback > 0 and found:
                 # The moved query stays near the first one: its candidates are chosen
-                # within the same shortlist, so only one pass reads every row.
+                # within the same shortlist and its rows mostly copied out already, so
+                # only one pass reads every row.
                 vector = ranking.feedback(self._vectors, vector, list(found)[: s.search.query_feedback_top],
                                           s.search.query_feedback)
-                rows = ranking.candidate_rows(self._vectors, vector, s.search, limit, within)
-                found = ranking.rank(self._vectors, vector, s.search, limit, rows, bm25_ids, dated)
+                found = ranking.rank(within, vector, s.search, limit, bm25_ids, dated)
             meta = tables.meta(self.conn, list(found))
         return [Match(cid, *meta[cid], *found[cid]) for cid in found if cid in meta]
 

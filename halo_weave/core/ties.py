@@ -94,6 +94,28 @@ def best(scores: np.ndarray, keys: np.ndarray, k: int) -> np.ndarray:
     return pool[order[:k]]
 
 
+def best_set(scores: np.ndarray, keys: np.ndarray, k: int) -> np.ndarray:
+    """The indices :func:`best` picks, ascending (their order left out, which saves the
+    sort of a long pool: a stage that hands its best on as a set needs no more)."""
+    n = len(scores)
+    k = min(k, n)
+    if k <= 0:
+        return np.zeros(0, np.int64)
+    if k == n:
+        return np.arange(n)
+    pool = _pool(np.asarray(scores), k)
+    if len(pool) == k:
+        return pool
+    on_grid = levels(np.asarray(scores)[pool])
+    least = np.partition(on_grid, len(pool) - k)[len(pool) - k]  # the k-th best level
+    above = on_grid > least
+    tied = pool[on_grid == least]
+    # The tied level is cut by key, as best() does: the lowest keys first (a stable sort,
+    # so equal keys keep index order there too).
+    tied = tied[np.argsort(np.asarray(keys)[tied], kind="stable")[: k - int(above.sum())]]
+    return np.sort(np.concatenate([pool[above], tied]))
+
+
 def _pool(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices (ascending) of the scores whose level is at least the ``k``-th best level.
 

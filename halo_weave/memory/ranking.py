@@ -12,6 +12,7 @@ import numpy as np
 
 from ..core import ties
 from ..settings import Search
+from .search_pass import SearchPass
 from .vector_matrix import VectorMatrix
 
 #: Hybrid search uses only terms found in at most this share of the entries, or in at
@@ -63,19 +64,13 @@ def term_cap(entries: int, common_share: float = 1.0) -> float:
     return cap
 
 
-def shortlist(vm: VectorMatrix, query: np.ndarray, s: Search, limit: int) -> np.ndarray | None:
-    """The rows a first, cheap pass keeps for ``query`` (:meth:`VectorMatrix.shortlist`)."""
-    return vm.shortlist(query, s.user_similarity_boost, limit)
+def search_pass(vm: VectorMatrix, s: Search, limit: int) -> SearchPass:
+    """A new search over ``vm`` for the ``limit`` best (:class:`.search_pass.SearchPass`):
+    rank its query, then the query moved by :func:`feedback`, through it."""
+    return SearchPass(vm, s.user_similarity_boost, limit)
 
 
-def candidate_rows(vm: VectorMatrix, query: np.ndarray, s: Search, limit: int,
-                   within: np.ndarray | None = None) -> np.ndarray | None:
-    """The rows :func:`rank` scores exactly for ``query`` (None: every row), chosen
-    among ``within`` (a :func:`shortlist`) when given."""
-    return vm.candidates(query, s.user_similarity_boost, limit, within)
-
-
-def rank(vm: VectorMatrix, query: np.ndarray, s: Search, limit: int, rows: np.ndarray | None,
+def rank(within: SearchPass, query: np.ndarray, s: Search, limit: int,
          bm25_ids: dict[int, float], dated: frozenset[int] = frozenset(),
          ) -> dict[int, tuple[float, float, float | None]]:
     """The ``limit`` best entries, best first: chunk id -> (cosine, score, normalised BM25
@@ -83,13 +78,15 @@ def rank(vm: VectorMatrix, query: np.ndarray, s: Search, limit: int, rows: np.nd
     id, so a plan does not depend on the CPU's last bits.
 
     ``dated``: entries said on a day the query names; each gets ``s.date_weight`` more.
-    ``rows``: the rows to score, from :func:`candidate_rows` (None: every row).
+    ``within``: the search these rankings belong to; it picks the rows scored exactly
+    (every row below the two-stage size) and keeps what it read for the next query.
     """
-    boost = s.user_similarity_boost
+    vm, boost = within.vectors, s.user_similarity_boost
+    rows = within.candidates(query)
     if rows is not None and (bm25_ids or dated):  # blend only candidates: the vector's and BM25's
         extra = np.fromiter((vm.row[c] for c in (*bm25_ids, *dated) if c in vm.row), np.int64)
         rows = np.union1d(rows, extra)
-    similarity = vm.similarity(query, rows)
+    similarity = within.similarity(query, rows)
     user = vm.user[: vm.n] if rows is None else vm.user[rows]
     score = np.where(user, similarity * boost, similarity)
     bm25 = np.zeros(len(score), np.float32)

@@ -48,6 +48,7 @@ import numpy as np
 
 from ..core import ties
 from ..errors import SnapshotInvalid
+from . import scan
 
 _MAGIC = b"HALOVEC1"
 _ALIGN = 64
@@ -69,6 +70,11 @@ class SearchTuning:
     head_dim: int = 32
     head_share: int = 12
     head_factor: int = 4
+    #: With the compiled first pass (:mod:`.scan`) the pass reads every row's
+    #: ``coarse_dim`` axes as int8 codes instead (closer to the coarse score, in half the
+    #: bytes of the head) and keeps this share of the rows (at least ``head_factor`` x
+    #: the candidates: 6,248 of 100k).
+    code_share: int = 24
     #: Rows the coarse stage hands to the exact stage: the most of ``candidates``,
     #: ``candidate_factor`` x the limit and one in ``candidate_share`` of the rows.
     candidates: int = 1024
@@ -98,6 +104,10 @@ class VectorMatrix:
         self.basis: np.ndarray | None = None  # (dim, coarse_dim) once fitted
         self.coarse = np.zeros((0, 0), np.float32)
         self.head = np.zeros((0, 0), np.float32)  # coarse[:, :head_dim], contiguous
+        #: ``coarse`` as int8 codes, ``coarse ~ codes * code_scale`` (an axis' scale fits
+        #: its largest value when the codes were made; later rows are clipped to it).
+        self.codes = np.zeros((0, 0), np.int8)
+        self.code_scale = np.ones(0, np.float32)
         #: User rows of ``coarse`` are stored times this (the ranking's boost): no extra pass.
         self.coarse_boost = 1.0
         self.fitted_at = 0  # rows when the axes were fitted
@@ -148,6 +158,7 @@ class VectorMatrix:
         if self.basis is not None:
             self.coarse[rows] = self._project(vectors, np.asarray(user, np.bool_))
             self.head[rows] = self.coarse[rows, : self.head.shape[1]]
+            self.codes[rows] = _encode(self.coarse[rows], self.code_scale)
         self._maybe_fit()
 
     def fill(self, ids: Sequence[int], user: Sequence[bool], vectors: np.ndarray,
@@ -181,6 +192,7 @@ class VectorMatrix:
             if self.basis is not None:
                 self.coarse[row] = self.coarse[last]
                 self.head[row] = self.head[last]
+                self.codes[row] = self.codes[last]
             self.row[moved] = row
         self.n = last
         return True
@@ -192,38 +204,58 @@ class VectorMatrix:
 
     # ------------------------------------------------------------------ search
     def shortlist(self, query: np.ndarray, boost: float, limit: int) -> np.ndarray | None:
-        """Rows a first pass over the ``head_dim`` head axes keeps for a unit ``query``,
-        ascending; None when the coarse stage reads every row (no head, or too few rows).
+        """Rows a first pass over every row keeps for a unit ``query``, ascending; None
+        when the coarse stage reads every row (no head, or too few rows).  The pass reads
+        the int8 :attr:`codes` through the compiled scan (:mod:`.scan`), or where there is
+        none the ``head_dim`` float32 head axes.
 
         The pass keeps every row at or above the keep-th score: no tie-break is needed,
         the rows near this generous cut are never near the final best.  A query moved a
         little (relevance feedback) can be ranked again within the same shortlist.
         """
         n, t = self.n, self.tuning
-        count, head = self._count(limit), self.head.shape[1]
-        keep = max(t.head_factor * count, n // max(t.head_share, 1))
+        count, head, compiled = self._count(limit), self.head.shape[1], scan.kernel()
+        share = t.code_share if compiled is not None else t.head_share
+        keep = max(t.head_factor * count, n // max(share, 1))
         if not self.two_stage or count * 4 >= n or not head or keep * 2 >= n:
             return None
         self._use_boost(boost)
-        first = self.head[:n] @ (query @ self.basis[:, :head])
-        return np.flatnonzero(first >= np.partition(first, n - keep)[n - keep])
+        if compiled is None:
+            first = self.head[:n] @ (query @ self.basis[:, :head])
+            return np.flatnonzero(first >= np.partition(first, n - keep)[n - keep])
+        first = compiled.scan(self.codes[:n], self._code_query(query))
+        return compiled.at_least(first, np.partition(first, n - keep)[n - keep])
+
+    def _code_query(self, query: np.ndarray) -> np.ndarray:
+        """``query`` projected and scaled for the int8 :attr:`codes`, as int16 (the
+        largest weight 32,767: an int32 sum of 64 products cannot overflow)."""
+        weights = (query @ self.basis) * self.code_scale
+        top = float(np.abs(weights).max())
+        return np.rint(weights * (32767 / top if top > 0 else 0.0)).astype(np.int16)
 
     def candidates(self, query: np.ndarray, boost: float, limit: int,
-                   shortlist: np.ndarray | None = None) -> np.ndarray | None:
+                   shortlist: np.ndarray | None = None,
+                   gathered: np.ndarray | None = None) -> np.ndarray | None:
         """Rows that may hold the best ``limit`` boosted scores, in row order (a tie at
         the cut goes to the lower chunk id, :func:`.ties.best`); None means every row.
         The coarse scores are those of ``shortlist``'s rows (:meth:`shortlist`) when
-        given, else of every row."""
+        given, else of every row; ``gathered``: those rows of :attr:`coarse`, already
+        copied out (:class:`.search_pass.SearchPass` reads them once per search)."""
         count = self._count(limit)
         if not self.two_stage or count * 4 >= self.n:
             return None
         n = self.n
         self._use_boost(boost)
+        compiled = scan.kernel() if shortlist is not None else None
+        if compiled is not None:  # every row whose int8 score reaches the count-th best
+            coded = compiled.scan(self.codes, self._code_query(query), shortlist)
+            return shortlist[coded >= np.partition(coded, len(coded) - count)[len(coded) - count]]
         projected = query @ self.basis
         if shortlist is None:
-            return np.sort(ties.best(self.coarse[:n] @ projected, self.ids[:n], count))
-        coarse = np.take(self.coarse, shortlist, axis=0) @ projected
-        return np.sort(shortlist[ties.best(coarse, self.ids[shortlist], count)])
+            return ties.best_set(self.coarse[:n] @ projected, self.ids[:n], count)
+        if gathered is None:
+            gathered = np.take(self.coarse, shortlist, axis=0)
+        return shortlist[ties.best_set(gathered @ projected, self.ids[shortlist], count)]
 
     def _count(self, limit: int) -> int:
         t = self.tuning
@@ -255,9 +287,14 @@ class VectorMatrix:
         self.fitted_at = n
 
     def _split_head(self) -> None:
-        """Copy the first ``head_dim`` coarse axes into :attr:`head` (every row)."""
+        """Copy the first ``head_dim`` coarse axes into :attr:`head` and make the int8
+        :attr:`codes` of the coarse rows (every row)."""
         head = min(self.tuning.head_dim, self.coarse.shape[1]) if self.basis is not None else 0
         self.head = np.ascontiguousarray(self.coarse[:, :head])
+        top = np.abs(self.coarse[: self.n]).max(axis=0) if self.n else np.zeros(self.coarse.shape[1])
+        self.code_scale = (np.maximum(top, 1e-12) / 127).astype(np.float32)
+        self.codes = np.zeros(self.coarse.shape, np.int8)
+        self.codes[: self.n] = _encode(self.coarse[: self.n], self.code_scale)
 
     def _project(self, vectors: np.ndarray, user: np.ndarray) -> np.ndarray:
         coarse = vectors @ self.basis
@@ -281,6 +318,7 @@ class VectorMatrix:
         if self.basis is not None:
             self.coarse = _resized(self.coarse, capacity, self.n)
             self.head = _resized(self.head, capacity, self.n)
+            self.codes = _resized(self.codes, capacity, self.n)
 
     # ------------------------------------------------------------------ snapshots
     def write(self, path: Path, header: dict) -> None:
@@ -372,6 +410,11 @@ def _header(f) -> tuple[dict, int]:
     if not isinstance(head, dict):
         raise SnapshotInvalid("bad snapshot header")
     return head, len(start) + size
+
+
+def _encode(coarse: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """int8 codes of coarse rows (``coarse ~ codes * scale``), clipped to +-127."""
+    return np.clip(np.rint(coarse / scale), -127, 127).astype(np.int8)
 
 
 def _resized(array: np.ndarray, capacity: int, keep: int) -> np.ndarray:
