@@ -11,16 +11,21 @@ over the matrix is already a few milliseconds.  Above it the search has two stag
    ``candidates`` by coarse score (user rows boosted like the final score) go on;
 2. the caller scores those candidates exactly against the float32 rows.
 
-The coarse stage itself reads only the first ``head_dim`` axes of every row (a matrix of
-its own, a copy of those columns) and keeps one row in ``head_share``; those are scored
-on all ``coarse_dim`` axes.  A query moved by relevance feedback is ranked again within
-that shortlist, so one pass per search reads every row.  Measured at 100k realistic rows
-(``scripts/bench_index.py``, idle Zen 3): 5.9 -> 4.3 ms a search, recall@20 against exact
-0.968 -> 0.959.
+The coarse stage itself starts with one pass over every row that keeps a shortlist.
+With the compiled scan (:mod:`.scan`, a C loop built on first use) the pass reads each
+row's ``coarse_dim`` axes as int8 :attr:`VectorMatrix.codes` (64 bytes a row, summed
+exactly in int32) and keeps one row in ``code_share`` (at least ``head_factor`` x the
+candidates); the codes of the shortlisted rows then pick the candidates.  Without it
+(no C compiler) the pass reads the first ``head_dim`` float32 axes (a copy of those
+columns), keeps one row in ``head_share``, and those rows are scored on all
+``coarse_dim`` float32 axes.  A query moved by relevance feedback is ranked again within
+that shortlist (:mod:`.search_pass`), so one pass per search reads every row.  Measured
+at 100k realistic rows (``scripts/bench_index.py``): docs/benchmarks.md, "The index".
 
-Why PCA rather than int8: numpy has no BLAS path for int8 (an int8 matrix times a vector
-converts every element), and the full float32 product at 100k x 384 is bound by reading
-154 MB; a 64-dim float32 projection is 26 MB through the same BLAS ``sgemv``.  Measured
+Why PCA rather than int8 of the whole vector: the full float32 product at 100k x 384 is
+bound by reading 154 MB, and a 384-byte int8 row would still be 38 MB; the 64 principal
+axes keep most of each dot product in 64 bytes a row (numpy itself has no BLAS path for
+int8, hence the C scan).  Measured
 recall@20 of the two-stage top 20 against exact search on real MiniLM vectors of LoCoMo
 text (6,639 entries, 1,156 questions, 64 axes, 1,024 candidates): 1.000, every query's
 top 20 identical; ``scripts/bench_index.py`` measures it again at 100k.  The axes are fitted on (a sample of) the vectors themselves
@@ -104,8 +109,9 @@ class VectorMatrix:
         self.basis: np.ndarray | None = None  # (dim, coarse_dim) once fitted
         self.coarse = np.zeros((0, 0), np.float32)
         self.head = np.zeros((0, 0), np.float32)  # coarse[:, :head_dim], contiguous
-        #: ``coarse`` as int8 codes, ``coarse ~ codes * code_scale`` (an axis' scale fits
-        #: its largest value when the codes were made; later rows are clipped to it).
+        #: ``coarse`` as int8 codes, ``coarse ~ codes * code_scale``.  An axis' scale fits
+        #: its largest value when the axes were fitted (or the boost changed); later rows
+        #: are clipped to it.  Snapshots keep the scale: reopened, the codes are the same.
         self.codes = np.zeros((0, 0), np.int8)
         self.code_scale = np.ones(0, np.float32)
         #: User rows of ``coarse`` are stored times this (the ranking's boost): no extra pass.
@@ -240,7 +246,10 @@ class VectorMatrix:
         the cut goes to the lower chunk id, :func:`.ties.best`); None means every row.
         The coarse scores are those of ``shortlist``'s rows (:meth:`shortlist`) when
         given, else of every row; ``gathered``: those rows of :attr:`coarse`, already
-        copied out (:class:`.search_pass.SearchPass` reads them once per search)."""
+        copied out (:class:`.search_pass.SearchPass` reads them once per search).  With
+        the compiled scan (:mod:`.scan`) a shortlist is scored on its int8 :attr:`codes`
+        instead, and every row at or above the count-th best score goes on: integer
+        sums, so a tie at the cut is the same on every CPU and all its rows go on."""
         count = self._count(limit)
         if not self.two_stage or count * 4 >= self.n:
             return None
@@ -249,7 +258,8 @@ class VectorMatrix:
         compiled = scan.kernel() if shortlist is not None else None
         if compiled is not None:  # every row whose int8 score reaches the count-th best
             coded = compiled.scan(self.codes, self._code_query(query), shortlist)
-            return shortlist[coded >= np.partition(coded, len(coded) - count)[len(coded) - count]]
+            cut = len(coded) - min(count, len(coded))
+            return shortlist[coded >= np.partition(coded, cut)[cut]] if len(coded) else shortlist
         projected = query @ self.basis
         if shortlist is None:
             return ties.best_set(self.coarse[:n] @ projected, self.ids[:n], count)
@@ -264,6 +274,7 @@ class VectorMatrix:
     def _use_boost(self, boost: float) -> None:
         if boost != self.coarse_boost and self.basis is not None:  # a changed setting: rescale once
             self.coarse[: self.n][self.user[: self.n]] *= boost / self.coarse_boost
+            self._scale_codes()
             self._split_head()
             self.coarse_boost = boost
 
@@ -283,18 +294,22 @@ class VectorMatrix:
         self.basis = np.ascontiguousarray(vectors[:, ::-1][:, : t.coarse_dim], np.float32)
         self.coarse = np.zeros((self.capacity, self.basis.shape[1]), np.float32)
         self.coarse[:n] = self._project(self.matrix[:n], self.user[:n])
+        self._scale_codes()
         self._split_head()
         self.fitted_at = n
 
     def _split_head(self) -> None:
         """Copy the first ``head_dim`` coarse axes into :attr:`head` and make the int8
-        :attr:`codes` of the coarse rows (every row)."""
+        :attr:`codes` of the coarse rows (every row) at :attr:`code_scale`."""
         head = min(self.tuning.head_dim, self.coarse.shape[1]) if self.basis is not None else 0
         self.head = np.ascontiguousarray(self.coarse[:, :head])
-        top = np.abs(self.coarse[: self.n]).max(axis=0) if self.n else np.zeros(self.coarse.shape[1])
-        self.code_scale = (np.maximum(top, 1e-12) / 127).astype(np.float32)
         self.codes = np.zeros(self.coarse.shape, np.int8)
         self.codes[: self.n] = _encode(self.coarse[: self.n], self.code_scale)
+
+    def _scale_codes(self) -> None:
+        """Fit :attr:`code_scale` to the largest value of each coarse axis."""
+        top = np.abs(self.coarse[: self.n]).max(axis=0) if self.n else np.zeros(self.coarse.shape[1])
+        self.code_scale = (np.maximum(top, 1e-12) / 127).astype(np.float32)
 
     def _project(self, vectors: np.ndarray, user: np.ndarray) -> np.ndarray:
         coarse = vectors @ self.basis
@@ -326,7 +341,7 @@ class VectorMatrix:
         n = self.n
         arrays = self._arrays(n, with_coarse=self.basis is not None)
         head = dict(header, n=n, dim=self.dim, fitted_at=self.fitted_at,
-                    coarse_boost=self.coarse_boost,
+                    coarse_boost=self.coarse_boost, code_scale=self.code_scale.tolist(),
                     coarse_dim=0 if self.basis is None else self.basis.shape[1])
         raw = json.dumps(head).encode()
         raw += b" " * (-(len(_MAGIC) + 4 + len(raw)) % _ALIGN)
@@ -363,6 +378,14 @@ class VectorMatrix:
         vm.fitted_at = int(head.get("fitted_at", 0))
         vm.coarse_boost = float(head.get("coarse_boost", 1.0))
         if coarse_dim:
+            try:
+                scale = np.asarray(head.get("code_scale", []), np.float32)
+            except (TypeError, ValueError):
+                scale = np.zeros(0, np.float32)
+            if scale.shape == (coarse_dim,) and np.all(scale > 0):
+                vm.code_scale = scale
+            else:  # a snapshot from before the codes (or a damaged scale): fit it again
+                vm._scale_codes()
             vm._split_head()
         vm.row = dict(zip(vm.ids[:n].tolist(), range(n)))
         if len(vm.row) != n:
