@@ -32,7 +32,7 @@ class SearchPass:
         self.boost = boost
         self.limit = limit
         self._shortlisted = False
-        self._shortlist: np.ndarray | None = None  # rows kept by the head pass (ascending)
+        self._shortlist: np.ndarray | None = None  # rows kept by the first pass (ascending)
         self._coarse: np.ndarray | None = None  # their coarse rows, gathered
         self._rows: list[np.ndarray] = []  # rows copied out for exact scoring, block by block
         self._blocks: list[np.ndarray] = []
