@@ -20,7 +20,8 @@ candidates); the codes of the shortlisted rows then pick the candidates.  Withou
 columns), keeps one row in ``head_share``, and those rows are scored on all
 ``coarse_dim`` float32 axes.  A query moved by relevance feedback is ranked again within
 that shortlist (:mod:`.search_pass`), so one pass per search reads every row.  Measured
-at 100k realistic rows (``scripts/bench_index.py``): docs/benchmarks.md, "The index".
+at 100k realistic rows (``scripts/bench_index.py``): docs/benchmarks.md, "The compiled
+first pass".
 
 Why PCA rather than int8 of the whole vector: the full float32 product at 100k x 384 is
 bound by reading 154 MB, and a 384-byte int8 row would still be 38 MB; the 64 principal
@@ -248,8 +249,8 @@ class VectorMatrix:
         given, else of every row; ``gathered``: those rows of :attr:`coarse`, already
         copied out (:class:`.search_pass.SearchPass` reads them once per search).  With
         the compiled scan (:mod:`.scan`) a shortlist is scored on its int8 :attr:`codes`
-        instead, and every row at or above the count-th best score goes on: integer
-        sums, so a tie at the cut is the same on every CPU and all its rows go on."""
+        instead, and every row at or above the count-th best score goes on (integer
+        sums, rounded nowhere: all the rows of a tie at the cut go on)."""
         count = self._count(limit)
         if not self.two_stage or count * 4 >= self.n:
             return None
