@@ -11,13 +11,14 @@ states hold what its tokens saw before them when they ran.  Put back after the c
 before it changed (other paragraphs pruned or recalled since), they are states of a
 context the model no longer reads, and on LoCoMo questions that cost answers: 0.164 F1
 against 0.202 re-reading exactly, where running the recalled span in place answered as
-exactly re-reading did (docs/answers.md).  So each entry keeps a digest of the tokens
+exact re-reading did (docs/answers.md).  So each entry keeps a digest of the tokens
 the cache held before it when it was pruned, and is put back only where the tokens
 before the place it goes to are the same: a prune undone, a branch switched back, a
 conversation reopened; elsewhere the span is run.  (The cache's own tokens, not the
 request's: where repeated text makes the planned edit a replacement rather than a clean
-cut, the request's tokens before the span are not what its states saw.)  :data:`ANY_CONTEXT` puts stored
-states back wherever their tokens match (faster, and what the measurement above cost).
+cut, the request's tokens before the span are not what its states saw.)
+:data:`ANY_CONTEXT` puts stored states back wherever their tokens match (faster, and what
+the measurement above cost).
 
 The store is bounded in bytes (``--kv-store-mb``) and forgets the least recently used
 entry first.  Entries are at most :data:`MAX_ENTRY_TOKENS` long (a long prune is saved
