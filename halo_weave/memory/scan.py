@@ -18,27 +18,21 @@ for that path.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import os
-import shutil
-import subprocess
-import tempfile
 import threading
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
-from .. import settings
+from .. import native, settings
 
 log = logging.getLogger("halo_weave.memory")
 
 #: Set to 0 to read the float32 columns with numpy instead.
 ENV_SWITCH = "HALO_WEAVE_C_SCAN"
 SOURCE = "scan.c"
-#: A compile of a few dozen lines; a compiler that takes longer is not worth waiting for.
-COMPILE_TIMEOUT_S = 60
 
 _lock = threading.Lock()
 _loaded: dict[str, Kernel | None] = {}
@@ -107,22 +101,4 @@ def _load() -> Kernel | None:
 def compiled() -> Path:
     """The scan's shared library, compiled now if the cache does not hold this source's."""
     source = resources.files(__package__).joinpath(SOURCE).read_bytes()
-    digest = hashlib.sha256(source).hexdigest()[:16]
-    folder = settings.cache_dir() / "kernels"
-    target = folder / f"scan-{digest}{'.dll' if os.name == 'nt' else '.so'}"
-    if target.exists():
-        return target
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not compiler:
-        raise RuntimeError("no C compiler found (cc, gcc, or $CC)")
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".scan-") as work:
-        source_path = Path(work) / SOURCE
-        source_path.write_bytes(source)
-        built = Path(work) / target.name
-        done = subprocess.run([compiler, "-O3", "-shared", "-fPIC", "-o", str(built), str(source_path)],
-                              capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
-        if done.returncode != 0 or not built.exists():
-            raise RuntimeError(f"{compiler} failed: {done.stderr.strip() or done.returncode}")
-        os.replace(built, target)  # atomic: a concurrent start sees no file or a whole one
-    return target
+    return native.compiled(source, SOURCE, settings.cache_dir() / "kernels", "scan", "-O3")

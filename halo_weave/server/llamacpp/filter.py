@@ -22,16 +22,12 @@ and the engine uses the Python callback for every node (slower, same attention).
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
 import os
-import shutil
-import subprocess
-import tempfile
 from importlib import resources
 from pathlib import Path
 
-from ... import settings
+from ... import native, settings
 
 log = logging.getLogger("halo_weave.server")
 
@@ -39,8 +35,6 @@ log = logging.getLogger("halo_weave.server")
 ENV_SWITCH = "HALO_WEAVE_C_FILTER"
 SOURCE = "filter.c"
 SYMBOL = "halo_weave_filter"
-#: A compile of a few dozen lines; a compiler that takes longer is not worth waiting for.
-COMPILE_TIMEOUT_S = 60
 
 
 class FilterState(ctypes.Structure):
@@ -132,25 +126,7 @@ def build(callback_type, forward, get_name, tensor_get, ne_offset: int, softmax_
 def compiled() -> Path:
     """The filter's shared library, compiled now if the cache does not hold this source's."""
     source = resources.files(__package__).joinpath(SOURCE).read_bytes()
-    digest = hashlib.sha256(source).hexdigest()[:16]
-    folder = settings.cache_dir() / "llamacpp"
-    target = folder / f"filter-{digest}{'.dll' if os.name == 'nt' else '.so'}"
-    if target.exists():
-        return target
-    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if not compiler:
-        raise RuntimeError("no C compiler found (cc, gcc, or $CC)")
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder, prefix=".filter-") as work:
-        source_path = Path(work) / SOURCE
-        source_path.write_bytes(source)
-        built = Path(work) / target.name
-        done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(built), str(source_path)],
-                              capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S)
-        if done.returncode != 0 or not built.exists():
-            raise RuntimeError(f"{compiler} failed: {done.stderr.strip() or done.returncode}")
-        os.replace(built, target)  # atomic: a concurrent start sees no file or a whole one
-    return target
+    return native.compiled(source, SOURCE, settings.cache_dir() / "llamacpp", "filter", "-O2")
 
 
 def _one_line(exc: BaseException) -> str:
