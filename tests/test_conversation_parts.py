@@ -28,6 +28,8 @@ import ast
 import sys
 from pathlib import Path
 
+from ast_targets import targets
+
 ROOT = Path(__file__).resolve().parents[1]
 #: Where the rule holds: every module of these folders ...
 CHECKED = ("halo_weave", "bench", "scripts")
@@ -68,24 +70,11 @@ def _through_part(node: ast.expr) -> bool:
     return False
 
 
-def _targets(node: ast.AST) -> list[ast.expr]:
-    if isinstance(node, (ast.Assign, ast.Delete)):
-        targets = node.targets
-    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-        targets = [node.target]
-    else:
-        return []
-    out: list[ast.expr] = []
-    for target in targets:
-        out.extend(target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])
-    return out
-
-
 def writes_through_parts(source: str) -> list[tuple[int, str]]:
     """(line, code) of every write through a conversation's part in ``source``."""
     found = set()
     for node in ast.walk(ast.parse(source)):
-        for target in _targets(node):
+        for target in targets(node, deletes=True):
             if isinstance(target, (ast.Attribute, ast.Subscript)) and _through_part(target):
                 found.add((node.lineno, ast.unparse(target)))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):

@@ -20,6 +20,8 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from ast_targets import targets
+
 ROOT = Path(__file__).resolve().parents[1]
 
 #: The controller and the window: where these rules hold everywhere.
@@ -35,20 +37,6 @@ def _trees(root: Path, under: tuple[str, ...] = ("halo_weave/",)) -> dict[str, a
     files = sorted((root / "halo_weave").rglob("*.py"))
     return {str(f.relative_to(root)): ast.parse(f.read_text(encoding="utf-8"))
             for f in files if str(f.relative_to(root)).startswith(under)}
-
-
-def _assigned(node: ast.AST) -> list[ast.expr]:
-    """The targets ``node`` assigns (tuples unpacked)."""
-    if isinstance(node, ast.Assign):
-        targets = node.targets
-    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
-        targets = [node.target]
-    else:
-        return []
-    out: list[ast.expr] = []
-    for target in targets:
-        out.extend(target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target])
-    return out
 
 
 def _on_self(target: ast.expr) -> bool:
@@ -84,7 +72,7 @@ def attributes_in_several_files(trees: dict[str, ast.Module]) -> dict[tuple[str,
             files: dict[str, set[str]] = defaultdict(set)
             for member_file, member in family(name, node, set()):
                 for inner in ast.walk(member):
-                    for target in _assigned(inner):
+                    for target in targets(inner):
                         if _on_self(target):
                             files[target.attr].add(member_file)
             found.update({(cls, attr): sorted(f) for attr, f in files.items() if len(f) > 1})
@@ -100,9 +88,9 @@ def writes_to_other_objects(trees: dict[str, ast.Module]) -> list[tuple[str, int
             if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
                 continue
             built = {t.id for node in ast.walk(function) if isinstance(node, ast.Assign)
-                     and isinstance(node.value, ast.Call) for t in _assigned(node) if isinstance(t, ast.Name)}
+                     and isinstance(node.value, ast.Call) for t in targets(node) if isinstance(t, ast.Name)}
             for node in ast.walk(function):
-                for target in _assigned(node):
+                for target in targets(node):
                     if not isinstance(target, ast.Attribute):
                         continue
                     owner = target.value
@@ -118,9 +106,9 @@ def members(cls: ast.ClassDef) -> set[str]:
     for node in cls.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             names.add(node.name)
-        names.update(t.id for t in _assigned(node) if isinstance(t, ast.Name))
+        names.update(t.id for t in targets(node) if isinstance(t, ast.Name))
     for node in ast.walk(cls):
-        names.update(t.attr for t in _assigned(node) if _on_self(t))
+        names.update(t.attr for t in targets(node) if _on_self(t))
     return names
 
 
