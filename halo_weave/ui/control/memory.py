@@ -6,6 +6,7 @@ after the window's first paint, or on first use.  QtCore only.
 
 from __future__ import annotations
 
+import gc
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject
@@ -115,6 +116,11 @@ class Memory(QObject):
         def load():
             index = _new_index(store, settings, embedder)
             embedder.load()
+            # torch's and transformers' objects (hundreds of thousands) live as long as the
+            # app: left to the cyclic collector, each full collection walked them all,
+            # a 0.4 s stall of the window in the middle of a streamed answer
+            # (scripts/bench_documents.py).  Frozen, a collection walks what came after.
+            gc.freeze()
             return index
 
         def loaded(index) -> None:

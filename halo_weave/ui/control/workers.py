@@ -5,7 +5,8 @@
   :class:`~halo_weave.events.TokenEvent` as it is, and the session applies it on the UI thread.
 * :class:`EmbedderWorker` is a long-lived thread that owns the sentence-transformers
   model (loaded lazily, on this thread) and runs queued jobs (indexing, search, a
-  re-index) one after the other.
+  re-index) one after the other; an indexing batch uses half the cores
+  (:func:`~halo_weave.memory.embedder.share_cores`), a search all of them.
 * :class:`CallWorker` runs one blocking call (connect, tokenize, import) and reports.
 * :class:`ServerStartWorker` starts the bundled model server and waits while it loads.
 
@@ -22,6 +23,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QThread, Signal
 
+from ...memory.embedder import share_cores
 from ...session import token_events
 
 
@@ -156,10 +158,11 @@ class EmbedderWorker(QThread):
 
     def run(self) -> None:
         while True:
-            _, job, item = self._queue.get()
+            priority, job, item = self._queue.get()
             if item is None:
                 return
             tag, fn, args, with_progress = item
+            share_cores(background=priority > 0)
             try:
                 if with_progress:
                     result = fn(*args, progress=lambda done, total: self.progress.emit(tag, done, total))
