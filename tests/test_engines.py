@@ -464,3 +464,26 @@ def test_a_read_ahead_leaves_the_answer_only_the_end_of_its_prompt(which, reques
     assert done.kv["appended"] == len(ids) - 1 - len(draft)  # the last prompt token runs with the answer
     assert done.kv["reused"] == len(draft) and done.kv["rerun"] == 0
     assert len(records) >= 2  # and it answered
+
+
+def test_a_read_ahead_stops_after_one_short_batch_of_its_new_tokens(llama):
+    # A message sent during a read-ahead waits for the read-ahead's batch under way: in
+    # batches of READ_AHEAD_STEP tokens, not n_batch, that is a fraction of a second.
+    from halo_weave.server.engine_base import READ_AHEAD_STEP
+
+    ids, _ = conversation(llama, turns=8)
+    start = len(ids) // 4
+    assert len(ids) - start > 2 * READ_AHEAD_STEP
+    asked = []
+
+    def stop_after_one_batch() -> bool:
+        asked.append(len(llama.kv.ids))
+        return len(asked) > 1
+
+    llama.kv.sync(ids[:start])
+    assert llama.kv.sync(ids, should_stop=stop_after_one_batch, step=READ_AHEAD_STEP) is None
+    assert llama.kv.ids == ids[:start + READ_AHEAD_STEP]  # one short batch read, and kept
+    asked.clear()
+    llama.kv.sync(ids[:start])
+    assert llama.kv.sync(ids, should_stop=stop_after_one_batch) is not None  # one n_batch: all of it
+    assert llama.kv.ids == ids

@@ -8,7 +8,7 @@ faster on a CPU).  Both subclass :class:`EngineBase`, which owns request validat
 the one-generation-at-a-time lock, abort, and stop tokens; an engine adds its model
 facts (:meth:`EngineBase.describe`), tokenization, and a KV cache object (``kv``) with
 
-* ``sync(ids, should_stop) -> SyncReport | None``: make the cache hold exactly ``ids``
+* ``sync(ids, should_stop, step=None) -> SyncReport | None``: make the cache hold exactly ``ids``
   (reusing what it can, see :mod:`halo_weave.server.kv_surgery`); ``None`` if stopped;
 * ``step(ids, attention, per_layer) -> (logits, row)``: run ``ids`` after the cache;
   ``logits`` of the last one (1-D NumPy), ``row`` the attention of the last query over
@@ -51,6 +51,11 @@ CHATML_TEMPLATE = (
 #: stop: the read-ahead ends at its next batch of tokens (a pasted page at most a few
 #: seconds of prompt on two cores), and what it ran is the generate's own prompt.
 PREEMPT_WAIT_S = 30.0
+
+#: New tokens a read-ahead runs per batch: a generate that stops it waits for one such
+#: batch (under a second on two cores) rather than for a whole ``n_batch`` (several
+#: seconds); the smaller batches read about 5 % slower.
+READ_AHEAD_STEP = 64
 
 #: Seconds a generate waits for a restore (:meth:`EngineBase.restore`) to finish: a generate
 #: never stops a restore (reading a file back is one copy; its fallback prefill is the
@@ -261,7 +266,7 @@ class EngineBase(SavedCaches):
         try:
             self._follow(conversation)
             self._reserve(len(ids) + len(asked or ()), max_length, preparation)
-            report = self.kv.sync(ids, should_stop=lambda: preparation.aborted)
+            report = self.kv.sync(ids, should_stop=lambda: preparation.aborted, step=READ_AHEAD_STEP)
             # A read-ahead's prunes and restores spread the cache out as a generation's do,
             # and a dozen of them may come before one Enter: pack it now, while the user
             # types, as a generation does after its answer (the answer attends over holes).

@@ -115,8 +115,10 @@ class ContextCache:
             row = np.ascontiguousarray(row.cpu().numpy(), dtype=np.float32)
         return logits.float().cpu().numpy(), row
 
-    def sync(self, ids: list[int], should_stop=lambda: False) -> SyncReport | None:
-        """Make the cache hold exactly ``ids``, by surgery where it pays (``None``: stopped)."""
+    def sync(self, ids: list[int], should_stop=lambda: False, *, step: int | None = None) -> SyncReport | None:
+        """Make the cache hold exactly ``ids``, by surgery where it pays (``None``: stopped).
+        ``step`` is the llama.cpp cache's (new tokens per batch); this cache's prefill
+        asks ``should_stop`` every :data:`PREFILL_CHUNK` tokens whatever it is."""
         return kv_surgery.sync(self, ids, should_stop)
 
     def sync_pass(self, ids: list[int], edits, should_stop) -> SyncReport | None:

@@ -58,8 +58,8 @@ class LlamaCache:
 
     Owns: the context (``ctx``, ``mem``, ``n_cells``; replaced when it grows), ``ids``
     and ``cells`` (each position's token and KV cell), the span ``store`` and the
-    ``spill`` saving to and restoring from it, and the surgery settings ``mode`` and
-    ``tail_first``.  Its parts own the rest: ``decoder`` (the batch, the threads, the
+    ``spill`` saving to and restoring from it, the surgery settings ``mode`` and
+    ``tail_first``, and the batch the sync under way runs new tokens in.  Its parts own the rest: ``decoder`` (the batch, the threads, the
     attention readout and whether a position shift is pending) and ``growth`` (when
     the cache grows and when it is packed).
     """
@@ -76,6 +76,8 @@ class LlamaCache:
         attention is read; ``growth``: how far the cache may grow (never, without one)."""
         self.lib, self.L = lib, lib.llama
         self.n_layer, self.n_head, self.n_batch = n_layer, n_head, n_batch
+        #: New tokens run per batch in the sync under way (``sync``'s ``step``).
+        self._step = n_batch
         self.mode = SURGERY
         #: Run a request's new tokens before its insertions (see :func:`.kv_surgery.sync`).
         self.tail_first = kv_surgery.TAIL_FIRST_DEFAULT
@@ -226,13 +228,20 @@ class LlamaCache:
 
     # ------------------------------------------------------------ sync and surgery
 
-    def sync(self, ids: list[int], should_stop=lambda: False) -> SyncReport | None:
-        """Make sequence 0 hold exactly ``ids``, by surgery where it pays (``None``: stopped)."""
+    def sync(self, ids: list[int], should_stop=lambda: False, *, step: int | None = None) -> SyncReport | None:
+        """Make sequence 0 hold exactly ``ids``, by surgery where it pays (``None``: stopped).
+
+        ``step``: at most this many new tokens run per batch after the cached ones, so
+        that ``should_stop`` is asked that often (a read-ahead: a message sent meanwhile
+        waits for one short batch, not for ``n_batch`` tokens)."""
+        self._step = min(step or self.n_batch, self.n_batch)
         try:
             return kv_surgery.sync(self, ids, should_stop)
         except BaseException:
             self.reset()
             raise
+        finally:
+            self._step = self.n_batch
 
     def sync_pass(self, ids: list[int], edits, should_stop) -> SyncReport | None:
         """One pass of :meth:`sync`: apply ``edits`` (planned from ``self.ids`` to ``ids``)."""
@@ -278,10 +287,10 @@ class LlamaCache:
         stopped (the batches run so far stay cached: a stopped read-ahead leaves the
         generate that stopped it less to run)."""
         rest = ids[len(self.ids):]
-        for start in range(0, len(rest), self.n_batch):
+        for start in range(0, len(rest), self._step):
             if should_stop():
                 return False
-            batch = rest[start:start + self.n_batch]
+            batch = rest[start:start + self._step]
             self._append(batch, self.decoder.run(batch, len(self.ids), LIVE_SEQ, logits=False))
         return True
 
