@@ -254,6 +254,27 @@ def test_the_no_copy_question_path_gives_the_same_figures(dialogue, settings):
         answer_halo_dry(lazy, matches, _question(tok, 0, context - max_new, context, max_new))
 
 
+def test_fifo_prunes_after_each_exchange_and_answers_from_all_it_left(dialogue, settings):
+    """fifo keeps the most recent C - max_new_tokens after every exchange: the model answers
+    each message from everything the previous exchange left live plus the message, nothing
+    pruned when the message arrives (its prompt budget is the model's window, so a fit at
+    the message would prune each exchange twice, and shorten the context it answers from)."""
+    source = HotWordAttention(WordTokenizer())
+    tok = tokenize_dialogue(dialogue, source.tokenize, settings)
+    context, max_new = 200, settings.sampling.max_new_tokens
+    budget = context - max_new
+    full = replay(tok, Policy("full", 0, attention=False), settings, None).conv
+    fifo = replay(tok, Policy("fifo", budget, settings=(("prune_order", "age"),)), settings, source,
+                  model_context=context, max_new_tokens=max_new)
+    turn_at = dict(zip(full.table.position.tolist(), full.table.turn_id.tolist()))
+    # The oldest turn live after each exchange, and the oldest the model read for each answer.
+    left = [min(live) for live in fifo.trace.peaks]
+    read = [min(turn_at[p] for p in f.live_positions.tolist()) for f in fifo.fidelity]
+    assert fifo.prune_events > 0 and left[-1] > left[0], "the history outgrew the budget"
+    assert read[1:] == left[:len(read) - 1], "each answer read all the previous exchange left"
+    assert fifo.conv.live_token_count() <= budget
+
+
 def test_pruning_only_for_room_keeps_more_recent_context_and_brings_the_match_back(dialogue, settings):
     """The lazy replays (prune_when = "for_room"): between messages the window, not P, stays
     live; every message's match comes back, room made for it by pruning, within C - P; at

@@ -2,8 +2,11 @@
 
 Per turn, the app's turn pipeline (:class:`~halo_weave.session.TurnPipeline`, the steps
 the window runs) runs it on a :class:`~halo_weave.session.ChatSession` in memory (no
-file) whose model's window is the bench's ``C``: a user turn is saved and fitted to the
-window (:meth:`~halo_weave.session.TurnPipeline.save`, ``saved``); an assistant turn is
+file) whose model's window is the bench's ``C``: a user turn is saved
+(:meth:`~halo_weave.session.TurnPipeline.save`) and, where pruning waits for room, fitted
+to the window (``saved``); a policy that prunes after each exchange prunes only then (P
+after every exchange, not at the message: fifo's P is the prompt budget ``C -
+max_new_tokens``, so a fit at the message would prune each exchange twice); an assistant turn is
 streamed (:meth:`~halo_weave.session.TurnPipeline.answer`) from :class:`TeacherForced`, a
 backend whose "answer" is the dialogue's own turn with its teacher-forced attention (one
 magnitude-voting step per token, applied *before* the token is appended), and the
@@ -256,6 +259,7 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
         session.model_info = SimpleNamespace(max_context=model_context)
     conv = session.adopt(new_conversation(tok, session.settings, policy.rank))
     pipeline = session.pipeline
+    fits_at_message = session.server.prunes_for_room  # the others prune after each exchange only
     backend = TeacherForced(source, conv, policy.reads_attention) if policy.attention else None
     trace = Trace()
     fidelity: list[FidelityRecord] = []
@@ -295,7 +299,8 @@ def replay(tok: TokenizedDialogue, policy: Policy, settings: Settings,
         elif turn.role == "user":
             message = Message(turn.text, ids, texts, created_at=turn.created_at)
             pipeline.save(message)
-            gone = gone + pipeline.saved(message)  # the app's prompt + answer within the model's window
+            if fits_at_message:  # the app's prompt + answer within the model's window
+                gone = gone + pipeline.saved(message)
             if exchange_end:
                 gone = session.prune()
         else:
