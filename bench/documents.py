@@ -399,7 +399,8 @@ def run(url: str | None = None, pages: int = 300, chunks: int = 100_000, page: i
     """Every step; starts the bundled server when no ``url`` is given."""
     embedder = Embedder()
     embedder.load()
-    gc.freeze()  # as the app does once its memory has loaded (ui/control/memory.py)
+    gc.collect()  # as the app does once its memory has loaded (ui/control/memory.py)
+    gc.freeze()
     process = None
     if url is None:
         from halo_weave.server.launcher import start_server

@@ -119,7 +119,9 @@ class Memory(QObject):
             # torch's and transformers' objects (hundreds of thousands) live as long as the
             # app: left to the cyclic collector, each full collection walked them all,
             # a 0.4 s stall of the window in the middle of a streamed answer
-            # (scripts/bench_documents.py).  Frozen, a collection walks what came after.
+            # (scripts/bench_documents.py).  Frozen, a collection walks what came after;
+            # collected first, so that no garbage of the start is kept for good.
+            gc.collect()
             gc.freeze()
             return index
 
