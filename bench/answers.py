@@ -251,6 +251,20 @@ class Prepared:
     indexes: dict = field(default_factory=dict)
 
 
+#: Room `full` keeps for a framed question.  A conversation longer than the window is cut
+#: once for all its questions (the most recent turns that fit beside this room), so that
+#: they share its text as their start and it is read once; cut beside each question's own
+#: length, a question one token longer than the last moved the cut and the whole window
+#: was read again.
+FULL_QUESTION_ROOM = 192
+
+
+def full_limit(window: int, answer_tokens: int, framed: int) -> int:
+    """Tokens of the conversation `full` keeps: the window less the answer's room and
+    :data:`FULL_QUESTION_ROOM` (the question's own length where it is longer)."""
+    return window - answer_tokens - 1 - max(FULL_QUESTION_ROOM, framed)
+
+
 def _keep_recent(conv, limit):
     from .memory.methods import keep_recent
 
@@ -302,9 +316,10 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
             conv.add_turn(prep.dialogue.turns[t].role, ids, texts)
         return finish(conv, prep, question, message, answerer, set(), set(conv.turns))
     if kind in ("fifo", "full"):
-        if kind == "full":  # the model's whole window, less the answer's room
-            budget = answerer.window - args.answer_tokens - 1
-        conv = _keep_recent(prep.full, budget - framed)
+        limit = budget - framed
+        if kind == "full":  # the model's whole window, less the answer's and the question's room
+            limit = full_limit(answerer.window, args.answer_tokens, framed)
+        conv = _keep_recent(prep.full, limit)
         return finish(conv, prep, question, message, answerer, {c.id for c in conv.live_chunks()})
     conv = copy.deepcopy(prep.recent)
     base_live = {c.id for c in conv.live_chunks()}

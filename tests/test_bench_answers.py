@@ -129,3 +129,15 @@ def test_answers_of_several_files_are_put_together_over_the_questions_all_method
     assert figures["methods"]["default"]["answer_f1"] == 0.5 and figures["methods"]["oracle"]["answer_f1"] == 0.75
     assert figures["ratios"]["default/oracle"]["ratio"] == round(1.0 / 1.5, 3)
     assert figures["ratios"]["default/oracle multi-hop"]["ratio"] == 1.0
+
+
+def test_full_cuts_a_long_conversation_once_for_all_its_questions():
+    # The questions of one conversation share its text as their start (read once), whatever
+    # their lengths, while each still fits the window with its answer.
+    from bench.answers import FULL_QUESTION_ROOM, full_limit
+
+    window, answer = 32_768, 32
+    cuts = {full_limit(window, answer, framed) for framed in (12, 40, 97, FULL_QUESTION_ROOM)}
+    assert len(cuts) == 1
+    for framed in (12, 97, FULL_QUESTION_ROOM, FULL_QUESTION_ROOM + 50):
+        assert full_limit(window, answer, framed) + framed + answer < window
