@@ -59,9 +59,10 @@ class LlamaCache:
     Owns: the context (``ctx``, ``mem``, ``n_cells``; replaced when it grows), ``ids``
     and ``cells`` (each position's token and KV cell), the span ``store`` and the
     ``spill`` saving to and restoring from it, the surgery settings ``mode`` and
-    ``tail_first``, and the batch the sync under way runs new tokens in.  Its parts own the rest: ``decoder`` (the batch, the threads, the
-    attention readout and whether a position shift is pending) and ``growth`` (when
-    the cache grows and when it is packed).
+    ``tail_first``, and the batch the sync under way runs new tokens in.  Its parts own
+    the rest: ``decoder`` (the batch, the threads, the attention readout and whether a
+    position shift is pending) and ``growth`` (when the cache grows and when it is
+    packed).
     """
 
     #: Stored spans are sequence-state blobs, which a span file keeps (:mod:`..span_files`).
