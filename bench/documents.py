@@ -228,9 +228,8 @@ def _stream(app, view, conv, rng, count: int, attention: str, between=None, stop
     return step, widget
 
 
-def _while(app, view, conv, rng, work, attention: str, between=None) -> tuple[list[float], list[float], float]:
-    """Stream 200-token answers while ``work()`` runs on a thread; (steps, widget
-    shares, seconds the work took)."""
+def _on_thread(work) -> tuple[threading.Thread, threading.Event]:
+    """Start ``work()`` on a thread; the event is set when it ends, however it ends."""
     finished = threading.Event()
 
     def run() -> None:
@@ -240,8 +239,15 @@ def _while(app, view, conv, rng, work, attention: str, between=None) -> tuple[li
             finished.set()
 
     thread = threading.Thread(target=run)
-    t0 = time.perf_counter()
     thread.start()
+    return thread, finished
+
+
+def _while(app, view, conv, rng, work, attention: str, between=None) -> tuple[list[float], list[float], float]:
+    """Stream 200-token answers while ``work()`` runs on a thread; (steps, widget
+    shares, seconds the work took)."""
+    t0 = time.perf_counter()
+    thread, finished = _on_thread(work)
     steps: list[float] = []
     widget: list[float] = []
     while not finished.is_set():
@@ -255,17 +261,8 @@ def _while(app, view, conv, rng, work, attention: str, between=None) -> tuple[li
 def _frames_while(app, view, work) -> tuple[list[float], float]:
     """Whole repaints of the view, one after another, while ``work()`` runs on a thread
     (what scrolling would cost then); each one's wall ms, and the seconds it took."""
-    finished = threading.Event()
-
-    def run() -> None:
-        try:
-            work()
-        finally:
-            finished.set()
-
-    thread = threading.Thread(target=run)
     t0 = time.perf_counter()
-    thread.start()
+    thread, finished = _on_thread(work)
     frames = []
     while not finished.is_set():
         t = time.perf_counter()
