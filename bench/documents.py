@@ -396,7 +396,8 @@ def run(url: str | None = None, pages: int = 300, chunks: int = 100_000, page: i
     """Every step; starts the bundled server when no ``url`` is given."""
     embedder = Embedder()
     embedder.load()
-    gc.collect()  # as the app does once its memory has loaded (ui/control/memory.py)
+    gc.collect()  # the app freezes once its memory has loaded (ui/control/memory.py), its young
+    # generations kept tidy by the window-thread collector (ui/control/collector.py)
     gc.freeze()
     process = None
     if url is None:

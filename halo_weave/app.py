@@ -63,6 +63,7 @@ from .ui.control.documents import DocumentAttach
 from .ui.control.files import ConversationFiles
 from .ui.control.gate import Gate
 from .ui.control.chunk_levers import ChunkLevers
+from .ui.control.collector import WindowThreadCollector
 from .ui.control.link import ServerLink
 from .ui.control.memory import Memory
 from .ui.control.message import MessageSend
@@ -97,6 +98,8 @@ class TurnController(QObject):
         settings = settings or Settings()
         self.data_dir = Path(data_dir) if data_dir else settings_mod.data_dir()
         self.signals = signals = ControlSignals(self)
+        #: Cyclic garbage goes on the application's thread only (Qt objects die there).
+        self.collector = WindowThreadCollector.install()
         #: The turn's rules and state (conversation, file, server); Qt-free.
         self.session = session = ChatSession(settings, report=lambda exc, context: signals.error.emit(exc, context),
                                              indexer=_IndexFeed(self))

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -32,6 +33,17 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 def pytest_unconfigure(config) -> None:
     shutil.rmtree(_HOME, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _collect_on_the_main_thread():
+    """Once a controller has turned automatic collection over to the application's
+    thread (ui/control/collector.py), a test that never runs the event loop would leave
+    its cycles for good: each test's are collected here, on the main thread, after
+    pytest-qt has closed its windows."""
+    yield
+    if not gc.isenabled():
+        gc.collect()
 
 
 def _session_server(*model: str):

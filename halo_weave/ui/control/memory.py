@@ -6,11 +6,11 @@ after the window's first paint, or on first use.  QtCore only.
 
 from __future__ import annotations
 
-import gc
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject
 
+from .collector import WindowThreadCollector
 from .gate import Gate
 from .indexing import IndexQueue
 from .signals import ControlSignals
@@ -116,17 +116,11 @@ class Memory(QObject):
         def load():
             index = _new_index(store, settings, embedder)
             embedder.load()
-            # torch's and transformers' objects (hundreds of thousands) live as long as the
-            # app: left to the cyclic collector, each full collection walked them all,
-            # a 0.4 s stall of the window in the middle of a streamed answer
-            # (scripts/bench_documents.py).  Frozen, a collection walks what came after;
-            # collected first, so that no garbage of the start is kept for good.
-            gc.collect()
-            gc.freeze()
             return index
 
         def loaded(index) -> None:
             self._loading = False
+            WindowThreadCollector.freeze()  # torch's objects stay out of later collections
             if session.store is store and session.recall.index is None:
                 session.recall.use_index(index)
                 waiting, self._labelled_when_loaded = self._labelled_when_loaded, []
