@@ -84,17 +84,16 @@ def rank(within: SearchPass, query: np.ndarray, s: Search, limit: int,
     vm, boost = within.vectors, s.user_similarity_boost
     rows = within.candidates(query)
     if rows is not None and (bm25_ids or dated):  # blend only candidates: the vector's and BM25's
-        extra = np.fromiter((vm.row[c] for c in (*bm25_ids, *dated) if c in vm.row), np.int64)
-        rows = np.union1d(rows, extra)
+        rows = _with_rows(rows, np.fromiter((vm.row[c] for c in (*bm25_ids, *dated) if c in vm.row), np.int64))
     similarity = within.similarity(query, rows)
     user = vm.user[: vm.n] if rows is None else vm.user[rows]
     score = np.where(user, similarity * boost, similarity)
     bm25 = np.zeros(len(score), np.float32)
     if s.hybrid_search:
-        for chunk_id, value in bm25_ids.items():
-            row = vm.row.get(chunk_id)
-            if row is not None:
-                bm25[row if rows is None else np.searchsorted(rows, row)] = value
+        found = [(vm.row[c], value) for c, value in bm25_ids.items() if c in vm.row]
+        if found:
+            at = np.fromiter((row for row, _ in found), np.int64, len(found))
+            bm25[at if rows is None else np.searchsorted(rows, at)] = [value for _, value in found]
         if bm25.max() > 0:
             bm25 /= bm25.max()
         score = (1 - s.hybrid_weight) * score + s.hybrid_weight * bm25
@@ -110,6 +109,17 @@ def rank(within: SearchPass, query: np.ndarray, s: Search, limit: int,
     ids = row_ids[top]
     return {int(c): (float(similarity[i]), float(score[i]), float(bm25[i]) if s.hybrid_search else None)
             for c, i in zip(ids, top)}
+
+
+def _with_rows(rows: np.ndarray, extra: np.ndarray) -> np.ndarray:
+    """``np.union1d(rows, extra)`` for ascending unique ``rows`` and a few ``extra`` rows:
+    those not there yet are inserted in order (no sort of the whole union)."""
+    extra = np.unique(extra)
+    if not len(extra) or not len(rows):
+        return np.union1d(rows, extra)
+    at = np.searchsorted(rows, extra)
+    new = extra[rows[np.minimum(at, len(rows) - 1)] != extra]
+    return np.insert(rows, np.searchsorted(rows, new), new) if len(new) else rows
 
 
 #: Endings cut from a query term before it is searched as a prefix ("painted" ->
