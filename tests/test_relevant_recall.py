@@ -81,6 +81,36 @@ def embedder():
     return emb
 
 
+class _Counting:
+    """The real embedder, counting the texts it is asked to embed."""
+
+    def __init__(self, embedder) -> None:
+        self.inner, self.name, self.texts = embedder, embedder.name, 0
+
+    def encode(self, texts):
+        self.texts += len(texts)
+        return self.inner.encode(texts)
+
+
+def test_ranking_the_same_recall_again_embeds_only_the_message(embedder):
+    """A read-ahead ranks the draft's recall while the user types; at Enter the same
+    paragraphs are ranked again for the message: only the message is embedded then, and
+    the order is the one a fresh embedding gives."""
+    counting, known = _Counting(embedder), relevance.ParagraphVectors()
+    texts = dict(enumerate(FACTS.values()))
+    ids = list(texts)
+    draft, message = "What is my cat", QUESTIONS["cat"]
+    relevance.rank_with(counting, ids, texts, draft, known)
+    assert counting.texts == 1 + len(ids)
+    order = relevance.rank_with(counting, ids, texts, message, known)
+    assert counting.texts == 1 + len(ids) + 1, "the paragraphs came from the first ranking"
+    assert order == relevance.rank_with(embedder, ids, texts, message)
+    assert order[0] == 0, "the cat paragraph first"
+    texts[3] = "I bought a red bicycle last week."  # an edited paragraph is embedded again
+    relevance.rank_with(counting, ids, texts, message, known)
+    assert counting.texts == 1 + len(ids) + 1 + 2
+
+
 @pytest.fixture
 def told(client, embedder, tmp_path):
     """Four facts told and answered, then pruned (the last exchange stays live), the

@@ -115,3 +115,33 @@ def test_without_a_working_compiler_the_search_still_runs(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "found True"
     assert "no compiled first pass" in done.stderr and "false failed" in done.stderr
+
+
+@pytest.mark.parametrize("shape", ["spread", "ties", "top rows the sample skips", "constant"])
+def test_the_first_pass_keeps_every_row_at_or_above_the_cut_however_scores_fall(shape):
+    """The cut is estimated on a sample first; the rows kept must be exactly those at or
+    above the keep-th best score, whatever the scores look like (a search must not
+    depend on which rows a sample happened to read)."""
+    from halo_weave.memory.vector_matrix import SAMPLE_STRIDE, top_rows
+
+    rng = np.random.default_rng(5)
+    n, keep = 100_000, 6_248
+    if shape == "spread":
+        scores = rng.integers(-2**24, 2**24, n).astype(np.int32)
+    elif shape == "ties":
+        scores = rng.integers(0, 7, n).astype(np.int32)
+    elif shape == "constant":
+        scores = np.full(n, 3, np.int32)
+    else:  # every sampled row low, the best rows all between the samples
+        scores = rng.integers(0, 1000, n).astype(np.int32)
+        between = np.flatnonzero(np.arange(n) % SAMPLE_STRIDE)
+        scores[rng.choice(between, 2 * keep, replace=False)] += 10_000
+    expected = np.flatnonzero(scores >= np.partition(scores, n - keep)[n - keep])
+    kernel = scan.kernel()
+    ways = [lambda cut: np.flatnonzero(scores >= cut)]
+    if kernel is not None:
+        ways.append(lambda cut: kernel.at_least(scores, cut))
+    for at_least in ways:
+        assert np.array_equal(top_rows(scores, keep, at_least), expected)
+        assert np.array_equal(top_rows(scores.astype(np.float32), keep, lambda cut: np.flatnonzero(scores >= cut)),
+                              expected)

@@ -26,6 +26,8 @@ by the plan's order, so every CPU keeps the same paragraphs.
 from __future__ import annotations
 
 import re
+import threading
+from collections import OrderedDict
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -97,14 +99,62 @@ def ranked(plan_order: Sequence[int], texts: Mapping[int, str], message: str, ve
     return fused([ids, by_score(ids, cosine.tolist()), by_score(ids, shares)])
 
 
-def rank_with(embedder, plan_order: Sequence[int], texts: Mapping[int, str], message: str) -> list[int]:
+def rank_with(embedder, plan_order: Sequence[int], texts: Mapping[int, str], message: str,
+              known: ParagraphVectors | None = None) -> list[int]:
     """:func:`ranked`, embedding the message and the texts with ``embedder`` (blocking:
-    the window calls it on the embedder's thread)."""
+    the window calls it on the embedder's thread); with ``known``, a paragraph embedded
+    for an earlier ranking is not embedded again."""
     ids = list(plan_order)
     if len(ids) < 2:
         return ids
     message = focus(message)
-    return ranked(ids, texts, message, embedder.encode([message] + [texts[c] for c in ids]))
+    paragraphs = [texts[c] for c in ids]
+    if known is None:
+        return ranked(ids, texts, message, embedder.encode([message] + paragraphs))
+    return ranked(ids, texts, message, known.encode(embedder, message, paragraphs))
+
+
+class ParagraphVectors:
+    """The vectors of the paragraphs the last rankings embedded, by text, so that the
+    next ranking embeds only its message and what is new.
+
+    While the user types, each read-ahead ranks the draft's recall (the same paragraphs
+    from one draft to the next, mostly); at Enter the message's recall is ranked again.
+    Embedding those paragraphs was most of the time between Enter and the request (8
+    paragraphs: ~0.4 s on a 2-core Zen 4, ``scripts/bench_resume.py``); a paragraph's
+    vector depends on its text only, so it is kept here.  The message is always embedded
+    afresh.  Thread-safe (the embedder's thread and a benchmark's may share one);
+    the :data:`SIZE` newest texts are kept, per embedder name.
+    """
+
+    #: Texts kept (a vector is 1.5 KB: at most ~0.8 MB).
+    SIZE = 512
+
+    def __init__(self) -> None:
+        self._vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def encode(self, embedder, message: str, paragraphs: Sequence[str]) -> np.ndarray:
+        """Unit vectors of ``message`` and then of each of ``paragraphs`` (``embedder.encode``'s
+        rows), the paragraphs known already taken from here."""
+        name = str(getattr(embedder, "name", ""))
+        with self._lock:
+            known = {t: self._vectors[(name, t)] for t in paragraphs if (name, t) in self._vectors}
+        new = list(dict.fromkeys(t for t in paragraphs if t not in known))
+        fresh = embedder.encode([message] + new)
+        found = dict(zip(new, fresh[1:]))
+        with self._lock:
+            for text, vector in found.items():
+                self._vectors[(name, text)] = vector
+            for text in paragraphs:
+                self._vectors.move_to_end((name, text))
+            while len(self._vectors) > self.SIZE:
+                self._vectors.popitem(last=False)
+        found.update(known)
+        return np.stack([fresh[0]] + [found[t] for t in paragraphs])
 
 
 def kept(order: list[int], token_count: dict[int, int], share: float) -> tuple[list[int], list[int]]:

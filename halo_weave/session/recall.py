@@ -50,10 +50,13 @@ class Recall:
         self.kept = 0
         self.given_back = 0
         self._note: recall_note.RecallNote | None = None
+        #: Paragraphs embedded for a ranking, kept for the next (a read-ahead's, then Enter's).
+        self._paragraphs = relevance.ParagraphVectors()
 
     def use_index(self, index) -> None:
         """Search and index the open conversation with ``index`` (loaded for it; None: none)."""
         self.index = index
+        self._paragraphs = relevance.ParagraphVectors()
 
     @property
     def makes_room(self) -> bool:
@@ -130,11 +133,13 @@ class Recall:
     def ranking(self, recalled: list[Chunk], message: str):
         """A blocking call that ranks ``recalled`` for ``message``, the most relevant
         first (:func:`~halo_weave.memory.relevance.rank_with`: it embeds the message and
-        the paragraphs): for the embedder's thread.  The texts are read here."""
+        the paragraphs no earlier ranking embedded): for the embedder's thread.  The
+        texts are read here."""
         conv, index = self._session.conv, self.index
         ids = [c.id for c in recalled]
         texts = {c: conv.chunk_text(c) for c in ids}
-        return lambda: relevance.rank_with(index.embedder, ids, texts, message)
+        known = self._paragraphs
+        return lambda: relevance.rank_with(index.embedder, ids, texts, message, known)
 
     def keep_ranked(self, order: list[int]) -> list[Chunk]:
         """Keep the first of ``order`` (:meth:`ranking`'s answer) up to
