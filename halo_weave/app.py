@@ -24,6 +24,7 @@ The collaborators, each owning its own state (see its docstring)::
     turn     TurnFlow           the streamed answer, tool rounds, Stop
     actions  TurnActions        Continue, Regenerate, Edit, answer versions
     documents DocumentAttach    a file attached to the conversation (read, saved, indexed)
+    collector WindowThreadCollector  cyclic garbage collected on the application's thread
 
 A turn, as :class:`~halo_weave.ui.control.message.MessageSend` and
 :class:`~halo_weave.ui.control.turn.TurnFlow` run the steps of ``session.pipeline``
