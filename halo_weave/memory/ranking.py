@@ -115,11 +115,11 @@ def _with_rows(rows: np.ndarray, extra: np.ndarray) -> np.ndarray:
     """``np.union1d(rows, extra)`` for ascending unique ``rows`` and a few ``extra`` rows:
     those not there yet are inserted in order (no sort of the whole union)."""
     extra = np.unique(extra)
-    if not len(extra) or not len(rows):
-        return np.union1d(rows, extra)
+    if not len(rows):
+        return extra
     at = np.searchsorted(rows, extra)
-    new = extra[rows[np.minimum(at, len(rows) - 1)] != extra]
-    return np.insert(rows, np.searchsorted(rows, new), new) if len(new) else rows
+    new = rows[np.minimum(at, len(rows) - 1)] != extra
+    return np.insert(rows, at[new], extra[new])
 
 
 #: Endings cut from a query term before it is searched as a prefix ("painted" ->

@@ -108,10 +108,8 @@ def rank_with(embedder, plan_order: Sequence[int], texts: Mapping[int, str], mes
     if len(ids) < 2:
         return ids
     message = focus(message)
-    paragraphs = [texts[c] for c in ids]
-    if known is None:
-        return ranked(ids, texts, message, embedder.encode([message] + paragraphs))
-    return ranked(ids, texts, message, known.encode(embedder, message, paragraphs))
+    known = known if known is not None else ParagraphVectors()
+    return ranked(ids, texts, message, known.encode(embedder, message, [texts[c] for c in ids]))
 
 
 class ParagraphVectors:
@@ -133,9 +131,6 @@ class ParagraphVectors:
     def __init__(self) -> None:
         self._vectors: OrderedDict[tuple[str, str], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._vectors)
 
     def encode(self, embedder, message: str, paragraphs: Sequence[str]) -> np.ndarray:
         """Unit vectors of ``message`` and then of each of ``paragraphs`` (``embedder.encode``'s

@@ -57,11 +57,6 @@ class WindowThreadCollector(QObject):
         if not self._timer.isActive():
             self._timer.start()
 
-    def stop(self) -> None:
-        """Back to CPython's automatic collection."""
-        self._timer.stop()
-        gc.enable()
-
     def collect_due(self) -> int:
         """Collect the oldest generation whose threshold is crossed, as CPython would;
         returns the generation collected, or -1 when none was due."""
