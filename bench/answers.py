@@ -116,6 +116,8 @@ METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     # The note ending with the kind of answer asked for: a date, a number, a place.
     "cue": ("halo", {}, recall_note.NoteShape(cue=True)),
     "focus-cue": ("halo", {}, recall_note.NoteShape(focused=True, cue=True)),
+    # A second hop: the search's words also take the best match's 4 rarest words.
+    "hop": ("halo", {"query_hop_terms": 4}, True),
     # Whole paragraphs (up to 128 tokens each) copied before the question.
     "note-whole": ("halo", {}, recall_note.NoteShape(lines=4, line_tokens=128, tokens=400)),
 }

@@ -386,6 +386,10 @@ class SemanticIndex:
                 vector = ranking.feedback(self._vectors, vector, list(found)[: s.search.query_feedback_top],
                                           s.search.query_feedback)
                 found = ranking.rank(within, vector, s.search, limit, bm25_ids, dated)
+            if s.search.query_hop_terms > 0 and found:
+                hop = text_match.hop_scores(self.conn, text, next(iter(found)), self._vectors.n, s.search, limit)
+                if hop:
+                    found = ranking.rank(within, vector, s.search, limit, bm25_ids, dated, hop)
             meta = tables.meta(self.conn, list(found))
         return [Match(cid, *meta[cid], *found[cid]) for cid in found if cid in meta]
 

@@ -202,3 +202,41 @@ def test_by_default_a_message_on_another_subject_brings_nothing_back(diary):
     assert asked.taken[0].match.chunk_id == pepper.id
     # The dog, its answer and their sitting's neighbour: not the whole diary.
     assert len(asked.chunk_ids) <= 4
+
+
+#: Two sittings' worth of lines: who gave the bonsai, and (another day) where he is moving.
+NEIGHBOUR = [
+    ("user", "My neighbour Tomas gave me a bonsai tree for my birthday."),
+    ("assistant", "What a thoughtful present, a bonsai needs patience and a sunny window."),
+    ("user", "I went to the cinema to watch a film about space travel."),
+    ("assistant", "Space films are great on a big screen."),
+    ("user", "Moving house is always stressful, packing takes weeks."),
+    ("assistant", "Label every box and it gets easier."),
+    ("user", "Tomas told me he is moving to Lisbon next month for a new job."),
+    ("assistant", "Lisbon is a lovely city, he will enjoy it."),
+    ("user", "We should plan a trip to the mountains in spring."),
+    ("assistant", "Spring in the mountains is beautiful."),
+]
+
+
+def test_a_second_hop_finds_what_the_best_match_names(embedder, tmp_path):  # noqa: F811
+    store = ConversationStore.open(tmp_path / "neighbour.db")
+    conv = new_conversation(embedder)
+    for day, (role, text) in enumerate(NEIGHBOUR, start=1):
+        turn = conv.add_turn(role, *tokenize(embedder, text + "\n\n"), created_at=datetime(2023, 5, day).timestamp())
+        store.save_turn(conv, turn)
+    index = index_all_pruned(store, conv, embedder)
+    question = "Where is the person who gave me the bonsai moving to?"
+    lisbon, stressful = chunk_with(conv, "moving to Lisbon").id, chunk_with(conv, "Moving house").id
+
+    def ranks(hop_terms: int) -> list[int]:
+        found = with_settings(index, query_hop_terms=hop_terms, min_similarity=0.0).search(question, limit=6)
+        return [m.chunk_id for m in found]
+
+    # The question never names Tomas; the bonsai line does, and the second hop looks for
+    # him: the line saying where he moves comes above the one about moving in general.
+    plain, hopped = ranks(0), ranks(4)
+    assert plain.index(stressful) < plain.index(lisbon)
+    assert hopped.index(lisbon) < hopped.index(stressful)
+    assert hopped[0] == plain[0] == chunk_with(conv, "gave me a bonsai").id
+    store.close()

@@ -72,19 +72,23 @@ def search_pass(vm: VectorMatrix, s: Search, limit: int) -> SearchPass:
 
 def rank(within: SearchPass, query: np.ndarray, s: Search, limit: int,
          bm25_ids: dict[int, float], dated: frozenset[int] = frozenset(),
-         ) -> dict[int, tuple[float, float, float | None]]:
+         hop: dict[int, float] | None = None) -> dict[int, tuple[float, float, float | None]]:
     """The ``limit`` best entries, best first: chunk id -> (cosine, score, normalised BM25
     or None).  Ranked by :func:`.ties.rank_key`: scores closer than the grid rank by chunk
     id, so a plan does not depend on the CPU's last bits.
 
     ``dated``: entries said on a day the query names; each gets ``s.date_weight`` more.
+    ``hop``: the second hop's entries (:func:`.text_match.hop_scores`, each in 0..1); each
+    gets ``s.query_hop_weight`` times its score more.
     ``within``: the search these rankings belong to; it picks the rows scored exactly
     (every row below the two-stage size) and keeps what it read for the next query.
     """
     vm, boost = within.vectors, s.user_similarity_boost
     rows = within.candidates(query)
-    if rows is not None and (bm25_ids or dated):  # blend only candidates: the vector's and BM25's
-        rows = _with_rows(rows, np.fromiter((vm.row[c] for c in (*bm25_ids, *dated) if c in vm.row), np.int64))
+    hop = hop or {}
+    if rows is not None and (bm25_ids or dated or hop):  # blend only candidates: the vector's and BM25's
+        rows = _with_rows(rows, np.fromiter((vm.row[c] for c in (*bm25_ids, *dated, *hop) if c in vm.row),
+                                            np.int64))
     similarity = within.similarity(query, rows)
     user = vm.user[: vm.n] if rows is None else vm.user[rows]
     score = np.where(user, similarity * boost, similarity)
@@ -102,6 +106,13 @@ def rank(within: SearchPass, query: np.ndarray, s: Search, limit: int,
         at = rows_dated if rows is None else np.searchsorted(rows, rows_dated)
         score = score.copy()
         score[at] += s.date_weight
+    if hop and s.query_hop_weight > 0:
+        found = [(vm.row[c], value) for c, value in hop.items() if c in vm.row]
+        if found:
+            at = np.fromiter((row for row, _ in found), np.int64, len(found))
+            score = score.copy()
+            score[at if rows is None else np.searchsorted(rows, at)] += np.float32(s.query_hop_weight) * np.array(
+                [value for _, value in found], np.float32)
     row_ids = vm.ids[: vm.n] if rows is None else vm.ids[rows]
     top = ties.best(score, row_ids, limit)
     if s.min_similarity > 0:

@@ -26,6 +26,12 @@ def entries_of(conn: sqlite3.Connection, chunk_ids: Sequence[int]) -> Iterator[t
         yield from conn.execute(f"SELECT {_ENTRY} FROM semantic_entries WHERE chunk_id IN ({marks})", batch)
 
 
+def entry_text(conn: sqlite3.Connection, chunk_id: int) -> str | None:
+    """The text indexed for ``chunk_id`` (None: no entry)."""
+    row = conn.execute("SELECT text FROM semantic_entries WHERE chunk_id = ?", (chunk_id,)).fetchone()
+    return None if row is None else row[0]
+
+
 def change_log(conn: sqlite3.Connection) -> tuple[str, int, int] | None:
     """``(uid, seq, count)`` of the change log; None for a file without one."""
     try:

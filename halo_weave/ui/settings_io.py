@@ -82,6 +82,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "recall_max_chunks": (0, 100_000),
     "query_feedback": (0.0, 10.0),
     "query_feedback_top": (1, 1000),
+    "query_hop_terms": (0, 100),
+    "query_hop_weight": (0.0, 10.0),
     "session_gap_seconds": (0.0, 10_000_000.0),
     "embedding_max_tokens": (8, 100_000),
     "embed_wait_seconds": (0.0, 3600.0),
