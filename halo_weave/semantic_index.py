@@ -98,6 +98,7 @@ class SemanticIndex:
         with self._lock:  # made on a worker thread while the store may be closing
             self._snapshot_path = snapshot_path if snapshot_path is not None else _default_snapshot(conn)
         self._changed = 0  # entries changed since the snapshot was written
+        self._term_counts = text_match.TermCounts()  # BM25's term counts, while the tables stay
         #: The signatures last found to agree with their entries' digests (:meth:`pending`).
         self._checked = AgreedSignatures()
         #: Where the last :meth:`load` read the vectors: "snapshot", "table" or None.
@@ -374,7 +375,8 @@ class SemanticIndex:
         with self._lock, one_blas_thread():
             if self._vectors.n == 0 or limit <= 0:
                 return []
-            bm25_ids = text_match.bm25_scores(self.conn, text, self._vectors.n, s.search, max(3 * limit, 50))
+            bm25_ids = text_match.bm25_scores(self.conn, text, self._vectors.n, s.search, max(3 * limit, 50),
+                                              self._term_counts)
             dated = text_match.dated_chunks(self.conn, text, s.search)
             vector = np.asarray(vector, np.float32)
             within = ranking.search_pass(self._vectors, s.search, limit)
@@ -387,7 +389,8 @@ class SemanticIndex:
                                           s.search.query_feedback)
                 found = ranking.rank(within, vector, s.search, limit, bm25_ids, dated)
             if s.search.query_hop_terms > 0 and found:
-                hop = text_match.hop_scores(self.conn, text, next(iter(found)), self._vectors.n, s.search, limit)
+                hop = text_match.hop_scores(self.conn, text, next(iter(found)), self._vectors.n, s.search, limit,
+                                            self._term_counts)
                 if hop:
                     found = ranking.rank(within, vector, s.search, limit, bm25_ids, dated, hop)
             meta = tables.meta(self.conn, list(found))

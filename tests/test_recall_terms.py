@@ -82,3 +82,25 @@ def test_the_line_that_answers_comes_back_not_the_one_naming_the_speaker(chat):
                         max_new_tokens=200, store=store)
     assert conv.chunks[door.id].live
     assert "forest green" in "".join(conv.chunk_text(c.id) for c in conv.live_chunks())
+
+
+def test_a_word_said_often_since_the_last_search_is_no_longer_searched_by(embedder, tmp_path):  # noqa: F811
+    store = ConversationStore.open(tmp_path / "robin.db")
+    conv = new_conversation(embedder)
+    for role, text in CHAT:
+        store.save_turn(conv, conv.add_turn(role, *tokenize(embedder, text + "\n\n")))
+    index = index_all_pruned(store, conv, embedder)
+    question = "Where is my cousin visiting from?"
+    cousin = chunk_with(conv, "cousin is visiting").id
+    assert index.search(question, limit=3)[0].bm25 > 0  # "cousin" is a rare word: BM25 finds it
+    # Twelve more lines about the cousin: the word is now in more than the common share.
+    for n in range(12):
+        store.save_turn(conv, conv.add_turn("user", *tokenize(embedder, f"My cousin called again, time {n}.\n\n")))
+    store.save_chunks(conv, conv.prune_to_fit(1))
+    index.index_pending(conv)
+    again = {m.chunk_id: m for m in index.search(question, limit=40)}
+    # The counts remembered from the first search were not reused: "cousin" is common now,
+    # and only "visiting" still finds the line.
+    assert again[cousin].bm25 is not None and 0 < again[cousin].bm25
+    assert all(m.bm25 == 0 for c, m in again.items() if c != cousin and "visit" not in conv.chunk_text(c))
+    store.close()
