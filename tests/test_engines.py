@@ -351,6 +351,48 @@ def test_spans_run_together_land_in_the_cells_the_cache_says(llama):
     assert np.abs(surgery[1:] - exact[:-1]).max() > 0.2 * np.abs(exact).max()
 
 
+def test_a_read_ahead_stops_between_recalled_paragraphs_and_gives_back_those_not_run(llama):
+    """A message sent while a read-ahead runs recalled paragraphs in place waits for one
+    short batch of them, not for all: the paragraphs not run yet are taken out again, and
+    the message's own sync puts them back and answers as an exact re-read."""
+    from halo_weave.server.engine_base import READ_AHEAD_STEP
+
+    ids, spans = conversation(llama, turns=7)
+    gone = [spans[1], spans[3], spans[5]]  # three paragraphs, no two of them in one short batch
+    assert all(b - a > READ_AHEAD_STEP // 2 for a, b in gone)
+    q = question(llama)
+    kv = llama.kv
+    kv.reset()
+    saved_bound, kv.store.max_bytes = kv.store.max_bytes, 0  # nothing kept: every paragraph is run
+    kv.store.clear()
+    asked = []
+
+    def stop_after_one_batch() -> bool:
+        asked.append(True)
+        return len(asked) > 1
+
+    try:
+        without = [t for p, t in enumerate(ids) if not any(a <= p < b for a, b in gone)]
+        first_token(llama, without + q)
+        tail = kv.ids[len(without):]  # the question: dropped after the paragraphs come back
+        assert kv.sync(ids, should_stop=stop_after_one_batch, step=READ_AHEAD_STEP) is None
+        # One batch was run and kept; what was not run is out again: the cache holds
+        # the chat with part of the paragraphs, every position in a cell of its own.
+        held = kv.ids[:len(kv.ids) - len(tail)]
+        assert kv.ids[len(held):] == tail and len(without) < len(held) < len(ids)
+        rest = iter(ids)
+        assert all(t in rest for t in held)  # in order: the chat with some of it left out
+        assert (kv.cells >= 0).all() and len(set(kv.cells.tolist())) == len(kv.ids)
+        _, done = first_token(llama, ids + q)
+        assert done.kv["inserted"] == len(ids) - len(held) and done.kv["rerun"] == 0, done.kv
+    finally:
+        kv.store.max_bytes = saved_bound
+    surgery = next_token_distribution(llama, ids + q)
+    kv.reset()
+    exact = next_token_distribution(llama, ids + q)
+    assert exact.argmax() == surgery.argmax() and kl(exact, surgery) < 0.05
+
+
 def test_spans_share_a_batch_unless_one_continues_another_or_the_batch_is_full():
     pytest.importorskip("llama_cpp")
     from halo_weave.server.llamacpp.cache import _batches
@@ -358,6 +400,9 @@ def test_spans_share_a_batch_unless_one_continues_another_or_the_batch_is_full()
     pending = [(10, [1, 2]), (20, [3]), (21, [4, 5]), (40, [6]), (50, [7]), (60, [8])]
     groups = [[at for at, _ in g] for g in _batches(pending, 3)]
     assert groups == [[10, 20], [21, 40, 50], [60]]
+    # A read-ahead's batches also hold at most its step of tokens (or one longer span).
+    groups = [[at for at, _ in g] for g in _batches(pending, 7, tokens=2)]
+    assert groups == [[10], [20], [21], [40, 50], [60]]
 
 
 def test_exact_mode_re_runs_from_the_first_change(llama):

@@ -345,22 +345,33 @@ class LlamaCache:
             new_cells = np.concatenate(found) if found else np.zeros(0, np.int64)
             self.cells = np.concatenate([self.cells[:s], new_cells, self.cells[s + removed:]])
         if pending:
-            # Stopping here drops the whole cache (the pieces' cells are not filled yet):
-            # worth it only for long pieces, never for the few framing tokens a read-ahead
-            # stopped by its generate usually has left.
-            if sum(len(span) for _, span in pending) > self.n_batch and should_stop():
-                self.reset()
-                return False
             started = time.perf_counter()
-            for at, cells in self._run_pending(pending):
+            done = 0
+            for at, cells in self._run_pending(pending, should_stop):
                 self.cells[at:at + len(cells)] = cells
-            report.inserted += sum(len(span) for _, span in pending)
+                done += len(cells)
+            report.inserted += done
             report.insert_s += time.perf_counter() - started
+            if done < sum(len(span) for _, span in pending):
+                self._give_back([(at, span) for at, span in pending if self.cells[at] < 0])
+                return False
         return True
 
-    def _run_pending(self, pending: list[tuple[int, list[int]]]):
+    def _give_back(self, unrun: list[tuple[int, list[int]]]) -> None:
+        """Take the pieces a stopped sync did not run out again (``(at, ids)``, in position
+        order; their positions hold no cell yet): the later cells move back, and the cache
+        holds a prompt without them, which the next sync plans from like any other."""
+        for at, span in reversed(unrun):
+            self.L.llama_memory_seq_add(self.mem, LIVE_SEQ, at + len(span), -1, -len(span))
+            del self.ids[at:at + len(span)]
+            self.cells = np.concatenate([self.cells[:at], self.cells[at + len(span):]])
+        self.decoder.shift_pending()
+
+    def _run_pending(self, pending: list[tuple[int, list[int]]], should_stop=lambda: False):
         """Decode each ``(at, span)`` at positions ``at..`` seeing what precedes it in the
-        live sequence; yields ``(at, cells)``.
+        live sequence; yields ``(at, cells)``.  ``should_stop`` is asked before each batch
+        of spans after the first (a sync's ``step`` tokens at most, or one longer span):
+        when it says stop, the spans not run yet are not yielded.
 
         A span's prefix is copied into a scratch sequence of its own (a decode below a
         sequence's last position is refused), and up to :data:`N_SEQ` - 1 spans run in one
@@ -369,7 +380,10 @@ class LlamaCache:
         batch do not see each other (a later batch sees the earlier ones), like a span's
         later context does not see it; see :func:`_batches` for which share one."""
         L, mem = self.L, self.mem
-        for group in _batches(pending, N_SEQ - SCRATCH_SEQ):
+        short = self._step if self._step < self.n_batch else None  # a read-ahead's: stop often
+        for n, group in enumerate(_batches(pending, N_SEQ - SCRATCH_SEQ, short)):
+            if n and should_stop():
+                return
             seqs = list(range(SCRATCH_SEQ, SCRATCH_SEQ + len(group)))
             try:
                 for (at, _span), seq in zip(group, seqs):
@@ -418,14 +432,16 @@ def _by_entry(pieces, width: int):
         yield run
 
 
-def _batches(pending: list[tuple[int, list[int]]], width: int):
-    """``pending`` spans (in position order) in groups of at most ``width`` to run in one
-    batch.  A span that starts where the one before it ends goes into the next group: its
-    prefix would end in that span's missing positions, and llama.cpp refuses a batch
-    that does not continue its sequence's last position."""
+def _batches(pending: list[tuple[int, list[int]]], width: int, tokens: int | None = None):
+    """``pending`` spans (in position order) in groups of at most ``width`` (and, with
+    ``tokens``, of at most that many tokens, or one longer span) to run in one batch.  A
+    span that starts where the one before it ends goes into the next group: its prefix
+    would end in that span's missing positions, and llama.cpp refuses a batch that does
+    not continue its sequence's last position."""
     group: list[tuple[int, list[int]]] = []
     for at, span in pending:
-        if group and (len(group) == width or group[-1][0] + len(group[-1][1]) == at):
+        full = tokens is not None and sum(len(s) for _, s in group) + len(span) > tokens
+        if group and (len(group) == width or full or group[-1][0] + len(group[-1][1]) == at):
             yield group
             group = []
         group.append((at, span))
