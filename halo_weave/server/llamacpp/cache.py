@@ -15,7 +15,8 @@ the softmax rows of a decode's last query, mapped from KV cells to positions wit
   ``seq_cp`` each piece's prefix into a scratch sequence of its own, decode up to seven
   pieces in one batch, each in its sequence at its positions (a decode below a
   sequence's last position is refused), ``seq_cp`` them into sequence 0 and drop the
-  scratch sequences.  Every ``seq_add`` makes llama.cpp re-rotate the keys
+  scratch sequences.  A read-ahead runs them in batches of its step and may be stopped
+  between batches: the pieces not run are taken out again (:meth:`LlamaCache._give_back`).  Every ``seq_add`` makes llama.cpp re-rotate the keys
   of *every* cell of the cache at the next decode (its K-shift): running the pieces
   between the moves paid that once per piece, now once per sync.  Needs ``kv_unified``
   (``seq_cp`` works on a unified cache only).
