@@ -144,7 +144,8 @@ class Search:
     query_feedback_top: int = 3
     # query_hop_terms: a second hop: that many of the best match's rarest words (its names
     # and things) not in the message are searched for, and each entry they find scores
-    # query_hop_weight times its BM25 (scaled to the best) more (0 = off).
+    # query_hop_weight times its BM25 (scaled to the best) more (0 = off; 4 answered no
+    # better on the test conversations: docs/answers.md, "The cue and a second hop").
     query_hop_terms: int = 0
     query_hop_weight: float = 0.15
     embedding_max_tokens: int = 256
