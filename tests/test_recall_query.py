@@ -55,6 +55,11 @@ def diary(embedder, tmp_path):  # noqa: F811
     store.close()
 
 
+def ranked_ids(index, question: str, limit: int, **settings) -> list[int]:
+    """The chunk ids ``question`` finds, best first, with ``settings`` changed and no floor."""
+    return [m.chunk_id for m in with_settings(index, min_similarity=0.0, **settings).search(question, limit=limit)]
+
+
 def test_dates_the_user_writes_are_read():
     day = datetime(2023, 5, 8)
     spans = [date_spans(t) for t in ("What did I cook on 8 May, 2023?", "on the 8th of May 2023",
@@ -150,13 +155,10 @@ def test_feedback_finds_what_the_best_matches_are_about(diary):
     operation = chunk_with(conv, "needs a small operation").id
     boat = chunk_with(conv, "named my sailing boat").id
 
-    def ranks(feedback: float) -> list[int]:
-        found = with_settings(index, query_feedback=feedback, min_similarity=0.0).search(question, limit=14)
-        return [m.chunk_id for m in found]
-
     # The vet's call about the cat is the best match; the question never says "operation",
     # but searching again towards the best matches puts the cat's operation above the boat.
-    plain, moved = ranks(0.0), ranks(0.5)
+    plain = ranked_ids(index, question, 14, query_feedback=0.0)
+    moved = ranked_ids(index, question, 14, query_feedback=0.5)
     assert plain.index(boat) < plain.index(operation)
     assert moved.index(operation) < moved.index(boat)
     assert set(moved[:2]) == set(plain[:2])  # the best matches stay where they were
@@ -229,13 +231,10 @@ def test_a_second_hop_finds_what_the_best_match_names(embedder, tmp_path):  # no
     question = "Where is the person who gave me the bonsai moving to?"
     lisbon, stressful = chunk_with(conv, "moving to Lisbon").id, chunk_with(conv, "Moving house").id
 
-    def ranks(hop_terms: int) -> list[int]:
-        found = with_settings(index, query_hop_terms=hop_terms, min_similarity=0.0).search(question, limit=6)
-        return [m.chunk_id for m in found]
-
     # The question never names Tomas; the bonsai line does, and the second hop looks for
     # him: the line saying where he moves comes above the one about moving in general.
-    plain, hopped = ranks(0), ranks(4)
+    plain = ranked_ids(index, question, 6, query_hop_terms=0)
+    hopped = ranked_ids(index, question, 6, query_hop_terms=4)
     assert plain.index(stressful) < plain.index(lisbon)
     assert hopped.index(lisbon) < hopped.index(stressful)
     assert hopped[0] == plain[0] == chunk_with(conv, "gave me a bonsai").id

@@ -94,10 +94,8 @@ def rank(within: SearchPass, query: np.ndarray, s: Search, limit: int,
     score = np.where(user, similarity * boost, similarity)
     bm25 = np.zeros(len(score), np.float32)
     if s.hybrid_search:
-        found = [(vm.row[c], value) for c, value in bm25_ids.items() if c in vm.row]
-        if found:
-            at = np.fromiter((row for row, _ in found), np.int64, len(found))
-            bm25[at if rows is None else np.searchsorted(rows, at)] = [value for _, value in found]
+        at, values = _placed(vm, rows, bm25_ids)
+        bm25[at] = values
         if bm25.max() > 0:
             bm25 /= bm25.max()
         score = (1 - s.hybrid_weight) * score + s.hybrid_weight * bm25
@@ -107,12 +105,9 @@ def rank(within: SearchPass, query: np.ndarray, s: Search, limit: int,
         score = score.copy()
         score[at] += s.date_weight
     if hop and s.query_hop_weight > 0:
-        found = [(vm.row[c], value) for c, value in hop.items() if c in vm.row]
-        if found:
-            at = np.fromiter((row for row, _ in found), np.int64, len(found))
-            score = score.copy()
-            score[at if rows is None else np.searchsorted(rows, at)] += np.float32(s.query_hop_weight) * np.array(
-                [value for _, value in found], np.float32)
+        at, values = _placed(vm, rows, hop)
+        score = score.copy()
+        score[at] += np.float32(s.query_hop_weight) * values
     row_ids = vm.ids[: vm.n] if rows is None else vm.ids[rows]
     top = ties.best(score, row_ids, limit)
     if s.min_similarity > 0:
@@ -120,6 +115,15 @@ def rank(within: SearchPass, query: np.ndarray, s: Search, limit: int,
     ids = row_ids[top]
     return {int(c): (float(similarity[i]), float(score[i]), float(bm25[i]) if s.hybrid_search else None)
             for c, i in zip(ids, top)}
+
+
+def _placed(vm: VectorMatrix, rows: np.ndarray | None,
+            values: dict[int, float]) -> tuple[np.ndarray, np.ndarray]:
+    """Where the entries of ``values`` (chunk id -> value) sit among the scores of ``rows``
+    (every row when None; ``rows`` holds each of them), and their values (float32)."""
+    found = [(vm.row[c], value) for c, value in values.items() if c in vm.row]
+    at = np.fromiter((row for row, _ in found), np.int64, len(found))
+    return (at if rows is None else np.searchsorted(rows, at)), np.array([v for _, v in found], np.float32)
 
 
 def _with_rows(rows: np.ndarray, extra: np.ndarray) -> np.ndarray:

@@ -9,15 +9,11 @@ they find.
 
 from __future__ import annotations
 
-import re
 import sqlite3
 
 from ..settings import Search
 from ..storage import index_tables as tables
-from . import query, ranking
-
-#: The second hop's words are at least this long ("Ann", "cat" are words; "ok", "go" not).
-HOP_MIN_WORD = 3
+from . import query, ranking, relevance
 
 
 class TermCounts:
@@ -74,11 +70,11 @@ def hop_scores(conn: sqlite3.Connection, text: str, chunk_id: int, entries: int,
     found = tables.entry_text(conn, chunk_id) if search.query_hop_terms > 0 else None
     if found is None:
         return {}
-    asked = {ranking.stem(t) for t in re.findall(r"\w+", text.lower())}
+    asked = relevance.words(text)
     enough = int(ranking.term_cap(entries, search.hybrid_common_share)) + 1
     documents = (counts or TermCounts()).counter(conn, enough)
     words = [t for t in ranking.distinctive_terms(found, documents, entries, search.hybrid_common_share)
-             if ranking.stem(t) not in asked and len(t) >= HOP_MIN_WORD and not t.isdigit()]
+             if ranking.stem(t) not in asked and len(t) >= relevance.MIN_WORD and not t.isdigit()]
     rarest = sorted(words, key=lambda t: (enough if documents(t) is None else documents(t), t))
     rarest = rarest[: search.query_hop_terms]
     if not rarest:
