@@ -113,8 +113,15 @@ METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     "note4x64": ("halo", {}, recall_note.NoteShape(lines=4, line_tokens=64, tokens=256)),
     # The note copying the sentences that hold the question's words, not the first ones.
     "note-focus": ("halo", {}, recall_note.NoteShape(focused=True)),
-    # The note ending with the kind of answer asked for: a date, a number, a place.
+    # The note ending with the kind of answer asked for: a number, a place (a date only
+    # after dated lines: "dated-cue", which with --dates text is the transcript's own).
     "cue": ("halo", {}, recall_note.NoteShape(cue=True)),
+    # Each note line opening with the day its paragraph was said (with --dates note the
+    # context holds no day; with --dates text the line's own day is kept, not repeated),
+    # without and with the cue.
+    "undated": ("halo", {}, recall_note.NoteShape()),
+    "dated": ("halo", {}, recall_note.NoteShape(dated=True)),
+    "dated-cue": ("halo", {}, recall_note.NoteShape(dated=True, cue=True)),
     "focus-cue": ("halo", {}, recall_note.NoteShape(focused=True, cue=True)),
     # A second hop: the search's words also take the best match's 4 rarest words.
     "hop": ("halo", {"query_hop_terms": 4}, True),
@@ -170,6 +177,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--notes-tool", action="store_true",
                    help="the system prompt with the notes tool's instructions (the app adds them "
                         "when the tool is on)")
+    p.add_argument("--dates", choices=["text", "note"], default="text",
+                   help="where a turn's day is: in its text (default: a transcript line "
+                        "\"[8 May 2023] Caroline: ...\") or only in its time, as the app keeps "
+                        "a message (\"Caroline: ...\"; a dated recall note then writes it)")
     p.add_argument("--ask", default=ASK,
                    help="added to every question as the user writes it (the search reads it too)")
     p.add_argument("--embed-cache", default="", help="file keeping MiniLM vectors between runs")
@@ -190,11 +201,16 @@ def log(*args) -> None:
 # ---------------------------------------------------------------------- the dialogue
 
 
-def with_speakers(dialogue: locomo.Dialogue) -> locomo.Dialogue:
+def with_speakers(dialogue: locomo.Dialogue, dates: str = "text") -> locomo.Dialogue:
     """Each turn's text as a transcript line: ``"[8 May 2023] Caroline: text"``.  Two
     people talk in LoCoMo and its questions name them and ask when: a chat app's user
-    would have said who and when in the text the model reads."""
-    turns = [replace(t, text=f"[{_day(t.created_at)}] {t.speaker}: {t.text}") for t in dialogue.turns]
+    would have said who and when in the text the model reads.  ``dates="note"``: the
+    line without its day (``"Caroline: text"``), as the app's context holds a message;
+    the day is then only the turn's time, which a dated recall note writes."""
+    if dates == "note":
+        turns = [replace(t, text=f"{t.speaker}: {t.text}") for t in dialogue.turns]
+    else:
+        turns = [replace(t, text=f"[{_day(t.created_at)}] {t.speaker}: {t.text}") for t in dialogue.turns]
     return replace(dialogue, turns=turns)
 
 
@@ -665,7 +681,10 @@ def main(argv=None) -> int:
     wanted = [c.strip() for c in args.conversations.split(",") if c.strip()]
     if wanted:
         dialogues = [d for d in dialogues if d.sample_id in wanted]
-    dialogues = [with_speakers(d) for d in dialogues]
+    if args.dates == "note":  # a note writes the local day; LoCoMo's times are UTC
+        os.environ["TZ"] = "UTC"
+        time.tzset()
+    dialogues = [with_speakers(d, args.dates) for d in dialogues]
     chosen = subset(dialogues, args.per_category, args.seed)
     only = {c.strip() for c in args.only.split(",") if c.strip()}
     if only:
@@ -701,7 +720,7 @@ def main(argv=None) -> int:
         figures = {
             "prune_to": args.prune_to, "context": args.context, "answer_tokens": args.answer_tokens,
             "questions": len(chosen), "seed": args.seed, "per_category": args.per_category,
-            "kv": args.kv, "notes_tool": args.notes_tool,
+            "kv": args.kv, "notes_tool": args.notes_tool, "dates": args.dates,
             "conversations": sorted({d.sample_id for d, _ in chosen}), "cpu": machine,
             "cpus": os.cpu_count(), "load_average": list(os.getloadavg()), "wall_seconds": round(wall, 1),
             "model": results[models[0]]["model"],

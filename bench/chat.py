@@ -131,7 +131,7 @@ def type_ahead(session, client, index, text: str, cps: float) -> dict:
         ids = [i for i, _ in pieces]
         plan = session.server.draft_plan(index, matches, ids)
         order = session.recall.ranking(plan.recalled, draft)() if session.recall.keeps_part(plan.recalled) else None
-        ids = session.server.draft_prompt(plan, ids, order)
+        ids = session.server.draft_prompt(plan, ids, order, draft)
         planned = time.perf_counter()
         try:
             answer = client.prepare(ids, max_length=session.settings.sampling.max_new_tokens)

@@ -222,11 +222,58 @@ def test_the_kind_of_answer_a_question_asks_for(message, kind):
     assert recall_note.answer_kind(message) == kind
 
 
+def _local(year: int, month: int, day: int, hour: int = 12) -> float:
+    from datetime import datetime
+
+    return datetime(year, month, day, hour).timestamp()
+
+
 def test_a_cued_note_ends_with_the_kind_of_answer_asked_for():
     words = FRAMING.note
     line = _words("[8 May 2023] Caroline: We adopted a puppy on Sunday.")
     tokens = [([i for i, _ in line], [t for _, t in line])]
-    cued = "".join(recall_note.note_tokens(words, tokens, shape=recall_note.NoteShape(cue=True), kind="when")[1])
-    assert cued.endswith("puppy on Sunday.\n(The lines above are dated: answer with the date.)\n\n")
+    dated = recall_note.NoteShape(cue=True, dated=True)
+    cued = "".join(recall_note.note_tokens(words, tokens, shape=dated, kind="when", said=[_local(2023, 5, 8)])[1])
+    assert cued == ("From earlier in our conversation:\n- [8 May 2023] Caroline: We adopted a puppy on Sunday.\n"
+                    "(The lines above are dated: answer with the date.)\n\n"), \
+        "a transcript line keeps its own day, written once"
     plain = "".join(recall_note.note_tokens(words, tokens)[1])
     assert "(" not in plain and plain.endswith("Sunday.\n\n"), "no cue without a kind"
+    counted = "".join(recall_note.note_tokens(words, tokens, shape=recall_note.NoteShape(cue=True), kind="count")[1])
+    assert counted.endswith("Sunday.\n(Answer with the number.)\n\n")
+
+
+def test_a_note_says_its_lines_are_dated_only_when_they_are():
+    words = FRAMING.note
+    line = _words("We adopted a puppy on Sunday.")
+    tokens = [([i for i, _ in line], [t for _, t in line])]
+    undated = "".join(recall_note.note_tokens(words, tokens, shape=recall_note.NoteShape(cue=True), kind="when")[1])
+    assert "dated" not in undated and undated.endswith("Sunday.\n\n")
+    shape = recall_note.NoteShape(cue=True, dated=True)
+    unknown = "".join(recall_note.note_tokens(words, tokens, shape=shape, kind="when", said=[None])[1])
+    assert unknown == undated, "a paragraph with no time (an attached document's) has no day"
+
+
+def test_a_dated_note_opens_each_line_with_the_day_it_was_said(tmp_path):
+    """The app's context holds no dates: a dated note writes, before each line, the day
+    its message was sent, within the line's length."""
+    session = ChatSession(SETTINGS)
+    session.framing = FRAMING
+    session.open(ConversationStore.open(new_conversation_path(tmp_path)))
+    conv = session.conv
+    for fact, day in zip(FACTS, [(2026, 3, 1), (2026, 11, 30), (2026, 12, 7)]):
+        pieces = _chars(fact)
+        session.add_user_message([i for i, _ in pieces], [t for _, t in pieces], created_at=_local(*day))
+        session.begin_answer()
+        _answer(session)
+    chunks = {conv.chunk_text(c.id): c for c in conv.live_chunks() if c.role == "user"}
+    shape = recall_note.NoteShape(dated=True, cue=True, tokens=400)  # a character a token: room for both
+    question = _say(session, "When did I say I fly to Lisbon?", recalled=[chunks[FACTS[1]], chunks[FACTS[0]]])
+    note = _text(recall_note.for_message(session.conv, question, 400, shape).ids)
+    assert note == ("From earlier in our conversation:\n"
+                    f"- [30 November 2026] {FACTS[1][:40 - len('[30 November 2026] ')]}…\n"
+                    f"- [1 March 2026] {FACTS[0][:40 - len('[1 March 2026] ')]}…\n"
+                    "(The lines above are dated: answer with the date.)\n\n")
+    plain = _text(recall_note.for_message(session.conv, question).ids)
+    assert "[" not in plain and "dated" not in plain, "the app's undated note, as before"
+    session.store.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .framing import FRAMED_AS, NOTE_WORDS, ROLES, Framing
+from .framing import DATE_WORDS, FRAMED_AS, NOTE_WORDS, ROLES, Framing
 
 #: tokenize(text) -> [(token_id, text)]; for :func:`build_framing`, with special-token
 #: strings parsed as specials (a backend's ``tokenize(text, parse_special=True)``).
@@ -105,7 +105,7 @@ def build_framing(tokenize: Tokenize, template: TemplateStrings = CHATML) -> Fra
     for role in (r for r in ROLES if r not in FRAMED_AS):  # the others take a framed role's
         prefix[role] = _split(tokenize(template.prefix_for(role)))
         suffix[role] = _split(tokenize(template.suffix_for(role)))
-    note = {name: _split(tokenize(words)) for name, words in NOTE_WORDS.items()}
+    note = {name: _split(tokenize(words)) for name, words in {**NOTE_WORDS, **DATE_WORDS}.items()}
     return Framing(prefix=prefix, suffix=suffix, note=note)
 
 

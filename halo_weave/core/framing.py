@@ -29,6 +29,19 @@ NOTE_WORDS = {
     "where": "(Answer with the place.)\n\n",
 }
 
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December")
+
+#: The pieces a note writes the day a paragraph was said with ("[8 May 2023] "),
+#: tokenized with the framing: a day is written piece by piece, with no tokenizer at hand.
+DATE_WORDS = {
+    "date_open": "[",
+    "date_close": "]",
+    "space": " ",
+    **{str(d): str(d) for d in range(10)},
+    **{month: " " + month for month in MONTHS},
+}
+
 
 @dataclass
 class Framing:
@@ -36,7 +49,7 @@ class Framing:
 
     prefix: dict[str, tuple[list[int], list[str]]]
     suffix: dict[str, tuple[list[int], list[str]]]
-    #: :data:`NOTE_WORDS` tokenized (empty: no recall note can be written).
+    #: :data:`NOTE_WORDS` and :data:`DATE_WORDS` tokenized (empty: no recall note can be written).
     note: dict[str, tuple[list[int], list[str]]] = field(default_factory=dict)
 
     def wrap(self, role: str, pieces: Sequence[tuple[int, str]]) -> list[tuple[int, str]]:

@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..core.framing import MONTHS
 from . import relevance
 
 #: Paragraphs a note copies at most, tokens copied from each, and tokens in all.
@@ -51,8 +53,12 @@ class NoteShape:
     #: Name:"), not its first words.
     focused: bool = False
     #: After the lines, a cue for the kind of answer the message asks for
-    #: (:func:`answer_kind`: a date, a number, a place).
+    #: (:func:`answer_kind`: a date, a number, a place; a date only when a line is dated).
     cue: bool = False
+    #: Each line opens with the day its paragraph was said, "[8 May 2023]", within its
+    #: ``line_tokens`` (unless the paragraph opens with that day itself; an attached
+    #: document's paragraphs have no day).
+    dated: bool = False
 
 
 SHAPE = NoteShape()
@@ -99,25 +105,41 @@ class RecallNote:
 
 def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS,
                 shape: NoteShape = SHAPE, asked: frozenset[str] = frozenset(),
-                kind: str | None = None) -> tuple[list[int], list[str]]:
+                kind: str | None = None, said: Sequence[float | None] = ()) -> tuple[list[int], list[str]]:
     """The note's tokens for the paragraphs ``chunks`` (best first), within ``limit``
     (at most ``shape.tokens``); empty when ``words`` (the framing's tokenized note
     words) are missing or no paragraph has text.  ``asked``: the message's word stems
     (:func:`~.relevance.words`), which a focused shape copies sentences by; ``kind``
-    (:func:`answer_kind`): the cue ending the note (its words must be in ``words``)."""
+    (:func:`answer_kind`): the cue ending the note (its words must be in ``words``);
+    ``said``: when each paragraph was said (a Unix time; None: unknown), which a dated
+    shape opens its line with."""
     limit = min(limit, shape.tokens)
     if not words:
         return [], []
-    lines = []
-    for ids, texts in chunks:
+    lines, dated = [], False
+    for k, (ids, texts) in enumerate(chunks):
         if len(lines) == shape.lines:
             break
+        ids, texts = list(ids), list(texts)
+        day = day_tokens(words, said[k] if k < len(said) else None) if shape.dated else ([], [])
+        if day[0] and _opens_with(texts, day[1]):
+            day, dated = ([], []), True  # a transcript line: its day is its own
+        elif day[0]:  # the day, then a space unless the paragraph's first token brings one
+            first = next((t for t in texts if t.strip()), " ")
+            space = words["space"] if not first[:1].isspace() else ([], [])
+            day = day[0] + list(space[0]), day[1] + list(space[1])
+        length = shape.line_tokens - len(day[0])
         if shape.focused and asked:
-            line = _focused(list(ids), list(texts), shape.line_tokens, asked)
+            line = _focused(ids, texts, length, asked)
         else:
-            line = _trimmed(list(ids), list(texts), shape.line_tokens)
+            line = _trimmed(ids, texts, length)
+        if line is not None and day[0]:
+            line = day[0] + list(line[0]), day[1] + list(line[1]), line[2]
+            dated = True
         if line is not None:
             lines.append(line)
+    if kind == "when" and not dated:
+        kind = None  # no line says when it was said
     while lines:
         ids, texts = _written(words, lines)
         if kind in words:  # the cue in place of the blank line that ends the note
@@ -128,6 +150,34 @@ def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS,
             return ids, texts
         lines.pop()
     return [], []
+
+
+def day_tokens(words: dict, stamp: float | None) -> tuple[list[int], list[str]]:
+    """The day of ``stamp`` (a Unix time, the local day) as a note writes it,
+    "[8 May 2023]", in the framing's tokenized date pieces (``words``: the framing's
+    :data:`~halo_weave.core.framing.DATE_WORDS` among them); empty without a time or
+    when a piece is missing."""
+    if stamp is None or stamp <= 0:
+        return [], []
+    day = datetime.fromtimestamp(stamp)
+    pieces = ["date_open", *str(day.day), MONTHS[day.month - 1], "space", *str(day.year), "date_close"]
+    if any(p not in words for p in pieces):
+        return [], []
+    ids, texts = [], []
+    for piece in pieces:
+        ids.extend(int(i) for i in words[piece][0])
+        texts.extend(words[piece][1])
+    return ids, texts
+
+
+def said_at(conv, chunks: Iterable) -> list[float | None]:
+    """When each of ``chunks`` was said in ``conv``: its turn's time (None for an
+    attached document's paragraph: when it was attached is not when it was written)."""
+    said = []
+    for chunk in chunks:
+        turn = conv.turns[chunk.turn_id] if chunk.turn_id in conv.turns else None
+        said.append(None if turn is None or chunk.role == "document" else turn.created_at)
+    return said
 
 
 def answer_kind(message: str) -> str | None:
@@ -149,23 +199,25 @@ def answer_kind(message: str) -> str | None:
 def for_message(conv, turn_id: int, limit: int = NOTE_TOKENS, shape: NoteShape = SHAPE) -> RecallNote | None:
     """The note of the user message ``turn_id`` within ``limit`` tokens (None when it
     recalled nothing still live, or none fits), placed in ``conv``'s live input ids."""
-    words = conv.framing.note
     chunks = [conv.chunks[c] for c in conv.recalls.of(turn_id) if c in conv.chunks]
     live = [c for c in chunks if c.live and not c.framing]
-    tokens = (conv.chunk_tokens(c.id) for c in live)
     content = [c for c in conv.content_chunks(turn_id) if c.live] if turn_id in conv.turns else []
-    asked = frozenset()
-    if shape.focused and content:
-        message = "".join("".join(conv.chunk_tokens(c.id).texts) for c in content)
-        asked = frozenset(relevance.words(relevance.focus(message)))
-    kind = None
-    if shape.cue and content:
-        kind = answer_kind("".join("".join(conv.chunk_tokens(c.id).texts) for c in content))
-    ids, texts = note_tokens(words, ((t.token_ids, t.texts) for t in tokens), limit, shape, asked, kind)
+    message = "".join("".join(conv.chunk_tokens(c.id).texts) for c in content)
+    ids, texts = of_chunks(conv, live, limit, shape, message)
     if not ids or not content:
         return None
     offset = len(conv.system.ids) + int(np.searchsorted(conv.table.position, content[0].start))
     return RecallNote(tuple(ids), tuple(texts), offset)
+
+
+def of_chunks(conv, chunks: Sequence, limit: int = NOTE_TOKENS, shape: NoteShape = SHAPE,
+              message: str = "") -> tuple[list[int], list[str]]:
+    """The note's tokens for ``conv``'s paragraphs ``chunks`` (best first) before the
+    message ``message`` (its text: what a focused note copies by and a cue names)."""
+    asked = frozenset(relevance.words(relevance.focus(message))) if shape.focused and message else frozenset()
+    kind = answer_kind(message) if shape.cue and message else None
+    tokens = ((t.token_ids, t.texts) for t in (conv.chunk_tokens(c.id) for c in chunks))
+    return note_tokens(conv.framing.note, tokens, limit, shape, asked, kind, said_at(conv, chunks))
 
 
 def best_first(plan, chunks: Iterable) -> list[int]:
@@ -219,6 +271,12 @@ def _focused(ids: list[int], texts: list[str], length: int,
         room -= take
     keep = list(range(head)) + [k for a, b in sorted(chosen) for k in range(a, b)]
     return [ids[k] for k in keep], [texts[k] for k in keep], len(keep) < len(ids)
+
+
+def _opens_with(texts: list[str], day: list[str]) -> bool:
+    """Whether a paragraph's text (blank tokens before it aside) opens with the text of ``day``."""
+    head = "".join(texts[:len(day) + 8]).lstrip()
+    return head.startswith("".join(day))
 
 
 def _written(words: dict, lines: list) -> tuple[list[int], list[str]]:

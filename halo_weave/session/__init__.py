@@ -11,7 +11,7 @@ its threads and signals, scripts and benchmarks run them with ``send`` and ``ans
     plan = session.server.draft_plan(index, matches, pieces)  while the user types
     order = session.recall.ranking(plan.recalled, draft)()    (embedder thread; when
                                                               session.recall.keeps_part)
-    ids = session.server.draft_prompt(plan, pieces, order)
+    ids = session.server.draft_prompt(plan, pieces, order, draft)
     backend.prepare(ids)                                    (read-ahead; ours only)
     message = session.pipeline.read(text)            tokenize, blocking: a thread in the app
     session.pipeline.recall(message, index, matches) within the budget (then ``keep``)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ..core.chat_template import TemplateStrings, detect_template
 from ..core.token_resurrection import returning
 from ..memory import relevance
-from ..memory.recall_note import best_first, note_tokens
+from ..memory.recall_note import best_first, of_chunks
 from ..memory.room import room_choice
 from ..rules import prune_when
 from ..storage.transfer_document import CACHE_KEY_META
@@ -216,15 +216,17 @@ class ServerUse:
             return DraftPlan([], [], list(gone))
         return DraftPlan([], [], [])
 
-    def draft_ids(self, index, matches, ids: list[int], order: list[int] | None = None) -> list[int]:
+    def draft_ids(self, index, matches, ids: list[int], order: list[int] | None = None, text: str = "") -> list[int]:
         """:meth:`draft_prompt` of :meth:`draft_plan` (``order``: the relevance order of
         what it brings back, :meth:`.recall.Recall.ranking`'s answer for the draft)."""
-        return self.draft_prompt(self.draft_plan(index, matches, ids), ids, order)
+        return self.draft_prompt(self.draft_plan(index, matches, ids), ids, order, text)
 
-    def draft_prompt(self, plan: DraftPlan, ids: list[int], order: list[int] | None = None) -> list[int]:
-        """The prompt a message of token ``ids`` would start with once sent: the live
-        context with what ``plan`` brings back, the user turn's opening framing, the
-        recall note of what came back (:mod:`halo_weave.memory.recall_note`), then ``ids``.
+    def draft_prompt(self, plan: DraftPlan, ids: list[int], order: list[int] | None = None,
+                     text: str = "") -> list[int]:
+        """The prompt a message of token ``ids`` (its text ``text``, which the note's cue
+        reads) would start with once sent: the live context with what ``plan`` brings
+        back, the user turn's opening framing, the recall note of what came back
+        (:mod:`halo_weave.memory.recall_note`), then ``ids``.
 
         ``order`` (what came back, the most relevant first: the relevance step the message
         takes once sent, :meth:`.recall.Recall.ranking`): only the part the message
@@ -250,6 +252,5 @@ class ServerUse:
             framing = conv.framing
             prompt = len(context) + len(prefix) + len(ids) + len(framing.suffix.get("user", ([], []))[0]) \
                 + len(framing.prefix.get("assistant", ([], []))[0])
-            tokens = (conv.chunk_tokens(c.id) for c in content)
-            note = note_tokens(framing.note, ((t.token_ids, t.texts) for t in tokens), recall.note_room(prompt))[0]
+            note = of_chunks(conv, content, recall.note_room(prompt), message=text)[0]
         return [*map(int, context), *map(int, prefix), *note, *map(int, ids)]

@@ -218,7 +218,7 @@ class ReadAhead(QObject):
             if stale():
                 return self._read_ahead_ended()
             try:
-                ids = session.server.draft_prompt(plan, pieces, order)
+                ids = session.server.draft_prompt(plan, pieces, order, draft)
             except Exception:  # noqa: BLE001 - the send path reports a real failure itself
                 log.debug("read-ahead: no draft prompt", exc_info=True)
                 return self._read_ahead_ended()
