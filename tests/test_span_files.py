@@ -20,7 +20,7 @@ def test_spans_appended_over_time_are_all_read_back_in_order(tmp_path):
     assert files.append("chat", "model-a", [(IDS[:20], 60, b"second", None), (IDS[20:], 80, b"third", None)])
 
     spans = files.load("chat", "model-a")
-    assert [(s.ids, s.pos, s.blob) for s in spans] == [
+    assert [(s.ids, s.pos, s.blob.read()) for s in spans] == [
         (list(IDS), 5, b"first" * 10), (list(IDS[:20]), 60, b"second"), (list(IDS[20:]), 80, b"third")]
     assert files.load("another chat", "model-a") == []
 
@@ -31,7 +31,7 @@ def test_spans_of_another_model_are_not_read_and_are_replaced(tmp_path):
     assert files.load("chat", "model-b") == []
 
     files.append("chat", "model-b", [(IDS, 0, b"b-states", None)])
-    assert [s.blob for s in files.load("chat", "model-b")] == [b"b-states"]
+    assert [s.blob.read() for s in files.load("chat", "model-b")] == [b"b-states"]
 
 
 def test_a_record_cut_short_by_a_crash_ends_the_file_and_the_next_append_still_counts(tmp_path):
@@ -40,10 +40,10 @@ def test_a_record_cut_short_by_a_crash_ends_the_file_and_the_next_append_still_c
     path = files.path("chat")
     with open(path, "ab") as out:
         out.write(b"\x28\x00\x00\x00\x00")  # the start of a record, then the crash
-    assert [s.blob for s in files.load("chat", "m")] == [b"whole"]
+    assert [s.blob.read() for s in files.load("chat", "m")] == [b"whole"]
 
     files.append("chat", "m", [(IDS[:10], 3, b"after", None)])
-    assert [s.blob for s in files.load("chat", "m")] == [b"whole", b"after"]
+    assert [s.blob.read() for s in files.load("chat", "m")] == [b"whole", b"after"]
 
 
 def test_span_files_count_towards_the_bound_on_saved_caches(tmp_path):
@@ -52,7 +52,7 @@ def test_span_files_count_towards_the_bound_on_saved_caches(tmp_path):
     files.append("old chat", "m", [(IDS, 0, b"x" * 2500, None)])
     files.append("new chat", "m", [(IDS, 0, b"y" * 2500, None)])
     assert files.load("old chat", "m") == []  # the least recently written went first
-    assert [s.blob for s in files.load("new chat", "m")] == [b"y" * 2500]
+    assert [s.blob.read() for s in files.load("new chat", "m")] == [b"y" * 2500]
 
 
 def test_spans_read_back_fill_only_free_room_and_are_not_written_again():
@@ -91,4 +91,20 @@ def test_a_span_file_of_the_first_layout_is_started_anew(tmp_path):
     path.write_bytes(path.read_bytes().replace(b"HWSP2", b"HWSP1", 1))
     assert files.load("chat", "m") == []
     assert files.append("chat", "m", [(IDS, 0, b"again", None)])
-    assert [s.blob for s in files.load("chat", "m")] == [b"again"]
+    assert [s.blob.read() for s in files.load("chat", "m")] == [b"again"]
+
+
+def test_a_span_read_back_leaves_its_states_in_the_file_until_they_are_wanted(tmp_path):
+    """Reopening reads only the spans' heads (a long chat's file holds hundreds of
+    megabytes of states); the states are read when a span is put back, and a file
+    replaced since gives none rather than another span's."""
+    files = SpanFiles(StateFiles(tmp_path))
+    files.append("chat", "m", [(IDS, 0, b"a" * 1000, None), (IDS[:20], 40, b"b" * 500, None)])
+    first, second = files.load("chat", "m")
+    assert (len(first.blob), len(second.blob)) == (1000, 500)
+    assert second.blob.read() == b"b" * 500 and first.blob.read() == b"a" * 1000
+
+    files.path("chat").unlink()  # the disk bound took it; the same spans written again later
+    files.append("chat", "m", [(IDS[:20], 40, b"c" * 500, None), (IDS, 0, b"d" * 1000, None)])
+    assert first.blob.read() is None and second.blob.read() is None, "not the record it read"
+    assert [s.blob.read()[:1] for s in files.load("chat", "m")] == [b"c", b"d"]

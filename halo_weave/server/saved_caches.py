@@ -28,7 +28,7 @@ import logging
 import time
 
 from .kv_files import IdleSaver, common_prefix
-from .span_files import SpanFiles
+from .span_files import SpanFiles, states_of
 
 log = logging.getLogger("halo_weave.server")
 
@@ -107,15 +107,18 @@ class SavedCaches:
         started = time.perf_counter()
         spans = self.span_files.load(conversation, self.fingerprint())
         taken = sum(store.add_saved(s.ids, s.pos, s.blob, len(s.blob), conversation, s.context) for s in spans)
+        # (a span's states stay in the file until it is put back: span_files.FileBlob)
         if spans:
             log.info("%d of %d saved spans of the conversation read back (%d tokens) in %.3f s", taken,
                      len(spans), sum(len(s.ids) for s in spans), time.perf_counter() - started)
 
     def _write_spans(self, key: str, entries) -> None:
         """Append ``entries`` (the store's, not on disk yet) to ``key``'s span file."""
-        if entries and self.span_files.append(key, self.fingerprint(),
-                                              [(e.ids, e.pos, e.payload, e.context) for e in entries]):
-            for entry in entries:
+        written = [(e, states_of(e.payload)) for e in entries]
+        written = [(e, states) for e, states in written if states is not None]
+        if written and self.span_files.append(key, self.fingerprint(),
+                                              [(e.ids, e.pos, states, e.context) for e, states in written]):
+            for entry, _ in written:
                 entry.on_disk = True
 
     def _active(self) -> None:

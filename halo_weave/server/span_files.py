@@ -17,6 +17,11 @@ The context is the span's :func:`~.span_store.context_digest` (all zero: unknown
 that a span read back is put back only where it was kept (:data:`~.span_store.SAME_CONTEXT`).
 A file of the first layout (no context) is started anew.
 
+Reading a file back reads only each record's head and token ids: a span's states (a
+megabyte for a paragraph-sized span of a small model, hundreds in a long chat's file)
+are read from the file when the span is put back (:class:`FileBlob`), so reopening a
+conversation waits for none of them.
+
 Records are only appended (a span's states never change once stored).  A file whose
 fingerprint differs is started anew; a record cut short by a crash ends the file (it is
 cut there before the next append).  The file counts towards the saved caches' bound on
@@ -29,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,16 +49,51 @@ log = logging.getLogger("halo_weave.server")
 MAGIC = b"HWSP2\n"
 _RECORD = struct.Struct("<III")
 _NO_CONTEXT = bytes(DIGEST_BYTES)
+#: A header is read in one piece of at most this (a key and a fingerprint).
+HEADER_READ = 1 << 16
+
+
+@dataclass(frozen=True)
+class FileBlob:
+    """A span's states where they lie in its span file, read when the span is put back.
+    The record there is checked to be the span's still (its head and ids), so a file
+    replaced or cut since gives no states rather than another span's."""
+
+    path: Path
+    at: int  # where the record starts
+    head: bytes  # the record's head, context and token ids, as read
+    size: int  # the states' bytes, after ``head``
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self) -> bytes | None:
+        """The states, or None when the file no longer holds this record."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.at)
+                data = f.read(len(self.head) + self.size)
+        except OSError:
+            return None
+        if len(data) != len(self.head) + self.size or not data.startswith(self.head):
+            return None
+        return data[len(self.head):]
+
+
+def states_of(payload) -> bytes | None:
+    """A stored span's states as bytes: ``payload`` itself, or read from its file (None:
+    the file no longer holds them)."""
+    return payload.read() if isinstance(payload, FileBlob) else payload
 
 
 @dataclass
 class SavedSpan:
     """A span read back: ``ids`` whose keys were rotated for positions ``pos..``, kept
-    in ``context`` (None: unknown)."""
+    in ``context`` (None: unknown); ``blob``: its states, still in the file."""
 
     ids: list[int]
     pos: int
-    blob: bytes
+    blob: FileBlob
     context: bytes | None = None
 
 
@@ -102,33 +143,39 @@ class SpanFiles:
 
     def load(self, key: str, fingerprint: str) -> list[SavedSpan]:
         """``key``'s spans (none when there is no file, or one of another model)."""
-        try:
-            data = self.path(key).read_bytes()
-        except OSError:
-            return []
-        at = _header_end(data, key, fingerprint)
-        spans = []
-        while at:
-            record = _record_at(data, at)
-            if record is None:
-                break
-            span, at = record
-            spans.append(span)
-        return spans
+        return self._scan(self.path(key), key, fingerprint)[0]
 
     def _valid_end(self, path: Path, key: str, fingerprint: str) -> int:
         """Where the file's last whole record ends (0: no usable file, start anew)."""
+        return self._scan(path, key, fingerprint)[1]
+
+    @staticmethod
+    def _scan(path: Path, key: str, fingerprint: str) -> tuple[list[SavedSpan], int]:
+        """The file's whole records (their states left in it) and where the last ends
+        (0: no usable file)."""
         try:
-            data = path.read_bytes()
+            f = open(path, "rb")
         except OSError:
-            return 0
-        at = end = _header_end(data, key, fingerprint)
-        while at:
-            record = _record_at(data, at)
-            if record is None:
-                break
-            end = at = record[1]
-        return end
+            return [], 0
+        spans: list[SavedSpan] = []
+        with f:
+            try:
+                size = os.fstat(f.fileno()).st_size
+                end = at = _header_end(f.read(HEADER_READ), key, fingerprint)
+                while at:
+                    f.seek(at)
+                    record = _record_head(f.read(_RECORD.size + DIGEST_BYTES), size - at)
+                    if record is None:
+                        break
+                    n_ids, pos, n_bytes, context = record
+                    ids = f.read(4 * n_ids)
+                    head = _RECORD.pack(n_ids, pos, n_bytes) + (context or _NO_CONTEXT) + ids
+                    spans.append(SavedSpan(np.frombuffer(ids, dtype="<i4").tolist(), pos,
+                                           FileBlob(path, at, head, n_bytes), context))
+                    end = at = at + len(head) + n_bytes
+            except OSError as exc:
+                log.warning("cannot read a conversation's pruned spans: %s", exc)
+        return spans, end
 
 
 def _header_end(data: bytes, key: str, fingerprint: str) -> int:
@@ -137,6 +184,8 @@ def _header_end(data: bytes, key: str, fingerprint: str) -> int:
     if len(data) < at or not data.startswith(MAGIC):
         return 0
     (length,) = struct.unpack_from("<I", data, len(MAGIC))
+    if len(data) < at + length:
+        return 0
     try:
         header = json.loads(data[at:at + length])
     except ValueError:
@@ -146,16 +195,13 @@ def _header_end(data: bytes, key: str, fingerprint: str) -> int:
     return at + length
 
 
-def _record_at(data: bytes, at: int) -> tuple[SavedSpan, int] | None:
-    """The record at ``at`` and where the next one starts, or None when it is cut short."""
-    if len(data) < at + _RECORD.size:
+def _record_head(data: bytes, left: int) -> tuple[int, int, int, bytes | None] | None:
+    """A record's ids count, position, states' bytes and context from its first bytes
+    (``data``), or None when the ``left`` bytes of the file from it cut it short."""
+    if len(data) < _RECORD.size + DIGEST_BYTES:
         return None
-    n_ids, pos, n_bytes = _RECORD.unpack_from(data, at)
-    context_at = at + _RECORD.size
-    start = context_at + DIGEST_BYTES
-    end = start + 4 * n_ids + n_bytes
-    if n_ids == 0 or len(data) < end:
+    n_ids, pos, n_bytes = _RECORD.unpack_from(data, 0)
+    if n_ids == 0 or left < _RECORD.size + DIGEST_BYTES + 4 * n_ids + n_bytes:
         return None
-    ids = np.frombuffer(data, dtype="<i4", count=n_ids, offset=start).tolist()
-    context = data[context_at:start]
-    return SavedSpan(ids, pos, data[start + 4 * n_ids:end], None if context == _NO_CONTEXT else context), end
+    context = data[_RECORD.size:_RECORD.size + DIGEST_BYTES]
+    return n_ids, pos, n_bytes, None if context == _NO_CONTEXT else context

@@ -115,17 +115,27 @@ class Context:
 
     def digest(self, n: int) -> bytes:
         """:func:`context_digest` of ``ids[:n]``."""
-        if not self._hashes:
-            self._hashes.append(prefix_hashes(self.ids))
-        return self._hashes[0][n].astype("<u8").tobytes()
+        return self._shared()[0][n]
 
     def holds(self, entry: "Entry", k: int, offset: int) -> bool:
         """Whether ``entry``'s run at ``offset``, put at the span's ``k``-th token, finds
         the tokens before it that the entry was kept with."""
         begin = self.start + k - offset
-        if entry.context is None or begin < 0 or self.digest(begin) != entry.context:
+        if entry.context is None or begin < 0 or begin not in self._shared()[1].get(entry.context, ()):
             return False
         return tuple(self.ids[begin:self.start + k]) == entry.ids[:offset]
+
+    def _shared(self) -> tuple[list[bytes], dict[bytes, set[int]]]:
+        """Every prefix's digest, and the prefix lengths of each digest (computed once
+        for the sequence: a span's lookups check thousands of stored runs' contexts)."""
+        if not self._hashes:
+            raw = prefix_hashes(self.ids).astype("<u8").tobytes()
+            digests = [raw[at:at + DIGEST_BYTES] for at in range(0, len(raw), DIGEST_BYTES)]
+            lengths: dict[bytes, set[int]] = {}
+            for n, digest in enumerate(digests):
+                lengths.setdefault(digest, set()).add(n)
+            self._hashes.append((digests, lengths))
+        return self._hashes[0]
 
 
 @dataclass(eq=False)

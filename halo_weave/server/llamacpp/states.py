@@ -37,6 +37,7 @@ import os
 
 import numpy as np
 
+from ..span_files import states_of
 from ..span_store import Piece, SpanStore
 
 log = logging.getLogger("halo_weave.server")
@@ -146,8 +147,11 @@ class StateSpill:
         Returns each piece's cells, or all None (nothing changed in the live sequence)."""
         entry = group[0][0].entry
         failed = [None] * len(group)
+        blob = states_of(entry.payload)  # read from its span file when it came from one
+        if blob is None:
+            return failed
         rows = self.key_rows()
-        layout = _blob_layout(entry.payload, rows.shape[1] if rows is not None else 0)
+        layout = _blob_layout(blob, rows.shape[1] if rows is not None else 0)
         if rows is None or layout is None or len(group) > len(self.helpers) or any(
                 p.entry is not entry for p, _ in group):
             return failed
@@ -162,7 +166,7 @@ class StateSpill:
         self.zero_rows(rows, stale)  # a free cell's content is masked out: make it unmistakable
         L, mem, s = self.L, self.mem, self.scratch
         helpers = self.helpers[:len(group)]
-        blob = entry.payload  # bytes, alive through the call: read where it lies, not copied
+        # ``blob``: bytes, alive through the call, read where they lie, not copied.
         src = ctypes.cast(ctypes.c_char_p(blob), ctypes.POINTER(ctypes.c_uint8))
         try:
             if L.llama_state_seq_set_data(self.ctx, src, len(blob), s) == 0:
