@@ -145,7 +145,8 @@ def test_chat_completions_messages_follow_pruning_and_recall_in_order(llama, tmp
     question = _say(session, "What is my cat called?", recalled=[cat])
     request, reason = _answer(session)
     last = request["messages"][-1]
-    assert last["role"] == "user" and last["content"].startswith("From earlier in our conversation:\n- My cat")
+    assert last["role"] == "user" and last["content"].startswith("From earlier in our conversation:\n- [")
+    assert "] My cat" in last["content"].split("\n")[1], "the line opens with the day it was said"
     assert last["content"].endswith("What is my cat called?")
     assert reason in ("stop", "length") and conv.content_chunks(question + 1), "the real server answered it"
     assert "From earlier" not in json.dumps(live_messages(conv)), "the note is not part of the conversation"

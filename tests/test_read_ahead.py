@@ -42,7 +42,7 @@ def test_the_draft_prompt_is_what_enter_sends_and_changes_nothing(embedder, tmp_
 
     draft = settled_text(BOAT_ASKED[:-6])  # typed up to "moor h": the last word left out
     ids, _ = tokenize(embedder, draft)
-    early = session.server.draft_ids(session.recall.index, session.recall.index.search(draft), ids)
+    early = session.server.draft_ids(session.recall.index, session.recall.index.search(draft), ids, text=draft)
 
     # Nothing moved: the same live context, the same graveyard, the same file.
     assert conv.live_input_ids().tolist() == live_before
@@ -104,7 +104,7 @@ def _draft_plans_what_enter_prunes(session, embedder) -> None:  # noqa: F811
 
     draft = settled_text(BOAT_ASKED[:-6])
     ids, _ = tokenize(embedder, draft)
-    early = session.server.draft_ids(session.recall.index, session.recall.index.search(draft), ids)
+    early = session.server.draft_ids(session.recall.index, session.recall.index.search(draft), ids, text=draft)
     assert conv.live_input_ids().tolist() == live_before
     assert {c.id for c in conv.live_chunks()} == live_chunks
     assert session.store.conn.execute("SELECT count(*), sum(live) FROM chunks").fetchone() == file_before
@@ -150,8 +150,8 @@ def test_the_draft_keeps_the_part_of_its_recall_enter_keeps_and_its_note(embedde
     plan = session.server.draft_plan(index, index.search(draft), ids)
     assert session.recall.keeps_part(plan.recalled)
     order = session.recall.ranking(plan.recalled, draft)()
-    early = session.server.draft_prompt(plan, ids, order)
-    everything = session.server.draft_prompt(plan, ids)
+    early = session.server.draft_prompt(plan, ids, order, draft)
+    everything = session.server.draft_prompt(plan, ids, text=draft)
 
     full, texts = tokenize(embedder, BOAT_ASKED)
     back = session.recall.recall_for(index, index.search(BOAT_ASKED), len(full))
@@ -162,5 +162,6 @@ def test_the_draft_keeps_the_part_of_its_recall_enter_keeps_and_its_note(embedde
     session.begin_answer()
     sent = session.generation_request()["input_ids"]
     assert session.recall.note() is not None
-    assert sent[:len(early)] == early, "the draft is the start of what Enter sends"
+    assert "".join(session.recall.note().texts).endswith("(Answer with the place.)\n\n"), "it asks where"
+    assert sent[:len(early)] == early, "the draft is the start of what Enter sends, its note's cue included"
     assert sent[:len(everything)] != everything, "without the ranking, the note would differ"

@@ -67,13 +67,22 @@ def asked(tmp_path):
         session.store.close()
 
 
+def _dated(session: ChatSession, chunk) -> str:
+    """A note's line for ``chunk`` (a character a token): its day, then its first words."""
+    from datetime import datetime
+
+    day = datetime.fromtimestamp(session.conv.turns[chunk.turn_id].created_at)
+    head = f"[{day.day} {day:%B %Y}] "
+    return head + session.conv.chunk_text(chunk.id)[:recall_note.NOTE_CHUNK_TOKENS - len(head)] + "…"
+
+
 def test_the_request_repeats_what_the_message_recalled_just_before_it(asked):
     session, _, question, (cat, flight) = asked
     context = _text(session.conv.live_input_ids())
     session.begin_answer()
     sent = _text(session.generation_request()["input_ids"])
-    note = f"From earlier in our conversation:\n- {FACTS[0][:40]}…\n- {FACTS[1][:40]}…\n\n"
-    assert note + "What is my cat called?" in sent, "best match first, each line cut with …"
+    note = f"From earlier in our conversation:\n- {_dated(session, cat)}\n- {_dated(session, flight)}\n\n"
+    assert note + "What is my cat called?" in sent, "best match first, each line dated and cut with …"
     user_open = _text(FRAMING.prefix["user"][0])
     assert sent.count(note) == 1 and (user_open + note + "What is my cat called?") in sent, \
         "inside the message's turn, after its opening framing"
@@ -274,6 +283,6 @@ def test_a_dated_note_opens_each_line_with_the_day_it_was_said(tmp_path):
                     f"- [30 November 2026] {FACTS[1][:40 - len('[30 November 2026] ')]}…\n"
                     f"- [1 March 2026] {FACTS[0][:40 - len('[1 March 2026] ')]}…\n"
                     "(The lines above are dated: answer with the date.)\n\n")
-    plain = _text(recall_note.for_message(session.conv, question).ids)
-    assert "[" not in plain and "dated" not in plain, "the app's undated note, as before"
+    plain = _text(recall_note.for_message(session.conv, question, shape=recall_note.NoteShape()).ids)
+    assert "[" not in plain and "dated" not in plain, "an undated note, for a shape without dates"
     session.store.close()

@@ -3,13 +3,16 @@
 A recalled paragraph comes back at its original place in the context, where the model
 read it when it was said.  A small model reading a long context answers from the start
 and the end and loses the middle, so the request also carries a copy of the best
-recalled paragraphs' first words inside the user's turn, before the message::
+recalled paragraphs' first words inside the user's turn, before the message, each
+line opening with the day its paragraph was said (the context itself holds no dates),
+and, when the message asks when, how many or where, a cue for that kind of answer::
 
     <user framing>From earlier in our conversation:
-    - My cat is called Mochi…
-    - I fly to Lisbon on 3 March.
+    - [2 March 2026] My cat is called Mochi…
+    - [30 November 2026] I fly to Lisbon on 3 March.
+    (The lines above are dated: answer with the date.)
 
-    What is my cat called?<user end>
+    When do I fly to Lisbon?<user end>
 
 The note is not part of the conversation: it is not saved, indexed, shown or pruned.
 It is written from what :attr:`~halo_weave.conversation.Conversation.recalls` holds for
@@ -61,7 +64,10 @@ class NoteShape:
     dated: bool = False
 
 
-SHAPE = NoteShape()
+#: The app's: each line dated (the context holds no day), the answer's kind cued.  Both
+#: were chosen on the tuning conversations and won on the test ones (docs/answers.md,
+#: "The dated note").
+SHAPE = NoteShape(dated=True, cue=True)
 #: A focused note's head: a ":" among a paragraph's first tokens ends its speaker and date.
 HEAD_TOKENS = 16
 #: What ends a sentence a focused note may copy.
@@ -116,40 +122,45 @@ def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS,
     limit = min(limit, shape.tokens)
     if not words:
         return [], []
-    lines, dated = [], False
+    lines = []
     for k, (ids, texts) in enumerate(chunks):
         if len(lines) == shape.lines:
             break
-        ids, texts = list(ids), list(texts)
-        day = day_tokens(words, said[k] if k < len(said) else None) if shape.dated else ([], [])
-        if day[0] and _opens_with(texts, day[1]):
-            day, dated = ([], []), True  # a transcript line: its day is its own
-        elif day[0]:  # the day, then a space unless the paragraph's first token brings one
-            first = next((t for t in texts if t.strip()), " ")
-            space = words["space"] if not first[:1].isspace() else ([], [])
-            day = day[0] + list(space[0]), day[1] + list(space[1])
-        length = shape.line_tokens - len(day[0])
-        if shape.focused and asked:
-            line = _focused(ids, texts, length, asked)
-        else:
-            line = _trimmed(ids, texts, length)
-        if line is not None and day[0]:
-            line = day[0] + list(line[0]), day[1] + list(line[1]), line[2]
-            dated = True
+        line = _line(words, list(ids), list(texts), shape, asked, said[k] if k < len(said) else None)
         if line is not None:
             lines.append(line)
-    if kind == "when" and not dated:
-        kind = None  # no line says when it was said
     while lines:
         ids, texts = _written(words, lines)
-        if kind in words:  # the cue in place of the blank line that ends the note
+        cue = kind if kind != "when" or any(dated for *_, dated in lines) else None  # dates: only if said
+        if cue in words:  # the cue in place of the blank line that ends the note
             end = len(words["end"][0])
             ids, texts = ids[: len(ids) - end] + list(words["line"][0]), texts[: len(texts) - end] + list(words["line"][1])
-            ids, texts = ids + [int(i) for i in words[kind][0]], texts + list(words[kind][1])
+            ids, texts = ids + [int(i) for i in words[cue][0]], texts + list(words[cue][1])
         if len(ids) <= limit:
             return ids, texts
         lines.pop()
     return [], []
+
+
+def _line(words: dict, ids: list[int], texts: list[str], shape: NoteShape, asked: frozenset[str],
+          stamp: float | None) -> tuple[list[int], list[str], bool, bool] | None:
+    """One paragraph's line: a dated shape's day (:func:`day_tokens` of ``stamp``, unless
+    the paragraph opens with it: a transcript line's own), then what it copies of the
+    paragraph, within ``shape.line_tokens``; whether the paragraph went on; whether the
+    line says its day.  None when the paragraph has no text."""
+    day = day_tokens(words, stamp) if shape.dated else ([], [])
+    own = bool(day[0]) and _opens_with(texts, day[1])
+    if own:
+        day = [], []
+    elif day[0]:  # the day, then a space unless the paragraph's first token brings one
+        first = next((t for t in texts if t.strip()), " ")
+        space = words["space"] if not first[:1].isspace() else ([], [])
+        day = day[0] + list(space[0]), day[1] + list(space[1])
+    length = shape.line_tokens - len(day[0])
+    line = _focused(ids, texts, length, asked) if shape.focused and asked else _trimmed(ids, texts, length)
+    if line is None:
+        return None
+    return day[0] + list(line[0]), day[1] + list(line[1]), line[2], own or bool(day[0])
 
 
 def day_tokens(words: dict, stamp: float | None) -> tuple[list[int], list[str]]:
@@ -281,7 +292,7 @@ def _opens_with(texts: list[str], day: list[str]) -> bool:
 
 def _written(words: dict, lines: list) -> tuple[list[int], list[str]]:
     ids, texts = list(words["header"][0]), list(words["header"][1])
-    for k, (line_ids, line_texts, more) in enumerate(lines):
+    for k, (line_ids, line_texts, more, _dated) in enumerate(lines):
         # "- " before a word, "-" before a token that brings its own space.
         dash = words["dash"] if line_texts[0][:1].isspace() and words.get("dash") else words["bullet"]
         parts = [dash, (line_ids, line_texts)]

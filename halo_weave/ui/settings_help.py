@@ -28,7 +28,7 @@ FIELDS: dict[str, tuple[str, str]] = {
     "highlight_fraction": (HIGHLIGHT_LABEL, "The share of all words highlighted in yellow, brightest first (0–1; 0 = none)."),
     "score_current_turn": ("", "The answer being written gains brightness from the model's attention to it."),
     "hybrid_search": ("Recall", "Ranks by keywords too: finds names and numbers that meaning alone misses."),
-    "recall_note": ("", "The request also carries a short copy of what a message recalled, before it (≤ 160 tokens; not saved)."),
+    "recall_note": ("", "The request also carries a short copy of what a message recalled, each line dated, before it (≤ 160 tokens; not saved)."),
     "recall_keep_share": ("Recall kept", "What came back is ranked by its relevance to the message; the least relevant goes back until this share of its tokens is left (0–1; 1 = all)."),
     "proxy_attention": ("Servers without attention", "The bundled SmolLM2-135M's attention (not your model's) lights the heatmap."),
     "proxy_pruning": ("", "Off: the oldest chunks go first (its attention kept no more in our benchmark)."),
