@@ -158,6 +158,7 @@ class SpanFiles:
         except OSError:
             return [], 0
         spans: list[SavedSpan] = []
+        end = 0
         with f:
             try:
                 size = os.fstat(f.fileno()).st_size
