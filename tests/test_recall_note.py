@@ -5,6 +5,8 @@ character tokenizer (the framing built by the app's own :func:`build_framing`)."
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -72,7 +74,7 @@ def _dated(session: ChatSession, chunk) -> str:
     from datetime import datetime
 
     day = datetime.fromtimestamp(session.conv.turns[chunk.turn_id].created_at)
-    head = f"[{day.day} {day:%B %Y}] "
+    head = f"[{day.day} {day:%B}] " if day.year == datetime.now().year else f"[{day.day} {day:%B %Y}] "
     return head + session.conv.chunk_text(chunk.id)[:recall_note.NOTE_CHUNK_TOKENS - len(head)] + "…"
 
 
@@ -252,6 +254,16 @@ def test_a_cued_note_ends_with_the_kind_of_answer_asked_for():
     assert counted.endswith("Sunday.\n(Answer with the number.)\n\n")
 
 
+def test_a_day_of_this_year_is_written_without_its_year():
+    """A small model given this year's date lends the year to dates it reads ("3 March,
+    2026" for a flight said on a day of 2026): a day of the present year has none."""
+    words = FRAMING.note
+    now = _local(2026, 12, 7)
+    for said, written in [(_local(2026, 3, 2), "[2 March]"), (_local(2025, 12, 30), "[30 December 2025]")]:
+        assert "".join(recall_note.day_tokens(words, said, now)[1]) == written
+    assert recall_note.day_tokens(words, None, now) == ([], []) and recall_note.day_tokens({}, now, now) == ([], [])
+
+
 def test_a_note_says_its_lines_are_dated_only_when_they_are():
     words = FRAMING.note
     line = _words("We adopted a puppy on Sunday.")
@@ -270,18 +282,22 @@ def test_a_dated_note_opens_each_line_with_the_day_it_was_said(tmp_path):
     session.framing = FRAMING
     session.open(ConversationStore.open(new_conversation_path(tmp_path)))
     conv = session.conv
-    for fact, day in zip(FACTS, [(2026, 3, 1), (2026, 11, 30), (2026, 12, 7)]):
+    from datetime import datetime
+
+    for fact, said in zip(FACTS, [_local(2023, 3, 1), time.time(), _local(2024, 12, 7)]):
         pieces = _chars(fact)
-        session.add_user_message([i for i, _ in pieces], [t for _, t in pieces], created_at=_local(*day))
+        session.add_user_message([i for i, _ in pieces], [t for _, t in pieces], created_at=said)
         session.begin_answer()
         _answer(session)
     chunks = {conv.chunk_text(c.id): c for c in conv.live_chunks() if c.role == "user"}
     shape = recall_note.NoteShape(dated=True, cue=True, tokens=400)  # a character a token: room for both
     question = _say(session, "When did I say I fly to Lisbon?", recalled=[chunks[FACTS[1]], chunks[FACTS[0]]])
     note = _text(recall_note.for_message(session.conv, question, 400, shape).ids)
+    today = datetime.now()
+    this_year = f"[{today.day} {today:%B}] "  # this year's day without its year
     assert note == ("From earlier in our conversation:\n"
-                    f"- [30 November 2026] {FACTS[1][:40 - len('[30 November 2026] ')]}…\n"
-                    f"- [1 March 2026] {FACTS[0][:40 - len('[1 March 2026] ')]}…\n"
+                    f"- {this_year}{FACTS[1][:40 - len(this_year)]}…\n"
+                    f"- [1 March 2023] {FACTS[0][:40 - len('[1 March 2023] ')]}…\n"
                     "(The lines above are dated: answer with the date.)\n\n")
     plain = _text(recall_note.for_message(session.conv, question, shape=recall_note.NoteShape()).ids)
     assert "[" not in plain and "dated" not in plain, "an undated note, for a shape without dates"

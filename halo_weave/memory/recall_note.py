@@ -4,12 +4,13 @@ A recalled paragraph comes back at its original place in the context, where the 
 read it when it was said.  A small model reading a long context answers from the start
 and the end and loses the middle, so the request also carries a copy of the best
 recalled paragraphs' first words inside the user's turn, before the message, each
-line opening with the day its paragraph was said (the context itself holds no dates),
-and, when the message asks when, how many or where, a cue for that kind of answer::
+line opening with the day its paragraph was said (the context itself holds no dates; the
+year only when it is not this one), and, when the message asks when, how many or where,
+a cue for that kind of answer::
 
     <user framing>From earlier in our conversation:
-    - [2 March 2026] My cat is called Mochi…
-    - [30 November 2026] I fly to Lisbon on 3 March.
+    - [2 March 2025] My cat is called Mochi…
+    - [30 November] I fly to Lisbon on 3 March.
     (The lines above are dated: answer with the date.)
 
     When do I fly to Lisbon?<user end>
@@ -28,6 +29,7 @@ tokens between the tokenized words of :data:`~halo_weave.core.framing.NOTE_WORDS
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterable, Sequence
@@ -111,14 +113,15 @@ class RecallNote:
 
 def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS,
                 shape: NoteShape = SHAPE, asked: frozenset[str] = frozenset(),
-                kind: str | None = None, said: Sequence[float | None] = ()) -> tuple[list[int], list[str]]:
+                kind: str | None = None, said: Sequence[float | None] = (),
+                now: float | None = None) -> tuple[list[int], list[str]]:
     """The note's tokens for the paragraphs ``chunks`` (best first), within ``limit``
     (at most ``shape.tokens``); empty when ``words`` (the framing's tokenized note
     words) are missing or no paragraph has text.  ``asked``: the message's word stems
     (:func:`~.relevance.words`), which a focused shape copies sentences by; ``kind``
     (:func:`answer_kind`): the cue ending the note (its words must be in ``words``);
     ``said``: when each paragraph was said (a Unix time; None: unknown), which a dated
-    shape opens its line with."""
+    shape opens its line with (its year left out in the year of ``now``: :func:`day_tokens`)."""
     limit = min(limit, shape.tokens)
     if not words:
         return [], []
@@ -126,7 +129,7 @@ def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS,
     for k, (ids, texts) in enumerate(chunks):
         if len(lines) == shape.lines:
             break
-        line = _line(words, list(ids), list(texts), shape, asked, said[k] if k < len(said) else None)
+        line = _line(words, list(ids), list(texts), shape, asked, said[k] if k < len(said) else None, now)
         if line is not None:
             lines.append(line)
     while lines:
@@ -143,12 +146,12 @@ def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS,
 
 
 def _line(words: dict, ids: list[int], texts: list[str], shape: NoteShape, asked: frozenset[str],
-          stamp: float | None) -> tuple[list[int], list[str], bool, bool] | None:
+          stamp: float | None, now: float | None = None) -> tuple[list[int], list[str], bool, bool] | None:
     """One paragraph's line: a dated shape's day (:func:`day_tokens` of ``stamp``, unless
     the paragraph opens with it: a transcript line's own), then what it copies of the
     paragraph, within ``shape.line_tokens``; whether the paragraph went on; whether the
     line says its day.  None when the paragraph has no text."""
-    day = day_tokens(words, stamp) if shape.dated else ([], [])
+    day = day_tokens(words, stamp, now) if shape.dated else ([], [])
     own = bool(day[0]) and _opens_with(texts, day[1])
     if own:
         day = [], []
@@ -163,15 +166,19 @@ def _line(words: dict, ids: list[int], texts: list[str], shape: NoteShape, asked
     return day[0] + list(line[0]), day[1] + list(line[1]), line[2], own or bool(day[0])
 
 
-def day_tokens(words: dict, stamp: float | None) -> tuple[list[int], list[str]]:
-    """The day of ``stamp`` (a Unix time, the local day) as a note writes it,
-    "[8 May 2023]", in the framing's tokenized date pieces (``words``: the framing's
+def day_tokens(words: dict, stamp: float | None, now: float | None = None) -> tuple[list[int], list[str]]:
+    """The day of ``stamp`` (a Unix time, the local day) as a note writes it, "[8 May
+    2023]", or "[8 May]" in the year of ``now`` (default: the present; a small model
+    given this year's date lends its year to the dates it reads), in the framing's
+    tokenized date pieces (``words``: the framing's
     :data:`~halo_weave.core.framing.DATE_WORDS` among them); empty without a time or
     when a piece is missing."""
     if stamp is None or stamp <= 0:
         return [], []
     day = datetime.fromtimestamp(stamp)
-    pieces = ["date_open", *str(day.day), MONTHS[day.month - 1], "space", *str(day.year), "date_close"]
+    year = [] if day.year == datetime.fromtimestamp(time.time() if now is None else now).year \
+        else ["space", *str(day.year)]
+    pieces = ["date_open", *str(day.day), MONTHS[day.month - 1], *year, "date_close"]
     if any(p not in words for p in pieces):
         return [], []
     ids, texts = [], []
