@@ -262,6 +262,12 @@ def test_a_day_of_this_year_is_written_without_its_year():
     for said, written in [(_local(2026, 3, 2), "[2 March]"), (_local(2025, 12, 30), "[30 December 2025]")]:
         assert "".join(recall_note.day_tokens(words, said, now)[1]) == written
     assert recall_note.day_tokens(words, None, now) == ([], []) and recall_note.day_tokens({}, now, now) == ([], [])
+    line = _words("We adopted a puppy on Sunday.")
+    tokens = [([i for i, _ in line], [t for _, t in line])]
+    plain = recall_note.note_tokens(words, tokens)
+    for broken in (1e20, float("nan"), -5.0):  # an imported file's time: no day, and the note is still written
+        assert recall_note.day_tokens(words, broken, now) == ([], [])
+        assert recall_note.note_tokens(words, tokens, shape=recall_note.SHAPE, said=[broken]) == plain
 
 
 def test_a_note_says_its_lines_are_dated_only_when_they_are():

@@ -173,11 +173,14 @@ def day_tokens(words: dict, stamp: float | None, now: float | None = None) -> tu
     tokenized date pieces (``words``: the framing's
     :data:`~halo_weave.core.framing.DATE_WORDS` among them); empty without a time or
     when a piece is missing."""
-    if stamp is None or stamp <= 0:
+    try:
+        day = datetime.fromtimestamp(stamp) if stamp is not None and stamp > 0 else None
+        this_year = datetime.fromtimestamp(time.time() if now is None else now).year
+    except (OverflowError, OSError, ValueError):  # a time no calendar holds (an imported file's)
         return [], []
-    day = datetime.fromtimestamp(stamp)
-    year = [] if day.year == datetime.fromtimestamp(time.time() if now is None else now).year \
-        else ["space", *str(day.year)]
+    if day is None:
+        return [], []
+    year = [] if day.year == this_year else ["space", *str(day.year)]
     pieces = ["date_open", *str(day.day), MONTHS[day.month - 1], *year, "date_close"]
     if any(p not in words for p in pieces):
         return [], []
