@@ -40,6 +40,7 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from halo_weave.core import recall as recall_core
 from halo_weave.core import token_resurrection
+from halo_weave.core.framing import DATE_WORDS
 from halo_weave.server import omp  # noqa: E402
 
 omp.configure()  # llama.cpp's threads wait as the server's do (a bounded spin), before it loads
@@ -210,13 +211,15 @@ def with_speakers(dialogue: locomo.Dialogue, dates: str = "text") -> locomo.Dial
     if dates == "note":
         turns = [replace(t, text=f"{t.speaker}: {t.text}") for t in dialogue.turns]
     else:
-        turns = [replace(t, text=f"[{_day(t.created_at)}] {t.speaker}: {t.text}") for t in dialogue.turns]
+        turns = [replace(t, text=f"{_day(t.created_at)} {t.speaker}: {t.text}") for t in dialogue.turns]
     return replace(dialogue, turns=turns)
 
 
 def _day(stamp: float) -> str:
-    d = datetime.fromtimestamp(stamp, timezone.utc)
-    return f"{d.day} {d.strftime('%B %Y')}"
+    """``"[8 May 2023]"``: the UTC day of ``stamp`` written as a dated recall note writes a
+    day (so that a note recognises a transcript line's own day and does not repeat it)."""
+    day = datetime.fromtimestamp(stamp, timezone.utc)
+    return "".join(DATE_WORDS[piece] for piece in recall_note.day_pieces(day))
 
 
 def subset(dialogues, per_category: int, seed: int) -> list[tuple[locomo.Dialogue, locomo.Question]]:
@@ -681,9 +684,9 @@ def main(argv=None) -> int:
     wanted = [c.strip() for c in args.conversations.split(",") if c.strip()]
     if wanted:
         dialogues = [d for d in dialogues if d.sample_id in wanted]
-    if args.dates == "note":  # a note writes the local day; LoCoMo's times are UTC
-        os.environ["TZ"] = "UTC"
-        time.tzset()
+    # A note writes a turn's local day; LoCoMo's times, and the transcript's days, are UTC.
+    os.environ["TZ"] = "UTC"
+    time.tzset()
     dialogues = [with_speakers(d, args.dates) for d in dialogues]
     chosen = subset(dialogues, args.per_category, args.seed)
     only = {c.strip() for c in args.only.split(",") if c.strip()}

@@ -180,8 +180,7 @@ def day_tokens(words: dict, stamp: float | None, now: float | None = None) -> tu
         return [], []
     if day is None:
         return [], []
-    year = [] if day.year == this_year else ["space", *str(day.year)]
-    pieces = ["date_open", *str(day.day), MONTHS[day.month - 1], *year, "date_close"]
+    pieces = day_pieces(day, year=day.year != this_year)
     if any(p not in words for p in pieces):
         return [], []
     ids, texts = [], []
@@ -189,6 +188,13 @@ def day_tokens(words: dict, stamp: float | None, now: float | None = None) -> tu
         ids.extend(int(i) for i in words[piece][0])
         texts.extend(words[piece][1])
     return ids, texts
+
+
+def day_pieces(day: datetime, year: bool = True) -> list[str]:
+    """The :data:`~halo_weave.core.framing.DATE_WORDS` pieces that write ``day``, in
+    order: "[8 May 2023]" (``year`` False: "[8 May]")."""
+    return ["date_open", *str(day.day), MONTHS[day.month - 1], *(["space", *str(day.year)] if year else []),
+            "date_close"]
 
 
 def said_at(conv, chunks: Iterable) -> list[float | None]:

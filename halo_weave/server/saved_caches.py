@@ -28,7 +28,7 @@ import logging
 import time
 
 from .kv_files import IdleSaver, common_prefix
-from .span_files import SpanFiles, states_of
+from .span_files import SpanFiles
 
 log = logging.getLogger("halo_weave.server")
 
@@ -114,11 +114,9 @@ class SavedCaches:
 
     def _write_spans(self, key: str, entries) -> None:
         """Append ``entries`` (the store's, not on disk yet) to ``key``'s span file."""
-        written = [(e, states_of(e.payload)) for e in entries]
-        written = [(e, states) for e, states in written if states is not None]
-        if written and self.span_files.append(key, self.fingerprint(),
-                                              [(e.ids, e.pos, states, e.context) for e, states in written]):
-            for entry, _ in written:
+        if entries and self.span_files.append(key, self.fingerprint(),
+                                              [(e.ids, e.pos, e.payload, e.context) for e in entries]):
+            for entry in entries:  # their payloads are bytes: a span read back is on disk already
                 entry.on_disk = True
 
     def _active(self) -> None:
