@@ -1,6 +1,6 @@
 """Read-ahead on the real server (``/api/extra/prepare``): the draft prompt sent while the
 user types is in the cache when Enter comes, so the answer waits only for what is new; a
-read-ahead never makes an answer wait, and never waits itself.
+read-ahead never makes an answer wait, never waits for one, and gives way to a newer draft.
 """
 
 from __future__ import annotations
@@ -117,4 +117,37 @@ def test_an_answer_stops_a_long_read_ahead_instead_of_waiting_for_it(client, ser
     assert tokens and stream.done.finish_reason in ("length", "stop")
     assert result["prepared"] is False  # stopped after its batch, not run to the end
     assert waited < 0.5 * whole, (f"the answer waited {waited:.1f} s for a read-ahead "
+                                  f"that would take {whole:.1f} s whole")
+
+
+def test_a_newer_draft_replaces_a_read_ahead_still_running(client, server):
+    """The user typed on while the server read an older draft's prompt (a recall the newer
+    words no longer bring back): the newer read-ahead stops it after its current batch
+    instead of waiting for it to end."""
+    opening = prompt_ids(client, "Hello.")
+    client.prepare(opening)
+    older = prompt_ids(client, " ".join(f"Row {n}: the tide at {n % 12} o'clock was {n % 7} feet."
+                                        for n in range(120)))
+    sample = prompt_ids(client, " ".join(f"Line {n}: the wind at {n % 12} o'clock was {n % 5} knots."
+                                         for n in range(40)))
+    with httpx.Client(base_url=server.url, timeout=120) as http:
+        timed = http.post("/api/extra/prepare", json={"input_ids": sample}).json()
+    whole = timed["seconds"] * len(older) / len(sample)  # the older read-ahead, run to its end here
+    result: dict = {}
+
+    def read_ahead():
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+            result.update(http.post("/api/extra/prepare", json={"input_ids": older, "request_id": "older"}).json())
+
+    thread = threading.Thread(target=read_ahead)
+    thread.start()
+    time.sleep(0.5)  # the older read-ahead is running its first batch
+    newer = older[:40] + prompt_ids(client, "What was the tide at noon?")
+    started = time.monotonic()
+    answer = client.prepare(newer)
+    waited = time.monotonic() - started
+    thread.join(60)
+    assert result["prepared"] is False  # stopped after its batch, not run to the end
+    assert answer["prepared"] is True and answer["prompt_tokens"] == len(newer)
+    assert waited < 0.5 * whole, (f"the newer draft waited {waited:.1f} s for an older read-ahead "
                                   f"that would take {whole:.1f} s whole")

@@ -20,6 +20,7 @@ Importing this module loads neither torch nor llama.cpp.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -56,6 +57,10 @@ PREEMPT_WAIT_S = 30.0
 #: batch (under a second on two cores) rather than for a whole ``n_batch`` (several
 #: seconds); the smaller batches read about 5 % slower.
 READ_AHEAD_STEP = 64
+
+#: Seconds between a waiting read-ahead's looks at who holds the model (a read-ahead that
+#: took it meanwhile is stopped in turn).
+PREPARE_POLL_S = 0.05
 
 #: Seconds a generate waits for a restore (:meth:`EngineBase.restore`) to finish: a generate
 #: never stops a restore (reading a file back is one copy; its fallback prefill is the
@@ -106,6 +111,8 @@ class EngineBase(SavedCaches):
     def _init_locks(self) -> None:
         self._lock = threading.Lock()
         self._tokenizer_lock = threading.Lock()
+        self._prepares = itertools.count(1)  # tickets of read-aheads, in the order they came
+        self._newest_prepare = 0
         self._running: Generation | None = None
         self._init_saved_caches()
 
@@ -239,16 +246,19 @@ class EngineBase(SavedCaches):
         types; no token is generated and nothing is sampled.
 
         Raises :class:`RequestError` for invalid ids and :class:`EngineBusy` when a
-        generation still runs after :data:`PREPARE_WAIT_S`.  A generate arriving meanwhile stops
-        this one after its current batch.  Returns ``prepared`` (False when stopped),
-        ``prompt_tokens``, ``seconds`` and ``kv`` (the sync's report, as a done event's).
+        generation still runs after :data:`PREPARE_WAIT_S`.  A generate arriving meanwhile
+        stops this one after its current batch, and so does a newer read-ahead (the draft
+        has moved on; what this one ran stays in the cache for the newer one); one still
+        waiting for the model when a newer one comes is not run.  Returns ``prepared``
+        (False when stopped or not run), ``prompt_tokens``, ``seconds`` and ``kv`` (the
+        sync's report, as a done event's).
         ``max_length``: the answer the generate will ask for, so that a cache that must
         grow for it grows now, not after Enter.
 
         ``queries`` (where :attr:`weighs`): ids then read after ``input_ids``, kept in the
         cache; ``attention`` answers what they pay each position of ``input_ids`` (summed
         over queries, mean over layers and heads).  The app sends them at Enter to weigh
-        a message's recall (:mod:`halo_weave.memory.attended`): see :meth:`_prepare_wait`.
+        a message's recall (:mod:`halo_weave.memory.attended`): see :meth:`_take_model`.
         """
         ids = self.check_ids(input_ids)
         asked = None if queries is None else self.check_ids(queries)
@@ -257,8 +267,14 @@ class EngineBase(SavedCaches):
         if len(ids) + len(asked or ()) >= self.context_size:
             raise RequestError(f"prompt of {len(ids) + len(asked or ())} tokens leaves no room in the context "
                                f"size of {self.context_size} tokens")
-        if not self._lock.acquire(timeout=self._prepare_wait(asked is not None)):
+        ticket = self._newest_prepare = next(self._prepares)
+        if not self._take_model(asked is not None):
             raise EngineBusy("a generation is running; a read-ahead does not queue behind it")
+        if asked is None and ticket != self._newest_prepare:
+            # A newer draft came while this one waited: it is read instead, not this one.
+            self._lock.release()
+            return {"prepared": False, "prompt_tokens": len(ids), "seconds": 0.0, "kv": {},
+                    "compacted": False, "spread_cells": int(self.kv.spread()) if hasattr(self.kv, "spread") else 0}
         preparation = Preparation(request_id)
         self._running = preparation
         started = time.perf_counter()
@@ -283,16 +299,29 @@ class EngineBase(SavedCaches):
                   "spread_cells": int(self.kv.spread()) if hasattr(self.kv, "spread") else 0}
         return answer if asked is None else {**answer, "attention": attention}
 
-    def _prepare_wait(self, at_enter: bool) -> float:
-        """Seconds a read-ahead waits for the model; one with queries, sent at Enter, stops
-        a read-ahead still running and waits for a restore, as a generate does."""
-        running = self._running
-        if not at_enter or not isinstance(running, Preparation):
-            return PREPARE_WAIT_S
-        if running.yields:
-            running.abort()
-            return PREEMPT_WAIT_S
-        return RESTORE_WAIT_S
+    def _take_model(self, at_enter: bool) -> bool:
+        """Take the lock for a read-ahead; False when it stayed taken too long.
+
+        A generation is waited for :data:`PREPARE_WAIT_S`; a restore, by one with queries
+        (sent at Enter), as long as a generate waits for it.  A read-ahead still running is
+        stopped and waited for: the newer draft replaces it (a typed message's recall
+        changes as its words come, and reading an older draft's to the end made the
+        newer one wait seconds for paragraphs it no longer brings back).  Who holds the
+        lock is looked at again every :data:`PREPARE_POLL_S`: a read-ahead that took it
+        meanwhile is stopped too, and the wait is that of what holds it now."""
+        started = time.monotonic()
+        while not self._lock.acquire(timeout=PREPARE_POLL_S):
+            running = self._running
+            if isinstance(running, Preparation) and running.yields:
+                running.abort()
+                started, wait = time.monotonic(), PREEMPT_WAIT_S
+            elif isinstance(running, Preparation) and at_enter:
+                wait = RESTORE_WAIT_S
+            else:
+                wait = PREPARE_WAIT_S
+            if time.monotonic() - started >= wait:
+                return False
+        return True
 
     @property
     def weighs(self) -> bool:

@@ -7,6 +7,7 @@ import re
 
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QTextCursor
 
 from halo_weave.ui.graveyard import chunk_preview
 from test_app import TURN_TIMEOUT_MS, make_app  # noqa: F401 - the fixture
@@ -175,6 +176,28 @@ def test_import_a_sillytavern_chat_opens_and_indexes_it(make_app, qtbot):
     entries = app.controller.session.store.conn.execute(
         "SELECT COUNT(*) FROM semantic_entries WHERE embedding IS NOT NULL").fetchone()[0]
     assert entries >= 4, "every message is in the memory index"
+
+
+def test_words_typed_while_the_server_reads_an_older_draft_are_read_at_once(make_app, qtbot):
+    """A long paste is being read ahead when the user types on: the newer draft is sent
+    while the server still reads the older one, which stops for it (a recall the newer
+    words change would otherwise make the new words wait for the whole older read), and
+    Enter still finds the message read."""
+    app = make_app(max_new_tokens=4).start()
+    app.say("Hello! Name three colours.")
+    c = app.controller
+    pasted = " ".join(f"Row {n}: the tide at {n % 12} o'clock was {n % 7} feet." for n in range(150))
+    app.window.input.setPlainText(pasted + " ")  # a paste: read ahead at once, seconds of prompt
+    qtbot.waitUntil(lambda: c.ahead.read_ahead_text == pasted, timeout=30_000)
+    message = pasted + " Which row had the highest tide?"
+    app.window.input.moveCursor(QTextCursor.MoveOperation.End)
+    qtbot.keyClicks(app.window.input, "Which row had the highest tide?")
+    qtbot.waitUntil(lambda: c.ahead.read_ahead_text == message and not c.ahead.reading_ahead, timeout=120_000)
+    assert c.ahead.replaced >= 1  # an older draft's read-ahead gave way to a newer one
+    with qtbot.wait_signal(c.signals.turn_finished, timeout=TURN_TIMEOUT_MS):
+        qtbot.keyClick(app.window.input, Qt.Key.Key_Return)
+    kv = c.turn.last_done.raw["kv"]
+    assert kv["appended"] <= 10 and kv["rerun"] == 0, kv  # the message was in the cache already
 
 
 def test_what_is_typed_is_read_ahead_so_enter_runs_only_the_end_of_the_prompt(make_app, qtbot):
