@@ -10,7 +10,14 @@ attention readable), ``flash`` the fastest one the engine has.
 
     python scripts/bench_read.py --tokens 2048,8192 --json
 
-The last line with ``--json`` is one JSON object: ``reads``, a row per length and setting.
+With ``--after`` it measures instead what a message pays at Enter: ``--new`` tokens read
+after each of those many cached ones, in batches of each of ``--steps`` (the read-ahead
+runs 64 a batch, an answer's prompt 512), on the engine's own ``sync``:
+
+    python scripts/bench_read.py --after 0,2000,5500 --new 256 --steps 64,512 --json
+
+The last line with ``--json`` is one JSON object: ``reads``, a row per length and setting
+(with ``--after``: per context, setting and step).
 """
 
 from __future__ import annotations
@@ -57,18 +64,54 @@ def read(path, n_tokens: int, threads: int, attention: bool, decode: int) -> dic
             "read_tok_s": round(len(ids) / read_s, 1), "decode_tok_s": round(decode / decode_s, 1) if decode else None}
 
 
+def read_after(path, context: int, threads: int, attention: bool, new: int, steps: list[int]) -> list[dict]:
+    """``new`` tokens of a transcript read after its first ``context`` cached ones, once per
+    step size; the cache is cut back to ``context`` tokens between them."""
+    from halo_weave.server.llamacpp.engine import LlamaEngine
+
+    engine = LlamaEngine(path, context_size=context + new + 64, threads=threads, read_attention=attention)
+    rows = []
+    try:
+        ids = transcript_ids(engine, context + new)
+        engine.kv.sync(ids[:context])
+        for step in steps:
+            started = time.perf_counter()
+            engine.kv.sync(ids, step=step)
+            seconds = time.perf_counter() - started
+            engine.kv.sync(ids[:context])
+            rows.append({"context": context, "tokens": len(ids) - context, "step": step,
+                         "setting": "attention" if attention else "flash", "read_s": round(seconds, 2),
+                         "read_tok_s": round((len(ids) - context) / seconds, 1)})
+    finally:
+        engine.close()
+    return rows
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tokens", default="2048,8192", help="comma-separated prompt lengths")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--decode", type=int, default=16, help="tokens decoded after each read")
     p.add_argument("--settings", default="attention,flash", help="attention, flash or both")
+    p.add_argument("--after", default="", help="comma-separated context lengths: read --new tokens after each")
+    p.add_argument("--new", type=int, default=256, help="with --after: tokens read after the context")
+    p.add_argument("--steps", default="64,512", help="with --after: comma-separated batch sizes")
     p.add_argument("--json", action="store_true", help="print one JSON object of figures last")
     args = p.parse_args(argv)
     path = answers.resolve_model("bundled")
     rows = []
+    settings = [s.strip() for s in args.settings.split(",") if s.strip()]
+    for n in [int(x) for x in args.after.split(",") if x.strip()]:
+        for setting in settings:
+            for row in read_after(path, n, args.threads, setting == "attention", args.new,
+                                  [int(x) for x in args.steps.split(",") if x.strip()]):
+                rows.append(row)
+                print(f"{row['tokens']} tokens after {row['context']:>5}, {row['setting']:>9}, {row['step']:>3} a "
+                      f"batch: {row['read_s']} s ({row['read_tok_s']} tok/s)", file=sys.stderr, flush=True)
+    if args.after:
+        args.tokens = ""
     for n in [int(x) for x in args.tokens.split(",") if x.strip()]:
-        for setting in [s.strip() for s in args.settings.split(",") if s.strip()]:
+        for setting in settings:
             row = read(path, n, args.threads, setting == "attention", args.decode)
             rows.append(row)
             print(f"{row['tokens']:>6} tokens, {row['setting']:>9}: read in {row['read_s']} s "
