@@ -87,12 +87,13 @@ def test_a_read_ahead_right_after_an_answer_is_taken(client):
         client.prepare(context)  # back to the whole story for the next attempt
 
 
-def test_an_answer_stops_a_long_read_ahead_instead_of_waiting_for_it(client, server):
-    # ~2,200 tokens the cache does not hold: several seconds of prompt.
+def long_read_ahead(client: KoboldClient, server) -> tuple[list[int], float, threading.Thread, dict]:
+    """A read-ahead of ~2,200 tokens the cache does not hold, started on a thread and
+    running its first batch: its ids, what reading it whole would take on this machine now
+    (the same kind of text, a third of it, timed alone, so that a bound holds on a slow or
+    busy one), the thread and the dict its answer goes into."""
     long_draft = prompt_ids(client, " ".join(f"Row {n}: the tide at {n % 12} o'clock was {n % 7} feet."
                                              for n in range(120)))
-    # What a whole read-ahead of it would take on this machine now (the same kind of
-    # text, a third of it, timed alone), so that the bound holds on a slow or busy one.
     sample = prompt_ids(client, " ".join(f"Line {n}: the wind at {n % 12} o'clock was {n % 5} knots."
                                          for n in range(40)))
     with httpx.Client(base_url=server.url, timeout=120) as http:
@@ -108,6 +109,11 @@ def test_an_answer_stops_a_long_read_ahead_instead_of_waiting_for_it(client, ser
     thread = threading.Thread(target=read_ahead)
     thread.start()
     time.sleep(0.5)  # the read-ahead is running its first batch
+    return long_draft, whole, thread, result
+
+
+def test_an_answer_stops_a_long_read_ahead_instead_of_waiting_for_it(client, server):
+    _draft, whole, thread, result = long_read_ahead(client, server)
     other = prompt_ids(client, "Say hello.")
     started = time.monotonic()
     stream = client.stream(input_ids=other, max_length=2, sampler_seed=1, output_attentions=True)
@@ -124,24 +130,8 @@ def test_a_newer_draft_replaces_a_read_ahead_still_running(client, server):
     """The user typed on while the server read an older draft's prompt (a recall the newer
     words no longer bring back): the newer read-ahead stops it after its current batch
     instead of waiting for it to end."""
-    opening = prompt_ids(client, "Hello.")
-    client.prepare(opening)
-    older = prompt_ids(client, " ".join(f"Row {n}: the tide at {n % 12} o'clock was {n % 7} feet."
-                                        for n in range(120)))
-    sample = prompt_ids(client, " ".join(f"Line {n}: the wind at {n % 12} o'clock was {n % 5} knots."
-                                         for n in range(40)))
-    with httpx.Client(base_url=server.url, timeout=120) as http:
-        timed = http.post("/api/extra/prepare", json={"input_ids": sample}).json()
-    whole = timed["seconds"] * len(older) / len(sample)  # the older read-ahead, run to its end here
-    result: dict = {}
-
-    def read_ahead():
-        with httpx.Client(base_url=server.url, timeout=120) as http:
-            result.update(http.post("/api/extra/prepare", json={"input_ids": older, "request_id": "older"}).json())
-
-    thread = threading.Thread(target=read_ahead)
-    thread.start()
-    time.sleep(0.5)  # the older read-ahead is running its first batch
+    client.prepare(prompt_ids(client, "Hello."))
+    older, whole, thread, result = long_read_ahead(client, server)
     newer = older[:40] + prompt_ids(client, "What was the tide at noon?")
     started = time.monotonic()
     answer = client.prepare(newer)

@@ -273,8 +273,7 @@ class EngineBase(SavedCaches):
         if asked is None and ticket != self._newest_prepare:
             # A newer draft came while this one waited: it is read instead, not this one.
             self._lock.release()
-            return {"prepared": False, "prompt_tokens": len(ids), "seconds": 0.0, "kv": {},
-                    "compacted": False, "spread_cells": int(self.kv.spread()) if hasattr(self.kv, "spread") else 0}
+            return self._prepared(None, len(ids), 0.0, False)
         preparation = Preparation(request_id)
         self._running = preparation
         started = time.perf_counter()
@@ -293,11 +292,14 @@ class EngineBase(SavedCaches):
             self._running = None
             self._lock.release()
             self._touched()
-        answer = {"prepared": report is not None, "prompt_tokens": len(ids),
-                  "seconds": round(time.perf_counter() - started, 4),
-                  "kv": report.as_dict() if report is not None else {}, "compacted": compacted,
-                  "spread_cells": int(self.kv.spread()) if hasattr(self.kv, "spread") else 0}
+        answer = self._prepared(report, len(ids), time.perf_counter() - started, compacted)
         return answer if asked is None else {**answer, "attention": attention}
+
+    def _prepared(self, report, prompt_tokens: int, seconds: float, compacted: bool) -> dict:
+        """:meth:`prepare`'s answer (``report``: the sync's, None when stopped or not run)."""
+        return {"prepared": report is not None, "prompt_tokens": prompt_tokens, "seconds": round(seconds, 4),
+                "kv": report.as_dict() if report is not None else {}, "compacted": compacted,
+                "spread_cells": int(self.kv.spread()) if hasattr(self.kv, "spread") else 0}
 
     def _take_model(self, at_enter: bool) -> bool:
         """Take the lock for a read-ahead; False when it stayed taken too long.
