@@ -221,17 +221,12 @@ def bench_embedding(embedder: Embedder, n_chunks: int, rng) -> dict:
     embedder.load()
     load_s = time.perf_counter() - t
 
-    def tok(text):
-        enc = embedder.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        starts = [0] + [a for a, _ in enc["offset_mapping"][1:]]
-        return list(enc["input_ids"]), [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
-
     conv = Conversation(Settings.of(max_context_tokens=0),
-                        build_framing(lambda s: list(zip(*tok(s)))))
+                        build_framing(lambda s: list(zip(*embedder.pieces(s)))))
     while len([c for c in conv.chunks.values() if not c.framing]) < n_chunks:
         for role in ("user", "assistant"):
             paras = [paragraph(rng, int(rng.integers(55, 130))) for _ in range(3 if role == "assistant" else 1)]
-            conv.add_turn(role, *tok("\n\n".join(paras) + "\n\n"))
+            conv.add_turn(role, *embedder.pieces("\n\n".join(paras) + "\n\n"))
     sizes = [c.token_count for c in conv.chunks.values() if not c.framing]
     with tempfile.TemporaryDirectory() as tmp:
         store = ConversationStore.open(Path(tmp) / "embed.db")

@@ -53,9 +53,7 @@ VARIANTS = {
 
 def build(embedder: Embedder, dialogue, path: Path) -> tuple[Conversation, ConversationStore]:
     def tokenize(text: str):
-        enc = embedder.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-        starts = [0] + [a for a, _ in enc["offset_mapping"][1:]]
-        return list(zip(enc["input_ids"], [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]))
+        return list(zip(*embedder.pieces(text)))
 
     conv = Conversation(Settings.of(max_context_tokens=0), build_framing(tokenize))
     store = ConversationStore.open(path)

