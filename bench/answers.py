@@ -69,6 +69,9 @@ ALL = {"recall_keep_share": 1.0}
 
 METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     "oracle": ("oracle", {}, False),  # the evidence turns only: the ceiling
+    # ... with the app's recall note of them (its lines and answer-type cue before the
+    # question): the ceiling of the app's own prompt shape, no distractor in it.
+    "oracle-note": ("oracle", {}, True),
     # The whole conversation in the model's own window (the most recent turns that fit it,
     # when it does not): what "why not give my model the whole chat?" would answer.
     "full": ("full", {}, False),
@@ -335,7 +338,8 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
             t = turn_of[dia]
             ids, texts = prep.tok.turns[t]
             conv.add_turn(prep.dialogue.turns[t].role, ids, texts)
-        return finish(conv, prep, question, message, answerer, set(), set(conv.turns))
+        recalled = [c.id for c in conv.live_chunks() if not c.framing] if with_note else None
+        return finish(conv, prep, question, message, answerer, set(), set(conv.turns), recalled=recalled)
     if kind in ("fifo", "full"):
         limit = budget - framed
         if kind == "full":  # the model's whole window, less the answer's and the question's room
