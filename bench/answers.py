@@ -337,7 +337,7 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
         for dia in sorted(question.evidence, key=lambda d: turn_of[d]):
             t = turn_of[dia]
             ids, texts = prep.tok.turns[t]
-            conv.add_turn(prep.dialogue.turns[t].role, ids, texts)
+            conv.add_turn(prep.dialogue.turns[t].role, ids, texts, prep.dialogue.turns[t].created_at)
         recalled = [c.id for c in conv.live_chunks() if not c.framing] if with_note else None
         return finish(conv, prep, question, message, answerer, set(), set(conv.turns), recalled=recalled)
     if kind in ("fifo", "full"):
