@@ -108,9 +108,8 @@ def main(argv=None) -> int:
                 rows.append(row)
                 print(f"{row['tokens']} tokens after {row['context']:>5}, {row['setting']:>9}, {row['step']:>3} a "
                       f"batch: {row['read_s']} s ({row['read_tok_s']} tok/s)", file=sys.stderr, flush=True)
-    if args.after:
-        args.tokens = ""
-    for n in [int(x) for x in args.tokens.split(",") if x.strip()]:
+    lengths = [] if args.after else [int(x) for x in args.tokens.split(",") if x.strip()]  # --after reads instead
+    for n in lengths:
         for setting in settings:
             row = read(path, n, args.threads, setting == "attention", args.decode)
             rows.append(row)

@@ -182,7 +182,7 @@ class Embedder:
             return ""
         model = self._ready()
         with self._lock:
-            offsets = model.pieces.offsets(text)
+            offsets = model.pieces.ids_and_offsets(text)[1]
         if len(offsets) <= max_pieces:
             return text
         return text[: offsets[max_pieces - 1][1]]
@@ -255,9 +255,6 @@ class _Transformers:
     def ids_and_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
         return list(encoded["input_ids"]), [tuple(o) for o in encoded["offset_mapping"]]
-
-    def offsets(self, text: str) -> list[tuple[int, int]]:
-        return self.ids_and_offsets(text)[1]
 
     def batch(self, texts: list[str]):
         encoded = self.tokenizer(texts, padding=True, truncation="longest_first", max_length=self.max_tokens,

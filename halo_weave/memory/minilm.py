@@ -59,10 +59,6 @@ class WordPieces:
         encoded = self._plain.encode(text, add_special_tokens=False)
         return list(encoded.ids), list(encoded.offsets)
 
-    def offsets(self, text: str) -> list[tuple[int, int]]:
-        """Each word-piece's ``(start, end)`` in ``text``, without the specials."""
-        return list(self._plain.encode(text, add_special_tokens=False).offsets)
-
     def batch(self, texts: list[str]):
         """``(ids, mask)`` int64 tensors ``[len(texts), longest]``: the texts with their
         specials, cut to :attr:`max_tokens`, padded to the longest."""
@@ -124,12 +120,12 @@ class Bert:
         # Padding is never attended to: the lowest finite value of the dtype added to its scores.
         bias = (1.0 - mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min
         scale = 1.0 / math.sqrt(head_dim)
+
+        def heads(t):  # [batch, tokens, hidden] -> [batch, heads, tokens, head_dim]
+            return t.view(batch, n, self.heads, head_dim).transpose(1, 2)
+
         for i in range(self.layers):
             layer = f"encoder.layer.{i}"
-
-            def heads(t):
-                return t.view(batch, n, self.heads, head_dim).transpose(1, 2)
-
             q = heads(self._linear(x, f"{layer}.attention.self.query"))
             k = heads(self._linear(x, f"{layer}.attention.self.key"))
             v = heads(self._linear(x, f"{layer}.attention.self.value"))
