@@ -127,6 +127,8 @@ METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     "dated": ("halo", {}, recall_note.NoteShape(dated=True)),
     "dated-cue": ("halo", {}, recall_note.NoteShape(dated=True, cue=True)),
     "focus-cue": ("halo", {}, recall_note.NoteShape(focused=True, cue=True)),
+    # The dated, cued note with its lines in the order they were said, not best first.
+    "timeline": ("halo", {}, recall_note.NoteShape(dated=True, cue=True, timeline=True)),
     # A second hop: the search's words also take the best match's 4 rarest words.
     "hop": ("halo", {"query_hop_terms": 4}, True),
     # Whole paragraphs (up to 128 tokens each) copied before the question.

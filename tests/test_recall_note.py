@@ -194,6 +194,21 @@ def test_a_note_of_another_shape_copies_more_of_fewer_paragraphs():
     assert "end0" not in app and "P1" in app, "the app's: the first words of each"
 
 
+def test_a_timeline_note_writes_the_best_paragraphs_in_the_order_they_were_said():
+    words = FRAMING.note
+    said = [30, 10, 40, 20, 0]  # where each paragraph is, best match first
+    tokens = [([i for i, _ in p], [t for _, t in p]) for p in (_chars(f"Said at {at}.") for at in said)]
+    shape = recall_note.NoteShape(timeline=True)
+    text = "".join(recall_note.note_tokens(words, tokens, shape=shape, at=said)[1])
+    assert [line[len("- Said at "):] for line in text.splitlines()[1:5]] == ["10.", "20.", "30.", "40."], \
+        "the four best, oldest first; the fifth best left out though said first"
+    swapped = [tokens[1], tokens[0], tokens[3], tokens[2], tokens[4]]
+    again = "".join(recall_note.note_tokens(words, swapped, shape=shape, at=[10, 30, 20, 40, 0])[1])
+    assert again == text, "the same paragraphs ranked otherwise: the same note"
+    best_first = "".join(recall_note.note_tokens(words, tokens, at=said)[1])
+    assert best_first.splitlines()[1] == "- Said at 30.", "the app's: best first"
+
+
 def _words(text: str) -> list[tuple[int, str]]:
     """A word tokenizer: each word with the space before it, as BPE pieces are."""
     import re

@@ -64,6 +64,10 @@ class NoteShape:
     #: ``line_tokens`` (unless the paragraph opens with that day itself; an attached
     #: document's paragraphs have no day).
     dated: bool = False
+    #: The lines chosen (the best paragraphs) are written in the order they were said,
+    #: not best first: a message's next word that reorders its recall leaves the note
+    #: as it was unless it changes which paragraphs the note copies.
+    timeline: bool = False
 
 
 #: The app's: each line dated (the context holds no day), the answer's kind cued.  Both
@@ -114,14 +118,16 @@ class RecallNote:
 def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS,
                 shape: NoteShape = SHAPE, asked: frozenset[str] = frozenset(),
                 kind: str | None = None, said: Sequence[float | None] = (),
-                now: float | None = None) -> tuple[list[int], list[str]]:
+                now: float | None = None, at: Sequence[int] = ()) -> tuple[list[int], list[str]]:
     """The note's tokens for the paragraphs ``chunks`` (best first), within ``limit``
     (at most ``shape.tokens``); empty when ``words`` (the framing's tokenized note
     words) are missing or no paragraph has text.  ``asked``: the message's word stems
     (:func:`~.relevance.words`), which a focused shape copies sentences by; ``kind``
     (:func:`answer_kind`): the cue ending the note (its words must be in ``words``);
     ``said``: when each paragraph was said (a Unix time; None: unknown), which a dated
-    shape opens its line with (its year left out in the year of ``now``: :func:`day_tokens`)."""
+    shape opens its line with (its year left out in the year of ``now``: :func:`day_tokens`);
+    ``at``: where each paragraph is in the conversation, which a timeline shape writes its
+    lines in the order of."""
     limit = min(limit, shape.tokens)
     if not words:
         return [], []
@@ -131,10 +137,11 @@ def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS,
             break
         line = _line(words, list(ids), list(texts), shape, asked, said[k] if k < len(said) else None, now)
         if line is not None:
-            lines.append(line)
+            lines.append((at[k] if k < len(at) else k, line))
     while lines:
-        ids, texts = _written(words, lines)
-        cue = kind if kind != "when" or any(dated for *_, dated in lines) else None  # dates: only if said
+        chosen = sorted(lines, key=lambda kl: kl[0]) if shape.timeline else lines
+        ids, texts = _written(words, [line for _, line in chosen])
+        cue = kind if kind != "when" or any(line[3] for _, line in lines) else None  # dates: only if said
         if cue in words:  # the cue in place of the blank line that ends the note
             end = len(words["end"][0])
             ids, texts = ids[: len(ids) - end] + list(words["line"][0]), texts[: len(texts) - end] + list(words["line"][1])
@@ -244,7 +251,8 @@ def of_chunks(conv, chunks: Sequence, limit: int = NOTE_TOKENS, shape: NoteShape
     asked = frozenset(relevance.words(relevance.focus(message))) if shape.focused and message else frozenset()
     kind = answer_kind(message) if shape.cue and message else None
     tokens = ((t.token_ids, t.texts) for t in (conv.chunk_tokens(c.id) for c in chunks))
-    return note_tokens(conv.framing.note, tokens, limit, shape, asked, kind, said_at(conv, chunks))
+    return note_tokens(conv.framing.note, tokens, limit, shape, asked, kind, said_at(conv, chunks),
+                       at=[c.start for c in chunks])
 
 
 def best_first(plan, chunks: Iterable) -> list[int]:
