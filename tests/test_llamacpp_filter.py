@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import threading
+import time
 
 import httpx
 import numpy as np
@@ -101,3 +103,38 @@ def test_a_server_without_a_c_compiler_still_serves_the_same_attention(server, t
         np.testing.assert_allclose(a.sum(axis=-1), 1.0, atol=1e-4)
         np.testing.assert_allclose(a, b, atol=1e-6)
     assert not list((tmp_path / "llamacpp").glob("filter-*.so"))
+
+
+def test_an_answer_stops_a_read_ahead_part_way_through_its_batch(monkeypatch):
+    """The user pressed Enter while the server read the draft: the read-ahead's batch stops
+    where it is (the answer does not wait for it), and the cache keeps nothing of it."""
+    if not shutil.which("cc") and not shutil.which("gcc"):
+        pytest.skip("no C compiler here: a read-ahead's batch always runs to its end")
+    from halo_weave.server import engine_base
+    from halo_weave.server.llamacpp.engine import LlamaEngine
+
+    monkeypatch.setattr(engine_base, "READ_AHEAD_STEP", 512)  # one batch of seconds
+    engine = LlamaEngine(gguf_path(), threads=2)
+    try:
+        context = engine.encode(CHAT.format(PROMPT), parse_special=True)
+        assert engine.prepare(context)["prepared"] is True
+        rows = " ".join(f"Row {n}: the tide at {n % 12} o'clock was {n % 7} feet." for n in range(40))
+        draft = context + engine.encode(rows)
+        assert len(draft) - len(context) > 400
+        result: dict = {}
+        thread = threading.Thread(target=lambda: result.update(engine.prepare(draft)))
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not isinstance(engine._running, engine_base.Preparation) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)  # inside its one batch
+        answer = engine.generate(context, max_length=2, temperature=0)
+        records = list(answer)
+        thread.join(60)
+        assert result["prepared"] is False
+        assert engine.kv.stopped_batches == 1, "the batch was stopped part way, not run to its end"
+        assert records[-1].kv["reused"] == len(context) - 1 and records[-1].kv["appended"] == 0
+        # llama.cpp dropped the stopped batch's cells: the sequence ends with the answer.
+        assert engine.L.llama_memory_seq_pos_max(engine.kv.mem, 0) == len(engine.kv.ids) - 1
+    finally:
+        engine.close()

@@ -79,14 +79,17 @@ class Preparation:
     """A read-ahead or a restore holding the model (see :meth:`EngineBase.prepare` and
     :meth:`EngineBase.restore`); a generate stops a read-ahead, and waits for a restore."""
 
-    def __init__(self, request_id: str | None, *, yields: bool = True) -> None:
+    def __init__(self, request_id: str | None, *, yields: bool = True, on_abort=None) -> None:
         self.request_id = request_id
         #: Whether a generate stops it (a read-ahead) or waits for it (a restore).
         self.yields = yields
         self._abort = threading.Event()
+        self._on_abort = on_abort  # stops the batch under way (the cache's interrupt)
 
     def abort(self) -> None:
         self._abort.set()
+        if self._on_abort is not None:
+            self._on_abort()
 
     @property
     def aborted(self) -> bool:
@@ -274,14 +277,17 @@ class EngineBase(SavedCaches):
             # A newer draft came while this one waited: it is read instead, not this one.
             self._lock.release()
             return self._prepared(None, len(ids), 0.0, False)
-        preparation = Preparation(request_id)
+        # A read-ahead's batch of new tokens stops part way when an answer or a newer
+        # draft comes (where the cache can: :meth:`LlamaCache.interrupt`).
+        preparation = Preparation(request_id, on_abort=getattr(self.kv, "interrupt", None))
         self._running = preparation
         started = time.perf_counter()
         attention: list[float] = []
         try:
             self._follow(conversation)
             self._reserve(len(ids) + len(asked or ()), max_length, preparation)
-            report = self.kv.sync(ids, should_stop=lambda: preparation.aborted, step=READ_AHEAD_STEP)
+            report = self.kv.sync(ids, should_stop=lambda: preparation.aborted, step=READ_AHEAD_STEP,
+                                  stoppable=True)
             # A read-ahead's prunes and restores spread the cache out as a generation's do,
             # and a dozen of them may come before one Enter: pack it now, while the user
             # types, as a generation does after its answer (the answer attends over holes).

@@ -115,10 +115,11 @@ class ContextCache:
             row = np.ascontiguousarray(row.cpu().numpy(), dtype=np.float32)
         return logits.float().cpu().numpy(), row
 
-    def sync(self, ids: list[int], should_stop=lambda: False, *, step: int | None = None) -> SyncReport | None:
+    def sync(self, ids: list[int], should_stop=lambda: False, *, step: int | None = None,
+             stoppable: bool = False) -> SyncReport | None:
         """Make the cache hold exactly ``ids``, by surgery where it pays (``None``: stopped).
-        ``step`` is the llama.cpp cache's (new tokens per batch); this cache's prefill
-        asks ``should_stop`` every :data:`PREFILL_CHUNK` tokens whatever it is."""
+        ``step`` and ``stoppable`` are the llama.cpp cache's; this cache's prefill asks
+        ``should_stop`` every :data:`PREFILL_CHUNK` tokens whatever they are."""
         return kv_surgery.sync(self, ids, should_stop)
 
     def sync_pass(self, ids: list[int], edits, should_stop) -> SyncReport | None:

@@ -42,7 +42,7 @@ from .growth import COMPACT_MIN_CELLS  # noqa: F401 - also imported from here
 from . import live_state
 from .bindings import Bindings
 from .decoder import Decoder
-from .readout import AttentionReadout, DecodeError  # noqa: F401 - DecodeError: also imported from here
+from .readout import AttentionReadout, DecodeError, DecodeStopped  # noqa: F401 - DecodeError: also imported from here
 from .states import StateSpill
 
 log = logging.getLogger("halo_weave.server")
@@ -72,10 +72,12 @@ class LlamaCache:
     def __init__(self, lib: Bindings, ctx, n_layer: int, n_head: int, n_cells: int,
                  n_batch: int, n_vocab: int, store: SpanStore | None = None, *,
                  readout: AttentionReadout | None = None, threads: tuple[int, int] = (1, 1),
-                 growth: growth_.Growth | None = None) -> None:
+                 growth: growth_.Growth | None = None, stopper=None) -> None:
         """``readout``: the one whose callback the context was made with (a new one
         otherwise); ``threads``: for prefill and plain decoding, and for a decode whose
-        attention is read; ``growth``: how far the cache may grow (never, without one)."""
+        attention is read; ``growth``: how far the cache may grow (never, without one);
+        ``stopper``: llama.cpp's abort callback (:class:`.filter.Stopper`; None: a batch
+        always runs to its end)."""
         self.lib, self.L = lib, lib.llama
         self.n_layer, self.n_head, self.n_batch = n_layer, n_head, n_batch
         #: New tokens run per batch in the sync under way (``sync``'s ``step``).
@@ -88,7 +90,11 @@ class LlamaCache:
         self.store = store if store is not None else SpanStore()
         self.growth = growth if growth is not None else growth_.Growth(n_cells)
         self.decoder = Decoder(lib, readout or AttentionReadout(lib, n_layer, n_head), n_batch, n_vocab,
-                               threads)
+                               threads, stopper)
+        #: The sync under way may stop a batch of new tokens part way (``sync``'s ``stoppable``).
+        self._stoppable = False
+        #: Batches of new tokens stopped part way (tests, diagnostics).
+        self.stopped_batches = 0
         self.bind(ctx, n_cells)
 
     def bind(self, ctx, n_cells: int) -> None:
@@ -230,20 +236,28 @@ class LlamaCache:
 
     # ------------------------------------------------------------ sync and surgery
 
-    def sync(self, ids: list[int], should_stop=lambda: False, *, step: int | None = None) -> SyncReport | None:
+    def sync(self, ids: list[int], should_stop=lambda: False, *, step: int | None = None,
+             stoppable: bool = False) -> SyncReport | None:
         """Make sequence 0 hold exactly ``ids``, by surgery where it pays (``None``: stopped).
 
         ``step``: at most this many new tokens run per batch after the cached ones, so
         that ``should_stop`` is asked that often (a read-ahead: a message sent meanwhile
-        waits for one short batch, not for ``n_batch`` tokens)."""
+        waits for one short batch, not for ``n_batch`` tokens).  ``stoppable``: a batch
+        of new tokens after the cached ones stops part way at :meth:`interrupt` (where
+        the decoder has a stopper), so that the message does not wait for it at all."""
         self._step = min(step or self.n_batch, self.n_batch)
+        self._stoppable = stoppable
         try:
             return kv_surgery.sync(self, ids, should_stop)
         except BaseException:
             self.reset()
             raise
         finally:
-            self._step = self.n_batch
+            self._step, self._stoppable = self.n_batch, False
+
+    def interrupt(self) -> None:
+        """Stop the stoppable batch under way part way (any thread; see :meth:`sync`)."""
+        self.decoder.stop()
 
     def sync_pass(self, ids: list[int], edits, should_stop) -> SyncReport | None:
         """One pass of :meth:`sync`: apply ``edits`` (planned from ``self.ids`` to ``ids``)."""
@@ -289,11 +303,17 @@ class LlamaCache:
         stopped (the batches run so far stay cached: a stopped read-ahead leaves the
         generate that stopped it less to run)."""
         rest = ids[len(self.ids):]
-        for start in range(0, len(rest), self._step):
-            if should_stop():
-                return False
-            batch = rest[start:start + self._step]
-            self._append(batch, self.decoder.run(batch, len(self.ids), LIVE_SEQ, logits=False))
+        with self.decoder.stoppable(self._stoppable):
+            for start in range(0, len(rest), self._step):
+                if should_stop():
+                    return False
+                batch = rest[start:start + self._step]
+                try:
+                    cells = self.decoder.run(batch, len(self.ids), LIVE_SEQ, logits=False)
+                except DecodeStopped:  # llama.cpp dropped the batch's cells: the cache is as before it
+                    self.stopped_batches += 1
+                    return False
+                self._append(batch, cells)
         return True
 
     def _truncate(self, keep: int) -> None:

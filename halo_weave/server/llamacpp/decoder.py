@@ -3,14 +3,18 @@
 One ``llama_batch`` is allocated once and refilled for each decode: every token with its
 position and sequence (a decode may write several sequences at once, see
 :meth:`.LlamaCache._run_pending`) and whether its logits are wanted.  A decode whose
-attention is read may use other thread counts than prefill and plain decoding.
+attention is read may use other thread counts than prefill and plain decoding.  Where
+the C filter compiled, a decode run inside :meth:`Decoder.stoppable` stops part way
+when :meth:`Decoder.stop` is called (llama.cpp's abort callback, :class:`.filter.Stopper`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .readout import AttentionReadout, DecodeError
+from contextlib import contextmanager
+
+from .readout import AttentionReadout, DecodeError, DecodeStopped
 
 
 class Decoder:
@@ -19,13 +23,15 @@ class Decoder:
     Owns: the ``llama_batch`` (``n_batch`` tokens at most), the thread counts
     (``threads`` for prefill and plain decoding, ``capture_threads`` for a decode whose
     attention is read) and which of them the context has now, ``readout``, and
-    ``settled``: no position shift is pending (llama.cpp applies one at the next decode).
+    ``settled``: no position shift is pending (llama.cpp applies one at the next decode),
+    and ``stopper`` (None: a decode always runs to its end).
     """
 
     def __init__(self, lib, readout: AttentionReadout, n_batch: int, n_vocab: int,
-                 threads: tuple[int, int] = (1, 1)) -> None:
+                 threads: tuple[int, int] = (1, 1), stopper=None) -> None:
         self.L = lib.llama
         self.readout = readout
+        self.stopper = stopper
         self.n_batch, self.n_vocab = n_batch, n_vocab
         self.threads, self.capture_threads = threads
         self._ctx = None
@@ -38,6 +44,27 @@ class Decoder:
         self._ctx = ctx
         self._threads_set = None
         self.readout.bind(n_cells, spill)
+        if self.stopper is not None:
+            self.L.llama_set_abort_callback(ctx, self.stopper.callback, self.stopper.data)
+
+    @contextmanager
+    def stoppable(self, wanted: bool = True):
+        """Decodes run inside may be stopped part way by :meth:`stop` (when ``wanted``
+        and a stopper exists): only decodes whose batch ends the sequence, since
+        llama.cpp drops every cell of the sequence from the batch's first position on."""
+        if not wanted or self.stopper is None:
+            yield
+            return
+        self.stopper.arm()
+        try:
+            yield
+        finally:
+            self.stopper.disarm()
+
+    def stop(self) -> None:
+        """Stop the decode under way if it runs inside :meth:`stoppable` (any thread)."""
+        if self.stopper is not None:
+            self.stopper.ask()
 
     def shift_pending(self) -> None:
         """Positions were moved: llama.cpp shifts the keys at the next decode."""
@@ -54,7 +81,7 @@ class Decoder:
         ``logits``: for the last token (every token with ``all_logits``); ``capture``: the
         last query's rows into the readout; ``hook``: see :meth:`.LlamaCache.decode`.
         Raises :class:`DecodeError` when llama.cpp refuses the batch or the readout
-        failed."""
+        failed, :class:`DecodeStopped` when :meth:`stop` stopped it."""
         L, batch = self.L, self._batch
         n = len(ids)
         positions = range(pos, pos + n) if isinstance(pos, int) else pos
@@ -78,6 +105,8 @@ class Decoder:
         finally:
             readout.stop()
         readout.collect()
+        if status == 2 and self.stopper is not None:
+            raise DecodeStopped("the decode was stopped part way")
         if status != 0:
             raise DecodeError(f"llama_decode returned {status}")
         self.settled = True

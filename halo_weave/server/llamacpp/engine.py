@@ -115,10 +115,12 @@ class LlamaEngine(EngineBase):
         else:
             self._callback = L.ggml_backend_sched_eval_callback(readout.callback)
             cp.cb_eval = self._callback
+        # The same library stops a read-ahead's batch part way when an answer comes.
+        stopper = self._filter.stopper(L.ggml_abort_callback) if self._filter is not None else None
         ctx = self._new_context(n_cells)
         cache = LlamaCache(lib, ctx, self._n_layer, self._n_head, n_cells, N_BATCH, n_vocab,
                            readout=readout, threads=(threads, capture_threads or threads),
-                           growth=Growth(max_cells, self._new_context))
+                           growth=Growth(max_cells, self._new_context), stopper=stopper)
         cache.store.max_bytes = store_bytes
         self._kv = cache
         self.threads = threads

@@ -86,3 +86,17 @@ bool halo_weave_filter(void *tensor, bool ask, void *user_data)
     }
     return false;
 }
+
+/* llama.cpp's abort callback (llama_set_abort_callback), asked between two nodes of a
+ * decode's graph: true stops the decode.  Python arms it around the decodes it may stop
+ * (a read-ahead's tokens after the cached ones) and asks from another thread. */
+struct stop_state {
+    volatile int armed;
+    volatile int asked;
+};
+
+bool halo_weave_stop(void *data)
+{
+    const struct stop_state *state = data;
+    return state != NULL && state->armed && state->asked;
+}

@@ -35,6 +35,7 @@ log = logging.getLogger("halo_weave.server")
 ENV_SWITCH = "HALO_WEAVE_C_FILTER"
 SOURCE = "filter.c"
 SYMBOL = "halo_weave_filter"
+STOP_SYMBOL = "halo_weave_stop"
 
 
 class FilterState(ctypes.Structure):
@@ -59,6 +60,37 @@ class FilterState(ctypes.Structure):
     ]
 
 
+class StopState(ctypes.Structure):
+    """``struct stop_state`` of filter.c (same fields, same order)."""
+
+    _fields_ = [("armed", ctypes.c_int), ("asked", ctypes.c_int)]
+
+
+class Stopper:
+    """llama.cpp's abort callback in C (``halo_weave_stop``): a decode stops between two
+    nodes of its graph once :meth:`arm` was called and :meth:`ask` since; llama.cpp then
+    drops the batch's cells and ``llama_decode`` returns 2.  ``callback`` and ``data`` go
+    to ``llama_set_abort_callback``."""
+
+    def __init__(self, library: ctypes.CDLL, callback_type) -> None:
+        self._library = library  # alive as long as the contexts that call into it
+        self.state = StopState()
+        self.callback = ctypes.cast(getattr(library, STOP_SYMBOL), callback_type)
+        self.data = ctypes.cast(ctypes.pointer(self.state), ctypes.c_void_p)
+
+    def arm(self) -> None:
+        """The decodes from now on may be stopped (an earlier :meth:`ask` is forgotten)."""
+        self.state.asked = 0
+        self.state.armed = 1
+
+    def disarm(self) -> None:
+        self.state.armed = 0
+
+    def ask(self) -> None:
+        """Stop the decode under way if armed (any thread)."""
+        self.state.asked = 1
+
+
 class CFilter:
     """The compiled filter wired to one Python callback: ``callback`` and ``user_data``
     go into ``llama_context_params`` (``cb_eval``, ``cb_eval_user_data``)."""
@@ -77,6 +109,11 @@ class CFilter:
             ne_offset=ne_offset)
         self.callback = ctypes.cast(getattr(library, SYMBOL), callback_type)
         self.user_data = ctypes.cast(ctypes.pointer(self.state), ctypes.c_void_p)
+
+    def stopper(self, callback_type) -> Stopper:
+        """llama.cpp's abort callback from the same library (``callback_type``:
+        ``ggml_abort_callback``)."""
+        return Stopper(self._library, callback_type)
 
     @property
     def want_softmax(self) -> bool:

@@ -28,6 +28,10 @@ class DecodeError(RuntimeError):
     """llama_decode refused a batch or the evaluation callback failed."""
 
 
+class DecodeStopped(DecodeError):
+    """A decode was stopped part way (:class:`.filter.Stopper`); llama.cpp dropped its cells."""
+
+
 class AttentionReadout:
     """ggml's evaluation callback and what it reads (see the module docstring).
 
