@@ -136,5 +136,17 @@ def test_an_answer_stops_a_read_ahead_part_way_through_its_batch(monkeypatch):
         assert records[-1].kv["reused"] == len(context) - 1 and records[-1].kv["appended"] == 0
         # llama.cpp dropped the stopped batch's cells: the sequence ends with the answer.
         assert engine.L.llama_memory_seq_pos_max(engine.kv.mem, 0) == len(engine.kv.ids) - 1
+
+        # Enter on the draft itself: the batch under way is the answer's work too, so it
+        # runs to its end and the answer reads only what is left after it.
+        thread = threading.Thread(target=lambda: result.update(engine.prepare(draft)))
+        thread.start()
+        while not isinstance(engine._running, engine_base.Preparation) and time.monotonic() < deadline + 30:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        records = list(engine.generate(draft + engine.encode(" Which row?"), max_length=2, temperature=0))
+        thread.join(60)
+        assert engine.kv.stopped_batches == 1, "not stopped: the answer needed what it ran"
+        assert records[-1].kv["reused"] >= len(context) + 400, "the read-ahead's batch was kept for the answer"
     finally:
         engine.close()

@@ -86,10 +86,12 @@ class Preparation:
         self._abort = threading.Event()
         self._on_abort = on_abort  # stops the batch under way (the cache's interrupt)
 
-    def abort(self) -> None:
+    def abort(self, wanted: list[int] | None = None) -> None:
+        """Stop after the current batch, or within it (``wanted``: the prompt that comes
+        next, which keeps a batch it would run too; see ``LlamaCache.interrupt``)."""
         self._abort.set()
         if self._on_abort is not None:
-            self._on_abort()
+            self._on_abort(wanted)
 
     @property
     def aborted(self) -> bool:
@@ -228,7 +230,7 @@ class EngineBase(SavedCaches):
         if isinstance(running, Preparation):
             if running.yields:
                 # A read-ahead never keeps an answer waiting: stop it (what it ran stays cached).
-                running.abort()
+                running.abort(ids)
                 wait_s = max(wait_s, PREEMPT_WAIT_S)
             else:  # a restore: what it loads or runs is this prompt's start
                 wait_s = max(wait_s, RESTORE_WAIT_S)
@@ -271,7 +273,7 @@ class EngineBase(SavedCaches):
             raise RequestError(f"prompt of {len(ids) + len(asked or ())} tokens leaves no room in the context "
                                f"size of {self.context_size} tokens")
         ticket = self._newest_prepare = next(self._prepares)
-        if not self._take_model(asked is not None):
+        if not self._take_model(asked is not None, ids):
             raise EngineBusy("a generation is running; a read-ahead does not queue behind it")
         if asked is None and ticket != self._newest_prepare:
             # A newer draft came while this one waited: it is read instead, not this one.
@@ -307,7 +309,7 @@ class EngineBase(SavedCaches):
                 "kv": report.as_dict() if report is not None else {}, "compacted": compacted,
                 "spread_cells": int(self.kv.spread()) if hasattr(self.kv, "spread") else 0}
 
-    def _take_model(self, at_enter: bool) -> bool:
+    def _take_model(self, at_enter: bool, ids: list[int]) -> bool:
         """Take the lock for a read-ahead; False when it stayed taken too long.
 
         A generation is waited for :data:`PREPARE_WAIT_S`; a restore, by one with queries
@@ -321,7 +323,7 @@ class EngineBase(SavedCaches):
         while not self._lock.acquire(timeout=PREPARE_POLL_S):
             running = self._running
             if isinstance(running, Preparation) and running.yields:
-                running.abort()
+                running.abort(ids)
                 started, wait = time.monotonic(), PREEMPT_WAIT_S
             elif isinstance(running, Preparation) and at_enter:
                 wait = RESTORE_WAIT_S

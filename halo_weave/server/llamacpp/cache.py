@@ -95,6 +95,8 @@ class LlamaCache:
         self._stoppable = False
         #: Batches of new tokens stopped part way (tests, diagnostics).
         self.stopped_batches = 0
+        #: The stoppable batch being run: its first position and its tokens.
+        self._running_batch: tuple[int, list[int]] | None = None
         self.bind(ctx, n_cells)
 
     def bind(self, ctx, n_cells: int) -> None:
@@ -255,8 +257,16 @@ class LlamaCache:
         finally:
             self._step, self._stoppable = self.n_batch, False
 
-    def interrupt(self) -> None:
-        """Stop the stoppable batch under way part way (any thread; see :meth:`sync`)."""
+    def interrupt(self, wanted: list[int] | None = None) -> None:
+        """Stop the stoppable batch under way part way (any thread; see :meth:`sync`),
+        unless the prompt ``wanted`` that comes next holds the batch's tokens where the
+        batch runs them: that work is the next prompt's too, and stopping would run it
+        twice (a message whose recall did not change is mostly read ahead that way)."""
+        running = self._running_batch
+        if running is not None and wanted is not None:
+            at, batch = running
+            if list(wanted[at:at + len(batch)]) == batch:
+                return
         self.decoder.stop()
 
     def sync_pass(self, ids: list[int], edits, should_stop) -> SyncReport | None:
@@ -308,11 +318,14 @@ class LlamaCache:
                 if should_stop():
                     return False
                 batch = rest[start:start + self._step]
+                self._running_batch = (len(self.ids), batch) if self._stoppable else None
                 try:
                     cells = self.decoder.run(batch, len(self.ids), LIVE_SEQ, logits=False)
                 except DecodeStopped:  # llama.cpp dropped the batch's cells: the cache is as before it
                     self.stopped_batches += 1
                     return False
+                finally:
+                    self._running_batch = None
                 self._append(batch, cells)
         return True
 
