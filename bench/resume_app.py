@@ -157,7 +157,8 @@ def reopen(url_of, conversation: Path, home: Path, *, typed: bool, send_after_s:
         done = getattr(c.turn.last_done, "raw", None) or {}
         timings, kv = done.get("timings") or {}, done.get("kv") or {}
         if timings.get("time_to_first_token_s") is not None:
-            timeline.annotate("reading", f"the server's own time to first token "
+            timeline.annotate("reading", f"the server waited {1000 * timings.get('waited_s', 0):.0f} ms "
+                                         f"for the model, then its own time to first token "
                                          f"{1000 * timings['time_to_first_token_s']:.0f} ms: "
                                          f"{kv.get('appended', 0)} appended, {kv.get('inserted', 0)} inserted "
                                          f"({kv.get('restored', 0)} of them from stored states)")
@@ -165,6 +166,7 @@ def reopen(url_of, conversation: Path, home: Path, *, typed: bool, send_after_s:
         return {"ttft_s": first - enter, "timeline": timeline.phases, "enter_to_visible_ms": 1000 * (shown - enter),
                 "enter_to_request_s": (app.request_sent or first) - enter,
                 "server_ttft_s": timings.get("time_to_first_token_s"),
+                "server_waited_s": timings.get("waited_s"),
                 **{f"kv_{name}": value for name, value in kv.items()},
                 "recalled_tokens": recalled, "warming_at_enter": warming_at_enter,
                 "restored": int(warm.get("restored", 0) or 0), "warm_up_s": warm.get("seconds"),

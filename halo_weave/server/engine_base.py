@@ -234,12 +234,14 @@ class EngineBase(SavedCaches):
                 wait_s = max(wait_s, PREEMPT_WAIT_S)
             else:  # a restore: what it loads or runs is this prompt's start
                 wait_s = max(wait_s, RESTORE_WAIT_S)
+        asked = time.perf_counter()
         acquired = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(False)
         if not acquired:
             raise EngineBusy("another generation is running; abort it or retry when it ends")
         self._follow(conversation)
         self._active()
-        generation = Generation(self.kv, self.text, request, release=self._release)
+        generation = Generation(self.kv, self.text, request, release=self._release,
+                                waited_s=time.perf_counter() - asked)
         self._running = generation
         return generation
 

@@ -72,6 +72,8 @@ class DoneRecord:
     decode_s: float = 0.0
     tokens_per_s: float = 0.0
     total_s: float = 0.0
+    #: Before ``total_s``: the wait for the model (a read-ahead stopping, a restore ending).
+    waited_s: float = 0.0
     request_id: str | None = None
     kv: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
@@ -86,8 +88,9 @@ class Generation:
     token text (``stream()`` -> a piece stream with ``push(token) -> str``).
     """
 
-    def __init__(self, kv, text, request: GenerationRequest, release: Callable) -> None:
+    def __init__(self, kv, text, request: GenerationRequest, release: Callable, waited_s: float = 0.0) -> None:
         self.kv = kv
+        self.waited_s = waited_s  # the generate's wait for the model, reported in the done record
         self.text = text
         self.request = request
         self._release = release
@@ -148,6 +151,7 @@ class Generation:
                 sampler_seed=sampler.seed,
                 request_id=req.request_id,
                 kv=report.as_dict() if report else {},
+                waited_s=round(self.waited_s, 4),
                 **extra,
             )
 

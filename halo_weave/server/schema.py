@@ -245,6 +245,7 @@ def done_event(record: DoneRecord) -> str:
             "decode_s": record.decode_s,
             "tokens_per_s": record.tokens_per_s,
             "total_s": record.total_s,
+            "waited_s": record.waited_s,
         },
     )
     return json.dumps(event)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -95,8 +96,8 @@ class LlamaCache:
         self._stoppable = False
         #: Batches of new tokens stopped part way (tests, diagnostics).
         self.stopped_batches = 0
-        #: The stoppable batch being run: its first position and its tokens.
-        self._running_batch: tuple[int, list[int]] | None = None
+        #: The stoppable batch being run: its tokens' positions and the tokens.
+        self._running_batch: tuple[Sequence[int], list[int]] | None = None
         self.bind(ctx, n_cells)
 
     def bind(self, ctx, n_cells: int) -> None:
@@ -245,8 +246,9 @@ class LlamaCache:
         ``step``: at most this many new tokens run per batch after the cached ones, so
         that ``should_stop`` is asked that often (a read-ahead: a message sent meanwhile
         waits for one short batch, not for ``n_batch`` tokens).  ``stoppable``: a batch
-        of new tokens after the cached ones stops part way at :meth:`interrupt` (where
-        the decoder has a stopper), so that the message does not wait for it at all."""
+        (of new tokens after the cached ones, or of spans run in place) stops part way
+        at :meth:`interrupt` (where the decoder has a stopper), so that the message does
+        not wait for it at all."""
         self._step = min(step or self.n_batch, self.n_batch)
         self._stoppable = stoppable
         try:
@@ -264,8 +266,8 @@ class LlamaCache:
         twice (a message whose recall did not change is mostly read ahead that way)."""
         running = self._running_batch
         if running is not None and wanted is not None:
-            at, batch = running
-            if list(wanted[at:at + len(batch)]) == batch:
+            positions, tokens = running
+            if all(p < len(wanted) and wanted[p] == t for p, t in zip(positions, tokens)):
                 return
         self.decoder.stop()
 
@@ -318,16 +320,23 @@ class LlamaCache:
                 if should_stop():
                     return False
                 batch = rest[start:start + self._step]
-                self._running_batch = (len(self.ids), batch) if self._stoppable else None
-                try:
-                    cells = self.decoder.run(batch, len(self.ids), LIVE_SEQ, logits=False)
-                except DecodeStopped:  # llama.cpp dropped the batch's cells: the cache is as before it
-                    self.stopped_batches += 1
+                cells = self._run_stoppable(batch, range(len(self.ids), len(self.ids) + len(batch)), LIVE_SEQ)
+                if cells is None:  # llama.cpp dropped the batch's cells: the cache is as before it
                     return False
-                finally:
-                    self._running_batch = None
                 self._append(batch, cells)
         return True
+
+    def _run_stoppable(self, tokens: list[int], positions: Sequence[int], seqs) -> np.ndarray | None:
+        """One decode inside :meth:`Decoder.stoppable`: its cells, or None when
+        :meth:`interrupt` stopped it part way (llama.cpp then dropped its cells)."""
+        self._running_batch = (positions, tokens) if self._stoppable else None
+        try:
+            return self.decoder.run(tokens, positions, seqs, logits=False)
+        except DecodeStopped:
+            self.stopped_batches += 1
+            return None
+        finally:
+            self._running_batch = None
 
     def _truncate(self, keep: int) -> None:
         if keep < len(self.ids):
@@ -428,10 +437,18 @@ class LlamaCache:
                 tokens = [t for _at, span in group for t in span]
                 positions = [at + i for at, span in group for i in range(len(span))]
                 owners = [seq for (_at, span), seq in zip(group, seqs) for _ in span]
-                cells = np.concatenate([
-                    self.decoder.run(tokens[b:b + self.n_batch], positions[b:b + self.n_batch],
-                                     owners[b:b + self.n_batch], logits=False)
-                    for b in range(0, len(tokens), self.n_batch)])
+                found = []
+                with self.decoder.stoppable(self._stoppable):
+                    # Stopped part way, llama.cpp drops the batch's cells from each scratch
+                    # sequence (the spans' own positions, after the prefix copied into it);
+                    # the spans of this group are then not yielded, and are given back.
+                    for b in range(0, len(tokens), self.n_batch):
+                        ran = self._run_stoppable(tokens[b:b + self.n_batch], positions[b:b + self.n_batch],
+                                                  owners[b:b + self.n_batch])
+                        if ran is None:
+                            return
+                        found.append(ran)
+                cells = np.concatenate(found)
                 for (at, span), seq in zip(group, seqs):
                     L.llama_memory_seq_cp(mem, seq, LIVE_SEQ, at, at + len(span))
             finally:

@@ -50,8 +50,10 @@ class Decoder:
     @contextmanager
     def stoppable(self, wanted: bool = True):
         """Decodes run inside may be stopped part way by :meth:`stop` (when ``wanted``
-        and a stopper exists): only decodes whose batch ends the sequence, since
-        llama.cpp drops every cell of the sequence from the batch's first position on."""
+        and a stopper exists).  llama.cpp then drops every cell of each sequence the batch
+        writes from the batch's first position in it on: only decodes where that is the
+        batch itself belong here (new tokens after the sequence's last, spans in scratch
+        sequences of their own)."""
         if not wanted or self.stopper is None:
             yield
             return
@@ -77,7 +79,7 @@ class Decoder:
     def run(self, ids: list[int], pos, seq, *, logits: bool, capture: bool = False,
             all_logits: bool = False, hook=None) -> np.ndarray:
         """Run ``ids`` at ``pos..`` in ``seq`` (or at the positions, in the sequences, of
-        two lists, one item per token); returns the cells they were written to.
+        two sequences, one item per token); returns the cells they were written to.
         ``logits``: for the last token (every token with ``all_logits``); ``capture``: the
         last query's rows into the readout; ``hook``: see :meth:`.LlamaCache.decode`.
         Raises :class:`DecodeError` when llama.cpp refuses the batch or the readout
