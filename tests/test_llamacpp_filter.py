@@ -189,3 +189,36 @@ def test_an_answer_stops_a_paragraph_run_in_place_part_way(monkeypatch):
         assert again["prepared"] is True and again["kv"]["inserted"] == len(paragraph)
     finally:
         engine.close()
+
+
+def test_a_draft_waiting_for_the_model_gives_way_to_a_waiting_answer():
+    """Enter came while a newer draft waited for the model: whichever of the two takes it
+    first, the draft is not read (the answer's prompt replaces it) and the answer does
+    not wait for it."""
+    from halo_weave.server import engine_base
+    from halo_weave.server.llamacpp.engine import LlamaEngine
+
+    engine = LlamaEngine(gguf_path(), threads=2)
+    try:
+        context = engine.encode(CHAT.format(PROMPT), parse_special=True)
+        engine.prepare(context)
+        draft = context + engine.encode(" ".join(f"Row {n}: the tide was {n % 7} feet." for n in range(40)))
+        engine._lock.acquire()  # as a read-ahead holding the model would
+        results: dict = {}
+        ahead = threading.Thread(target=lambda: results.update(ahead=engine.prepare(draft)))
+        ahead.start()
+        time.sleep(0.2)  # the draft polls for the model
+        answer = threading.Thread(target=lambda: results.update(
+            answer=list(engine.generate(context, max_length=2, temperature=0, wait_s=30))))
+        answer.start()
+        while not engine._answers:
+            time.sleep(0.005)
+        time.sleep(0.1)  # both wait
+        engine._lock.release()
+        answer.join(60)
+        ahead.join(60)
+        assert results["ahead"]["prepared"] is False, "the draft gave way to the answer"
+        assert results["answer"][-1].kv["appended"] == 0, "the answer found the context, not the draft, in the cache"
+        assert engine_base.PREPARE_POLL_S < 1
+    finally:
+        engine.close()

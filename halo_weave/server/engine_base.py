@@ -79,8 +79,10 @@ class Preparation:
     """A read-ahead or a restore holding the model (see :meth:`EngineBase.prepare` and
     :meth:`EngineBase.restore`); a generate stops a read-ahead, and waits for a restore."""
 
-    def __init__(self, request_id: str | None, *, yields: bool = True, on_abort=None) -> None:
+    def __init__(self, request_id: str | None, *, yields: bool = True, on_abort=None, ticket: int = 0) -> None:
         self.request_id = request_id
+        #: A read-ahead's place in the order read-aheads came (a newer one stops an older).
+        self.ticket = ticket
         #: Whether a generate stops it (a read-ahead) or waits for it (a restore).
         self.yields = yields
         self._abort = threading.Event()
@@ -118,6 +120,7 @@ class EngineBase(SavedCaches):
         self._tokenizer_lock = threading.Lock()
         self._prepares = itertools.count(1)  # tickets of read-aheads, in the order they came
         self._newest_prepare = 0
+        self._answers = 0  # generates asked for so far: a read-ahead older than one gives way
         self._running: Generation | None = None
         self._init_saved_caches()
 
@@ -235,6 +238,7 @@ class EngineBase(SavedCaches):
             else:  # a restore: what it loads or runs is this prompt's start
                 wait_s = max(wait_s, RESTORE_WAIT_S)
         asked = time.perf_counter()
+        self._answers += 1  # one writer at a time does not matter: any change is news to a read-ahead
         acquired = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(False)
         if not acquired:
             raise EngineBusy("another generation is running; abort it or retry when it ends")
@@ -256,7 +260,7 @@ class EngineBase(SavedCaches):
         generation still runs after :data:`PREPARE_WAIT_S`.  A generate arriving meanwhile
         stops this one after its current batch, and so does a newer read-ahead (the draft
         has moved on; what this one ran stays in the cache for the newer one); one still
-        waiting for the model when a newer one comes is not run.  Returns ``prepared``
+        waiting for the model when a newer one or a generate comes is not run.  Returns ``prepared``
         (False when stopped or not run), ``prompt_tokens``, ``seconds`` and ``kv`` (the
         sync's report, as a done event's).
         ``max_length``: the answer the generate will ask for, so that a cache that must
@@ -274,16 +278,25 @@ class EngineBase(SavedCaches):
         if len(ids) + len(asked or ()) >= self.context_size:
             raise RequestError(f"prompt of {len(ids) + len(asked or ())} tokens leaves no room in the context "
                                f"size of {self.context_size} tokens")
-        ticket = self._newest_prepare = next(self._prepares)
-        if not self._take_model(asked is not None, ids):
+        ticket, answers = next(self._prepares), self._answers
+        self._newest_prepare = ticket
+
+        def replaced() -> bool:
+            # A newer draft came while this one waited: it is read instead, not this one;
+            # or an answer was asked for (Enter came): its prompt replaces any draft.
+            return asked is None and (ticket != self._newest_prepare or answers != self._answers)
+
+        taken = self._take_model(asked is not None, ids, ticket, replaced)
+        if taken is None:
+            return self._prepared(None, len(ids), 0.0, False)
+        if not taken:
             raise EngineBusy("a generation is running; a read-ahead does not queue behind it")
-        if asked is None and ticket != self._newest_prepare:
-            # A newer draft came while this one waited: it is read instead, not this one.
+        if replaced():
             self._lock.release()
             return self._prepared(None, len(ids), 0.0, False)
         # A read-ahead's batch of new tokens stops part way when an answer or a newer
         # draft comes (where the cache can: :meth:`LlamaCache.interrupt`).
-        preparation = Preparation(request_id, on_abort=getattr(self.kv, "interrupt", None))
+        preparation = Preparation(request_id, on_abort=getattr(self.kv, "interrupt", None), ticket=ticket)
         self._running = preparation
         started = time.perf_counter()
         attention: list[float] = []
@@ -311,8 +324,10 @@ class EngineBase(SavedCaches):
                 "kv": report.as_dict() if report is not None else {}, "compacted": compacted,
                 "spread_cells": int(self.kv.spread()) if hasattr(self.kv, "spread") else 0}
 
-    def _take_model(self, at_enter: bool, ids: list[int]) -> bool:
-        """Take the lock for a read-ahead; False when it stayed taken too long.
+    def _take_model(self, at_enter: bool, ids: list[int], ticket: int, replaced) -> bool | None:
+        """Take the lock for the read-ahead ``ticket`` of ``ids``; False when it stayed
+        taken too long, None (not taken) once ``replaced()`` says a newer draft or an answer
+        came: this one is not read then.
 
         A generation is waited for :data:`PREPARE_WAIT_S`; a restore, by one with queries
         (sent at Enter), as long as a generate waits for it.  A read-ahead still running is
@@ -320,11 +335,14 @@ class EngineBase(SavedCaches):
         changes as its words come, and reading an older draft's to the end made the
         newer one wait seconds for paragraphs it no longer brings back).  Who holds the
         lock is looked at again every :data:`PREPARE_POLL_S`: a read-ahead that took it
-        meanwhile is stopped too, and the wait is that of what holds it now."""
+        meanwhile is stopped too (an older one: a newer one that took it is not stopped by
+        this, which it replaces), and the wait is that of what holds it now."""
         started = time.monotonic()
         while not self._lock.acquire(timeout=PREPARE_POLL_S):
+            if replaced():
+                return None
             running = self._running
-            if isinstance(running, Preparation) and running.yields:
+            if isinstance(running, Preparation) and running.yields and running.ticket < ticket:
                 running.abort(ids)
                 started, wait = time.monotonic(), PREEMPT_WAIT_S
             elif isinstance(running, Preparation) and at_enter:

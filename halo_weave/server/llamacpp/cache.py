@@ -96,8 +96,8 @@ class LlamaCache:
         self._stoppable = False
         #: Batches of new tokens stopped part way (tests, diagnostics).
         self.stopped_batches = 0
-        #: The stoppable batch being run: its tokens' positions and the tokens.
-        self._running_batch: tuple[Sequence[int], list[int]] | None = None
+        #: The stoppable batch being run: its pieces' tokens (one piece per sequence).
+        self._running_batch: list[list[int]] | None = None
         self.bind(ctx, n_cells)
 
     def bind(self, ctx, n_cells: int) -> None:
@@ -261,14 +261,14 @@ class LlamaCache:
 
     def interrupt(self, wanted: list[int] | None = None) -> None:
         """Stop the stoppable batch under way part way (any thread; see :meth:`sync`),
-        unless the prompt ``wanted`` that comes next holds the batch's tokens where the
-        batch runs them: that work is the next prompt's too, and stopping would run it
-        twice (a message whose recall did not change is mostly read ahead that way)."""
+        unless the prompt ``wanted`` that comes next holds every piece the batch runs
+        (the new tokens after the context, each paragraph run in place): that work is
+        the next prompt's too (kept in place or moved there), and stopping would run it
+        twice.  A message whose recall did not change is mostly read ahead that way, and
+        a newer draft mostly brings back the paragraphs the older one ran."""
         running = self._running_batch
-        if running is not None and wanted is not None:
-            positions, tokens = running
-            if all(p < len(wanted) and wanted[p] == t for p, t in zip(positions, tokens)):
-                return
+        if running is not None and wanted is not None and all(_holds(wanted, piece) for piece in running):
+            return
         self.decoder.stop()
 
     def sync_pass(self, ids: list[int], edits, should_stop) -> SyncReport | None:
@@ -329,7 +329,11 @@ class LlamaCache:
     def _run_stoppable(self, tokens: list[int], positions: Sequence[int], seqs) -> np.ndarray | None:
         """One decode inside :meth:`Decoder.stoppable`: its cells, or None when
         :meth:`interrupt` stopped it part way (llama.cpp then dropped its cells)."""
-        self._running_batch = (positions, tokens) if self._stoppable else None
+        if self._stoppable:
+            pieces: dict[int, list[int]] = {}
+            for token, seq in zip(tokens, [seqs] * len(tokens) if isinstance(seqs, int) else seqs):
+                pieces.setdefault(seq, []).append(token)
+            self._running_batch = list(pieces.values())
         try:
             return self.decoder.run(tokens, positions, seqs, logits=False)
         except DecodeStopped:
@@ -461,6 +465,22 @@ class LlamaCache:
     def close(self) -> None:
         """Free the decoder's batch (the engine frees the context)."""
         self.decoder.close()
+
+
+def _holds(ids: list[int], piece: list[int]) -> bool:
+    """Whether ``piece`` occurs in ``ids`` as a run of consecutive tokens."""
+    if not piece:
+        return True
+    first, n = piece[0], len(piece)
+    start = 0
+    while True:
+        try:
+            at = ids.index(first, start)
+        except ValueError:
+            return False
+        if ids[at:at + n] == piece:
+            return True
+        start = at + 1
 
 
 def _by_entry(pieces, width: int):
