@@ -152,45 +152,6 @@ def test_an_answer_stops_a_read_ahead_part_way_through_its_batch(monkeypatch):
         engine.close()
 
 
-def test_an_answer_stops_a_paragraph_run_in_place_part_way(monkeypatch):
-    """The draft brought a long paragraph back into the middle of the context, and Enter
-    came while the server ran it in place: it stops where it is, the paragraph is taken
-    out again, and the answer reads the context as it was, with nothing half-read in it."""
-    if not shutil.which("cc") and not shutil.which("gcc"):
-        pytest.skip("no C compiler here: a read-ahead's batch always runs to its end")
-    from halo_weave.server import engine_base
-    from halo_weave.server.llamacpp.engine import LlamaEngine
-
-    monkeypatch.setattr(engine_base, "READ_AHEAD_STEP", 512)
-    engine = LlamaEngine(gguf_path(), threads=2)
-    try:
-        def rows(first, last, what="tide"):
-            return engine.encode(" ".join(f"Row {n}: the {what} at {n % 12} o'clock was {n % 7} feet."
-                                          for n in range(first, last)))
-        before, after = rows(0, 20), rows(20, 60)
-        paragraph = rows(100, 112, "swell")  # shorter than what follows it: run in place
-        assert engine.prepare(before + after)["prepared"] is True
-        result: dict = {}
-        thread = threading.Thread(target=lambda: result.update(engine.prepare(before + paragraph + after)))
-        thread.start()
-        deadline = time.monotonic() + 30
-        while not isinstance(engine._running, engine_base.Preparation) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)  # inside the paragraph's batch
-        question = before + after + engine.encode(" Which row?")
-        records = list(engine.generate(question, max_length=2, temperature=0))
-        thread.join(60)
-        assert result["prepared"] is False
-        assert engine.kv.stopped_batches == 1, "the paragraph's batch was stopped part way"
-        assert records[-1].kv["inserted"] == 0 and records[-1].kv["reused"] == len(before + after)
-        assert engine.kv.ids[:len(question)] == question
-        assert engine.L.llama_memory_seq_pos_max(engine.kv.mem, 0) == len(engine.kv.ids) - 1
-        again = engine.prepare(before + paragraph + after)  # the draft left alone: run in place
-        assert again["prepared"] is True and again["kv"]["inserted"] == len(paragraph)
-    finally:
-        engine.close()
-
-
 def test_a_draft_waiting_for_the_model_gives_way_to_a_waiting_answer():
     """Enter came while a newer draft waited for the model: whichever of the two takes it
     first, the draft is not read (the answer's prompt replaces it) and the answer does

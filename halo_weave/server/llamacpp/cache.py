@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -96,8 +95,8 @@ class LlamaCache:
         self._stoppable = False
         #: Batches of new tokens stopped part way (tests, diagnostics).
         self.stopped_batches = 0
-        #: The stoppable batch being run: its pieces' tokens (one piece per sequence).
-        self._running_batch: list[list[int]] | None = None
+        #: The tokens of the stoppable batch being run.
+        self._running_batch: list[int] | None = None
         self.bind(ctx, n_cells)
 
     def bind(self, ctx, n_cells: int) -> None:
@@ -246,9 +245,8 @@ class LlamaCache:
         ``step``: at most this many new tokens run per batch after the cached ones, so
         that ``should_stop`` is asked that often (a read-ahead: a message sent meanwhile
         waits for one short batch, not for ``n_batch`` tokens).  ``stoppable``: a batch
-        (of new tokens after the cached ones, or of spans run in place) stops part way
-        at :meth:`interrupt` (where the decoder has a stopper), so that the message does
-        not wait for it at all."""
+        of new tokens after the cached ones stops part way at :meth:`interrupt` (where
+        the decoder has a stopper), so that the message does not wait for it."""
         self._step = min(step or self.n_batch, self.n_batch)
         self._stoppable = stoppable
         try:
@@ -261,13 +259,11 @@ class LlamaCache:
 
     def interrupt(self, wanted: list[int] | None = None) -> None:
         """Stop the stoppable batch under way part way (any thread; see :meth:`sync`),
-        unless the prompt ``wanted`` that comes next holds every piece the batch runs
-        (the new tokens after the context, each paragraph run in place): that work is
-        the next prompt's too (kept in place or moved there), and stopping would run it
-        twice.  A message whose recall did not change is mostly read ahead that way, and
-        a newer draft mostly brings back the paragraphs the older one ran."""
+        unless the prompt ``wanted`` that comes next holds the batch's tokens: that work
+        is the next prompt's too, and stopping would run it twice (a message whose recall
+        did not change is mostly read ahead that way)."""
         running = self._running_batch
-        if running is not None and wanted is not None and all(_holds(wanted, piece) for piece in running):
+        if running is not None and wanted is not None and _holds(wanted, running):
             return
         self.decoder.stop()
 
@@ -320,27 +316,16 @@ class LlamaCache:
                 if should_stop():
                     return False
                 batch = rest[start:start + self._step]
-                cells = self._run_stoppable(batch, range(len(self.ids), len(self.ids) + len(batch)), LIVE_SEQ)
-                if cells is None:  # llama.cpp dropped the batch's cells: the cache is as before it
+                self._running_batch = batch if self._stoppable else None
+                try:
+                    cells = self.decoder.run(batch, len(self.ids), LIVE_SEQ, logits=False)
+                except DecodeStopped:  # llama.cpp dropped the batch's cells: the cache is as before it
+                    self.stopped_batches += 1
                     return False
+                finally:
+                    self._running_batch = None
                 self._append(batch, cells)
         return True
-
-    def _run_stoppable(self, tokens: list[int], positions: Sequence[int], seqs) -> np.ndarray | None:
-        """One decode inside :meth:`Decoder.stoppable`: its cells, or None when
-        :meth:`interrupt` stopped it part way (llama.cpp then dropped its cells)."""
-        if self._stoppable:
-            pieces: dict[int, list[int]] = {}
-            for token, seq in zip(tokens, [seqs] * len(tokens) if isinstance(seqs, int) else seqs):
-                pieces.setdefault(seq, []).append(token)
-            self._running_batch = list(pieces.values())
-        try:
-            return self.decoder.run(tokens, positions, seqs, logits=False)
-        except DecodeStopped:
-            self.stopped_batches += 1
-            return None
-        finally:
-            self._running_batch = None
 
     def _truncate(self, keep: int) -> None:
         if keep < len(self.ids):
@@ -441,18 +426,13 @@ class LlamaCache:
                 tokens = [t for _at, span in group for t in span]
                 positions = [at + i for at, span in group for i in range(len(span))]
                 owners = [seq for (_at, span), seq in zip(group, seqs) for _ in span]
-                found = []
-                with self.decoder.stoppable(self._stoppable):
-                    # Stopped part way, llama.cpp drops the batch's cells from each scratch
-                    # sequence (the spans' own positions, after the prefix copied into it);
-                    # the spans of this group are then not yielded, and are given back.
-                    for b in range(0, len(tokens), self.n_batch):
-                        ran = self._run_stoppable(tokens[b:b + self.n_batch], positions[b:b + self.n_batch],
-                                                  owners[b:b + self.n_batch])
-                        if ran is None:
-                            return
-                        found.append(ran)
-                cells = np.concatenate(found)
+                # Never stopped part way: a paragraph run for a draft the user typed past is
+                # kept (its state stored when the next draft leaves it out), and the recall
+                # of the words after often brings it back.
+                cells = np.concatenate([
+                    self.decoder.run(tokens[b:b + self.n_batch], positions[b:b + self.n_batch],
+                                     owners[b:b + self.n_batch], logits=False)
+                    for b in range(0, len(tokens), self.n_batch)])
                 for (at, span), seq in zip(group, seqs):
                     L.llama_memory_seq_cp(mem, seq, LIVE_SEQ, at, at + len(span))
             finally:

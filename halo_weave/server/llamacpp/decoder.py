@@ -52,8 +52,7 @@ class Decoder:
         """Decodes run inside may be stopped part way by :meth:`stop` (when ``wanted``
         and a stopper exists).  llama.cpp then drops every cell of each sequence the batch
         writes from the batch's first position in it on: only decodes where that is the
-        batch itself belong here (new tokens after the sequence's last, spans in scratch
-        sequences of their own)."""
+        batch itself belong here (new tokens after the sequence's last)."""
         if not wanted or self.stopper is None:
             yield
             return
