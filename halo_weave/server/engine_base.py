@@ -238,7 +238,7 @@ class EngineBase(SavedCaches):
             else:  # a restore: what it loads or runs is this prompt's start
                 wait_s = max(wait_s, RESTORE_WAIT_S)
         asked = time.perf_counter()
-        self._answers += 1  # one writer at a time does not matter: any change is news to a read-ahead
+        self._answers += 1  # a read-ahead that came before sees a changed count and gives way
         acquired = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(False)
         if not acquired:
             raise EngineBusy("another generation is running; abort it or retry when it ends")
