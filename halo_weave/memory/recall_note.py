@@ -141,7 +141,7 @@ def note_tokens(words: dict, chunks: Iterable[Tokens], limit: int = NOTE_TOKENS,
     while lines:
         chosen = sorted(lines, key=lambda kl: kl[0]) if shape.timeline else lines
         ids, texts = _written(words, [line for _, line in chosen])
-        cue = kind if kind != "when" or any(line[3] for _, line in lines) else None  # dates: only if said
+        cue = kind if kind != "when" or any(dated for _, (*_, dated) in lines) else None  # dates: only if said
         if cue in words:  # the cue in place of the blank line that ends the note
             end = len(words["end"][0])
             ids, texts = ids[: len(ids) - end] + list(words["line"][0]), texts[: len(texts) - end] + list(words["line"][1])

@@ -237,7 +237,7 @@ class EngineBase(SavedCaches):
                 wait_s = max(wait_s, PREEMPT_WAIT_S)
             else:  # a restore: what it loads or runs is this prompt's start
                 wait_s = max(wait_s, RESTORE_WAIT_S)
-        asked = time.perf_counter()
+        waiting_since = time.perf_counter()
         self._answers += 1  # a read-ahead that came before sees a changed count and gives way
         acquired = self._lock.acquire(timeout=wait_s) if wait_s > 0 else self._lock.acquire(False)
         if not acquired:
@@ -245,7 +245,7 @@ class EngineBase(SavedCaches):
         self._follow(conversation)
         self._active()
         generation = Generation(self.kv, self.text, request, release=self._release,
-                                waited_s=time.perf_counter() - asked)
+                                waited_s=time.perf_counter() - waiting_since)
         self._running = generation
         return generation
 
