@@ -28,6 +28,7 @@ import json
 import os
 import platform
 import random
+import re
 import sys
 import tempfile
 import time
@@ -133,12 +134,23 @@ METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     "hop": ("halo", {"query_hop_terms": 4}, True),
     # Whole paragraphs (up to 128 tokens each) copied before the question.
     "note-whole": ("halo", {}, recall_note.NoteShape(lines=4, line_tokens=128, tokens=400)),
+    # A question asking for several things (:func:`asks_for_several`: "What books has Tim
+    # read?") keeps all of what its recall brought back, not the most relevant half; the
+    # others are asked as the default asks them.  ``several-note``: its note also copies
+    # more paragraphs, fewer words of each (the sentences holding the question's words).
+    "several-all": ("halo-several", ALL, True),
+    "several-note": ("halo-several", ALL, recall_note.NoteShape(lines=8, line_tokens=28, tokens=240,
+                                                               focused=True, dated=True, cue=True)),
 }
 BUNDLED_METHODS = ["oracle", "fifo", "rag", "before", "before-note", "default", "default-all", "default-nonote",
                    "floor70", "cap12", "floor80-cap8"]
 LARGER_METHODS = ["oracle", "fifo", "default"]
 QUICK_METHODS = ["oracle", "fifo", "full", "default"]
 QUICK_CONVERSATIONS = ["conv-30"]
+#: Words after "what" or "which" that end a question's subject ("What books *has* Tim
+#: read?") and words ending in "s" that are not plural nouns.
+AUXILIARIES = frozenset("does did do has have had is are was were can could would will should might may".split())
+NOT_PLURAL = frozenset("us his this is was has does its yes unless plus bus gas news".split())
 #: Defaults are chosen on the tuning conversations and reported on the test ones.
 SPLITS = {"tune": ["conv-26", "conv-30", "conv-41"], "test": ["conv-42", "conv-43", "conv-44"]}
 #: Methods asked each question alone, one after another (their prompts share a start).
@@ -167,6 +179,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--only", default="",
                    help="comma-separated sample ids: ask only their questions of the subset (drawn as "
                         "without it: a long run split across processes asks the same questions)")
+    p.add_argument("--several-only", action="store_true",
+                   help="ask only the questions that ask for several things (see asks_for_several)")
     p.add_argument("--full-context", type=int, default=0,
                    help="the window `full` reads the conversation in (default: the model's trained window)")
     p.add_argument("--per-category", type=int, default=6,
@@ -368,6 +382,10 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
                 conv.resurrect([chunk.id], with_anchors=False)
                 left -= cost
         return finish(conv, prep, question, message, answerer, base_live)
+    if kind == "halo-several":
+        kind = "halo"
+        if not asks_for_several(question.question):
+            options, with_note = {}, True
     shape = with_note if isinstance(with_note, recall_note.NoteShape) else recall_note.SHAPE
     reserve = shape.tokens if with_note else 0
     index = index_for(prep, settings, queries, options)
@@ -386,6 +404,27 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
             back += [c for c in conv.live_chunks() if c.id in base_live and c.id in matched and not c.framing]
         recalled = recall_note.best_first(made.plan, back) if kept is None else kept
     return finish(conv, prep, question, message, answerer, base_live, recalled=recalled, shape=shape)
+
+
+def asks_for_several(message: str) -> bool:
+    """Whether the question in ``message`` asks for several things: its "what" or
+    "which" is followed, before its verb, by a plural noun ("What books has Tim read?",
+    "Which US cities did John visit?"), the questions whose evidence is spread over the
+    most turns (LoCoMo's multi-hop ones, most of them)."""
+    parts = [p for p in message.replace("\n", " ").split("?") if p.strip()]
+    if not parts:
+        return False
+    question = parts[-1] if message.rstrip().endswith("?") or len(parts) == 1 else parts[-2]
+    words = re.findall(r"[a-z'+]+", question.lower())
+    start = next((k for k, w in enumerate(words) if w in ("what", "which")), None)
+    if start is None:
+        return False
+    for word in words[start + 1:start + 5]:
+        if word in AUXILIARIES:
+            return False
+        if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "'s")) and word not in NOT_PLURAL:
+            return True
+    return False
 
 
 def asked(prep: Prepared, question, answerer, ask: str) -> tuple[str, list, int]:
@@ -698,6 +737,8 @@ def main(argv=None) -> int:
     only = {c.strip() for c in args.only.split(",") if c.strip()}
     if only:
         chosen = [(d, q) for d, q in chosen if d.sample_id in only]
+    if args.several_only:
+        chosen = [(d, q) for d, q in chosen if asks_for_several(q.question)]
     weights = category_counts(dialogues)
     log(f"{len(chosen)} questions from {len({d.sample_id for d, _ in chosen})} conversations")
     embedder = Embedder()
