@@ -141,3 +141,14 @@ def test_full_cuts_a_long_conversation_once_for_all_its_questions():
     assert len(cuts) == 1
     for framed in (12, 97, FULL_QUESTION_ROOM, FULL_QUESTION_ROOM + 50):
         assert full_limit(window, answer, framed) + framed + answer < window
+
+
+def test_questions_asking_for_several_things_are_told_from_the_others():
+    from bench.answers import asks_for_several
+
+    several = ["What books has Tim read?", "Which US cities does John mention visiting to Tim?",
+               "What LGBTQ+ events has Caroline participated in?", "Hi! So what instruments does Melanie play?"]
+    one = ["What is Caroline's identity?", "What kind of writing does Tim do?", "How many games has John won?",
+           "When did Melanie go camping?", "What did Melanie paint recently?", "Why is this so?"]
+    assert [asks_for_several(q) for q in several] == [True] * len(several)
+    assert [asks_for_several(q) for q in one] == [False] * len(one)
