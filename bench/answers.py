@@ -138,6 +138,10 @@ METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     # read?") keeps all of what its recall brought back, not the most relevant half; the
     # others are asked as the default asks them.  ``several-note``: its note also copies
     # more paragraphs, fewer words of each (the sentences holding the question's words).
+    # The search reads the message and the chat model's own answer to it from the recent
+    # context alone (HYDE_TOKENS tokens, greedy: a hypothetical answer whose words reach
+    # paragraphs the question's do not); the app could write it in the read-ahead.
+    "hyde": ("halo-hyde", {}, True),
     "several-all": ("halo-several", ALL, True),
     "several-note": ("halo-several", ALL, recall_note.NoteShape(lines=8, line_tokens=28, tokens=240,
                                                                focused=True, dated=True, cue=True)),
@@ -147,6 +151,8 @@ BUNDLED_METHODS = ["oracle", "fifo", "rag", "before", "before-note", "default", 
 LARGER_METHODS = ["oracle", "fifo", "default"]
 QUICK_METHODS = ["oracle", "fifo", "full", "default"]
 QUICK_CONVERSATIONS = ["conv-30"]
+#: Tokens of the chat model's answer without recall that ``hyde`` searches with.
+HYDE_TOKENS = 24
 #: Words after "what" or "which" that end a question's subject ("What books *has* Tim
 #: read?") and words ending in "s" that are not plural nouns.
 AUXILIARIES = frozenset("does did do has have had is are was were can could would will should might may".split())
@@ -386,10 +392,15 @@ def build_context(method: str, prep: Prepared, question, answerer, settings, arg
         kind = "halo"
         if not asks_for_several(question.question):
             options, with_note = {}, True
+    query = message
+    if kind == "halo-hyde":
+        kind = "halo"
+        guess = finish(copy.deepcopy(prep.recent), prep, question, message, answerer, base_live)
+        query = f"{message} {answerer.answer(guess.ids, HYDE_TOKENS).text}"
     shape = with_note if isinstance(with_note, recall_note.NoteShape) else recall_note.SHAPE
     reserve = shape.tokens if with_note else 0
     index = index_for(prep, settings, queries, options)
-    made = recall_for(conv, index, message, framed + reserve, args)
+    made = recall_for(conv, index, query, framed + reserve, args)
     kept = None
     share = index.settings.recall.recall_keep_share
     if share < 1 and kind == "halo-attention":
