@@ -138,13 +138,13 @@ METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     # read?") keeps all of what its recall brought back, not the most relevant half; the
     # others are asked as the default asks them.  ``several-note``: its note also copies
     # more paragraphs, fewer words of each (the sentences holding the question's words).
+    "several-all": ("halo-several", ALL, True),
+    "several-note": ("halo-several", ALL, recall_note.NoteShape(lines=8, line_tokens=28, tokens=240,
+                                                               focused=True, dated=True, cue=True)),
     # The search reads the message and the chat model's own answer to it from the recent
     # context alone (HYDE_TOKENS tokens, greedy: a hypothetical answer whose words reach
     # paragraphs the question's do not); the app could write it in the read-ahead.
     "hyde": ("halo-hyde", {}, True),
-    "several-all": ("halo-several", ALL, True),
-    "several-note": ("halo-several", ALL, recall_note.NoteShape(lines=8, line_tokens=28, tokens=240,
-                                                               focused=True, dated=True, cue=True)),
 }
 BUNDLED_METHODS = ["oracle", "fifo", "rag", "before", "before-note", "default", "default-all", "default-nonote",
                    "floor70", "cap12", "floor80-cap8"]
