@@ -422,10 +422,9 @@ def asks_for_several(message: str) -> bool:
     "which" is followed, before its verb, by a plural noun ("What books has Tim read?",
     "Which US cities did John visit?"), the questions whose evidence is spread over the
     most turns (LoCoMo's multi-hop ones, most of them)."""
-    parts = [p for p in message.replace("\n", " ").split("?") if p.strip()]
-    if not parts:
+    question = recall_note.question_of(message)
+    if question is None:
         return False
-    question = parts[-1] if message.rstrip().endswith("?") or len(parts) == 1 else parts[-2]
     words = re.findall(r"[a-z'+]+", question.lower())
     start = next((k for k, w in enumerate(words) if w in ("what", "which")), None)
     if start is None:

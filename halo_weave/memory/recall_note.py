@@ -214,14 +214,22 @@ def said_at(conv, chunks: Iterable) -> list[float | None]:
     return said
 
 
+def question_of(message: str) -> str | None:
+    """The question in ``message``: its last sentence ending in "?" (the whole message
+    when none does; None when it holds no words)."""
+    parts = [p for p in message.replace("\n", " ").split("?") if p.strip()]
+    if not parts:
+        return None
+    return parts[-1] if message.rstrip().endswith("?") or len(parts) == 1 else parts[-2]
+
+
 def answer_kind(message: str) -> str | None:
     """The kind of answer the question in ``message`` asks for: "when", "count", "where"
     or None.  The last sentence ending in "?" is the question (the whole message when
     none does); a kind is named by the words it opens with or that open a clause of it."""
-    parts = [p for p in message.replace("\n", " ").split("?") if p.strip()]
-    if not parts:
+    asked = question_of(message)
+    if asked is None:
         return None
-    asked = parts[-1] if message.rstrip().endswith("?") or len(parts) == 1 else parts[-2]
     asked = re.sub(r"[.!;:]\s|\b(and|so|but|then)\b", ",", asked.lower())
     clauses = [" ".join(w.strip("\"'()") for w in c.split()) for c in asked.split(",")]
     for kind, openers in ANSWER_KINDS:
