@@ -132,6 +132,11 @@ METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     "timeline": ("halo", {}, recall_note.NoteShape(dated=True, cue=True, timeline=True)),
     # A second hop: the search's words also take the best match's 4 rarest words.
     "hop": ("halo", {"query_hop_terms": 4}, True),
+    # The lines of a speaker the question names favoured in the search ("What does Melanie
+    # do to relax?": her own lines, "Melanie: ..."), by speaker_weight.
+    "speaker": ("halo", {"speaker_weight": 0.1}, True),
+    "speaker05": ("halo", {"speaker_weight": 0.05}, True),
+    "speaker20": ("halo", {"speaker_weight": 0.2}, True),
     # Whole paragraphs (up to 128 tokens each) copied before the question.
     "note-whole": ("halo", {}, recall_note.NoteShape(lines=4, line_tokens=128, tokens=400)),
     # A question asking for several things (:func:`asks_for_several`: "What books has Tim
@@ -185,6 +190,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--only", default="",
                    help="comma-separated sample ids: ask only their questions of the subset (drawn as "
                         "without it: a long run split across processes asks the same questions)")
+    p.add_argument("--categories", default="",
+                   help="comma-separated category names (multi-hop, temporal, open-domain, "
+                        "single-hop): ask only their questions of the subset")
     p.add_argument("--several-only", action="store_true",
                    help="ask only the questions that ask for several things (see asks_for_several)")
     p.add_argument("--full-context", type=int, default=0,
@@ -213,6 +221,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help=f"{QUICK_CONVERSATIONS[0]}, 3 questions per category, the bundled model, "
                         f"methods {','.join(QUICK_METHODS)}")
+    p.add_argument("--no-answer", action="store_true",
+                   help="build each method's prompt and report what it brought back (evidence "
+                        "recall, tokens) without asking the model: minutes, not hours, to tune a "
+                        "search on")
     p.add_argument("--show", type=int, default=0, help="print this many answers per method")
     p.add_argument("--answers", default="", help="write every answer to this file, a JSON object a line "
                                                   "(to compare methods question by question)")
@@ -528,9 +540,12 @@ class Tally:
     recall_by_category: dict = field(default_factory=dict)
     examples: list = field(default_factory=list)
 
-    def add(self, category: int, f1: float, contain: float, ctx: Context, answer) -> None:
-        self.f1.append(f1)
-        self.contain.append(contain)
+    def add(self, category: int, f1: float | None, contain: float | None, ctx: Context, answer) -> None:
+        """One question's figures; ``f1`` None: its prompt was built, not answered."""
+        if f1 is not None:
+            self.f1.append(f1)
+            self.contain.append(contain)
+            self.by_category.setdefault(category, []).append(f1)
         self.recall.append(ctx.recall)
         self.recalled_tokens.append(ctx.recalled_tokens)
         self.evidence_tokens.append(ctx.evidence_tokens)
@@ -538,7 +553,6 @@ class Tally:
         self.prompt_tokens.append(answer.prompt_tokens)
         self.computed_tokens.append(answer.computed_tokens)
         self.seconds.append(answer.seconds)
-        self.by_category.setdefault(category, []).append(f1)
         self.recall_by_category.setdefault(category, []).append(ctx.recall)
 
     def figures(self, weights: dict[int, int] | None = None) -> dict:
@@ -567,10 +581,12 @@ class Tally:
             "prompt_tokens": mean(self.prompt_tokens),
             "computed_tokens": mean(self.computed_tokens),
             "seconds_per_answer": mean(self.seconds),
-            "questions": len(self.f1),
+            "questions": len(self.recall),
             "answer_f1_by_category": {locomo.CATEGORIES[c]: mean(v) for c, v in sorted(self.by_category.items())},
             "answer_f1_weighted": weighted(self.by_category),
             "evidence_recall_weighted": weighted(self.recall_by_category),
+            "evidence_recall_by_category": {locomo.CATEGORIES[c]: mean(v)
+                                            for c, v in sorted(self.recall_by_category.items())},
         }
 
 
@@ -660,14 +676,17 @@ def run_model(spec: str, methods: list[str], chosen, args, settings, queries, fo
         # by what they bring back; a variant's chunks are mostly a subset of the default's).
         def ask(method: str, question) -> None:
             ctx = build_context(method, prep, question, answerer_of[method], settings, args, queries)
-            answer = answerer_of[method].answer(ctx.ids, args.answer_tokens)
-            if METHODS[method][0] == "full" and question is questions[0]:
+            if args.no_answer:
+                answer, f1, contain = scoring.Answer("", len(ctx.ids), 0, 0.0, 0), None, None
+            else:
+                answer = answerer_of[method].answer(ctx.ids, args.answer_tokens)
+                f1 = scoring.answer_f1(answer.text, question.answer, question.category)
+                contain = scoring.contains(answer.text, question.answer, question.category)
+            if METHODS[method][0] == "full" and question is questions[0] and not args.no_answer:
                 reads.append({"conversation": sample_id, "prompt_tokens": answer.prompt_tokens,
                               "computed_tokens": answer.computed_tokens, "seconds": round(answer.seconds, 1)})
                 log(f"    full: read {answer.computed_tokens:,} of {answer.prompt_tokens:,} tokens "
                     f"in {answer.seconds:.0f} s")
-            f1 = scoring.answer_f1(answer.text, question.answer, question.category)
-            contain = scoring.contains(answer.text, question.answer, question.category)
             tallies[method].add(question.category, f1, contain, ctx, answer)
             if args.answers:
                 with open(args.answers, "a", encoding="utf-8") as out:
@@ -676,7 +695,7 @@ def run_model(spec: str, methods: list[str], chosen, args, settings, queries, fo
                                           "gold": str(question.answer), "answer": answer.text, "f1": f1,
                                           "contains": contain, "evidence_recall": ctx.recall,
                                           "recalled_tokens": ctx.recalled_tokens}) + "\n")
-            if len(tallies[method].examples) < args.show:
+            if f1 is not None and len(tallies[method].examples) < args.show:
                 tallies[method].examples.append((question.question, question.answer, answer.text, round(f1, 2)))
 
         alone = [m for m in methods if METHODS[m][0] in ALONE]
@@ -729,6 +748,8 @@ def main(argv=None) -> int:
     unknown = (set(methods) | set(others)) - set(METHODS)
     if unknown:
         raise SystemExit(f"unknown methods: {', '.join(sorted(unknown))}")
+    if args.no_answer and any(METHODS[m][0] == "halo-hyde" for m in methods):
+        raise SystemExit("--no-answer: hyde's search reads the model's answer")
     # The app's defaults (prune oldest first, its recall settings), P as the target.
     settings = Settings.of(max_context_tokens=args.prune_to)
     if args.notes_tool:  # the prompt the model reads, as the app builds it with the tool on
@@ -749,6 +770,11 @@ def main(argv=None) -> int:
         chosen = [(d, q) for d, q in chosen if d.sample_id in only]
     if args.several_only:
         chosen = [(d, q) for d, q in chosen if asks_for_several(q.question)]
+    if args.categories:
+        names = {c.strip() for c in args.categories.split(",") if c.strip()}
+        if names - set(locomo.CATEGORIES.values()):
+            raise SystemExit(f"unknown categories: {', '.join(sorted(names - set(locomo.CATEGORIES.values())))}")
+        chosen = [(d, q) for d, q in chosen if locomo.CATEGORIES[q.category] in names]
     weights = category_counts(dialogues)
     log(f"{len(chosen)} questions from {len({d.sample_id for d, _ in chosen})} conversations")
     embedder = Embedder()

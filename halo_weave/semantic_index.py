@@ -59,7 +59,7 @@ import numpy as np
 
 from .conversation import Conversation
 from .errors import EmbedderUnavailable, SnapshotInvalid
-from .memory import query, ranking, text_match
+from .memory import query, ranking, speakers, text_match
 from .memory.drafts import EntryDraft, embed as embed_drafts, prepare as prepare_drafts
 from .memory.embedder import Embedder
 from .memory.recall_plan import Match, RecallPlan, RecallResult, apply_plan, make_plan
@@ -75,6 +75,9 @@ __all__ = ["Embedder", "EmbedderUnavailable", "EntryDraft", "Match", "RecallPlan
 
 #: The vector snapshot sits next to the conversation file: ``<file>.vectors``.
 SNAPSHOT_SUFFIX = ".vectors"
+#: With ``speaker_weight``, the speakers a message names are looked for among this many
+#: times ``query_max_results`` of its best matches.
+SPEAKER_POOL = 3
 Progress = Callable[[int, int], None]
 
 
@@ -388,11 +391,18 @@ class SemanticIndex:
                 vector = ranking.feedback(self._vectors, vector, list(found)[: s.search.query_feedback_top],
                                           s.search.query_feedback)
                 found = ranking.rank(within, vector, s.search, limit, bm25_ids, dated)
+            hop = None
             if s.search.query_hop_terms > 0 and found:
                 hop = text_match.hop_scores(self.conn, text, next(iter(found)), self._vectors.n, s.search, limit,
                                             self._term_counts)
                 if hop:
                     found = ranking.rank(within, vector, s.search, limit, bm25_ids, dated, hop)
+            if s.search.speaker_weight > 0 and found and text:
+                pool = ranking.rank(within, vector, s.search, SPEAKER_POOL * limit, bm25_ids, dated, hop)
+                texts = {cid: row[3] for cid, row in tables.meta(self.conn, list(pool)).items()}
+                spoken = speakers.spoken_by(text, texts)
+                if spoken:
+                    found = ranking.rank(within, vector, s.search, limit, bm25_ids, dated, hop, spoken)
             meta = tables.meta(self.conn, list(found))
         return [Match(cid, *meta[cid], *found[cid]) for cid in found if cid in meta]
 

@@ -239,3 +239,38 @@ def test_a_second_hop_finds_what_the_best_match_names(embedder, tmp_path):  # no
     assert hopped.index(lisbon) < hopped.index(stressful)
     assert hopped[0] == plain[0] == chunk_with(conv, "gave me a bonsai").id
     store.close()
+
+
+#: A transcript of two people: each line opens with who said it.
+TWO_SPEAKERS = [
+    ("user", "Anna: I spent the whole weekend hiking in the hills with my camera."),
+    ("assistant", "Ben: Nice! I mostly stayed in and read a novel about sailors."),
+    ("user", "Anna: My new hobby is pottery, I took it up last month and made three bowls."),
+    ("assistant", "Ben: These days I build small stools out of wood in my garage."),
+    ("user", "Anna: Did you watch the match on Sunday?"),
+    ("assistant", "Ben: No, I was at my cousin's wedding all day."),
+]
+
+
+def test_a_question_naming_a_speaker_favours_that_speakers_lines(embedder, tmp_path):  # noqa: F811
+    store = ConversationStore.open(tmp_path / "speakers.db")
+    conv = new_conversation(embedder)
+    for day, (role, text) in enumerate(TWO_SPEAKERS, start=1):
+        turn = conv.add_turn(role, *tokenize(embedder, text + "\n\n"), created_at=datetime(2023, 5, day).timestamp())
+        store.save_turn(conv, turn)
+    index = index_all_pruned(store, conv, embedder)
+    question = "What new hobby has Ben taken up?"
+    bens, annas = chunk_with(conv, "stools").id, chunk_with(conv, "pottery").id
+
+    # A line is embedded with its partner line (Anna's hobby with Ben's stools), so the
+    # vector cannot tell them apart; with the text search off only the speaker can.
+    plain = ranked_ids(index, question, 6, hybrid_search=False, speaker_weight=0.0)
+    favoured = ranked_ids(index, question, 6, hybrid_search=False, speaker_weight=0.1)
+    assert plain.index(annas) < plain.index(bens)
+    assert favoured.index(bens) < favoured.index(annas)
+    assert favoured[0] == bens
+    # Naming nobody who speaks changes nothing.
+    carl = "What new hobby has Carl taken up?"
+    assert ranked_ids(index, carl, 6, hybrid_search=False, speaker_weight=0.1) == \
+        ranked_ids(index, carl, 6, hybrid_search=False, speaker_weight=0.0)
+    store.close()

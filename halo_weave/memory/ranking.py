@@ -72,7 +72,8 @@ def search_pass(vm: VectorMatrix, s: Search, limit: int) -> SearchPass:
 
 def rank(within: SearchPass, query: np.ndarray, s: Search, limit: int,
          bm25_ids: dict[int, float], dated: frozenset[int] = frozenset(),
-         hop: dict[int, float] | None = None) -> dict[int, tuple[float, float, float | None]]:
+         hop: dict[int, float] | None = None,
+         spoken: frozenset[int] = frozenset()) -> dict[int, tuple[float, float, float | None]]:
     """The ``limit`` best entries, best first: chunk id -> (cosine, score, normalised BM25
     or None).  Ranked by :func:`.ties.rank_key`: scores closer than the grid rank by chunk
     id, so a plan does not depend on the CPU's last bits.
@@ -80,14 +81,16 @@ def rank(within: SearchPass, query: np.ndarray, s: Search, limit: int,
     ``dated``: entries said on a day the query names; each gets ``s.date_weight`` more.
     ``hop``: the second hop's entries (:func:`.text_match.hop_scores`, each in 0..1); each
     gets ``s.query_hop_weight`` times its score more.
+    ``spoken``: lines of a speaker the query names (:func:`.speakers.spoken_by`); each
+    gets ``s.speaker_weight`` more.
     ``within``: the search these rankings belong to; it picks the rows scored exactly
     (every row below the two-stage size) and keeps what it read for the next query.
     """
     vm, boost = within.vectors, s.user_similarity_boost
     rows = within.candidates(query)
     hop = hop or {}
-    if rows is not None and (bm25_ids or dated or hop):  # blend only candidates: the vector's and BM25's
-        rows = _with_rows(rows, np.fromiter((vm.row[c] for c in (*bm25_ids, *dated, *hop) if c in vm.row),
+    if rows is not None and (bm25_ids or dated or hop or spoken):  # blend only candidates: the vector's and BM25's
+        rows = _with_rows(rows, np.fromiter((vm.row[c] for c in (*bm25_ids, *dated, *hop, *spoken) if c in vm.row),
                                             np.int64))
     similarity = within.similarity(query, rows)
     user = vm.user[: vm.n] if rows is None else vm.user[rows]
@@ -108,6 +111,10 @@ def rank(within: SearchPass, query: np.ndarray, s: Search, limit: int,
         at, values = _placed(vm, rows, hop)
         score = score.copy()
         score[at] += np.float32(s.query_hop_weight) * values
+    if spoken and s.speaker_weight > 0:
+        at, _ = _placed(vm, rows, dict.fromkeys(spoken, 1.0))
+        score = score.copy()
+        score[at] += np.float32(s.speaker_weight)
     row_ids = vm.ids[: vm.n] if rows is None else vm.ids[rows]
     top = ties.best(score, row_ids, limit)
     if s.min_similarity > 0:

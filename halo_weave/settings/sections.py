@@ -148,6 +148,10 @@ class Search:
     # better on the test conversations: docs/answers.md, "The cue and a second hop").
     query_hop_terms: int = 0
     query_hop_weight: float = 0.15
+    # speaker_weight: score added to the lines of a speaker the message names, found among
+    # the search's SPEAKER_POOL x query_max_results best by the name a line opens with
+    # ("Caroline: ...", halo_weave.memory.speakers; 0 = off).
+    speaker_weight: float = 0.0
     embedding_max_tokens: int = 256
     embed_wait_seconds: float = 2.0
 

@@ -84,6 +84,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "query_feedback_top": (1, 1000),
     "query_hop_terms": (0, 100),
     "query_hop_weight": (0.0, 10.0),
+    "speaker_weight": (0.0, 10.0),
     "session_gap_seconds": (0.0, 10_000_000.0),
     "embedding_max_tokens": (8, 100_000),
     "embed_wait_seconds": (0.0, 3600.0),

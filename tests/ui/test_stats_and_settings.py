@@ -261,7 +261,7 @@ def test_an_earlier_versions_settings_file_loads_with_every_value(tmp_path):
     keys = {line.split("=", 1)[0] for line in FLAT_INI.splitlines() if "=" in line}
     written = {line.split("=", 1)[0] for line in again.read_text(encoding="utf-8").splitlines() if "=" in line}
     assert written - keys == {"recall_keep_share", "server_api", "server_gpu_layers", "query_hop_terms",
-                              "query_hop_weight"} and keys <= written, "its keys, and the ones added since"
+                              "query_hop_weight", "speaker_weight"} and keys <= written, "its keys, and the ones added since"
 
 
 def test_a_setting_saved_under_its_earlier_name_keeps_its_value(qsettings):
