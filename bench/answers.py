@@ -137,6 +137,10 @@ METHODS: dict[str, tuple[str, dict, bool | str | recall_note.NoteShape]] = {
     "speaker": ("halo", {"speaker_weight": 0.1}, True),
     "speaker05": ("halo", {"speaker_weight": 0.05}, True),
     "speaker20": ("halo", {"speaker_weight": 0.2}, True),
+    "speaker-all": ("halo", {"speaker_weight": 0.1, **ALL}, True),
+    "speaker-hop": ("halo", {"speaker_weight": 0.1, "query_hop_terms": 4}, True),
+    "speaker-floor45": ("halo", {"speaker_weight": 0.1, "recall_relative_floor": 0.45}, True),
+    "speaker-q45": ("halo", {"speaker_weight": 0.1, "query_max_results": 45}, True),
     # Whole paragraphs (up to 128 tokens each) copied before the question.
     "note-whole": ("halo", {}, recall_note.NoteShape(lines=4, line_tokens=128, tokens=400)),
     # A question asking for several things (:func:`asks_for_several`: "What books has Tim

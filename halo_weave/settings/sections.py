@@ -150,7 +150,9 @@ class Search:
     query_hop_weight: float = 0.15
     # speaker_weight: score added to the lines of a speaker the message names, found among
     # the search's SPEAKER_POOL x query_max_results best by the name a line opens with
-    # ("Caroline: ...", halo_weave.memory.speakers; 0 = off).
+    # ("Caroline: ...", halo_weave.memory.speakers; 0 = off: 0.1 found more multi-hop
+    # evidence and answered no better, docs/answers.md, "The lines of the speaker a
+    # question names").
     speaker_weight: float = 0.0
     embedding_max_tokens: int = 256
     embed_wait_seconds: float = 2.0
