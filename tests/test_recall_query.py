@@ -206,6 +206,17 @@ def test_by_default_a_message_on_another_subject_brings_nothing_back(diary):
     assert len(asked.chunk_ids) <= 4
 
 
+def one_line_a_day(embedder, path, lines):  # noqa: F811
+    """``lines`` (role, text), one a day from 1 May 2023, in a conversation file at
+    ``path``, every turn pruned and indexed: (conversation, store, index)."""
+    store = ConversationStore.open(path)
+    conv = new_conversation(embedder)
+    for day, (role, text) in enumerate(lines, start=1):
+        turn = conv.add_turn(role, *tokenize(embedder, text + "\n\n"), created_at=datetime(2023, 5, day).timestamp())
+        store.save_turn(conv, turn)
+    return conv, store, index_all_pruned(store, conv, embedder)
+
+
 #: Two sittings' worth of lines: who gave the bonsai, and (another day) where he is moving.
 NEIGHBOUR = [
     ("user", "My neighbour Tomas gave me a bonsai tree for my birthday."),
@@ -222,12 +233,7 @@ NEIGHBOUR = [
 
 
 def test_a_second_hop_finds_what_the_best_match_names(embedder, tmp_path):  # noqa: F811
-    store = ConversationStore.open(tmp_path / "neighbour.db")
-    conv = new_conversation(embedder)
-    for day, (role, text) in enumerate(NEIGHBOUR, start=1):
-        turn = conv.add_turn(role, *tokenize(embedder, text + "\n\n"), created_at=datetime(2023, 5, day).timestamp())
-        store.save_turn(conv, turn)
-    index = index_all_pruned(store, conv, embedder)
+    conv, store, index = one_line_a_day(embedder, tmp_path / "neighbour.db", NEIGHBOUR)
     question = "Where is the person who gave me the bonsai moving to?"
     lisbon, stressful = chunk_with(conv, "moving to Lisbon").id, chunk_with(conv, "Moving house").id
 
@@ -253,12 +259,7 @@ TWO_SPEAKERS = [
 
 
 def test_a_question_naming_a_speaker_favours_that_speakers_lines(embedder, tmp_path):  # noqa: F811
-    store = ConversationStore.open(tmp_path / "speakers.db")
-    conv = new_conversation(embedder)
-    for day, (role, text) in enumerate(TWO_SPEAKERS, start=1):
-        turn = conv.add_turn(role, *tokenize(embedder, text + "\n\n"), created_at=datetime(2023, 5, day).timestamp())
-        store.save_turn(conv, turn)
-    index = index_all_pruned(store, conv, embedder)
+    conv, store, index = one_line_a_day(embedder, tmp_path / "speakers.db", TWO_SPEAKERS)
     question = "What new hobby has Ben taken up?"
     bens, annas = chunk_with(conv, "stools").id, chunk_with(conv, "pottery").id
 
