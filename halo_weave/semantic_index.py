@@ -397,13 +397,15 @@ class SemanticIndex:
                                             self._term_counts)
                 if hop:
                     found = ranking.rank(within, vector, s.search, limit, bm25_ids, dated, hop)
+            meta: dict[int, tuple] = {}
             if s.search.speaker_weight > 0 and found and text:
                 pool = ranking.rank(within, vector, s.search, SPEAKER_POOL * limit, bm25_ids, dated, hop)
-                texts = {cid: row[3] for cid, row in tables.meta(self.conn, list(pool)).items()}
-                spoken = speakers.spoken_by(text, texts)
+                meta = tables.meta(self.conn, list(pool))  # holds every entry the boost can rank
+                spoken = speakers.spoken_by(text, {cid: row[3] for cid, row in meta.items()})
                 if spoken:
                     found = ranking.rank(within, vector, s.search, limit, bm25_ids, dated, hop, spoken)
-            meta = tables.meta(self.conn, list(found))
+            if not meta.keys() >= found.keys():
+                meta = tables.meta(self.conn, list(found))
         return [Match(cid, *meta[cid], *found[cid]) for cid in found if cid in meta]
 
     # ------------------------------------------------------------------ recall
